@@ -1,0 +1,124 @@
+package orchestrator
+
+import (
+	"time"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// Action is what the machine asks its driver to do next. Reply, Reject and
+// Reroute end the attempt; every other action must be answered with one of
+// the events its comment lists.
+type Action interface{ isAction() }
+
+// Insert records a new transaction in state received. Answer: Inserted;
+// Existing when the ID is already recorded; StoreFailed.
+type Insert struct{ Record *Record }
+
+// Reclaim takes over an abandoned record for a new attempt, only if it is
+// still abandoned. Answer as for Insert.
+type Reclaim struct{ Record *Record }
+
+// Wait waits until another attempt at the same ID in this cell leaves state
+// received. Answer: Existing with the record as it now is; StoreFailed when
+// it does not change in time.
+type Wait struct{ TransactionID string }
+
+// CheckVelocity sums this card's transactions since Since that were not
+// declined, failed or abandoned, leaving Exclude out. Answer: Velocity;
+// StoreFailed.
+type CheckVelocity struct {
+	PANHash []byte
+	Since   time.Time
+	Exclude string
+}
+
+// Persist durably writes Record, only if the stored state is still From.
+// Answer: Persisted; StoreFailed (including when the state was not From).
+type Persist struct {
+	Record *Record
+	From   State
+}
+
+// EmitPNR tells the GTR that the transaction has passed its point of no
+// return. Answer: PNRSent, whether or not the GTR is still listening: from
+// here the transaction belongs to this cell.
+type EmitPNR struct{ TransactionID string }
+
+// Authorize sends the transaction to the issuer. Answer: IssuerAnswered;
+// IssuerUnknown when the outcome is unknown (timeout, lost connection).
+type Authorize struct {
+	Request *cellpayv1.SubmitTransactionRequest
+	Record  *Record
+}
+
+// Reply ends the attempt with Record's outcome.
+type Reply struct{ Record *Record }
+
+// Reject ends the attempt with an error for the caller: a
+// *validate.FieldError, idempotency.ErrConflict or ErrInProgress.
+type Reject struct{ Err error }
+
+// Reroute ends an attempt that stopped before the point of no return: the
+// GTR may restart it on another cell.
+type Reroute struct{ Reason string }
+
+func (Insert) isAction()        {}
+func (Reclaim) isAction()       {}
+func (Wait) isAction()          {}
+func (CheckVelocity) isAction() {}
+func (Persist) isAction()       {}
+func (EmitPNR) isAction()       {}
+func (Authorize) isAction()     {}
+func (Reply) isAction()         {}
+func (Reject) isAction()        {}
+func (Reroute) isAction()       {}
+
+// Done reports whether a ends the attempt.
+func Done(a Action) bool {
+	switch a.(type) {
+	case Reply, Reject, Reroute:
+		return true
+	}
+	return false
+}
+
+// Event is the outcome of an action, fed back through Machine.Step.
+type Event interface{ isEvent() }
+
+// Inserted: the record was written.
+type Inserted struct{}
+
+// Existing: the ID is already recorded, as Record.
+type Existing struct{ Record *Record }
+
+// Velocity: the card's recent count and total in the limit currency.
+type Velocity struct{ Count, Amount int64 }
+
+// Persisted: the write is durable.
+type Persisted struct{}
+
+// PNRSent: the point-of-no-return event was handed to the GTR stream.
+type PNRSent struct{}
+
+// IssuerAnswered: the issuer's decision.
+type IssuerAnswered struct {
+	Approved      bool
+	AuthCode      string
+	DeclineReason string
+}
+
+// IssuerUnknown: the issuer call ended without a decision.
+type IssuerUnknown struct{ Err error }
+
+// StoreFailed: a store action failed.
+type StoreFailed struct{ Err error }
+
+func (Inserted) isEvent()       {}
+func (Existing) isEvent()       {}
+func (Velocity) isEvent()       {}
+func (Persisted) isEvent()      {}
+func (PNRSent) isEvent()        {}
+func (IssuerAnswered) isEvent() {}
+func (IssuerUnknown) isEvent()  {}
+func (StoreFailed) isEvent()    {}

@@ -1,0 +1,361 @@
+// Package orchestrator decides what a cell does with one transaction. It is a
+// deterministic state machine with no I/O: the driver (the cell's gRPC
+// server) asks it for an Action, performs it against Postgres, the GTR stream
+// or the issuer, and feeds the outcome back as an Event. The clock is passed
+// in, so every path can be tested, and replayed as a transcript, without a
+// database.
+//
+// The one rule it exists to keep: nothing is sent to the issuer until the
+// cell has durably recorded that it is about to send (StateSending) and has
+// told the GTR (EmitPNR). Before that point every failure ends in Reroute,
+// and the GTR may restart the transaction elsewhere; after it, the
+// transaction belongs to this cell and failures end in PENDING, never in a
+// resend.
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/validate"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+// ErrInProgress means another attempt at the same transaction ID holds it in
+// this cell and has not passed the point of no return; the caller may retry.
+var ErrInProgress = errors.New("orchestrator: transaction in progress in this cell")
+
+// RefData is the reference data the machine prices and classifies with.
+// *refdata.Snapshot implements it.
+type RefData interface {
+	// Version names the data, recorded on every transaction.
+	Version() string
+	// SettlementCurrency is the currency a partner settles in.
+	SettlementCurrency(partner string) string
+	// Convert converts minor units between currencies, or fails with
+	// refdata.ErrNoRate.
+	Convert(minor int64, from, to string) (int64, error)
+	// MCC classifies a merchant category code; false when unknown.
+	MCC(code string) (refdata.MCC, bool)
+}
+
+// Policy holds the cell's risk limits. Amounts are in minor units of
+// LimitCurrency.
+type Policy struct {
+	LimitCurrency string
+	// MaxAmount is the largest single transaction per MCC risk class.
+	MaxAmount map[string]int64
+	// Per card, over VelocityWindow, including this transaction: at most
+	// VelocityMaxCount transactions and VelocityMaxAmount in total.
+	VelocityWindow    time.Duration
+	VelocityMaxCount  int64
+	VelocityMaxAmount int64
+}
+
+// Input is what the cell knows about one attempt when it starts.
+type Input struct {
+	Request     *cellpayv1.SubmitTransactionRequest
+	Fingerprint idempotency.Fingerprint
+	MaskedPAN   string
+	PANHash     []byte
+	Attempt     int32
+	RouteRule   string
+	CellID      string
+}
+
+type phase uint8
+
+const (
+	phaseStart phase = iota
+	phaseInsert
+	phaseRisk
+	phaseMarkSending
+	phaseEmitPNR
+	phaseAuthorize
+	phaseFinish
+	phaseDone
+)
+
+var phaseNames = [...]string{"start", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "done"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// Machine runs one attempt at one transaction. It is not safe for concurrent
+// use; a driver owns it for the attempt's life.
+type Machine struct {
+	in     Input
+	policy Policy
+	ref    RefData
+	now    func() time.Time
+
+	phase phase
+	rec   *Record
+	// decided is the outcome settled before the point of no return (a
+	// decline or failure from enrichment or risk), if any.
+	decided State
+	reason  string
+	// riskAmount is the transaction in the policy's limit currency.
+	riskAmount int64
+	riskClass  string
+}
+
+// New returns a machine for one attempt. now is its clock.
+func New(in Input, policy Policy, ref RefData, now func() time.Time) *Machine {
+	return &Machine{in: in, policy: policy, ref: ref, now: now}
+}
+
+// Record is the machine's current view of the transaction's record; nil
+// before it is built.
+func (m *Machine) Record() *Record { return m.rec }
+
+// Start validates and enriches the request and returns the first action.
+func (m *Machine) Start() Action {
+	if m.phase != phaseStart {
+		return m.internal(fmt.Errorf("Start called in phase %v", m.phase))
+	}
+	now := m.now()
+	if err := validate.Request(m.in.Request, now); err != nil {
+		m.phase = phaseDone
+		return Reject{Err: err}
+	}
+	m.rec = m.newRecord(now)
+	m.enrich()
+	m.phase = phaseInsert
+	return Insert{Record: m.rec}
+}
+
+func (m *Machine) newRecord(now time.Time) *Record {
+	r := m.in.Request
+	return &Record{
+		TransactionID:   r.GetTransactionId(),
+		Fingerprint:     m.in.Fingerprint,
+		State:           StateReceived,
+		PaymentType:     r.GetPaymentType(),
+		PartnerID:       r.GetPartnerId(),
+		Market:          r.GetMarket(),
+		Amount:          r.GetAmount().GetMinorUnits(),
+		Currency:        r.GetAmount().GetCurrency(),
+		MerchantID:      r.GetMerchant().GetId(),
+		MCC:             r.GetMerchant().GetMcc(),
+		MerchantCountry: r.GetMerchant().GetCountry(),
+		MaskedPAN:       m.in.MaskedPAN,
+		PANHash:         m.in.PANHash,
+		RefdataVersion:  m.ref.Version(),
+		RouteRule:       m.in.RouteRule,
+		Attempt:         m.in.Attempt,
+		CellID:          m.in.CellID,
+		CreatedAt:       now,
+		UpdatedAt:       now,
+	}
+}
+
+// enrich classifies the merchant and converts the amount into the partner's
+// settlement currency and the policy's limit currency. A problem here is a
+// business outcome, decided now and recorded after the insert.
+func (m *Machine) enrich() {
+	rec := m.rec
+	mcc, ok := m.ref.MCC(rec.MCC)
+	if !ok {
+		m.decide(StateDeclined, "unsupported_mcc")
+		return
+	}
+	m.riskClass = mcc.Risk
+	rec.SettlementCurrency = m.ref.SettlementCurrency(rec.PartnerID)
+	amt, err := m.ref.Convert(rec.Amount, rec.Currency, rec.SettlementCurrency)
+	if err != nil {
+		m.decide(StateFailed, "no_fx_rate")
+		return
+	}
+	rec.SettlementAmount = amt
+	if m.riskAmount, err = m.ref.Convert(rec.Amount, rec.Currency, m.policy.LimitCurrency); err != nil {
+		m.decide(StateFailed, "no_fx_rate")
+	}
+}
+
+func (m *Machine) decide(s State, reason string) {
+	if m.decided == "" {
+		m.decided, m.reason = s, reason
+	}
+}
+
+// Step feeds the outcome of the last action and returns the next one.
+func (m *Machine) Step(ev Event) Action {
+	switch m.phase {
+	case phaseInsert:
+		return m.afterInsert(ev)
+	case phaseRisk:
+		return m.afterRisk(ev)
+	case phaseMarkSending:
+		return m.afterMarkSending(ev)
+	case phaseEmitPNR:
+		if _, ok := ev.(PNRSent); !ok {
+			return m.unexpected(ev)
+		}
+		m.phase = phaseAuthorize
+		return Authorize{Request: m.in.Request, Record: m.rec}
+	case phaseAuthorize:
+		return m.afterAuthorize(ev)
+	case phaseFinish:
+		return m.afterFinish(ev)
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterInsert(ev Event) Action {
+	switch ev := ev.(type) {
+	case Inserted:
+		return m.checkRisk()
+	case Existing:
+		return m.existing(ev.Record)
+	case StoreFailed:
+		m.phase = phaseDone
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+// existing applies the idempotency rules to a record this cell already has.
+func (m *Machine) existing(prev *Record) Action {
+	if err := idempotency.Check(prev.Fingerprint, m.in.Fingerprint); err != nil {
+		m.phase = phaseDone
+		return Reject{Err: err}
+	}
+	switch {
+	case prev.State.Terminal(), prev.State == StateSending:
+		m.phase = phaseDone
+		m.rec = prev
+		return Reply{Record: prev}
+	case prev.State == StateAbandoned:
+		// Restart, not resume: the earlier attempt never reached the issuer,
+		// so this attempt starts over from the request as if new.
+		return Reclaim{Record: m.rec}
+	default:
+		return Wait{TransactionID: prev.TransactionID}
+	}
+}
+
+func (m *Machine) checkRisk() Action {
+	if m.decided != "" {
+		return m.finishBeforePNR()
+	}
+	if max, ok := m.policy.MaxAmount[m.riskClass]; ok && m.riskAmount > max {
+		m.decide(StateDeclined, "amount_limit")
+		return m.finishBeforePNR()
+	}
+	if m.in.Request.GetPaymentType() != cellpayv1.PaymentType_CARD_AUTHORIZATION || len(m.in.PANHash) == 0 {
+		return m.markSending()
+	}
+	m.phase = phaseRisk
+	return CheckVelocity{
+		PANHash: m.in.PANHash,
+		Since:   m.rec.CreatedAt.Add(-m.policy.VelocityWindow),
+		Exclude: m.rec.TransactionID,
+	}
+}
+
+func (m *Machine) afterRisk(ev Event) Action {
+	switch ev := ev.(type) {
+	case Velocity:
+		switch {
+		case m.policy.VelocityMaxCount > 0 && ev.Count+1 > m.policy.VelocityMaxCount:
+			m.decide(StateDeclined, "velocity_limit")
+		case m.policy.VelocityMaxAmount > 0 && ev.Amount+m.riskAmount > m.policy.VelocityMaxAmount:
+			m.decide(StateDeclined, "velocity_amount_limit")
+		default:
+			return m.markSending()
+		}
+		return m.finishBeforePNR()
+	case StoreFailed:
+		m.phase = phaseDone
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+// finishBeforePNR records an outcome decided without the issuer.
+func (m *Machine) finishBeforePNR() Action {
+	m.phase = phaseFinish
+	m.rec.State, m.rec.DeclineReason = m.decided, m.reason
+	m.rec.UpdatedAt = m.now()
+	return Persist{Record: m.rec, From: StateReceived}
+}
+
+func (m *Machine) markSending() Action {
+	m.phase = phaseMarkSending
+	m.rec.State = StateSending
+	m.rec.UpdatedAt = m.now()
+	return Persist{Record: m.rec, From: StateReceived}
+}
+
+func (m *Machine) afterMarkSending(ev Event) Action {
+	switch ev := ev.(type) {
+	case Persisted:
+		m.phase = phaseEmitPNR
+		return EmitPNR{TransactionID: m.rec.TransactionID}
+	case StoreFailed:
+		// Not durably at the point of no return: the issuer has not been
+		// called, so the GTR may restart the transaction elsewhere.
+		m.rec.State = StateReceived
+		m.phase = phaseDone
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterAuthorize(ev Event) Action {
+	switch ev := ev.(type) {
+	case IssuerAnswered:
+		m.phase = phaseFinish
+		if ev.Approved {
+			m.rec.State, m.rec.AuthCode = StateApproved, ev.AuthCode
+		} else {
+			m.rec.State, m.rec.DeclineReason = StateDeclined, ev.DeclineReason
+		}
+		m.rec.UpdatedAt = m.now()
+		return Persist{Record: m.rec, From: StateSending}
+	case IssuerUnknown:
+		// The issuer may or may not have applied it. Never resend: answer
+		// PENDING and leave it to an inquiry by transaction ID.
+		m.phase = phaseDone
+		return Reply{Record: m.rec}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterFinish(ev Event) Action {
+	switch ev := ev.(type) {
+	case Persisted:
+		m.phase = phaseDone
+		return Reply{Record: m.rec}
+	case StoreFailed:
+		m.phase = phaseDone
+		if m.decided == "" {
+			// The issuer answered but the outcome is not recorded: the record
+			// still says sending, and the answer must equal the record.
+			m.rec.State, m.rec.AuthCode, m.rec.DeclineReason = StateSending, "", ""
+			return Reply{Record: m.rec}
+		}
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) unexpected(ev Event) Action {
+	return m.internal(fmt.Errorf("unexpected event %T in phase %v", ev, m.phase))
+}
+
+// internal handles a driver bug: before the point of no return the attempt
+// is given up as re-routable; after it, the record stands as PENDING.
+func (m *Machine) internal(err error) Action {
+	past := m.phase == phaseAuthorize || m.phase == phaseEmitPNR ||
+		m.phase == phaseFinish && m.decided == ""
+	m.phase = phaseDone
+	if past {
+		m.rec.State = StateSending
+		return Reply{Record: m.rec}
+	}
+	return Reroute{Reason: "orchestrator: " + err.Error()}
+}

@@ -1,0 +1,308 @@
+package orchestrator
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts in testdata/ with the actions the machine takes now")
+
+// TestTranscripts replays every testdata/*.txt file. Lines starting with
+// "> " are commands (request, start, event ...); the lines after each are
+// the action the machine returned. With -rewrite the files are regenerated;
+// review the diff before committing it.
+func TestTranscripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := runTranscript(t, string(want))
+			if *rewrite {
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if got != string(want) {
+				t.Errorf("transcript differs (run with -rewrite to accept):\n--- want\n%s\n--- got\n%s", want, got)
+			}
+		})
+	}
+}
+
+var testRef = func() *refdata.Snapshot {
+	s, err := refdata.FromFile(refdata.File{
+		Version: "rd-1", BaseCurrency: "EUR", DefaultSettlementCurrency: "EUR",
+		Partners: map[string]string{"p-001": "GBP"},
+		FXRates:  map[string]string{"EUR": "1", "GBP": "0.8412", "USD": "1.0842"},
+		MCC: map[string]refdata.MCC{
+			"5411": {Category: "grocery", Risk: refdata.RiskLow},
+			"5944": {Category: "jewelry", Risk: refdata.RiskHigh},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+var testPolicy = Policy{
+	LimitCurrency:     "EUR",
+	MaxAmount:         map[string]int64{refdata.RiskLow: 1_000_000, refdata.RiskHigh: 100_000},
+	VelocityWindow:    10 * time.Minute,
+	VelocityMaxCount:  5,
+	VelocityMaxAmount: 2_000_000,
+}
+
+func testRequest() *cellpayv1.SubmitTransactionRequest {
+	return &cellpayv1.SubmitTransactionRequest{
+		TransactionId: "t-1",
+		PaymentType:   cellpayv1.PaymentType_CARD_AUTHORIZATION,
+		PartnerId:     "p-001",
+		Market:        "GB",
+		Amount:        &cellpayv1.Money{MinorUnits: 1250, Currency: "GBP"},
+		Merchant:      &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
+		Card:          &cellpayv1.Card{Pan: "4242424242424242", ExpiryMonth: 12, ExpiryYear: 2030},
+	}
+}
+
+var fp = idempotency.NewFingerprinter([]byte("test-key"))
+
+func runTranscript(t *testing.T, script string) string {
+	var out strings.Builder
+	req := testRequest()
+	var m *Machine
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	sc := bufio.NewScanner(strings.NewReader(script))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "> ") && !strings.HasPrefix(line, "#") && line != "" {
+			continue // an output line: regenerated below
+		}
+		out.WriteString(line + "\n")
+		if !strings.HasPrefix(line, "> ") {
+			continue
+		}
+		fields := strings.Fields(strings.TrimPrefix(line, "> "))
+		cmd, args := fields[0], kv(t, fields[1:])
+		var a Action
+		switch cmd {
+		case "request":
+			applyRequest(t, req, args)
+			continue
+		case "start":
+			m = New(Input{
+				Request:     req,
+				Fingerprint: fp.Of(req),
+				MaskedPAN:   card.Mask(req.GetCard().GetPan()),
+				PANHash:     []byte{0xca, 0xfe},
+				Attempt:     int32(atoi(t, args["attempt"], 1)),
+				RouteRule:   "default",
+				CellID:      "cell-a",
+			}, testPolicy, testRef, now)
+			a = m.Start()
+		case "event":
+			a = m.Step(parseEvent(t, fields[1], args))
+		default:
+			t.Fatalf("unknown command %q", cmd)
+		}
+		out.WriteString(formatAction(a) + "\n")
+	}
+	return out.String()
+}
+
+func kv(t *testing.T, fields []string) map[string]string {
+	m := map[string]string{}
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if ok {
+			m[k] = v
+		} else {
+			m[f] = ""
+		}
+	}
+	return m
+}
+
+func atoi(t *testing.T, s string, def int64) int64 {
+	if s == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("bad number %q", s)
+	}
+	return n
+}
+
+func applyRequest(t *testing.T, r *cellpayv1.SubmitTransactionRequest, args map[string]string) {
+	for k, v := range args {
+		switch k {
+		case "id":
+			r.TransactionId = v
+		case "type":
+			r.PaymentType = cellpayv1.PaymentType(cellpayv1.PaymentType_value[v])
+			if r.PaymentType == cellpayv1.PaymentType_BANK_TRANSFER {
+				r.Card = nil
+			}
+		case "amount":
+			r.Amount.MinorUnits = atoi(t, v, 0)
+		case "currency":
+			r.Amount.Currency = v
+		case "mcc":
+			r.Merchant.Mcc = v
+		case "partner":
+			r.PartnerId = v
+		case "pan":
+			r.Card.Pan = v
+		default:
+			t.Fatalf("unknown request field %q", k)
+		}
+	}
+}
+
+func parseEvent(t *testing.T, name string, args map[string]string) Event {
+	switch name {
+	case "inserted":
+		return Inserted{}
+	case "existing":
+		other := testRequest()
+		if args["payload"] == "other" {
+			other.Amount.MinorUnits++
+		}
+		return Existing{Record: &Record{
+			TransactionID: "t-1", Fingerprint: fp.Of(other), State: State(args["state"]),
+			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
+		}}
+	case "velocity":
+		return Velocity{Count: atoi(t, args["count"], 0), Amount: atoi(t, args["amount"], 0)}
+	case "persisted":
+		return Persisted{}
+	case "pnr-sent":
+		return PNRSent{}
+	case "issuer":
+		if args["approved"] == "true" {
+			return IssuerAnswered{Approved: true, AuthCode: args["code"]}
+		}
+		return IssuerAnswered{DeclineReason: args["reason"]}
+	case "issuer-unknown":
+		return IssuerUnknown{Err: errors.New("deadline exceeded")}
+	case "store-failed":
+		return StoreFailed{Err: errors.New("connection refused")}
+	}
+	t.Fatalf("unknown event %q", name)
+	return nil
+}
+
+func formatRecord(r *Record) string {
+	s := fmt.Sprintf("id=%s state=%s", r.TransactionID, r.State)
+	if r.DeclineReason != "" {
+		s += " reason=" + r.DeclineReason
+	}
+	if r.AuthCode != "" {
+		s += " auth=" + r.AuthCode
+	}
+	if r.SettlementCurrency != "" {
+		s += fmt.Sprintf(" settlement=%d%s", r.SettlementAmount, r.SettlementCurrency)
+	}
+	if r.MaskedPAN != "" {
+		s += " pan=" + r.MaskedPAN
+	}
+	return s + fmt.Sprintf(" attempt=%d", r.Attempt)
+}
+
+func formatAction(a Action) string {
+	switch a := a.(type) {
+	case Insert:
+		return "Insert " + formatRecord(a.Record)
+	case Reclaim:
+		return "Reclaim " + formatRecord(a.Record)
+	case Wait:
+		return "Wait id=" + a.TransactionID
+	case CheckVelocity:
+		return fmt.Sprintf("CheckVelocity since=%s exclude=%s", a.Since.Format(time.RFC3339Nano), a.Exclude)
+	case Persist:
+		return fmt.Sprintf("Persist from=%s %s", a.From, formatRecord(a.Record))
+	case EmitPNR:
+		return "EmitPNR id=" + a.TransactionID
+	case Authorize:
+		return "Authorize " + formatRecord(a.Record)
+	case Reply:
+		return fmt.Sprintf("Reply status=%s %s", a.Record.State.Status(), formatRecord(a.Record))
+	case Reject:
+		return "Reject " + a.Err.Error()
+	case Reroute:
+		return "Reroute " + a.Reason
+	}
+	return fmt.Sprintf("unknown action %T", a)
+}
+
+// TestNeverAuthorizeBeforePNR drives the machine with every event at every
+// step and checks the one rule it exists for: Authorize only ever follows
+// Persist{state sending} answered by Persisted, then EmitPNR.
+func TestNeverAuthorizeBeforePNR(t *testing.T) {
+	events := []Event{
+		Inserted{}, Velocity{}, Velocity{Count: 100}, Persisted{}, PNRSent{},
+		IssuerAnswered{Approved: true, AuthCode: "X"}, IssuerUnknown{Err: errors.New("x")},
+		StoreFailed{Err: errors.New("x")}, Existing{Record: &Record{State: StateReceived}},
+	}
+	var walk func(path []Event, depth int)
+	walk = func(path []Event, depth int) {
+		req := testRequest()
+		m := New(Input{Request: req, Fingerprint: fp.Of(req), PANHash: []byte{1}, CellID: "c"}, testPolicy, testRef, time.Now)
+		a := m.Start()
+		sendingDurable, pnr := false, false
+		var lastPersist *Persist
+		for _, ev := range path {
+			if Done(a) {
+				return
+			}
+			if p, ok := a.(Persist); ok {
+				lastPersist = &p
+			}
+			if _, ok := ev.(Persisted); ok && lastPersist != nil && lastPersist.Record.State == StateSending {
+				sendingDurable = true
+			}
+			if _, ok := a.(EmitPNR); ok {
+				if !sendingDurable {
+					t.Fatalf("EmitPNR before the sending state was durable, path %v", path)
+				}
+				pnr = true
+			}
+			a = m.Step(ev)
+			if _, ok := a.(Authorize); ok && !pnr {
+				t.Fatalf("Authorize before EmitPNR, path %T", path)
+			}
+			if _, ok := a.(Reroute); ok && pnr {
+				t.Fatalf("Reroute after the point of no return, path %T", path)
+			}
+		}
+		if depth == 0 || Done(a) {
+			return
+		}
+		for _, ev := range events {
+			walk(append(append([]Event(nil), path...), ev), depth-1)
+		}
+	}
+	walk(nil, 7)
+}

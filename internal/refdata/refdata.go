@@ -1,0 +1,232 @@
+// Package refdata is the reference data a cell needs to price and check a
+// transaction without asking anyone: FX rates, merchant category codes with
+// their categories and risk classes, and each partner's settlement currency.
+//
+// A Snapshot is immutable once parsed and safe to share between goroutines.
+// Money is integer minor units; FX conversion is exact rational arithmetic
+// with one rounding step at the end, half to even (see Convert).
+package refdata
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"sort"
+
+	"github.com/cellpay/cellpay/internal/iso"
+)
+
+// Risk classes of merchant categories.
+const (
+	RiskLow    = "low"
+	RiskMedium = "medium"
+	RiskHigh   = "high"
+)
+
+// Sentinel errors callers branch on.
+var (
+	ErrNoRate = errors.New("refdata: no FX rate for currency")
+)
+
+// MCC describes one merchant category code.
+type MCC struct {
+	Category string `json:"category"`
+	Risk     string `json:"risk"`
+}
+
+// File is the on-disk JSON form of a snapshot. Rates are decimal strings
+// giving the units of a currency per one unit of the base currency; they are
+// strings so that no value passes through a float.
+type File struct {
+	Version                   string            `json:"version"`
+	BaseCurrency              string            `json:"base_currency"`
+	DefaultSettlementCurrency string            `json:"default_settlement_currency"`
+	Partners                  map[string]string `json:"partners"`
+	FXRates                   map[string]string `json:"fx_rates"`
+	MCC                       map[string]MCC    `json:"mcc"`
+}
+
+// Snapshot is one validated version of the reference data.
+type Snapshot struct {
+	version           string
+	base              string
+	defaultSettlement string
+	partners          map[string]string
+	rates             map[string]*big.Rat
+	mcc               map[string]MCC
+}
+
+// Load reads and parses the JSON file at path.
+func Load(path string) (*Snapshot, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("refdata: load: %w", err)
+	}
+	return Parse(b)
+}
+
+// Parse decodes and validates a JSON snapshot. Unknown fields are refused.
+// A snapshot with any problem is refused whole.
+func Parse(b []byte) (*Snapshot, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("refdata: parse: %w", err)
+	}
+	return FromFile(f)
+}
+
+// FromFile validates f and builds a Snapshot.
+func FromFile(f File) (*Snapshot, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if f.Version == "" {
+		bad("version: is required")
+	}
+	if !iso.IsCurrency(f.BaseCurrency) {
+		bad("base_currency: %q is not an ISO 4217 currency", f.BaseCurrency)
+	}
+	s := &Snapshot{
+		version:           f.Version,
+		base:              f.BaseCurrency,
+		defaultSettlement: f.DefaultSettlementCurrency,
+		partners:          make(map[string]string, len(f.Partners)),
+		rates:             make(map[string]*big.Rat, len(f.FXRates)),
+		mcc:               make(map[string]MCC, len(f.MCC)),
+	}
+	for _, cur := range sortedKeys(f.FXRates) {
+		if !iso.IsCurrency(cur) {
+			bad("fx_rates: %q is not an ISO 4217 currency", cur)
+			continue
+		}
+		r, ok := new(big.Rat).SetString(f.FXRates[cur])
+		if !ok || r.Sign() <= 0 {
+			bad("fx_rates.%s: %q is not a positive decimal", cur, f.FXRates[cur])
+			continue
+		}
+		s.rates[cur] = r
+	}
+	if r, ok := s.rates[f.BaseCurrency]; ok && r.Cmp(big.NewRat(1, 1)) != 0 {
+		bad("fx_rates.%s: the base currency's rate must be 1", f.BaseCurrency)
+	}
+	if _, ok := s.rates[f.DefaultSettlementCurrency]; !ok {
+		bad("default_settlement_currency: %q has no FX rate", f.DefaultSettlementCurrency)
+	}
+	for _, p := range sortedKeys(f.Partners) {
+		cur := f.Partners[p]
+		if _, ok := s.rates[cur]; !ok {
+			bad("partners.%s: settlement currency %q has no FX rate", p, cur)
+		}
+		s.partners[p] = cur
+	}
+	for _, code := range sortedKeys(f.MCC) {
+		m := f.MCC[code]
+		if len(code) != 4 || !allDigits(code) {
+			bad("mcc: %q is not four digits", code)
+		}
+		if m.Category == "" {
+			bad("mcc.%s.category: is required", code)
+		}
+		switch m.Risk {
+		case RiskLow, RiskMedium, RiskHigh:
+		default:
+			bad("mcc.%s.risk: %q is not low, medium or high", code, m.Risk)
+		}
+		s.mcc[code] = m
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("refdata: version %q refused: %w", f.Version, errors.Join(errs...))
+	}
+	return s, nil
+}
+
+// Version names this snapshot.
+func (s *Snapshot) Version() string { return s.version }
+
+// SettlementCurrency returns the currency partner settles in.
+func (s *Snapshot) SettlementCurrency(partner string) string {
+	if c, ok := s.partners[partner]; ok {
+		return c
+	}
+	return s.defaultSettlement
+}
+
+// MCC looks up a merchant category code.
+func (s *Snapshot) MCC(code string) (MCC, bool) {
+	m, ok := s.mcc[code]
+	return m, ok
+}
+
+// Convert converts minor units of currency from into minor units of
+// currency to. The exact value, amount / 10^e(from) / rate(from) * rate(to) *
+// 10^e(to), is rounded once to the nearest minor unit, ties to even
+// (banker's rounding), so that rounding carries no bias over many
+// transactions. Converting a currency to itself returns the amount unchanged.
+func (s *Snapshot) Convert(minor int64, from, to string) (int64, error) {
+	if from == to {
+		return minor, nil
+	}
+	rf, ok := s.rates[from]
+	if !ok {
+		return 0, fmt.Errorf("%w %s", ErrNoRate, from)
+	}
+	rt, ok := s.rates[to]
+	if !ok {
+		return 0, fmt.Errorf("%w %s", ErrNoRate, to)
+	}
+	ef, _ := iso.CurrencyExponent(from)
+	et, _ := iso.CurrencyExponent(to)
+	v := new(big.Rat).SetInt64(minor)
+	v.Mul(v, rt)
+	v.Quo(v, rf)
+	v.Mul(v, new(big.Rat).SetFrac(pow10(et), pow10(ef)))
+	out := RoundHalfEven(v)
+	if !out.IsInt64() {
+		return 0, fmt.Errorf("refdata: converting %d %s to %s overflows", minor, from, to)
+	}
+	return out.Int64(), nil
+}
+
+// RoundHalfEven rounds v to the nearest integer, ties to the even one.
+func RoundHalfEven(v *big.Rat) *big.Int {
+	num, den := v.Num(), v.Denom()
+	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
+	// q is truncated toward zero; r has the sign of num.
+	twice := new(big.Int).Abs(r)
+	twice.Lsh(twice, 1)
+	switch c := twice.Cmp(den); {
+	case c > 0, c == 0 && q.Bit(0) == 1:
+		if num.Sign() < 0 {
+			q.Sub(q, big.NewInt(1))
+		} else {
+			q.Add(q, big.NewInt(1))
+		}
+	}
+	return q
+}
+
+func pow10(n int) *big.Int {
+	return new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil)
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

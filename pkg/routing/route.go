@@ -1,0 +1,92 @@
+package routing
+
+import (
+	"errors"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Errors Route and Explain return. Callers branch on these, never on text;
+// Route returns them unwrapped.
+var (
+	// ErrNoRule means no rule matches the transaction's partner, market and
+	// payment type.
+	ErrNoRule = errors.New("routing: no rule matches")
+	// ErrNoCell means a rule matched but every cell of its pool is down or
+	// at weight 0.
+	ErrNoCell = errors.New("routing: no cell available")
+)
+
+// Choice is one cell in a key's ranking.
+type Choice struct {
+	Cell  *Cell  // points into the Table; do not modify
+	Score uint64 // rendezvous score of (key, cell); higher ranks earlier within a group
+}
+
+// Result is the outcome of Route.
+type Result struct {
+	Rule   *Rule    // the matched rule, pointing into the Table; nil on ErrNoRule
+	Ranked []Choice // the cells to try, in order; Ranked[0] is the key's home
+}
+
+// Route finds the first rule (in Spec order) matching a's partner, market
+// and payment type and ranks that rule's pool for the value of the rule's
+// hash field. Ranked holds, in order: the cells that accept the key (up,
+// drain bucket below weight) by descending rendezvous score; then the
+// cells with weight > 0 whose bucket refused the key, as fallbacks, in the
+// same order. Cells that are down or at weight 0 never appear.
+//
+// Ranked is dst[:0] with the choices appended: with cap(dst) >= the pool
+// size (MaxPoolSize covers every pool) Route does not allocate. It never
+// blocks, locks, logs or does I/O, and it is safe for concurrent use. On
+// ErrNoCell, Rule is set and Ranked is empty. a must not be nil.
+func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
+	dst = dst[:0]
+	r := t.match(a)
+	if r == nil {
+		return Result{Ranked: dst}, ErrNoRule
+	}
+	kh := xxhash.Sum64String(r.rule.HashOn.key(a))
+	accepted := 0 // dst[:accepted] accept the key, dst[accepted:] are fallbacks
+	for i := range r.pool {
+		pc := &r.pool[i]
+		if !pc.eligible {
+			continue
+		}
+		c := Choice{Cell: pc.cell, Score: pc.score(kh)}
+		if pc.bucket(kh) < pc.weight {
+			dst = insert(dst, 0, accepted, c)
+			accepted++
+		} else {
+			dst = insert(dst, accepted, len(dst), c)
+		}
+	}
+	if len(dst) == 0 {
+		return Result{Rule: r.rule, Ranked: dst}, ErrNoCell
+	}
+	return Result{Rule: r.rule, Ranked: dst}, nil
+}
+
+// insert puts c into its place in dst[lo:hi], which is ordered best first,
+// and shifts everything after it right by one. Pools are small, so an
+// insertion sort beats anything cleverer and needs no closure.
+func insert(dst []Choice, lo, hi int, c Choice) []Choice {
+	i := lo
+	for i < hi && !ranksBefore(c.Score, c.Cell.ID, dst[i].Score, dst[i].Cell.ID) {
+		i++
+	}
+	dst = append(dst, Choice{})
+	copy(dst[i+1:], dst[i:])
+	dst[i] = c
+	return dst
+}
+
+// ranksBefore orders by score, highest first. Equal 64-bit scores are
+// vanishingly rare, but the tie still breaks on the cell id, never on
+// input order, so that the ranking depends only on the key and the cells.
+func ranksBefore(scoreA uint64, idA string, scoreB uint64, idB string) bool {
+	if scoreA != scoreB {
+		return scoreA > scoreB
+	}
+	return idA < idB
+}

@@ -1,0 +1,211 @@
+package routing
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Attrs are the transaction attributes routing looks at.
+type Attrs struct {
+	TransactionID string
+	PartnerID     string
+	Market        string // ISO 3166-1 alpha-2
+	PaymentType   string // "CARD_AUTHORIZATION", "CARD_REFUND", "BANK_TRANSFER"
+	MerchantID    string
+}
+
+// Payment types a rule may name.
+const (
+	PaymentCardAuthorization = "CARD_AUTHORIZATION"
+	PaymentCardRefund        = "CARD_REFUND"
+	PaymentBankTransfer      = "BANK_TRANSFER"
+)
+
+// paymentTypes is the closed set of payment types, in bit order for
+// compiled rules.
+var paymentTypes = [...]string{
+	PaymentCardAuthorization,
+	PaymentCardRefund,
+	PaymentBankTransfer,
+}
+
+// paymentBit returns the bit of a known payment type, or 0 for an unknown one.
+func paymentBit(s string) uint8 {
+	for i, p := range paymentTypes {
+		if s == p {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// HashField names the attribute whose value is hashed to rank a pool's cells.
+type HashField uint8
+
+// The hashable attributes. HashPartner is the zero value and the default,
+// keeping a partner's traffic on one cell.
+const (
+	HashPartner HashField = iota
+	HashMarket
+	HashMerchant
+	HashTransaction
+)
+
+var hashFieldNames = [...]string{
+	HashPartner:     "partner",
+	HashMarket:      "market",
+	HashMerchant:    "merchant",
+	HashTransaction: "transaction",
+}
+
+// ParseHashField parses "partner", "market", "merchant" or "transaction".
+// The empty string means HashPartner.
+func ParseHashField(s string) (HashField, error) {
+	if s == "" {
+		return HashPartner, nil
+	}
+	for i, n := range hashFieldNames {
+		if s == n {
+			return HashField(i), nil
+		}
+	}
+	return 0, fmt.Errorf("routing: unknown hash field %q", s)
+}
+
+// String returns the name ParseHashField accepts.
+func (f HashField) String() string {
+	if int(f) < len(hashFieldNames) {
+		return hashFieldNames[f]
+	}
+	return "HashField(" + strconv.Itoa(int(f)) + ")"
+}
+
+// MarshalText encodes f as its name, so configuration reads "merchant", not 2.
+func (f HashField) MarshalText() ([]byte, error) {
+	if int(f) >= len(hashFieldNames) {
+		return nil, fmt.Errorf("routing: unknown hash field %d", f)
+	}
+	return []byte(f.String()), nil
+}
+
+// UnmarshalText is the inverse of MarshalText; see ParseHashField.
+func (f *HashField) UnmarshalText(b []byte) error {
+	v, err := ParseHashField(string(b))
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
+// key returns the value of a that f names.
+func (f HashField) key(a *Attrs) string {
+	switch f {
+	case HashMarket:
+		return a.Market
+	case HashMerchant:
+		return a.MerchantID
+	case HashTransaction:
+		return a.TransactionID
+	default:
+		return a.PartnerID
+	}
+}
+
+// CellState is the operational state of a cell.
+type CellState uint8
+
+// CellUp is the zero value. Route skips CellDown cells entirely, whatever
+// their weight.
+const (
+	CellUp CellState = iota
+	CellDown
+)
+
+var cellStateNames = [...]string{CellUp: "up", CellDown: "down"}
+
+// String returns "up" or "down".
+func (s CellState) String() string {
+	if int(s) < len(cellStateNames) {
+		return cellStateNames[s]
+	}
+	return "CellState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText encodes s as "up" or "down".
+func (s CellState) MarshalText() ([]byte, error) {
+	if int(s) >= len(cellStateNames) {
+		return nil, fmt.Errorf("routing: unknown cell state %d", s)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText accepts "up" (or "") and "down".
+func (s *CellState) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "up":
+		*s = CellUp
+	case "down":
+		*s = CellDown
+	default:
+		return fmt.Errorf("routing: unknown cell state %q", b)
+	}
+	return nil
+}
+
+// Cell is one deployment of the payment stack.
+type Cell struct {
+	ID     string // stable identity; the rendezvous hash is keyed on it
+	Addr   string
+	Pool   string
+	Weight int // 0..100: the share of its keys the cell keeps; 0 takes it out
+	State  CellState
+}
+
+// Rule sends matching transactions to a pool. An empty list matches any
+// value of that attribute.
+type Rule struct {
+	Name         string
+	Partners     []string
+	Markets      []string
+	PaymentTypes []string
+	Pool         string
+	HashOn       HashField
+}
+
+// Spec is the source form of a routing table.
+type Spec struct {
+	Version uint64
+	Cells   []Cell
+	Rules   []Rule // first match wins
+}
+
+// clone returns a deep copy of s.
+func (s Spec) clone() Spec {
+	c := Spec{Version: s.Version}
+	if s.Cells != nil {
+		c.Cells = append([]Cell(nil), s.Cells...)
+	}
+	if s.Rules != nil {
+		c.Rules = make([]Rule, len(s.Rules))
+		for i, r := range s.Rules {
+			c.Rules[i] = r.clone()
+		}
+	}
+	return c
+}
+
+// clone returns a deep copy of r.
+func (r Rule) clone() Rule {
+	r.Partners = cloneStrings(r.Partners)
+	r.Markets = cloneStrings(r.Markets)
+	r.PaymentTypes = cloneStrings(r.PaymentTypes)
+	return r
+}
+
+func cloneStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s...)
+}
