@@ -34,7 +34,10 @@ type AuthorizeRequest struct {
 	MerchantId       string                 `protobuf:"bytes,7,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
 	Mcc              string                 `protobuf:"bytes,8,opt,name=mcc,proto3" json:"mcc,omitempty"`
 	// refund is true for CARD_REFUND.
-	Refund        bool `protobuf:"varint,9,opt,name=refund,proto3" json:"refund,omitempty"`
+	Refund bool `protobuf:"varint,9,opt,name=refund,proto3" json:"refund,omitempty"`
+	// bank_transfer is true for BANK_TRANSFER, which carries no card: pan and
+	// expiry are empty, and only the per-transaction limit applies.
+	BankTransfer  bool `protobuf:"varint,10,opt,name=bank_transfer,json=bankTransfer,proto3" json:"bank_transfer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +131,13 @@ func (x *AuthorizeRequest) GetMcc() string {
 func (x *AuthorizeRequest) GetRefund() bool {
 	if x != nil {
 		return x.Refund
+	}
+	return false
+}
+
+func (x *AuthorizeRequest) GetBankTransfer() bool {
+	if x != nil {
+		return x.BankTransfer
 	}
 	return false
 }
@@ -495,7 +505,7 @@ var File_cellpay_issuer_v1_issuer_proto protoreflect.FileDescriptor
 
 const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\"\xa4\x02\n" +
+	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\"\xc9\x02\n" +
 	"\x10AuthorizeRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x10\n" +
 	"\x03pan\x18\x02 \x01(\tR\x03pan\x12!\n" +
@@ -507,7 +517,9 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\vmerchant_id\x18\a \x01(\tR\n" +
 	"merchantId\x12\x10\n" +
 	"\x03mcc\x18\b \x01(\tR\x03mcc\x12\x16\n" +
-	"\x06refund\x18\t \x01(\bR\x06refund\"\xb8\x01\n" +
+	"\x06refund\x18\t \x01(\bR\x06refund\x12#\n" +
+	"\rbank_transfer\x18\n" +
+	" \x01(\bR\fbankTransfer\"\xb8\x01\n" +
 	"\x11AuthorizeResponse\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x1b\n" +

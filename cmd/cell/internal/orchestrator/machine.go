@@ -95,11 +95,9 @@ type Machine struct {
 	rec   *Record
 	// decided is the outcome settled before the point of no return (a
 	// decline or failure from enrichment or risk), if any.
-	decided State
-	reason  string
-	// riskAmount is the transaction in the policy's limit currency.
-	riskAmount int64
-	riskClass  string
+	decided   State
+	reason    string
+	riskClass string
 }
 
 // New returns a machine for one attempt. now is its clock.
@@ -116,7 +114,7 @@ func (m *Machine) Start() Action {
 	if m.phase != phaseStart {
 		return m.internal(fmt.Errorf("Start called in phase %v", m.phase))
 	}
-	now := m.now()
+	now := m.clock()
 	if err := validate.Request(m.in.Request, now); err != nil {
 		m.phase = phaseDone
 		return Reject{Err: err}
@@ -170,10 +168,15 @@ func (m *Machine) enrich() {
 		return
 	}
 	rec.SettlementAmount = amt
-	if m.riskAmount, err = m.ref.Convert(rec.Amount, rec.Currency, m.policy.LimitCurrency); err != nil {
+	if rec.RiskAmount, err = m.ref.Convert(rec.Amount, rec.Currency, m.policy.LimitCurrency); err != nil {
 		m.decide(StateFailed, "no_fx_rate")
 	}
 }
+
+// clock reads the time at the precision the store keeps (Postgres
+// timestamptz: microseconds), so that an answer and a later read of its
+// record are identical.
+func (m *Machine) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
 
 func (m *Machine) decide(s State, reason string) {
 	if m.decided == "" {
@@ -212,6 +215,11 @@ func (m *Machine) afterInsert(ev Event) Action {
 		return m.existing(ev.Record)
 	case StoreFailed:
 		m.phase = phaseDone
+		if errors.Is(ev.Err, ErrInProgress) {
+			// Another attempt here may yet pass its PNR: re-routing this one
+			// could start a second copy elsewhere. The caller retries.
+			return Reject{Err: ErrInProgress}
+		}
 		return Reroute{Reason: "store: " + ev.Err.Error()}
 	}
 	return m.unexpected(ev)
@@ -241,7 +249,7 @@ func (m *Machine) checkRisk() Action {
 	if m.decided != "" {
 		return m.finishBeforePNR()
 	}
-	if max, ok := m.policy.MaxAmount[m.riskClass]; ok && m.riskAmount > max {
+	if max, ok := m.policy.MaxAmount[m.riskClass]; ok && m.rec.RiskAmount > max {
 		m.decide(StateDeclined, "amount_limit")
 		return m.finishBeforePNR()
 	}
@@ -262,7 +270,7 @@ func (m *Machine) afterRisk(ev Event) Action {
 		switch {
 		case m.policy.VelocityMaxCount > 0 && ev.Count+1 > m.policy.VelocityMaxCount:
 			m.decide(StateDeclined, "velocity_limit")
-		case m.policy.VelocityMaxAmount > 0 && ev.Amount+m.riskAmount > m.policy.VelocityMaxAmount:
+		case m.policy.VelocityMaxAmount > 0 && ev.Amount+m.rec.RiskAmount > m.policy.VelocityMaxAmount:
 			m.decide(StateDeclined, "velocity_amount_limit")
 		default:
 			return m.markSending()
@@ -279,14 +287,14 @@ func (m *Machine) afterRisk(ev Event) Action {
 func (m *Machine) finishBeforePNR() Action {
 	m.phase = phaseFinish
 	m.rec.State, m.rec.DeclineReason = m.decided, m.reason
-	m.rec.UpdatedAt = m.now()
+	m.rec.UpdatedAt = m.clock()
 	return Persist{Record: m.rec, From: StateReceived}
 }
 
 func (m *Machine) markSending() Action {
 	m.phase = phaseMarkSending
 	m.rec.State = StateSending
-	m.rec.UpdatedAt = m.now()
+	m.rec.UpdatedAt = m.clock()
 	return Persist{Record: m.rec, From: StateReceived}
 }
 
@@ -314,7 +322,7 @@ func (m *Machine) afterAuthorize(ev Event) Action {
 		} else {
 			m.rec.State, m.rec.DeclineReason = StateDeclined, ev.DeclineReason
 		}
-		m.rec.UpdatedAt = m.now()
+		m.rec.UpdatedAt = m.clock()
 		return Persist{Record: m.rec, From: StateSending}
 	case IssuerUnknown:
 		// The issuer may or may not have applied it. Never resend: answer

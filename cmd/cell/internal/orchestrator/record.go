@@ -66,17 +66,19 @@ type Record struct {
 	Currency           string
 	SettlementAmount   int64
 	SettlementCurrency string
-	MerchantID         string
-	MCC                string
-	MerchantCountry    string
-	MaskedPAN          string
-	PANHash            []byte
-	RefdataVersion     string
-	RouteRule          string
-	Attempt            int32
-	CellID             string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// RiskAmount is Amount in the risk policy's limit currency.
+	RiskAmount      int64
+	MerchantID      string
+	MCC             string
+	MerchantCountry string
+	MaskedPAN       string
+	PANHash         []byte
+	RefdataVersion  string
+	RouteRule       string
+	Attempt         int32
+	CellID          string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 // Transaction renders r for the partner.

@@ -207,6 +207,8 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 		return IssuerAnswered{DeclineReason: args["reason"]}
 	case "issuer-unknown":
 		return IssuerUnknown{Err: errors.New("deadline exceeded")}
+	case "store-failed-in-progress":
+		return StoreFailed{Err: fmt.Errorf("wait: %w", ErrInProgress)}
 	case "store-failed":
 		return StoreFailed{Err: errors.New("connection refused")}
 	}

@@ -1,0 +1,195 @@
+// Package cell assembles one cell: its store, reference data, issuer client
+// and gRPC server, with health that says SERVING only while the cell's
+// Postgres answers and its reference data is loaded.
+package cell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/cmd/cell/internal/server"
+	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// Config is everything a cell needs to run.
+type Config struct {
+	ID          string
+	Listen      string // host:port for the Cell service and gRPC health
+	DatabaseURL string
+	IssuerAddr  string
+	RefDataFile string
+	// Secret keys PAN hashes and payload fingerprints; at least 32 bytes.
+	Secret []byte
+	// MaxConns caps the Postgres pool; 0 means pgx's default.
+	MaxConns int32
+	// StartTimeout bounds waiting for Postgres at start; default 60s.
+	StartTimeout time.Duration
+	// ShutdownTimeout bounds finishing in-flight work; default 15s.
+	ShutdownTimeout time.Duration
+	Log             *slog.Logger
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("cell: id is required"))
+	}
+	if c.Listen == "" || c.DatabaseURL == "" || c.IssuerAddr == "" || c.RefDataFile == "" {
+		errs = append(errs, errors.New("cell: listen, database URL, issuer address and reference data file are required"))
+	}
+	if len(c.Secret) < 32 {
+		errs = append(errs, errors.New("cell: the PAN key must be at least 32 bytes"))
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the cell until ctx ends, then drains: health goes NOT_SERVING,
+// in-flight attempts finish (bounded by ShutdownTimeout), and it returns.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := cfg.Log.With("cell", cfg.ID)
+	ref, err := refdata.Load(cfg.RefDataFile)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if n, err := st.AbandonUnsent(ctx, time.Now()); err != nil {
+		return err
+	} else if n > 0 {
+		log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
+	}
+	policy, err := st.Policy(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(cfg.IssuerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("cell: issuer client: %w", err)
+	}
+	defer conn.Close()
+	srv, err := server.New(server.Config{
+		CellID:  cfg.ID,
+		Store:   st,
+		Issuer:  issuerproto.NewIssuerClient(conn),
+		RefData: func() orchestrator.RefData { return ref },
+		Policy:  policy,
+		Secret:  cfg.Secret,
+		Log:     log,
+	})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("cell: listen: %w", err)
+	}
+	gs := grpc.NewServer()
+	cellproto.RegisterCellServer(gs, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	ready := func(ok bool) {
+		s := healthpb.HealthCheckResponse_NOT_SERVING
+		if ok {
+			s = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("", s)
+		hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
+	}
+	ready(true)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watchDatabase(watchCtx, st, ready, log)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	log.Info("cell listening", "addr", lis.Addr().String(), "refdata_version", ref.Version())
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("cell: serve: %w", err)
+	case <-ctx.Done():
+	}
+	stopWatch()
+	hs.Shutdown() // NOT_SERVING to every watcher before we stop taking work
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.ShutdownTimeout):
+		log.Warn("in-flight work did not finish in time; stopping hard")
+		gs.Stop()
+	}
+	log.Info("cell stopped")
+	return nil
+}
+
+// openStore connects, retrying while Postgres is starting up.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		st, err := store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
+		if err == nil {
+			return st, nil
+		}
+		log.Info("waiting for postgres", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cell: postgres not reachable: %w", err)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// watchDatabase keeps health in step with the database: a cell that cannot
+// record a transaction must not be sent one.
+func watchDatabase(ctx context.Context, st *store.Store, ready func(bool), log *slog.Logger) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	up := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		err := st.Ping(pctx)
+		cancel()
+		if ok := err == nil; ok != up {
+			up = ok
+			ready(ok)
+			log.Warn("database health changed", "serving", ok, "error", err)
+		}
+	}
+}

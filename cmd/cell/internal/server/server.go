@@ -1,0 +1,289 @@
+// Package server is a cell's gRPC face: it implements the Cell service by
+// driving one orchestrator.Machine per attempt, performing each action
+// against the store, the GTR's stream and the issuer.
+//
+// Context rule: until the point of no return the attempt runs under the
+// caller's context, and a caller that goes away ends it as re-routable.
+// From the moment the cell has recorded that it is sending, the attempt runs
+// to its end under a context of its own: the transaction now belongs to this
+// cell whatever the GTR does.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// Store is what the server needs of the cell's database; *store.Store
+// implements it. Each method's contract is the store's.
+type Store interface {
+	Insert(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
+	Reclaim(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
+	Get(ctx context.Context, id string) (*orchestrator.Record, error)
+	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
+	Velocity(ctx context.Context, panHash []byte, since time.Time, exclude string) (int64, int64, error)
+}
+
+// Issuer sends authorizations; issuerproto.IssuerClient implements it. An
+// error means the outcome is unknown, except INVALID_ARGUMENT, which means
+// the issuer refused the request without applying it.
+type Issuer interface {
+	Authorize(ctx context.Context, in *issuerproto.AuthorizeRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
+}
+
+// Config configures a Server. Every field is required unless it says
+// otherwise.
+type Config struct {
+	CellID string
+	Store  Store
+	Issuer Issuer
+	// RefData returns the reference data to use now.
+	RefData func() orchestrator.RefData
+	Policy  orchestrator.Policy
+	// Secret keys the PAN hash and the payload fingerprint (32+ bytes).
+	Secret []byte
+	// IssuerTimeout bounds one issuer call; default 5s.
+	IssuerTimeout time.Duration
+	// WaitTimeout bounds waiting for a concurrent attempt at the same ID;
+	// default 10s.
+	WaitTimeout time.Duration
+	Now         func() time.Time // default time.Now
+	Log         *slog.Logger     // default slog.Default()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.CellID == "":
+		return errors.New("server: CellID is required")
+	case c.Store == nil, c.Issuer == nil, c.RefData == nil:
+		return errors.New("server: Store, Issuer and RefData are required")
+	case len(c.Secret) < 32:
+		return errors.New("server: Secret must be at least 32 bytes")
+	case c.Policy.LimitCurrency == "":
+		return errors.New("server: Policy is required")
+	}
+	if c.IssuerTimeout <= 0 {
+		c.IssuerTimeout = 5 * time.Second
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Server implements cellproto.CellServer.
+type Server struct {
+	cellproto.UnimplementedCellServer
+	cfg Config
+	pan *card.Hasher
+	fp  *idempotency.Fingerprinter
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg: cfg,
+		pan: card.NewHasher(cfg.Secret),
+		fp:  idempotency.NewFingerprinter(cfg.Secret),
+	}, nil
+}
+
+// Get returns a recorded transaction. Records that partners never see (not
+// yet at their PNR, or abandoned) are NOT_FOUND.
+func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1.Transaction, error) {
+	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "transaction_id: %v", err)
+	}
+	r, err := s.cfg.Store.Get(ctx, req.GetTransactionId())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, status.Error(codes.NotFound, "transaction not found")
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
+	case r.State == orchestrator.StateReceived, r.State == orchestrator.StateAbandoned:
+		return nil, status.Error(codes.NotFound, "transaction not found")
+	}
+	return r.Transaction(), nil
+}
+
+// Process runs one attempt; see the Cell service's contract.
+func (s *Server) Process(req *cellproto.ProcessRequest, stream grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	r := req.GetRequest()
+	in := orchestrator.Input{
+		Request:   r,
+		Attempt:   req.GetAttempt(),
+		RouteRule: req.GetRouteRule(),
+		CellID:    s.cfg.CellID,
+	}
+	if r != nil {
+		in.Fingerprint = s.fp.Of(r)
+		if pan := r.GetCard().GetPan(); pan != "" {
+			in.MaskedPAN = card.Mask(pan)
+			in.PANHash = s.pan.Hash(pan)
+		}
+	}
+	m := orchestrator.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
+	ctx := stream.Context()
+	a := m.Start()
+	for !orchestrator.Done(a) {
+		var ev orchestrator.Event
+		ev, ctx = s.perform(ctx, stream, a)
+		a = m.Step(ev)
+	}
+	return s.finish(stream, a)
+}
+
+// perform carries out one action and returns its event, and the context
+// for the actions after it.
+func (s *Server) perform(ctx context.Context, stream grpc.ServerStreamingServer[cellproto.ProcessEvent], a orchestrator.Action) (orchestrator.Event, context.Context) {
+	switch a := a.(type) {
+	case orchestrator.Insert:
+		return existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
+	case orchestrator.Reclaim:
+		return existingOr(s.cfg.Store.Reclaim(ctx, a.Record)), ctx
+	case orchestrator.Wait:
+		return s.wait(ctx, a.TransactionID), ctx
+	case orchestrator.CheckVelocity:
+		n, amt, err := s.cfg.Store.Velocity(ctx, a.PANHash, a.Since, a.Exclude)
+		if err != nil {
+			return orchestrator.StoreFailed{Err: err}, ctx
+		}
+		return orchestrator.Velocity{Count: n, Amount: amt}, ctx
+	case orchestrator.Persist:
+		if a.Record.State == orchestrator.StateSending {
+			// The point of no return. A GTR that has already given up on
+			// this attempt may be restarting it elsewhere: stop short of it.
+			if err := ctx.Err(); err != nil {
+				return orchestrator.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", err)}, ctx
+			}
+			// Once this write may have committed, the attempt must finish
+			// here even if the GTR goes away.
+			ctx = context.WithoutCancel(ctx)
+		}
+		if err := s.cfg.Store.Persist(ctx, a.Record, a.From); err != nil {
+			return orchestrator.StoreFailed{Err: err}, ctx
+		}
+		return orchestrator.Persisted{}, ctx
+	case orchestrator.EmitPNR:
+		// A send error means the GTR is gone; the transaction is ours anyway.
+		_ = stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{
+			PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: a.TransactionID, CellId: s.cfg.CellID},
+		}})
+		return orchestrator.PNRSent{}, ctx
+	case orchestrator.Authorize:
+		return s.authorize(ctx, a), ctx
+	}
+	return orchestrator.StoreFailed{Err: fmt.Errorf("server: no driver for action %T", a)}, ctx
+}
+
+func existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
+	switch {
+	case err != nil:
+		return orchestrator.StoreFailed{Err: err}
+	case ok:
+		return orchestrator.Inserted{}
+	}
+	return orchestrator.Existing{Record: existing}
+}
+
+// wait polls until another attempt's record leaves state received.
+func (s *Server) wait(ctx context.Context, id string) orchestrator.Event {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)}
+		case <-t.C:
+		}
+		r, err := s.cfg.Store.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if r.State != orchestrator.StateReceived {
+			return orchestrator.Existing{Record: r}
+		}
+	}
+}
+
+func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orchestrator.Event {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.IssuerTimeout)
+	defer cancel()
+	r := a.Request
+	resp, err := s.cfg.Issuer.Authorize(ctx, &issuerproto.AuthorizeRequest{
+		TransactionId:    r.GetTransactionId(),
+		Pan:              r.GetCard().GetPan(),
+		ExpiryMonth:      r.GetCard().GetExpiryMonth(),
+		ExpiryYear:       r.GetCard().GetExpiryYear(),
+		AmountMinorUnits: r.GetAmount().GetMinorUnits(),
+		Currency:         r.GetAmount().GetCurrency(),
+		MerchantId:       r.GetMerchant().GetId(),
+		Mcc:              r.GetMerchant().GetMcc(),
+		Refund:           r.GetPaymentType() == cellpayv1.PaymentType_CARD_REFUND,
+		BankTransfer:     r.GetPaymentType() == cellpayv1.PaymentType_BANK_TRANSFER,
+	})
+	switch status.Code(err) {
+	case codes.OK:
+		return orchestrator.IssuerAnswered{Approved: resp.GetApproved(), AuthCode: resp.GetAuthCode(), DeclineReason: resp.GetDeclineReason()}
+	case codes.InvalidArgument:
+		s.cfg.Log.Warn("issuer refused the request", "transaction_id", r.GetTransactionId(), "error", status.Convert(err).Message())
+		return orchestrator.IssuerAnswered{DeclineReason: "issuer_invalid_request"}
+	}
+	s.cfg.Log.Warn("issuer outcome unknown; transaction pending", "transaction_id", r.GetTransactionId(), "code", status.Code(err).String())
+	return orchestrator.IssuerUnknown{Err: err}
+}
+
+func (s *Server) finish(stream grpc.ServerStreamingServer[cellproto.ProcessEvent], a orchestrator.Action) error {
+	switch a := a.(type) {
+	case orchestrator.Reply:
+		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Record.Transaction()}})
+	case orchestrator.Reroute:
+		s.cfg.Log.Warn("attempt re-routable", "reason", a.Reason)
+		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{
+			Reroutable: &cellproto.Reroutable{Reason: a.Reason},
+		}})
+	case orchestrator.Reject:
+		return rejectStatus(a.Err)
+	}
+	return status.Errorf(codes.Internal, "server: unexpected final action %T", a)
+}
+
+// rejectStatus maps the orchestrator's rejections to gRPC codes.
+func rejectStatus(err error) error {
+	switch {
+	case errors.Is(err, idempotency.ErrConflict):
+		return status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
+	case errors.Is(err, orchestrator.ErrInProgress):
+		return status.Error(codes.Aborted, "transaction_id: an earlier attempt is still in progress; retry")
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // a *validate.FieldError carries INVALID_ARGUMENT
+	}
+	return status.Error(codes.Internal, err.Error())
+}

@@ -1,0 +1,226 @@
+// Package store is a cell's Postgres: its transactions and its risk limits.
+// The schema is embedded and migrated on Open. Every write that the
+// orchestrator depends on is a single statement in its own transaction, so
+// it is durable (synchronous commit) when it returns.
+//
+// The store never sees a full card number: rows carry the masked PAN and a
+// keyed hash only.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("store: transaction not found")
+	// ErrStateChanged means a conditional write found the record in another
+	// state than expected: someone else moved it.
+	ErrStateChanged = errors.New("store: record is not in the expected state")
+)
+
+// Store is a cell's database. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to url, applies any pending migrations and returns the store.
+func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if err := migrateUp(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool}, nil
+}
+
+func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	defer conn.Release()
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), "schema_version")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+const columns = `transaction_id, fingerprint, state, decline_reason, auth_code, payment_type, partner_id, market,
+	amount, currency, settlement_amount, settlement_currency, risk_amount, merchant_id, mcc, merchant_country,
+	masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at`
+
+func args(r *orchestrator.Record) []any {
+	return []any{r.TransactionID, r.Fingerprint[:], string(r.State), r.DeclineReason, r.AuthCode, int16(r.PaymentType),
+		r.PartnerID, r.Market, r.Amount, r.Currency, r.SettlementAmount, r.SettlementCurrency, r.RiskAmount,
+		r.MerchantID, r.MCC, r.MerchantCountry, r.MaskedPAN, r.PANHash, r.RefdataVersion, r.RouteRule,
+		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt}
+}
+
+func scan(row pgx.Row) (*orchestrator.Record, error) {
+	var r orchestrator.Record
+	var fp []byte
+	var state string
+	var pt int16
+	err := row.Scan(&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
+		&r.Amount, &r.Currency, &r.SettlementAmount, &r.SettlementCurrency, &r.RiskAmount, &r.MerchantID, &r.MCC,
+		&r.MerchantCountry, &r.MaskedPAN, &r.PANHash, &r.RefdataVersion, &r.RouteRule, &r.Attempt, &r.CellID,
+		&r.CreatedAt, &r.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	copy(r.Fingerprint[:], fp)
+	r.State = orchestrator.State(state)
+	r.PaymentType = cellpayv1.PaymentType(pt)
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+// Insert records a new transaction. When the ID is already recorded it
+// returns the existing record instead, and inserted is false.
+func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
+		ON CONFLICT (transaction_id) DO NOTHING`, args(r)...)
+	if err != nil {
+		return false, nil, fmt.Errorf("store: insert: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil, nil
+	}
+	existing, err = s.Get(ctx, r.TransactionID)
+	if err != nil {
+		return false, nil, fmt.Errorf("store: insert: %w", err)
+	}
+	return false, existing, nil
+}
+
+// Reclaim replaces an abandoned record with r for a new attempt. When the
+// record is no longer abandoned it returns it as it is, and ok is false.
+func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
+	a := args(r)
+	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`) =
+		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
+		WHERE transaction_id = $1 AND state = 'abandoned'`, a...)
+	if err != nil {
+		return false, nil, fmt.Errorf("store: reclaim: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil, nil
+	}
+	existing, err = s.Get(ctx, r.TransactionID)
+	if err != nil {
+		return false, nil, fmt.Errorf("store: reclaim: %w", err)
+	}
+	return false, existing, nil
+}
+
+// Get reads one record, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (*orchestrator.Record, error) {
+	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM transactions WHERE transaction_id = $1`, id))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("store: get: %w", err)
+	}
+	return r, err
+}
+
+// Persist writes r's outcome (state, decline reason, auth code, update
+// time) if the stored state is still from; otherwise ErrStateChanged.
+func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE transactions
+		SET state = $2, decline_reason = $3, auth_code = $4, updated_at = $5
+		WHERE transaction_id = $1 AND state = $6`,
+		r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from))
+	if err != nil {
+		return fmt.Errorf("store: persist: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
+	}
+	return nil
+}
+
+// Velocity counts and sums (risk amount) a card's transactions created at
+// or after since that could still be charged, leaving out exclude.
+func (s *Store) Velocity(ctx context.Context, panHash []byte, since time.Time, exclude string) (count, amount int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(risk_amount), 0)::bigint FROM transactions
+		WHERE pan_hash = $1 AND created_at >= $2 AND transaction_id <> $3
+		AND state IN ('received', 'sending', 'approved')`, panHash, since, exclude).Scan(&count, &amount)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: velocity: %w", err)
+	}
+	return count, amount, nil
+}
+
+// AbandonUnsent marks every transaction still short of its point of no
+// return as abandoned. A cell calls it once at start, before it serves:
+// nothing of its own is in flight then, and "restart, not resume" means no
+// such transaction is ever continued. It returns how many were marked.
+func (s *Store) AbandonUnsent(ctx context.Context, now time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET state = 'abandoned', updated_at = $1 WHERE state = 'received'`, now)
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Policy reads the cell's risk limits.
+func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
+	var p orchestrator.Policy
+	var low, medium, high, windowMicros int64
+	err := s.pool.QueryRow(ctx, `SELECT limit_currency, max_amount_low, max_amount_medium, max_amount_high,
+		(extract(epoch FROM velocity_window) * 1000000)::bigint, velocity_max_count, velocity_max_amount FROM risk_limits`).
+		Scan(&p.LimitCurrency, &low, &medium, &high, &windowMicros, &p.VelocityMaxCount, &p.VelocityMaxAmount)
+	p.VelocityWindow = time.Duration(windowMicros) * time.Microsecond
+	if err != nil {
+		return p, fmt.Errorf("store: policy: %w", err)
+	}
+	p.MaxAmount = map[string]int64{refdata.RiskLow: low, refdata.RiskMedium: medium, refdata.RiskHigh: high}
+	return p, nil
+}

@@ -1,0 +1,249 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func open(t *testing.T) (*Store, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	s, err := Open(ctx, url, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, url
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 123456000, time.UTC)
+
+func record(id string) *orchestrator.Record {
+	return &orchestrator.Record{
+		TransactionID: id, Fingerprint: [32]byte{1, 2, 3}, State: orchestrator.StateReceived,
+		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerID: "p-001", Market: "GB",
+		Amount: 1250, Currency: "GBP", SettlementAmount: 1250, SettlementCurrency: "GBP", RiskAmount: 1486,
+		MerchantID: "m-1", MCC: "5411", MerchantCountry: "GB", MaskedPAN: "424242******4242",
+		PANHash: []byte{0xca, 0xfe}, RefdataVersion: "rd-1", RouteRule: "default", Attempt: 1, CellID: "cell-a",
+		CreatedAt: t0, UpdatedAt: t0,
+	}
+}
+
+func TestInsertGetPersist(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	r := record("t-1")
+	ins, ex, err := s.Insert(ctx, r)
+	if err != nil || !ins || ex != nil {
+		t.Fatalf("Insert = %v, %v, %v", ins, ex, err)
+	}
+	got, err := s.Get(ctx, "t-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got.Transaction(), r.Transaction()) {
+		t.Fatalf("round trip:\n got %v\nwant %v", got.Transaction(), r.Transaction())
+	}
+	// A second insert of the same ID returns the first record untouched.
+	r2 := record("t-1")
+	r2.Amount = 9999
+	ins, ex, err = s.Insert(ctx, r2)
+	if err != nil || ins || ex == nil || ex.Amount != 1250 {
+		t.Fatalf("duplicate Insert = %v, %+v, %v", ins, ex, err)
+	}
+	// Conditional persist: received -> sending -> approved.
+	r.State, r.UpdatedAt = orchestrator.StateSending, t0.Add(time.Second)
+	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Persist(ctx, r, orchestrator.StateReceived); !errors.Is(err, ErrStateChanged) {
+		t.Fatalf("stale Persist: %v, want ErrStateChanged", err)
+	}
+	r.State, r.AuthCode = orchestrator.StateApproved, "A1B2C3"
+	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Get(ctx, "t-1")
+	if got.State != orchestrator.StateApproved || got.AuthCode != "A1B2C3" || !got.UpdatedAt.Equal(r.UpdatedAt) {
+		t.Fatalf("after persist: %+v", got)
+	}
+	if _, err := s.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get missing: %v", err)
+	}
+}
+
+func TestRoundTripIsExact(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	r := record("t-exact")
+	if _, _, err := s.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, r.TransactionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The answer a partner got must equal what a later read returns.
+	if !proto.Equal(r.Transaction(), got.Transaction()) {
+		t.Fatalf("record changed in the store:\n%v\n%v", r.Transaction(), got.Transaction())
+	}
+	if got.Fingerprint != r.Fingerprint || string(got.PANHash) != string(r.PANHash) {
+		t.Fatal("fingerprint or PAN hash changed in the store")
+	}
+}
+
+func TestMaskedPANConstraint(t *testing.T) {
+	s, _ := open(t)
+	r := record("t-pan")
+	r.MaskedPAN = "4242424242424242"
+	if _, _, err := s.Insert(ctxT(t), r); err == nil {
+		t.Fatal("the table accepted a full card number")
+	}
+}
+
+func TestVelocity(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	states := []orchestrator.State{orchestrator.StateApproved, orchestrator.StateSending, orchestrator.StateReceived,
+		orchestrator.StateDeclined, orchestrator.StateFailed, orchestrator.StateAbandoned}
+	for i, st := range states {
+		r := record("v-" + string(st))
+		r.State, r.CreatedAt = st, t0.Add(time.Duration(i)*time.Second)
+		if _, _, err := s.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := record("v-old")
+	old.State, old.CreatedAt = orchestrator.StateApproved, t0.Add(-time.Hour)
+	other := record("v-other-card")
+	other.PANHash = []byte{1}
+	for _, r := range []*orchestrator.Record{old, other} {
+		if _, _, err := s.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, amt, err := s.Velocity(ctx, []byte{0xca, 0xfe}, t0.Add(-time.Minute), "v-received")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || amt != 2*1486 {
+		t.Fatalf("Velocity = %d, %d; want 2 (approved, sending), %d", n, amt, 2*1486)
+	}
+}
+
+func TestAbandonAndReclaim(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	for _, id := range []string{"a-1", "a-2"} {
+		if _, _, err := s.Insert(ctx, record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := record("a-sent")
+	sent.State = orchestrator.StateSending
+	if _, _, err := s.Insert(ctx, sent); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.AbandonUnsent(ctx, t0.Add(time.Minute))
+	if err != nil || n != 2 {
+		t.Fatalf("AbandonUnsent = %d, %v; want 2", n, err)
+	}
+	if got, _ := s.Get(ctx, "a-sent"); got.State != orchestrator.StateSending {
+		t.Fatalf("a transaction past its PNR was abandoned: %s", got.State)
+	}
+	r := record("a-1")
+	r.Attempt = 2
+	ok, _, err := s.Reclaim(ctx, r)
+	if err != nil || !ok {
+		t.Fatalf("Reclaim = %v, %v", ok, err)
+	}
+	ok, ex, err := s.Reclaim(ctx, r)
+	if err != nil || ok || ex.State != orchestrator.StateReceived || ex.Attempt != 2 {
+		t.Fatalf("second Reclaim = %v, %+v, %v", ok, ex, err)
+	}
+}
+
+// TestConcurrentInsertOneWinner: many attempts at one ID race; exactly one
+// inserts, every other one sees the winner's record.
+func TestConcurrentInsertOneWinner(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ins, ex, err := s.Insert(ctx, record("race"))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ins {
+				wins++
+			} else if ex == nil {
+				t.Error("lost the race but got no record")
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d inserts won, want 1", wins)
+	}
+}
+
+func TestPolicyAndMigrationsIdempotent(t *testing.T) {
+	s, url := open(t)
+	ctx := ctxT(t)
+	p, err := s.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.LimitCurrency != "EUR" || p.VelocityWindow != 10*time.Minute || p.VelocityMaxCount != 20 || p.MaxAmount["high"] != 200000 {
+		t.Fatalf("policy = %+v", p)
+	}
+	// Opening again re-runs no migration and keeps the data.
+	if _, _, err := s.Insert(ctx, record("keep")); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.Get(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT version FROM schema_version").Scan(&v); err != nil || v != 1 {
+		t.Fatalf("schema version = %d, %v", v, err)
+	}
+}

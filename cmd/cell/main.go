@@ -1,0 +1,62 @@
+// Command cell runs one Cellpay cell: an orchestrator with its own Postgres
+// that processes the transactions the GTR routes to it.
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
+)
+
+func main() {
+	cfg, err := configure()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cell:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cell.Run(ctx, cfg); err != nil {
+		cfg.Log.Error("cell failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func configure() (cell.Config, error) {
+	var c cell.Config
+	var keyFile string
+	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
+	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
+	flag.StringVar(&c.DatabaseURL, "database-url", env("CELL_DATABASE_URL", ""), "the cell's Postgres URL (env CELL_DATABASE_URL)")
+	flag.StringVar(&c.IssuerAddr, "issuer", env("CELL_ISSUER_ADDR", "127.0.0.1:7090"), "issuer address (env CELL_ISSUER_ADDR)")
+	flag.StringVar(&c.RefDataFile, "refdata", env("CELL_REFDATA_FILE", "config/refdata.json"), "reference data file (env CELL_REFDATA_FILE)")
+	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the hex PAN hashing key, 32+ bytes (env CELL_PAN_KEY_FILE)")
+	flag.Parse()
+	c.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if keyFile == "" {
+		return c, fmt.Errorf("-pan-key-file is required")
+	}
+	raw, err := os.ReadFile(keyFile)
+	if err != nil {
+		return c, err
+	}
+	if c.Secret, err = hex.DecodeString(strings.TrimSpace(string(raw))); err != nil {
+		return c, fmt.Errorf("-pan-key-file: not hex: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,146 @@
+// Command cellpay runs the whole platform on this machine, one process per
+// component, until interrupted:
+//
+//	cellpay [run] [flags]
+//
+// Every flag has an environment fallback (CELLPAY_*; PG_BIN_DIR for the
+// Postgres binaries). See DESIGN.md, "Local defaults", for the ports.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/platform"
+)
+
+// startTimeout bounds starting the platform, initdb of every cell included.
+const startTimeout = 3 * time.Minute
+
+func main() {
+	cfg, err := configure(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cellpay:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cellpay:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the platform, prints where everything is, and stops it when
+// ctx ends.
+func run(ctx context.Context, cfg platform.Config, out io.Writer) error {
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	p, err := platform.Start(startCtx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	printEndpoints(out, p)
+	<-ctx.Done()
+	fmt.Fprintln(out, "cellpay: stopping")
+	return p.Stop()
+}
+
+func configure(args []string) (platform.Config, error) {
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("cellpay", flag.ContinueOnError)
+	var cfg platform.Config
+	var cells string
+	fs.StringVar(&cfg.BinDir, "bin", env("CELLPAY_BIN", executableDir()), "directory of the gtr, cell and issuersim binaries (CELLPAY_BIN)")
+	fs.StringVar(&cfg.DataDir, "data", env("CELLPAY_DATA", ".cellpay"), "data directory: Postgres clusters, logs, PAN key (CELLPAY_DATA)")
+	fs.StringVar(&cfg.GTRConfig, "config", env("CELLPAY_CONFIG", "config/gtr.yaml"), "GTR routing config (CELLPAY_CONFIG)")
+	fs.StringVar(&cfg.RefData, "refdata", env("CELLPAY_REFDATA", "config/refdata.json"), "reference data file (CELLPAY_REFDATA)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", env("CELLPAY_DATABASE_URL", ""), "use this Postgres server, one database per cell, instead of private clusters (CELLPAY_DATABASE_URL)")
+	fs.StringVar(&cfg.PGBinDir, "pg-bin", env("PG_BIN_DIR", ""), "PostgreSQL server binaries; default the newest /usr/lib/postgresql/*/bin (PG_BIN_DIR)")
+	fs.StringVar(&cfg.GTRAddr, "gtr-addr", env("CELLPAY_GTR_ADDR", platform.DefaultGTRAddr), "GTR partners' API (CELLPAY_GTR_ADDR)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", env("CELLPAY_ADMIN_ADDR", platform.DefaultAdminAddr), "GTR admin API (CELLPAY_ADMIN_ADDR)")
+	fs.StringVar(&cfg.IssuerAddr, "issuer-addr", env("CELLPAY_ISSUER_ADDR", platform.DefaultIssuerAddr), "issuer simulator (CELLPAY_ISSUER_ADDR)")
+	fs.StringVar(&cells, "cells", env("CELLPAY_CELLS", formatCells(platform.DefaultCells)), "cells as id=addr,... (CELLPAY_CELLS)")
+	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.Cells, err = parseCells(cells); err != nil {
+		return cfg, err
+	}
+	cfg.PGBasePort = *pgPort
+	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
+	return cfg, nil
+}
+
+func printEndpoints(w io.Writer, p *platform.Platform) {
+	cfg := p.Config()
+	fmt.Fprintf(w, "\ncellpay is running. Ctrl-C stops it.\n\n")
+	fmt.Fprintf(w, "  GTR partners' API  %s\n", cfg.GTRAddr)
+	fmt.Fprintf(w, "  GTR admin API      %s\n", cfg.AdminAddr)
+	for _, c := range cfg.Cells {
+		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, p.CellDatabaseURL(c.ID))
+	}
+	fmt.Fprintf(w, "  issuer simulator   %s\n", cfg.IssuerAddr)
+	fmt.Fprintf(w, "  logs               %s\n\n", p.LogDir())
+	fmt.Fprintf(w, "Try:\n  grpcurl -plaintext -d '%s' %s cellpay.v1.Payments/SubmitTransaction\n\n", demoTransaction, cfg.GTRAddr)
+}
+
+const demoTransaction = `{"transaction_id":"demo-1","payment_type":"CARD_AUTHORIZATION","partner_id":"p-001","market":"GB","amount":{"minor_units":1250,"currency":"GBP"},"merchant":{"id":"m-1","mcc":"5411","country":"GB"},"card":{"pan":"4242424242424242","expiry_month":12,"expiry_year":2030}}`
+
+func parseCells(s string) ([]platform.CellSpec, error) {
+	var cells []platform.CellSpec
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("-cells: %q is not id=addr", part)
+		}
+		cells = append(cells, platform.CellSpec{ID: id, Addr: addr})
+	}
+	return cells, nil
+}
+
+func formatCells(cells []platform.CellSpec) string {
+	parts := make([]string, len(cells))
+	for i, c := range cells {
+		parts[i] = c.ID + "=" + c.Addr
+	}
+	return strings.Join(parts, ",")
+}
+
+func executableDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "."
+	}
+	return filepath.Dir(exe)
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return n
+	}
+	return def
+}

@@ -1,0 +1,100 @@
+// Package config reads the GTR's routing configuration file (YAML): the
+// cells, their pools and weights, and the ordered routing rules. Decoding is
+// strict, an unknown key is an error, and the result is validated by
+// pkg/routing before the GTR will use it.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+// File is the YAML form of a routing table.
+type File struct {
+	// Version identifies the table; every change must raise it.
+	Version uint64 `yaml:"version"`
+	Cells   []Cell `yaml:"cells"`
+	Rules   []Rule `yaml:"rules"`
+}
+
+// Cell is one cell. Weight defaults to 100 when left out.
+type Cell struct {
+	ID     string `yaml:"id"`
+	Addr   string `yaml:"addr"`
+	Pool   string `yaml:"pool"`
+	Weight *int   `yaml:"weight"`
+}
+
+// Rule matches on partner, market and payment type (an empty list matches
+// anything) and names a pool and the field to hash (partner by default).
+type Rule struct {
+	Name         string   `yaml:"name"`
+	Partners     []string `yaml:"partners"`
+	Markets      []string `yaml:"markets"`
+	PaymentTypes []string `yaml:"payment_types"`
+	Pool         string   `yaml:"pool"`
+	HashOn       string   `yaml:"hash_on"`
+}
+
+// Load reads, decodes and validates the file at path.
+func Load(path string) (routing.Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return routing.Spec{}, fmt.Errorf("config: %w", err)
+	}
+	spec, err := Parse(b)
+	if err != nil {
+		return routing.Spec{}, fmt.Errorf("config: %s: %w", path, err)
+	}
+	return spec, nil
+}
+
+// Parse decodes and validates a YAML routing table.
+func Parse(b []byte) (routing.Spec, error) {
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return routing.Spec{}, errors.New("empty routing table")
+		}
+		return routing.Spec{}, err
+	}
+	return f.Spec()
+}
+
+// Spec converts f into a validated routing.Spec.
+func (f File) Spec() (routing.Spec, error) {
+	s := routing.Spec{Version: f.Version}
+	if f.Version == 0 {
+		return s, errors.New("version: must be 1 or more")
+	}
+	for _, c := range f.Cells {
+		w := 100
+		if c.Weight != nil {
+			w = *c.Weight
+		}
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w})
+	}
+	for i, r := range f.Rules {
+		h, err := routing.ParseHashField(r.HashOn)
+		if err != nil {
+			return s, fmt.Errorf("rules[%d] %q: hash_on: %w", i, r.Name, err)
+		}
+		s.Rules = append(s.Rules, routing.Rule{
+			Name: r.Name, Partners: r.Partners, Markets: r.Markets, PaymentTypes: r.PaymentTypes,
+			Pool: r.Pool, HashOn: h,
+		})
+	}
+	if err := routing.Validate(s); err != nil {
+		return s, err
+	}
+	return s, nil
+}

@@ -1,0 +1,42 @@
+package config
+
+import (
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestLoadSample(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	spec, err := Load(filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "config", "gtr.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Cells) != 3 || len(spec.Rules) == 0 || spec.Cells[0].Weight != 100 {
+		t.Fatalf("sample table: %+v", spec)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	good := "version: 1\ncells:\n  - {id: a, addr: 127.0.0.1:1, pool: p}\nrules:\n  - {name: all, pool: p}\n"
+	if _, err := Parse([]byte(good)); err != nil {
+		t.Fatalf("good table refused: %v", err)
+	}
+	cases := map[string]struct{ yaml, want string }{
+		"empty":         {"", "empty"},
+		"unknown key":   {strings.Replace(good, "pool: p}\nrules", "pool: p, colour: red}\nrules", 1), "colour"},
+		"no version":    {strings.Replace(good, "version: 1", "version: 0", 1), "version"},
+		"weight":        {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: 101}\nrules", 1), "weight"},
+		"unknown pool":  {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: q}", 1), "pool"},
+		"bad hash":      {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, hash_on: colour}", 1), "hash_on"},
+		"not yaml":      {"version: [", "yaml"},
+		"negative wt":   {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: -1}\nrules", 1), "weight"},
+		"duplicate ids": {strings.Replace(good, "rules:", "  - {id: a, addr: 127.0.0.1:2, pool: p}\nrules:", 1), "duplicate"},
+	}
+	for name, c := range cases {
+		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}

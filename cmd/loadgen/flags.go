@@ -1,0 +1,68 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/load"
+)
+
+// Default addresses from DESIGN.md's local defaults.
+const (
+	defaultGTRAddr  = "127.0.0.1:7070"
+	defaultCellAddr = "127.0.0.1:7081"
+)
+
+type options struct {
+	cfg      load.Config
+	json     bool
+	progress bool
+}
+
+// parseFlags reads the command line; on error it has already told stderr.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	c := &o.cfg
+	fs.StringVar(&c.Target, "target", load.TargetGTR, "what to load: gtr (Payments API) or cell (Cell.Process, attempt 1)")
+	fs.StringVar(&c.Addr, "addr", "", "target host:port, loopback only (default "+defaultGTRAddr+" for gtr, "+defaultCellAddr+" for cell)")
+	fs.StringVar(&c.Mode, "mode", load.ModeClosed, "open (fixed -rate) or closed (fixed -c)")
+	fs.Float64Var(&c.Rate, "rate", 100, "requests per second (open loop only)")
+	fs.IntVar(&c.Concurrency, "c", 16, "workers (closed loop) or most outstanding requests (open loop)")
+	fs.Int64Var(&c.Count, "n", 1000, fmt.Sprintf("most requests to issue (at most %d)", load.MaxCount))
+	fs.DurationVar(&c.Duration, "d", 30*time.Second, fmt.Sprintf("longest time to issue requests (at most %v)", load.MaxDuration))
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed for request payloads")
+	fs.StringVar(&c.RunID, "run-id", "", "transaction ID prefix (default random)")
+	fs.Float64Var(&c.DeclineShare, "decline-share", 0, "share (0..1) of card requests using the declining test card")
+	fs.DurationVar(&c.PerRequestTimeout, "timeout", 5*time.Second, "timeout of each request")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
+	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when it is not a terminal")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, usageError(fs, stderr, "unexpected arguments: %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["rate"] && c.Mode != load.ModeOpen {
+		return o, usageError(fs, stderr, "-rate applies to -mode open only")
+	}
+	if c.Addr == "" {
+		c.Addr = defaultGTRAddr
+		if c.Target == load.TargetCell {
+			c.Addr = defaultCellAddr
+		}
+	}
+	return o, nil
+}
+
+func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	fmt.Fprintf(stderr, "loadgen: %v\n", err)
+	fs.Usage()
+	return err
+}

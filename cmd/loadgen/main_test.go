@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+type approver struct {
+	cellpayv1.UnimplementedPaymentsServer
+}
+
+func (approver) SubmitTransaction(_ context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	return &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED}, nil
+}
+
+// serveApprover runs a real gRPC Payments server approving everything.
+func serveApprover(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	cellpayv1.RegisterPaymentsServer(srv, approver{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return lis.Addr().String()
+}
+
+// runCmd runs the command with a deadline and returns its exit code,
+// stdout and stderr.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	errFile, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	var out bytes.Buffer
+	codeCh := make(chan int, 1)
+	go func() { codeCh <- run(args, &out, errFile) }()
+	var code int
+	select {
+	case code = <-codeCh:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("loadgen %v did not finish", args)
+	}
+	stderr, _ := os.ReadFile(errFile.Name())
+	return code, out.String(), string(stderr)
+}
+
+func TestJSONReport(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	addr := serveApprover(t)
+	code, out, stderr := runCmd(t, "-addr", addr, "-n", "300", "-c", "4", "-json", "-progress")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, stderr)
+	}
+	var rep load.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, out)
+	}
+	if rep.Completed != 300 || rep.Statuses["APPROVED"] != 300 || rep.Target != "gtr" || rep.Mode != "closed" {
+		t.Errorf("report %+v", rep)
+	}
+	if !strings.Contains(stderr, "requests") {
+		t.Errorf("-progress drew no bar on stderr: %q", stderr)
+	}
+}
+
+func TestTableReport(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	addr := serveApprover(t)
+	code, out, stderr := runCmd(t, "-addr", addr, "-mode", "open", "-rate", "500", "-n", "50")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, stderr)
+	}
+	t.Logf("table:\n%s", out)
+	for _, want := range []string{"completed", "APPROVED 50", "latency ms", "dropped", "open loop"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table has no %q:\n%s", want, out)
+		}
+	}
+	if stderr != "" {
+		t.Errorf("stderr not a terminal and no -progress, yet: %q", stderr)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := lis.Addr().String()
+	lis.Close()
+	tests := []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"help", []string{"-h"}, 0},
+		{"unknown flag", []string{"-bogus"}, 2},
+		{"non-loopback", []string{"-addr", "192.0.2.1:7070"}, 2},
+		{"count over cap", []string{"-n", "10000001"}, 2},
+		{"duration over cap", []string{"-d", "2h"}, 2},
+		{"rate in closed loop", []string{"-rate", "10"}, 2},
+		{"nothing completed", []string{"-addr", deadAddr, "-n", "5", "-timeout", "2s"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, _, stderr := runCmd(t, tt.args...); code != tt.want {
+				t.Errorf("exit %d, want %d; stderr: %s", code, tt.want, stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/cellpay/cellpay/internal/load"
+)
+
+// progress draws a bar on stderr, or nothing.
+type progress struct {
+	bar *progressbar.ProgressBar
+	w   io.Writer
+	on  bool
+}
+
+func newProgress(w io.Writer, on bool) *progress { return &progress{w: w, on: on} }
+
+// update is load.Run's progress callback; Run calls it from one goroutine.
+func (p *progress) update(done, total int64) {
+	if !p.on {
+		return
+	}
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription("requests"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("req"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+		)
+	}
+	_ = p.bar.Set64(done)
+}
+
+func (p *progress) close() {
+	if p.bar != nil {
+		_ = p.bar.Exit()
+		fmt.Fprintln(p.w)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func printReport(w io.Writer, rep load.Report, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	loop := fmt.Sprintf("closed loop, concurrency %d", rep.Concurrency)
+	if rep.Mode == load.ModeOpen {
+		loop = fmt.Sprintf("open loop, %g/s, at most %d outstanding", rep.Rate, rep.Concurrency)
+	}
+	fmt.Fprintf(tw, "target\t%s %s, %s\n", rep.Target, rep.Addr, loop)
+	fmt.Fprintf(tw, "run ID\t%s\n", rep.RunID)
+	fmt.Fprintf(tw, "stopped by\t%s after %.2fs\n", rep.StopReason, rep.ElapsedSeconds)
+	fmt.Fprintf(tw, "sent\t%d\n", rep.Sent)
+	fmt.Fprintf(tw, "completed\t%d (%.1f/s)\n", rep.Completed, rep.Throughput)
+	if rep.Mode == load.ModeOpen {
+		fmt.Fprintf(tw, "dropped\t%d\n", rep.Dropped)
+	}
+	fmt.Fprintf(tw, "statuses\t%s\n", counts(rep.Statuses, []string{"APPROVED", "DECLINED", "PENDING", "FAILED"}))
+	fmt.Fprintf(tw, "errors\t%s\n", counts(rep.Errors, nil))
+	if rep.Target == load.TargetCell {
+		fmt.Fprintf(tw, "cell\treroutable %d  point of no return %d  no terminal event %d\n",
+			rep.Reroutable, rep.PointOfNoReturn, rep.ProtocolErrors)
+	}
+	l := rep.Latency
+	fmt.Fprintf(tw, "latency ms\tp50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", l.P50, l.P90, l.P99, l.Max, l.Mean)
+	return tw.Flush()
+}
+
+// counts formats m as "K n  K n", first the keys of order, then the others
+// sorted; "none" when empty.
+func counts(m map[string]int64, order []string) string {
+	keys := slices.Clone(order)
+	var rest []string
+	for k := range m {
+		if !slices.Contains(order, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	keys = append(keys, rest...)
+	if len(keys) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, "  ")
+}

@@ -1,0 +1,68 @@
+// Package issuersim is a card issuer stand-in for Cellpay's tests and local
+// runs. It serves the issuerproto.Issuer gRPC service: it decides
+// authorizations by fixed rules, suppresses duplicates by transaction ID,
+// answers inquiries, counts effects per transaction ID so tests can check
+// "at most one issuer effect per transaction ID", and injects faults on
+// request.
+//
+// # Rules
+//
+// Authorize checks a request in this order; the first rule that applies
+// decides.
+//
+//  1. An empty transaction_id or pan, or a negative amount_minor_units, is
+//     rejected with INVALID_ARGUMENT naming the field. Nothing is recorded.
+//  2. A test card with a fixed decline (table below) declines with its
+//     reason, refunds included.
+//  3. A refund (refund=true) is approved. Refunds skip the expiry and limit
+//     rules and do not change the card's cumulative amount.
+//  4. An expiry month outside 1..12 declines "invalid_expiry". An expiry
+//     before the current month of Config.Now (in UTC) declines
+//     "expired_card"; a card is valid through the end of its expiry month.
+//     Two-digit years (0..99) mean 20YY.
+//  5. amount_minor_units > Config.PerTxnLimit declines "exceeds_limit".
+//  6. A card's cumulative approved amount plus this amount over
+//     Config.PerCardLimit declines "insufficient_funds".
+//  7. Otherwise the authorization is approved with AuthCode(transaction_id),
+//     six characters derived deterministically from the transaction ID.
+//
+// Test cards (16 digits, all Luhn-valid):
+//
+//	constant               PAN               outcome
+//	CardApproved           4111111111111111  approved (subject to rules 4-6)
+//	CardDoNotHonor         4000000000000002  declined "do_not_honor"
+//	CardInsufficientFunds  4000000000009995  declined "insufficient_funds"
+//	CardStolen             4000000000009979  declined "stolen_card"
+//	CardExpired            4000000000000069  declined "expired_card"
+//
+// Any other PAN follows rules 3 to 7. The simulator does not check the PAN's
+// format or Luhn digit: the callers (GTR, cells) validate input before the
+// issuer sees it.
+//
+// # Duplicates and effects
+//
+// The first outcome recorded for a transaction ID is final. A repeat returns
+// it with duplicate=true, whatever its payload, counts as a request and
+// never as a new effect. Concurrent requests for one ID are serialised by a
+// per-ID lock, so exactly one of them applies the effect; IDs live in a
+// sharded map so unrelated IDs do not contend. Effects are counted where
+// they are applied, not derived, so a bug that applied two would show 2.
+// Records are kept in memory for the life of the Server.
+//
+// # Faults
+//
+// SetFaults replaces the injected faults. latency_ms is waited before every
+// Authorize and Inquire (cut short by the caller's context). hang makes
+// Authorize block until the caller's context ends. error_rate is the share of
+// Authorize calls that fail with UNAVAILABLE, drawn from a math/rand/v2
+// source seeded by Config.Seed: before the effect, or after it when
+// after_effect is true (the outcome is recorded but the caller never learns
+// it). A call that gets past the latency and validation counts as a request,
+// whether or not a fault then fails it; one cut short during the latency
+// does not.
+//
+// # What it must never do
+//
+// It never logs a full PAN or puts one in an error: logs carry MaskPAN(pan)
+// and error messages carry no request values at all.
+package issuersim

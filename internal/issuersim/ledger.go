@@ -1,0 +1,129 @@
+package issuersim
+
+import (
+	"crypto/sha256"
+	"hash/maphash"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Lock order: ledger shard locks are leaf locks, never held while taking
+// another lock. A record's lock may be held while taking a card shard's
+// lock (applying an effect), never the reverse.
+
+// shardCount spreads IDs and cards over independent locks so that unrelated
+// transactions do not contend.
+const shardCount = 64
+
+// outcome is a recorded decision. It is immutable once stored.
+type outcome struct {
+	approved bool
+	authCode string
+	reason   string
+}
+
+// record is what the issuer knows about one transaction ID.
+type record struct {
+	mu       sync.Mutex
+	outcome  *outcome // nil until an effect is applied
+	effects  int64    // incremented each time an outcome is applied
+	requests int64    // Authorize calls that passed validation
+}
+
+// ledger maps transaction IDs to records.
+type ledger struct {
+	seed   maphash.Seed
+	shards [shardCount]struct {
+		mu sync.Mutex
+		m  map[string]*record
+	}
+}
+
+func newLedger() *ledger {
+	l := &ledger{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*record)
+	}
+	return l
+}
+
+// get returns the record for id, or nil.
+func (l *ledger) get(id string) *record {
+	s := &l.shards[maphash.String(l.seed, id)%shardCount]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
+}
+
+// getOrCreate returns the record for id, creating an empty one if needed.
+func (l *ledger) getOrCreate(id string) *record {
+	s := &l.shards[maphash.String(l.seed, id)%shardCount]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[id]
+	if !ok {
+		r = &record{}
+		s.m[id] = r
+	}
+	return r
+}
+
+// ids returns every known transaction ID, sorted.
+func (l *ledger) ids() []string {
+	var ids []string
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for id := range s.m {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// counts returns a record's effect and request counts; zeros for nil.
+func (r *record) counts() (effects, requests int64) {
+	if r == nil {
+		return 0, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.effects, r.requests
+}
+
+// cardKey identifies a card without keeping its PAN in memory.
+type cardKey [sha256.Size]byte
+
+// cards holds each card's cumulative approved amount.
+type cards struct {
+	shards [shardCount]struct {
+		mu    sync.Mutex
+		spent map[cardKey]int64
+	}
+}
+
+func newCards() *cards {
+	c := &cards{}
+	for i := range c.shards {
+		c.shards[i].spent = make(map[cardKey]int64)
+	}
+	return c
+}
+
+// decide runs the rules for r against the card's current total and, for an
+// approved non-refund, adds the amount to it, atomically per card.
+func (c *cards) decide(r request, lim limits, now time.Time) (approved bool, reason string) {
+	key := cardKey(sha256.Sum256([]byte(r.pan)))
+	s := &c.shards[int(key[0])%shardCount]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.approvedSpent = s.spent[key]
+	approved, reason = decide(r, lim, now)
+	if approved && !r.refund {
+		s.spent[key] += r.amount
+	}
+	return approved, reason
+}

@@ -1,0 +1,127 @@
+package issuersim
+
+import (
+	"crypto/sha256"
+	"time"
+)
+
+// Test cards. See the package documentation for their outcomes.
+const (
+	CardApproved          = "4111111111111111"
+	CardDoNotHonor        = "4000000000000002"
+	CardInsufficientFunds = "4000000000009995"
+	CardStolen            = "4000000000009979"
+	CardExpired           = "4000000000000069"
+)
+
+// Decline reasons, as sent in AuthorizeResponse.decline_reason.
+const (
+	ReasonDoNotHonor        = "do_not_honor"
+	ReasonInsufficientFunds = "insufficient_funds"
+	ReasonStolenCard        = "stolen_card"
+	ReasonExpiredCard       = "expired_card"
+	ReasonInvalidExpiry     = "invalid_expiry"
+	ReasonExceedsLimit      = "exceeds_limit"
+)
+
+// FixedDecline returns the reason a test card always declines with, and
+// false for any other PAN.
+func FixedDecline(pan string) (reason string, ok bool) {
+	switch pan {
+	case CardDoNotHonor:
+		return ReasonDoNotHonor, true
+	case CardInsufficientFunds:
+		return ReasonInsufficientFunds, true
+	case CardStolen:
+		return ReasonStolenCard, true
+	case CardExpired:
+		return ReasonExpiredCard, true
+	}
+	return "", false
+}
+
+// authCodeAlphabet has no I or O, which read as 1 and 0.
+const authCodeAlphabet = "0123456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+
+// AuthCode returns the six-character authorization code the simulator gives
+// an approved transaction: a function of the transaction ID alone, so a
+// replay anywhere yields the same code.
+func AuthCode(transactionID string) string {
+	sum := sha256.Sum256([]byte(transactionID))
+	var code [6]byte
+	for i := range code {
+		code[i] = authCodeAlphabet[int(sum[i])%len(authCodeAlphabet)]
+	}
+	return string(code[:])
+}
+
+// MaskPAN returns pan with everything but the first 6 and last 4 characters
+// replaced by "******". A value shorter than 12 characters is masked
+// entirely, since its first 6 and last 4 would reveal most or all of it.
+func MaskPAN(pan string) string {
+	if len(pan) < 12 {
+		return "******"
+	}
+	return pan[:6] + "******" + pan[len(pan)-4:]
+}
+
+// request is the part of an AuthorizeRequest the rules read.
+type request struct {
+	pan           string
+	expiryMonth   int32
+	expiryYear    int32
+	amount        int64
+	refund        bool
+	bankTransfer  bool
+	approvedSpent int64 // the card's cumulative approved amount so far
+}
+
+// limits are the configured amount limits.
+type limits struct {
+	perTxn  int64
+	perCard int64
+}
+
+// decide applies the rules (package documentation, rules 2 to 7) to a
+// validated request. It is pure: the caller records the outcome and, when
+// it is an approved non-refund, adds the amount to the card's total.
+func decide(r request, lim limits, now time.Time) (approved bool, reason string) {
+	if r.bankTransfer {
+		if r.amount > lim.perTxn {
+			return false, ReasonExceedsLimit
+		}
+		return true, ""
+	}
+	if reason, ok := FixedDecline(r.pan); ok {
+		return false, reason
+	}
+	if r.refund {
+		return true, ""
+	}
+	if r.expiryMonth < 1 || r.expiryMonth > 12 {
+		return false, ReasonInvalidExpiry
+	}
+	if expired(r.expiryMonth, r.expiryYear, now) {
+		return false, ReasonExpiredCard
+	}
+	if r.amount > lim.perTxn {
+		return false, ReasonExceedsLimit
+	}
+	// Written as a subtraction: approvedSpent <= perCard always holds, so
+	// this cannot overflow where approvedSpent+amount could.
+	if r.amount > lim.perCard-r.approvedSpent {
+		return false, ReasonInsufficientFunds
+	}
+	return true, ""
+}
+
+// expired reports whether a card expiring at the end of month/year has
+// expired by now.
+func expired(month, year int32, now time.Time) bool {
+	if year >= 0 && year < 100 {
+		year += 2000
+	}
+	now = now.UTC()
+	ny, nm := int32(now.Year()), int32(now.Month())
+	return year < ny || (year == ny && month < nm)
+}

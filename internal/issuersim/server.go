@@ -1,0 +1,224 @@
+package issuersim
+
+import (
+	"context"
+	"log/slog"
+	"math"
+
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Server implements issuerproto.IssuerServer. It is safe for concurrent use.
+type Server struct {
+	issuerproto.UnimplementedIssuerServer
+
+	cfg    Config
+	lim    limits
+	log    *slog.Logger
+	ledger *ledger
+	cards  *cards
+	faults *faults
+}
+
+var _ issuerproto.IssuerServer = (*Server)(nil)
+
+// New returns a Server configured by cfg, with no faults injected. It panics
+// if cfg is invalid (a negative limit): configuration is a programming
+// decision here, never user input.
+func New(cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
+	return &Server{
+		cfg:    cfg,
+		lim:    limits{perTxn: cfg.PerTxnLimit, perCard: cfg.PerCardLimit},
+		log:    cfg.Logger,
+		ledger: newLedger(),
+		cards:  newCards(),
+		faults: newFaults(cfg.Seed),
+	}
+}
+
+// Authorize decides a card authorization, or repeats the first decision
+// for its transaction ID. See the package documentation for the rules and
+// faults.
+func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeRequest) (*issuerproto.AuthorizeResponse, error) {
+	p := s.faults.authorizePlan()
+	if err := sleep(ctx, p.latency); err != nil {
+		return nil, err
+	}
+	if err := validateAuthorize(req); err != nil {
+		return nil, err
+	}
+	id := req.GetTransactionId()
+	rec := s.ledger.getOrCreate(id)
+	rec.mu.Lock()
+	rec.requests++
+	rec.mu.Unlock()
+
+	if p.hang {
+		<-ctx.Done()
+		return nil, ctxStatus(ctx)
+	}
+	if p.failBefore {
+		return nil, errInjected
+	}
+	out, dup := s.apply(rec, req)
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.LogAttrs(ctx, slog.LevelDebug, "authorize",
+			slog.String("transaction_id", id),
+			slog.String("pan", MaskPAN(req.GetPan())),
+			slog.Bool("approved", out.approved),
+			slog.String("decline_reason", out.reason),
+			slog.Bool("duplicate", dup),
+			slog.Bool("fail_after_effect", p.failAfter))
+	}
+	if p.failAfter {
+		return nil, errInjected
+	}
+	return out.response(id, dup), nil
+}
+
+// apply records the outcome for rec if it has none, and returns the
+// recorded outcome and whether it was already there. Holding rec.mu across
+// the check and the write is what makes one effect per ID.
+func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (outcome, bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.outcome != nil {
+		return *rec.outcome, true
+	}
+	approved, reason := s.cards.decide(request{
+		pan:          req.GetPan(),
+		expiryMonth:  req.GetExpiryMonth(),
+		expiryYear:   req.GetExpiryYear(),
+		amount:       req.GetAmountMinorUnits(),
+		refund:       req.GetRefund(),
+		bankTransfer: req.GetBankTransfer(),
+	}, s.lim, s.cfg.Now())
+	o := &outcome{approved: approved, reason: reason}
+	if approved {
+		o.authCode = AuthCode(req.GetTransactionId())
+	}
+	rec.outcome = o
+	rec.effects++
+	return *o, false
+}
+
+func (o outcome) response(id string, dup bool) *issuerproto.AuthorizeResponse {
+	return &issuerproto.AuthorizeResponse{
+		TransactionId: id,
+		Approved:      o.approved,
+		AuthCode:      o.authCode,
+		DeclineReason: o.reason,
+		Duplicate:     dup,
+	}
+}
+
+// validateAuthorize checks the fields the rules cannot do without. Its
+// messages name fields and never echo values, so no PAN can leak into one.
+func validateAuthorize(req *issuerproto.AuthorizeRequest) error {
+	switch {
+	case req.GetTransactionId() == "":
+		return invalidArg("transaction_id is required")
+	case req.GetPan() == "" && !req.GetBankTransfer():
+		return invalidArg("pan is required")
+	case req.GetAmountMinorUnits() < 0:
+		return invalidArg("amount_minor_units must not be negative")
+	}
+	return nil
+}
+
+func invalidArg(msg string) error {
+	return status.Error(codes.InvalidArgument, "issuersim: "+msg)
+}
+
+// Inquire returns the outcome recorded for a transaction ID, with
+// duplicate=false, or NOT_FOUND when no outcome was recorded (never seen,
+// or seen but failed before the effect). It is not counted as a request.
+func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (*issuerproto.AuthorizeResponse, error) {
+	if err := sleep(ctx, s.faults.latency()); err != nil {
+		return nil, err
+	}
+	id := req.GetTransactionId()
+	if id == "" {
+		return nil, invalidArg("transaction_id is required")
+	}
+	rec := s.ledger.get(id)
+	if rec == nil {
+		return nil, notFound()
+	}
+	rec.mu.Lock()
+	o := rec.outcome
+	rec.mu.Unlock()
+	if o == nil {
+		return nil, notFound()
+	}
+	return o.response(id, false), nil
+}
+
+func notFound() error {
+	return status.Error(codes.NotFound, "issuersim: no outcome recorded for transaction_id")
+}
+
+// Effects reports effect and request counts for the asked transaction IDs
+// (each once, in the order asked; unknown IDs report zeros), or for every
+// known ID sorted when none are asked. The totals sum the reported entries.
+func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
+	ids := dedupe(req.GetTransactionIds())
+	if len(ids) == 0 {
+		ids = s.ledger.ids()
+	}
+	resp := &issuerproto.EffectsResponse{Effects: make([]*issuerproto.Effect, 0, len(ids))}
+	for _, id := range ids {
+		effects, requests := s.ledger.get(id).counts()
+		resp.Effects = append(resp.Effects, &issuerproto.Effect{
+			TransactionId: id,
+			Effects:       clamp32(effects),
+			Requests:      clamp32(requests),
+		})
+		resp.TotalEffects += effects
+		resp.TotalRequests += requests
+	}
+	return resp, nil
+}
+
+// SetFaults replaces the injected faults and returns them. An error_rate
+// outside [0, 1] or a latency_ms out of range is INVALID_ARGUMENT and
+// leaves the faults unchanged.
+func (s *Server) SetFaults(ctx context.Context, req *issuerproto.Faults) (*issuerproto.Faults, error) {
+	f, err := s.faults.set(req)
+	if err != nil {
+		return nil, err
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "faults set",
+		slog.Int64("latency_ms", f.GetLatencyMs()),
+		slog.Float64("error_rate", f.GetErrorRate()),
+		slog.Bool("after_effect", f.GetAfterEffect()),
+		slog.Bool("hang", f.GetHang()))
+	return f, nil
+}
+
+func dedupe(ids []string) []string {
+	if len(ids) < 2 {
+		return ids
+	}
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// clamp32 fits a count into the proto's int32; a count that large is
+// already a failed invariant, and saturating keeps it visible.
+func clamp32(n int64) int32 {
+	return int32(min(n, math.MaxInt32))
+}

@@ -1,0 +1,233 @@
+// Package load drives synthetic payment traffic at a Cellpay GTR (the public
+// Payments API) or straight at one cell (the internal Cell API), and reports
+// throughput, outcomes and latency.
+//
+// It is a test tool: it must never send traffic anywhere but a loopback
+// address, and every run is bounded both by a request count and by a
+// duration. Requests carry generated, Luhn-valid test card numbers only.
+//
+// Two loops are offered. The open loop issues requests at a fixed rate
+// whatever the responses, and measures latency from each request's scheduled
+// send time so that a slow server cannot hide its queueing (coordinated
+// omission); when Concurrency requests are outstanding a scheduled request is
+// counted as dropped instead of delaying the schedule. The closed loop runs
+// Concurrency workers back to back.
+package load
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// ErrInvalidConfig wraps every configuration error returned by Run, so that
+// callers can tell a refused configuration from a failed run.
+var ErrInvalidConfig = errors.New("load: invalid config")
+
+// Targets and modes.
+const (
+	TargetGTR  = "gtr"
+	TargetCell = "cell"
+
+	ModeOpen   = "open"
+	ModeClosed = "closed"
+)
+
+// Hard caps: a run is always bounded, and never by more than these.
+const (
+	MaxCount       = 10_000_000
+	MaxDuration    = time.Hour
+	MaxConcurrency = 100_000
+	MaxRate        = 1_000_000
+	MaxTimeout     = time.Minute
+)
+
+// DeclinePAN is the issuer simulator's declining test card.
+const DeclinePAN = "4000000000000002"
+
+// PaymentWeight is one entry of the payment type mix: Type is drawn with
+// probability Weight / sum of all weights.
+type PaymentWeight struct {
+	Type   cellpayv1.PaymentType
+	Weight int
+}
+
+// Config describes one load run. Zero fields take the defaults documented on
+// each field; validate refuses the rest.
+type Config struct {
+	// Target is "gtr" (Payments.SubmitTransaction) or "cell" (Cell.Process,
+	// attempt 1). Required.
+	Target string
+	// Addr is host:port of the target; the host must be loopback
+	// (127.0.0.0/8, ::1 or "localhost"). Required.
+	Addr string
+	// Mode is "open" (fixed rate) or "closed" (fixed concurrency). Required.
+	Mode string
+	// Rate is requests per second in the open loop. Required there, ignored
+	// in the closed loop.
+	Rate float64
+	// Concurrency is the number of workers in the closed loop and the most
+	// outstanding requests in the open loop. Required.
+	Concurrency int
+	// Count is the most requests the run issues (scheduled slots in the open
+	// loop, dropped ones included). Required, at most MaxCount.
+	Count int64
+	// Duration is the longest the run issues requests; requests in flight at
+	// the end are still awaited, each bounded by PerRequestTimeout.
+	// Required, at most MaxDuration.
+	Duration time.Duration
+	// Seed makes request payloads reproducible: the same seed and sequence
+	// number give the same payload.
+	Seed uint64
+	// RunID prefixes transaction IDs ("RunID-seq"). Default: random.
+	RunID string
+	// Partners and Markets spread routing keys. Defaults: p-001..p-050 and
+	// GB, DE, FR, US, NL. Markets must be ones with a known currency.
+	Partners []string
+	Markets  []string
+	// PaymentMix weights payment types. Default: mostly CARD_AUTHORIZATION.
+	PaymentMix []PaymentWeight
+	// DeclineShare is the share (0..1) of card requests that use DeclinePAN.
+	DeclineShare float64
+	// PerRequestTimeout bounds each request. Default 5s, at most MaxTimeout.
+	PerRequestTimeout time.Duration
+}
+
+// marketCurrency is the currency generated for each supported market.
+var marketCurrency = map[string]string{
+	"GB": "GBP",
+	"IE": "EUR",
+	"DE": "EUR",
+	"FR": "EUR",
+	"NL": "EUR",
+	"ES": "EUR",
+	"IT": "EUR",
+	"US": "USD",
+}
+
+var idCharset = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+func (c *Config) setDefaults() {
+	if c.RunID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand contract)
+		c.RunID = "lg-" + hex.EncodeToString(b[:])
+	}
+	if len(c.Partners) == 0 {
+		c.Partners = make([]string, 50)
+		for i := range c.Partners {
+			c.Partners[i] = fmt.Sprintf("p-%03d", i+1)
+		}
+	}
+	if len(c.Markets) == 0 {
+		c.Markets = []string{"GB", "DE", "FR", "US", "NL"}
+	}
+	if len(c.PaymentMix) == 0 {
+		c.PaymentMix = []PaymentWeight{
+			{cellpayv1.PaymentType_CARD_AUTHORIZATION, 90},
+			{cellpayv1.PaymentType_CARD_REFUND, 5},
+			{cellpayv1.PaymentType_BANK_TRANSFER, 5},
+		}
+	}
+	if c.PerRequestTimeout == 0 {
+		c.PerRequestTimeout = 5 * time.Second
+	}
+}
+
+// validate reports the first problem with c, wrapped in ErrInvalidConfig.
+func (c Config) validate() error {
+	if err := c.validateShape(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func (c Config) validateShape() error {
+	switch c.Target {
+	case TargetGTR, TargetCell:
+	default:
+		return fmt.Errorf("target %q: want %q or %q", c.Target, TargetGTR, TargetCell)
+	}
+	if err := checkLoopback(c.Addr); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case ModeOpen:
+		if !(c.Rate > 0 && c.Rate <= MaxRate) {
+			return fmt.Errorf("rate %v: open loop needs 0 < rate <= %d per second", c.Rate, MaxRate)
+		}
+	case ModeClosed:
+	default:
+		return fmt.Errorf("mode %q: want %q or %q", c.Mode, ModeOpen, ModeClosed)
+	}
+	if c.Concurrency <= 0 || c.Concurrency > MaxConcurrency {
+		return fmt.Errorf("concurrency %d: want 1..%d", c.Concurrency, MaxConcurrency)
+	}
+	if c.Count <= 0 || c.Count > MaxCount {
+		return fmt.Errorf("count %d: want 1..%d", c.Count, MaxCount)
+	}
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		return fmt.Errorf("duration %v: want > 0 and <= %v", c.Duration, MaxDuration)
+	}
+	if c.PerRequestTimeout <= 0 || c.PerRequestTimeout > MaxTimeout {
+		return fmt.Errorf("per-request timeout %v: want > 0 and <= %v", c.PerRequestTimeout, MaxTimeout)
+	}
+	// IDs are RunID-seq and must stay within 64 characters of [A-Za-z0-9._-].
+	maxRunID := 64 - 1 - len(strconv.FormatInt(c.Count, 10))
+	if !idCharset.MatchString(c.RunID) || len(c.RunID) > maxRunID {
+		return fmt.Errorf("run ID %q: want 1..%d characters of [A-Za-z0-9._-]", c.RunID, maxRunID)
+	}
+	for _, p := range c.Partners {
+		if p == "" {
+			return errors.New("partners: empty partner ID")
+		}
+	}
+	for _, m := range c.Markets {
+		if _, ok := marketCurrency[m]; !ok {
+			return fmt.Errorf("market %q: no known currency", m)
+		}
+	}
+	total := 0
+	for _, w := range c.PaymentMix {
+		if _, ok := cellpayv1.PaymentType_name[int32(w.Type)]; !ok || w.Type == cellpayv1.PaymentType_PAYMENT_TYPE_UNSPECIFIED {
+			return fmt.Errorf("payment mix: invalid type %v", w.Type)
+		}
+		if w.Weight < 0 {
+			return fmt.Errorf("payment mix: negative weight %d for %v", w.Weight, w.Type)
+		}
+		total += w.Weight
+	}
+	if total == 0 {
+		return errors.New("payment mix: weights sum to zero")
+	}
+	if !(c.DeclineShare >= 0 && c.DeclineShare <= 1) {
+		return fmt.Errorf("decline share %v: want 0..1", c.DeclineShare)
+	}
+	return nil
+}
+
+// checkLoopback refuses any address whose host is not a loopback literal or
+// "localhost": this tool never sends load off the machine.
+func checkLoopback(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("addr %q: %w", addr, err)
+	}
+	if port == "" {
+		return fmt.Errorf("addr %q: missing port", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("addr %q: load may only target a loopback address (127.0.0.0/8, ::1, localhost)", addr)
+}

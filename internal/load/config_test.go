@@ -1,0 +1,84 @@
+package load
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	return Config{
+		Target: TargetGTR, Addr: "127.0.0.1:7070", Mode: ModeClosed,
+		Concurrency: 4, Count: 100, Duration: 10 * time.Second,
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string // substring; "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"cell", func(c *Config) { c.Target, c.Addr = TargetCell, "127.0.0.1:7081" }, ""},
+		{"open", func(c *Config) { c.Mode, c.Rate = ModeOpen, 100 }, ""},
+		{"count at cap", func(c *Config) { c.Count = MaxCount }, ""},
+		{"duration at cap", func(c *Config) { c.Duration = time.Hour }, ""},
+		{"loopback 127/8", func(c *Config) { c.Addr = "127.1.2.3:1" }, ""},
+		{"loopback v6", func(c *Config) { c.Addr = "[::1]:7070" }, ""},
+		{"localhost", func(c *Config) { c.Addr = "localhost:7070" }, ""},
+
+		{"count zero", func(c *Config) { c.Count = 0 }, "count"},
+		{"count over cap", func(c *Config) { c.Count = MaxCount + 1 }, "count"},
+		{"duration zero", func(c *Config) { c.Duration = 0 }, "duration"},
+		{"duration over cap", func(c *Config) { c.Duration = time.Hour + time.Second }, "duration"},
+		{"private address", func(c *Config) { c.Addr = "10.0.0.1:7070" }, "loopback"},
+		{"public name", func(c *Config) { c.Addr = "example.com:7070" }, "loopback"},
+		{"localhost lookalike", func(c *Config) { c.Addr = "localhost.example.com:7070" }, "loopback"},
+		{"unspecified v4", func(c *Config) { c.Addr = "0.0.0.0:7070" }, "loopback"},
+		{"unspecified v6", func(c *Config) { c.Addr = "[::]:7070" }, "loopback"},
+		{"empty host", func(c *Config) { c.Addr = ":7070" }, "loopback"},
+		{"no port", func(c *Config) { c.Addr = "127.0.0.1" }, "addr"},
+		{"empty port", func(c *Config) { c.Addr = "127.0.0.1:" }, "port"},
+		{"target", func(c *Config) { c.Target = "issuer" }, "target"},
+		{"mode", func(c *Config) { c.Mode = "burst" }, "mode"},
+		{"open without rate", func(c *Config) { c.Mode = ModeOpen }, "rate"},
+		{"concurrency", func(c *Config) { c.Concurrency = 0 }, "concurrency"},
+		{"decline share", func(c *Config) { c.DeclineShare = 1.5 }, "decline"},
+		{"run ID charset", func(c *Config) { c.RunID = "a b" }, "run ID"},
+		{"run ID too long", func(c *Config) { c.RunID = strings.Repeat("x", 61) }, "run ID"},
+		{"market", func(c *Config) { c.Markets = []string{"GB", "ZZ"} }, "market"},
+		{"mix", func(c *Config) { c.PaymentMix = []PaymentWeight{{Type: 0, Weight: 1}} }, "payment mix"},
+		{"timeout", func(c *Config) { c.PerRequestTimeout = 2 * time.Hour }, "timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.edit(&c)
+			c.setDefaults()
+			err := c.validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("validate: %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("validate: %v, want ErrInvalidConfig mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestDefaultRunIDFitsIDs(t *testing.T) {
+	c := validConfig()
+	c.Count = MaxCount
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	if id := newGenerator(c).transactionID(MaxCount); len(id) > 64 || !idPattern.MatchString(id) {
+		t.Errorf("transaction ID %q does not fit the contract", id)
+	}
+}

@@ -1,0 +1,197 @@
+package load
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// Report is the outcome of one run. Latency covers completed requests only
+// (those that got a Transaction or, from a cell, a Reroutable answer).
+type Report struct {
+	Target      string  `json:"target"`
+	Mode        string  `json:"mode"`
+	Addr        string  `json:"addr"`
+	RunID       string  `json:"run_id"`
+	Rate        float64 `json:"rate,omitempty"`
+	Concurrency int     `json:"concurrency"`
+	// StopReason is "count", "duration" or "interrupted".
+	StopReason string `json:"stop_reason"`
+
+	// Sent counts requests issued; each ends completed, as an error or as a
+	// protocol error.
+	Sent      int64 `json:"sent"`
+	Completed int64 `json:"completed"`
+	// Errors counts failed RPCs by gRPC code name (e.g. "UNAVAILABLE").
+	Errors map[string]int64 `json:"errors"`
+	// ProtocolErrors counts cell streams that ended without a terminal event.
+	ProtocolErrors int64 `json:"protocol_errors"`
+	// Statuses counts results by transaction status; APPROVED, DECLINED,
+	// PENDING and FAILED are always present.
+	Statuses map[string]int64 `json:"statuses"`
+	// Reroutable counts cell answers that were Reroutable (cell target only).
+	Reroutable int64 `json:"reroutable"`
+	// PointOfNoReturn counts PNR events seen (cell target only).
+	PointOfNoReturn int64 `json:"point_of_no_return"`
+	// Dropped counts open-loop slots skipped because Concurrency requests
+	// were outstanding.
+	Dropped int64 `json:"dropped"`
+
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Throughput is completed requests per second of elapsed time.
+	Throughput float64        `json:"throughput"`
+	Latency    LatencySummary `json:"latency_ms"`
+}
+
+// LatencySummary is in milliseconds. Percentiles use the nearest-rank method.
+type LatencySummary struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// outcome is what one completed request answered.
+type outcome struct {
+	status     cellpayv1.TransactionStatus
+	reroutable bool
+	pnr        bool
+}
+
+// errNoTerminal: a cell stream ended before its terminal event.
+var errNoTerminal = errors.New("load: cell stream ended without a terminal event")
+
+const numCodes = 17 // codes.OK .. codes.Unauthenticated
+
+// codeNames are the canonical gRPC code names, as DESIGN.md spells them.
+var codeNames = [numCodes]string{
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+	"INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+}
+
+// recorder collects results from many goroutines without locks: counters
+// are atomic and each latency goes to its own slot of a slice preallocated
+// for Count requests.
+type recorder struct {
+	sent, completed, dropped      atomic.Int64
+	reroutable, pnr, protocolErrs atomic.Int64
+	codes                         [numCodes]atomic.Int64
+	statuses                      [5]atomic.Int64 // by TransactionStatus
+	lat                           []time.Duration
+	nlat                          atomic.Int64
+}
+
+func newRecorder(count int64) *recorder {
+	return &recorder{lat: make([]time.Duration, count)}
+}
+
+// done is how many slots are resolved: finished requests plus drops.
+func (r *recorder) done() int64 {
+	n := r.completed.Load() + r.protocolErrs.Load() + r.dropped.Load()
+	for i := range r.codes {
+		n += r.codes[i].Load()
+	}
+	return n
+}
+
+func (r *recorder) record(o outcome, err error, latency time.Duration) {
+	if o.pnr {
+		r.pnr.Add(1)
+	}
+	switch {
+	case errors.Is(err, errNoTerminal):
+		r.protocolErrs.Add(1)
+	case err != nil:
+		c := status.Code(err)
+		if int(c) >= numCodes || c == codes.OK {
+			c = codes.Unknown
+		}
+		r.codes[c].Add(1)
+	default:
+		if o.reroutable {
+			r.reroutable.Add(1)
+		} else {
+			s := o.status
+			if int(s) >= len(r.statuses) || s < 0 {
+				s = cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED
+			}
+			r.statuses[s].Add(1)
+		}
+		r.lat[r.nlat.Add(1)-1] = latency
+		r.completed.Add(1)
+	}
+}
+
+// report summarises the recorder; call it only once every request is done.
+func (r *recorder) report(elapsed time.Duration) Report {
+	rep := Report{
+		Sent:            r.sent.Load(),
+		Completed:       r.completed.Load(),
+		Errors:          map[string]int64{},
+		ProtocolErrors:  r.protocolErrs.Load(),
+		Statuses:        map[string]int64{},
+		Reroutable:      r.reroutable.Load(),
+		PointOfNoReturn: r.pnr.Load(),
+		Dropped:         r.dropped.Load(),
+		ElapsedSeconds:  elapsed.Seconds(),
+		Latency:         summarize(r.lat[:r.nlat.Load()]),
+	}
+	for i := range r.codes {
+		if n := r.codes[i].Load(); n > 0 {
+			rep.Errors[codeNames[i]] = n
+		}
+	}
+	for i := range r.statuses {
+		s := cellpayv1.TransactionStatus(i)
+		n := r.statuses[i].Load()
+		if n > 0 || s != cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED {
+			rep.Statuses[s.String()] = n
+		}
+	}
+	if elapsed > 0 {
+		rep.Throughput = float64(rep.Completed) / elapsed.Seconds()
+	}
+	return rep
+}
+
+// summarize sorts lat in place and returns its percentiles and mean.
+func summarize(lat []time.Duration) LatencySummary {
+	if len(lat) == 0 {
+		return LatencySummary{}
+	}
+	slices.Sort(lat)
+	var sum float64
+	for _, d := range lat {
+		sum += float64(d)
+	}
+	return LatencySummary{
+		P50:  ms(percentile(lat, 50)),
+		P90:  ms(percentile(lat, 90)),
+		P99:  ms(percentile(lat, 99)),
+		Max:  ms(lat[len(lat)-1]),
+		Mean: sum / float64(len(lat)) / float64(time.Millisecond),
+	}
+}
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of a
+// sorted, non-empty slice: the smallest value with at least p% of the values
+// at or below it.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	// p*n/100 rather than p/100*n: exact for integer p and n, so 90% of
+	// 100 values is rank 90, not 91.
+	rank := int(math.Ceil(p * float64(len(sorted)) / 100))
+	rank = max(1, min(rank, len(sorted)))
+	return sorted[rank-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

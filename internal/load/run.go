@@ -1,0 +1,249 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+)
+
+// Stop reasons reported in Report.StopReason.
+const (
+	StopCount       = "count"
+	StopDuration    = "duration"
+	StopInterrupted = "interrupted"
+)
+
+// progressInterval is how often Run calls its progress callback.
+const progressInterval = 100 * time.Millisecond
+
+// caller sends one request to the target and returns its answer.
+type caller func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (outcome, error)
+
+// Run issues load as cfg describes until Count requests, Duration or the end
+// of ctx, whichever comes first, then waits for requests in flight (each
+// bounded by PerRequestTimeout, and not cut short by ctx) and returns the
+// report. The end of ctx is not an error: the report says "interrupted".
+//
+// progress, if not nil, is called from a single goroutine about every
+// 100ms and once at the end, with the number of resolved requests (finished
+// or dropped) and Count.
+//
+// Errors wrap ErrInvalidConfig when cfg is refused.
+func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Report, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return Report{}, fmt.Errorf("load: dial %s: %w", cfg.Addr, err)
+	}
+	defer conn.Close()
+
+	r := &runner{
+		cfg: cfg,
+		gen: newGenerator(cfg),
+		rec: newRecorder(cfg.Count),
+		// In-flight requests outlive ctx so that an interrupted run still
+		// reports their answers; PerRequestTimeout bounds them.
+		reqCtx: context.WithoutCancel(ctx),
+	}
+	switch cfg.Target {
+	case TargetGTR:
+		r.call = gtrCaller(cellpayv1.NewPaymentsClient(conn))
+	case TargetCell:
+		r.call = cellCaller(cellproto.NewCellClient(conn))
+	}
+
+	stopProgress := startProgress(r.rec, cfg.Count, progress)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	var reason string
+	if cfg.Mode == ModeOpen {
+		reason = r.openLoop(ctx, start, deadline)
+	} else {
+		reason = r.closedLoop(ctx, deadline)
+	}
+	elapsed := time.Since(start)
+	stopProgress()
+
+	rep := r.rec.report(elapsed)
+	rep.Target, rep.Mode, rep.Addr, rep.RunID = cfg.Target, cfg.Mode, cfg.Addr, cfg.RunID
+	rep.Concurrency, rep.StopReason = cfg.Concurrency, reason
+	if cfg.Mode == ModeOpen {
+		rep.Rate = cfg.Rate
+	}
+	return rep, nil
+}
+
+type runner struct {
+	cfg    Config
+	gen    *generator
+	rec    *recorder
+	call   caller
+	reqCtx context.Context
+}
+
+// openLoop schedules request seq at start + (seq-1)/Rate whatever the
+// answers; it returns once every issued request has finished.
+func (r *runner) openLoop(ctx context.Context, start, deadline time.Time) string {
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	nsPerReq := float64(time.Second) / r.cfg.Rate
+	for seq := int64(1); seq <= r.cfg.Count; seq++ {
+		at := start.Add(time.Duration(float64(seq-1) * nsPerReq))
+		if !at.Before(deadline) {
+			return StopDuration
+		}
+		if wait := time.Until(at); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return StopInterrupted
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return StopInterrupted
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			// Blocking here would delay the schedule and hide the
+			// server's slowness; count the slot instead.
+			r.rec.dropped.Add(1)
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			// Latency runs from the scheduled time, not the send time.
+			r.do(r.gen.request(seq), at)
+		})
+	}
+	return StopCount
+}
+
+// closedLoop runs Concurrency workers back to back; it returns once every
+// issued request has finished.
+func (r *runner) closedLoop(ctx context.Context, deadline time.Time) string {
+	issueCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Go(func() {
+			for issueCtx.Err() == nil {
+				seq := next.Add(1)
+				if seq > r.cfg.Count {
+					return
+				}
+				req := r.gen.request(seq)
+				r.do(req, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	switch {
+	case r.rec.sent.Load() == r.cfg.Count:
+		return StopCount
+	case ctx.Err() != nil:
+		return StopInterrupted
+	default:
+		return StopDuration
+	}
+}
+
+// do sends one request and records its answer with the latency since at.
+func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
+	r.rec.sent.Add(1)
+	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.PerRequestTimeout)
+	defer cancel()
+	o, err := r.call(ctx, req)
+	r.rec.record(o, err, time.Since(at))
+}
+
+func gtrCaller(c cellpayv1.PaymentsClient) caller {
+	return func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (outcome, error) {
+		txn, err := c.SubmitTransaction(ctx, req)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{status: txn.GetStatus()}, nil
+	}
+}
+
+// cellCaller calls Cell.Process as the GTR's first attempt would, and reads
+// the stream up to its terminal event.
+func cellCaller(c cellproto.CellClient) caller {
+	return func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (outcome, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel() // ends the stream once the terminal event is read
+		stream, err := c.Process(ctx, &cellproto.ProcessRequest{
+			Request:   req,
+			Attempt:   1,
+			RouteRule: "loadgen",
+		})
+		if err != nil {
+			return outcome{}, err
+		}
+		var o outcome
+		for {
+			ev, err := stream.Recv()
+			if err == io.EOF {
+				return o, errNoTerminal
+			}
+			if err != nil {
+				return o, err
+			}
+			switch e := ev.GetEvent().(type) {
+			case *cellproto.ProcessEvent_PointOfNoReturn:
+				o.pnr = true
+			case *cellproto.ProcessEvent_Result:
+				o.status = e.Result.GetStatus()
+				return o, nil
+			case *cellproto.ProcessEvent_Reroutable:
+				o.reroutable = true
+				return o, nil
+			}
+		}
+	}
+}
+
+// startProgress calls progress from one goroutine until the returned stop
+// function is called; stop makes a final call and waits for the goroutine.
+func startProgress(rec *recorder, total int64, progress func(done, total int64)) (stop func()) {
+	if progress == nil {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				progress(rec.done(), total)
+				return
+			case <-t.C:
+				progress(rec.done(), total)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+	}
+}

@@ -1,0 +1,406 @@
+// Package platform runs the whole Cellpay platform on one machine as
+// separate OS processes: a private Postgres per cell, the issuer simulator,
+// the cells and the GTR. cmd/cellpay uses it for `make run`, and end-to-end
+// tests use it to kill, pause and restart single components.
+//
+// Every child runs in its own process group and is killed if we die, so a
+// crashed launcher or test never leaves servers behind. It only ever binds
+// loopback addresses it is given; it never reads flags or environment.
+package platform
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/pgcluster"
+)
+
+// CellSpec names a cell and the address its internal API listens on.
+type CellSpec struct {
+	ID   string
+	Addr string
+}
+
+// Config describes a local platform. Zero fields take the defaults of
+// DESIGN.md's "Local defaults".
+type Config struct {
+	// BinDir holds the gtr, cell and issuersim binaries. Required.
+	BinDir string
+	// DataDir holds the Postgres clusters (pg/<cell>), logs (logs/<name>.log)
+	// and the PAN key (pan.key). Required; created if missing.
+	DataDir string
+	// GTRConfig is the GTR's routing config file (YAML). Required.
+	GTRConfig string
+	// RefData is the reference data file the cells load. Required.
+	RefData string
+	// DatabaseURL, if set, names an existing server: each cell gets its own
+	// database on it (cellpay_cell_a, ...) instead of a private cluster.
+	DatabaseURL string
+	// PGBinDir holds the Postgres server binaries; "" lets pgcluster find them.
+	PGBinDir string
+	// Cells default to cell-a, cell-b, cell-c on 127.0.0.1:7081, :7082, :7083.
+	Cells []CellSpec
+	// IssuerAddr, GTRAddr and AdminAddr default to 127.0.0.1:7090, :7070
+	// and :7071.
+	IssuerAddr, GTRAddr, AdminAddr string
+	// PGBasePort: the private cluster of Cells[i] listens on PGBasePort+i.
+	// Default 7431.
+	PGBasePort int
+	// Stdout and Stderr receive the children's output, each line prefixed
+	// with "[name] ". Nil discards it; DataDir/logs/<name>.log always gets it.
+	Stdout, Stderr io.Writer
+	// Env is added to every child's environment.
+	Env []string
+}
+
+// DefaultCells are the cells of a local platform.
+var DefaultCells = []CellSpec{
+	{ID: "cell-a", Addr: "127.0.0.1:7081"},
+	{ID: "cell-b", Addr: "127.0.0.1:7082"},
+	{ID: "cell-c", Addr: "127.0.0.1:7083"},
+}
+
+// Defaults for the other addresses.
+const (
+	DefaultGTRAddr    = "127.0.0.1:7070"
+	DefaultAdminAddr  = "127.0.0.1:7071"
+	DefaultIssuerAddr = "127.0.0.1:7090"
+	DefaultPGBasePort = 7431
+)
+
+// Component names for Process, besides the cell IDs.
+const (
+	GTR       = "gtr"
+	IssuerSim = "issuersim"
+)
+
+// databaseName is the database each private cluster's cell uses.
+const databaseName = "cellpay"
+
+func (c Config) withDefaults() Config {
+	if len(c.Cells) == 0 {
+		c.Cells = DefaultCells
+	}
+	if c.IssuerAddr == "" {
+		c.IssuerAddr = DefaultIssuerAddr
+	}
+	if c.GTRAddr == "" {
+		c.GTRAddr = DefaultGTRAddr
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAdminAddr
+	}
+	if c.PGBasePort == 0 {
+		c.PGBasePort = DefaultPGBasePort
+	}
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	for name, v := range map[string]string{"BinDir": c.BinDir, "DataDir": c.DataDir, "GTRConfig": c.GTRConfig, "RefData": c.RefData} {
+		if v == "" {
+			return fmt.Errorf("%s is required", name)
+		}
+	}
+	for _, f := range []string{c.GTRConfig, c.RefData} {
+		if _, err := os.Stat(f); err != nil {
+			return err
+		}
+	}
+	for _, bin := range []string{"gtr", "cell", "issuersim"} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, bin)); err != nil {
+			return fmt.Errorf("binary %s: %w", bin, err)
+		}
+	}
+	seen := map[string]bool{GTR: true, IssuerSim: true}
+	for _, cell := range c.Cells {
+		if cell.ID == "" || cell.Addr == "" {
+			return fmt.Errorf("cell %+v: ID and Addr are required", cell)
+		}
+		if seen[cell.ID] {
+			return fmt.Errorf("cell ID %q is used twice or names another component", cell.ID)
+		}
+		seen[cell.ID] = true
+	}
+	if c.PGBasePort < 1 || c.PGBasePort+len(c.Cells) > 65536 {
+		return fmt.Errorf("PGBasePort %d out of range", c.PGBasePort)
+	}
+	return nil
+}
+
+// Platform is a running platform. Its methods are safe for concurrent use.
+type Platform struct {
+	cfg    Config
+	logDir string
+
+	procs  map[string]*Proc              // by name; fixed after Start
+	order  []*Proc                       // start order
+	pgs    map[string]*pgcluster.Cluster // by cell ID; empty with DatabaseURL
+	dbURLs map[string]string             // by cell ID
+	pgLogs []*os.File                    // the clusters' log files, closed by Stop
+	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
+	stop   sync.Once
+	errs   error
+}
+
+// Start starts Postgres for every cell, the issuer simulator, the cells and
+// the GTR, in that order, each one healthy before the next starts, all
+// bounded by ctx. On failure it stops whatever it started and returns an
+// error naming the component, with the end of its log.
+func Start(ctx context.Context, cfg Config) (*Platform, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("platform: config: %w", err)
+	}
+	// Children, logs and errors see absolute paths, whatever our working
+	// directory.
+	for _, path := range []*string{&cfg.BinDir, &cfg.DataDir, &cfg.GTRConfig, &cfg.RefData} {
+		abs, err := filepath.Abs(*path)
+		if err != nil {
+			return nil, fmt.Errorf("platform: config: %w", err)
+		}
+		*path = abs
+	}
+	p := &Platform{
+		cfg:    cfg,
+		logDir: filepath.Join(cfg.DataDir, "logs"),
+		procs:  map[string]*Proc{},
+		pgs:    map[string]*pgcluster.Cluster{},
+		dbURLs: map[string]string{},
+	}
+	if err := os.MkdirAll(p.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("platform: %w", err)
+	}
+	panKey, err := ensurePANKey(filepath.Join(cfg.DataDir, "pan.key"))
+	if err != nil {
+		return nil, fmt.Errorf("platform: %w", err)
+	}
+	if err := p.startDatabases(ctx); err != nil {
+		p.Stop()
+		return nil, err
+	}
+
+	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", "-listen", cfg.IssuerAddr)
+	for _, cell := range cfg.Cells {
+		p.add(cell.ID, cell.Addr, "cell",
+			"-id", cell.ID,
+			"-listen", cell.Addr,
+			"-database-url", p.dbURLs[cell.ID],
+			"-issuer", cfg.IssuerAddr,
+			"-refdata", cfg.RefData,
+			"-pan-key-file", panKey)
+	}
+	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig)
+
+	for _, proc := range p.order {
+		if err := proc.start(ctx); err != nil {
+			p.Stop()
+			return nil, fmt.Errorf("platform: %w", err)
+		}
+	}
+	return p, nil
+}
+
+func (p *Platform) add(name, addr, bin string, args ...string) {
+	proc := &Proc{
+		Name:    name,
+		Addr:    addr,
+		path:    filepath.Join(p.cfg.BinDir, bin),
+		args:    args,
+		env:     append(os.Environ(), p.cfg.Env...),
+		logPath: filepath.Join(p.logDir, name+".log"),
+		stdout:  newPrefixWriter(name, p.cfg.Stdout, &p.outMu),
+		stderr:  newPrefixWriter(name, p.cfg.Stderr, &p.outMu),
+	}
+	p.procs[name] = proc
+	p.order = append(p.order, proc)
+}
+
+// startDatabases gives every cell a database: its own private cluster (in
+// parallel, initdb being the slow part), or its own database on DatabaseURL.
+func (p *Platform) startDatabases(ctx context.Context) error {
+	if p.cfg.DatabaseURL != "" {
+		for _, cell := range p.cfg.Cells {
+			name := "cellpay_" + sanitize(cell.ID)
+			if err := pgcluster.CreateDatabase(ctx, p.cfg.DatabaseURL, name); err != nil {
+				return fmt.Errorf("platform: database for %s: %w", cell.ID, err)
+			}
+			u, err := withDatabase(p.cfg.DatabaseURL, name)
+			if err != nil {
+				return fmt.Errorf("platform: DatabaseURL: %w", err)
+			}
+			p.dbURLs[cell.ID] = u
+		}
+		return nil
+	}
+
+	type result struct {
+		cell string
+		c    *pgcluster.Cluster
+		err  error
+	}
+	results := make(chan result, len(p.cfg.Cells))
+	for i, cell := range p.cfg.Cells {
+		name := "postgres-" + cell.ID
+		logf, err := os.OpenFile(filepath.Join(p.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("platform: %s: %w", name, err)
+		}
+		p.pgLogs = append(p.pgLogs, logf)
+		cfg := pgcluster.Config{
+			DataDir: filepath.Join(p.cfg.DataDir, "pg", cell.ID),
+			Port:    p.cfg.PGBasePort + i,
+			BinDir:  p.cfg.PGBinDir,
+			Log:     logf,
+		}
+		go func() {
+			c, err := pgcluster.Start(ctx, cfg)
+			if err == nil {
+				err = c.CreateDatabase(ctx, databaseName)
+			}
+			if err != nil {
+				err = fmt.Errorf("platform: %s: %w", name, err)
+			}
+			results <- result{cell.ID, c, err}
+		}()
+	}
+	var errs []error
+	for range p.cfg.Cells {
+		r := <-results
+		if r.c != nil {
+			p.pgs[r.cell] = r.c
+			p.dbURLs[r.cell] = r.c.URL(databaseName)
+		}
+		errs = append(errs, r.err)
+	}
+	return errors.Join(errs...)
+}
+
+// Stop stops the GTR first (no new traffic), then the cells, then the issuer
+// simulator (SIGTERM, then SIGKILL after 10s), then Postgres. It reports
+// every component that did not stop cleanly. Later calls return the first
+// call's result.
+func (p *Platform) Stop() error {
+	p.stop.Do(func() {
+		var errs []error
+		if g := p.procs[GTR]; g != nil {
+			errs = append(errs, g.Stop())
+		}
+		var wg sync.WaitGroup
+		cellErrs := make([]error, len(p.cfg.Cells))
+		for i, cell := range p.cfg.Cells {
+			if proc := p.procs[cell.ID]; proc != nil {
+				wg.Go(func() { cellErrs[i] = proc.Stop() })
+			}
+		}
+		wg.Wait()
+		errs = append(errs, cellErrs...)
+		if s := p.procs[IssuerSim]; s != nil {
+			errs = append(errs, s.Stop())
+		}
+		for _, cell := range p.cfg.Cells {
+			if c := p.pgs[cell.ID]; c != nil {
+				errs = append(errs, c.Stop())
+			}
+		}
+		for _, f := range p.pgLogs {
+			f.Close()
+		}
+		p.errs = errors.Join(errs...)
+	})
+	return p.errs
+}
+
+// Process returns the component called name ("gtr", "issuersim", or a cell
+// ID), or nil.
+func (p *Platform) Process(name string) *Proc { return p.procs[name] }
+
+// Processes returns every component in start order.
+func (p *Platform) Processes() []*Proc { return append([]*Proc(nil), p.order...) }
+
+// Postgres returns the private cluster of cellID, or nil when the platform
+// uses DatabaseURL.
+func (p *Platform) Postgres(cellID string) *pgcluster.Cluster { return p.pgs[cellID] }
+
+// CellDatabaseURL returns the database URL cellID was given.
+func (p *Platform) CellDatabaseURL(cellID string) string { return p.dbURLs[cellID] }
+
+// Config returns the configuration the platform runs with, defaults filled in.
+func (p *Platform) Config() Config { return p.cfg }
+
+// LogDir returns the directory of the components' logs.
+func (p *Platform) LogDir() string { return p.logDir }
+
+// ensurePANKey returns the path of the PAN encryption key, creating it (32
+// random bytes, hex, mode 0600) on first use so data encrypted in an earlier
+// run stays readable.
+func ensurePANKey(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if k, err := hex.DecodeString(strings.TrimSpace(string(b))); err != nil || len(k) != 32 {
+			return "", fmt.Errorf("PAN key %s: want 64 hex digits", path)
+		}
+		return path, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("PAN key: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("PAN key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("PAN key: %w", err)
+	}
+	_, err = f.WriteString(hex.EncodeToString(key) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("PAN key: %w", err)
+	}
+	return path, nil
+}
+
+// sanitize maps a cell ID to identifier characters: cell-a -> cell_a.
+func sanitize(id string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r - 'A' + 'a'
+		default:
+			return '_'
+		}
+	}, id)
+}
+
+// withDatabase returns serverURL naming database name instead.
+func withDatabase(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// stopTimeout is how long a component gets to exit after SIGTERM.
+const stopTimeout = 10 * time.Second

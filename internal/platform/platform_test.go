@@ -1,0 +1,338 @@
+package platform_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellpay/cellpay/internal/platform"
+)
+
+// TestPlatformWithFakes runs the launcher against a stand-in binary for
+// every component, so it is tested whatever state the real ones are in.
+func TestPlatformWithFakes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	root := moduleRoot(t)
+	bin := t.TempDir()
+	goBuild(t, ctx, root, filepath.Join(bin, "fake"), "./internal/platform/testdata/fakecomponent")
+	for _, name := range []string{"gtr", "cell", "issuersim"} {
+		if err := os.Link(filepath.Join(bin, "fake"), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := t.TempDir()
+	for _, f := range []string{"gtr.yaml", "refdata.json"} {
+		if err := os.WriteFile(filepath.Join(conf, f), []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := localConfig(t, bin, filepath.Join(conf, "gtr.yaml"), filepath.Join(conf, "refdata.json"))
+	var out syncBuffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+
+	p := exercise(t, ctx, cfg)
+
+	if !strings.Contains(out.String(), "[cell-a] serving on "+cfg.Cells[0].Addr) {
+		t.Errorf("children's output is not prefixed with their names:\n%s", out.String())
+	}
+	log, err := os.ReadFile(p.Process("gtr").LogPath())
+	if err != nil || !bytes.Contains(log, []byte("serving on")) {
+		t.Errorf("gtr log %s: %q, %v", p.Process("gtr").LogPath(), log, err)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.DataDir, "pan.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("pan.key: %v, %v", fi, err)
+	}
+}
+
+// TestPlatformFailureNamesComponent checks that a component that never
+// becomes healthy fails Start with its name and log, and nothing is left.
+func TestPlatformFailureNamesComponent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin := t.TempDir()
+	script := "#!/bin/sh\necho \"broken component $*\" >&2\nexit 3\n"
+	for _, name := range []string{"gtr", "cell", "issuersim"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(t.TempDir(), "conf")
+	if err := os.WriteFile(conf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := localConfig(t, bin, conf, conf)
+	_, err := platform.Start(ctx, cfg)
+	if err == nil {
+		t.Fatal("Start succeeded with broken components")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "issuersim") || !strings.Contains(msg, "broken component -listen") {
+		t.Errorf("error does not name the component and quote its log: %v", err)
+	}
+	for i := range cfg.Cells {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", cfg.PGBasePort+i), time.Second); err == nil {
+			c.Close()
+			t.Errorf("postgres on port %d still running after a failed Start", cfg.PGBasePort+i)
+		}
+	}
+}
+
+// TestPlatformEndToEnd runs the real binaries with the sample configs.
+func TestPlatformEndToEnd(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	root := moduleRoot(t)
+	cmds := []string{"issuersim", "cell", "gtr"}
+	for _, c := range cmds {
+		if _, err := os.Stat(filepath.Join(root, "cmd", c, "main.go")); err != nil {
+			t.Skipf("cmd/%s does not exist yet", c)
+		}
+	}
+	bin := t.TempDir()
+	goBuild(t, ctx, root, bin+"/", "./cmd/issuersim", "./cmd/cell", "./cmd/gtr")
+
+	cfg := localConfig(t, bin, "", filepath.Join(root, "config", "refdata.json"))
+	cfg.GTRConfig = rewriteAddrs(t, filepath.Join(root, "config", "gtr.yaml"), cfg)
+	exercise(t, ctx, cfg)
+}
+
+// exercise starts the platform, checks every component, kills and restarts a
+// cell, pauses another, stops everything and checks nothing is left.
+func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.Platform {
+	t.Helper()
+	p, err := platform.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.Stop()
+		}
+	}()
+
+	names := []string{"gtr", "issuersim"}
+	for _, c := range cfg.Cells {
+		names = append(names, c.ID)
+	}
+	for _, name := range names {
+		proc := p.Process(name)
+		if proc == nil || !proc.Running() || proc.Pid() == 0 {
+			t.Fatalf("Process(%q) = %+v, not running", name, proc)
+		}
+		if err := platform.CheckHealth(ctx, proc.Addr); err != nil {
+			t.Errorf("%s health: %v", name, err)
+		}
+	}
+	if err := platform.CheckHealth(ctx, cfg.AdminAddr); err != nil {
+		t.Logf("admin API at %s has no gRPC health service: %v", cfg.AdminAddr, err)
+	}
+	for i, c := range cfg.Cells {
+		pg := p.Postgres(c.ID)
+		if pg == nil || pg.Port() != cfg.PGBasePort+i {
+			t.Fatalf("Postgres(%s) = %v, want a cluster on port %d", c.ID, pg, cfg.PGBasePort+i)
+		}
+		if got, want := p.CellDatabaseURL(c.ID), pg.URL("cellpay"); got != want {
+			t.Errorf("CellDatabaseURL(%s) = %s, want %s", c.ID, got, want)
+		}
+	}
+
+	// A crash, then a restart with the same arguments.
+	cell := p.Process(cfg.Cells[1].ID)
+	oldPid := cell.Pid()
+	if err := cell.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if cell.Running() || platform.CheckHealth(ctx, cell.Addr) == nil {
+		t.Fatal("cell still running after Kill")
+	}
+	if err := cell.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if cell.Pid() == oldPid || platform.CheckHealth(ctx, cell.Addr) != nil {
+		t.Fatalf("cell not back after Restart (pid %d, was %d)", cell.Pid(), oldPid)
+	}
+
+	// A pause: a stopped process does not answer, and does again on SIGCONT.
+	paused := p.Process(cfg.Cells[0].ID)
+	if err := paused.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = platform.CheckHealth(short, paused.Addr)
+	cancel()
+	if err == nil {
+		t.Error("a paused cell answered its health check")
+	}
+	if err := paused.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := platform.CheckHealth(ctx, paused.Addr); err != nil {
+		t.Errorf("cell after SIGCONT: %v", err)
+	}
+
+	var pids []int
+	for _, name := range names {
+		pids = append(pids, p.Process(name).Pid())
+	}
+	for _, c := range cfg.Cells {
+		pids = append(pids, p.Postgres(c.ID).Pid())
+	}
+	stopped = true
+	if err := p.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group %d still has processes after Stop (kill: %v)", pid, err)
+		}
+	}
+	for _, name := range names {
+		if p.Process(name).Running() {
+			t.Errorf("%s running after Stop", name)
+		}
+	}
+	return p
+}
+
+// localConfig is a platform on free loopback ports with its data in a
+// temporary directory.
+func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
+	t.Helper()
+	ports := freePorts(t, 6)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	return platform.Config{
+		BinDir:     bin,
+		DataDir:    filepath.Join(t.TempDir(), "cellpay"),
+		GTRConfig:  gtrConfig,
+		RefData:    refData,
+		GTRAddr:    addr(0),
+		AdminAddr:  addr(1),
+		IssuerAddr: addr(2),
+		Cells: []platform.CellSpec{
+			{ID: "cell-a", Addr: addr(3)},
+			{ID: "cell-b", Addr: addr(4)},
+			{ID: "cell-c", Addr: addr(5)},
+		},
+		PGBasePort: consecutiveFreePorts(t, 3),
+	}
+}
+
+// rewriteAddrs copies the GTR config with the default local addresses
+// replaced by cfg's, so the GTR finds the cells on their test ports.
+func rewriteAddrs(t *testing.T, path string, cfg platform.Config) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("sample GTR config: %v", err)
+	}
+	s := string(b)
+	repl := []string{platform.DefaultGTRAddr, cfg.GTRAddr, platform.DefaultAdminAddr, cfg.AdminAddr, platform.DefaultIssuerAddr, cfg.IssuerAddr}
+	for i, c := range platform.DefaultCells {
+		repl = append(repl, c.Addr, cfg.Cells[i].Addr)
+	}
+	s = strings.NewReplacer(repl...).Replace(s)
+	out := filepath.Join(t.TempDir(), "gtr.yaml")
+	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("runtime.Caller failed")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func goBuild(t *testing.T, ctx context.Context, dir, out string, pkgs ...string) {
+	t.Helper()
+	args := append([]string{"build", "-o", out}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// consecutiveFreePorts returns the first of n consecutive free loopback ports.
+func consecutiveFreePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		base := freePorts(t, 1)[0]
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		var ls []net.Listener
+		for i := range n {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

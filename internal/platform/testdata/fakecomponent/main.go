@@ -1,0 +1,71 @@
+// Command fakecomponent stands in for gtr, cell and issuersim in the
+// platform's own tests: it takes their flags, checks what it was given
+// (the database answers, the PAN key is readable), serves gRPC health as
+// SERVING on -listen, and exits 0 on SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func main() {
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	listen := fs.String("listen", "", "")
+	dbURL := fs.String("database-url", "", "")
+	panKey := fs.String("pan-key-file", "", "")
+	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config"} {
+		fs.String(name, "", "")
+	}
+	fs.Parse(os.Args[1:])
+
+	if *dbURL != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conn, err := pgx.Connect(ctx, *dbURL)
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(ctx)
+		}
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "database:", err)
+			os.Exit(1)
+		}
+	}
+	if *panKey != "" {
+		if _, err := os.ReadFile(*panKey); err != nil {
+			fmt.Fprintln(os.Stderr, "pan key:", err)
+			os.Exit(1)
+		}
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		fmt.Println("stopping")
+		srv.GracefulStop()
+	}()
+	fmt.Printf("serving on %s\n", l.Addr())
+	if err := srv.Serve(l); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,220 @@
+// Package e2e starts the real binaries as separate processes (a private
+// Postgres per cell, the issuer simulator, three cells and the GTR) and
+// checks the platform from the outside, through gRPC and the cells' own
+// databases.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// env is the platform every test in the package shares. Tests use their
+// own transaction IDs, so they do not disturb each other.
+var env struct {
+	root     string // repository root
+	bin      string // built binaries
+	p        *platform.Platform
+	gtrAddr  string
+	cells    []platform.CellSpec
+	payments cellpayv1.PaymentsClient
+	issuer   issuerproto.IssuerClient
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	env.root = filepath.Join(filepath.Dir(file), "..", "..")
+	tmp, err := os.MkdirTemp("", "cellpay-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil { // the postgres user must traverse it
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	env.bin = filepath.Join(tmp, "bin")
+	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen")
+	build.Dir = env.root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := startPlatform(ctx, tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting the platform:", err)
+		return 1
+	}
+	defer env.p.Stop()
+	return m.Run()
+}
+
+func startPlatform(ctx context.Context, tmp string) error {
+	ports, err := freePorts(5)
+	if err != nil {
+		return err
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	env.cells = []platform.CellSpec{{ID: "cell-a", Addr: addr(ports[0])}, {ID: "cell-b", Addr: addr(ports[1])}, {ID: "cell-c", Addr: addr(ports[2])}}
+	env.gtrAddr = addr(ports[3])
+	issuerAddr := addr(ports[4])
+	gtrConfig := filepath.Join(tmp, "gtr.yaml")
+	table := "version: 1\ncells:\n"
+	for _, c := range env.cells {
+		table += fmt.Sprintf("  - {id: %s, addr: %q, pool: main}\n", c.ID, c.Addr)
+	}
+	table += "rules:\n  - {name: everything, pool: main, hash_on: partner}\n"
+	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
+		return err
+	}
+	pgBase, err := freePortRun(len(env.cells))
+	if err != nil {
+		return err
+	}
+	adminPorts, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	env.p, err = platform.Start(ctx, platform.Config{
+		BinDir:     env.bin,
+		DataDir:    filepath.Join(tmp, "data"),
+		GTRConfig:  gtrConfig,
+		RefData:    filepath.Join(env.root, "config", "refdata.json"),
+		Cells:      env.cells,
+		IssuerAddr: issuerAddr,
+		GTRAddr:    env.gtrAddr,
+		AdminAddr:  addr(adminPorts[0]),
+		PGBasePort: pgBase,
+	})
+	if err != nil {
+		return err
+	}
+	env.payments = cellpayv1.NewPaymentsClient(dial(env.gtrAddr))
+	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr))
+	return nil
+}
+
+func dial(addr string) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err) // only on a malformed target, which is ours
+	}
+	return conn
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// freePortRun finds n consecutive free ports (the private Postgres clusters
+// take PGBasePort+i).
+func freePortRun(n int) (int, error) {
+	for range 100 {
+		base := 20000 + rand.IntN(20000)
+		ok := true
+		for i := range n {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no run of %d free ports", n)
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// cellDB connects to a cell's own Postgres.
+func cellDB(t *testing.T, ctx context.Context, cellID string) *pgx.Conn {
+	t.Helper()
+	url := env.p.CellDatabaseURL(cellID)
+	if url == "" {
+		t.Fatalf("no database for cell %q", cellID)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// effects reads the issuer simulator's effect and request counters for id.
+func effects(t *testing.T, ctx context.Context, id string) (effects, requests int32) {
+	t.Helper()
+	resp, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{TransactionIds: []string{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range resp.GetEffects() {
+		if e.GetTransactionId() == id {
+			return e.GetEffects(), e.GetRequests()
+		}
+	}
+	return 0, 0
+}
+
+var runID = fmt.Sprintf("e2e%d", time.Now().UnixNano()%1_000_000_000)
+
+// request returns a valid card authorization with a unique ID.
+func request(suffix, pan string) *cellpayv1.SubmitTransactionRequest {
+	return &cellpayv1.SubmitTransactionRequest{
+		TransactionId: runID + "-" + suffix,
+		PaymentType:   cellpayv1.PaymentType_CARD_AUTHORIZATION,
+		PartnerId:     "p-001",
+		Market:        "GB",
+		Amount:        &cellpayv1.Money{MinorUnits: 1250, Currency: "GBP"},
+		Merchant:      &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
+		Card:          &cellpayv1.Card{Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030},
+	}
+}
