@@ -41,13 +41,13 @@ func TestConvert(t *testing.T) {
 		want     int64
 	}{
 		{1000, "EUR", "EUR", 1000},
-		{1000, "EUR", "GBP", 841},     // 8.412 -> 8.41
-		{10000, "EUR", "GBP", 8412},   // exact
-		{1000, "EUR", "JPY", 1632},    // 1632.1 yen, JPY has no minor units
-		{1250, "GBP", "EUR", 1486},    // 14.8597...
-		{100, "EUR", "KWD", 333},      // 0.33347 KWD = 333.47 fils
-		{1, "JPY", "EUR", 1},          // 0.00612... EUR = 0.61 cent -> 1
-		{841, "GBP", "USD", 1084},     // 10.8396... -> 1084
+		{1000, "EUR", "GBP", 841},   // 8.412 -> 8.41
+		{10000, "EUR", "GBP", 8412}, // exact
+		{1000, "EUR", "JPY", 1632},  // 1632.1 yen, JPY has no minor units
+		{1250, "GBP", "EUR", 1486},  // 14.8597...
+		{100, "EUR", "KWD", 333},    // 0.33347 KWD = 333.47 fils
+		{1, "JPY", "EUR", 1},        // 0.00612... EUR = 0.61 cent -> 1
+		{841, "GBP", "USD", 1084},   // 10.8396... -> 1084
 		{1_000_000, "USD", "USD", 1_000_000},
 	}
 	for _, c := range cases {

@@ -1,0 +1,68 @@
+# Cellpay. `make run` starts the platform locally; `make test` runs every
+# test CI runs. See README.md.
+
+GO       ?= go
+BIN      ?= bin
+FUZZTIME ?= 5s
+
+.PHONY: all build run test test-unit test-e2e fuzz verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: build everything and start the platform (private Postgres per cell, issuer, 3 cells, GTR).
+run: build
+	./$(BIN)/cellpay -bin $(BIN)
+
+## test: unit, store, fuzz and end-to-end tests, with the race detector.
+test: test-unit fuzz
+
+test-unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# A few seconds of each fuzz target over the decoders and validators.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/validate
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) ./pkg/idempotency
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/refdata
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/issuersim
+
+test-e2e:
+	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...
+
+## verify: formatting, vet, lint, tidy modules, fresh generated code.
+verify: fmt-check vet lint tidy-check proto-check
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) tool -modfile=tools/go.mod staticcheck ./...
+
+tidy-check:
+	@t=$$(mktemp -d); cp go.mod go.sum $$t/; $(GO) mod tidy; \
+	if ! cmp -s go.mod $$t/go.mod || ! cmp -s go.sum $$t/go.sum; then \
+	  diff -u $$t/go.mod go.mod; cp $$t/go.mod $$t/go.sum .; rm -rf $$t; \
+	  echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; rm -rf $$t
+
+proto:
+	./scripts/protogen.sh
+
+proto-check: proto
+	@if [ -n "$$(git status --porcelain -- pkg proto)" ]; then git status --porcelain -- pkg proto; echo "generated code is stale: run make proto and commit"; exit 1; fi
+
+## bench: Go benchmarks (routing hot path and friends).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./cmd/cell/internal/orchestrator/
+
+## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
+bench-e2e:
+	./scripts/bench-e2e.sh
+
+clean:
+	rm -rf $(BIN)
