@@ -1,0 +1,313 @@
+package payments
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeCell is a Cell server over real gRPC on loopback whose behaviour per
+// call is scripted by do.
+type fakeCell struct {
+	cellproto.UnimplementedCellServer
+	id    string
+	calls atomic.Int32
+	mu    sync.Mutex
+	seen  []*cellproto.ProcessRequest
+	do    func(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error
+	get   func(id string) (*cellpayv1.Transaction, error)
+}
+
+func (f *fakeCell) Process(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	f.calls.Add(1)
+	f.mu.Lock()
+	f.seen = append(f.seen, req)
+	f.mu.Unlock()
+	return f.do(req, s)
+}
+
+func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1.Transaction, error) {
+	if f.get == nil {
+		return nil, status.Error(codes.NotFound, "no")
+	}
+	return f.get(req.GetTransactionId())
+}
+
+func serve(t *testing.T, f *fakeCell) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	cellproto.RegisterCellServer(s, f)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+func approve(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent], cell string) error {
+	if err := s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: req.Request.TransactionId}}}); err != nil {
+		return err
+	}
+	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: &cellpayv1.Transaction{
+		TransactionId: req.Request.TransactionId, Status: cellpayv1.TransactionStatus_APPROVED, CellId: cell, Attempts: req.Attempt,
+	}}})
+}
+
+func reroutable(s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{Reroutable: &cellproto.Reroutable{Reason: "db down"}}})
+}
+
+// setup serves the fakes and a table ranking them in the given order for
+// partner p-001 (weights and hashing put aside: one cell per pool would not
+// rank, so the order is found by routing and the fakes assigned to it).
+func setup(t *testing.T, fakes ...*fakeCell) (*Server, []*fakeCell) {
+	t.Helper()
+	spec := routing.Spec{Version: 1, Rules: []routing.Rule{{Name: "all", Pool: "p"}}}
+	ids := []string{"c1", "c2", "c3"}[:len(fakes)]
+	for _, id := range ids {
+		spec.Cells = append(spec.Cells, routing.Cell{ID: id, Addr: "127.0.0.1:1", Pool: "p", Weight: 100})
+	}
+	table, err := routing.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := table.Route(&routing.Attrs{PartnerID: "p-001", Market: "GB", PaymentType: "CARD_AUTHORIZATION"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The i-th fake takes the i-th place of the ranking.
+	for i, ch := range res.Ranked {
+		fakes[i].id = ch.Cell.ID
+		for j := range spec.Cells {
+			if spec.Cells[j].ID == ch.Cell.ID {
+				spec.Cells[j].Addr = serve(t, fakes[i])
+			}
+		}
+	}
+	if table, err = routing.Compile(spec); err != nil {
+		t.Fatal(err)
+	}
+	pool := cellconn.New()
+	t.Cleanup(pool.Close)
+	s, err := New(Config{Table: func() *routing.Table { return table }, Cells: pool, AttemptTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, fakes
+}
+
+func req(id string) *cellpayv1.SubmitTransactionRequest {
+	return &cellpayv1.SubmitTransactionRequest{
+		TransactionId: id, PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerId: "p-001", Market: "GB",
+		Amount:   &cellpayv1.Money{MinorUnits: 100, Currency: "GBP"},
+		Merchant: &cellpayv1.Merchant{Id: "m", Mcc: "5411", Country: "GB"},
+		Card:     &cellpayv1.Card{Pan: "4242424242424242", ExpiryMonth: 12, ExpiryYear: 2030},
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestForwardsToFirstCell(t *testing.T) {
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return approve(r, s, a.id)
+	}
+	b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	s, _ := setup(t, a, b)
+	got, err := s.SubmitTransaction(ctx(t), req("t-1"))
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetCellId() != a.id {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if a.seen[0].GetAttempt() != 1 || a.seen[0].GetRouteRule() != "all" || b.calls.Load() != 0 {
+		t.Fatalf("attempt %d rule %q; second cell called %d times", a.seen[0].GetAttempt(), a.seen[0].GetRouteRule(), b.calls.Load())
+	}
+}
+
+func TestReroutesBeforePNR(t *testing.T) {
+	cases := map[string]func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error{
+		"reroutable": reroutable,
+		"unavailable": func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			return status.Error(codes.Unavailable, "down")
+		},
+		"hang": func(s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			<-s.Context().Done() // the GTR's attempt timeout must cancel this
+			return s.Context().Err()
+		},
+		"closed without outcome": func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil },
+	}
+	for name, first := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+				return first(s)
+			}}
+			b := &fakeCell{}
+			b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+				return approve(r, s, b.id)
+			}
+			s, _ := setup(t, a, b)
+			got, err := s.SubmitTransaction(ctx(t), req("t-"+name[:4]))
+			if err != nil || got.GetCellId() != b.id || got.GetAttempts() != 2 {
+				t.Fatalf("got %v, %v; want approved by the second cell on attempt 2", got, err)
+			}
+			if b.seen[0].GetRequest().GetTransactionId() != "t-"+name[:4] {
+				t.Fatal("the restart did not keep the transaction ID")
+			}
+		})
+	}
+}
+
+func TestUnreachableCellIsSkipped(t *testing.T) {
+	a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	b := &fakeCell{}
+	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return approve(r, s, b.id)
+	}
+	s, _ := setup(t, a, b)
+	// Point the first cell at a port nobody listens on.
+	spec := s.cfg.Table().Spec()
+	for i := range spec.Cells {
+		if spec.Cells[i].ID == a.id {
+			l, _ := net.Listen("tcp", "127.0.0.1:0")
+			spec.Cells[i].Addr = l.Addr().String()
+			l.Close()
+		}
+	}
+	table, _ := routing.Compile(spec)
+	s.cfg.Table = func() *routing.Table { return table }
+	got, err := s.SubmitTransaction(ctx(t), req("t-unreach"))
+	if err != nil || got.GetCellId() != b.id {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
+
+// TestNoRerouteAfterPNR: a cell that announced its point of no return and
+// then went away owns the transaction: PENDING, and no other cell is asked.
+func TestNoRerouteAfterPNR(t *testing.T) {
+	cases := map[string]func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error{
+		"stream breaks": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+			return status.Error(codes.Unavailable, "crashed")
+		},
+		"reroutable after pnr": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+			return reroutable(s)
+		},
+		"slow after pnr": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+			time.Sleep(600 * time.Millisecond) // longer than the attempt timeout: past the PNR it must not apply
+			return approve(r, s, "slow")
+		},
+	}
+	for name, first := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := &fakeCell{do: first}
+			b := &fakeCell{}
+			b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+				return approve(r, s, b.id)
+			}
+			s, _ := setup(t, a, b)
+			got, err := s.SubmitTransaction(ctx(t), req("t-pnr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.calls.Load() != 0 {
+				t.Fatalf("re-routed after the point of no return")
+			}
+			if name == "slow after pnr" {
+				if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+					t.Fatalf("slow cell's answer lost: %v", got)
+				}
+				return
+			}
+			if got.GetStatus() != cellpayv1.TransactionStatus_PENDING || got.GetCellId() != a.id {
+				t.Fatalf("got %v, want PENDING from %s", got, a.id)
+			}
+		})
+	}
+}
+
+func TestCellAnswersAboutTheRequestArePassedOn(t *testing.T) {
+	for _, code := range []codes.Code{codes.AlreadyExists, codes.InvalidArgument, codes.Aborted} {
+		a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			return status.Error(code, "no")
+		}}
+		b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+		s, _ := setup(t, a, b)
+		if _, err := s.SubmitTransaction(ctx(t), req("t-code")); status.Code(err) != code {
+			t.Fatalf("err = %v, want %v", err, code)
+		}
+		if b.calls.Load() != 0 {
+			t.Fatalf("%v: tried another cell", code)
+		}
+	}
+}
+
+func TestAllCellsFail(t *testing.T) {
+	fail := func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return status.Error(codes.Unavailable, "down")
+	}
+	s, fakes := setup(t, &fakeCell{do: fail}, &fakeCell{do: fail}, &fakeCell{do: fail})
+	s.cfg.MaxAttempts = 2
+	if _, err := s.SubmitTransaction(ctx(t), req("t-all")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v, want Unavailable", err)
+	}
+	if fakes[2].calls.Load() != 0 {
+		t.Fatal("tried more cells than MaxAttempts")
+	}
+}
+
+func TestValidatesBeforeRouting(t *testing.T) {
+	a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	s, _ := setup(t, a)
+	r := req("t-bad")
+	r.Amount.MinorUnits = 0
+	if _, err := s.SubmitTransaction(ctx(t), r); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err = %v", err)
+	}
+	if a.calls.Load() != 0 {
+		t.Fatal("an invalid request reached a cell")
+	}
+}
+
+func TestGetTransaction(t *testing.T) {
+	a := &fakeCell{get: func(id string) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: id, Status: cellpayv1.TransactionStatus_PENDING}, nil
+	}}
+	b := &fakeCell{get: func(id string) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: id, Status: cellpayv1.TransactionStatus_APPROVED}, nil
+	}}
+	c := &fakeCell{}
+	s, _ := setup(t, a, b, c)
+	got, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "t-1"})
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("got %v, %v; want the final record over a PENDING one", got, err)
+	}
+	s2, _ := setup(t, &fakeCell{}, &fakeCell{})
+	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "t-2"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("err = %v, want NotFound", err)
+	}
+	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "bad id"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err = %v, want InvalidArgument", err)
+	}
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The platform benchmarks of BENCHMARKS.md, in one run on this machine:
+#  1. GTR overhead: the load tool straight at cell-a against the same load
+#     through the GTR (whose table sends everything to cell-a), open loop at
+#     about half of saturation, runs interleaved.
+#  2. End-to-end throughput at saturation (closed loop through the GTR)
+#     against pgbench running the cell's own SQL (scripts/bench/cell-txn.sql)
+#     against the same Postgres at the same concurrency.
+# Traffic goes to loopback only; every run is bounded by count and time.
+# Usage: scripts/bench-e2e.sh [seconds-per-run]   (default 15)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-15}
+work=$(mktemp -d /tmp/cellpay-bench.XXXXXX)
+chmod 755 "$work"
+out="$work/results"
+mkdir -p "$out"
+make -s build
+cat > "$work/gtr.yaml" <<'YAML'
+# Benchmark table: one pool holding cell-a only, so that the load tool's
+# direct-to-cell runs and its through-the-GTR runs load the same cell.
+version: 1
+cells:
+  - {id: cell-a, addr: "127.0.0.1:7081", pool: bench}
+rules:
+  - {name: bench, pool: bench}
+YAML
+./bin/cellpay -bin bin -data "$work/data" -config "$work/gtr.yaml" >"$work/cellpay.log" 2>&1 &
+plat=$!
+trap 'kill -INT $plat 2>/dev/null; wait $plat 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 120); do grep -q "cellpay is running" "$work/cellpay.log" && break; sleep 0.5; done
+grep -q "cellpay is running" "$work/cellpay.log" || { cat "$work/cellpay.log"; echo "platform did not start"; exit 1; }
+
+lg() { ./bin/loadgen -json -d "${secs}s" "$@"; }
+field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, r))" "$@"; }
+
+echo "== warm-up"
+lg -target gtr -mode closed -c 16 -n 3000 >/dev/null
+
+echo "== saturation (closed loop, c=32)"
+lg -target cell -addr 127.0.0.1:7081 -mode closed -c 32 -n 200000 > "$out/sat-cell.json"
+lg -target gtr -mode closed -c 32 -n 200000 > "$out/sat-gtr.json"
+sat=$(field "$out/sat-gtr.json" "throughput")
+rate=$(python3 -c "print(max(50, int($sat/2)))")
+echo "   GTR saturation $sat tx/s; half: $rate tx/s"
+
+echo "== GTR overhead at $rate tx/s (open loop), interleaved"
+n=$((rate * secs))
+for i in 1 2; do
+  lg -target cell -addr 127.0.0.1:7081 -mode open -rate "$rate" -c 256 -n "$n" > "$out/half-cell-$i.json"
+  lg -target gtr -mode open -rate "$rate" -c 256 -n "$n" > "$out/half-gtr-$i.json"
+done
+
+echo "== pgbench: the cell's SQL against cell-a's Postgres, c=32"
+pgbench -n -h 127.0.0.1 -p 7431 -U postgres -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
+
+python3 - "$out" <<'PY'
+import json, sys, glob, re, os
+out = sys.argv[1]
+def load(n): return json.load(open(os.path.join(out, n)))
+print()
+print("| run | throughput tx/s | p50 ms | p90 ms | p99 ms | errors |")
+print("|---|---|---|---|---|---|")
+for n in ["sat-cell.json", "sat-gtr.json", "half-cell-1.json", "half-gtr-1.json", "half-cell-2.json", "half-gtr-2.json"]:
+    r = load(n); l = r["latency_ms"]
+    print(f"| {n[:-5]} | {r['throughput']:.0f} | {l['p50']:.2f} | {l['p90']:.2f} | {l['p99']:.2f} | {sum(r.get('errors',{}).values())} |")
+cell = [load(f"half-cell-{i}.json")["latency_ms"] for i in (1, 2)]
+gtr = [load(f"half-gtr-{i}.json")["latency_ms"] for i in (1, 2)]
+for q in ("p50", "p99"):
+    d = sum(g[q] for g in gtr) / 2 - sum(c[q] for c in cell) / 2
+    print(f"GTR adds at {q}: {d:+.2f} ms (mean of 2 interleaved pairs)")
+pg = open(os.path.join(out, "pgbench.txt")).read()
+m = re.search(r"tps = ([0-9.]+)", pg)
+tps = float(m.group(1)) if m else float("nan")
+sat = load("sat-gtr.json")["throughput"]
+print(f"pgbench (cell SQL, c=32): {tps:.0f} tx/s; end-to-end through the GTR: {sat:.0f} tx/s; ratio {sat/tps:.2f}")
+PY
