@@ -1,0 +1,219 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+// MaxRamp bounds how long a weight ramp may run.
+const MaxRamp = 24 * time.Hour
+
+// Doc is the replicated routing configuration: what every GTR replica must
+// agree on. It travels as JSON through the NATS KV bucket and the local
+// state file. Health is not in it: health is each replica's own view.
+type Doc struct {
+	// Version rises with every change (a table apply or any weight change).
+	Version uint64         `json:"version"`
+	Cells   []CellConfig   `json:"cells"`
+	Rules   []routing.Rule `json:"rules"`
+}
+
+// CellConfig is a cell and its weights.
+type CellConfig struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	Pool string `json:"pool"`
+	// TableWeight is the weight in the last applied table; Restore returns
+	// the cell to it and Drain takes its percentage of it.
+	TableWeight int `json:"table_weight"`
+	// Weight is the weight in force once any ramp has ended.
+	Weight int `json:"weight"`
+	// Ramp, if set, moves the weight from Ramp.From to Weight over time.
+	Ramp *Ramp `json:"ramp,omitempty"`
+}
+
+// Ramp moves a weight linearly from From to the cell's Weight between Start
+// and End. The weight at a time is a pure function of the ramp and the
+// clock, so every replica computes the same weight from the same KV value
+// (replica clocks are assumed to agree to well within a ramp step).
+type Ramp struct {
+	From  int       `json:"from"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// WeightAt is the cell's weight at time t: the ramp's From before it
+// starts, Weight after it ends, and in between the linear interpolation
+// rounded toward From (so a ramp never overshoots).
+func (c CellConfig) WeightAt(t time.Time) int {
+	r := c.Ramp
+	if r == nil || !t.Before(r.End) {
+		return c.Weight
+	}
+	if !t.After(r.Start) {
+		return r.From
+	}
+	total := r.End.Sub(r.Start)
+	elapsed := t.Sub(r.Start)
+	// |Weight-From| <= 100 and total <= MaxRamp: no overflow in int64 ns.
+	return r.From + int(int64(c.Weight-r.From)*int64(elapsed)/int64(total))
+}
+
+// Ramping reports whether the cell's weight is still moving at t.
+func (c CellConfig) Ramping(t time.Time) bool { return c.Ramp != nil && t.Before(c.Ramp.End) }
+
+// Clone returns a deep copy of d.
+func (d Doc) Clone() Doc {
+	c := Doc{Version: d.Version}
+	if d.Cells != nil {
+		c.Cells = make([]CellConfig, len(d.Cells))
+		for i, cc := range d.Cells {
+			if cc.Ramp != nil {
+				r := *cc.Ramp
+				cc.Ramp = &r
+			}
+			c.Cells[i] = cc
+		}
+	}
+	if d.Rules != nil {
+		c.Rules = make([]routing.Rule, len(d.Rules))
+		for i, r := range d.Rules {
+			r.Partners = append([]string(nil), r.Partners...)
+			r.Markets = append([]string(nil), r.Markets...)
+			r.PaymentTypes = append([]string(nil), r.PaymentTypes...)
+			c.Rules[i] = r
+		}
+	}
+	return c
+}
+
+// Cell returns a pointer to the cell with the given id in d, or nil.
+func (d *Doc) Cell(id string) *CellConfig {
+	for i := range d.Cells {
+		if d.Cells[i].ID == id {
+			return &d.Cells[i]
+		}
+	}
+	return nil
+}
+
+// Spec is the routing spec d describes at time t, with the cells that down
+// reports as down marked routing.CellDown. down may be nil.
+func (d Doc) Spec(t time.Time, down func(cellID string) bool) routing.Spec {
+	s := routing.Spec{Version: d.Version, Rules: d.Rules}
+	for _, c := range d.Cells {
+		st := routing.CellUp
+		if down != nil && down(c.ID) {
+			st = routing.CellDown
+		}
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: c.WeightAt(t), State: st})
+	}
+	return s
+}
+
+// FromSpec builds a Doc from a routing spec (the YAML config, an applied
+// table): every cell at its spec weight with no ramp.
+func FromSpec(s routing.Spec) Doc {
+	d := Doc{Version: s.Version, Rules: s.Rules}
+	for _, c := range s.Cells {
+		d.Cells = append(d.Cells, CellConfig{ID: c.ID, Addr: c.Addr, Pool: c.Pool, TableWeight: c.Weight, Weight: c.Weight})
+	}
+	return d.Clone()
+}
+
+// Validate reports every problem in d: weights outside 0..100, ramps that
+// end before they start or run longer than MaxRamp, and whatever
+// routing.Validate finds in the spec.
+func (d Doc) Validate() error {
+	var errs []error
+	if d.Version == 0 {
+		errs = append(errs, errors.New("version: must be 1 or more"))
+	}
+	for i, c := range d.Cells {
+		name := fmt.Sprintf("cells[%d] %q", i, c.ID)
+		for field, w := range map[string]int{"table_weight": c.TableWeight, "weight": c.Weight} {
+			if w < 0 || w > 100 {
+				errs = append(errs, fmt.Errorf("%s: %s: %d outside 0..100", name, field, w))
+			}
+		}
+		if r := c.Ramp; r != nil {
+			if r.From < 0 || r.From > 100 {
+				errs = append(errs, fmt.Errorf("%s: ramp.from: %d outside 0..100", name, r.From))
+			}
+			if !r.End.After(r.Start) {
+				errs = append(errs, fmt.Errorf("%s: ramp: end %v is not after start %v", name, r.End, r.Start))
+			} else if r.End.Sub(r.Start) > MaxRamp {
+				errs = append(errs, fmt.Errorf("%s: ramp: longer than %v", name, MaxRamp))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Weights are in range, so the spec at any time validates alike.
+	return routing.Validate(d.Spec(time.Time{}, nil))
+}
+
+// ErrUnknownCell is returned by the Doc's weight operations for a cell id
+// the Doc does not have.
+var ErrUnknownCell = errors.New("unknown cell")
+
+// FieldError is bad operator input: the field at fault and why.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// SetWeight moves cell id to weight w, now when over is 0, else ramped
+// linearly from its weight at now over the duration. It raises Version.
+func (d *Doc) SetWeight(id string, w int, now time.Time, over time.Duration) error {
+	if w < 0 || w > 100 {
+		return &FieldError{"weight", fmt.Sprintf("%d outside 0..100", w)}
+	}
+	if over < 0 {
+		return &FieldError{"over", fmt.Sprintf("negative duration %v", over)}
+	}
+	if over > MaxRamp {
+		return &FieldError{"over", fmt.Sprintf("%v is longer than %v", over, MaxRamp)}
+	}
+	c := d.Cell(id)
+	if c == nil {
+		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
+	}
+	from := c.WeightAt(now)
+	c.Weight, c.Ramp = w, nil
+	if over > 0 && from != w {
+		c.Ramp = &Ramp{From: from, Start: now, End: now.Add(over)}
+	}
+	d.Version++
+	return nil
+}
+
+// Drain moves percent of cell id's keys (of its TableWeight) away: its
+// weight becomes TableWeight*(100-percent)/100, rounded down. Because a key
+// stays while its bucket is below the weight, the same keys move every
+// time, and with TableWeight 100 draining 30 leaves weight 70.
+func (d *Doc) Drain(id string, percent int, now time.Time, over time.Duration) error {
+	if percent < 0 || percent > 100 {
+		return &FieldError{"percent", fmt.Sprintf("%d outside 0..100", percent)}
+	}
+	c := d.Cell(id)
+	if c == nil {
+		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
+	}
+	return d.SetWeight(id, c.TableWeight*(100-percent)/100, now, over)
+}
+
+// Restore returns cell id to its TableWeight, now or ramped.
+func (d *Doc) Restore(id string, now time.Time, over time.Duration) error {
+	c := d.Cell(id)
+	if c == nil {
+		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
+	}
+	return d.SetWeight(id, c.TableWeight, now, over)
+}

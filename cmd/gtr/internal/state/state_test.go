@@ -1,0 +1,422 @@
+package state
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a fake clock tests move by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func testDoc() Doc {
+	return FromSpec(routing.Spec{
+		Version: 1,
+		Cells: []routing.Cell{
+			{ID: "cell-a", Addr: "127.0.0.1:1", Pool: "main", Weight: 100},
+			{ID: "cell-b", Addr: "127.0.0.1:2", Pool: "main", Weight: 100},
+			{ID: "cell-c", Addr: "127.0.0.1:3", Pool: "main", Weight: 100},
+		},
+		Rules: []routing.Rule{{Name: "everything", Pool: "main"}},
+	})
+}
+
+func newState(t testing.TB) (*State, *clock) {
+	t.Helper()
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := New(Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(testDoc(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func home(t testing.TB, tbl *routing.Table, partner string) string {
+	t.Helper()
+	var buf [8]routing.Choice
+	res, err := tbl.Route(&routing.Attrs{PartnerID: partner, Market: "GB", PaymentType: routing.PaymentCardAuthorization}, buf[:0])
+	if err != nil {
+		t.Fatalf("route %s: %v", partner, err)
+	}
+	return res.Ranked[0].Cell.ID
+}
+
+func TestApplyAndDoc(t *testing.T) {
+	s, _ := newState(t)
+	d, rev, ok := s.Doc()
+	if !ok || rev != 1 || d.Version != 1 || len(d.Cells) != 3 || len(d.Rules) != 1 {
+		t.Fatalf("Doc() = %+v, %d, %v", d, rev, ok)
+	}
+	if got := [3]string{d.Cells[0].ID, d.Cells[1].ID, d.Cells[2].ID}; got != [3]string{"cell-a", "cell-b", "cell-c"} {
+		t.Fatalf("cell order %v", got)
+	}
+	if s.Table().Version() != 1 {
+		t.Fatalf("table version %d", s.Table().Version())
+	}
+}
+
+func TestApplyRefusesBadDocWhole(t *testing.T) {
+	s, _ := newState(t)
+	before := s.Table()
+	bad := testDoc()
+	bad.Version = 2
+	bad.Cells[1].Weight = 101
+	bad.Rules = append(bad.Rules, routing.Rule{Name: "", Pool: "nowhere"})
+	err := s.Apply(bad, 2)
+	if err == nil {
+		t.Fatal("Apply accepted a bad doc")
+	}
+	for _, want := range []string{"weight: 101 outside 0..100", `cells[1] "cell-b"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if s.Table() != before {
+		t.Fatal("a refused doc changed the published table")
+	}
+	if _, rev, _ := s.Doc(); rev != 1 {
+		t.Fatalf("revision %d after a refused doc", rev)
+	}
+}
+
+
+func TestApplyNewer(t *testing.T) {
+	s, _ := newState(t)
+	d := testDoc()
+	d.Version = 5
+	if ok, err := s.ApplyNewer(d, 1); ok || err != nil {
+		t.Fatalf("same revision: applied %v, %v", ok, err)
+	}
+	if ok, err := s.ApplyNewer(d, 2); !ok || err != nil {
+		t.Fatalf("newer revision: applied %v, %v", ok, err)
+	}
+	if s.Table().Version() != 5 {
+		t.Fatalf("version %d, want 5", s.Table().Version())
+	}
+}
+
+func TestSetHealth(t *testing.T) {
+	s, _ := newState(t)
+	before := s.Table()
+	s.SetHealth("cell-b", true) // no change: no republish
+	if s.Table() != before {
+		t.Fatal("an unchanged health republished")
+	}
+	s.SetHealth("cell-b", false)
+	if c, _ := s.Table().Cell("cell-b"); c.State != routing.CellDown {
+		t.Fatalf("cell-b state %v, want down", c.State)
+	}
+	if s.Healthy("cell-b") || !s.Healthy("cell-a") {
+		t.Fatal("Healthy disagrees with SetHealth")
+	}
+	for i := range 1000 {
+		if h := home(t, s.Table(), "p-"+strconv.Itoa(i)); h == "cell-b" {
+			t.Fatalf("key routed to a down cell")
+		}
+	}
+	// Health is local state: a new replicated doc does not reset it.
+	d := testDoc()
+	d.Version = 2
+	if err := s.Apply(d, 2); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Table().Cell("cell-b"); c.State != routing.CellDown {
+		t.Fatal("Apply forgot the health table")
+	}
+	s.SetHealth("cell-b", true)
+	if c, _ := s.Table().Cell("cell-b"); c.State != routing.CellUp {
+		t.Fatal("cell-b did not come back up")
+	}
+}
+
+func TestHealthBeforeTable(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetHealth("cell-a", false)
+	if s.Table() != nil {
+		t.Fatal("a table without a doc")
+	}
+	if err := s.Apply(testDoc(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Table().Cell("cell-a"); c.State != routing.CellDown {
+		t.Fatal("health recorded before the first table was lost")
+	}
+}
+
+func TestDrainMovesTheSameKeys(t *testing.T) {
+	s, clk := newState(t)
+	const n = 20000
+	homes := make([]string, n)
+	onB := 0
+	for i := range homes {
+		homes[i] = home(t, s.Table(), "p-"+strconv.Itoa(i))
+		if homes[i] == "cell-b" {
+			onB++
+		}
+	}
+	moved := func() map[int]bool {
+		m := map[int]bool{}
+		for i := range homes {
+			if h := home(t, s.Table(), "p-"+strconv.Itoa(i)); h != homes[i] {
+				if homes[i] != "cell-b" {
+					t.Fatalf("key %d moved from %s, which was not drained", i, homes[i])
+				}
+				m[i] = true
+			}
+		}
+		return m
+	}
+	drain := func() map[int]bool {
+		d, rev, _ := s.Doc()
+		if err := d.Drain("cell-b", 30, clk.Now(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(d, rev+1); err != nil {
+			t.Fatal(err)
+		}
+		return moved()
+	}
+	first := drain()
+	share := float64(len(first)) / float64(onB)
+	if share < 0.28 || share > 0.32 {
+		t.Fatalf("drained share %.3f, want 0.30±0.02", share)
+	}
+	d, rev, _ := s.Doc()
+	if err := d.Restore("cell-b", clk.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(d, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	if m := moved(); len(m) != 0 {
+		t.Fatalf("%d keys still moved after restore", len(m))
+	}
+	second := drain()
+	if len(second) != len(first) {
+		t.Fatalf("second drain moved %d keys, first %d", len(second), len(first))
+	}
+	for k := range first {
+		if !second[k] {
+			t.Fatalf("key %d moved the first time and not the second", k)
+		}
+	}
+}
+
+func TestRamp(t *testing.T) {
+	s, clk := newState(t)
+	d, rev, _ := s.Doc()
+	if err := d.Drain("cell-b", 100, clk.Now(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(d, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	weight := func() int { c, _ := s.Table().Cell("cell-b"); return c.Weight }
+	if w := weight(); w != 100 {
+		t.Fatalf("weight at ramp start %d", w)
+	}
+	if s.Refresh() {
+		t.Fatal("Refresh republished with the clock standing still")
+	}
+	for _, step := range []struct {
+		after time.Duration
+		want  int
+	}{{2500 * time.Millisecond, 75}, {2500 * time.Millisecond, 50}, {5 * time.Second, 0}, {time.Hour, 0}} {
+		clk.Add(step.after)
+		s.Refresh()
+		if w := weight(); w != step.want {
+			t.Fatalf("weight %d, want %d", w, step.want)
+		}
+	}
+	// Restore ramps back up from where the weight is.
+	d, rev, _ = s.Doc()
+	if err := d.Restore("cell-b", clk.Now(), 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(d, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Second)
+	s.Refresh()
+	if w := weight(); w != 25 {
+		t.Fatalf("restore ramp weight %d, want 25", w)
+	}
+}
+
+func TestWeightAtIsDeterministic(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := CellConfig{Weight: 0, Ramp: &Ramp{From: 100, Start: start, End: start.Add(time.Minute)}}
+	prev := 101
+	for ms := -1000; ms <= 61000; ms += 7 {
+		w := c.WeightAt(start.Add(time.Duration(ms) * time.Millisecond))
+		if w > prev || w < 0 || w > 100 {
+			t.Fatalf("weight %d at %dms after %d: not monotone within range", w, ms, prev)
+		}
+		prev = w
+	}
+	if prev != 0 {
+		t.Fatalf("ramp ended at %d", prev)
+	}
+}
+
+func TestDocOpsRejectBadInput(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		op    func(d *Doc) error
+		field string
+	}{
+		{"weight high", func(d *Doc) error { return d.SetWeight("cell-a", 101, now, 0) }, "weight"},
+		{"weight negative", func(d *Doc) error { return d.SetWeight("cell-a", -1, now, 0) }, "weight"},
+		{"negative over", func(d *Doc) error { return d.SetWeight("cell-a", 50, now, -time.Second) }, "over"},
+		{"too long", func(d *Doc) error { return d.Restore("cell-a", now, 48*time.Hour) }, "over"},
+		{"percent", func(d *Doc) error { return d.Drain("cell-a", 130, now, 0) }, "percent"},
+		{"drain negative over", func(d *Doc) error { return d.Drain("cell-a", 30, now, -time.Minute) }, "over"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testDoc()
+			err := tc.op(&d)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Fatalf("error %v, want a FieldError on %q", err, tc.field)
+			}
+			if d.Version != 1 {
+				t.Fatal("a refused operation changed the version")
+			}
+		})
+	}
+	d := testDoc()
+	for _, err := range []error{d.SetWeight("cell-z", 5, now, 0), d.Drain("cell-z", 5, now, 0), d.Restore("cell-z", now, 0)} {
+		if !errors.Is(err, ErrUnknownCell) {
+			t.Fatalf("unknown cell: %v", err)
+		}
+	}
+}
+
+// TestRouteNeverWaitsOnWriter holds the writer lock and a memdb write
+// transaction and routes meanwhile: Table is an atomic load, so routing
+// must finish while the writer is stuck.
+func TestRouteNeverWaitsOnWriter(t *testing.T) {
+	s, _ := newState(t)
+	s.mu.Lock()
+	txn := s.db.Txn(true)
+	release := func() { txn.Abort(); s.mu.Unlock() }
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 10000 {
+			home(t, s.Table(), "p-"+strconv.Itoa(i))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("routing waited on a writer")
+	}
+	// A writer blocked meanwhile is fine; it goes once the lock is free.
+	wrote := make(chan struct{})
+	go func() { s.SetHealth("cell-a", false); close(wrote) }()
+	release()
+	release = nil
+	select {
+	case <-wrote:
+	case <-time.After(5 * time.Second):
+		t.Fatal("writer never got the lock")
+	}
+}
+
+func TestConcurrentWritersAndReaders(t *testing.T) {
+	s, clk := newState(t)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tbl := s.Table()
+				home(t, tbl, "p-1")
+			}
+		})
+	}
+	for i := range 200 {
+		s.SetHealth("cell-"+string(rune('a'+i%3)), i%2 == 0)
+		d, rev, _ := s.Doc()
+		if err := d.SetWeight("cell-c", i%101, clk.Now(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(d, rev+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestStats(t *testing.T) {
+	s, _ := newState(t)
+	if st := s.Stats("cell-a"); st.InFlight != 0 || st.Recent != 0 || st.SuccessRate != -1 {
+		t.Fatalf("fresh stats %+v", st)
+	}
+	s.InFlight("cell-a", 1)
+	s.InFlight("cell-a", 1)
+	s.InFlight("cell-a", -1)
+	for i := range 250 {
+		s.Outcome("cell-a", i%4 != 0)
+	}
+	st := s.Stats("cell-a")
+	if st.InFlight != 1 || st.Recent != window || st.SuccessRate != 0.75 {
+		t.Fatalf("stats %+v", st)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { s.InFlight("cell-a", 1); s.InFlight("cell-a", -1); s.Outcome("cell-a", true) }); allocs != 0 {
+		t.Fatalf("InFlight/Outcome allocate %.1f times", allocs)
+	}
+}
+
+func TestRouteThroughStateAllocs(t *testing.T) {
+	s, _ := newState(t)
+	a := routing.Attrs{PartnerID: "p-1", Market: "GB", PaymentType: routing.PaymentCardAuthorization}
+	dst := make([]routing.Choice, 0, 8)
+	if allocs := testing.AllocsPerRun(1000, func() { _, _ = s.Table().Route(&a, dst) }); allocs != 0 {
+		t.Fatalf("Route through State.Table allocates %.1f times", allocs)
+	}
+}
