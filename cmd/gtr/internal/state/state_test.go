@@ -106,7 +106,6 @@ func TestApplyRefusesBadDocWhole(t *testing.T) {
 	}
 }
 
-
 func TestApplyNewer(t *testing.T) {
 	s, _ := newState(t)
 	d := testDoc()
