@@ -5,6 +5,12 @@
 // A Snapshot is immutable once parsed and safe to share between goroutines.
 // Money is integer minor units; FX conversion is exact rational arithmetic
 // with one rounding step at the end, half to even (see Convert).
+//
+// Versions are positive integers assigned by the replicator, one sequence
+// for snapshots and updates alike; 0 means "unversioned" (a source file, or
+// a bootstrap file served before any published version). The package does
+// no network I/O: wire.go describes the messages, cmd/replicator and the
+// cell's refsync move them.
 package refdata
 
 import (
@@ -12,9 +18,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/cellpay/cellpay/internal/iso"
 )
@@ -37,26 +46,43 @@ type MCC struct {
 	Risk     string `json:"risk"`
 }
 
-// File is the on-disk JSON form of a snapshot. Rates are decimal strings
-// giving the units of a currency per one unit of the base currency; they are
-// strings so that no value passes through a float.
+// Currency is one ISO 4217 currency of the reference data.
+type Currency struct {
+	// MinorUnits is the number of decimal digits of the minor unit (0 to 4):
+	// 2 for EUR, 0 for JPY, 3 for KWD.
+	MinorUnits int    `json:"minor_units"`
+	Name       string `json:"name,omitempty"`
+}
+
+// File is the JSON form of a snapshot, on disk and on the wire. Rates are
+// decimal strings giving the units of a currency per one unit of the base
+// currency; they are strings so that no value passes through a float.
+//
+// Currencies lists the currencies with their minor units; when it is empty
+// (an older file) the compiled-in ISO 4217 list of package iso is used.
+// BlockedCategories names MCC categories that transactions are declined for.
 type File struct {
-	Version                   string            `json:"version"`
-	BaseCurrency              string            `json:"base_currency"`
-	DefaultSettlementCurrency string            `json:"default_settlement_currency"`
-	Partners                  map[string]string `json:"partners"`
-	FXRates                   map[string]string `json:"fx_rates"`
-	MCC                       map[string]MCC    `json:"mcc"`
+	Version                   uint64              `json:"version"`
+	BaseCurrency              string              `json:"base_currency"`
+	DefaultSettlementCurrency string              `json:"default_settlement_currency"`
+	Currencies                map[string]Currency `json:"currencies,omitempty"`
+	Partners                  map[string]string   `json:"partners"`
+	FXRates                   map[string]string   `json:"fx_rates"`
+	MCC                       map[string]MCC      `json:"mcc"`
+	BlockedCategories         []string            `json:"blocked_categories,omitempty"`
 }
 
 // Snapshot is one validated version of the reference data.
 type Snapshot struct {
+	file              File // as validated; never modified
 	version           string
 	base              string
 	defaultSettlement string
 	partners          map[string]string
 	rates             map[string]*big.Rat
+	exps              map[string]int
 	mcc               map[string]MCC
+	blocked           map[string]bool
 }
 
 // Load reads and parses the JSON file at path.
@@ -84,25 +110,45 @@ func Parse(b []byte) (*Snapshot, error) {
 func FromFile(f File) (*Snapshot, error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if f.Version == "" {
-		bad("version: is required")
-	}
-	if !iso.IsCurrency(f.BaseCurrency) {
-		bad("base_currency: %q is not an ISO 4217 currency", f.BaseCurrency)
-	}
 	s := &Snapshot{
-		version:           f.Version,
+		file:              f,
+		version:           strconv.FormatUint(f.Version, 10),
 		base:              f.BaseCurrency,
 		defaultSettlement: f.DefaultSettlementCurrency,
 		partners:          make(map[string]string, len(f.Partners)),
 		rates:             make(map[string]*big.Rat, len(f.FXRates)),
+		exps:              make(map[string]int, len(f.FXRates)),
 		mcc:               make(map[string]MCC, len(f.MCC)),
+		blocked:           make(map[string]bool, len(f.BlockedCategories)),
+	}
+	for _, cur := range sortedKeys(f.Currencies) {
+		c := f.Currencies[cur]
+		if !iso.IsCurrency(cur) {
+			bad("currencies: %q is not an ISO 4217 currency", cur)
+		}
+		if c.MinorUnits < 0 || c.MinorUnits > 4 {
+			bad("currencies.%s.minor_units: %d is not 0 to 4", cur, c.MinorUnits)
+		}
+	}
+	// exponent is the currency's minor units from the file, or from the
+	// compiled-in ISO list when the file lists no currencies.
+	exponent := func(cur string) (int, bool) {
+		if len(f.Currencies) == 0 {
+			return iso.CurrencyExponent(cur)
+		}
+		c, ok := f.Currencies[cur]
+		return c.MinorUnits, ok && iso.IsCurrency(cur)
+	}
+	if _, ok := exponent(f.BaseCurrency); !ok {
+		bad("base_currency: %q is not a known ISO 4217 currency", f.BaseCurrency)
 	}
 	for _, cur := range sortedKeys(f.FXRates) {
-		if !iso.IsCurrency(cur) {
-			bad("fx_rates: %q is not an ISO 4217 currency", cur)
+		e, ok := exponent(cur)
+		if !ok {
+			bad("fx_rates: %q is not a known ISO 4217 currency", cur)
 			continue
 		}
+		s.exps[cur] = e
 		r, ok := new(big.Rat).SetString(f.FXRates[cur])
 		if !ok || r.Sign() <= 0 {
 			bad("fx_rates.%s: %q is not a positive decimal", cur, f.FXRates[cur])
@@ -138,14 +184,44 @@ func FromFile(f File) (*Snapshot, error) {
 		}
 		s.mcc[code] = m
 	}
+	for _, c := range f.BlockedCategories {
+		if c == "" {
+			bad("blocked_categories: empty category")
+		}
+		s.blocked[c] = true
+	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("refdata: version %q refused: %w", f.Version, errors.Join(errs...))
+		return nil, fmt.Errorf("refdata: version %d refused: %w", f.Version, errors.Join(errs...))
 	}
 	return s, nil
 }
 
-// Version names this snapshot.
+// Version names this snapshot: its sequence number in decimal.
 func (s *Snapshot) Version() string { return s.version }
+
+// Seq is the snapshot's version number; 0 for an unversioned file.
+func (s *Snapshot) Seq() uint64 { return s.file.Version }
+
+// File returns a deep copy of the validated file the snapshot was built
+// from.
+func (s *Snapshot) File() File { return s.file.clone() }
+
+// Blocked reports whether transactions in an MCC category are declined.
+func (s *Snapshot) Blocked(category string) bool { return s.blocked[category] }
+
+// Exponent returns a currency's minor units, and false when the snapshot
+// has no rate for it.
+func (s *Snapshot) Exponent(cur string) (int, bool) {
+	e, ok := s.exps[cur]
+	return e, ok
+}
+
+// Rate returns the currency's rate against the base currency. The caller
+// must not modify it.
+func (s *Snapshot) Rate(cur string) (*big.Rat, bool) {
+	r, ok := s.rates[cur]
+	return r, ok
+}
 
 // SettlementCurrency returns the currency partner settles in.
 func (s *Snapshot) SettlementCurrency(partner string) string {
@@ -178,8 +254,17 @@ func (s *Snapshot) Convert(minor int64, from, to string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w %s", ErrNoRate, to)
 	}
-	ef, _ := iso.CurrencyExponent(from)
-	et, _ := iso.CurrencyExponent(to)
+	return ConvertRates(minor, from, rf, s.exps[from], to, rt, s.exps[to])
+}
+
+// ConvertRates is Convert with the rates (units per base unit) and minor
+// unit exponents given: the one conversion rule for every holder of
+// reference data (a Snapshot, a cell's in-memory tables). from and to only
+// name the currencies in errors.
+func ConvertRates(minor int64, from string, rf *big.Rat, ef int, to string, rt *big.Rat, et int) (int64, error) {
+	if from == to {
+		return minor, nil
+	}
 	v := new(big.Rat).SetInt64(minor)
 	v.Mul(v, rt)
 	v.Quo(v, rf)
@@ -207,6 +292,16 @@ func RoundHalfEven(v *big.Rat) *big.Int {
 		}
 	}
 	return q
+}
+
+func (f File) clone() File {
+	c := f
+	c.Currencies = maps.Clone(f.Currencies)
+	c.Partners = maps.Clone(f.Partners)
+	c.FXRates = maps.Clone(f.FXRates)
+	c.MCC = maps.Clone(f.MCC)
+	c.BlockedCategories = slices.Clone(f.BlockedCategories)
+	return c
 }
 
 func pow10(n int) *big.Int {

@@ -40,6 +40,9 @@ type RefData interface {
 	Convert(minor int64, from, to string) (int64, error)
 	// MCC classifies a merchant category code; false when unknown.
 	MCC(code string) (refdata.MCC, bool)
+	// Blocked reports whether transactions in an MCC category are declined
+	// outright.
+	Blocked(category string) bool
 }
 
 // Policy holds the cell's risk limits. Amounts are in minor units of
@@ -161,6 +164,10 @@ func (m *Machine) enrich() {
 		return
 	}
 	m.riskClass = mcc.Risk
+	if m.ref.Blocked(mcc.Category) {
+		m.decide(StateDeclined, "blocked_category")
+		return
+	}
 	rec.SettlementCurrency = m.ref.SettlementCurrency(rec.PartnerID)
 	amt, err := m.ref.Convert(rec.Amount, rec.Currency, rec.SettlementCurrency)
 	if err != nil {

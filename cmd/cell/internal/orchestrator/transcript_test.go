@@ -51,13 +51,15 @@ func TestTranscripts(t *testing.T) {
 
 var testRef = func() *refdata.Snapshot {
 	s, err := refdata.FromFile(refdata.File{
-		Version: "rd-1", BaseCurrency: "EUR", DefaultSettlementCurrency: "EUR",
+		Version: 1, BaseCurrency: "EUR", DefaultSettlementCurrency: "EUR",
 		Partners: map[string]string{"p-001": "GBP"},
 		FXRates:  map[string]string{"EUR": "1", "GBP": "0.8412", "USD": "1.0842"},
 		MCC: map[string]refdata.MCC{
 			"5411": {Category: "grocery", Risk: refdata.RiskLow},
 			"5944": {Category: "jewelry", Risk: refdata.RiskHigh},
+			"7995": {Category: "betting_gambling", Risk: refdata.RiskHigh},
 		},
+		BlockedCategories: []string{"betting_gambling"},
 	})
 	if err != nil {
 		panic(err)

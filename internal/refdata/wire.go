@@ -1,0 +1,153 @@
+package refdata
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// NATS names shared by the replicator and the cells.
+const (
+	// Stream holds every published version, snapshots and updates, in
+	// order, on one subject: a consumer sees them in version order.
+	Stream = "CELLPAY_REFDATA"
+	// Subject is the stream's only subject.
+	Subject = "cellpay.refdata.versions"
+	// StatusSubjectPrefix + cell ID is where a cell reports, over core
+	// NATS, the version it serves (a Status), every StatusInterval and
+	// after every change.
+	StatusSubjectPrefix = "cellpay.refdata.status."
+	// StatusInterval is how often a cell reports when nothing changes.
+	StatusInterval = time.Second
+)
+
+// Message kinds.
+const (
+	KindSnapshot = "snapshot"
+	KindUpdate   = "update"
+)
+
+// ErrInconsistent means a version does not fit the data it claims to
+// follow: an update whose base is not the version served, or a message whose
+// version disagrees with its content.
+var ErrInconsistent = errors.New("refdata: inconsistent version")
+
+// Update changes a few entries of the version it is based on: one rate, one
+// MCC, or a handful. An update cannot remove entries; a snapshot does that.
+type Update struct {
+	FXRates map[string]string `json:"fx_rates,omitempty"`
+	MCC     map[string]MCC    `json:"mcc,omitempty"`
+}
+
+// Message is one version on the wire (the JSON body of a message on
+// Subject). A snapshot carries the whole data; an update carries the changes
+// to Base, the version it must be applied to.
+type Message struct {
+	Version     uint64    `json:"version"`
+	Kind        string    `json:"kind"`
+	Base        uint64    `json:"base,omitempty"`
+	Snapshot    *File     `json:"snapshot,omitempty"`
+	Update      *Update   `json:"update,omitempty"`
+	PublishedAt time.Time `json:"published_at"`
+	// Hash is ContentHash of the snapshot or update: the replicator's
+	// dedupe key, also part of the JetStream message ID.
+	Hash string `json:"hash"`
+}
+
+// Status is what a cell reports about the version it serves.
+type Status struct {
+	Cell    string `json:"cell"`
+	Version uint64 `json:"version"`
+	// Source is "nats", "postgres" (loaded at start, nothing newer applied
+	// yet), "bootstrap" (a file, served as version 0) or "none".
+	Source      string    `json:"source"`
+	AppliedAt   time.Time `json:"applied_at"`
+	PublishedAt time.Time `json:"published_at"`
+	// Refused counts versions this cell refused since it started;
+	// LastRefused says why the last one was.
+	Refused     uint64    `json:"refused"`
+	LastRefused string    `json:"last_refused,omitempty"`
+	ReportedAt  time.Time `json:"reported_at"`
+}
+
+// DecodeMessage parses and checks the shape of a message: a known kind with
+// the matching body, a positive version, and an update's base below it.
+// Unknown fields are refused. The content itself is validated when applied.
+func DecodeMessage(b []byte) (*Message, error) {
+	var m Message
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("refdata: message: %w", err)
+	}
+	if m.Version == 0 {
+		return nil, errors.New("refdata: message: version must be positive")
+	}
+	switch {
+	case m.Kind == KindSnapshot && m.Snapshot != nil && m.Update == nil:
+		if m.Snapshot.Version != m.Version {
+			return nil, fmt.Errorf("%w: message version %d carries snapshot version %d", ErrInconsistent, m.Version, m.Snapshot.Version)
+		}
+	case m.Kind == KindUpdate && m.Update != nil && m.Snapshot == nil:
+		if m.Base == 0 || m.Base >= m.Version {
+			return nil, fmt.Errorf("%w: update %d based on %d", ErrInconsistent, m.Version, m.Base)
+		}
+	default:
+		return nil, fmt.Errorf("refdata: message: kind %q with the wrong body", m.Kind)
+	}
+	return &m, nil
+}
+
+// MsgID is the JetStream message ID of a version: a retried or concurrent
+// publish of the same content as the same version is stored once.
+func (m *Message) MsgID() string {
+	h := m.Hash
+	if len(h) > 16 {
+		h = h[:16]
+	}
+	return fmt.Sprintf("refdata-%d-%s-%s", m.Version, m.Kind, h)
+}
+
+// ContentHash is the hex SHA-256 of v's JSON encoding (map keys sorted, so
+// equal content hashes equal). Snapshots are hashed with their version
+// cleared: the same data published twice hashes the same.
+func ContentHash(v any) string {
+	if f, ok := v.(File); ok {
+		f.Version = 0
+		v = f
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // File and Update always encode
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Apply returns the snapshot that results from applying u to s as version
+// version, validated whole: an update that leaves anything invalid is
+// refused and s is unchanged (it is immutable).
+func (s *Snapshot) Apply(version uint64, u Update) (*Snapshot, error) {
+	if version <= s.Seq() {
+		return nil, fmt.Errorf("%w: update to version %d is not after %d", ErrInconsistent, version, s.Seq())
+	}
+	if len(u.FXRates) == 0 && len(u.MCC) == 0 {
+		return nil, fmt.Errorf("refdata: update %d changes nothing", version)
+	}
+	f := s.File()
+	f.Version = version
+	if f.FXRates == nil {
+		f.FXRates = map[string]string{}
+	}
+	if f.MCC == nil {
+		f.MCC = map[string]MCC{}
+	}
+	maps.Copy(f.FXRates, u.FXRates)
+	maps.Copy(f.MCC, u.MCC)
+	return FromFile(f)
+}
