@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -31,7 +31,12 @@ type Config struct {
 	Listen      string // host:port for the Cell service and gRPC health
 	DatabaseURL string
 	IssuerAddr  string
+	// RefDataFile optionally bootstraps a cell with no stored reference
+	// data; NATSURL ("" for none) is the source of truth.
 	RefDataFile string
+	NATSURL     string
+	// MetricsListen, if set, serves reference data metrics at /metrics.
+	MetricsListen string
 	// Secret keys PAN hashes and payload fingerprints; at least 32 bytes.
 	Secret []byte
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
@@ -48,8 +53,8 @@ func (c *Config) validate() error {
 	if c.ID == "" {
 		errs = append(errs, errors.New("cell: id is required"))
 	}
-	if c.Listen == "" || c.DatabaseURL == "" || c.IssuerAddr == "" || c.RefDataFile == "" {
-		errs = append(errs, errors.New("cell: listen, database URL, issuer address and reference data file are required"))
+	if c.Listen == "" || c.DatabaseURL == "" || c.IssuerAddr == "" {
+		errs = append(errs, errors.New("cell: listen, database URL and issuer address are required"))
 	}
 	if len(c.Secret) < 32 {
 		errs = append(errs, errors.New("cell: the PAN key must be at least 32 bytes"))
@@ -73,10 +78,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Log.With("cell", cfg.ID)
-	ref, err := refdata.Load(cfg.RefDataFile)
-	if err != nil {
-		return err
-	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -87,6 +88,15 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if n > 0 {
 		log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
 	}
+	ref, err := refsync.New(ctx, refsync.Config{CellID: cfg.ID, Store: st, NATSURL: cfg.NATSURL,
+		BootstrapFile: cfg.RefDataFile, MetricsListen: cfg.MetricsListen, Log: log})
+	if err != nil {
+		return err
+	}
+	refCtx, stopRef := context.WithCancel(ctx)
+	refDone := make(chan error, 1)
+	go func() { refDone <- ref.Run(refCtx) }()
+	defer func() { stopRef(); <-refDone }()
 	policy, err := st.Policy(ctx)
 	if err != nil {
 		return err
@@ -100,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 		CellID:  cfg.ID,
 		Store:   st,
 		Issuer:  issuerproto.NewIssuerClient(conn),
-		RefData: func() orchestrator.RefData { return ref },
+		RefData: func() orchestrator.RefData { return ref.View() },
 		Policy:  policy,
 		Secret:  cfg.Secret,
 		Log:     log,
@@ -120,7 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	ready := func(ok bool) {
 		s := healthpb.HealthCheckResponse_NOT_SERVING
-		if ok {
+		if ok && ref.Serving() { // not ready until it serves reference data
 			s = healthpb.HealthCheckResponse_SERVING
 		}
 		hs.SetServingStatus("", s)
@@ -130,10 +140,15 @@ func Run(ctx context.Context, cfg Config) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchDatabase(watchCtx, st, ready, log)
+	go func() {
+		if ref.WaitServing(watchCtx) == nil {
+			ready(st.Ping(watchCtx) == nil)
+		}
+	}()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
-	log.Info("cell listening", "addr", lis.Addr().String(), "refdata_version", ref.Version())
+	log.Info("cell listening", "addr", lis.Addr().String(), "refdata_version", ref.View().Version())
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("cell: serve: %w", err)
