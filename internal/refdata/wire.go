@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/big"
 	"time"
+
+	"github.com/cellpay/cellpay/internal/iso"
 )
 
 // NATS names shared by the replicator and the cells.
@@ -150,4 +153,40 @@ func (s *Snapshot) Apply(version uint64, u Update) (*Snapshot, error) {
 	maps.Copy(f.FXRates, u.FXRates)
 	maps.Copy(f.MCC, u.MCC)
 	return FromFile(f)
+}
+
+// Validate checks an update on its own: known currencies, positive decimal
+// rates, four-digit codes with a category and a risk class. Whether it fits
+// its base is checked when it is applied (Snapshot.Apply).
+func (u Update) Validate() error {
+	var errs []error
+	if len(u.FXRates) == 0 && len(u.MCC) == 0 {
+		errs = append(errs, errors.New("update: changes nothing"))
+	}
+	for _, cur := range sortedKeys(u.FXRates) {
+		if !iso.IsCurrency(cur) {
+			errs = append(errs, fmt.Errorf("fx_rates: %q is not an ISO 4217 currency", cur))
+		}
+		if r, ok := new(big.Rat).SetString(u.FXRates[cur]); !ok || r.Sign() <= 0 {
+			errs = append(errs, fmt.Errorf("fx_rates.%s: %q is not a positive decimal", cur, u.FXRates[cur]))
+		}
+	}
+	for _, code := range sortedKeys(u.MCC) {
+		m := u.MCC[code]
+		if len(code) != 4 || !allDigits(code) {
+			errs = append(errs, fmt.Errorf("mcc: %q is not four digits", code))
+		}
+		if m.Category == "" {
+			errs = append(errs, fmt.Errorf("mcc.%s.category: is required", code))
+		}
+		switch m.Risk {
+		case RiskLow, RiskMedium, RiskHigh:
+		default:
+			errs = append(errs, fmt.Errorf("mcc.%s.risk: %q is not low, medium or high", code, m.Risk))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("refdata: %w", errors.Join(errs...))
+	}
+	return nil
 }
