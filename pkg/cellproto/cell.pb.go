@@ -30,7 +30,13 @@ type ProcessRequest struct {
 	// attempt is 1 for the first cell, 2 for the next, and so on.
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// route_rule names the routing rule that picked this cell.
-	RouteRule     string `protobuf:"bytes,3,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
+	RouteRule string `protobuf:"bytes,3,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
+	// last_resort is true when the GTR has no further cell to try. A cell
+	// that holds this transaction abandoned (it stopped before its point of
+	// no return, then restarted) restarts it only as a last resort; otherwise
+	// it answers Reroutable, so that a transaction that moved on is found on
+	// the cell that completed it.
+	LastResort    bool `protobuf:"varint,4,opt,name=last_resort,json=lastResort,proto3" json:"last_resort,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,6 +90,13 @@ func (x *ProcessRequest) GetRouteRule() string {
 		return x.RouteRule
 	}
 	return ""
+}
+
+func (x *ProcessRequest) GetLastResort() bool {
+	if x != nil {
+		return x.LastResort
+	}
+	return false
 }
 
 type ProcessEvent struct {
@@ -237,8 +250,12 @@ func (x *PointOfNoReturn) GetCellId() string {
 }
 
 type Reroutable struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// cell_healthy is true when the cell itself is fine and the transaction
+	// merely belongs elsewhere (see last_resort); the GTR does not count it
+	// against the cell's health.
+	CellHealthy   bool `protobuf:"varint,2,opt,name=cell_healthy,json=cellHealthy,proto3" json:"cell_healthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +295,13 @@ func (x *Reroutable) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Reroutable) GetCellHealthy() bool {
+	if x != nil {
+		return x.CellHealthy
+	}
+	return false
 }
 
 type GetRequest struct {
@@ -328,12 +352,14 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\"\x89\x01\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\"\xaa\x01\n" +
 	"\x0eProcessRequest\x12>\n" +
 	"\arequest\x18\x01 \x01(\v2$.cellpay.v1.SubmitTransactionRequestR\arequest\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
-	"route_rule\x18\x03 \x01(\tR\trouteRule\"\xda\x01\n" +
+	"route_rule\x18\x03 \x01(\tR\trouteRule\x12\x1f\n" +
+	"\vlast_resort\x18\x04 \x01(\bR\n" +
+	"lastResort\"\xda\x01\n" +
 	"\fProcessEvent\x12O\n" +
 	"\x12point_of_no_return\x18\x01 \x01(\v2 .cellpay.cell.v1.PointOfNoReturnH\x00R\x0fpointOfNoReturn\x121\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12=\n" +
@@ -343,10 +369,11 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\x05event\"Q\n" +
 	"\x0fPointOfNoReturn\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x17\n" +
-	"\acell_id\x18\x02 \x01(\tR\x06cellId\"$\n" +
+	"\acell_id\x18\x02 \x01(\tR\x06cellId\"G\n" +
 	"\n" +
 	"Reroutable\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"3\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n" +
+	"\fcell_healthy\x18\x02 \x01(\bR\vcellHealthy\"3\n" +
 	"\n" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId2\x90\x01\n" +

@@ -61,7 +61,12 @@ type Reject struct{ Err error }
 
 // Reroute ends an attempt that stopped before the point of no return: the
 // GTR may restart it on another cell.
-type Reroute struct{ Reason string }
+type Reroute struct {
+	Reason string
+	// CellHealthy: nothing is wrong with this cell; the transaction belongs
+	// elsewhere.
+	CellHealthy bool
+}
 
 func (Insert) isAction()        {}
 func (Reclaim) isAction()       {}

@@ -67,6 +67,8 @@ type Input struct {
 	Attempt     int32
 	RouteRule   string
 	CellID      string
+	// LastResort: the GTR has no other cell to try (see Existing).
+	LastResort bool
 }
 
 type phase uint8
@@ -243,6 +245,12 @@ func (m *Machine) existing(prev *Record) Action {
 		m.phase = phaseDone
 		m.rec = prev
 		return Reply{Record: prev}
+	case prev.State == StateAbandoned && !m.in.LastResort:
+		// An attempt here stopped before its point of no return; the GTR
+		// may have completed the transaction on another cell since. Send it
+		// on along its ranking, where a completed copy answers as a replay.
+		m.phase = phaseDone
+		return Reroute{Reason: "abandoned in this cell before its point of no return", CellHealthy: true}
 	case prev.State == StateAbandoned:
 		// Restart, not resume: the earlier attempt never reached the issuer,
 		// so this attempt starts over from the request as if new.

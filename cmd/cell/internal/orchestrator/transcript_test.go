@@ -121,6 +121,7 @@ func runTranscript(t *testing.T, script string) string {
 				Attempt:     int32(atoi(t, args["attempt"], 1)),
 				RouteRule:   "default",
 				CellID:      "cell-a",
+				LastResort:  args["last-resort"] == "true",
 			}, testPolicy, testRef, now)
 			a = m.Start()
 		case "event":

@@ -134,10 +134,11 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 func (s *Server) Process(req *cellproto.ProcessRequest, stream grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
 	r := req.GetRequest()
 	in := orchestrator.Input{
-		Request:   r,
-		Attempt:   req.GetAttempt(),
-		RouteRule: req.GetRouteRule(),
-		CellID:    s.cfg.CellID,
+		Request:    r,
+		Attempt:    req.GetAttempt(),
+		RouteRule:  req.GetRouteRule(),
+		CellID:     s.cfg.CellID,
+		LastResort: req.GetLastResort(),
 	}
 	if r != nil {
 		in.Fingerprint = s.fp.Of(r)
@@ -266,7 +267,7 @@ func (s *Server) finish(stream grpc.ServerStreamingServer[cellproto.ProcessEvent
 	case orchestrator.Reroute:
 		s.cfg.Log.Warn("attempt re-routable", "reason", a.Reason)
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{
-			Reroutable: &cellproto.Reroutable{Reason: a.Reason},
+			Reroutable: &cellproto.Reroutable{Reason: a.Reason, CellHealthy: a.CellHealthy},
 		}})
 	case orchestrator.Reject:
 		return rejectStatus(a.Err)

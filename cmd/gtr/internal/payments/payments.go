@@ -11,12 +11,16 @@ package payments
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,20 +40,42 @@ type Cells interface {
 	Client(id, addr string) (cellproto.CellClient, error)
 }
 
+// Observer learns the outcome of every attempt; *health.Monitor implements
+// it. Observe must not block.
+type Observer interface {
+	// Observe records an attempt on a cell: ok is false when the cell
+	// failed it (unreachable, timed out, re-routable through its own fault).
+	Observe(cellID string, ok bool)
+}
+
 // Config configures a Server.
 type Config struct {
 	// Table returns the routing table in force; it must not block.
 	Table func() *routing.Table
 	Cells Cells
+	// Health, if set, is told the outcome of every attempt.
+	Health Observer
 	// MaxAttempts bounds the cells one transaction is tried on; default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt up to its point of no return;
 	// default 2s. Past the PNR the attempt gets the caller's whole deadline.
 	AttemptTimeout time.Duration
+	// MinAttemptTime: no attempt starts with less of the caller's deadline
+	// left than this; default 50ms.
+	MinAttemptTime time.Duration
 	// DefaultDeadline applies when the caller sets none; default 10s.
 	DefaultDeadline time.Duration
-	Now             func() time.Time
-	Log             *slog.Logger
+	// RetryBudget caps re-routes in progress at this share of the requests
+	// in flight, but allows at least MinRetries; defaults 0.2 and 3. A sick
+	// pool answers UNAVAILABLE sooner rather than multiplying its load.
+	RetryBudget float64
+	MinRetries  int
+	// Remember is how many re-routed transactions the GTR remembers the
+	// completing cell of, so that their replays go straight there;
+	// default 100,000.
+	Remember int
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -62,8 +88,20 @@ func (c *Config) validate() error {
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = 2 * time.Second
 	}
+	if c.MinAttemptTime <= 0 {
+		c.MinAttemptTime = 50 * time.Millisecond
+	}
 	if c.DefaultDeadline <= 0 {
 		c.DefaultDeadline = 10 * time.Second
+	}
+	if c.RetryBudget <= 0 {
+		c.RetryBudget = 0.2
+	}
+	if c.MinRetries <= 0 {
+		c.MinRetries = 3
+	}
+	if c.Remember <= 0 {
+		c.Remember = 100_000
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -78,6 +116,15 @@ func (c *Config) validate() error {
 type Server struct {
 	cellpayv1.UnimplementedPaymentsServer
 	cfg Config
+
+	inflight atomic.Int64 // requests being processed
+	retrying atomic.Int64 // of which, re-routes in progress
+	// flights coalesces concurrent duplicates: same ID and payload share
+	// one processing. The key's fingerprint is keyed by a per-process
+	// secret and never leaves the process.
+	flights singleflight.Group
+	fp      *idempotency.Fingerprinter
+	moved   *movedCache
 }
 
 // New returns a Server.
@@ -85,7 +132,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg}, nil
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("payments: %w", err)
+	}
+	return &Server{cfg: cfg, fp: idempotency.NewFingerprinter(secret), moved: newMovedCache(cfg.Remember)}, nil
 }
 
 // maxRanked sizes the stack buffer for a ranking; larger pools fall back
@@ -102,6 +153,32 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.DefaultDeadline)
 		defer cancel()
 	}
+	fp := s.fp.Of(req)
+	key := req.GetTransactionId() + "\x00" + string(fp[:])
+	// The shared processing must outlive a first caller who gives up, but
+	// not the first caller's deadline.
+	deadline, _ := ctx.Deadline()
+	ch := s.flights.DoChan(key, func() (any, error) {
+		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		return s.submit(fctx, req)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*cellpayv1.Transaction), nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// submit routes and forwards one transaction, re-routing before its point
+// of no return.
+func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	attrs := routing.Attrs{
 		TransactionID: req.GetTransactionId(),
 		PartnerID:     req.GetPartnerId(),
@@ -109,8 +186,9 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 		PaymentType:   req.GetPaymentType().String(),
 		MerchantID:    req.GetMerchant().GetId(),
 	}
+	table := s.cfg.Table()
 	var buf [maxRanked]routing.Choice
-	res, err := s.cfg.Table().Route(&attrs, buf[:0])
+	res, err := table.Route(&attrs, buf[:0])
 	switch {
 	case errors.Is(err, routing.ErrNoRule):
 		return nil, status.Errorf(codes.Unavailable, "no routing rule for partner %q, market %s, payment type %s",
@@ -120,37 +198,66 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	ranked := s.moved.promote(req.GetTransactionId(), res.Ranked)
+	attempts := min(len(ranked), s.cfg.MaxAttempts)
 	var last error
-	for i, choice := range res.Ranked {
-		if i == s.cfg.MaxAttempts {
-			break
+	retrying := false
+	defer func() {
+		if retrying {
+			s.retrying.Add(-1)
 		}
-		out := s.attempt(ctx, choice.Cell, req, int32(i+1), res.Rule.Name)
-		if out.txn != nil || out.final != nil {
+	}()
+	for i := range attempts {
+		if i > 0 && !retrying {
+			if !s.mayRetry() {
+				return nil, status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", last)
+			}
+			retrying = true
+		}
+		if dl, _ := ctx.Deadline(); time.Until(dl) < s.cfg.MinAttemptTime {
+			return nil, status.Errorf(codes.DeadlineExceeded, "not enough time left for another attempt; last: %v", last)
+		}
+		cell := ranked[i].Cell
+		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1)
+		if s.cfg.Health != nil {
+			s.cfg.Health.Observe(cell.ID, out.reroute == nil || out.cellHealthy)
+		}
+		if out.reroute == nil {
+			if i > 0 && out.txn != nil {
+				s.moved.remember(req.GetTransactionId(), out.txn.GetCellId())
+			}
 			return out.txn, out.final
 		}
 		last = out.reroute
 		s.cfg.Log.Warn("re-routing before the point of no return",
-			"transaction_id", req.GetTransactionId(), "cell", choice.Cell.ID, "attempt", i+1, "reason", out.reroute)
+			"transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
 		if ctx.Err() != nil {
-			break
+			return nil, status.Errorf(codes.DeadlineExceeded, "deadline passed before the transaction started on a cell; last: %v", last)
 		}
 	}
-	if ctx.Err() != nil {
-		return nil, status.Error(codes.DeadlineExceeded, "transaction not started on any cell before the deadline")
-	}
 	return nil, status.Errorf(codes.Unavailable, "no cell could take the transaction: %v", last)
+}
+
+// mayRetry takes a slot of the retry budget.
+func (s *Server) mayRetry() bool {
+	allowed := max(int64(s.cfg.MinRetries), int64(float64(s.inflight.Load())*s.cfg.RetryBudget))
+	if s.retrying.Add(1) > allowed {
+		s.retrying.Add(-1)
+		return false
+	}
+	return true
 }
 
 // outcome of one attempt: a transaction or a final error for the caller, or
 // a reason to try the next cell.
 type outcome struct {
-	txn     *cellpayv1.Transaction
-	final   error
-	reroute error
+	txn         *cellpayv1.Transaction
+	final       error
+	reroute     error
+	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
 }
 
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string) outcome {
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool) outcome {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
 		return outcome{reroute: err}
@@ -161,7 +268,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(s.cfg.AttemptTimeout, cancel)
-	stream, err := client.Process(actx, &cellproto.ProcessRequest{Request: req, Attempt: n, RouteRule: rule})
+	stream, err := client.Process(actx, &cellproto.ProcessRequest{Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort})
 	if err != nil {
 		timer.Stop()
 		return outcome{reroute: err}
@@ -195,7 +302,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 				// trust the PNR and do not re-route.
 				return s.pending(cell, req)
 			}
-			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason())}
+			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy()}
 		}
 	}
 }

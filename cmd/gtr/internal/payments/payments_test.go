@@ -2,7 +2,9 @@ package payments
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,5 +311,149 @@ func TestGetTransaction(t *testing.T) {
 	}
 	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "bad id"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("err = %v, want InvalidArgument", err)
+	}
+}
+
+// TestCoalescesConcurrentDuplicates: concurrent copies of one ID and
+// payload share a single processing; another payload is not coalesced.
+func TestCoalescesConcurrentDuplicates(t *testing.T) {
+	release := make(chan struct{})
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		<-release
+		return approve(r, s, a.id)
+	}
+	s, _ := setup(t, a)
+	s.cfg.AttemptTimeout = 5 * time.Second
+	var wg sync.WaitGroup
+	answers := make([]*cellpayv1.Transaction, 20)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i], _ = s.SubmitTransaction(ctx(t), req("t-dup"))
+		}()
+	}
+	other := req("t-dup")
+	other.Amount.MinorUnits = 999
+	wg.Add(1)
+	go func() { defer wg.Done(); _, _ = s.SubmitTransaction(ctx(t), other) }()
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if got := a.calls.Load(); got != 2 {
+		t.Fatalf("cell saw %d attempts, want 2 (one per distinct payload)", got)
+	}
+	for _, ans := range answers {
+		if ans.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+			t.Fatalf("a coalesced caller got %v", ans)
+		}
+	}
+}
+
+// TestReplayAfterRerouteGoesToCompletingCell: the first cell failed, the
+// second completed; a replay goes to the second first.
+func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
+	failing := true
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		if failing {
+			return reroutable(s)
+		}
+		return approve(r, s, a.id)
+	}
+	b := &fakeCell{}
+	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, b.id) }
+	s, _ := setup(t, a, b)
+	if got, err := s.SubmitTransaction(ctx(t), req("t-moved")); err != nil || got.GetCellId() != b.id {
+		t.Fatalf("first: %v, %v", got, err)
+	}
+	failing = false
+	got, err := s.SubmitTransaction(ctx(t), req("t-moved"))
+	if err != nil || got.GetCellId() != b.id || a.calls.Load() != 1 || b.calls.Load() != 2 {
+		t.Fatalf("replay: %v, %v; calls a=%d b=%d", got, err, a.calls.Load(), b.calls.Load())
+	}
+	// Other transactions still start on their first choice.
+	if got, _ := s.SubmitTransaction(ctx(t), req("t-fresh")); got.GetCellId() != a.id {
+		t.Fatalf("fresh transaction went to %s", got.GetCellId())
+	}
+}
+
+func TestLastResortFlagAndHealthObservations(t *testing.T) {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return reroutable(s)
+	}}
+	b := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{Reroutable: &cellproto.Reroutable{Reason: "abandoned", CellHealthy: true}}})
+	}}
+	c := &fakeCell{}
+	c.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, c.id) }
+	s, _ := setup(t, a, b, c)
+	obs := &observer{}
+	s.cfg.Health = obs
+	if _, err := s.SubmitTransaction(ctx(t), req("t-last")); err != nil {
+		t.Fatal(err)
+	}
+	if a.seen[0].GetLastResort() || b.seen[0].GetLastResort() || !c.seen[0].GetLastResort() {
+		t.Fatal("last_resort must be set on the last attempt only")
+	}
+	want := []string{a.id + "=false", b.id + "=true", c.id + "=true"}
+	if strings.Join(obs.seen, ",") != strings.Join(want, ",") {
+		t.Fatalf("health observations %v, want %v", obs.seen, want)
+	}
+}
+
+type observer struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (o *observer) Observe(id string, ok bool) {
+	o.mu.Lock()
+	o.seen = append(o.seen, fmt.Sprintf("%s=%v", id, ok))
+	o.mu.Unlock()
+}
+
+// TestRetryBudget: with the budget spent, a failed first attempt is not
+// re-routed.
+func TestRetryBudget(t *testing.T) {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return reroutable(s)
+	}}
+	b := &fakeCell{}
+	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, b.id) }
+	s, _ := setup(t, a, b)
+	s.retrying.Store(int64(s.cfg.MinRetries)) // others are re-routing already
+	if _, err := s.SubmitTransaction(ctx(t), req("t-budget")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v, want Unavailable", err)
+	}
+	if b.calls.Load() != 0 {
+		t.Fatal("re-routed beyond the budget")
+	}
+	s.retrying.Store(0)
+	if _, err := s.SubmitTransaction(ctx(t), req("t-budget2")); err != nil {
+		t.Fatal(err)
+	}
+	if s.retrying.Load() != 0 || s.inflight.Load() != 0 {
+		t.Fatalf("counters leaked: retrying %d inflight %d", s.retrying.Load(), s.inflight.Load())
+	}
+}
+
+// TestNoAttemptWithoutTime: an attempt that cannot finish in time does not
+// start.
+func TestNoAttemptWithoutTime(t *testing.T) {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		time.Sleep(150 * time.Millisecond)
+		return reroutable(s)
+	}}
+	b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	s, _ := setup(t, a, b)
+	c, cancel := context.WithTimeout(context.Background(), 180*time.Millisecond)
+	defer cancel()
+	if _, err := s.SubmitTransaction(c, req("t-late")); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	if b.calls.Load() != 0 {
+		t.Fatal("started an attempt with no time to finish it")
 	}
 }

@@ -1,0 +1,278 @@
+package health
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	hs "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	changes []change
+}
+
+func (r *recorder) on(id string, share int) {
+	r.mu.Lock()
+	r.changes = append(r.changes, change{id, share})
+	r.mu.Unlock()
+}
+
+func (r *recorder) shares(id string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int
+	for _, c := range r.changes {
+		if c.id == id {
+			out = append(out, c.share)
+		}
+	}
+	return out
+}
+
+// healthServer serves gRPC health on loopback; set flips its status.
+func healthServer(t *testing.T) (addr string, set func(serving bool)) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	h := hs.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String(), func(serving bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if serving {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		h.SetServingStatus("", st)
+	}
+}
+
+func newMonitor(t *testing.T, clock *fakeClock, rec *recorder, cells ...Cell) *Monitor {
+	t.Helper()
+	m, err := New(Config{Now: clock.Now, OnChange: rec.on, CheckTimeout: time.Second, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells(cells)
+	t.Cleanup(m.close)
+	return m
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConsecutiveFailuresEjectThenRampBack(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	addrB, _ := healthServer(t)
+	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	m.Observe("a", false)
+	m.Observe("a", false)
+	if m.Share("a") != 100 {
+		t.Fatal("ejected before the threshold")
+	}
+	m.Observe("a", false)
+	if m.Share("a") != 0 {
+		t.Fatal("not ejected after 3 consecutive failures")
+	}
+	// Still inside the back-off: a healthy check does not re-admit it.
+	clock.Add(500 * time.Millisecond)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 0 {
+		t.Fatal("re-admitted inside the back-off")
+	}
+	// After it: re-admitted on 10%, doubling every step up to 100.
+	clock.Add(600 * time.Millisecond)
+	m.checkAll(ctxT(t))
+	for _, want := range []int{10, 20, 40, 80, 100, 100} {
+		if got := m.Share("a"); got != want {
+			t.Fatalf("share = %d, want %d (changes %v)", got, want, rec.shares("a"))
+		}
+		clock.Add(time.Second)
+		m.checkAll(ctxT(t))
+	}
+	if got := rec.shares("a"); len(got) != 6 || got[0] != 0 {
+		t.Fatalf("reported changes %v", got)
+	}
+}
+
+func TestBackoffGrows(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	addrB, _ := healthServer(t)
+	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	eject := func() {
+		for range 3 {
+			m.Observe("a", false)
+		}
+	}
+	eject()
+	clock.Add(1100 * time.Millisecond)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 10 {
+		t.Fatalf("share = %d after the first back-off", m.Share("a"))
+	}
+	eject() // fails again while ramping: the back-off doubles
+	clock.Add(1100 * time.Millisecond)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 0 {
+		t.Fatal("second back-off did not grow")
+	}
+	clock.Add(time.Second)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 10 {
+		t.Fatalf("share = %d after the second back-off", m.Share("a"))
+	}
+}
+
+func TestLastCellOfPoolIsNeverEjected(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	addrB, _ := healthServer(t)
+	addrC, _ := healthServer(t)
+	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"}, Cell{"c", addrC, "q"})
+	for range 3 {
+		m.Observe("a", false)
+		m.Observe("b", false)
+		m.Observe("c", false)
+	}
+	if m.Share("a")+m.Share("b") != 100 {
+		t.Fatalf("pool p: shares a=%d b=%d, want exactly one cell left", m.Share("a"), m.Share("b"))
+	}
+	if m.Share("c") != 100 {
+		t.Fatal("the only cell of pool q was ejected")
+	}
+}
+
+func TestActiveCheckEjects(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, setA := healthServer(t)
+	addrB, _ := healthServer(t)
+	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	setA(false)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 0 {
+		t.Fatal("NOT_SERVING did not eject")
+	}
+	// An unreachable address is down too.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+	m.SetCells([]Cell{{"a", addrA, "p"}, {"b", addrB, "p"}, {"d", dead, "p"}})
+	m.checkAll(ctxT(t))
+	if m.Share("d") != 0 {
+		t.Fatal("unreachable cell not ejected")
+	}
+	setA(true)
+	clock.Add(1100 * time.Millisecond)
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 10 {
+		t.Fatalf("share = %d, want re-admitted on 10", m.Share("a"))
+	}
+}
+
+func TestFailureRateWindow(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	addrB, _ := healthServer(t)
+	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	// Alternating outcomes never make 3 in a row, but half fail.
+	for i := range 9 {
+		m.Observe("a", i%2 == 0)
+		clock.Add(100 * time.Millisecond)
+	}
+	if m.Share("a") != 100 {
+		t.Fatal("ejected before MinRequests")
+	}
+	m.Observe("a", false)
+	if m.Share("a") != 0 {
+		t.Fatal("a 50% failure rate over the window did not eject")
+	}
+	// Old failures age out of the window.
+	m2 := newMonitor(t, clock, rec, Cell{"x", addrA, "p2"}, Cell{"y", addrB, "p2"})
+	for i := range 8 {
+		m2.Observe("x", i%2 == 0)
+	}
+	clock.Add(6 * time.Second)
+	for range 2 {
+		m2.Observe("x", false)
+		m2.Observe("x", true)
+	}
+	if m2.Share("x") != 100 {
+		t.Fatal("failures outside the window counted")
+	}
+}
+
+func TestSuccessRateOverLastN(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	addrB, _ := healthServer(t)
+	m, err := New(Config{Now: clock.Now, OnChange: rec.on, SuccessWindow: 20, SuccessRate: 0.9, FailureRate: 1, MinRequests: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{"a", addrA, "p"}, {"b", addrB, "p"}})
+	t.Cleanup(m.close)
+	// 3 failures in 20 (85%) with no run of 3: below 90% success.
+	for i := range 20 {
+		m.Observe("a", i%7 != 5) // failures at 5, 12, 19
+		clock.Add(time.Second)   // spread out so the time window sees little
+	}
+	if m.Share("a") != 0 {
+		t.Fatal("success rate over the last N did not eject")
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	rec := &recorder{}
+	addrA, _ := healthServer(t)
+	m, err := New(Config{OnChange: rec.on, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{"a", addrA, "p"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}

@@ -1,0 +1,63 @@
+package payments
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+// movedCache remembers, for transactions that were re-routed, the cell that
+// completed them, so that a replay goes there first instead of starting
+// over on the cell that failed. It is bounded (oldest entries go first) and
+// per replica: a replica that does not know still gets the same answer,
+// because the first cell answers Reroutable for a transaction it abandoned
+// and the issuer suppresses duplicates by ID.
+type movedCache struct {
+	n     atomic.Int64 // entries; lets the common case skip the lock
+	mu    sync.Mutex
+	cells map[string]string
+	order []string
+	next  int
+}
+
+func newMovedCache(size int) *movedCache {
+	return &movedCache{cells: make(map[string]string), order: make([]string, size)}
+}
+
+func (m *movedCache) remember(id, cellID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.cells[id]; !ok {
+		if old := m.order[m.next]; old != "" {
+			delete(m.cells, old)
+		}
+		m.order[m.next] = id
+		m.next = (m.next + 1) % len(m.order)
+	}
+	m.cells[id] = cellID
+	m.n.Store(int64(len(m.cells)))
+}
+
+// promote returns ranked with the remembered cell of id moved to the front,
+// when it is in the ranking.
+func (m *movedCache) promote(id string, ranked []routing.Choice) []routing.Choice {
+	if m.n.Load() == 0 {
+		return ranked
+	}
+	m.mu.Lock()
+	cellID, ok := m.cells[id]
+	m.mu.Unlock()
+	if !ok || len(ranked) == 0 || ranked[0].Cell.ID == cellID {
+		return ranked
+	}
+	for i := 1; i < len(ranked); i++ {
+		if ranked[i].Cell.ID == cellID {
+			c := ranked[i]
+			copy(ranked[1:i+1], ranked[:i])
+			ranked[0] = c
+			break
+		}
+	}
+	return ranked
+}
