@@ -363,7 +363,9 @@ func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
 		return approve(r, s, a.id)
 	}
 	b := &fakeCell{}
-	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, b.id) }
+	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return approve(r, s, b.id)
+	}
 	s, _ := setup(t, a, b)
 	if got, err := s.SubmitTransaction(ctx(t), req("t-moved")); err != nil || got.GetCellId() != b.id {
 		t.Fatalf("first: %v, %v", got, err)
@@ -387,7 +389,9 @@ func TestLastResortFlagAndHealthObservations(t *testing.T) {
 		return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{Reroutable: &cellproto.Reroutable{Reason: "abandoned", CellHealthy: true}}})
 	}}
 	c := &fakeCell{}
-	c.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, c.id) }
+	c.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return approve(r, s, c.id)
+	}
 	s, _ := setup(t, a, b, c)
 	obs := &observer{}
 	s.cfg.Health = obs
@@ -421,7 +425,9 @@ func TestRetryBudget(t *testing.T) {
 		return reroutable(s)
 	}}
 	b := &fakeCell{}
-	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return approve(r, s, b.id) }
+	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		return approve(r, s, b.id)
+	}
 	s, _ := setup(t, a, b)
 	s.retrying.Store(int64(s.cfg.MinRetries)) // others are re-routing already
 	if _, err := s.SubmitTransaction(ctx(t), req("t-budget")); status.Code(err) != codes.Unavailable {
