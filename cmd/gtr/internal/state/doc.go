@@ -129,24 +129,27 @@ func FromSpec(s routing.Spec) Doc {
 // routing.Validate finds in the spec.
 func (d Doc) Validate() error {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
 	if d.Version == 0 {
-		errs = append(errs, errors.New("version: must be 1 or more"))
+		bad("version", "must be 1 or more")
 	}
 	for i, c := range d.Cells {
-		name := fmt.Sprintf("cells[%d] %q", i, c.ID)
-		for field, w := range map[string]int{"table_weight": c.TableWeight, "weight": c.Weight} {
-			if w < 0 || w > 100 {
-				errs = append(errs, fmt.Errorf("%s: %s: %d outside 0..100", name, field, w))
-			}
+		if c.TableWeight < 0 || c.TableWeight > 100 {
+			bad(fmt.Sprintf("cells[%d].table_weight", i), "cell %q: %d outside 0..100", c.ID, c.TableWeight)
+		}
+		if c.Weight < 0 || c.Weight > 100 {
+			bad(fmt.Sprintf("cells[%d].weight", i), "cell %q: weight %d outside 0..100", c.ID, c.Weight)
 		}
 		if r := c.Ramp; r != nil {
 			if r.From < 0 || r.From > 100 {
-				errs = append(errs, fmt.Errorf("%s: ramp.from: %d outside 0..100", name, r.From))
+				bad(fmt.Sprintf("cells[%d].ramp.from", i), "cell %q: %d outside 0..100", c.ID, r.From)
 			}
 			if !r.End.After(r.Start) {
-				errs = append(errs, fmt.Errorf("%s: ramp: end %v is not after start %v", name, r.End, r.Start))
+				bad(fmt.Sprintf("cells[%d].ramp.end", i), "cell %q: end %v is not after start %v", c.ID, r.End, r.Start)
 			} else if r.End.Sub(r.Start) > MaxRamp {
-				errs = append(errs, fmt.Errorf("%s: ramp: longer than %v", name, MaxRamp))
+				bad(fmt.Sprintf("cells[%d].ramp.end", i), "cell %q: ramp longer than %v", c.ID, MaxRamp)
 			}
 		}
 	}

@@ -93,7 +93,7 @@ func TestApplyRefusesBadDocWhole(t *testing.T) {
 	if err == nil {
 		t.Fatal("Apply accepted a bad doc")
 	}
-	for _, want := range []string{"weight: 101 outside 0..100", `cells[1] "cell-b"`} {
+	for _, want := range []string{"cells[1].weight: cell \"cell-b\": weight 101 outside 0..100"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

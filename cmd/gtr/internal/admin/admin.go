@@ -1,0 +1,233 @@
+// Package admin implements the GTR's operator API, cellpay.admin.v1.Admin:
+// list cells, set weights, drain and restore (now or ramped), explain a
+// route, and read or replace the routing table.
+//
+// It reads the state.State of this replica and writes through a Store (the
+// NATS KV sync), so a change made on any replica reaches all of them. It is
+// served on the admin listener only, behind Auth; it must never be
+// registered on the partners' server. Nothing here is on the payment path.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+// Store is where changes go. *kvsync.Syncer implements it.
+type Store interface {
+	// Update applies fn to a copy of the replicated configuration and
+	// stores the result, validated, with optimistic concurrency. fn may run
+	// more than once; its errors come back unchanged. Errors besides fn's:
+	// kvsync.ErrUnavailable, kvsync.ErrConflict, validation errors.
+	Update(ctx context.Context, fn func(*state.Doc) error) (state.Doc, error)
+	// Status is "connected", "disconnected" or "standalone".
+	Status() string
+}
+
+// Config configures a Server.
+type Config struct {
+	State *state.State // required
+	Store Store        // required
+	// ReplicaID names this replica in ListCells answers.
+	ReplicaID string
+	// ShareSamples is how many synthetic keys ListCells routes to estimate
+	// traffic shares; default 10000.
+	ShareSamples int
+	Log          *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.State == nil || c.Store == nil {
+		return errors.New("admin: State and Store are required")
+	}
+	if c.ShareSamples <= 0 {
+		c.ShareSamples = 10000
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Server implements adminproto.AdminServer.
+type Server struct {
+	adminproto.UnimplementedAdminServer
+	cfg Config
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+// Register registers the Admin service on gs, which must be the admin
+// listener's server with Auth's interceptors.
+func (s *Server) Register(gs *grpc.Server) { adminproto.RegisterAdminServer(gs, s) }
+
+// Limits on request sizes.
+const (
+	maxRouteKeys  = 200_000
+	maxDrySamples = 1_000_000
+	defDrySamples = 100_000
+)
+
+func (s *Server) ListCells(_ context.Context, _ *adminproto.ListCellsRequest) (*adminproto.ListCellsResponse, error) {
+	st := s.cfg.State
+	tbl := st.Table()
+	d, _, ok := st.Doc()
+	if tbl == nil || !ok {
+		return nil, errNoTable()
+	}
+	spec := tbl.Spec()
+	share := map[string]int{}
+	for _, h := range homes(tbl, syntheticAttrs(s.cfg.ShareSamples, spec)) {
+		share[h]++
+	}
+	now := st.Now()
+	resp := &adminproto.ListCellsResponse{TableVersion: tbl.Version(), ReplicaId: s.cfg.ReplicaID, ConfigStore: s.cfg.Store.Status()}
+	for _, c := range d.Cells {
+		resp.Cells = append(resp.Cells, s.cellStatus(c, now, float64(share[c.ID])/float64(s.cfg.ShareSamples)))
+	}
+	return resp, nil
+}
+
+func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *adminproto.CellStatus {
+	health := adminproto.Health_HEALTH_UP
+	if !s.cfg.State.Healthy(c.ID) {
+		health = adminproto.Health_HEALTH_DOWN
+	}
+	stats := s.cfg.State.Stats(c.ID)
+	cs := &adminproto.CellStatus{
+		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Health: health,
+		Weight: int32(c.WeightAt(now)), TargetWeight: int32(c.Weight), TableWeight: int32(c.TableWeight),
+		InFlight: stats.InFlight, SuccessRate: stats.SuccessRate, RecentRequests: int64(stats.Recent),
+		TrafficShare: share,
+	}
+	if c.Ramping(now) {
+		cs.Ramp = &adminproto.Ramp{FromWeight: int32(c.Ramp.From), ToWeight: int32(c.Weight),
+			Start: timestamppb.New(c.Ramp.Start), End: timestamppb.New(c.Ramp.End)}
+	}
+	return cs
+}
+
+// change runs a weight operation through the store and answers with the
+// cell's new status.
+func (s *Server) change(ctx context.Context, id string, op func(d *state.Doc, now time.Time) error) (*adminproto.CellStatus, error) {
+	if id == "" {
+		return nil, fieldError("cell_id", "is required")
+	}
+	d, err := s.cfg.Store.Update(ctx, func(d *state.Doc) error { return op(d, s.cfg.State.Now()) })
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	c := d.Cell(id)
+	if c == nil { // the op found it, so this cannot happen; say so if it does
+		return nil, toStatus(fmt.Errorf("cell_id: %w %q", state.ErrUnknownCell, id))
+	}
+	s.cfg.Log.Info("admin: weight changed", "cell", id, "weight", c.Weight, "version", d.Version)
+	return s.cellStatus(*c, s.cfg.State.Now(), -1), nil
+}
+
+func (s *Server) SetWeight(ctx context.Context, req *adminproto.SetWeightRequest) (*adminproto.CellStatus, error) {
+	over, err := duration(req.GetOver())
+	if err != nil {
+		return nil, err
+	}
+	return s.change(ctx, req.GetCellId(), func(d *state.Doc, now time.Time) error {
+		return d.SetWeight(req.GetCellId(), int(req.GetWeight()), now, over)
+	})
+}
+
+func (s *Server) Drain(ctx context.Context, req *adminproto.DrainRequest) (*adminproto.CellStatus, error) {
+	over, err := duration(req.GetOver())
+	if err != nil {
+		return nil, err
+	}
+	return s.change(ctx, req.GetCellId(), func(d *state.Doc, now time.Time) error {
+		return d.Drain(req.GetCellId(), int(req.GetPercent()), now, over)
+	})
+}
+
+func (s *Server) Restore(ctx context.Context, req *adminproto.RestoreRequest) (*adminproto.CellStatus, error) {
+	over, err := duration(req.GetOver())
+	if err != nil {
+		return nil, err
+	}
+	return s.change(ctx, req.GetCellId(), func(d *state.Doc, now time.Time) error {
+		return d.Restore(req.GetCellId(), now, over)
+	})
+}
+
+func (s *Server) Explain(_ context.Context, req *adminproto.ExplainRequest) (*adminproto.ExplainResponse, error) {
+	if req.GetAttrs() == nil {
+		return nil, fieldError("attrs", "is required")
+	}
+	tbl := s.cfg.State.Table()
+	if tbl == nil {
+		return nil, errNoTable()
+	}
+	a := attrsFromProto(req.GetAttrs())
+	e, err := tbl.Explain(&a)
+	resp := &adminproto.ExplainResponse{
+		TableVersion: e.Version, Rule: e.Rule.Name, HashOn: e.HashOn.String(), Key: e.Key, Text: e.String(),
+	}
+	if err != nil {
+		resp.Error = err.Error()
+	}
+	if e.RuleIndex < 0 {
+		resp.HashOn = ""
+	}
+	for _, m := range e.Misses {
+		resp.Misses = append(resp.Misses, &adminproto.RuleMiss{Rule: m.Rule, Field: m.Field, Value: m.Value})
+	}
+	for _, c := range e.Cells {
+		resp.Cells = append(resp.Cells, &adminproto.CellVerdict{
+			CellId: c.Cell.ID, Rank: int32(c.Rank + 1), Bucket: int32(c.Bucket), Weight: int32(c.Cell.Weight),
+			State: c.Cell.State.String(), Verdict: c.Verdict.String(), Why: c.Why(),
+		})
+	}
+	return resp, nil
+}
+
+func (s *Server) RouteKeys(_ context.Context, req *adminproto.RouteKeysRequest) (*adminproto.RouteKeysResponse, error) {
+	if n := len(req.GetAttrs()); n > maxRouteKeys {
+		return nil, fieldError("attrs", fmt.Sprintf("%d entries, at most %d", n, maxRouteKeys))
+	}
+	tbl := s.cfg.State.Table()
+	if tbl == nil {
+		return nil, errNoTable()
+	}
+	attrs := make([]routing.Attrs, len(req.GetAttrs()))
+	for i, a := range req.GetAttrs() {
+		attrs[i] = attrsFromProto(a)
+	}
+	return &adminproto.RouteKeysResponse{TableVersion: tbl.Version(), Home: homes(tbl, attrs)}, nil
+}
+
+func (s *Server) GetTable(_ context.Context, _ *adminproto.GetTableRequest) (*adminproto.Table, error) {
+	tbl := s.cfg.State.Table()
+	if tbl == nil {
+		return nil, errNoTable()
+	}
+	return tableToProto(tbl.Spec()), nil
+}
+
+func attrsFromProto(a *adminproto.Attrs) routing.Attrs {
+	return routing.Attrs{
+		TransactionID: a.GetTransactionId(), PartnerID: a.GetPartnerId(), Market: a.GetMarket(),
+		PaymentType: a.GetPaymentType(), MerchantID: a.GetMerchantId(),
+	}
+}

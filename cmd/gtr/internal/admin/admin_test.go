@@ -1,0 +1,392 @@
+package admin
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const token = "s3cret-admin-token"
+
+type fixture struct {
+	st   *state.State
+	addr string
+}
+
+func seed() state.Doc {
+	return state.FromSpec(routing.Spec{
+		Version: 1,
+		Cells: []routing.Cell{
+			{ID: "cell-a", Addr: "127.0.0.1:1", Pool: "main", Weight: 100},
+			{ID: "cell-b", Addr: "127.0.0.1:2", Pool: "main", Weight: 100},
+			{ID: "cell-c", Addr: "127.0.0.1:3", Pool: "main", Weight: 100},
+		},
+		Rules: []routing.Rule{{Name: "everything", Pool: "main"}},
+	})
+}
+
+// start serves the admin API as the GTR does: Auth, Admin and health on
+// one loopback listener, with a standalone store.
+func start(t *testing.T, tok string) fixture {
+	t.Helper()
+	st, err := state.New(state.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sy, err := kvsync.Start(kvsync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sy.Close)
+	srv, err := New(Config{State: st, Store: sy, ReplicaID: "test", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(NewAuth(tok).ServerOptions()...)
+	srv.Register(gs)
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return fixture{st: st, addr: lis.Addr().String()}
+}
+
+func client(t *testing.T, addr, tok string) adminproto.AdminClient {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if tok != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(TokenCredentials(tok)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return adminproto.NewAdminClient(conn)
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestAuth(t *testing.T) {
+	f := start(t, token)
+	for _, tc := range []struct {
+		name string
+		tok  string
+		want codes.Code
+	}{
+		{"missing", "", codes.Unauthenticated},
+		{"wrong", "not-the-token", codes.Unauthenticated},
+		{"prefix of the right one", token[:5], codes.Unauthenticated},
+		{"right", token, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := client(t, f.addr, tc.tok).ListCells(ctxFor(t), &adminproto.ListCellsRequest{})
+			if status.Code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// Without "Bearer ": refused.
+	conn, _ := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	var raw rawToken = token
+	if _, err := adminproto.NewAdminClient(conn).ListCells(ctxFor(t), &adminproto.ListCellsRequest{}, grpc.PerRPCCredentials(raw)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("token without Bearer: %v", err)
+	}
+	// Health needs no token.
+	if _, err := healthpb.NewHealthClient(conn).Check(ctxFor(t), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health without a token: %v", err)
+	}
+}
+
+type rawToken string
+
+func (r rawToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{TokenHeader: string(r)}, nil
+}
+func (rawToken) RequireTransportSecurity() bool { return false }
+
+func TestNoTokenConfiguredRefusesAll(t *testing.T) {
+	f := start(t, "")
+	for _, tok := range []string{"", "anything"} {
+		if _, err := client(t, f.addr, tok).GetTable(ctxFor(t), &adminproto.GetTableRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("token %q: %v", tok, err)
+		}
+	}
+}
+
+func TestDrainListRestore(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	before, err := c.ListCells(ctx, &adminproto.ListCellsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Cells) != 3 || before.ConfigStore != "standalone" || before.ReplicaId != "test" {
+		t.Fatalf("list: %v", before)
+	}
+	shareB := before.Cells[1].TrafficShare
+	if shareB < 0.28 || shareB > 0.39 {
+		t.Fatalf("cell-b share %.3f, want about a third", shareB)
+	}
+	cs, err := c.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Weight != 70 || cs.TargetWeight != 70 || cs.TableWeight != 100 {
+		t.Fatalf("after drain: %v", cs)
+	}
+	after, _ := c.ListCells(ctx, &adminproto.ListCellsRequest{})
+	if got, want := after.Cells[1].TrafficShare, shareB*0.7; got < want-0.02 || got > want+0.02 {
+		t.Fatalf("drained share %.3f, want %.3f", got, want)
+	}
+	if after.TableVersion != 2 {
+		t.Fatalf("version %d", after.TableVersion)
+	}
+	cs, err = c.Restore(ctx, &adminproto.RestoreRequest{CellId: "cell-b", Over: durationpb.New(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Ramp == nil || cs.Ramp.FromWeight != 70 || cs.Ramp.ToWeight != 100 || cs.TargetWeight != 100 {
+		t.Fatalf("restore ramp: %v", cs)
+	}
+	if _, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-c", Weight: 0}); err != nil {
+		t.Fatal(err)
+	}
+	f.st.InFlight("cell-a", 1)
+	f.st.Outcome("cell-a", true)
+	f.st.SetHealth("cell-c", false)
+	list, _ := c.ListCells(ctx, &adminproto.ListCellsRequest{})
+	if a := list.Cells[0]; a.InFlight != 1 || a.SuccessRate != 1 || a.RecentRequests != 1 || a.Health != adminproto.Health_HEALTH_UP {
+		t.Fatalf("cell-a: %v", a)
+	}
+	if cc := list.Cells[2]; cc.Weight != 0 || cc.TrafficShare != 0 || cc.Health != adminproto.Health_HEALTH_DOWN || cc.SuccessRate != -1 {
+		t.Fatalf("cell-c: %v", cc)
+	}
+}
+
+func TestExplainAndRouteKeys(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	attrs := &adminproto.Attrs{PartnerId: "p-1", Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	e, err := c.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Rule != "everything" || e.HashOn != "partner" || e.Key != "p-1" || len(e.Cells) != 3 || e.Cells[0].Rank != 1 || e.Text == "" {
+		t.Fatalf("explain: %v", e)
+	}
+	rk, err := c.RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: []*adminproto.Attrs{attrs, attrs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rk.Home) != 2 || rk.Home[0] != e.Cells[0].CellId || rk.Home[1] != rk.Home[0] {
+		t.Fatalf("route keys %v, explain's home %s", rk.Home, e.Cells[0].CellId)
+	}
+	if _, err := c.Explain(ctx, &adminproto.ExplainRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("explain without attrs: %v", err)
+	}
+}
+
+func TestTableGetDryRunApply(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	tbl, err := c.GetTable(ctx, &adminproto.GetTableRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl.Version != 1 || len(tbl.Cells) != 3 || tbl.Rules[0].HashOn != "partner" {
+		t.Fatalf("get: %v", tbl)
+	}
+	// Take cell-c out of the pool: a third of the keys move, all from cell-c.
+	tbl.Version = 2
+	tbl.Cells[2].Pool = "spare"
+	before := f.st.Table()
+	dry, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, DryRun: true, Samples: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.Applied || f.st.Table() != before || dry.Samples != 30000 {
+		t.Fatalf("dry run changed something: %v", dry)
+	}
+	moved := 0.0
+	for _, m := range dry.Moves {
+		if m.FromCell != m.ToCell {
+			if m.FromCell != "cell-c" {
+				t.Fatalf("dry run moves keys off %s", m.FromCell)
+			}
+			moved += m.Share
+		}
+	}
+	if moved < 0.30 || moved > 0.37 {
+		t.Fatalf("dry run moves %.3f of keys, want about a third", moved)
+	}
+	if _, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, ExpectedVersion: 7}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("stale expected version: %v", err)
+	}
+	res, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, ExpectedVersion: 1})
+	if err != nil || !res.Applied {
+		t.Fatalf("apply: %v %v", res, err)
+	}
+	got, _ := c.GetTable(ctx, &adminproto.GetTableRequest{})
+	if got.Version != 2 || got.Cells[2].Pool != "spare" {
+		t.Fatalf("after apply: %v", got)
+	}
+}
+
+// TestBadInputChangesNothing: every bad request names its field, gets
+// INVALID_ARGUMENT or NOT_FOUND, and leaves the table as it was.
+func TestBadInputChangesNothing(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	good, _ := c.GetTable(ctx, &adminproto.GetTableRequest{})
+	table := func(edit func(*adminproto.Table)) *adminproto.Table {
+		tb, _ := c.GetTable(ctx, &adminproto.GetTableRequest{})
+		tb.Version = 2
+		edit(tb)
+		return tb
+	}
+	neg := durationpb.New(-5 * time.Second)
+	tests := []struct {
+		name  string
+		call  func() error
+		code  codes.Code
+		field string
+	}{
+		{"weight high", func() error {
+			_, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-a", Weight: 101})
+			return err
+		}, codes.InvalidArgument, "weight"},
+		{"weight negative", func() error {
+			_, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-a", Weight: -3})
+			return err
+		}, codes.InvalidArgument, "weight"},
+		{"weight unknown cell", func() error {
+			_, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-z", Weight: 50})
+			return err
+		}, codes.NotFound, ""},
+		{"weight no cell", func() error {
+			_, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{Weight: 50})
+			return err
+		}, codes.InvalidArgument, "cell_id"},
+		{"drain percent", func() error {
+			_, err := c.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-a", Percent: 101})
+			return err
+		}, codes.InvalidArgument, "percent"},
+		{"drain negative duration", func() error {
+			_, err := c.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-a", Percent: 30, Over: neg})
+			return err
+		}, codes.InvalidArgument, "over"},
+		{"drain unknown cell", func() error {
+			_, err := c.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-z", Percent: 30})
+			return err
+		}, codes.NotFound, ""},
+		{"restore negative duration", func() error {
+			_, err := c.Restore(ctx, &adminproto.RestoreRequest{CellId: "cell-a", Over: neg})
+			return err
+		}, codes.InvalidArgument, "over"},
+		{"restore unknown cell", func() error {
+			_, err := c.Restore(ctx, &adminproto.RestoreRequest{CellId: "nope"})
+			return err
+		}, codes.NotFound, ""},
+		{"table missing", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{})
+			return err
+		}, codes.InvalidArgument, "table"},
+		{"table weight", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Cells[1].Weight = 200 })})
+			return err
+		}, codes.InvalidArgument, "table.cells[1].weight"},
+		{"table hash_on", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Rules[0].HashOn = "colour" })})
+			return err
+		}, codes.InvalidArgument, "table.rules[0].hash_on"},
+		{"table duplicate cell", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Cells[2].Id = "cell-a" })})
+			return err
+		}, codes.InvalidArgument, "table.cells[2].id"},
+		{"table pool without cells", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Rules[0].Pool = "eu" })})
+			return err
+		}, codes.InvalidArgument, "table.rules[0].pool"},
+		{"table shadowed rule", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) {
+				t.Rules = append(t.Rules, &adminproto.Rule{Name: "gb", Markets: []string{"GB"}, Pool: "main"})
+			})})
+			return err
+		}, codes.InvalidArgument, "table.rules[1]"},
+		{"table version not raised", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Version = 1 })})
+			return err
+		}, codes.InvalidArgument, "table.version"},
+		{"table version zero", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: table(func(t *adminproto.Table) { t.Version = 0 })})
+			return err
+		}, codes.InvalidArgument, "table.version"},
+		{"dry run samples", func() error {
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: good, DryRun: true, Samples: -1})
+			return err
+		}, codes.InvalidArgument, "samples"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.st.Table()
+			err := tc.call()
+			st := status.Convert(err)
+			if st.Code() != tc.code {
+				t.Fatalf("got %v, want %v", err, tc.code)
+			}
+			if tc.field != "" && !hasField(st, tc.field) {
+				t.Fatalf("error %v does not name field %q (details %v)", err, tc.field, st.Details())
+			}
+			if f.st.Table() != before {
+				t.Fatal("a refused request changed the table")
+			}
+		})
+	}
+}
+
+func hasField(st *status.Status, field string) bool {
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				if v.GetField() == field {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
