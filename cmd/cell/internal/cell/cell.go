@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
@@ -140,6 +141,14 @@ func Run(ctx context.Context, cfg Config) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchDatabase(watchCtx, st, ready, log)
+	issuer := issuerproto.NewIssuerClient(conn)
+	rec, err := reconcile.New(reconcile.Config{Store: st, Issuer: issuer, Busy: srv.Busy, Log: log})
+	if err != nil {
+		return err
+	}
+	reconciled := make(chan struct{})
+	go func() { rec.Run(watchCtx); close(reconciled) }()
+	defer func() { stopWatch(); <-reconciled }()
 	go func() {
 		if ref.WaitServing(watchCtx) == nil {
 			ready(st.Ping(watchCtx) == nil)

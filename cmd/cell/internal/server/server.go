@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -98,6 +99,25 @@ type Server struct {
 	cfg Config
 	pan *card.Hasher
 	fp  *idempotency.Fingerprinter
+	// busy counts the attempts in progress per transaction ID, so that the
+	// reconciler leaves them to finish.
+	busyMu sync.Mutex
+	busy   map[string]int
+}
+
+// Busy reports whether an attempt at id is in progress in this process.
+func (s *Server) Busy(id string) bool {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	return s.busy[id] > 0
+}
+
+func (s *Server) track(id string, d int) {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	if s.busy[id] += d; s.busy[id] <= 0 {
+		delete(s.busy, id)
+	}
 }
 
 // New returns a Server for cfg.
@@ -106,9 +126,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return &Server{
-		cfg: cfg,
-		pan: card.NewHasher(cfg.Secret),
-		fp:  idempotency.NewFingerprinter(cfg.Secret),
+		cfg:  cfg,
+		pan:  card.NewHasher(cfg.Secret),
+		fp:   idempotency.NewFingerprinter(cfg.Secret),
+		busy: map[string]int{},
 	}, nil
 }
 
@@ -133,6 +154,8 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 // Process runs one attempt; see the Cell service's contract.
 func (s *Server) Process(req *cellproto.ProcessRequest, stream grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
 	r := req.GetRequest()
+	s.track(r.GetTransactionId(), 1)
+	defer s.track(r.GetTransactionId(), -1)
 	in := orchestrator.Input{
 		Request:    r,
 		Attempt:    req.GetAttempt(),

@@ -224,3 +224,27 @@ func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
 	p.MaxAmount = map[string]int64{refdata.RiskLow: low, refdata.RiskMedium: medium, refdata.RiskHigh: high}
 	return p, nil
 }
+
+// Unresolved returns up to limit records past their point of no return
+// with no known outcome (state sending) last updated before before, oldest
+// first.
+func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*orchestrator.Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions
+		WHERE state = 'sending' AND updated_at < $1 ORDER BY updated_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: unresolved: %w", err)
+	}
+	defer rows.Close()
+	var out []*orchestrator.Record
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: unresolved: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: unresolved: %w", err)
+	}
+	return out, nil
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,29 @@ func TestPolicyAndMigrationsIdempotent(t *testing.T) {
 	all, _ := migrations.ReadDir("migrations")
 	if err := conn.QueryRow(ctx, "SELECT version FROM schema_version").Scan(&v); err != nil || v != len(all) {
 		t.Fatalf("schema version = %d, %v", v, err)
+	}
+}
+
+func TestUnresolved(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	for i, st := range []orchestrator.State{orchestrator.StateSending, orchestrator.StateSending, orchestrator.StateApproved, orchestrator.StateReceived} {
+		r := record(fmt.Sprintf("u-%d", i))
+		r.State, r.UpdatedAt = st, t0.Add(time.Duration(i)*time.Second)
+		if _, _, err := s.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := record("u-late")
+	late.State, late.UpdatedAt = orchestrator.StateSending, t0.Add(time.Hour)
+	if _, _, err := s.Insert(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Unresolved(ctx, t0.Add(time.Minute), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].TransactionID != "u-0" || got[1].TransactionID != "u-1" {
+		t.Fatalf("Unresolved = %d records", len(got))
 	}
 }

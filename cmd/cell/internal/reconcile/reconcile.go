@@ -1,0 +1,171 @@
+// Package reconcile resolves a cell's transactions that passed their point
+// of no return without a known outcome (state sending: the issuer timed out,
+// or the cell crashed after recording the send). It asks the issuer by
+// transaction ID and records what the issuer says. It never resends an
+// authorization: a resend could charge twice; an inquiry cannot.
+//
+// An inquiry that finds nothing means the issuer never applied the
+// transaction. Once the record is older than NotFoundAfter (longer than any
+// issuer call can still be under way), it is recorded FAILED with reason
+// "issuer_not_reached".
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// ReasonNotReached is the decline reason of a transaction the issuer never
+// received.
+const ReasonNotReached = "issuer_not_reached"
+
+// Store is what the reconciler needs of the cell's database.
+type Store interface {
+	// Unresolved returns up to limit records in state sending last updated
+	// before the given time, oldest first.
+	Unresolved(ctx context.Context, before time.Time, limit int) ([]*orchestrator.Record, error)
+	// Persist writes r's outcome if the stored state is still from.
+	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
+}
+
+// Issuer answers inquiries; issuerproto.IssuerClient implements it.
+type Issuer interface {
+	// Inquire returns the recorded outcome, or NOT_FOUND.
+	Inquire(ctx context.Context, in *issuerproto.InquireRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
+}
+
+// Config configures a Reconciler.
+type Config struct {
+	Store  Store
+	Issuer Issuer
+	// Busy reports whether this process is still working on id; such
+	// records are left alone. Optional.
+	Busy func(id string) bool
+	// Interval between rounds [2s]; MinAge: records younger than this are
+	// left to their attempt [1s]; NotFoundAfter [10s]; Batch per round [500].
+	Interval, MinAge, NotFoundAfter time.Duration
+	Batch                           int
+	InquiryTimeout                  time.Duration // [2s]
+	Now                             func() time.Time
+	Log                             *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Store == nil || c.Issuer == nil {
+		return errors.New("reconcile: Store and Issuer are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.Interval, 2*time.Second)
+	def(&c.MinAge, time.Second)
+	def(&c.NotFoundAfter, 10*time.Second)
+	def(&c.InquiryTimeout, 2*time.Second)
+	if c.Batch <= 0 {
+		c.Batch = 500
+	}
+	if c.Busy == nil {
+		c.Busy = func(string) bool { return false }
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Reconciler resolves unknown outcomes.
+type Reconciler struct{ cfg Config }
+
+// New returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Reconciler{cfg: cfg}, nil
+}
+
+// Run reconciles at once, then every Interval, until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		if n, err := r.Once(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Log.Warn("reconcile: round failed", "error", err)
+		} else if n > 0 {
+			r.cfg.Log.Info("reconcile: resolved pending transactions", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Once runs one round and returns how many transactions it resolved.
+func (r *Reconciler) Once(ctx context.Context) (int, error) {
+	now := r.cfg.Now()
+	recs, err := r.cfg.Store.Unresolved(ctx, now.Add(-r.cfg.MinAge), r.cfg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	resolved := 0
+	for _, rec := range recs {
+		if r.cfg.Busy(rec.TransactionID) {
+			continue
+		}
+		ok, err := r.resolve(ctx, rec, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return resolved, ctx.Err()
+			}
+			r.cfg.Log.Warn("reconcile: transaction still unknown", "transaction_id", rec.TransactionID, "error", err)
+			continue
+		}
+		if ok {
+			resolved++
+		}
+	}
+	return resolved, nil
+}
+
+func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now time.Time) (bool, error) {
+	ictx, cancel := context.WithTimeout(ctx, r.cfg.InquiryTimeout)
+	defer cancel()
+	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{TransactionId: rec.TransactionID})
+	out := *rec
+	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	switch status.Code(err) {
+	case codes.OK:
+		if resp.GetApproved() {
+			out.State, out.AuthCode = orchestrator.StateApproved, resp.GetAuthCode()
+		} else {
+			out.State, out.DeclineReason = orchestrator.StateDeclined, resp.GetDeclineReason()
+		}
+	case codes.NotFound:
+		if now.Sub(rec.UpdatedAt) < r.cfg.NotFoundAfter {
+			return false, nil // the send may still be on its way
+		}
+		out.State, out.DeclineReason = orchestrator.StateFailed, ReasonNotReached
+	default:
+		return false, err
+	}
+	if err := r.cfg.Store.Persist(ctx, &out, orchestrator.StateSending); err != nil {
+		return false, err
+	}
+	return true, nil
+}
