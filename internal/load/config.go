@@ -98,6 +98,18 @@ type Config struct {
 	DeclineShare float64
 	// PerRequestTimeout bounds each request. Default 5s, at most MaxTimeout.
 	PerRequestTimeout time.Duration
+	// OnResult, if set, is called once per finished request, from many
+	// goroutines at once: it must be safe for concurrent use and quick.
+	OnResult func(Result)
+}
+
+// Result is one finished request, for OnResult.
+type Result struct {
+	Request     *cellpayv1.SubmitTransactionRequest
+	Transaction *cellpayv1.Transaction // nil on error or a re-routable answer
+	Err         error
+	Sent        time.Time // when it was scheduled (open loop) or sent
+	Latency     time.Duration
 }
 
 // marketCurrency is the currency generated for each supported market.

@@ -61,6 +61,7 @@ type LatencySummary struct {
 
 // outcome is what one completed request answered.
 type outcome struct {
+	txn        *cellpayv1.Transaction // the answer, when there is one
 	status     cellpayv1.TransactionStatus
 	reroutable bool
 	pnr        bool

@@ -170,7 +170,11 @@ func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.PerRequestTimeout)
 	defer cancel()
 	o, err := r.call(ctx, req)
-	r.rec.record(o, err, time.Since(at))
+	lat := time.Since(at)
+	r.rec.record(o, err, lat)
+	if r.cfg.OnResult != nil {
+		r.cfg.OnResult(Result{Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat})
+	}
 }
 
 func gtrCaller(c cellpayv1.PaymentsClient) caller {
@@ -179,7 +183,7 @@ func gtrCaller(c cellpayv1.PaymentsClient) caller {
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{status: txn.GetStatus()}, nil
+		return outcome{txn: txn, status: txn.GetStatus()}, nil
 	}
 }
 
@@ -210,7 +214,7 @@ func cellCaller(c cellproto.CellClient) caller {
 			case *cellproto.ProcessEvent_PointOfNoReturn:
 				o.pnr = true
 			case *cellproto.ProcessEvent_Result:
-				o.status = e.Result.GetStatus()
+				o.txn, o.status = e.Result, e.Result.GetStatus()
 				return o, nil
 			case *cellproto.ProcessEvent_Reroutable:
 				o.reroutable = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,5 +291,28 @@ func TestRunRefusesConfig(t *testing.T) {
 	_, err := Run(ctx, Config{Target: TargetGTR, Addr: "10.0.0.1:7070", Mode: ModeClosed, Concurrency: 1, Count: 1, Duration: time.Second}, nil)
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Run with a non-loopback address: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestOnResult: every finished request is reported once, with its answer.
+func TestOnResultReportsEveryRequest(t *testing.T) {
+	ctx := setup(t)
+	addr := servePayments(t, &fakePayments{answer: approveUnlessDeclineCard})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	cfg := closedConfig(TargetGTR, addr, 50)
+	cfg.OnResult = func(r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Err == nil && r.Transaction.GetTransactionId() != r.Request.GetTransactionId() {
+			t.Errorf("answer for %s carries %s", r.Request.GetTransactionId(), r.Transaction.GetTransactionId())
+		}
+		seen[r.Request.GetTransactionId()] = true
+	}
+	if _, err := Run(ctx, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 50 {
+		t.Fatalf("OnResult saw %d distinct requests, want 50", len(seen))
 	}
 }
