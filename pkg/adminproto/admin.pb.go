@@ -210,7 +210,11 @@ type CellStatus struct {
 	RecentRequests int64   `protobuf:"varint,11,opt,name=recent_requests,json=recentRequests,proto3" json:"recent_requests,omitempty"`
 	// traffic_share is the share of sampled synthetic keys whose home is
 	// this cell under the table in force (0..1).
-	TrafficShare  float64 `protobuf:"fixed64,12,opt,name=traffic_share,json=trafficShare,proto3" json:"traffic_share,omitempty"`
+	TrafficShare float64 `protobuf:"fixed64,12,opt,name=traffic_share,json=trafficShare,proto3" json:"traffic_share,omitempty"`
+	// health_share is this replica's health verdict, 0..100: 0 is down
+	// (ejected or failing checks), below 100 a re-admitted cell ramping back;
+	// the weight in force is scaled by it.
+	HealthShare   int32 `protobuf:"varint,13,opt,name=health_share,json=healthShare,proto3" json:"health_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +329,13 @@ func (x *CellStatus) GetRecentRequests() int64 {
 func (x *CellStatus) GetTrafficShare() float64 {
 	if x != nil {
 		return x.TrafficShare
+	}
+	return 0
+}
+
+func (x *CellStatus) GetHealthShare() int32 {
+	if x != nil {
+		return x.HealthShare
 	}
 	return 0
 }
@@ -1518,7 +1529,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\x90\x03\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xb3\x03\n" +
 	"\n" +
 	"CellStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1533,7 +1544,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\fsuccess_rate\x18\n" +
 	" \x01(\x01R\vsuccessRate\x12'\n" +
 	"\x0frecent_requests\x18\v \x01(\x03R\x0erecentRequests\x12#\n" +
-	"\rtraffic_share\x18\f \x01(\x01R\ftrafficShare\"\xa4\x01\n" +
+	"\rtraffic_share\x18\f \x01(\x01R\ftrafficShare\x12!\n" +
+	"\fhealth_share\x18\r \x01(\x05R\vhealthShare\"\xa4\x01\n" +
 	"\x04Ramp\x12\x1f\n" +
 	"\vfrom_weight\x18\x01 \x01(\x05R\n" +
 	"fromWeight\x12\x1b\n" +

@@ -112,9 +112,10 @@ func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *a
 	stats := s.cfg.State.Stats(c.ID)
 	cs := &adminproto.CellStatus{
 		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Health: health,
+		// Weight is the operator's, before this replica's health scaling.
 		Weight: int32(c.WeightAt(now)), TargetWeight: int32(c.Weight), TableWeight: int32(c.TableWeight),
 		InFlight: stats.InFlight, SuccessRate: stats.SuccessRate, RecentRequests: int64(stats.Recent),
-		TrafficShare: share,
+		TrafficShare: share, HealthShare: int32(s.cfg.State.HealthShare(c.ID)),
 	}
 	if c.Ramping(now) {
 		cs.Ramp = &adminproto.Ramp{FromWeight: int32(c.Ramp.From), ToWeight: int32(c.Weight),

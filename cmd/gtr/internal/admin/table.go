@@ -64,8 +64,7 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 	}
 	resp := &adminproto.ApplyTableResponse{Version: next.Version}
 	if req.GetDryRun() {
-		down := func(id string) bool { return !s.cfg.State.Healthy(id) }
-		nt, err := routing.Compile(next.Spec(s.cfg.State.Now(), down))
+		nt, err := routing.Compile(next.Spec(s.cfg.State.Now(), s.cfg.State.HealthShare))
 		if err != nil {
 			return nil, toStatus(err)
 		}

@@ -100,16 +100,24 @@ func (d *Doc) Cell(id string) *CellConfig {
 	return nil
 }
 
-// Spec is the routing spec d describes at time t, with the cells that down
-// reports as down marked routing.CellDown. down may be nil.
-func (d Doc) Spec(t time.Time, down func(cellID string) bool) routing.Spec {
+// Spec is the routing spec d describes at time t. health, if not nil,
+// gives each cell's health share 0..100 on this replica: a cell at 0 is
+// routing.CellDown, and any other share scales its weight (weight *
+// share / 100, rounded down), so a re-admitted cell takes back the same
+// keys it gave up, a bucket at a time.
+func (d Doc) Spec(t time.Time, health func(cellID string) int) routing.Spec {
 	s := routing.Spec{Version: d.Version, Rules: d.Rules}
 	for _, c := range d.Cells {
-		st := routing.CellUp
-		if down != nil && down(c.ID) {
-			st = routing.CellDown
+		st, w := routing.CellUp, c.WeightAt(t)
+		if health != nil {
+			switch h := health(c.ID); {
+			case h <= 0:
+				st = routing.CellDown
+			case h < 100:
+				w = w * h / 100
+			}
 		}
-		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: c.WeightAt(t), State: st})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w, State: st})
 	}
 	return s
 }

@@ -57,7 +57,7 @@ type weightRow struct {
 
 type healthRow struct {
 	CellID string
-	Up     bool
+	Share  int // 0 (down) .. 100 (fully healthy)
 	Since  time.Time
 }
 
@@ -97,6 +97,7 @@ type State struct {
 	db       *memdb.MemDB
 	table    atomic.Pointer[routing.Table]
 	stats    stats
+	changed  chan struct{} // signalled after every replicated change
 
 	mu sync.Mutex // serialises writers: memdb write, compile, publish
 }
@@ -116,7 +117,7 @@ func New(cfg Config) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	return &State{now: cfg.Now, rampTick: cfg.RampTick, db: db}, nil
+	return &State{now: cfg.Now, rampTick: cfg.RampTick, db: db, changed: make(chan struct{}, 1)}, nil
 }
 
 // Table returns the routing table in force: one atomic load, never a lock,
@@ -180,27 +181,47 @@ func (s *State) applyLocked(d Doc, rev uint64) error {
 	}
 	txn.Commit()
 	s.table.Store(tbl)
+	select {
+	case s.changed <- struct{}{}:
+	default: // a signal is already pending
+	}
 	return nil
 }
 
+// Changed is signalled (coalesced: one pending signal at most) after every
+// Apply that changed the replicated configuration, for those that follow
+// the set of cells, such as the health monitor. Read the state after
+// receiving; the signal carries nothing.
+func (s *State) Changed() <-chan struct{} { return s.changed }
+
 // SetHealth records this replica's view of a cell's health and publishes a
-// table in which an unhealthy cell is routing.CellDown. It is for the
-// health checker: it compiles on the caller's goroutine (off the hot path)
-// and does nothing when the health did not change. Health is local to the
-// replica and never replicated. Cells with no health record are up.
+// table in which an unhealthy cell is routing.CellDown. It is
+// SetHealthShare(cellID, 100) or SetHealthShare(cellID, 0).
 func (s *State) SetHealth(cellID string, up bool) {
+	share := 0
+	if up {
+		share = 100
+	}
+	s.SetHealthShare(cellID, share)
+}
+
+// SetHealthShare records this replica's health share of a cell, 0..100
+// (health.Monitor's OnChange), and publishes the recompiled table: at 0
+// the cell is routing.CellDown, below 100 its weight is scaled by the
+// share. It is for the health checker: it compiles on the caller's
+// goroutine (off the hot path) and does nothing when the share did not
+// change. Health is local to the replica and never replicated. Cells with
+// no health record are fully healthy (100).
+func (s *State) SetHealthShare(cellID string, share int) {
+	share = min(max(share, 0), 100)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	txn := s.db.Txn(true)
 	defer txn.Abort()
-	cur := true // no record: up
-	if raw, err := txn.First(tHealth, "id", cellID); err == nil && raw != nil {
-		cur = raw.(*healthRow).Up
-	}
-	if cur == up {
+	if healthShare(txn, cellID) == share {
 		return
 	}
-	if err := txn.Insert(tHealth, &healthRow{CellID: cellID, Up: up, Since: s.now()}); err != nil {
+	if err := txn.Insert(tHealth, &healthRow{CellID: cellID, Share: share, Since: s.now()}); err != nil {
 		return // the schema is fixed: Insert cannot fail on a well-formed row
 	}
 	if _, _, ok := s.docTxn(txn); !ok {
@@ -215,11 +236,19 @@ func (s *State) SetHealth(cellID string, up bool) {
 	s.table.Store(tbl)
 }
 
-// Healthy reports this replica's view of a cell's health.
-func (s *State) Healthy(cellID string) bool {
-	raw, err := s.db.Txn(false).First(tHealth, "id", cellID)
-	return err != nil || raw == nil || raw.(*healthRow).Up
+func healthShare(txn *memdb.Txn, cellID string) int {
+	raw, err := txn.First(tHealth, "id", cellID)
+	if err != nil || raw == nil {
+		return 100
+	}
+	return raw.(*healthRow).Share
 }
+
+// Healthy reports this replica's view of a cell's health: share above 0.
+func (s *State) Healthy(cellID string) bool { return s.HealthShare(cellID) > 0 }
+
+// HealthShare is this replica's health share of a cell, 0..100.
+func (s *State) HealthShare(cellID string) int { return healthShare(s.db.Txn(false), cellID) }
 
 // Doc returns the replicated configuration in force and the KV revision it
 // came from. ok is false before the first Apply.
@@ -264,11 +293,7 @@ func (s *State) compile(txn *memdb.Txn) (*routing.Table, error) {
 	if !ok {
 		return nil, ErrNoTable
 	}
-	down := func(id string) bool {
-		raw, err := txn.First(tHealth, "id", id)
-		return err == nil && raw != nil && !raw.(*healthRow).Up
-	}
-	tbl, err := routing.Compile(d.Spec(s.now(), down))
+	tbl, err := routing.Compile(d.Spec(s.now(), func(id string) int { return healthShare(txn, id) }))
 	if err != nil {
 		return nil, fmt.Errorf("state: compile: %w", err)
 	}
@@ -289,10 +314,10 @@ func (s *State) Refresh() bool {
 	if !ok {
 		return false
 	}
-	now := s.now()
+	spec := d.Spec(s.now(), func(id string) int { return healthShare(txn, id) })
 	changed := false
-	for _, c := range d.Cells {
-		if pub, ok := cur.Cell(c.ID); !ok || pub.Weight != c.WeightAt(now) {
+	for _, c := range spec.Cells {
+		if pub, ok := cur.Cell(c.ID); !ok || pub.Weight != c.Weight {
 			changed = true
 			break
 		}

@@ -419,3 +419,40 @@ func TestRouteThroughStateAllocs(t *testing.T) {
 		t.Fatalf("Route through State.Table allocates %.1f times", allocs)
 	}
 }
+
+func TestHealthShareScalesWeight(t *testing.T) {
+	s, clk := newState(t)
+	d, rev, _ := s.Doc()
+	if err := d.Drain("cell-b", 20, clk.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(d, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	s.SetHealthShare("cell-b", 50)
+	if c, _ := s.Table().Cell("cell-b"); c.Weight != 40 || c.State != routing.CellUp {
+		t.Fatalf("cell-b %+v, want weight 80*50%% = 40, up", c)
+	}
+	if s.HealthShare("cell-b") != 50 || !s.Healthy("cell-b") || s.HealthShare("cell-a") != 100 {
+		t.Fatal("HealthShare disagrees")
+	}
+	s.SetHealthShare("cell-b", 0)
+	if c, _ := s.Table().Cell("cell-b"); c.State != routing.CellDown {
+		t.Fatalf("cell-b %+v, want down", c)
+	}
+}
+
+func TestChangedSignals(t *testing.T) {
+	s, _ := newState(t)
+	select {
+	case <-s.Changed():
+	default:
+		t.Fatal("no signal after the first Apply")
+	}
+	s.SetHealth("cell-a", false) // health is not a replicated change
+	select {
+	case <-s.Changed():
+		t.Fatal("signal after a health change")
+	default:
+	}
+}
