@@ -1,0 +1,82 @@
+package checker
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+func TestAnswersRoundTrip(t *testing.T) {
+	in := []Answer{
+		{ID: "a", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "ABC123", CellID: "cell-a"},
+		{ID: "b", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "do_not_honor", CellID: "cell-b"},
+		{ID: "c", Status: cellpayv1.TransactionStatus_PENDING, CellID: "cell-c"},
+		{ID: "d", Code: codes.Unavailable},
+		{ID: "e", Code: codes.Code(42)},
+	}
+	var buf bytes.Buffer
+	for _, a := range in {
+		if err := WriteAnswer(&buf, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Count(buf.String(), "\n"); got != len(in) {
+		t.Fatalf("%d lines, want %d", got, len(in))
+	}
+	for _, want := range []string{`"status":"APPROVED"`, `"code":"UNAVAILABLE"`, `"code":"OK"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("file lacks %s:\n%s", want, buf.String())
+		}
+	}
+	out, err := ReadAnswers(strings.NewReader(buf.String() + "\n  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("read %d answers, want %d", len(out), len(in))
+	}
+	for i := range in {
+		if out[i] != in[i] {
+			t.Errorf("answer %d: got %+v, want %+v", i, out[i], in[i])
+		}
+	}
+}
+
+func TestReadAnswersErrors(t *testing.T) {
+	tests := []struct {
+		name, file, want string
+	}{
+		{"not JSON", "{\"id\":\"a\",\"status\":\"APPROVED\"}\nnope\n", "line 2"},
+		{"no id", `{"status":"APPROVED"}`, "without an id"},
+		{"unknown status", `{"id":"a","status":"MAYBE"}`, "unknown status"},
+		{"unknown code", `{"id":"a","code":"OOPS"}`, "unknown gRPC code"},
+		{"OK without status", `{"id":"a","code":"OK"}`, "needs a status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ReadAnswers(strings.NewReader(tt.file))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAnswerOf(t *testing.T) {
+	txn := &cellpayv1.Transaction{TransactionId: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellId: "cell-a"}
+	if got, want := AnswerOf("a", txn, nil), (Answer{ID: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellID: "cell-a"}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if got := AnswerOf("b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{ID: "b", Code: codes.AlreadyExists}) || !got.Err() {
+		t.Errorf("got %+v", got)
+	}
+	if got := AnswerOf("c", nil, errors.New("plain")); got.Code != codes.Unknown {
+		t.Errorf("plain error: got %+v", got)
+	}
+}

@@ -1,0 +1,280 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// Check reads back every ID in answers and reports what it finds. It
+// returns an error only when a source cannot be read at all (a cell's
+// database, the issuer, a cancelled ctx); a GetTransaction that keeps
+// failing for one ID is counted as Unverified instead.
+func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	byID, ids := group(answers)
+	cl, err := dial(cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	defer cl.close()
+
+	looks, err := getAll(ctx, cl.payments, ids, cfg.Concurrency, cfg.CallTimeout)
+	if err != nil {
+		return Report{}, err
+	}
+	recs, err := readCells(ctx, cfg.Cells, ids)
+	if err != nil {
+		return Report{}, err
+	}
+	effs, err := readEffects(ctx, cl.issuer, ids, cfg.EffectsBatch, cfg.CallTimeout)
+	if err != nil {
+		return Report{}, err
+	}
+	c := classifier{limit: cfg.Examples, prePNR: make(map[string]bool)}
+	for _, reason := range cfg.PrePNRFailures {
+		c.prePNR[reason] = true
+	}
+	c.r.Answers = len(answers)
+	c.r.Errors = make(map[string]int)
+	for _, id := range ids {
+		c.add(id, byID[id], looks[id], recs[id], effs[id])
+	}
+	return c.r, nil
+}
+
+// group returns the answers by ID and the IDs in first-seen order.
+func group(answers []Answer) (map[string][]Answer, []string) {
+	byID := make(map[string][]Answer, len(answers))
+	var ids []string
+	for _, a := range answers {
+		if _, ok := byID[a.ID]; !ok {
+			ids = append(ids, a.ID)
+		}
+		byID[a.ID] = append(byID[a.ID], a)
+	}
+	return byID, ids
+}
+
+type classifier struct {
+	r      Report
+	limit  int
+	prePNR map[string]bool
+}
+
+// add classifies one ID. See the Report fields for the rules.
+func (c *classifier) add(id string, answers []Answer, l lookup, recs []CellRecord, eff effect) {
+	r := &c.r
+	r.Attempted++
+	r.IssuerEffects += int64(eff.effects)
+	r.IssuerRequests += int64(eff.requests)
+	answered := false // the partner got at least one non-error answer
+	for _, a := range answers {
+		if a.Err() {
+			r.Errors[CodeName(a.Code)]++
+		} else {
+			answered = true
+		}
+	}
+	if eff.effects > 1 {
+		r.DuplicatedEffects++
+		c.example(ProblemDuplicatedEffects, id, "%d issuer effects (%d requests); records: %s", eff.effects, eff.requests, describe(recs))
+	}
+	if past := c.pastPNR(recs); len(past) > 1 {
+		r.ReroutesAfterPNR++
+		c.example(ProblemReroutesAfterPNR, id, "past the PNR in %d cells: %s", len(past), describe(past))
+	}
+
+	switch l.code {
+	case codes.OK:
+		c.found(id, answers, answered, l.txn, recs, eff)
+	case codes.NotFound:
+		reached := eff.requests > 0 || eff.effects > 0
+		switch {
+		case !answered && eff.effects > 0:
+			r.EffectsWithoutRecord++
+			c.example(ProblemEffectsWithoutRecord, id, "partner got %s, issuer applied it %d time(s), GetTransaction NOT_FOUND; records: %s",
+				errorCodes(answers), eff.effects, describe(recs))
+			fallthrough
+		case answered || reached:
+			r.Lost++
+			c.example(ProblemLost, id, "answered %s, issuer requests %d, GetTransaction NOT_FOUND; records: %s",
+				describeAnswers(answers), eff.requests, describe(recs))
+		default:
+			r.NotStarted++
+		}
+	default:
+		r.Unverified++
+		c.example(ProblemUnverified, id, "GetTransaction: %v", l.err)
+	}
+}
+
+// found classifies an ID that GetTransaction returned.
+func (c *classifier) found(id string, answers []Answer, answered bool, txn *cellpayv1.Transaction, recs []CellRecord, eff effect) {
+	r := &c.r
+	final := txn.GetStatus()
+	switch final {
+	case cellpayv1.TransactionStatus_APPROVED:
+		r.Approved++
+	case cellpayv1.TransactionStatus_DECLINED:
+		r.Declined++
+	case cellpayv1.TransactionStatus_FAILED:
+		r.Failed++
+	default:
+		r.Pending++
+		c.example(ProblemPending, id, "GetTransaction %s from %s; records: %s", final, txn.GetCellId(), describe(recs))
+		if !answered && eff.effects > 0 {
+			r.EffectsWithoutRecord++
+			r.Lost++
+			c.example(ProblemEffectsWithoutRecord, id, "partner got %s, issuer applied it, record still %s", errorCodes(answers), final)
+			c.example(ProblemLost, id, "partner got %s, issuer applied it, record still %s", errorCodes(answers), final)
+		}
+	}
+	resolved, differs := false, false
+	for _, a := range answers {
+		switch {
+		case a.Err():
+		case a.Status == cellpayv1.TransactionStatus_PENDING:
+			resolved = resolved || final != cellpayv1.TransactionStatus_PENDING
+		case a.Status != final || a.AuthCode != txn.GetAuthCode() || a.DeclineReason != txn.GetDeclineReason():
+			if !differs {
+				c.example(ProblemDifferingAnswers, id, "answered %s, record %s (cell %s)",
+					describeAnswer(a), describeTxn(txn), txn.GetCellId())
+			}
+			differs = true
+		}
+	}
+	if resolved {
+		r.PendingResolved++
+	}
+	if differs {
+		r.DifferingAnswers++
+	}
+}
+
+func (c *classifier) pastPNR(recs []CellRecord) []CellRecord {
+	var out []CellRecord
+	for _, rec := range recs {
+		if pastPNR(rec, c.prePNR) {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+func (c *classifier) example(problem, id, format string, args ...any) {
+	c.r.example(c.limit, problem, id, format, args...)
+}
+
+func describe(recs []CellRecord) string {
+	if len(recs) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(recs))
+	for _, r := range recs {
+		s := r.Cell + "=" + r.State
+		if r.DeclineReason != "" {
+			s += "(" + r.DeclineReason + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s attempt %d", s, r.Attempt))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+func describeAnswer(a Answer) string {
+	if a.Err() {
+		return CodeName(a.Code)
+	}
+	return statusString(a.Status, a.AuthCode, a.DeclineReason)
+}
+
+func describeAnswers(answers []Answer) string {
+	parts := make([]string, len(answers))
+	for i, a := range answers {
+		parts[i] = describeAnswer(a)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeTxn(t *cellpayv1.Transaction) string {
+	return statusString(t.GetStatus(), t.GetAuthCode(), t.GetDeclineReason())
+}
+
+func statusString(s cellpayv1.TransactionStatus, auth, reason string) string {
+	out := s.String()
+	if auth != "" {
+		out += " auth " + auth
+	}
+	if reason != "" {
+		out += " reason " + reason
+	}
+	return out
+}
+
+func errorCodes(answers []Answer) string {
+	var parts []string
+	for _, a := range answers {
+		if a.Err() {
+			parts = append(parts, CodeName(a.Code))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ErrNotResolved means WaitResolved timed out with IDs still PENDING.
+var ErrNotResolved = errors.New("checker: transactions still pending")
+
+// WaitResolved polls GetTransaction until none of ids is PENDING, and
+// returns how long that took. An ID is settled when GetTransaction returns
+// it in a final status or NOT_FOUND (Check reports those as lost if they
+// should exist); one it cannot read yet is polled again. After timeout it returns the time
+// waited and an error wrapping ErrNotResolved that names a few of the
+// IDs still pending.
+func WaitResolved(ctx context.Context, cfg Config, ids []string, timeout time.Duration) (time.Duration, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Payments == nil && cfg.GTRAddr == "" {
+		return 0, fmt.Errorf("%w: GTRAddr is required", ErrInvalidConfig)
+	}
+	payments, closeGTR, err := dialGTR(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer closeGTR()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	pending := slices.Clone(ids)
+	for {
+		looks, err := getAll(ctx, payments, pending, cfg.Concurrency, cfg.CallTimeout)
+		if err != nil {
+			return time.Since(start), err
+		}
+		pending = slices.DeleteFunc(pending, func(id string) bool {
+			l := looks[id]
+			return l.code == codes.NotFound ||
+				l.code == codes.OK && l.txn.GetStatus() != cellpayv1.TransactionStatus_PENDING
+		})
+		if len(pending) == 0 {
+			return time.Since(start), nil
+		}
+		if !time.Now().Before(deadline) {
+			return time.Since(start), fmt.Errorf("%w: %d after %v, e.g. %s", ErrNotResolved,
+				len(pending), timeout, strings.Join(pending[:min(5, len(pending))], ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("checker: wait resolved: %w", ctx.Err())
+		case <-time.After(min(cfg.PollInterval, time.Until(deadline))):
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package checker
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/internal/issuersim"
+	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testTimeout bounds every test.
+const testTimeout = 60 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// schemaFile is the cell's first migration; the tests apply its "create"
+// half, since the store package is internal to cmd/cell.
+const schemaFile = "../../cmd/cell/internal/store/migrations/001_transactions.sql"
+
+func cellSchema(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(schemaFile)
+	if err != nil {
+		t.Fatalf("read schema: %v", err)
+	}
+	up, _, ok := strings.Cut(string(b), "---- create above")
+	if !ok {
+		t.Fatalf("%s: no '---- create above' line", schemaFile)
+	}
+	return up
+}
+
+// newCellDB returns the URL of a fresh database holding the cell schema.
+func newCellDB(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, cellSchema(t)); err != nil {
+		t.Fatalf("apply schema: %v", err)
+	}
+	return url
+}
+
+// row is a seeded cell record; the columns the checker ignores get fixed
+// values.
+type row struct {
+	cell    string // which seeded database
+	id      string
+	state   string
+	reason  string
+	auth    string
+	attempt int32
+}
+
+func insertRows(ctx context.Context, t *testing.T, urls map[string]string, rows []row) {
+	t.Helper()
+	now := time.Date(2026, 6, 15, 12, 0, 0, 0, time.UTC)
+	for _, r := range rows {
+		conn, err := pgx.Connect(ctx, urls[r.cell])
+		if err != nil {
+			t.Fatalf("connect %s: %v", r.cell, err)
+		}
+		_, err = conn.Exec(ctx, `INSERT INTO transactions (transaction_id, fingerprint, state, decline_reason,
+			auth_code, payment_type, partner_id, market, amount, currency, settlement_amount, settlement_currency,
+			risk_amount, merchant_id, mcc, merchant_country, masked_pan, refdata_version, route_rule, attempt,
+			cell_id, created_at, updated_at)
+			VALUES ($1, '\x00', $2, $3, $4, 1, 'p-1', 'DE', 1000, 'EUR', 1000, 'EUR', 1000, 'm-1', '5411', 'DE',
+			'', '1', 'everything', $5, $6, $7, $7)`,
+			r.id, r.state, r.reason, r.auth, max(r.attempt, 1), r.cell, now)
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("insert %s into %s: %v", r.id, r.cell, err)
+		}
+	}
+}
+
+// serve serves register's services on a loopback listener and returns
+// the address; the server stops when the test ends.
+func serve(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+// stagedIssuer is the real simulator with one staged flaw: it reports an
+// extra effect for the IDs in extra. The simulator itself can never apply
+// two effects for an ID, so a duplicate can only be staged.
+type stagedIssuer struct {
+	*issuersim.Server
+	extra map[string]bool
+}
+
+func (s *stagedIssuer) Effects(ctx context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
+	resp, err := s.Server.Effects(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range resp.GetEffects() {
+		if s.extra[e.GetTransactionId()] {
+			e.Effects++
+			resp.TotalEffects++
+		}
+	}
+	return resp, nil
+}
+
+// fakePayments answers GetTransaction from a map; the other methods are
+// unimplemented. Missing IDs are NOT_FOUND; IDs in broken answer
+// UNAVAILABLE.
+type fakePayments struct {
+	cellpayv1.UnimplementedPaymentsServer
+	mu     sync.Mutex
+	txns   map[string]*cellpayv1.Transaction
+	broken map[string]bool
+	calls  int
+}
+
+func (f *fakePayments) GetTransaction(_ context.Context, req *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	id := req.GetTransactionId()
+	if f.broken[id] {
+		return nil, status.Error(codes.Unavailable, "cell down")
+	}
+	if txn, ok := f.txns[id]; ok {
+		return txn, nil
+	}
+	return nil, status.Error(codes.NotFound, "transaction not found")
+}
+
+func (f *fakePayments) set(txn *cellpayv1.Transaction) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.txns[txn.GetTransactionId()] = txn
+}
+
+// visible builds what the GTR's GetTransaction would return for rows: the
+// partner-visible records, a final one preferred over PENDING.
+func visible(rows []row) map[string]*cellpayv1.Transaction {
+	statuses := map[string]cellpayv1.TransactionStatus{
+		"sending":  cellpayv1.TransactionStatus_PENDING,
+		"approved": cellpayv1.TransactionStatus_APPROVED,
+		"declined": cellpayv1.TransactionStatus_DECLINED,
+		"failed":   cellpayv1.TransactionStatus_FAILED,
+	}
+	out := make(map[string]*cellpayv1.Transaction)
+	for _, r := range rows {
+		st, ok := statuses[r.state]
+		if !ok {
+			continue
+		}
+		if best, ok := out[r.id]; ok && best.GetStatus() != cellpayv1.TransactionStatus_PENDING {
+			continue
+		}
+		out[r.id] = &cellpayv1.Transaction{TransactionId: r.id, Status: st, DeclineReason: r.reason, AuthCode: r.auth, CellId: r.cell}
+	}
+	return out
+}
+
+// env is one seeded run: two cell databases, a real issuer simulator and a
+// fake GTR, all on loopback.
+type env struct {
+	cfg      Config
+	issuer   issuerproto.IssuerClient
+	payments *fakePayments
+}
+
+type setup struct {
+	rows        []row
+	authorize   []*issuerproto.AuthorizeRequest // sent to the issuer before the check
+	extraEffect []string
+	broken      []string
+}
+
+func newEnv(ctx context.Context, t *testing.T, s setup) *env {
+	t.Helper()
+	urls := map[string]string{"cell-a": newCellDB(ctx, t), "cell-b": newCellDB(ctx, t)}
+	insertRows(ctx, t, urls, s.rows)
+
+	iss := &stagedIssuer{Server: issuersim.New(issuersim.Config{
+		Now: func() time.Time { return time.Date(2026, 6, 15, 12, 0, 0, 0, time.UTC) },
+	}), extra: make(map[string]bool)}
+	for _, id := range s.extraEffect {
+		iss.extra[id] = true
+	}
+	issuerAddr := serve(t, func(gs *grpc.Server) { issuerproto.RegisterIssuerServer(gs, iss) })
+	fp := &fakePayments{txns: visible(s.rows), broken: make(map[string]bool)}
+	for _, id := range s.broken {
+		fp.broken[id] = true
+	}
+	gtrAddr := serve(t, func(gs *grpc.Server) { cellpayv1.RegisterPaymentsServer(gs, fp) })
+
+	e := &env{
+		cfg: Config{
+			GTRAddr:    gtrAddr,
+			IssuerAddr: issuerAddr,
+			Cells: []Cell{
+				{ID: "cell-a", DatabaseURL: urls["cell-a"]},
+				{ID: "cell-b", DatabaseURL: urls["cell-b"]},
+			},
+			Concurrency:  4,
+			EffectsBatch: 2, // several batches even in small scenarios
+			PollInterval: 20 * time.Millisecond,
+		},
+		payments: fp,
+	}
+	conn, err := newConn(issuerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e.issuer = issuerproto.NewIssuerClient(conn)
+	for _, req := range s.authorize {
+		if _, err := e.issuer.Authorize(ctx, req); err != nil {
+			t.Fatalf("authorize %s: %v", req.GetTransactionId(), err)
+		}
+	}
+	return e
+}
+
+// auth is an issuer request for id with pan, approved unless pan declines.
+func auth(id, pan string) *issuerproto.AuthorizeRequest {
+	return &issuerproto.AuthorizeRequest{
+		TransactionId: id, Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030,
+		AmountMinorUnits: 1000, Currency: "EUR", MerchantId: "m-1", Mcc: "5411",
+	}
+}
