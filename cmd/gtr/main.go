@@ -1,14 +1,17 @@
 // Command gtr runs the Global Transaction Router: the partners' Payments
-// API, which routes every transaction to a cell.
+// API, which routes every transaction to a cell, and the operators' Admin
+// API on its own listener.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
@@ -23,15 +26,45 @@ func env(name, def string) string {
 
 func main() {
 	var cfg gtr.Config
+	var tokenFile string
+	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address (env GTR_ADMIN_LISTEN)")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
+	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "file holding the admin API token (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN); without one the admin API refuses every call")
+	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration (env GTR_NATS_URL); empty: standalone")
+	flag.StringVar(&cfg.NATSBucket, "nats-bucket", env("GTR_NATS_BUCKET", "cellpay_gtr"), "NATS KV bucket of the routing configuration (env GTR_NATS_BUCKET)")
+	flag.StringVar(&cfg.StateFile, "state-file", env("GTR_STATE_FILE", ""), "file keeping the last-known routing configuration, read at start when present (env GTR_STATE_FILE)")
+	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
 	flag.Parse()
-	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("replica", cfg.ReplicaID)
+	tok, err := adminToken(tokenFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gtr:", err)
+		os.Exit(2)
+	}
+	cfg.AdminToken = tok
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := gtr.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "gtr:", err)
 		os.Exit(1)
 	}
+}
+
+// adminToken reads the token from file, else from GTR_ADMIN_TOKEN. There is
+// no flag for the token itself: command lines are visible to every user.
+func adminToken(file string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv("GTR_ADMIN_TOKEN")), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", errors.New("admin token: " + file + " is empty")
+	}
+	return tok, nil
 }

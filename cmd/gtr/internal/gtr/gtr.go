@@ -1,6 +1,8 @@
-// Package gtr assembles the Global Transaction Router: the routing table,
-// the connections to cells and the public Payments API with gRPC health and
-// reflection.
+// Package gtr assembles the Global Transaction Router: the routing state
+// (go-memdb, converged across replicas through NATS KV), the health
+// monitor, the connections to cells, the public Payments API on the
+// partners' listener and the Admin API on the operators' listener, each
+// with gRPC health; reflection on both (the admin one behind the token).
 package gtr
 
 import (
@@ -9,26 +11,41 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
-	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // Config is everything the GTR needs to run.
 type Config struct {
 	Listen      string // partners' Payments API
 	AdminListen string // operators' listener; never the partners' port
-	ConfigFile  string // routing table (YAML)
+	// ConfigFile is the routing table (YAML): where a replica starts when
+	// it has no state file, and what seeds an empty KV bucket.
+	ConfigFile string
+	// AdminToken guards the Admin API; "" disables it (every call
+	// UNAUTHENTICATED; health still answers).
+	AdminToken string
+	// NATSURL is the NATS server holding the shared routing configuration;
+	// "" runs this replica standalone (admin changes stay local).
+	NATSURL    string
+	NATSBucket string // KV bucket; default "cellpay_gtr"
+	// StateFile keeps the last-known configuration; "" keeps none.
+	StateFile string
+	ReplicaID string
 	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
@@ -56,24 +73,58 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	spec, err := config.Load(cfg.ConfigFile)
+	st, err := state.New(state.Config{})
 	if err != nil {
 		return err
 	}
-	table, err := routing.Compile(spec)
+	store, err := kvsync.Start(kvsync.Config{
+		State: st,
+		Seed: func() (state.Doc, error) {
+			spec, err := config.Load(cfg.ConfigFile)
+			return state.FromSpec(spec), err
+		},
+		NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		Log: cfg.Log,
+	})
 	if err != nil {
 		return err
 	}
-	var current atomic.Pointer[routing.Table]
-	current.Store(table)
+	defer store.Close()
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopBG()
+	wg.Go(func() { st.Run(bg) })
+	mon, err := health.New(health.Config{OnChange: st.SetHealthShare, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	followCells(st, mon)
+	wg.Go(func() { mon.Run(bg) })
+	wg.Go(func() {
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-st.Changed():
+				followCells(st, mon)
+			}
+		}
+	})
 
 	pool := cellconn.New()
 	defer pool.Close()
-	pay, err := payments.New(payments.Config{Table: current.Load, Cells: pool, Log: cfg.Log})
+	pay, err := payments.New(payments.Config{
+		Table:  st.Table,
+		Cells:  countingCells{pool, st},
+		Health: observers{mon, st},
+		Log:    cfg.Log,
+	})
 	if err != nil {
 		return err
 	}
-	hs := health.NewServer()
+	hs := grpchealth.NewServer()
 	gs := grpc.NewServer()
 	cellpayv1.RegisterPaymentsServer(gs, pay)
 	healthpb.RegisterHealthServer(gs, hs)
@@ -85,24 +136,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		// The admin API (cellpay.admin.v1) is not built yet; this listener
-		// serves only gRPC health so that operators' probes have a target.
+		adm, err := admin.New(admin.Config{State: st, Store: store, ReplicaID: cfg.ReplicaID, Log: cfg.Log})
+		if err != nil {
+			lis.Close()
+			return err
+		}
 		alis, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
 			lis.Close()
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
-		as := grpc.NewServer()
+		as := grpc.NewServer(admin.NewAuth(cfg.AdminToken).ServerOptions()...)
+		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
+		reflection.Register(as)
 		servers = append(servers, as)
 		listeners = append(listeners, alis)
+		if cfg.AdminToken == "" {
+			cfg.Log.Warn("no admin token configured: the admin API refuses every call")
+		}
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() { errc <- s.Serve(listeners[i]) }()
 	}
-	cfg.Log.Info("gtr listening", "addr", lis.Addr().String(), "admin_addr", cfg.AdminListen,
-		"table_version", table.Version(), "cells", len(spec.Cells), "rules", len(spec.Rules))
+	tbl := st.Table()
+	cfg.Log.Info("gtr listening", "addr", lis.Addr().String(), "admin_addr", cfg.AdminListen, "replica", cfg.ReplicaID,
+		"config_store", store.Status(), "table_version", tbl.Version(), "cells", len(tbl.Spec().Cells))
 	select {
 	case err := <-errc:
 		return fmt.Errorf("gtr: serve: %w", err)
@@ -125,4 +185,34 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.Info("gtr stopped")
 	return nil
+}
+
+// followCells points the health monitor at the table's cells, and the
+// state at the monitor's verdicts (a cell the monitor forgot and learns
+// again starts at its share, which OnChange would not report).
+func followCells(st *state.State, mon *health.Monitor) {
+	d, _, ok := st.Doc()
+	if !ok {
+		return
+	}
+	cells := make([]health.Cell, 0, len(d.Cells))
+	for _, c := range d.Cells {
+		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool})
+	}
+	mon.SetCells(cells)
+	for _, c := range d.Cells {
+		st.SetHealthShare(c.ID, mon.Share(c.ID))
+	}
+}
+
+// observers tells both the health monitor (ejection) and the state (the
+// success rate the admin API lists) the outcome of every attempt.
+type observers struct {
+	mon *health.Monitor
+	st  *state.State
+}
+
+func (o observers) Observe(cellID string, ok bool) {
+	o.mon.Observe(cellID, ok)
+	o.st.Outcome(cellID, ok)
 }

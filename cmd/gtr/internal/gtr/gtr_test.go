@@ -1,0 +1,87 @@
+package gtr
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestAdminOnlyOnAdminListener: the partners' port does not serve Admin,
+// the admin port does, behind the token.
+func TestAdminOnlyOnAdminListener(t *testing.T) {
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "gtr.yaml")
+	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\nrules:\n  - {name: all, pool: main}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
+		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return")
+		}
+	}()
+	dial := func(addr string) *grpc.ClientConn {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	pub, adm := dial(cfg.Listen), dial(cfg.AdminListen)
+	for _, c := range []*grpc.ClientConn{pub, adm} {
+		if _, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+			t.Fatalf("health on %s: %v", c.Target(), err)
+		}
+	}
+	if _, err := adminproto.NewAdminClient(pub).ListCells(cctx, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Admin on the partners' port: %v, want Unimplemented", err)
+	}
+	list, err := adminproto.NewAdminClient(adm).ListCells(cctx, &adminproto.ListCellsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.ReplicaId != "r1" || list.ConfigStore != "standalone" || len(list.Cells) != 1 {
+		t.Fatalf("list: %v", list)
+	}
+}
