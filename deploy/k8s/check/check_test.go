@@ -1,0 +1,201 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// deployDir is the deploy/k8s tree this module sits in.
+const deployDir = ".."
+
+func loadTree(t *testing.T, dir string) *Tree {
+	t.Helper()
+	tree, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+func renderAll(t *testing.T, dir string) []Object {
+	t.Helper()
+	objs, err := loadTree(t, dir).RenderAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestOverlaysRender renders every overlay on its own and decodes every
+// object strictly, and checks each overlay holds what it should.
+func TestOverlaysRender(t *testing.T) {
+	tree := loadTree(t, deployDir)
+	overlays, err := tree.Overlays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"overlays/cell-a", "overlays/cell-b", "overlays/cell-c", "overlays/platform"}
+	for _, w := range want {
+		if !contains(overlays, w) {
+			t.Errorf("overlay %s missing; have %v", w, overlays)
+		}
+	}
+	for _, o := range overlays {
+		t.Run(strings.TrimPrefix(o, "overlays/"), func(t *testing.T) {
+			objs, err := tree.Render(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]int{}
+			for _, obj := range objs {
+				kinds[obj.GVK.Kind]++
+				if obj.GVK.Kind != "Namespace" && obj.Namespace == "" {
+					t.Errorf("%s has no namespace", obj)
+				}
+			}
+			min := map[string]int{"Namespace": 1, "Deployment": 1, "Service": 2, "NetworkPolicy": 2}
+			if strings.HasPrefix(o, "overlays/cell-") {
+				min["StatefulSet"], min["Secret"], min["PodDisruptionBudget"] = 1, 2, 1
+			}
+			for k, n := range min {
+				if kinds[k] < n {
+					t.Errorf("%d %s, want at least %d (have %v)", kinds[k], k, n, kinds)
+				}
+			}
+		})
+	}
+}
+
+// TestStrictDecodingRejectsUnknownFields proves the decoder is strict: the
+// render test would pass vacuously otherwise.
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unknown field": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: 1, replica: 2}\n",
+		"misplaced":     "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: [{port: 1, containerPort: 2}]}\n",
+		"duplicate":     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
+		"unknown kind":  "apiVersion: v1\nkind: Deploymnet\nmetadata: {name: x}\n",
+	} {
+		if _, err := Decode([]byte(doc)); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+	if _, err := Decode([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")); err != nil {
+		t.Errorf("a valid object: %v", err)
+	}
+}
+
+// TestManifestsHold runs every property check over all overlays together.
+func TestManifestsHold(t *testing.T) {
+	objs := renderAll(t, deployDir)
+	for _, v := range Check(objs) {
+		t.Error(v)
+	}
+	w := NewWorld(objs)
+	if got := strings.Join(w.Cells, ","); got != "cell-a,cell-b,cell-c" {
+		t.Errorf("cells %s, want cell-a,cell-b,cell-c", got)
+	}
+}
+
+// TestCommittedOverlaysAreGenerated holds the committed cell overlays to the
+// generator's output, so that a generated cell is what the others are.
+func TestCommittedOverlaysAreGenerated(t *testing.T) {
+	for _, c := range []string{"cell-a", "cell-b", "cell-c"} {
+		files, err := OverlayFiles(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range files {
+			got, err := os.ReadFile(filepath.Join(deployDir, "overlays", c, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("overlays/%s/%s differs from the generator's output; regenerate it", c, name)
+			}
+		}
+	}
+}
+
+// TestNewCell generates a fourth cell into a copy of the tree and runs the
+// same checks over the result.
+func TestNewCell(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(deployDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewCell(dir, "cell-d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewCell(dir, "cell-d"); err == nil {
+		t.Error("adding cell-d twice: no error")
+	}
+	if err := NewCell(dir, "Cell_E"); err == nil {
+		t.Error("a name that is no DNS label: no error")
+	}
+	objs := renderAll(t, dir)
+	for _, v := range Check(objs) {
+		t.Error(v)
+	}
+	w := NewWorld(objs)
+	if got := strings.Join(w.Cells, ","); got != "cell-a,cell-b,cell-c,cell-d" {
+		t.Errorf("cells %s, want cell-a..cell-d", got)
+	}
+	// Exactly one line of GTR configuration changed, besides the version.
+	before, _ := os.ReadFile(filepath.Join(deployDir, "overlays/platform/gtr.yaml"))
+	after, _ := os.ReadFile(filepath.Join(dir, "overlays/platform/gtr.yaml"))
+	added := diffLines(string(before), string(after))
+	if len(added) != 2 || !strings.HasPrefix(added[0], "version: ") || added[1] != RoutingLine("cell-d") {
+		t.Errorf("routing table change: %q, want the version and one cell line", added)
+	}
+	var before1, after1 RoutingTable
+	if err := yaml.Unmarshal(before, &before1); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(after, &after1); err != nil {
+		t.Fatal(err)
+	}
+	if after1.Version != before1.Version+1 {
+		t.Errorf("version %d -> %d, want +1", before1.Version, after1.Version)
+	}
+}
+
+// diffLines returns the lines of b not in a.
+func diffLines(a, b string) []string {
+	have := map[string]bool{}
+	for _, l := range strings.Split(a, "\n") {
+		have[l] = true
+	}
+	var out []string
+	for _, l := range strings.Split(b, "\n") {
+		if !have[l] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func contains(s []string, x string) bool {
+	for _, e := range s {
+		if e == x {
+			return true
+		}
+	}
+	return false
+}
+
+// policy decodes a NetworkPolicy written as YAML.
+func policy(t *testing.T, ns, doc string) Object {
+	t.Helper()
+	o, err := Decode([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n" + doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := o.Typed.(*networkingv1.NetworkPolicy)
+	p.Namespace, o.Namespace = ns, ns
+	return o
+}

@@ -1,0 +1,393 @@
+package check
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// Check runs every check over the rendered objects of all overlays and
+// returns one line per violation, sorted; none means the manifests hold.
+func Check(objs []Object) []string {
+	w := NewWorld(objs)
+	var v []string
+	v = append(v, CheckWorkloads(w)...)
+	v = append(v, CheckCells(w)...)
+	v = append(v, CheckPlatform(w)...)
+	v = append(v, CheckRouting(w)...)
+	v = append(v, CheckBoundary(w)...)
+	sort.Strings(v)
+	return v
+}
+
+// CheckWorkloads holds every workload to the same bar: pinned images (a tag
+// or digest, never latest), CPU and memory requests and limits, non-root
+// with a read-only root filesystem and no privilege escalation, no service
+// account token, probes on anything that serves a port (gRPC ones for
+// Cellpay's own binaries), and a PodDisruptionBudget when replicated.
+func CheckWorkloads(w *World) []string {
+	var v []string
+	for _, o := range w.Objects {
+		tmpl, ok := podTemplate(o)
+		if !ok {
+			continue
+		}
+		spec := tmpl.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			v = append(v, fmt.Sprintf("%s: automountServiceAccountToken is not false", o))
+		}
+		podNonRoot := spec.SecurityContext != nil && isTrue(spec.SecurityContext.RunAsNonRoot)
+		if spec.SecurityContext != nil && spec.SecurityContext.RunAsUser != nil && *spec.SecurityContext.RunAsUser == 0 {
+			podNonRoot = false
+		}
+		for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+			v = append(v, checkContainer(o, c, podNonRoot)...)
+		}
+		if replicas(o) > 1 && !hasPDB(w, o, tmpl.Labels) {
+			v = append(v, fmt.Sprintf("%s: %d replicas and no PodDisruptionBudget that lets one go at a time", o, replicas(o)))
+		}
+	}
+	return v
+}
+
+func checkContainer(o Object, c corev1.Container, podNonRoot bool) []string {
+	var v []string
+	at := fmt.Sprintf("%s container %s", o, c.Name)
+	if msg := imagePinned(c.Image); msg != "" {
+		v = append(v, at+": "+msg)
+	}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
+			v = append(v, fmt.Sprintf("%s: no %s request", at, r))
+		}
+		if q, ok := c.Resources.Limits[r]; !ok || q.IsZero() {
+			v = append(v, fmt.Sprintf("%s: no %s limit", at, r))
+		}
+	}
+	sc := c.SecurityContext
+	nonRoot := podNonRoot
+	if sc != nil && sc.RunAsNonRoot != nil {
+		nonRoot = *sc.RunAsNonRoot
+	}
+	if sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+		nonRoot = false
+	}
+	if !nonRoot {
+		v = append(v, at+": may run as root (runAsNonRoot)")
+	}
+	if sc == nil || !isTrue(sc.ReadOnlyRootFilesystem) {
+		v = append(v, at+": root filesystem is writable (readOnlyRootFilesystem)")
+	}
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		v = append(v, at+": allowPrivilegeEscalation is not false")
+	}
+	if sc == nil || sc.Capabilities == nil || !dropsAll(sc.Capabilities.Drop) {
+		v = append(v, at+": capabilities do not drop ALL")
+	}
+	if len(c.Ports) > 0 {
+		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+			v = append(v, at+": serves a port without readiness and liveness probes")
+		} else if strings.HasPrefix(c.Image, "ghcr.io/cellpay/") {
+			for kind, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if p.GRPC == nil {
+					v = append(v, fmt.Sprintf("%s: %s probe is not gRPC health", at, kind))
+				} else if !declaresPort(c, p.GRPC.Port) {
+					v = append(v, fmt.Sprintf("%s: %s probe port %d is not a container port", at, kind, p.GRPC.Port))
+				}
+			}
+		}
+	}
+	return v
+}
+
+// imagePinned says what is wrong with an image reference, or "".
+func imagePinned(image string) string {
+	if strings.Contains(image, "@sha256:") {
+		return ""
+	}
+	slash := strings.LastIndex(image, "/")
+	colon := strings.LastIndex(image, ":")
+	if colon <= slash {
+		return fmt.Sprintf("image %q has no tag or digest", image)
+	}
+	if tag := image[colon+1:]; tag == "latest" || tag == "" {
+		return fmt.Sprintf("image %q uses a floating tag", image)
+	}
+	return ""
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func dropsAll(caps []corev1.Capability) bool {
+	for _, c := range caps {
+		if c == "ALL" {
+			return true
+		}
+	}
+	return false
+}
+
+func declaresPort(c corev1.Container, port int32) bool {
+	for _, p := range c.Ports {
+		if p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+func replicas(o Object) int32 {
+	var r *int32
+	switch t := o.Typed.(type) {
+	case *appsv1.Deployment:
+		r = t.Spec.Replicas
+	case *appsv1.StatefulSet:
+		r = t.Spec.Replicas
+	default:
+		return 0
+	}
+	if r == nil {
+		return 1
+	}
+	return *r
+}
+
+// hasPDB says whether a PodDisruptionBudget in o's namespace selects pods
+// labelled l and allows at least one disruption at full strength.
+func hasPDB(w *World, o Object, l map[string]string) bool {
+	for _, po := range w.Find("PodDisruptionBudget", o.Namespace) {
+		pdb := po.Typed.(*policyv1.PodDisruptionBudget)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(l)) {
+			continue
+		}
+		n := int(replicas(o))
+		if m := pdb.Spec.MaxUnavailable; m != nil {
+			if u, err := intstr.GetScaledValueFromIntOrPercent(m, n, false); err == nil && u >= 1 {
+				return true
+			}
+		}
+		if m := pdb.Spec.MinAvailable; m != nil {
+			if a, err := intstr.GetScaledValueFromIntOrPercent(m, n, true); err == nil && a < n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CheckCells checks what each cell namespace must hold: the cell
+// Deployment (replicated, its ID from the namespace), its own Postgres
+// StatefulSet with a volume claim and a Secret that exists, and Services.
+func CheckCells(w *World) []string {
+	var v []string
+	for _, ns := range w.Cells {
+		dep, ok := w.get("Deployment", ns, "cell")
+		if !ok {
+			v = append(v, ns+": no Deployment cell")
+		} else {
+			d := dep.Typed.(*appsv1.Deployment)
+			if replicas(dep) < 2 {
+				v = append(v, fmt.Sprintf("%s: cell has %d replicas, want several", ns, replicas(dep)))
+			}
+			if id := envValue(d.Spec.Template.Spec, "cell", "CELL_ID"); id != ns && id != "fieldRef:metadata.namespace" {
+				v = append(v, fmt.Sprintf("%s: CELL_ID is %q, want the namespace", ns, id))
+			}
+			if envValue(d.Spec.Template.Spec, "cell", "CELL_NATS_URL") == "" {
+				v = append(v, ns+": cell has no CELL_NATS_URL")
+			}
+		}
+		sts, ok := w.get("StatefulSet", ns, "postgres")
+		if !ok {
+			v = append(v, ns+": no StatefulSet postgres")
+		} else {
+			s := sts.Typed.(*appsv1.StatefulSet)
+			if len(s.Spec.VolumeClaimTemplates) == 0 {
+				v = append(v, ns+": postgres has no volume claim")
+			}
+			for _, name := range secretRefs(s.Spec.Template.Spec) {
+				if _, ok := w.get("Secret", ns, name); !ok {
+					v = append(v, fmt.Sprintf("%s: postgres uses Secret %s, which is not rendered", ns, name))
+				}
+			}
+			if len(secretRefs(s.Spec.Template.Spec)) == 0 {
+				v = append(v, ns+": postgres takes no Secret")
+			}
+		}
+		for _, svc := range []string{"cell", "postgres"} {
+			if _, ok := w.get("Service", ns, svc); !ok {
+				v = append(v, fmt.Sprintf("%s: no Service %s", ns, svc))
+			}
+		}
+	}
+	return v
+}
+
+// CheckPlatform checks the shared parts: a replicated GTR serving both its
+// ports with the routing table and admin token mounted, a three-node NATS
+// with JetStream on volumes, and the replicator.
+func CheckPlatform(w *World) []string {
+	var v []string
+	dep, ok := w.get("Deployment", GTRNamespace, "gtr")
+	if !ok {
+		return []string{"no Deployment gtr in " + GTRNamespace}
+	}
+	d := dep.Typed.(*appsv1.Deployment)
+	if replicas(dep) < 2 {
+		v = append(v, fmt.Sprintf("gtr has %d replicas, want several", replicas(dep)))
+	}
+	for _, p := range []int32{7070, 7071} {
+		if !declaresPort(d.Spec.Template.Spec.Containers[0], p) {
+			v = append(v, fmt.Sprintf("gtr does not declare port %d", p))
+		}
+	}
+	for _, env := range []string{"GTR_CONFIG", "GTR_NATS_URL", "GTR_ADMIN_TOKEN_FILE"} {
+		if envValue(d.Spec.Template.Spec, "gtr", env) == "" {
+			v = append(v, "gtr has no "+env)
+		}
+	}
+	var cm, secret bool
+	for _, vol := range d.Spec.Template.Spec.Volumes {
+		if vol.ConfigMap != nil {
+			_, cm = w.get("ConfigMap", GTRNamespace, vol.ConfigMap.Name)
+		}
+		if vol.Secret != nil {
+			_, secret = w.get("Secret", GTRNamespace, vol.Secret.SecretName)
+		}
+	}
+	if !cm || !secret {
+		v = append(v, "gtr does not mount a rendered routing ConfigMap and admin Secret")
+	}
+	nats, ok := w.get("StatefulSet", "cellpay-nats", "nats")
+	if !ok {
+		v = append(v, "no StatefulSet nats")
+	} else if replicas(nats) != 3 || len(nats.Typed.(*appsv1.StatefulSet).Spec.VolumeClaimTemplates) == 0 {
+		v = append(v, "nats is not three nodes on volumes")
+	}
+	jetstream := false
+	for _, o := range w.Find("ConfigMap", "cellpay-nats") {
+		if strings.Contains(o.Typed.(*corev1.ConfigMap).Data["nats.conf"], "jetstream {") {
+			jetstream = true
+		}
+	}
+	if !jetstream {
+		v = append(v, "nats.conf does not enable JetStream")
+	}
+	if _, ok := w.get("Deployment", "cellpay-nats", "replicator"); !ok {
+		v = append(v, "no Deployment replicator")
+	}
+	return v
+}
+
+// RoutingTable is the part of the GTR's routing file the checks read.
+type RoutingTable struct {
+	Version int `json:"version"`
+	Cells   []struct {
+		ID   string `json:"id"`
+		Addr string `json:"addr"`
+	} `json:"cells"`
+}
+
+// CheckRouting checks that the GTR's routing table and the cell namespaces
+// agree: every cell has exactly one line, at its in-cluster address, and
+// every line has a cell.
+func CheckRouting(w *World) []string {
+	dep, ok := w.get("Deployment", GTRNamespace, "gtr")
+	if !ok {
+		return nil // reported by CheckPlatform
+	}
+	var table *RoutingTable
+	for _, vol := range dep.Typed.(*appsv1.Deployment).Spec.Template.Spec.Volumes {
+		if vol.ConfigMap == nil {
+			continue
+		}
+		if o, ok := w.get("ConfigMap", GTRNamespace, vol.ConfigMap.Name); ok {
+			if data, ok := o.Typed.(*corev1.ConfigMap).Data["gtr.yaml"]; ok {
+				table = new(RoutingTable)
+				if err := yaml.Unmarshal([]byte(data), table); err != nil {
+					return []string{"gtr.yaml: " + err.Error()}
+				}
+			}
+		}
+	}
+	if table == nil {
+		return []string{"the GTR mounts no ConfigMap with gtr.yaml"}
+	}
+	var v []string
+	listed := map[string]int{}
+	for _, c := range table.Cells {
+		listed[c.ID]++
+		if want := CellAddr(c.ID); c.Addr != want {
+			v = append(v, fmt.Sprintf("gtr.yaml: %s has addr %q, want %q", c.ID, c.Addr, want))
+		}
+		if !w.isCell(c.ID) {
+			v = append(v, fmt.Sprintf("gtr.yaml: %s has no cell namespace (overlay)", c.ID))
+		}
+	}
+	for _, ns := range w.Cells {
+		if listed[ns] != 1 {
+			v = append(v, fmt.Sprintf("gtr.yaml: cell %s is listed %d times, want once", ns, listed[ns]))
+		}
+	}
+	return v
+}
+
+// CellAddr is the address the GTR dials for a cell: every ready pod of the
+// cell's headless Service.
+func CellAddr(id string) string { return "dns:///cell." + id + ".svc.cluster.local:7081" }
+
+func (w *World) get(kind, ns, name string) (Object, bool) {
+	for _, o := range w.Objects {
+		if o.GVK.Kind == kind && o.Namespace == ns && o.Name == name {
+			return o, true
+		}
+	}
+	return Object{}, false
+}
+
+// envValue returns a container's env value, or "fieldRef:PATH".
+func envValue(spec corev1.PodSpec, container, name string) string {
+	for _, c := range spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name != name {
+				continue
+			}
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				return "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+			}
+			if e.ValueFrom != nil {
+				return "valueFrom"
+			}
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func secretRefs(spec corev1.PodSpec) []string {
+	var out []string
+	for _, c := range spec.Containers {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				out = append(out, e.ValueFrom.SecretKeyRef.Name)
+			}
+		}
+	}
+	for _, vol := range spec.Volumes {
+		if vol.Secret != nil {
+			out = append(out, vol.Secret.SecretName)
+		}
+	}
+	return out
+}

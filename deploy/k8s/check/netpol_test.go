@@ -1,0 +1,141 @@
+package check
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// TestEvaluator pins the evaluator's reading of NetworkPolicy semantics on
+// small hand-made cases.
+func TestEvaluator(t *testing.T) {
+	web := Pod{Namespace: "a", Name: "web", Labels: map[string]string{"app": "web"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}
+	db := Pod{Namespace: "a", Name: "db", Labels: map[string]string{"app": "db"}}
+	other := Pod{Namespace: "b", Name: "web", Labels: map[string]string{"app": "web"}}
+	nsLabels := map[string]map[string]string{"a": {"team": "x"}, "b": {"team": "y"}}
+	type q struct {
+		src, dst Pod
+		port     int32
+		proto    corev1.Protocol
+		want     bool
+	}
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	cases := []struct {
+		name     string
+		policies []string // "ns|yaml"
+		queries  []q
+	}{
+		{"no policies: all open", nil, []q{{db, web, 8080, tcp, true}, {other, web, 1, udp, true}}},
+		{"deny all ingress in a", []string{"a|metadata: {name: d}\nspec: {podSelector: {}}\n"},
+			[]q{{db, web, 8080, tcp, false}, {web, other, 8080, tcp, true}}},
+		{"default policyTypes add Egress only with egress rules",
+			[]string{"a|metadata: {name: d}\nspec: {podSelector: {}, ingress: [{}]}\n"},
+			[]q{{db, web, 8080, tcp, true}, {web, other, 9, tcp, true}}},
+		{"deny egress", []string{"a|metadata: {name: d}\nspec: {podSelector: {}, policyTypes: [Egress]}\n"},
+			[]q{{web, other, 8080, tcp, false}, {other, web, 8080, tcp, true}}},
+		{"podSelector alone is the policy's namespace",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {matchLabels: {app: web}}, ingress: [{from: [{podSelector: {matchLabels: {app: web}}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, false}, {web, web, 8080, tcp, true}}},
+		{"namespaceSelector AND podSelector in one peer",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {team: 'y'}}, podSelector: {matchLabels: {app: db}}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, false}, {Pod{Namespace: "b", Labels: map[string]string{"app": "db"}}, web, 8080, tcp, true}}},
+		{"two peers are OR",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {team: 'y'}}}, {podSelector: {matchLabels: {app: db}}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}, {db, web, 8080, tcp, true}}},
+		{"metadata.name label is implicit",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: b}}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}, {db, web, 8080, tcp, false}}},
+		{"ports, named ports, endPort and protocol",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{ports: [{port: http}, {port: 9000, endPort: 9010}, {protocol: UDP, port: 53}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}, {other, web, 8081, tcp, false}, {other, db, 8080, tcp, false},
+				{other, web, 9005, tcp, true}, {other, web, 9011, tcp, false}, {other, web, 53, udp, true}, {other, web, 53, tcp, false}}},
+		{"both sides must allow",
+			[]string{"b|metadata: {name: e}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{to: [{podSelector: {}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, false}, {web, other, 8080, tcp, true}}},
+		{"an ipBlock over pod ranges matches pods",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}}},
+		{"an ipBlock outside pod ranges does not",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 203.0.113.0/24}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, false}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := Network{Namespaces: nsLabels}
+			for _, p := range c.policies {
+				ns, doc, _ := strings.Cut(p, "|")
+				n.Policies = append(n.Policies, *policy(t, ns, doc).Typed.(*networkingv1.NetworkPolicy))
+			}
+			for _, q := range c.queries {
+				if got := n.Allowed(q.src, q.dst, q.port, q.proto); got != q.want {
+					t.Errorf("%s -> %s %d/%s: %v, want %v", q.src, q.dst, q.port, q.proto, got, q.want)
+				}
+			}
+		})
+	}
+}
+
+// TestLeakyPoliciesAreCaught adds leaky policies to the real manifests and
+// proves the checks report each leak.
+func TestLeakyPoliciesAreCaught(t *testing.T) {
+	base := renderAll(t, deployDir)
+	cases := []struct {
+		name  string
+		add   []Object
+		drop  string // "ns/name" of a policy to remove
+		wants []string
+	}{
+		{
+			name: "allow all egress from cell-a and all ingress into cell-b",
+			add: []Object{
+				policy(t, "cell-a", "metadata: {name: leak-out}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{}]}\n"),
+				policy(t, "cell-b", "metadata: {name: leak-in}\nspec: {podSelector: {}, policyTypes: [Ingress], ingress: [{}]}\n"),
+			},
+			wants: []string{"cross-cell path: cell-a/cell can reach cell-b/postgres on 5432/TCP", "cross-cell path: cell-a/cell can reach cell-b/cell on 7081/TCP"},
+		},
+		{
+			// The classic mistake: two peers (OR) where one peer with both
+			// selectors (AND) was meant.
+			name: "GTR ingress written as two peers",
+			add: []Object{policy(t, "cell-b", "metadata: {name: or-mistake}\nspec:\n  podSelector: {matchLabels: {app.kubernetes.io/name: cell}}\n"+
+				"  ingress: [{from: [{namespaceSelector: {}}, {podSelector: {matchLabels: {app.kubernetes.io/name: gtr}}}]}]\n")},
+			wants: []string{"cell-b/cell admits cell-a/cell", "cell-b/cell admits default/outsider"},
+		},
+		{
+			name: "cell-c egress opened to every cell namespace",
+			add: []Object{policy(t, "cell-c", "metadata: {name: to-cells}\nspec:\n  podSelector: {matchLabels: {app.kubernetes.io/name: cell}}\n"+
+				"  policyTypes: [Egress]\n  egress: [{to: [{namespaceSelector: {matchLabels: {cellpay.io/role: cell}}}]}]\n")},
+			wants: []string{"cell-c/cell may send to cell-a/postgres"},
+		},
+		{
+			name:  "default deny removed from cell-a",
+			drop:  "cell-a/default-deny",
+			wants: []string{"cell-a: not deny-by-default", "cell-a: no default-deny NetworkPolicy"},
+		},
+		{
+			name:  "Postgres open to everyone",
+			add:   []Object{policy(t, "cell-b", "metadata: {name: pg-open}\nspec: {podSelector: {matchLabels: {app.kubernetes.io/name: postgres}}, ingress: [{}]}\n")},
+			wants: []string{"cell-b/postgres admits cell-a/cell on 5432/TCP"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var objs []Object
+			for _, o := range base {
+				if o.GVK.Kind == "NetworkPolicy" && o.Namespace+"/"+o.Name == c.drop {
+					continue
+				}
+				objs = append(objs, o)
+			}
+			got := strings.Join(Check(append(objs, c.add...)), "\n")
+			for _, w := range c.wants {
+				if !strings.Contains(got, w) {
+					t.Errorf("no violation containing %q; got:\n%s", w, got)
+				}
+			}
+		})
+	}
+}
