@@ -1,0 +1,206 @@
+// Command gtrctl is the operator's CLI for the GTR admin API: list cells,
+// set weights, drain and restore cells (now or ramped), explain a route,
+// and read or replace the routing table.
+//
+//	gtrctl cells
+//	gtrctl drain cell-b --percent 30 --over 5m
+//	gtrctl restore cell-b --over 10m
+//	gtrctl weight cell-c 50
+//	gtrctl explain --partner p-001 --market GB --type CARD_AUTHORIZATION
+//	gtrctl table get > table.yaml
+//	gtrctl table apply -f table.yaml --dry-run
+//
+// Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
+// 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
+// (GTR_ADMIN_TOKEN_FILE), -o table|json, --timeout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/adminproto"
+)
+
+const defaultAddr = "127.0.0.1:7071"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	addr, token, tokenFile, output string
+	timeout                        time.Duration
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.addr, "addr", envOr("GTR_ADMIN_ADDR", defaultAddr), "GTR admin API address (env GTR_ADMIN_ADDR)")
+	fs.StringVar(&g.token, "token", os.Getenv("GTR_ADMIN_TOKEN"), "admin token (env GTR_ADMIN_TOKEN)")
+	fs.StringVar(&g.tokenFile, "token-file", os.Getenv("GTR_ADMIN_TOKEN_FILE"), "file holding the admin token (env GTR_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&g.output, "o", "table", "output: table (for people) or json (for scripts)")
+	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// cli is one invocation.
+type cli struct {
+	g      globals
+	out    io.Writer
+	errOut io.Writer
+	client adminproto.AdminClient
+}
+
+// command is a subcommand: its flags, its positional arguments' names and
+// what it does.
+type command struct {
+	name, args, help string
+	flags            func(fs *flag.FlagSet)
+	run              func(ctx context.Context, c *cli, args []string) error
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: gtrctl COMMAND [ARGS] [FLAGS]\n\ncommands:")
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  %-34s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.help)
+	}
+	fmt.Fprintln(w, "\nglobal flags: --addr, --token, --token-file, -o table|json, --timeout; gtrctl COMMAND -h for a command's flags")
+}
+
+// errUsage is a usage error already reported.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return 2
+	}
+	name := args[0]
+	args = args[1:]
+	if name == "table" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = "table "+args[0], args[1:]
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == name {
+			cmd = &c
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "gtrctl: unknown command %q\n", name)
+		usage(stderr)
+		return 2
+	}
+	c := &cli{out: stdout, errOut: stderr}
+	fs := flag.NewFlagSet("gtrctl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: gtrctl %s %s [FLAGS]\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.help)
+		fs.PrintDefaults()
+	}
+	c.g.register(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if c.g.output != "table" && c.g.output != "json" {
+		fmt.Fprintf(stderr, "gtrctl: -o: want table or json, got %q\n", c.g.output)
+		return 2
+	}
+	conn, err := c.dial()
+	if err != nil {
+		fmt.Fprintln(stderr, "gtrctl:", err)
+		return 2
+	}
+	defer conn.Close()
+	c.client = adminproto.NewAdminClient(conn)
+	if err := cmd.run(ctx, c, pos); err != nil {
+		if errors.Is(err, errUsage) {
+			fs.Usage()
+			return 2
+		}
+		if st, ok := status.FromError(err); ok {
+			fmt.Fprintf(stderr, "gtrctl: %s: %s\n", st.Code(), st.Message())
+		} else {
+			fmt.Fprintln(stderr, "gtrctl:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// parseInterspersed lets positional arguments come before, between or after
+// flags: "drain cell-b --percent 30" and "drain --percent 30 cell-b".
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		args = fs.Args()
+	}
+}
+
+func (c *cli) dial() (*grpc.ClientConn, error) {
+	tok := c.g.token
+	if c.g.tokenFile != "" {
+		b, err := os.ReadFile(c.g.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if tok != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+	}
+	return grpc.NewClient(c.g.addr, opts...)
+}
+
+// bearer sends the admin token as "authorization: Bearer <token>".
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+func (c *cli) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.g.timeout)
+}
+
+func (c *cli) json() bool { return c.g.output == "json" }

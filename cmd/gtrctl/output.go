@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"gopkg.in/yaml.v3"
+
+	"github.com/cellpay/cellpay/pkg/adminproto"
+)
+
+func (c *cli) printJSON(m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.out, string(b))
+	return err
+}
+
+func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
+	if c.json() {
+		return c.printJSON(resp)
+	}
+	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tRAMP")
+	for _, cs := range resp.GetCells() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\n",
+			cs.GetId(), cs.GetPool(), health(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
+			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), ramp(cs.GetRamp()))
+	}
+	return tw.Flush()
+}
+
+func health(cs *adminproto.CellStatus) string {
+	switch {
+	case cs.GetHealth() == adminproto.Health_HEALTH_DOWN:
+		return "down"
+	case cs.GetHealthShare() > 0 && cs.GetHealthShare() < 100:
+		return fmt.Sprintf("up %d%%", cs.GetHealthShare())
+	}
+	return "up"
+}
+
+func success(cs *adminproto.CellStatus) string {
+	if cs.GetSuccessRate() < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%% of %d", 100*cs.GetSuccessRate(), cs.GetRecentRequests())
+}
+
+func ramp(r *adminproto.Ramp) string {
+	if r == nil {
+		return "-"
+	}
+	left := time.Until(r.GetEnd().AsTime()).Round(time.Second)
+	return fmt.Sprintf("%d->%d, %v left", r.GetFromWeight(), r.GetToWeight(), max(left, 0))
+}
+
+func (c *cli) printCellChange(cs *adminproto.CellStatus) {
+	fmt.Fprintf(c.out, "%s: weight %d", cs.GetId(), cs.GetWeight())
+	if r := cs.GetRamp(); r != nil {
+		fmt.Fprintf(c.out, ", ramping to %d by %s", r.GetToWeight(), r.GetEnd().AsTime().Local().Format(time.TimeOnly))
+	}
+	fmt.Fprintf(c.out, " (table weight %d)\n", cs.GetTableWeight())
+}
+
+// follow shows a ramp's progress until the cell's weight reaches the
+// target. Interrupting it (Ctrl-C) leaves the ramp running on the GTRs.
+func (c *cli) follow(ctx context.Context, cs *adminproto.CellStatus) error {
+	r := cs.GetRamp()
+	from, to := int(r.GetFromWeight()), int(r.GetToWeight())
+	steps := max(from-to, to-from)
+	bar := progressbar.NewOptions(steps,
+		progressbar.OptionSetWriter(c.errOut),
+		progressbar.OptionSetDescription(fmt.Sprintf("%s weight %d -> %d", cs.GetId(), from, to)),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+	defer bar.Exit()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cctx, cancel := c.call(ctx)
+		resp, err := c.client.ListCells(cctx, &adminproto.ListCellsRequest{})
+		cancel()
+		if err != nil {
+			return err
+		}
+		var cur *adminproto.CellStatus
+		for _, x := range resp.GetCells() {
+			if x.GetId() == cs.GetId() {
+				cur = x
+			}
+		}
+		if cur == nil {
+			return fmt.Errorf("cell %s left the table during the ramp", cs.GetId())
+		}
+		w := int(cur.GetWeight())
+		_ = bar.Set(max(w-from, from-w))
+		if cur.GetRamp() == nil {
+			_ = bar.Finish()
+			c.printCellChange(cur)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(c.errOut, "\nstopped following; the ramp goes on")
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *cli) printApply(resp *adminproto.ApplyTableResponse) error {
+	if c.json() {
+		return c.printJSON(resp)
+	}
+	if resp.GetApplied() {
+		fmt.Fprintf(c.out, "table version %d applied\n", resp.GetVersion())
+		return nil
+	}
+	fmt.Fprintf(c.out, "dry run of table version %d over %d sampled keys (nothing changed):\n\n", resp.GetVersion(), resp.GetSamples())
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FROM\tTO\tKEYS\tSHARE")
+	moved := 0.0
+	for _, m := range resp.GetMoves() {
+		to := m.GetToCell()
+		if to == m.GetFromCell() {
+			to = "(stays)"
+		} else {
+			moved += m.GetShare()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f%%\n", orNone(m.GetFromCell()), orNone(to), m.GetKeys(), 100*m.GetShare())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "\n%.2f%% of keys would move\n", 100*moved)
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(unrouted)"
+	}
+	return s
+}
+
+// tableFile is the GTR's YAML config format (cmd/gtr/internal/config),
+// which table get prints and table apply reads.
+type tableFile struct {
+	Version uint64      `yaml:"version" json:"version"`
+	Cells   []tableCell `yaml:"cells" json:"cells"`
+	Rules   []tableRule `yaml:"rules" json:"rules"`
+}
+
+type tableCell struct {
+	ID     string `yaml:"id" json:"id"`
+	Addr   string `yaml:"addr" json:"addr"`
+	Pool   string `yaml:"pool" json:"pool"`
+	Weight *int   `yaml:"weight" json:"weight"`
+}
+
+type tableRule struct {
+	Name         string   `yaml:"name" json:"name"`
+	Partners     []string `yaml:"partners,omitempty" json:"partners,omitempty"`
+	Markets      []string `yaml:"markets,omitempty" json:"markets,omitempty"`
+	PaymentTypes []string `yaml:"payment_types,omitempty" json:"payment_types,omitempty"`
+	Pool         string   `yaml:"pool" json:"pool"`
+	HashOn       string   `yaml:"hash_on,omitempty" json:"hash_on,omitempty"`
+}
+
+// parseTable reads a table file: YAML (JSON being YAML too), strictly, so a
+// misspelt key is an error rather than a silently missing field.
+func parseTable(b []byte) (*adminproto.Table, error) {
+	var f tableFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty table file")
+		}
+		return nil, err
+	}
+	t := &adminproto.Table{Version: f.Version}
+	for _, c := range f.Cells {
+		w := int32(100)
+		if c.Weight != nil {
+			w = int32(*c.Weight)
+		}
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w})
+	}
+	for _, r := range f.Rules {
+		t.Rules = append(t.Rules, &adminproto.Rule{Name: r.Name, Partners: r.Partners, Markets: r.Markets,
+			PaymentTypes: r.PaymentTypes, Pool: r.Pool, HashOn: r.HashOn})
+	}
+	return t, nil
+}
+
+func writeTableYAML(w io.Writer, t *adminproto.Table) error {
+	f := tableFile{Version: t.GetVersion()}
+	for _, c := range t.GetCells() {
+		wt := int(c.GetWeight())
+		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Pool: c.GetPool(), Weight: &wt})
+	}
+	for _, r := range t.GetRules() {
+		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),
+			PaymentTypes: r.GetPaymentTypes(), Pool: r.GetPool(), HashOn: r.GetHashOn()})
+	}
+	fmt.Fprintln(w, "# Routing table in force. Raise version, edit, then: gtrctl table apply -f FILE --dry-run")
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	return enc.Close()
+}
