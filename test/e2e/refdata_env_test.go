@@ -38,6 +38,7 @@ type refEnv struct {
 	p        *platform.Platform
 	cells    []platform.CellSpec
 	payments cellpayv1.PaymentsClient
+	gtrAddr  string
 	nc       *nats.Conn
 	js       jetstream.JetStream
 }
@@ -107,7 +108,8 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.p.Stop() })
-	e.payments = cellpayv1.NewPaymentsClient(dial(addr(ports[2])))
+	e.gtrAddr = addr(ports[2])
+	e.payments = cellpayv1.NewPaymentsClient(dial(e.gtrAddr))
 	e.nc, err = nats.Connect(e.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
