@@ -62,7 +62,14 @@ build_apiserver() {
 	printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >"$work/tools.go"
 	(cd "$work" && go mod tidy >"$work/tidy.log" 2>&1) || { cat "$work/tidy.log" >&2; die "go mod tidy of the throwaway kube-apiserver module failed (module resolution)"; }
 	mkdir -p "$(dirname "$APISERVER")"
-	(cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver) ||
+	# Stamp the version as the Kubernetes build does (hack/lib/version.sh),
+	# else the server reports v0.0.0-master.
+	local minor=${K8S_VERSION#v1.}
+	minor=${minor%%.*}
+	local v=k8s.io/component-base/version
+	local ldflags="-s -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+	ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+	(cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver) ||
 		die "go build k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION failed"
 	mv "$APISERVER.tmp" "$APISERVER"
 	say "built $APISERVER in $((SECONDS - start))s"

@@ -1,0 +1,177 @@
+//go:build envtest
+
+// The server-side dry run: every overlay applied with dryRun=All and strict
+// field validation against a real kube-apiserver and etcd. It runs only from
+// scripts/k8s-envtest.sh, which builds and caches the binaries and sets
+// CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD. Under the tag
+// but without them it fails rather than skips, so that a CI step can never
+// pass without having talked to a server.
+
+package check
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// syncBuffer collects the servers' output for the log of a failed run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type applier struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+// apply sends obj as a server-side apply; dryRun asks the server to run
+// admission and validation and store nothing.
+func (a *applier) apply(ctx context.Context, o Object, dryRun bool) error {
+	m, err := a.mapper.RESTMapping(o.GVK.GroupKind(), o.GVK.Version)
+	if err != nil {
+		return err
+	}
+	body, err := yaml.YAMLToJSON(o.YAML)
+	if err != nil {
+		return err
+	}
+	opts := metav1.PatchOptions{FieldManager: "cellpay-k8s-check", Force: new(true), FieldValidation: "Strict"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var r dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		r = a.dyn.Resource(m.Resource).Namespace(o.Namespace)
+	}
+	_, err = r.Patch(ctx, o.Name, types.ApplyPatchType, body, opts)
+	return err
+}
+
+func TestServerDryRun(t *testing.T) {
+	apiserver, etcd := os.Getenv("CELLPAY_KUBE_APISERVER"), os.Getenv("CELLPAY_ETCD")
+	if os.Getenv("CELLPAY_ENVTEST") != "1" || apiserver == "" || etcd == "" {
+		t.Fatal("the server-side dry run needs CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD: run scripts/k8s-envtest.sh")
+	}
+	out := &syncBuffer{}
+	env := &envtest.Environment{
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, Out: out, Err: out}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, Out: out, Err: out}
+	start := time.Now()
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop control plane: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("control plane output (tail):\n%s", tail(out.String(), 4000))
+		}
+	})
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver %s up in %s", v.GitVersion, time.Since(start).Round(time.Millisecond))
+	a := &applier{dyn: dynamic.NewForConfigOrDie(cfg), mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	tree := loadTree(t, deployDir)
+	overlays, err := tree.Overlays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := map[string][]Object{}
+	for _, o := range overlays {
+		objs, err := tree.Render(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered[o] = objs
+		// Namespaces for real: a dry run into a namespace that does not
+		// exist is refused.
+		for _, obj := range objs {
+			if obj.GVK.Kind == "Namespace" {
+				if err := a.apply(ctx, obj, false); err != nil {
+					t.Fatalf("%s: create %s: %v", o, obj, err)
+				}
+			}
+		}
+	}
+	n := 0
+	for _, o := range overlays {
+		t.Run(strings.TrimPrefix(o, "overlays/"), func(t *testing.T) {
+			for _, obj := range rendered[o] {
+				if err := a.apply(ctx, obj, true); err != nil {
+					t.Errorf("%s: %v", obj, err)
+				}
+				n++
+			}
+		})
+	}
+	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict)", n, len(overlays))
+
+	// The server must refuse what is wrong, or the run above proves nothing.
+	for name, doc := range map[string]string{
+		"unknown field": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bad, namespace: cell-a}\nspec:\n  replicas: 1\n  selector: {matchLabels: {a: b}}\n" +
+			"  template:\n    metadata: {labels: {a: b}}\n    spec: {containers: [{name: c, image: 'x:1', bogus: true}]}\n",
+		"invalid value": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bad, namespace: cell-a}\nspec:\n  replicas: 1\n  selector: {matchLabels: {a: b}}\n" +
+			"  template:\n    metadata: {labels: {a: c}}\n    spec: {containers: [{name: c, image: 'x:1', ports: [{containerPort: 70000}]}]}\n",
+	} {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj := Object{GVK: u.GroupVersionKind(), Namespace: u.GetNamespace(), Name: u.GetName(), YAML: []byte(doc)}
+		if err := a.apply(ctx, obj, true); err == nil {
+			t.Errorf("%s: the server accepted a bad object", name)
+		} else {
+			t.Logf("%s: refused as expected: %v", name, err)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
