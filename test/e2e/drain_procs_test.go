@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// natsProc is a NATS server with JetStream for the drain test: the Debian
+// nats-server binary as a separate process, or, when that is missing, the
+// embedded server (so the test still runs on machines without the package).
+type natsProc struct {
+	URL  string
+	cmd  *exec.Cmd
+	srv  *natsserver.Server
+	done chan struct{}
+}
+
+func startNATS(t *testing.T, dir string) *natsProc {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	n := &natsProc{URL: "nats://" + addr}
+	bin := "/usr/sbin/nats-server"
+	if _, err := os.Stat(bin); err != nil {
+		bin, _ = exec.LookPath("nats-server")
+	}
+	if bin == "" {
+		t.Log("nats-server binary not found; using the embedded server")
+		srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: ports[0], JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatal("embedded nats not ready")
+		}
+		n.srv = srv
+		t.Cleanup(n.Stop)
+		return n
+	}
+	logf, err := os.Create(filepath.Join(dir, "..", "nats.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	n.cmd = exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(ports[0]), "-sd", dir)
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.done = make(chan struct{})
+	go func() { n.cmd.Wait(); close(n.done) }()
+	t.Cleanup(n.Stop)
+	waitTCP(t, addr, n.done)
+	return n
+}
+
+// Stop stops the server; calling it again does nothing.
+func (n *natsProc) Stop() {
+	switch {
+	case n.srv != nil:
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	case n.cmd != nil:
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(10 * time.Second):
+			n.cmd.Process.Kill()
+			<-n.done
+		}
+		n.cmd = nil
+	}
+}
+
+func waitTCP(t *testing.T, addr string, exited <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("process serving %s exited", addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never accepted connections: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gtrProc is one extra GTR replica of the drain test, started from the
+// built binary with its own ports, state file and replica id.
+type gtrProc struct {
+	ID, Addr, AdminAddr string
+	args                []string
+	env                 []string
+	logPath             string
+	cmd                 *exec.Cmd
+	done                chan struct{}
+	payments            cellpayv1.PaymentsClient
+}
+
+func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
+	t.Helper()
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gtrProc{
+		ID:        id,
+		Addr:      "127.0.0.1:" + strconv.Itoa(ports[0]),
+		AdminAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		logPath:   filepath.Join(dir, id+".log"),
+	}
+	g.args = []string{"-listen", g.Addr, "-admin-listen", g.AdminAddr, "-config", configFile,
+		"-nats-url", natsURL, "-state-file", filepath.Join(dir, id+".state.json"), "-replica-id", id}
+	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
+	g.payments = cellpayv1.NewPaymentsClient(dial(g.Addr))
+	t.Cleanup(g.Stop)
+	return g
+}
+
+// Start runs the binary and waits for its health check.
+func (g *gtrProc) Start(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(g.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(env.bin, "gtr"), g.args...)
+	cmd.Env = g.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	g.cmd, g.done = cmd, done
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		if err := platform.CheckHealth(ctx, g.AdminAddr); err == nil {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("%s exited at start; log %s:\n%s", g.ID, g.logPath, tail(g.logPath))
+		case <-ctx.Done():
+			t.Fatalf("%s not healthy; log:\n%s", g.ID, tail(g.logPath))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits for the exit.
+func (g *gtrProc) Stop() {
+	if g.cmd == nil {
+		return
+	}
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(15 * time.Second):
+		g.cmd.Process.Kill()
+		<-g.done
+	}
+	g.cmd = nil
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// drainConfig writes a GTR config over the shared cells that hashes on the
+// partner, so the drain test can spread keys with synthetic partners.
+func drainConfig(t *testing.T, dir string) string {
+	t.Helper()
+	table := "version: 1\ncells:\n"
+	for _, c := range env.cells {
+		table += fmt.Sprintf("  - {id: %s, addr: %q, pool: main}\n", c.ID, c.Addr)
+	}
+	table += "rules:\n  - {name: everything, pool: main, hash_on: partner}\n"
+	path := filepath.Join(dir, "gtr-drain.yaml")
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

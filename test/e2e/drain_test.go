@@ -1,0 +1,367 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cellpay/cellpay/pkg/adminproto"
+)
+
+const drainToken = "e2e-admin-token"
+
+type bearerToken string
+
+func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+func adminClient(t *testing.T, addr string) adminproto.AdminClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(drainToken)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return adminproto.NewAdminClient(conn)
+}
+
+// drainKeys are the attributes of the share check: one synthetic partner
+// per key, since the drain table hashes on the partner.
+func drainKeys(n int) []*adminproto.Attrs {
+	out := make([]*adminproto.Attrs, n)
+	for i := range out {
+		out[i] = &adminproto.Attrs{PartnerId: "dp-" + strconv.Itoa(i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	}
+	return out
+}
+
+// TestDrain runs two extra GTR replicas on a real NATS over the shared
+// cells and checks: a drain through one replica reaches the other within a
+// second; 30% of cell-b's keys move (±2 points), the same keys every time,
+// and real traffic follows; a 100% drain sends no new transaction to cell-b
+// while the ones in flight complete; a ramped restore; and with NATS down,
+// routing and admin reads carry on, and a replica restarts from its file.
+func TestDrain(t *testing.T) {
+	ctx := ctxFor(t, 90*time.Second)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns := startNATS(t, filepath.Join(dir, "nats"))
+	cfg := drainConfig(t, dir)
+	g1 := newGTR(t, dir, "gtr-1", cfg, ns.URL, drainToken)
+	g2 := newGTR(t, dir, "gtr-2", cfg, ns.URL, drainToken)
+	g1.Start(t)
+	g2.Start(t)
+	a1, a2 := adminClient(t, g1.AdminAddr), adminClient(t, g2.AdminAddr)
+	admins := []adminproto.AdminClient{a1, a2}
+	for _, a := range admins {
+		waitFor(t, 10*time.Second, "replica connected to NATS", func() bool {
+			l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
+			return err == nil && l.ConfigStore == "connected"
+		})
+	}
+
+	keys := drainKeys(10000)
+	homes := func(a adminproto.AdminClient) []string {
+		t.Helper()
+		r, err := a.RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Home
+	}
+	base := homes(a1)
+	onB := 0
+	for _, h := range base {
+		if h == "cell-b" {
+			onB++
+		}
+	}
+	if onB < 2500 {
+		t.Fatalf("only %d of %d keys on cell-b before the drain", onB, len(keys))
+	}
+	// movedOff returns the keys that left cell-b, failing if any other key moved.
+	movedOff := func(now []string) map[int]bool {
+		t.Helper()
+		m := map[int]bool{}
+		for i := range base {
+			if now[i] != base[i] {
+				if base[i] != "cell-b" {
+					t.Fatalf("key %d moved from %s, which was not drained", i, base[i])
+				}
+				m[i] = true
+			}
+		}
+		return m
+	}
+	sameOnBoth := func(what string) []string {
+		t.Helper()
+		h1, h2 := homes(a1), homes(a2)
+		for i := range h1 {
+			if h1[i] != h2[i] {
+				t.Fatalf("%s: replicas route key %d differently: %s vs %s", what, i, h1[i], h2[i])
+			}
+		}
+		return h1
+	}
+	weightOn := func(a adminproto.AdminClient, cell string) (w int32, inFlight int64) {
+		l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range l.Cells {
+			if c.Id == cell {
+				return c.Weight, c.InFlight
+			}
+		}
+		t.Fatalf("no %s in the list", cell)
+		return 0, 0
+	}
+
+	// Drain 30% of cell-b through replica 1; replica 2 follows within a second.
+	if _, err := a1.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 30}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, time.Second, "replica 2 applies the drain", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 70 })
+	t.Logf("replica 2 converged %v after the drain", time.Since(start))
+	first := movedOff(sameOnBoth("after drain 30"))
+	share := float64(len(first)) / float64(onB)
+	t.Logf("drain 30%%: %d of %d cell-b keys moved (%.2f%%)", len(first), onB, 100*share)
+	if share < 0.28 || share > 0.32 {
+		t.Fatalf("moved share %.4f, want 0.30 ± 0.02", share)
+	}
+
+	// Real traffic through both replicas lands where the table says.
+	homesNow := sameOnBoth("before real traffic")
+	submitKeys(t, ctx, []*gtrProc{g1, g2}, keys, homesNow, 300, "d30", func(i int, cell string) {
+		if cell != homesNow[i] {
+			t.Errorf("key %d went to %s, the table says %s", i, cell, homesNow[i])
+		}
+	})
+
+	// Restore and drain again (through replica 2): the same keys move.
+	if _, err := a2.Restore(ctx, &adminproto.RestoreRequest{CellId: "cell-b"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "replica 1 applies the restore", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 100 })
+	if m := movedOff(sameOnBoth("after restore")); len(m) != 0 {
+		t.Fatalf("%d keys still off cell-b after restore", len(m))
+	}
+	if _, err := a2.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 30}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "replica 1 applies the drain", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 70 })
+	second := movedOff(sameOnBoth("after the second drain"))
+	if len(second) != len(first) {
+		t.Fatalf("second drain moved %d keys, the first %d", len(second), len(first))
+	}
+	for k := range first {
+		if !second[k] {
+			t.Fatalf("key %d moved the first time, not the second", k)
+		}
+	}
+
+	// Drain 100% while transactions homed on cell-b are in flight: they
+	// complete, and afterwards no new transaction reaches cell-b.
+	var onBKeys []int
+	for i, h := range sameOnBoth("before drain 100") {
+		if h == "cell-b" {
+			onBKeys = append(onBKeys, i)
+		}
+	}
+	var wg sync.WaitGroup
+	inflightErrs := make(chan error, 60)
+	for j := range 60 {
+		wg.Go(func() {
+			i := onBKeys[j]
+			req := request(fmt.Sprintf("d100-inflight-%d", j), drainPAN(j))
+			req.PartnerId = keys[i].PartnerId
+			txn, err := []*gtrProc{g1, g2}[j%2].payments.SubmitTransaction(ctx, req)
+			if err != nil {
+				inflightErrs <- fmt.Errorf("in-flight txn %d: %w", j, err)
+				return
+			}
+			if txn.GetCellId() == "" {
+				inflightErrs <- fmt.Errorf("in-flight txn %d: no cell", j)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := a1.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 100}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(inflightErrs)
+	for err := range inflightErrs {
+		t.Error(err)
+	}
+	waitFor(t, time.Second, "replica 2 drains cell-b fully", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 0 })
+	for _, a := range admins {
+		waitFor(t, 5*time.Second, "cell-b in-flight back to 0", func() bool { _, n := weightOn(a, "cell-b"); return n == 0 })
+	}
+	drained := sameOnBoth("after drain 100")
+	for _, h := range drained {
+		if h == "cell-b" {
+			t.Fatal("a key still routes to cell-b at 100% drain")
+		}
+	}
+	submitKeys(t, ctx, []*gtrProc{g1, g2}, keys, drained, 150, "d100", func(i int, cell string) {
+		if cell == "cell-b" {
+			t.Errorf("key %d reached cell-b after a 100%% drain", i)
+		}
+	})
+
+	// Restore with a ramp: the weight climbs through intermediate values.
+	if _, err := a2.Restore(ctx, &adminproto.RestoreRequest{CellId: "cell-b", Over: durationpb.New(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	sawMid := false
+	waitFor(t, 5*time.Second, "the ramp reaches 100 on replica 1", func() bool {
+		w, _ := weightOn(a1, "cell-b")
+		sawMid = sawMid || (w > 0 && w < 100)
+		return w == 100
+	})
+	if !sawMid {
+		t.Fatal("the restore ramp jumped without intermediate weights")
+	}
+	waitFor(t, time.Second, "replica 2 at 100", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 100 })
+	if m := movedOff(sameOnBoth("after the ramped restore")); len(m) != 0 {
+		t.Fatalf("%d keys off cell-b after the ramped restore", len(m))
+	}
+
+	// Leave a mark the YAML does not have, then stop NATS.
+	if _, err := a1.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-c", Weight: 50}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "replica 2 sees cell-c at 50", func() bool { w, _ := weightOn(a2, "cell-c"); return w == 50 })
+	marked := sameOnBoth("before NATS stops")
+	ns.Stop()
+	for _, a := range admins {
+		waitFor(t, 10*time.Second, "replica notices NATS is gone", func() bool {
+			l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
+			return err == nil && l.ConfigStore == "disconnected"
+		})
+	}
+	if got := sameOnBoth("NATS down"); !equal(got, marked) {
+		t.Fatal("routing changed when NATS stopped")
+	}
+	if _, err := a1.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-a", Percent: 10}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a write with NATS down: %v, want UNAVAILABLE", err)
+	}
+	submitKeys(t, ctx, []*gtrProc{g1, g2}, keys, marked, 40, "natsdown", func(i int, cell string) {
+		if cell != marked[i] {
+			t.Errorf("key %d went to %s with NATS down, the table says %s", i, cell, marked[i])
+		}
+	})
+
+	// Restart replica 2 while NATS is down: it routes from its state file.
+	g2.Stop()
+	g2.Start(t)
+	if w, _ := weightOn(a2, "cell-c"); w != 50 {
+		t.Fatalf("restarted replica has cell-c at %d, want 50 from its state file", w)
+	}
+	if got := sameOnBoth("replica 2 restarted from its file"); !equal(got, marked) {
+		t.Fatal("the restarted replica routes differently")
+	}
+	submitKeys(t, ctx, []*gtrProc{g2}, keys, marked, 20, "restarted", func(i int, cell string) {
+		if cell != marked[i] {
+			t.Errorf("key %d went to %s after the restart, the table says %s", i, cell, marked[i])
+		}
+	})
+}
+
+// submitKeys sends n real transactions, spread over the keys and the
+// replicas, 16 at a time, and hands each one's key and cell to check.
+func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, keys []*adminproto.Attrs, homes []string, n int, tag string, check func(i int, cell string)) {
+	t.Helper()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for j := range n {
+		i := (j * 7919) % len(keys)
+		if homes[i] == "" {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			req := request(fmt.Sprintf("%s-%d", tag, j), drainPAN(len(tag)*1000+j))
+			req.PartnerId = keys[i].PartnerId
+			txn, err := gtrs[j%len(gtrs)].payments.SubmitTransaction(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("%s txn %d: %v", tag, j, err)
+				return
+			}
+			check(i, txn.GetCellId())
+		})
+	}
+	wg.Wait()
+}
+
+// drainPAN returns a Luhn-valid test card per transaction, so that the
+// drain test's traffic never trips a card's velocity limit, in this test or
+// in the others sharing the cells.
+var panSeq struct {
+	sync.Mutex
+	n int
+}
+
+func drainPAN(int) string {
+	panSeq.Lock()
+	panSeq.n++
+	n := panSeq.n
+	panSeq.Unlock()
+	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
+	sum := 0
+	for i := len(body) - 1; i >= 0; i-- {
+		d := int(body[i] - '0')
+		if (len(body)-1-i)%2 == 0 { // doubled: these are every other digit from the check digit's left
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return body + strconv.Itoa((10-sum%10)%10)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
