@@ -3,6 +3,7 @@ package model
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -325,15 +326,29 @@ func (r *recorder) Logf(format string, args ...any) {
 func (r *recorder) Log(args ...any) { r.Logf("%s", fmt.Sprint(args...)) }
 
 // noFailFile stops rapid writing testdata/rapid fail files for failures
-// the test expects.
+// the test expects, and makes the search for them thorough enough not to
+// be flaky (a run of the model takes microseconds): at least
+// expectedFailureChecks cases.
 func noFailFile(t *testing.T) {
 	t.Helper()
-	f := flag.Lookup("rapid.nofailfile")
+	setFlag(t, "rapid.nofailfile", "true")
+	if f := flag.Lookup("rapid.checks"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < expectedFailureChecks {
+			setFlag(t, "rapid.checks", strconv.Itoa(expectedFailureChecks))
+		}
+	}
+}
+
+const expectedFailureChecks = 3000
+
+func setFlag(t *testing.T, name, value string) {
+	t.Helper()
+	f := flag.Lookup(name)
 	if f == nil {
-		t.Fatal("rapid.nofailfile flag not registered")
+		t.Fatalf("flag %s not registered", name)
 	}
 	old := f.Value.String()
-	if err := f.Value.Set("true"); err != nil {
+	if err := f.Value.Set(value); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Value.Set(old) })
