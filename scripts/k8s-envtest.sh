@@ -43,8 +43,11 @@ build_apiserver() {
 	# every staging module at v0.0.0 and replaces it with ./staging/src/...,
 	# and replace directives of a dependency are ignored. So the throwaway
 	# module repeats those replaces, pointing each at its published version.
-	mod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-	[ -f "$mod" ] || die "go mod download k8s.io/kubernetes@$K8S_VERSION failed (no go.mod from the proxy)"
+	local info
+	info=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>&1) ||
+		die "go mod download k8s.io/kubernetes@$K8S_VERSION failed (module resolution via the Go proxy): $info"
+	mod=$(echo "$info" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+	[ -f "$mod" ] || die "go mod download k8s.io/kubernetes@$K8S_VERSION gave no go.mod: $info"
 	local staging
 	staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*#\1#p' "$mod")
 	[ -n "$staging" ] || die "no staging replace directives found in $mod: the module layout changed"

@@ -3,10 +3,14 @@ package check
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -198,4 +202,111 @@ func policy(t *testing.T, ns, doc string) Object {
 	p := o.Typed.(*networkingv1.NetworkPolicy)
 	p.Namespace, o.Namespace = ns, ns
 	return o
+}
+
+// TestDockerfile holds the image build to its rules: every base image pinned
+// by exact version tag or digest (never latest), static binaries
+// (CGO_ENABLED=0), and run images FROM scratch, so no shell at run time.
+func TestDockerfile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(deployDir, "..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	args := map[string]string{}
+	stages := map[string]bool{}
+	pinned := regexp.MustCompile(`^[a-z0-9./-]+(:[0-9]+\.[0-9]+\.[0-9]+[a-z0-9.-]*|@sha256:[0-9a-f]{64})$`)
+	runtimeStages := 0
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "ARG":
+			if k, v, ok := strings.Cut(f[1], "="); ok {
+				args[k] = v
+			}
+		case "FROM":
+			image := os.Expand(f[1], func(k string) string { return args[k] })
+			switch {
+			case image == "scratch" || stages[image]:
+				runtimeStages++
+			case !pinned.MatchString(image):
+				t.Errorf("FROM %s: not pinned by exact version tag or digest", image)
+			}
+			if len(f) == 4 && strings.EqualFold(f[2], "AS") {
+				stages[f[3]] = true
+			}
+		}
+	}
+	for _, target := range []string{"gtr", "cell", "issuersim", "replicator", "gtrctl"} {
+		if !stages[target] {
+			t.Errorf("no build target %s", target)
+		}
+	}
+	if runtimeStages < 5 {
+		t.Errorf("%d stages FROM scratch or an earlier stage, want one per binary", runtimeStages)
+	}
+	if !strings.Contains(text, "CGO_ENABLED=0") {
+		t.Error("the build does not set CGO_ENABLED=0: binaries may not be static")
+	}
+	if strings.Contains(text, ":latest") {
+		t.Error("Dockerfile names a latest tag")
+	}
+	// The image references the manifests use must be the targets built here.
+	objs := renderAll(t, deployDir)
+	for _, o := range objs {
+		tmpl, ok := podTemplate(o)
+		if !ok {
+			continue
+		}
+		for _, c := range tmpl.Spec.Containers {
+			if name, ok := strings.CutPrefix(c.Image, "ghcr.io/cellpay/"); ok {
+				if name, _, _ = strings.Cut(name, ":"); !stages[name] {
+					t.Errorf("%s uses %s, which the Dockerfile does not build", o, c.Image)
+				}
+			}
+		}
+	}
+}
+
+// TestWorkloadChecksCatch breaks the cell Deployment in the ways the checks
+// exist for, and expects each to be reported.
+func TestWorkloadChecksCatch(t *testing.T) {
+	objs := renderAll(t, deployDir)
+	for i, o := range objs {
+		d, ok := o.Typed.(*appsv1.Deployment)
+		if !ok || o.Namespace != "cell-a" || o.Name != "cell" {
+			continue
+		}
+		d = d.DeepCopy()
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.Image = "ghcr.io/cellpay/cell:latest"
+		c.ReadinessProbe = nil
+		c.LivenessProbe.GRPC, c.LivenessProbe.TCPSocket = nil, &corev1.TCPSocketAction{Port: intstr.FromInt32(7081)}
+		delete(c.Resources.Limits, corev1.ResourceMemory)
+		c.SecurityContext.ReadOnlyRootFilesystem = new(false)
+		d.Spec.Template.Spec.SecurityContext.RunAsNonRoot = nil
+		objs[i].Typed = d
+	}
+	var pdbless []Object
+	for _, o := range objs {
+		if !(o.GVK.Kind == "PodDisruptionBudget" && o.Namespace == "cell-b") {
+			pdbless = append(pdbless, o)
+		}
+	}
+	got := strings.Join(Check(pdbless), "\n")
+	for _, want := range []string{
+		`Deployment cell-a/cell container cell: image "ghcr.io/cellpay/cell:latest" uses a floating tag`,
+		"Deployment cell-a/cell container cell: serves a port without readiness and liveness probes",
+		"Deployment cell-a/cell container cell: no memory limit",
+		"Deployment cell-a/cell container cell: root filesystem is writable",
+		"Deployment cell-a/cell container cell: may run as root",
+		"Deployment cell-b/cell: 3 replicas and no PodDisruptionBudget",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no violation %q; got:\n%s", want, got)
+		}
+	}
 }

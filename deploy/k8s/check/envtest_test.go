@@ -114,7 +114,16 @@ func TestServerDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	tree := loadTree(t, deployDir)
+	// The tree plus a freshly generated fourth cell, so that the generator's
+	// output meets the server too.
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(deployDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewCell(dir, "cell-z"); err != nil {
+		t.Fatal(err)
+	}
+	tree := loadTree(t, dir)
 	overlays, err := tree.Overlays()
 	if err != nil {
 		t.Fatal(err)
