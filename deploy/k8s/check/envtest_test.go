@@ -114,13 +114,13 @@ func TestServerDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	// The tree plus a freshly generated fourth cell, so that the generator's
+	// The tree plus a freshly generated extra cell, so that the generator's
 	// output meets the server too.
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(deployDir)); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewCell(dir, "cell-z"); err != nil {
+	if err := NewCell(dir, newCellName); err != nil {
 		t.Fatal(err)
 	}
 	tree := loadTree(t, dir)
