@@ -498,7 +498,8 @@ func (m *model) check() error {
 			return fmt.Errorf("at most one issuer effect per ID: %s has %d", id, n)
 		}
 	}
-	for id, as := range m.answers {
+	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
+		as := m.answers[id]
 		var first *answered
 		for i := range as {
 			a := &as[i]
