@@ -106,7 +106,12 @@ type fakeCell struct {
 	seen   seen
 }
 
-func (f *fakeCell) Process(req *cellproto.ProcessRequest, stream grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+func (f *fakeCell) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]) error {
+	in, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	req := in.GetStart()
 	if req.GetAttempt() != 1 {
 		return errorf("attempt %d, want 1", req.GetAttempt())
 	}
@@ -122,6 +127,14 @@ func (f *fakeCell) Process(req *cellproto.ProcessRequest, stream grpc.ServerStre
 		}}
 		if err := stream.Send(ev); err != nil {
 			return err
+		}
+		// The load tool stands in for the GTR: it must confirm.
+		in, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if in.GetProceed() == nil {
+			return errorf("expected Proceed after the point of no return")
 		}
 	}
 	if terminal != nil {

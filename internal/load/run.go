@@ -187,18 +187,24 @@ func gtrCaller(c cellpayv1.PaymentsClient) caller {
 	}
 }
 
-// cellCaller calls Cell.Process as the GTR's first attempt would, and reads
-// the stream up to its terminal event.
+// cellCaller calls Cell.Process as the GTR's first attempt would: it opens
+// the stream, confirms the point of no return when the cell asks, and reads
+// up to the terminal event.
 func cellCaller(c cellproto.CellClient) caller {
 	return func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (outcome, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel() // ends the stream once the terminal event is read
-		stream, err := c.Process(ctx, &cellproto.ProcessRequest{
-			Request:   req,
-			Attempt:   1,
-			RouteRule: "loadgen",
-		})
+		stream, err := c.Process(ctx)
 		if err != nil {
+			return outcome{}, err
+		}
+		err = stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+			Request:    req,
+			Attempt:    1,
+			RouteRule:  "loadgen",
+			LastResort: true,
+		}}})
+		if err != nil && err != io.EOF {
 			return outcome{}, err
 		}
 		var o outcome
@@ -213,6 +219,9 @@ func cellCaller(c cellproto.CellClient) caller {
 			switch e := ev.GetEvent().(type) {
 			case *cellproto.ProcessEvent_PointOfNoReturn:
 				o.pnr = true
+				if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil && err != io.EOF {
+					return o, err
+				}
 			case *cellproto.ProcessEvent_Result:
 				o.txn, o.status = e.Result, e.Result.GetStatus()
 				return o, nil

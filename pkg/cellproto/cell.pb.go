@@ -24,6 +24,128 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ProcessInput is what the GTR sends on a Process stream.
+type ProcessInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ProcessInput_Start
+	//	*ProcessInput_Proceed
+	Input         isProcessInput_Input `protobuf_oneof:"input"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessInput) Reset() {
+	*x = ProcessInput{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessInput) ProtoMessage() {}
+
+func (x *ProcessInput) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
+func (*ProcessInput) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProcessInput) GetInput() isProcessInput_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ProcessInput) GetStart() *ProcessRequest {
+	if x != nil {
+		if x, ok := x.Input.(*ProcessInput_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ProcessInput) GetProceed() *Proceed {
+	if x != nil {
+		if x, ok := x.Input.(*ProcessInput_Proceed); ok {
+			return x.Proceed
+		}
+	}
+	return nil
+}
+
+type isProcessInput_Input interface {
+	isProcessInput_Input()
+}
+
+type ProcessInput_Start struct {
+	// start opens the attempt; it is the first message, and only once.
+	Start *ProcessRequest `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ProcessInput_Proceed struct {
+	// proceed answers the cell's PointOfNoReturn event.
+	Proceed *Proceed `protobuf:"bytes,2,opt,name=proceed,proto3,oneof"`
+}
+
+func (*ProcessInput_Start) isProcessInput_Input() {}
+
+func (*ProcessInput_Proceed) isProcessInput_Input() {}
+
+// Proceed lets the cell call the issuer.
+type Proceed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proceed) Reset() {
+	*x = Proceed{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proceed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proceed) ProtoMessage() {}
+
+func (x *Proceed) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
+func (*Proceed) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+}
+
 type ProcessRequest struct {
 	state   protoimpl.MessageState              `protogen:"open.v1"`
 	Request *cellpayv1.SubmitTransactionRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
@@ -43,7 +165,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +177,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +190,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -113,7 +235,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +247,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +260,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -207,7 +329,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +341,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +354,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -262,7 +384,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +396,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +409,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -313,7 +435,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +447,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +460,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -352,7 +474,12 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\"\xaa\x01\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\"\x86\x01\n" +
+	"\fProcessInput\x127\n" +
+	"\x05start\x18\x01 \x01(\v2\x1f.cellpay.cell.v1.ProcessRequestH\x00R\x05start\x124\n" +
+	"\aproceed\x18\x02 \x01(\v2\x18.cellpay.cell.v1.ProceedH\x00R\aproceedB\a\n" +
+	"\x05input\"\t\n" +
+	"\aProceed\"\xaa\x01\n" +
 	"\x0eProcessRequest\x12>\n" +
 	"\arequest\x18\x01 \x01(\v2$.cellpay.v1.SubmitTransactionRequestR\arequest\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
@@ -378,7 +505,7 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId2\x90\x01\n" +
 	"\x04Cell\x12K\n" +
-	"\aProcess\x12\x1f.cellpay.cell.v1.ProcessRequest\x1a\x1d.cellpay.cell.v1.ProcessEvent0\x01\x12;\n" +
+	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.TransactionB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
@@ -393,30 +520,34 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*ProcessRequest)(nil),                     // 0: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 1: cellpay.cell.v1.ProcessEvent
-	(*PointOfNoReturn)(nil),                    // 2: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 3: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 4: cellpay.cell.v1.GetRequest
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 5: cellpay.v1.SubmitTransactionRequest
-	(*cellpayv1.Transaction)(nil),              // 6: cellpay.v1.Transaction
+	(*ProcessInput)(nil),                       // 0: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 1: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 2: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 3: cellpay.cell.v1.ProcessEvent
+	(*PointOfNoReturn)(nil),                    // 4: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 5: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 6: cellpay.cell.v1.GetRequest
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 7: cellpay.v1.SubmitTransactionRequest
+	(*cellpayv1.Transaction)(nil),              // 8: cellpay.v1.Transaction
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	5, // 0: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	2, // 1: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	6, // 2: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	3, // 3: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	0, // 4: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessRequest
-	4, // 5: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	1, // 6: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	6, // 7: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2, // 0: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	1, // 1: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	7, // 2: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	4, // 3: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	8, // 4: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	5, // 5: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	0, // 6: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	6, // 7: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	3, // 8: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	8, // 9: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -424,7 +555,11 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[1].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[0].OneofWrappers = []any{
+		(*ProcessInput_Start)(nil),
+		(*ProcessInput_Proceed)(nil),
+	}
+	file_cellpay_cell_v1_cell_proto_msgTypes[3].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -435,7 +570,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,13 +32,19 @@ const (
 //
 // Cell processes transactions routed to it by the GTR.
 type CellClient interface {
-	// Process runs one transaction. The stream carries at most one
-	// PointOfNoReturn event, sent after the cell has durably recorded that it
-	// is about to call the issuer and before it does, and then exactly one
-	// terminal event: a result, or Reroutable when the cell stopped before the
-	// point of no return and the GTR may restart the transaction elsewhere.
-	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload).
-	Process(ctx context.Context, in *ProcessRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ProcessEvent], error)
+	// Process runs one attempt at one transaction. The GTR's first message is
+	// a ProcessRequest. The point of no return is a handshake: the cell
+	// durably records that it is about to call the issuer, sends a
+	// PointOfNoReturn event and waits; the GTR answers Proceed only if it has
+	// not given up on this attempt, and from then on never re-routes the
+	// transaction. A cell calls the issuer only after Proceed; without it
+	// (the GTR cancelled, timed out or went away) the cell abandons the
+	// attempt and the GTR may restart the transaction elsewhere.
+	// The stream then ends with exactly one terminal event: a result, or
+	// Reroutable when the attempt stopped before the point of no return.
+	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload),
+	// ABORTED (another attempt at the ID is in progress in this cell).
+	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessInput, ProcessEvent], error)
 	// Get returns the recorded transaction, or NOT_FOUND.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*cellpayv1.Transaction, error)
 }
@@ -51,24 +57,18 @@ func NewCellClient(cc grpc.ClientConnInterface) CellClient {
 	return &cellClient{cc}
 }
 
-func (c *cellClient) Process(ctx context.Context, in *ProcessRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ProcessEvent], error) {
+func (c *cellClient) Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessInput, ProcessEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Cell_ServiceDesc.Streams[0], Cell_Process_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ProcessRequest, ProcessEvent]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
+	x := &grpc.GenericClientStream[ProcessInput, ProcessEvent]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Cell_ProcessClient = grpc.ServerStreamingClient[ProcessEvent]
+type Cell_ProcessClient = grpc.BidiStreamingClient[ProcessInput, ProcessEvent]
 
 func (c *cellClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*cellpayv1.Transaction, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -86,13 +86,19 @@ func (c *cellClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallO
 //
 // Cell processes transactions routed to it by the GTR.
 type CellServer interface {
-	// Process runs one transaction. The stream carries at most one
-	// PointOfNoReturn event, sent after the cell has durably recorded that it
-	// is about to call the issuer and before it does, and then exactly one
-	// terminal event: a result, or Reroutable when the cell stopped before the
-	// point of no return and the GTR may restart the transaction elsewhere.
-	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload).
-	Process(*ProcessRequest, grpc.ServerStreamingServer[ProcessEvent]) error
+	// Process runs one attempt at one transaction. The GTR's first message is
+	// a ProcessRequest. The point of no return is a handshake: the cell
+	// durably records that it is about to call the issuer, sends a
+	// PointOfNoReturn event and waits; the GTR answers Proceed only if it has
+	// not given up on this attempt, and from then on never re-routes the
+	// transaction. A cell calls the issuer only after Proceed; without it
+	// (the GTR cancelled, timed out or went away) the cell abandons the
+	// attempt and the GTR may restart the transaction elsewhere.
+	// The stream then ends with exactly one terminal event: a result, or
+	// Reroutable when the attempt stopped before the point of no return.
+	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload),
+	// ABORTED (another attempt at the ID is in progress in this cell).
+	Process(grpc.BidiStreamingServer[ProcessInput, ProcessEvent]) error
 	// Get returns the recorded transaction, or NOT_FOUND.
 	Get(context.Context, *GetRequest) (*cellpayv1.Transaction, error)
 	mustEmbedUnimplementedCellServer()
@@ -105,7 +111,7 @@ type CellServer interface {
 // pointer dereference when methods are called.
 type UnimplementedCellServer struct{}
 
-func (UnimplementedCellServer) Process(*ProcessRequest, grpc.ServerStreamingServer[ProcessEvent]) error {
+func (UnimplementedCellServer) Process(grpc.BidiStreamingServer[ProcessInput, ProcessEvent]) error {
 	return status.Error(codes.Unimplemented, "method Process not implemented")
 }
 func (UnimplementedCellServer) Get(context.Context, *GetRequest) (*cellpayv1.Transaction, error) {
@@ -133,15 +139,11 @@ func RegisterCellServer(s grpc.ServiceRegistrar, srv CellServer) {
 }
 
 func _Cell_Process_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(ProcessRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(CellServer).Process(m, &grpc.GenericServerStream[ProcessRequest, ProcessEvent]{ServerStream: stream})
+	return srv.(CellServer).Process(&grpc.GenericServerStream[ProcessInput, ProcessEvent]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Cell_ProcessServer = grpc.ServerStreamingServer[ProcessEvent]
+type Cell_ProcessServer = grpc.BidiStreamingServer[ProcessInput, ProcessEvent]
 
 func _Cell_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetRequest)
@@ -178,6 +180,7 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Process",
 			Handler:       _Cell_Process_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "cellpay/cell/v1/cell.proto",

@@ -40,9 +40,11 @@ type Persist struct {
 	From   State
 }
 
-// EmitPNR tells the GTR that the transaction has passed its point of no
-// return. Answer: PNRSent, whether or not the GTR is still listening: from
-// here the transaction belongs to this cell.
+// EmitPNR asks the GTR to confirm the point of no return: the sending
+// state is durable, and the issuer is next. Answer: PNRConfirmed when the
+// GTR answers Proceed (it will never re-route the transaction); PNRRefused
+// when it does not (it gave up on this attempt or went away), and the
+// issuer must not be called.
 type EmitPNR struct{ TransactionID string }
 
 // Authorize sends the transaction to the issuer. Answer: IssuerAnswered;
@@ -103,8 +105,11 @@ type Velocity struct{ Count, Amount int64 }
 // Persisted: the write is durable.
 type Persisted struct{}
 
-// PNRSent: the point-of-no-return event was handed to the GTR stream.
-type PNRSent struct{}
+// PNRConfirmed: the GTR answered Proceed.
+type PNRConfirmed struct{}
+
+// PNRRefused: the GTR did not confirm the point of no return.
+type PNRRefused struct{ Err error }
 
 // IssuerAnswered: the issuer's decision.
 type IssuerAnswered struct {
@@ -123,7 +128,8 @@ func (Inserted) isEvent()       {}
 func (Existing) isEvent()       {}
 func (Velocity) isEvent()       {}
 func (Persisted) isEvent()      {}
-func (PNRSent) isEvent()        {}
+func (PNRConfirmed) isEvent()   {}
+func (PNRRefused) isEvent()     {}
 func (IssuerAnswered) isEvent() {}
 func (IssuerUnknown) isEvent()  {}
 func (StoreFailed) isEvent()    {}

@@ -81,10 +81,11 @@ const (
 	phaseEmitPNR
 	phaseAuthorize
 	phaseFinish
+	phaseRevert
 	phaseDone
 )
 
-var phaseNames = [...]string{"start", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "done"}
+var phaseNames = [...]string{"start", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "done"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -203,11 +204,30 @@ func (m *Machine) Step(ev Event) Action {
 	case phaseMarkSending:
 		return m.afterMarkSending(ev)
 	case phaseEmitPNR:
-		if _, ok := ev.(PNRSent); !ok {
-			return m.unexpected(ev)
+		switch ev := ev.(type) {
+		case PNRConfirmed:
+			m.phase = phaseAuthorize
+			return Authorize{Request: m.in.Request, Record: m.rec}
+		case PNRRefused:
+			// The GTR may be restarting the transaction elsewhere. Nothing
+			// was sent: step back from the point of no return.
+			m.phase = phaseRevert
+			m.reason = "point of no return not confirmed: " + ev.Err.Error()
+			m.rec.State = StateAbandoned
+			m.rec.UpdatedAt = m.clock()
+			return Persist{Record: m.rec, From: StateSending}
 		}
-		m.phase = phaseAuthorize
-		return Authorize{Request: m.in.Request, Record: m.rec}
+		return m.unexpected(ev)
+	case phaseRevert:
+		switch ev.(type) {
+		case Persisted, StoreFailed:
+			// On a store failure the record stays in sending, and the
+			// reconciler resolves it by inquiry: nothing reached the issuer
+			// from this cell.
+			m.phase = phaseDone
+			return Reroute{Reason: m.reason}
+		}
+		return m.unexpected(ev)
 	case phaseAuthorize:
 		return m.afterAuthorize(ev)
 	case phaseFinish:

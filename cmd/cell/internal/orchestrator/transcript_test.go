@@ -201,8 +201,10 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 		return Velocity{Count: atoi(t, args["count"], 0), Amount: atoi(t, args["amount"], 0)}
 	case "persisted":
 		return Persisted{}
-	case "pnr-sent":
-		return PNRSent{}
+	case "pnr-confirmed":
+		return PNRConfirmed{}
+	case "pnr-refused":
+		return PNRRefused{Err: errors.New("stream cancelled")}
 	case "issuer":
 		if args["approved"] == "true" {
 			return IssuerAnswered{Approved: true, AuthCode: args["code"]}
@@ -263,11 +265,12 @@ func formatAction(a Action) string {
 }
 
 // TestNeverAuthorizeBeforePNR drives the machine with every event at every
-// step and checks the one rule it exists for: Authorize only ever follows
-// Persist{state sending} answered by Persisted, then EmitPNR.
+// step and checks the rules it exists for: Authorize only ever follows a
+// durable sending state (Persist answered by Persisted) and an EmitPNR the
+// GTR confirmed; once confirmed, the attempt is never re-routable.
 func TestNeverAuthorizeBeforePNR(t *testing.T) {
 	events := []Event{
-		Inserted{}, Velocity{}, Velocity{Count: 100}, Persisted{}, PNRSent{},
+		Inserted{}, Velocity{}, Velocity{Count: 100}, Persisted{}, PNRConfirmed{}, PNRRefused{Err: errors.New("x")},
 		IssuerAnswered{Approved: true, AuthCode: "X"}, IssuerUnknown{Err: errors.New("x")},
 		StoreFailed{Err: errors.New("x")}, Existing{Record: &Record{State: StateReceived}},
 	}
@@ -276,29 +279,25 @@ func TestNeverAuthorizeBeforePNR(t *testing.T) {
 		req := testRequest()
 		m := New(Input{Request: req, Fingerprint: fp.Of(req), PANHash: []byte{1}, CellID: "c"}, testPolicy, testRef, time.Now)
 		a := m.Start()
-		sendingDurable, pnr := false, false
-		var lastPersist *Persist
+		sendingDurable, confirmed := false, false
 		for _, ev := range path {
 			if Done(a) {
 				return
 			}
-			if p, ok := a.(Persist); ok {
-				lastPersist = &p
-			}
-			if _, ok := ev.(Persisted); ok && lastPersist != nil && lastPersist.Record.State == StateSending {
-				sendingDurable = true
+			if p, ok := a.(Persist); ok && p.Record.State == StateSending {
+				_, sendingDurable = ev.(Persisted)
 			}
 			if _, ok := a.(EmitPNR); ok {
 				if !sendingDurable {
-					t.Fatalf("EmitPNR before the sending state was durable, path %v", path)
+					t.Fatalf("EmitPNR before the sending state was durable, path %T", path)
 				}
-				pnr = true
+				_, confirmed = ev.(PNRConfirmed)
 			}
 			a = m.Step(ev)
-			if _, ok := a.(Authorize); ok && !pnr {
-				t.Fatalf("Authorize before EmitPNR, path %T", path)
+			if _, ok := a.(Authorize); ok && !confirmed {
+				t.Fatalf("Authorize without a confirmed PNR, path %T", path)
 			}
-			if _, ok := a.(Reroute); ok && pnr {
+			if _, ok := a.(Reroute); ok && confirmed {
 				t.Fatalf("Reroute after the point of no return, path %T", path)
 			}
 		}

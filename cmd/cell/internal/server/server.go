@@ -152,7 +152,15 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 }
 
 // Process runs one attempt; see the Cell service's contract.
-func (s *Server) Process(req *cellproto.ProcessRequest, stream grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	req := first.GetStart()
+	if req == nil {
+		return status.Error(codes.InvalidArgument, "start: the first message must be a ProcessRequest")
+	}
 	r := req.GetRequest()
 	s.track(r.GetTransactionId(), 1)
 	defer s.track(r.GetTransactionId(), -1)
@@ -181,9 +189,12 @@ func (s *Server) Process(req *cellproto.ProcessRequest, stream grpc.ServerStream
 	return s.finish(stream, a)
 }
 
+// processStream is the cell's side of a Process stream.
+type processStream = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]
+
 // perform carries out one action and returns its event, and the context
 // for the actions after it.
-func (s *Server) perform(ctx context.Context, stream grpc.ServerStreamingServer[cellproto.ProcessEvent], a orchestrator.Action) (orchestrator.Event, context.Context) {
+func (s *Server) perform(ctx context.Context, stream processStream, a orchestrator.Action) (orchestrator.Event, context.Context) {
 	switch a := a.(type) {
 	case orchestrator.Insert:
 		return existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
@@ -198,30 +209,53 @@ func (s *Server) perform(ctx context.Context, stream grpc.ServerStreamingServer[
 		}
 		return orchestrator.Velocity{Count: n, Amount: amt}, ctx
 	case orchestrator.Persist:
-		if a.Record.State == orchestrator.StateSending {
-			// The point of no return. A GTR that has already given up on
-			// this attempt may be restarting it elsewhere: stop short of it.
-			if err := ctx.Err(); err != nil {
-				return orchestrator.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", err)}, ctx
-			}
-			// Once this write may have committed, the attempt must finish
-			// here even if the GTR goes away.
-			ctx = context.WithoutCancel(ctx)
+		if a.From == orchestrator.StateReceived && ctx.Err() != nil {
+			// The GTR has given up on this attempt and may be restarting it
+			// elsewhere: record no outcome here, and stop short of the
+			// point of no return rather than ask for a confirmation it
+			// will not give.
+			return orchestrator.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", ctx.Err())}, ctx
 		}
-		if err := s.cfg.Store.Persist(ctx, a.Record, a.From); err != nil {
+		pctx := ctx
+		if a.Record.State == orchestrator.StateSending {
+			// Once begun, this write must end one way or the other, not be
+			// cut off leaving us unsure whether it committed; the handshake
+			// that follows is what honours a GTR that gave up.
+			pctx = context.WithoutCancel(ctx)
+		}
+		if err := s.cfg.Store.Persist(pctx, a.Record, a.From); err != nil {
 			return orchestrator.StoreFailed{Err: err}, ctx
 		}
 		return orchestrator.Persisted{}, ctx
 	case orchestrator.EmitPNR:
-		// A send error means the GTR is gone; the transaction is ours anyway.
-		_ = stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{
-			PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: a.TransactionID, CellId: s.cfg.CellID},
-		}})
-		return orchestrator.PNRSent{}, ctx
+		return s.confirmPNR(stream, a.TransactionID)
 	case orchestrator.Authorize:
 		return s.authorize(ctx, a), ctx
 	}
 	return orchestrator.StoreFailed{Err: fmt.Errorf("server: no driver for action %T", a)}, ctx
+}
+
+// confirmPNR asks the GTR to confirm the point of no return and waits for
+// its Proceed. Once confirmed, the attempt runs to its end under a context
+// of its own: the transaction belongs to this cell whatever the GTR does.
+func (s *Server) confirmPNR(stream processStream, id string) (orchestrator.Event, context.Context) {
+	ctx := stream.Context()
+	refused := func(err error) (orchestrator.Event, context.Context) {
+		return orchestrator.PNRRefused{Err: err}, context.WithoutCancel(ctx)
+	}
+	if err := stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{
+		PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: id, CellId: s.cfg.CellID},
+	}}); err != nil {
+		return refused(err)
+	}
+	in, err := stream.Recv()
+	switch {
+	case err != nil:
+		return refused(err)
+	case in.GetProceed() == nil:
+		return refused(errors.New("expected Proceed"))
+	}
+	return orchestrator.PNRConfirmed{}, context.WithoutCancel(ctx)
 }
 
 func existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
@@ -283,7 +317,7 @@ func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orches
 	return orchestrator.IssuerUnknown{Err: err}
 }
 
-func (s *Server) finish(stream grpc.ServerStreamingServer[cellproto.ProcessEvent], a orchestrator.Action) error {
+func (s *Server) finish(stream processStream, a orchestrator.Action) error {
 	switch a := a.(type) {
 	case orchestrator.Reply:
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Record.Transaction()}})

@@ -116,10 +116,11 @@ func Run(ctx context.Context, cfg Config) error {
 	pool := cellconn.New()
 	defer pool.Close()
 	pay, err := payments.New(payments.Config{
-		Table:  st.Table,
-		Cells:  countingCells{pool, st},
-		Health: observers{mon, st},
-		Log:    cfg.Log,
+		Table:    st.Table,
+		Cells:    pool,
+		Health:   observers{mon, st},
+		InFlight: st.InFlight,
+		Log:      cfg.Log,
 	})
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ type Config struct {
 	Cells Cells
 	// Health, if set, is told the outcome of every attempt.
 	Health Observer
+	// InFlight, if set, is told when an attempt on a cell starts (+1) and
+	// ends (-1); it must not block.
+	InFlight func(cellID string, delta int)
 	// MaxAttempts bounds the cells one transaction is tried on; default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt up to its point of no return;
@@ -262,22 +265,31 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 	if err != nil {
 		return outcome{reroute: err}
 	}
+	if s.cfg.InFlight != nil {
+		s.cfg.InFlight(cell.ID, 1)
+		defer s.cfg.InFlight(cell.ID, -1)
+	}
 	// The attempt's own context: cancelled when the attempt is given up, so
 	// that a slow cell stops before its point of no return. After the PNR
 	// the attempt keeps the caller's context: it must not be cut short.
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(s.cfg.AttemptTimeout, cancel)
-	stream, err := client.Process(actx, &cellproto.ProcessRequest{Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort})
+	defer timer.Stop()
+	stream, err := client.Process(actx)
 	if err != nil {
-		timer.Stop()
 		return outcome{reroute: err}
 	}
+	start := &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+		Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort,
+	}}}
+	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
+		return outcome{reroute: err}
+	} // on io.EOF the stream's status comes from Recv
 	pnr := false
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
-			timer.Stop()
 			if errors.Is(err, io.EOF) {
 				err = errors.New("cell closed the stream without an outcome")
 			}
@@ -285,21 +297,27 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		}
 		switch e := ev.GetEvent().(type) {
 		case *cellproto.ProcessEvent_PointOfNoReturn:
-			if !pnr && !timer.Stop() {
-				// The attempt timer fired as the PNR arrived: the context
-				// is cancelled and the outcome will not reach us over this
-				// stream. The cell owns it: answer PENDING.
-				return s.pending(cell, req)
+			if pnr {
+				continue
 			}
+			// The handshake: confirm only if this attempt is still ours. A
+			// timer that already fired has given the attempt up, and the
+			// cell, hearing nothing, will not call the issuer.
+			if !timer.Stop() {
+				return outcome{reroute: fmt.Errorf("cell %s: point of no return after the attempt timed out", cell.ID)}
+			}
+			if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
+				// Not delivered: the cell cannot have gone past its PNR.
+				return outcome{reroute: fmt.Errorf("cell %s: confirming the point of no return: %w", cell.ID, err)}
+			}
+			// From here the transaction belongs to this cell.
 			pnr = true
 		case *cellproto.ProcessEvent_Result:
-			timer.Stop()
 			return outcome{txn: e.Result}
 		case *cellproto.ProcessEvent_Reroutable:
-			timer.Stop()
 			if pnr {
-				// A cell must never say this after its PNR; if it does,
-				// trust the PNR and do not re-route.
+				// A cell must never say this after a confirmed PNR; if one
+				// does, trust the PNR and do not re-route.
 				return s.pending(cell, req)
 			}
 			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy()}

@@ -31,11 +31,18 @@ type fakeCell struct {
 	calls atomic.Int32
 	mu    sync.Mutex
 	seen  []*cellproto.ProcessRequest
-	do    func(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error
+	do    func(req *cellproto.ProcessRequest, s srv) error
 	get   func(id string) (*cellpayv1.Transaction, error)
 }
 
-func (f *fakeCell) Process(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+type srv = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]
+
+func (f *fakeCell) Process(s srv) error {
+	in, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	req := in.GetStart()
 	f.calls.Add(1)
 	f.mu.Lock()
 	f.seen = append(f.seen, req)
@@ -63,8 +70,23 @@ func serve(t *testing.T, f *fakeCell) string {
 	return lis.Addr().String()
 }
 
-func approve(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent], cell string) error {
-	if err := s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: req.Request.TransactionId}}}); err != nil {
+// pnr runs the cell's side of the point-of-no-return handshake.
+func pnr(s srv) error {
+	if err := s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}}); err != nil {
+		return err
+	}
+	in, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	if in.GetProceed() == nil {
+		return status.Error(codes.FailedPrecondition, "expected Proceed")
+	}
+	return nil
+}
+
+func approve(req *cellproto.ProcessRequest, s srv, cell string) error {
+	if err := pnr(s); err != nil {
 		return err
 	}
 	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: &cellpayv1.Transaction{
@@ -72,7 +94,7 @@ func approve(req *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellpro
 	}}})
 }
 
-func reroutable(s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+func reroutable(s srv) error {
 	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{Reroutable: &cellproto.Reroutable{Reason: "db down"}}})
 }
 
@@ -132,10 +154,10 @@ func ctx(t *testing.T) context.Context {
 
 func TestForwardsToFirstCell(t *testing.T) {
 	a := &fakeCell{}
-	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
 		return approve(r, s, a.id)
 	}
-	b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	b := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error { return nil }}
 	s, _ := setup(t, a, b)
 	got, err := s.SubmitTransaction(ctx(t), req("t-1"))
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetCellId() != a.id {
@@ -147,24 +169,24 @@ func TestForwardsToFirstCell(t *testing.T) {
 }
 
 func TestReroutesBeforePNR(t *testing.T) {
-	cases := map[string]func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error{
+	cases := map[string]func(srv) error{
 		"reroutable": reroutable,
-		"unavailable": func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		"unavailable": func(srv) error {
 			return status.Error(codes.Unavailable, "down")
 		},
-		"hang": func(s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		"hang": func(s srv) error {
 			<-s.Context().Done() // the GTR's attempt timeout must cancel this
 			return s.Context().Err()
 		},
-		"closed without outcome": func(grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil },
+		"closed without outcome": func(srv) error { return nil },
 	}
 	for name, first := range cases {
 		t.Run(name, func(t *testing.T) {
-			a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 				return first(s)
 			}}
 			b := &fakeCell{}
-			b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			b.do = func(r *cellproto.ProcessRequest, s srv) error {
 				return approve(r, s, b.id)
 			}
 			s, _ := setup(t, a, b)
@@ -180,9 +202,9 @@ func TestReroutesBeforePNR(t *testing.T) {
 }
 
 func TestUnreachableCellIsSkipped(t *testing.T) {
-	a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	a := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error { return nil }}
 	b := &fakeCell{}
-	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	b.do = func(r *cellproto.ProcessRequest, s srv) error {
 		return approve(r, s, b.id)
 	}
 	s, _ := setup(t, a, b)
@@ -206,26 +228,33 @@ func TestUnreachableCellIsSkipped(t *testing.T) {
 // TestNoRerouteAfterPNR: a cell that announced its point of no return and
 // then went away owns the transaction: PENDING, and no other cell is asked.
 func TestNoRerouteAfterPNR(t *testing.T) {
-	cases := map[string]func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error{
-		"stream breaks": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
-			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+	cases := map[string]func(*cellproto.ProcessRequest, srv) error{
+		"stream breaks": func(r *cellproto.ProcessRequest, s srv) error {
+			if err := pnr(s); err != nil {
+				return err
+			}
 			return status.Error(codes.Unavailable, "crashed")
 		},
-		"reroutable after pnr": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
-			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+		"reroutable after pnr": func(r *cellproto.ProcessRequest, s srv) error {
+			if err := pnr(s); err != nil {
+				return err
+			}
 			return reroutable(s)
 		},
-		"slow after pnr": func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
-			_ = s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}})
+		"slow after pnr": func(r *cellproto.ProcessRequest, s srv) error {
+			if err := pnr(s); err != nil {
+				return err
+			}
 			time.Sleep(600 * time.Millisecond) // longer than the attempt timeout: past the PNR it must not apply
-			return approve(r, s, "slow")
+			return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: &cellpayv1.Transaction{
+				TransactionId: r.Request.TransactionId, Status: cellpayv1.TransactionStatus_APPROVED, CellId: "slow"}}})
 		},
 	}
 	for name, first := range cases {
 		t.Run(name, func(t *testing.T) {
 			a := &fakeCell{do: first}
 			b := &fakeCell{}
-			b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+			b.do = func(r *cellproto.ProcessRequest, s srv) error {
 				return approve(r, s, b.id)
 			}
 			s, _ := setup(t, a, b)
@@ -251,10 +280,10 @@ func TestNoRerouteAfterPNR(t *testing.T) {
 
 func TestCellAnswersAboutTheRequestArePassedOn(t *testing.T) {
 	for _, code := range []codes.Code{codes.AlreadyExists, codes.InvalidArgument, codes.Aborted} {
-		a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+		a := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error {
 			return status.Error(code, "no")
 		}}
-		b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+		b := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error { return nil }}
 		s, _ := setup(t, a, b)
 		if _, err := s.SubmitTransaction(ctx(t), req("t-code")); status.Code(err) != code {
 			t.Fatalf("err = %v, want %v", err, code)
@@ -266,7 +295,7 @@ func TestCellAnswersAboutTheRequestArePassedOn(t *testing.T) {
 }
 
 func TestAllCellsFail(t *testing.T) {
-	fail := func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	fail := func(*cellproto.ProcessRequest, srv) error {
 		return status.Error(codes.Unavailable, "down")
 	}
 	s, fakes := setup(t, &fakeCell{do: fail}, &fakeCell{do: fail}, &fakeCell{do: fail})
@@ -280,7 +309,7 @@ func TestAllCellsFail(t *testing.T) {
 }
 
 func TestValidatesBeforeRouting(t *testing.T) {
-	a := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	a := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error { return nil }}
 	s, _ := setup(t, a)
 	r := req("t-bad")
 	r.Amount.MinorUnits = 0
@@ -319,7 +348,7 @@ func TestGetTransaction(t *testing.T) {
 func TestCoalescesConcurrentDuplicates(t *testing.T) {
 	release := make(chan struct{})
 	a := &fakeCell{}
-	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
 		<-release
 		return approve(r, s, a.id)
 	}
@@ -356,14 +385,14 @@ func TestCoalescesConcurrentDuplicates(t *testing.T) {
 func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
 	failing := true
 	a := &fakeCell{}
-	a.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
 		if failing {
 			return reroutable(s)
 		}
 		return approve(r, s, a.id)
 	}
 	b := &fakeCell{}
-	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	b.do = func(r *cellproto.ProcessRequest, s srv) error {
 		return approve(r, s, b.id)
 	}
 	s, _ := setup(t, a, b)
@@ -382,14 +411,14 @@ func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
 }
 
 func TestLastResortFlagAndHealthObservations(t *testing.T) {
-	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 		return reroutable(s)
 	}}
-	b := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	b := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 		return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{Reroutable: &cellproto.Reroutable{Reason: "abandoned", CellHealthy: true}}})
 	}}
 	c := &fakeCell{}
-	c.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	c.do = func(r *cellproto.ProcessRequest, s srv) error {
 		return approve(r, s, c.id)
 	}
 	s, _ := setup(t, a, b, c)
@@ -421,11 +450,11 @@ func (o *observer) Observe(id string, ok bool) {
 // TestRetryBudget: with the budget spent, a failed first attempt is not
 // re-routed.
 func TestRetryBudget(t *testing.T) {
-	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 		return reroutable(s)
 	}}
 	b := &fakeCell{}
-	b.do = func(r *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	b.do = func(r *cellproto.ProcessRequest, s srv) error {
 		return approve(r, s, b.id)
 	}
 	s, _ := setup(t, a, b)
@@ -448,11 +477,11 @@ func TestRetryBudget(t *testing.T) {
 // TestNoAttemptWithoutTime: an attempt that cannot finish in time does not
 // start.
 func TestNoAttemptWithoutTime(t *testing.T) {
-	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s grpc.ServerStreamingServer[cellproto.ProcessEvent]) error {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 		time.Sleep(150 * time.Millisecond)
 		return reroutable(s)
 	}}
-	b := &fakeCell{do: func(*cellproto.ProcessRequest, grpc.ServerStreamingServer[cellproto.ProcessEvent]) error { return nil }}
+	b := &fakeCell{do: func(*cellproto.ProcessRequest, srv) error { return nil }}
 	s, _ := setup(t, a, b)
 	c, cancel := context.WithTimeout(context.Background(), 180*time.Millisecond)
 	defer cancel()
