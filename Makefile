@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-unit test-e2e fuzz verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -16,8 +16,8 @@ build:
 run: build
 	./$(BIN)/cellpay -bin $(BIN)
 
-## test: unit, store, fuzz and end-to-end tests, with the race detector.
-test: test-unit fuzz
+## test: unit, store, fuzz, end-to-end and manifest tests, with the race detector.
+test: test-unit fuzz k8s-test
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -33,7 +33,7 @@ test-e2e:
 	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...
 
 ## verify: formatting, vet, lint, tidy modules, fresh generated code.
-verify: fmt-check vet lint tidy-check proto-check
+verify: fmt-check vet lint tidy-check proto-check k8s-verify
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -63,6 +63,17 @@ bench:
 ## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
 bench-e2e:
 	./scripts/bench-e2e.sh
+
+## k8s-test: render every overlay, decode strictly, check probes, limits, policies (deploy/k8s/check).
+k8s-test:
+	cd deploy/k8s/check && $(GO) test -count=1 ./...
+
+## k8s-envtest: server-side dry run of every overlay against a real kube-apiserver and etcd (built once, cached).
+k8s-envtest:
+	./scripts/k8s-envtest.sh
+
+k8s-verify:
+	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff
 
 clean:
 	rm -rf $(BIN)

@@ -72,6 +72,9 @@ func configure(args []string) (platform.Config, error) {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", env("CELLPAY_ADMIN_ADDR", platform.DefaultAdminAddr), "GTR admin API (CELLPAY_ADMIN_ADDR)")
 	fs.StringVar(&cfg.IssuerAddr, "issuer-addr", env("CELLPAY_ISSUER_ADDR", platform.DefaultIssuerAddr), "issuer simulator (CELLPAY_ISSUER_ADDR)")
 	fs.StringVar(&cells, "cells", env("CELLPAY_CELLS", formatCells(platform.DefaultCells)), "cells as id=addr,... (CELLPAY_CELLS)")
+	nats := fs.String("nats", env("CELLPAY_NATS", "auto"), "run NATS with JetStream and the replicator: on, off, or auto (on when nats-server is installed) (CELLPAY_NATS)")
+	fs.StringVar(&cfg.NATSAddr, "nats-addr", env("CELLPAY_NATS_ADDR", platform.DefaultNATSAddr), "NATS listen address (CELLPAY_NATS_ADDR)")
+	fs.StringVar(&cfg.RefDataSource, "refdata-source", env("CELLPAY_REFDATA_SOURCE", "config/refdata"), "reference data folder the replicator publishes (CELLPAY_REFDATA_SOURCE)")
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -84,6 +87,15 @@ func configure(args []string) (platform.Config, error) {
 		return cfg, err
 	}
 	cfg.PGBasePort = *pgPort
+	switch *nats {
+	case "on":
+		cfg.NATS = true
+	case "auto":
+		cfg.NATS = platform.FindNATSServer() != ""
+	case "off":
+	default:
+		return cfg, fmt.Errorf("-nats: want on, off or auto, not %q", *nats)
+	}
 	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
 	return cfg, nil
 }
@@ -97,8 +109,15 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, p.CellDatabaseURL(c.ID))
 	}
 	fmt.Fprintf(w, "  issuer simulator   %s\n", cfg.IssuerAddr)
+	if url := p.NATSURL(); url != "" {
+		fmt.Fprintf(w, "  NATS (JetStream)   %s   reference data published from %s\n", url, cfg.RefDataSource)
+	} else {
+		fmt.Fprintf(w, "  NATS               off: cells serve the reference data file, changes stay in this GTR\n")
+	}
+	fmt.Fprintf(w, "  admin token        %s\n", p.AdminTokenFile())
 	fmt.Fprintf(w, "  logs               %s\n\n", p.LogDir())
-	fmt.Fprintf(w, "Try:\n  grpcurl -plaintext -d '%s' %s cellpay.v1.Payments/SubmitTransaction\n\n", demoTransaction, cfg.GTRAddr)
+	fmt.Fprintf(w, "Try:\n  grpcurl -plaintext -d '%s' %s cellpay.v1.Payments/SubmitTransaction\n", demoTransaction, cfg.GTRAddr)
+	fmt.Fprintf(w, "  GTR_ADMIN_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n\n", p.AdminTokenFile(), cfg.AdminAddr)
 }
 
 const demoTransaction = `{"transaction_id":"demo-1","payment_type":"CARD_AUTHORIZATION","partner_id":"p-001","market":"GB","amount":{"minor_units":1250,"currency":"GBP"},"merchant":{"id":"m-1","mcc":"5411","country":"GB"},"card":{"pan":"4242424242424242","expiry_month":12,"expiry_year":2030}}`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -62,4 +63,24 @@ func CheckHealth(ctx context.Context, addr string) error {
 	}
 	defer conn.Close()
 	return checkOnce(ctx, healthpb.NewHealthClient(conn))
+}
+
+// waitTCP waits until addr accepts TCP connections (a NATS server is ready
+// for clients once it listens), the process exits, or ctx ends.
+func waitTCP(ctx context.Context, addr string, exited <-chan struct{}) error {
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last dial: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

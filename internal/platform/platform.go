@@ -15,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -61,6 +63,15 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Env is added to every child's environment.
 	Env []string
+	// NATS, when true, starts a NATS server with JetStream on NATSAddr
+	// (default 127.0.0.1:7222) from NATSServerBin (default: nats-server on
+	// the PATH or /usr/sbin/nats-server), points the cells and the GTR at
+	// it, and, if RefDataSource is set, publishes that folder's reference
+	// data snapshot with the replicator before the cells start.
+	NATS          bool
+	NATSAddr      string
+	NATSServerBin string
+	RefDataSource string
 }
 
 // DefaultCells are the cells of a local platform.
@@ -82,7 +93,12 @@ const (
 const (
 	GTR       = "gtr"
 	IssuerSim = "issuersim"
+	NATS      = "nats"
 )
+
+// DefaultNATSAddr is where a local platform's NATS listens (the usual 4222
+// is left to a system server).
+const DefaultNATSAddr = "127.0.0.1:7222"
 
 // databaseName is the database each private cluster's cell uses.
 const databaseName = "cellpay"
@@ -102,6 +118,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PGBasePort == 0 {
 		c.PGBasePort = DefaultPGBasePort
+	}
+	if c.NATSAddr == "" {
+		c.NATSAddr = DefaultNATSAddr
+	}
+	if c.NATS && c.NATSServerBin == "" {
+		c.NATSServerBin = FindNATSServer()
 	}
 	if c.Stdout == nil {
 		c.Stdout = io.Discard
@@ -128,7 +150,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("binary %s: %w", bin, err)
 		}
 	}
-	seen := map[string]bool{GTR: true, IssuerSim: true}
+	if c.NATS && c.NATSServerBin == "" {
+		return errors.New("NATS: no nats-server binary found (apt-get install nats-server)")
+	}
+	seen := map[string]bool{GTR: true, IssuerSim: true, NATS: true}
 	for _, cell := range c.Cells {
 		if cell.ID == "" || cell.Addr == "" {
 			return fmt.Errorf("cell %+v: ID and Addr are required", cell)
@@ -187,13 +212,24 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	if err := os.MkdirAll(p.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	panKey, err := ensurePANKey(filepath.Join(cfg.DataDir, "pan.key"))
+	panKey, err := ensureSecret(filepath.Join(cfg.DataDir, "pan.key"))
 	if err != nil {
 		return nil, fmt.Errorf("platform: %w", err)
 	}
 	if err := p.startDatabases(ctx); err != nil {
 		p.Stop()
 		return nil, err
+	}
+
+	adminToken, err := ensureSecret(filepath.Join(cfg.DataDir, "admin.token"))
+	if err != nil {
+		return nil, fmt.Errorf("platform: %w", err)
+	}
+	if cfg.NATS {
+		if err := p.startNATS(ctx); err != nil {
+			p.Stop()
+			return nil, err
+		}
 	}
 
 	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", "-listen", cfg.IssuerAddr)
@@ -206,7 +242,8 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-refdata", cfg.RefData,
 			"-pan-key-file", panKey)
 	}
-	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig)
+	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
+		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"))
 
 	for _, proc := range p.order {
 		if err := proc.start(ctx); err != nil {
@@ -347,32 +384,33 @@ func (p *Platform) Config() Config { return p.cfg }
 // LogDir returns the directory of the components' logs.
 func (p *Platform) LogDir() string { return p.logDir }
 
-// ensurePANKey returns the path of the PAN encryption key, creating it (32
-// random bytes, hex, mode 0600) on first use so data encrypted in an earlier
-// run stays readable.
-func ensurePANKey(path string) (string, error) {
+
+// ensureSecret creates path holding 32 random bytes in hex (mode 0600) if
+// it does not exist, checks it if it does, and returns path.
+func ensureSecret(path string) (string, error) {
+	name := filepath.Base(path)
 	if b, err := os.ReadFile(path); err == nil {
 		if k, err := hex.DecodeString(strings.TrimSpace(string(b))); err != nil || len(k) != 32 {
-			return "", fmt.Errorf("PAN key %s: want 64 hex digits", path)
+			return "", fmt.Errorf("%s: want 64 hex digits", path)
 		}
 		return path, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("PAN key: %w", err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
-		return "", fmt.Errorf("PAN key: %w", err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("PAN key: %w", err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	_, err = f.WriteString(hex.EncodeToString(key) + "\n")
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("PAN key: %w", err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	return path, nil
 }
@@ -404,3 +442,68 @@ func withDatabase(serverURL, name string) (string, error) {
 
 // stopTimeout is how long a component gets to exit after SIGTERM.
 const stopTimeout = 10 * time.Second
+
+// FindNATSServer returns the path of a nats-server binary, or "".
+func FindNATSServer() string {
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
+		return "/usr/sbin/nats-server"
+	}
+	return ""
+}
+
+// NATSURL is the platform's NATS URL, or "" when it runs without NATS.
+func (p *Platform) NATSURL() string {
+	if !p.cfg.NATS {
+		return ""
+	}
+	return "nats://" + p.cfg.NATSAddr
+}
+
+// AdminTokenFile is the file holding the GTR's admin token.
+func (p *Platform) AdminTokenFile() string { return filepath.Join(p.cfg.DataDir, "admin.token") }
+
+// startNATS starts the NATS server, points the cells and the GTR at it, and
+// publishes the reference data snapshot.
+func (p *Platform) startNATS(ctx context.Context) error {
+	host, port, err := net.SplitHostPort(p.cfg.NATSAddr)
+	if err != nil {
+		return fmt.Errorf("platform: NATSAddr: %w", err)
+	}
+	store := filepath.Join(p.cfg.DataDir, "nats")
+	proc := &Proc{
+		Name:    NATS,
+		Addr:    p.cfg.NATSAddr,
+		path:    p.cfg.NATSServerBin,
+		args:    []string{"-js", "-a", host, "-p", port, "-sd", store},
+		env:     os.Environ(),
+		logPath: filepath.Join(p.logDir, NATS+".log"),
+		stdout:  newPrefixWriter(NATS, p.cfg.Stdout, &p.outMu),
+		stderr:  newPrefixWriter(NATS, p.cfg.Stderr, &p.outMu),
+		ready: func(ctx context.Context, exited <-chan struct{}) error {
+			return waitTCP(ctx, p.cfg.NATSAddr, exited)
+		},
+	}
+	p.procs[NATS] = proc
+	p.order = append(p.order, proc)
+	if err := proc.start(ctx); err != nil {
+		return fmt.Errorf("platform: %w", err)
+	}
+	url := p.NATSURL()
+	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url)
+	if p.cfg.RefDataSource == "" {
+		return nil
+	}
+	bin := filepath.Join(p.cfg.BinDir, "replicator")
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("platform: replicator: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-nats-url", url, "snapshot", "-source", p.cfg.RefDataSource)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
+	}
+	return nil
+}

@@ -28,8 +28,10 @@ type Proc struct {
 	args    []string
 	env     []string
 	logPath string
-	stdout  *prefixWriter
-	stderr  *prefixWriter
+	// ready, when set, replaces the gRPC health check (for NATS).
+	ready  func(ctx context.Context, exited <-chan struct{}) error
+	stdout *prefixWriter
+	stderr *prefixWriter
 
 	mu  sync.Mutex // guards cur; held across start and stop so they do not interleave
 	cur *run       // the latest run; nil before the first
@@ -58,7 +60,11 @@ func (p *Proc) startLocked(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	p.cur = r
-	if err := waitHealthy(ctx, p.Addr, r.done); err != nil {
+	wait := func(ctx context.Context, exited <-chan struct{}) error { return waitHealthy(ctx, p.Addr, exited) }
+	if p.ready != nil {
+		wait = p.ready
+	}
+	if err := wait(ctx, r.done); err != nil {
 		p.killLocked()
 		return fmt.Errorf("%s: not healthy at %s: %w%s", p.Name, p.Addr, err, p.logTail())
 	}

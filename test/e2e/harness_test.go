@@ -56,7 +56,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.bin = filepath.Join(tmp, "bin")
-	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen")
+	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl")
 	build.Dir = env.root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -99,6 +99,10 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
+	natsPort, err := freePorts(1)
+	if err != nil {
+		return err
+	}
 	env.p, err = platform.Start(ctx, platform.Config{
 		BinDir:     env.bin,
 		DataDir:    filepath.Join(tmp, "data"),
@@ -109,6 +113,11 @@ func startPlatform(ctx context.Context, tmp string) error {
 		GTRAddr:    env.gtrAddr,
 		AdminAddr:  addr(adminPorts[0]),
 		PGBasePort: pgBase,
+		// The whole platform, as make run starts it: NATS with JetStream
+		// and the replicator's reference data, when nats-server is here.
+		NATS:          platform.FindNATSServer() != "",
+		NATSAddr:      addr(natsPort[0]),
+		RefDataSource: filepath.Join(env.root, "config", "refdata"),
 	})
 	if err != nil {
 		return err

@@ -45,7 +45,11 @@ func (p *Pool) Client(id, addr string) (cellproto.CellClient, error) {
 		}
 		_ = e.conn.Close()
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Round robin over whatever the address resolves to: a headless
+	// Kubernetes Service (dns:///cell.cell-a.svc:7081) names every pod of
+	// a cell, and each GTR replica should spread over all of them.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
 	if err != nil {
 		return nil, fmt.Errorf("cellconn: %s at %s: %w", id, addr, err)
 	}

@@ -25,7 +25,7 @@ func main() {
 	listen := fs.String("listen", "", "")
 	dbURL := fs.String("database-url", "", "")
 	panKey := fs.String("pan-key-file", "", "")
-	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config"} {
+	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file"} {
 		fs.String(name, "", "")
 	}
 	fs.Parse(os.Args[1:])
