@@ -384,7 +384,6 @@ func (p *Platform) Config() Config { return p.cfg }
 // LogDir returns the directory of the components' logs.
 func (p *Platform) LogDir() string { return p.logDir }
 
-
 // ensureSecret creates path holding 32 random bytes in hex (mode 0600) if
 // it does not exist, checks it if it does, and returns path.
 func ensureSecret(path string) (string, error) {
