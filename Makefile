@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-failover soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -74,6 +74,15 @@ k8s-envtest:
 
 k8s-verify:
 	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff
+
+## bench-failover: kill -9 a cell under load; detection time, p99 and throughput around it.
+bench-failover:
+	CELLPAY_FAILOVER_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestFailoverBenchmark$$' -v ./test/e2e/
+
+## soak: the fault tests (kill, Postgres stop, freeze, issuer) at a higher rate for longer.
+soak:
+	CELLPAY_SOAK_RATE=$${CELLPAY_SOAK_RATE:-150} CELLPAY_SOAK_SECONDS=$${CELLPAY_SOAK_SECONDS:-60} \
+	  $(GO) test -count=1 -timeout 60m -run '^TestFault' -v ./test/e2e/
 
 clean:
 	rm -rf $(BIN)
