@@ -51,6 +51,12 @@ for i in 1 2; do
   lg -target gtr -mode open -rate "$rate" -c 256 -n "$n" > "$out/half-gtr-$i.json"
 done
 
+echo "== GTR overhead at 100 tx/s (open loop, little CPU contention), interleaved"
+for i in 1 2; do
+  lg -target cell -addr 127.0.0.1:7081 -mode open -rate 100 -c 64 -n $((100 * secs)) > "$out/low-cell-$i.json"
+  lg -target gtr -mode open -rate 100 -c 64 -n $((100 * secs)) > "$out/low-gtr-$i.json"
+done
+
 echo "== pgbench: the cell's SQL against cell-a's Postgres, c=32"
 pgbench -n -h 127.0.0.1 -p 7431 -U postgres -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
 
@@ -61,14 +67,16 @@ def load(n): return json.load(open(os.path.join(out, n)))
 print()
 print("| run | throughput tx/s | p50 ms | p90 ms | p99 ms | errors |")
 print("|---|---|---|---|---|---|")
-for n in ["sat-cell.json", "sat-gtr.json", "half-cell-1.json", "half-gtr-1.json", "half-cell-2.json", "half-gtr-2.json"]:
+for n in ["sat-cell.json", "sat-gtr.json", "half-cell-1.json", "half-gtr-1.json", "half-cell-2.json", "half-gtr-2.json",
+          "low-cell-1.json", "low-gtr-1.json", "low-cell-2.json", "low-gtr-2.json"]:
     r = load(n); l = r["latency_ms"]
     print(f"| {n[:-5]} | {r['throughput']:.0f} | {l['p50']:.2f} | {l['p90']:.2f} | {l['p99']:.2f} | {sum(r.get('errors',{}).values())} |")
-cell = [load(f"half-cell-{i}.json")["latency_ms"] for i in (1, 2)]
-gtr = [load(f"half-gtr-{i}.json")["latency_ms"] for i in (1, 2)]
-for q in ("p50", "p99"):
-    d = sum(g[q] for g in gtr) / 2 - sum(c[q] for c in cell) / 2
-    print(f"GTR adds at {q}: {d:+.2f} ms (mean of 2 interleaved pairs)")
+for phase, label in (("half", "half of saturation"), ("low", "100 tx/s")):
+    cell = [load(f"{phase}-cell-{i}.json")["latency_ms"] for i in (1, 2)]
+    gtr = [load(f"{phase}-gtr-{i}.json")["latency_ms"] for i in (1, 2)]
+    for q in ("p50", "p99"):
+        d = sum(g[q] for g in gtr) / 2 - sum(c[q] for c in cell) / 2
+        print(f"GTR adds at {q}, {label}: {d:+.2f} ms (mean of 2 interleaved pairs)")
 pg = open(os.path.join(out, "pgbench.txt")).read()
 m = re.search(r"tps = ([0-9.]+)", pg)
 tps = float(m.group(1)) if m else float("nan")

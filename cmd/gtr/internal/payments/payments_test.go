@@ -57,7 +57,7 @@ func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1
 	return f.get(req.GetTransactionId())
 }
 
-func serve(t *testing.T, f *fakeCell) string {
+func serve(t testing.TB, f *fakeCell) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,7 +101,7 @@ func reroutable(s srv) error {
 // setup serves the fakes and a table ranking them in the given order for
 // partner p-001 (weights and hashing put aside: one cell per pool would not
 // rank, so the order is found by routing and the fakes assigned to it).
-func setup(t *testing.T, fakes ...*fakeCell) (*Server, []*fakeCell) {
+func setup(t testing.TB, fakes ...*fakeCell) (*Server, []*fakeCell) {
 	t.Helper()
 	spec := routing.Spec{Version: 1, Rules: []routing.Rule{{Name: "all", Pool: "p"}}}
 	ids := []string{"c1", "c2", "c3"}[:len(fakes)]
