@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -16,16 +17,22 @@ import (
 type movedCache struct {
 	n     atomic.Int64 // entries; lets the common case skip the lock
 	mu    sync.Mutex
-	cells map[string]string
+	cells map[string]moved
 	order []string
 	next  int
 }
 
-func newMovedCache(size int) *movedCache {
-	return &movedCache{cells: make(map[string]string), order: make([]string, size)}
+// moved is where a re-routed transaction completed, and its payload.
+type moved struct {
+	cellID string
+	fp     idempotency.Fingerprint
 }
 
-func (m *movedCache) remember(id, cellID string) {
+func newMovedCache(size int) *movedCache {
+	return &movedCache{cells: make(map[string]moved), order: make([]string, size)}
+}
+
+func (m *movedCache) remember(id, cellID string, fp idempotency.Fingerprint) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.cells[id]; !ok {
@@ -35,21 +42,30 @@ func (m *movedCache) remember(id, cellID string) {
 		m.order[m.next] = id
 		m.next = (m.next + 1) % len(m.order)
 	}
-	m.cells[id] = cellID
+	m.cells[id] = moved{cellID, fp}
 	m.n.Store(int64(len(m.cells)))
 }
 
 // promote returns ranked with the remembered cell of id moved to the front,
-// when it is in the ranking.
-func (m *movedCache) promote(id string, ranked []routing.Choice) []routing.Choice {
+// when it is in the ranking. A remembered id with another payload is a
+// conflict: the cell that holds it would say so, but the cell this replay
+// would otherwise start on may never have seen it.
+func (m *movedCache) promote(id string, fp idempotency.Fingerprint, ranked []routing.Choice) ([]routing.Choice, error) {
 	if m.n.Load() == 0 {
-		return ranked
+		return ranked, nil
 	}
 	m.mu.Lock()
-	cellID, ok := m.cells[id]
+	mv, ok := m.cells[id]
 	m.mu.Unlock()
-	if !ok || len(ranked) == 0 || ranked[0].Cell.ID == cellID {
-		return ranked
+	if !ok {
+		return ranked, nil
+	}
+	if err := idempotency.Check(mv.fp, fp); err != nil {
+		return nil, err
+	}
+	cellID := mv.cellID
+	if len(ranked) == 0 || ranked[0].Cell.ID == cellID {
+		return ranked, nil
 	}
 	for i := 1; i < len(ranked); i++ {
 		if ranked[i].Cell.ID == cellID {
@@ -59,5 +75,5 @@ func (m *movedCache) promote(id string, ranked []routing.Choice) []routing.Choic
 			break
 		}
 	}
-	return ranked
+	return ranked, nil
 }

@@ -164,7 +164,7 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 	ch := s.flights.DoChan(key, func() (any, error) {
 		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		return s.submit(fctx, req)
+		return s.submit(fctx, req, fp)
 	})
 	select {
 	case r := <-ch:
@@ -179,7 +179,7 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 
 // submit routes and forwards one transaction, re-routing before its point
 // of no return.
-func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, fp idempotency.Fingerprint) (*cellpayv1.Transaction, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	attrs := routing.Attrs{
@@ -201,7 +201,10 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	ranked := s.moved.promote(req.GetTransactionId(), res.Ranked)
+	ranked, err := s.moved.promote(req.GetTransactionId(), fp, res.Ranked)
+	if err != nil {
+		return nil, status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
+	}
 	attempts := min(len(ranked), s.cfg.MaxAttempts)
 	var last error
 	retrying := false
@@ -227,7 +230,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		}
 		if out.reroute == nil {
 			if i > 0 && out.txn != nil {
-				s.moved.remember(req.GetTransactionId(), out.txn.GetCellId())
+				s.moved.remember(req.GetTransactionId(), out.txn.GetCellId(), fp)
 			}
 			return out.txn, out.final
 		}

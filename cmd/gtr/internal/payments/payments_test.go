@@ -404,6 +404,13 @@ func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
 	if err != nil || got.GetCellId() != b.id || a.calls.Load() != 1 || b.calls.Load() != 2 {
 		t.Fatalf("replay: %v, %v; calls a=%d b=%d", got, err, a.calls.Load(), b.calls.Load())
 	}
+	// Another payload under the remembered ID is a conflict, even though
+	// the first cell never saw the ID.
+	other := req("t-moved")
+	other.Amount.MinorUnits++
+	if _, err := s.SubmitTransaction(ctx(t), other); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("other payload: %v, want AlreadyExists", err)
+	}
 	// Other transactions still start on their first choice.
 	if got, _ := s.SubmitTransaction(ctx(t), req("t-fresh")); got.GetCellId() != a.id {
 		t.Fatalf("fresh transaction went to %s", got.GetCellId())
