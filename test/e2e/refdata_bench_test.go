@@ -28,7 +28,7 @@ import (
 //
 //	CELLPAY_REFDATA_BENCH=1 go test ./test/e2e/ -run TestRefdataBenchmark -v -timeout 10m
 //
-// Results go to BENCHMARKS-refdata.md by hand.
+// Results go to BENCHMARKS.md (section 4) by hand.
 func TestRefdataBenchmark(t *testing.T) {
 	if os.Getenv("CELLPAY_REFDATA_BENCH") == "" {
 		t.Skip("set CELLPAY_REFDATA_BENCH=1 to run the reference data benchmark")
