@@ -13,6 +13,12 @@
 // key and the table: no random seeds and no map iteration order, so every
 // replica routes a key the same way.
 //
+// A rule may also require a minimum reference data version
+// (Rule.MinRefdataVersion): cells serving an older one (Cell.RefdataVersion,
+// as last reported; 0 when unknown) are skipped for that rule like down
+// cells, and the others keep their ranking. The versions are an input of
+// the table like weights: callers recompile when a cell reports a new one.
+//
 // Route is on the payment hot path. It must never block, lock, log, do I/O
 // or allocate (given a destination slice with room for the pool); a
 // benchmark and an allocation test hold it there. Everything that can be

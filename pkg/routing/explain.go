@@ -35,6 +35,9 @@ type CellVerdict struct {
 	Bucket  int    // drain bucket, 0..99: the cell accepts the key when Bucket < Cell.Weight
 	Rank    int    // position in Route's ranking; -1 if the cell is not in it
 	Verdict Verdict
+	// MinRefdataVersion is the matched rule's requirement (0: none), so
+	// that Why can say what a stale cell lacks.
+	MinRefdataVersion uint64
 }
 
 // Verdict says why a cell is where it is in a key's ranking.
@@ -50,6 +53,10 @@ const (
 	VerdictDown
 	// VerdictZeroWeight: the cell has weight 0 and is not ranked at all.
 	VerdictZeroWeight
+	// VerdictStale: the cell is up with a weight, but serves reference data
+	// older than the rule's MinRefdataVersion (or none known), so it is not
+	// ranked at all for this rule.
+	VerdictStale
 )
 
 // String is a short name for the verdict.
@@ -63,6 +70,8 @@ func (v Verdict) String() string {
 		return "skipped: down"
 	case VerdictZeroWeight:
 		return "skipped: weight 0"
+	case VerdictStale:
+		return "skipped: stale reference data"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -78,6 +87,11 @@ func (cv CellVerdict) Why() string {
 		return "skipped: cell is down"
 	case VerdictZeroWeight:
 		return "skipped: weight 0"
+	case VerdictStale:
+		if cv.Cell.RefdataVersion == 0 {
+			return fmt.Sprintf("skipped: serves no known reference data version, rule needs v%d", cv.MinRefdataVersion)
+		}
+		return fmt.Sprintf("skipped: serves reference data v%d, rule needs v%d", cv.Cell.RefdataVersion, cv.MinRefdataVersion)
 	}
 	return cv.Verdict.String()
 }
@@ -106,12 +120,16 @@ func (t *Table) Explain(a *Attrs) (Explanation, error) {
 	kh := xxhash.Sum64String(e.Key)
 	for i := range r.pool {
 		pc := &r.pool[i]
-		cv := CellVerdict{Cell: *pc.cell, Score: pc.score(kh), Bucket: int(pc.bucket(kh)), Rank: -1}
+		cv := CellVerdict{Cell: *pc.cell, Score: pc.score(kh), Bucket: int(pc.bucket(kh)), Rank: -1, MinRefdataVersion: r.minRef}
+		// Down and weight 0 win over stale: they would skip the cell for
+		// every rule, and are what an operator has to fix first.
 		switch {
 		case pc.cell.State != CellUp:
 			cv.Verdict = VerdictDown
 		case pc.weight == 0:
 			cv.Verdict = VerdictZeroWeight
+		case pc.refdata < r.minRef:
+			cv.Verdict = VerdictStale
 		case uint64(cv.Bucket) < pc.weight:
 			cv.Verdict = VerdictAccept
 		default:
@@ -165,7 +183,11 @@ func (e Explanation) String() string {
 		b.WriteString("no rule matches\n")
 		return b.String()
 	}
-	fmt.Fprintf(&b, "rule %q matches: pool %q, hash on %s = %q\n", e.Rule.Name, e.Rule.Pool, e.HashOn, e.Key)
+	fmt.Fprintf(&b, "rule %q matches: pool %q, hash on %s = %q", e.Rule.Name, e.Rule.Pool, e.HashOn, e.Key)
+	if m := e.Rule.MinRefdataVersion; m > 0 {
+		fmt.Fprintf(&b, ", needs reference data v%d or newer", m)
+	}
+	b.WriteString("\n")
 	for _, c := range e.Cells {
 		rank := "-"
 		if c.Rank >= 0 {

@@ -12,8 +12,8 @@ var (
 	// ErrNoRule means no rule matches the transaction's partner, market and
 	// payment type.
 	ErrNoRule = errors.New("routing: no rule matches")
-	// ErrNoCell means a rule matched but every cell of its pool is down or
-	// at weight 0.
+	// ErrNoCell means a rule matched but every cell of its pool is down, at
+	// weight 0 or serving reference data older than the rule requires.
 	ErrNoCell = errors.New("routing: no cell available")
 )
 
@@ -34,7 +34,10 @@ type Result struct {
 // hash field. Ranked holds, in order: the cells that accept the key (up,
 // drain bucket below weight) by descending rendezvous score; then the
 // cells with weight > 0 whose bucket refused the key, as fallbacks, in the
-// same order. Cells that are down or at weight 0 never appear.
+// same order. Cells that are down or at weight 0 never appear, nor, for a
+// rule with a MinRefdataVersion, cells whose RefdataVersion is below it:
+// removing them leaves the others in the order they would have without
+// the requirement.
 //
 // Ranked is dst[:0] with the choices appended: with cap(dst) >= the pool
 // size (MaxPoolSize covers every pool) Route does not allocate. It never
@@ -50,7 +53,7 @@ func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
 	accepted := 0 // dst[:accepted] accept the key, dst[accepted:] are fallbacks
 	for i := range r.pool {
 		pc := &r.pool[i]
-		if !pc.eligible {
+		if !pc.eligible || pc.refdata < r.minRef {
 			continue
 		}
 		c := Choice{Cell: pc.cell, Score: pc.score(kh)}

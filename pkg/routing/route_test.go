@@ -122,14 +122,15 @@ func checkRanking(t interface{ Errorf(string, ...any) }, tbl *Table, ex Explanat
 		if i > 0 && ex.Cells[i-1].Score < c.Score {
 			t.Errorf("explanation not in rendezvous order: %v", ex)
 		}
-		if c.Cell.State == CellUp && c.Cell.Weight > 0 {
+		fresh := c.Cell.RefdataVersion >= ex.Rule.MinRefdataVersion
+		if c.Cell.State == CellUp && c.Cell.Weight > 0 && fresh {
 			eligible++
 			byRank = append(byRank, c)
 		} else if c.Rank != -1 {
 			t.Errorf("ineligible cell %s ranked %d", c.Cell.ID, c.Rank)
 		}
 		wantAccept := c.Bucket < c.Cell.Weight
-		if (c.Verdict == VerdictAccept) != (wantAccept && c.Cell.State == CellUp) {
+		if (c.Verdict == VerdictAccept) != (wantAccept && c.Cell.State == CellUp && fresh) {
 			t.Errorf("cell %s verdict %v with bucket %d weight %d", c.Cell.ID, c.Verdict, c.Bucket, c.Cell.Weight)
 		}
 	}
@@ -140,7 +141,7 @@ func checkRanking(t interface{ Errorf(string, ...any) }, tbl *Table, ex Explanat
 	}
 	fallback := false
 	for i, c := range ranked {
-		if c.Cell.State != CellUp || c.Cell.Weight == 0 {
+		if c.Cell.State != CellUp || c.Cell.Weight == 0 || c.Cell.RefdataVersion < ex.Rule.MinRefdataVersion {
 			t.Errorf("ranked ineligible cell %s", c.Cell.ID)
 		}
 		if got, ok := tbl.Cell(c.Cell.ID); !ok || got != *c.Cell {
@@ -257,14 +258,31 @@ func TestTableIsACopy(t *testing.T) {
 
 func TestRouteDoesNotAllocate(t *testing.T) {
 	tbl, attrs := benchTable(t, 10, 10)
-	dst := make([]Choice, 0, tbl.MaxPoolSize())
-	i := 0
-	allocs := testing.AllocsPerRun(1000, func() {
-		_, _ = tbl.Route(&attrs[i%len(attrs)], dst)
-		i++
-	})
-	if allocs != 0 {
-		t.Fatalf("Route allocates %v times per call, want 0", allocs)
+	// The same table with every other rule gated on reference data that
+	// some cells lack, so the stale skip is on the measured path too.
+	s := tbl.Spec()
+	for i := range s.Cells {
+		s.Cells[i].RefdataVersion = uint64(i % 4)
+	}
+	for i := range s.Rules {
+		if i%2 == 0 {
+			s.Rules[i].MinRefdataVersion = 2
+		}
+	}
+	gated := mustCompile(t, s)
+	for _, tb := range []struct {
+		name string
+		tbl  *Table
+	}{{"plain", tbl}, {"gated", gated}} {
+		dst := make([]Choice, 0, tb.tbl.MaxPoolSize())
+		i := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			_, _ = tb.tbl.Route(&attrs[i%len(attrs)], dst)
+			i++
+		})
+		if allocs != 0 {
+			t.Fatalf("%s: Route allocates %v times per call, want 0", tb.name, allocs)
+		}
 	}
 }
 

@@ -160,6 +160,10 @@ type Cell struct {
 	Pool   string
 	Weight int // 0..100: the share of its keys the cell keeps; 0 takes it out
 	State  CellState
+	// RefdataVersion is the reference data version the cell serves, as it
+	// last reported it; 0 means unknown (never heard, or a bootstrap file).
+	// Only rules with a MinRefdataVersion look at it.
+	RefdataVersion uint64 `json:",omitempty"`
 }
 
 // Rule sends matching transactions to a pool. An empty list matches any
@@ -171,6 +175,14 @@ type Rule struct {
 	PaymentTypes []string
 	Pool         string
 	HashOn       HashField
+	// MinRefdataVersion, when not 0, is the oldest reference data version a
+	// cell may serve to take this rule's transactions: Route skips every
+	// cell of the pool whose RefdataVersion is below it (an unknown
+	// version, 0, included), as it skips a down cell, not even as a
+	// fallback. Gating only removes cells: the others keep their order. A
+	// rule whose cells are all stale answers ErrNoCell; it never falls
+	// through to a later rule.
+	MinRefdataVersion uint64 `json:",omitempty"`
 }
 
 // Spec is the source form of a routing table.

@@ -22,6 +22,7 @@ type compiledRule struct {
 	markets  set
 	payments uint8 // bits from paymentBit; 0 matches any payment type
 	pool     []poolCell
+	minRef   uint64 // Rule.MinRefdataVersion: cells below it are skipped
 }
 
 // poolCell holds what Route needs of a cell, with its hashes precomputed.
@@ -30,7 +31,8 @@ type poolCell struct {
 	scoreSeed uint64 // rendezvous seed
 	drainSeed uint64 // seed of the independent drain-bucket hash
 	weight    uint64
-	eligible  bool // up and weight > 0
+	refdata   uint64 // Cell.RefdataVersion
+	eligible  bool   // up and weight > 0
 }
 
 // Domain prefixes keep the two per-cell hashes independent. Changing them,
@@ -118,6 +120,7 @@ func Compile(s Spec) (*Table, error) {
 			scoreSeed: xxhash.Sum64String(scoreDomain + c.ID),
 			drainSeed: xxhash.Sum64String(drainDomain + c.ID),
 			weight:    uint64(c.Weight),
+			refdata:   c.RefdataVersion,
 			eligible:  c.State == CellUp && c.Weight > 0,
 		})
 	}
@@ -132,6 +135,7 @@ func Compile(s Spec) (*Table, error) {
 			partners: newSet(r.Partners),
 			markets:  newSet(r.Markets),
 			pool:     pools[r.Pool],
+			minRef:   r.MinRefdataVersion,
 		}
 		for _, p := range r.PaymentTypes {
 			cr.payments |= paymentBit(p)
