@@ -1,9 +1,10 @@
 // Package state holds the GTR's routing state in go-memdb (cells, rules,
-// weights, health) and publishes it, compiled into an immutable
+// weights, health, the reference data version each cell reports) and
+// publishes it, compiled into an immutable
 // routing.Table, through an atomic pointer.
 //
 // Writers (the config sync applying a replicated Doc, the health checker,
-// the ramp ticker) take s.mu, write memdb in one transaction, compile and
+// the reference data watcher, the ramp ticker) take s.mu, write memdb in one transaction, compile and
 // publish. Readers on the payment hot path call Table, which is one atomic
 // load: it never takes a lock and never waits on a writer. This package
 // must never be called from Route's path with anything but Table, InFlight
@@ -33,6 +34,7 @@ const (
 	tRules   = "rules"
 	tWeights = "weights"
 	tHealth  = "health"
+	tRefdata = "refdata"
 	tMeta    = "meta"
 )
 
@@ -78,6 +80,7 @@ func schema() *memdb.DBSchema {
 		tRules:   {Name: tRules, Indexes: id(&memdb.IntFieldIndex{Field: "Order"})},
 		tWeights: {Name: tWeights, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
 		tHealth:  {Name: tHealth, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
+		tRefdata: {Name: tRefdata, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
 		tMeta:    {Name: tMeta, Indexes: id(&memdb.StringFieldIndex{Field: "Key"})},
 	}}
 }
@@ -287,13 +290,29 @@ func (s *State) docTxn(txn *memdb.Txn) (Doc, uint64, bool) {
 	return d.Clone(), m.Revision, true
 }
 
+// localSpec is the spec d describes at s.now() as this replica sees it:
+// weights scaled by its health shares, and each cell's reference data
+// version as reported to it.
+func (s *State) localSpec(txn *memdb.Txn, d Doc) routing.Spec {
+	spec := d.Spec(s.now(), func(id string) int { return healthShare(txn, id) })
+	for i := range spec.Cells {
+		spec.Cells[i].RefdataVersion = refdataVersion(txn, spec.Cells[i].ID)
+	}
+	return spec
+}
+
+// SpecFor is the routing spec this replica would compile if d were
+// applied now: d's weights with this replica's health shares and
+// reported reference data versions. The admin API's dry runs use it.
+func (s *State) SpecFor(d Doc) routing.Spec { return s.localSpec(s.db.Txn(false), d) }
+
 // compile builds the table txn describes at s.now().
 func (s *State) compile(txn *memdb.Txn) (*routing.Table, error) {
 	d, _, ok := s.docTxn(txn)
 	if !ok {
 		return nil, ErrNoTable
 	}
-	tbl, err := routing.Compile(d.Spec(s.now(), func(id string) int { return healthShare(txn, id) }))
+	tbl, err := routing.Compile(s.localSpec(txn, d))
 	if err != nil {
 		return nil, fmt.Errorf("state: compile: %w", err)
 	}
@@ -314,7 +333,7 @@ func (s *State) Refresh() bool {
 	if !ok {
 		return false
 	}
-	spec := d.Spec(s.now(), func(id string) int { return healthShare(txn, id) })
+	spec := s.localSpec(txn, d)
 	changed := false
 	for _, c := range spec.Cells {
 		if pub, ok := cur.Cell(c.ID); !ok || pub.Weight != c.Weight {
