@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
+	"github.com/cellpay/cellpay/internal/logging"
 )
 
 func main() {
@@ -22,10 +22,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cell:", err)
 		os.Exit(2)
 	}
+	log, closeLog := logging.New(os.Stderr)
+	cfg.Log = log
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cell.Run(ctx, cfg); err != nil {
-		cfg.Log.Error("cell failed", "error", err)
+	err = cell.Run(ctx, cfg)
+	stop()
+	if err != nil {
+		log.Error("cell failed", "error", err)
+	}
+	closeLog()
+	if err != nil {
 		os.Exit(1)
 	}
 }
@@ -49,7 +55,6 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for /metrics (reference data version, staleness); \"\" for none (env CELL_METRICS_LISTEN)")
 	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the hex PAN hashing key, 32+ bytes (env CELL_PAN_KEY_FILE)")
 	flag.Parse()
-	c.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if keyFile == "" {
 		return c, fmt.Errorf("-pan-key-file is required")
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/issuersim"
+	"github.com/cellpay/cellpay/internal/logging"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -30,15 +31,19 @@ import (
 const shutdownGrace = 10 * time.Second
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log, closeLog := logging.New(os.Stderr)
 	listen := flag.String("listen", envOr("ISSUERSIM_LISTEN", "127.0.0.1:7090"),
 		"address to serve gRPC on (env ISSUERSIM_LISTEN)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, log, *listen); err != nil {
+	err := run(ctx, log, *listen)
+	stop()
+	if err != nil {
 		log.Error("issuersim failed", "err", err)
+	}
+	closeLog()
+	if err != nil {
 		os.Exit(1)
 	}
 }
