@@ -34,13 +34,16 @@ type Cell struct {
 
 // Rule matches on partner, market and payment type (an empty list matches
 // anything) and names a pool and the field to hash (partner by default).
+// MinRefdataVersion, when set, keeps the rule's transactions off cells that
+// report serving an older reference data version (or none yet).
 type Rule struct {
-	Name         string   `yaml:"name"`
-	Partners     []string `yaml:"partners"`
-	Markets      []string `yaml:"markets"`
-	PaymentTypes []string `yaml:"payment_types"`
-	Pool         string   `yaml:"pool"`
-	HashOn       string   `yaml:"hash_on"`
+	Name              string   `yaml:"name"`
+	Partners          []string `yaml:"partners"`
+	Markets           []string `yaml:"markets"`
+	PaymentTypes      []string `yaml:"payment_types"`
+	Pool              string   `yaml:"pool"`
+	HashOn            string   `yaml:"hash_on"`
+	MinRefdataVersion uint64   `yaml:"min_refdata_version"`
 }
 
 // Load reads, decodes and validates the file at path.
@@ -90,7 +93,7 @@ func (f File) Spec() (routing.Spec, error) {
 		}
 		s.Rules = append(s.Rules, routing.Rule{
 			Name: r.Name, Partners: r.Partners, Markets: r.Markets, PaymentTypes: r.PaymentTypes,
-			Pool: r.Pool, HashOn: h,
+			Pool: r.Pool, HashOn: h, MinRefdataVersion: r.MinRefdataVersion,
 		})
 	}
 	if err := routing.Validate(s); err != nil {

@@ -32,11 +32,24 @@ func TestParseErrors(t *testing.T) {
 		"bad hash":      {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, hash_on: colour}", 1), "hash_on"},
 		"not yaml":      {"version: [", "yaml"},
 		"negative wt":   {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: -1}\nrules", 1), "weight"},
+		"negative min":  {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, min_refdata_version: -1}", 1), "uint64"},
 		"duplicate ids": {strings.Replace(good, "rules:", "  - {id: a, addr: 127.0.0.1:2, pool: p}\nrules:", 1), "duplicate"},
 	}
 	for name, c := range cases {
 		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
 		}
+	}
+}
+
+func TestMinRefdataVersion(t *testing.T) {
+	yaml := "version: 1\ncells:\n  - {id: a, addr: 127.0.0.1:1, pool: p}\nrules:\n" +
+		"  - {name: fresh, partners: [p-1], pool: p, min_refdata_version: 5}\n  - {name: all, pool: p}\n"
+	spec, err := Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Rules[0].MinRefdataVersion != 5 || spec.Rules[1].MinRefdataVersion != 0 {
+		t.Fatalf("rules %+v", spec.Rules)
 	}
 }
