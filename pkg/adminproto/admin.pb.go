@@ -214,9 +214,15 @@ type CellStatus struct {
 	// health_share is this replica's health verdict, 0..100: 0 is down
 	// (ejected or failing checks), below 100 a re-admitted cell ramping back;
 	// the weight in force is scaled by it.
-	HealthShare   int32 `protobuf:"varint,13,opt,name=health_share,json=healthShare,proto3" json:"health_share,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HealthShare int32 `protobuf:"varint,13,opt,name=health_share,json=healthShare,proto3" json:"health_share,omitempty"`
+	// refdata_version is the reference data version the cell last reported
+	// to this replica (0: never heard, or a bootstrap file). A cell that
+	// stops reporting keeps its last version; refdata_since says when this
+	// replica first heard it at that version (unset when never heard).
+	RefdataVersion uint64                 `protobuf:"varint,14,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
+	RefdataSince   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=refdata_since,json=refdataSince,proto3" json:"refdata_since,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CellStatus) Reset() {
@@ -338,6 +344,20 @@ func (x *CellStatus) GetHealthShare() int32 {
 		return x.HealthShare
 	}
 	return 0
+}
+
+func (x *CellStatus) GetRefdataVersion() uint64 {
+	if x != nil {
+		return x.RefdataVersion
+	}
+	return 0
+}
+
+func (x *CellStatus) GetRefdataSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefdataSince
+	}
+	return nil
 }
 
 // Ramp moves a cell's weight linearly from from_weight to to_weight between
@@ -714,6 +734,8 @@ type ExplainResponse struct {
 	HashOn string         `protobuf:"bytes,4,opt,name=hash_on,json=hashOn,proto3" json:"hash_on,omitempty"`
 	Key    string         `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
 	Cells  []*CellVerdict `protobuf:"bytes,6,rep,name=cells,proto3" json:"cells,omitempty"`
+	// min_refdata_version is the matched rule's requirement (0: none).
+	MinRefdataVersion uint64 `protobuf:"varint,9,opt,name=min_refdata_version,json=minRefdataVersion,proto3" json:"min_refdata_version,omitempty"`
 	// error is "no rule matches" or "no cell available", or empty.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// text renders the explanation for a person.
@@ -794,6 +816,13 @@ func (x *ExplainResponse) GetCells() []*CellVerdict {
 	return nil
 }
 
+func (x *ExplainResponse) GetMinRefdataVersion() uint64 {
+	if x != nil {
+		return x.MinRefdataVersion
+	}
+	return 0
+}
+
 func (x *ExplainResponse) GetError() string {
 	if x != nil {
 		return x.Error
@@ -872,14 +901,20 @@ type CellVerdict struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CellId string                 `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
 	// rank is 1-based; 0 when the cell is not in the ranking.
-	Rank          int32  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	Bucket        int32  `protobuf:"varint,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Weight        int32  `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	Verdict       string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	Why           string `protobuf:"bytes,7,opt,name=why,proto3" json:"why,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rank   int32  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Bucket int32  `protobuf:"varint,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Weight int32  `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	State  string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// verdict: "accepts", "fallback", "skipped: down", "skipped: weight 0"
+	// or "skipped: stale reference data" (the cell serves a version below
+	// the rule's min_refdata_version; why names both).
+	Verdict string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Why     string `protobuf:"bytes,7,opt,name=why,proto3" json:"why,omitempty"`
+	// refdata_version is the version the cell serves, as this replica last
+	// heard (0: unknown).
+	RefdataVersion uint64 `protobuf:"varint,8,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CellVerdict) Reset() {
@@ -959,6 +994,13 @@ func (x *CellVerdict) GetWhy() string {
 		return x.Why
 	}
 	return ""
+}
+
+func (x *CellVerdict) GetRefdataVersion() uint64 {
+	if x != nil {
+		return x.RefdataVersion
+	}
+	return 0
 }
 
 type RouteKeysRequest struct {
@@ -1232,9 +1274,13 @@ type Rule struct {
 	PaymentTypes []string               `protobuf:"bytes,4,rep,name=payment_types,json=paymentTypes,proto3" json:"payment_types,omitempty"`
 	Pool         string                 `protobuf:"bytes,5,opt,name=pool,proto3" json:"pool,omitempty"`
 	// hash_on: partner (default), market, merchant or transaction.
-	HashOn        string `protobuf:"bytes,6,opt,name=hash_on,json=hashOn,proto3" json:"hash_on,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HashOn string `protobuf:"bytes,6,opt,name=hash_on,json=hashOn,proto3" json:"hash_on,omitempty"`
+	// min_refdata_version, when not 0, is the oldest reference data version
+	// a cell may serve to take this rule's transactions; cells reporting an
+	// older one (or none yet) are skipped for it, not even as a fallback.
+	MinRefdataVersion uint64 `protobuf:"varint,7,opt,name=min_refdata_version,json=minRefdataVersion,proto3" json:"min_refdata_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
@@ -1307,6 +1353,13 @@ func (x *Rule) GetHashOn() string {
 		return x.HashOn
 	}
 	return ""
+}
+
+func (x *Rule) GetMinRefdataVersion() uint64 {
+	if x != nil {
+		return x.MinRefdataVersion
+	}
+	return 0
 }
 
 type ApplyTableRequest struct {
@@ -1529,7 +1582,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xb3\x03\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\x9d\x04\n" +
 	"\n" +
 	"CellStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1545,7 +1598,9 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	" \x01(\x01R\vsuccessRate\x12'\n" +
 	"\x0frecent_requests\x18\v \x01(\x03R\x0erecentRequests\x12#\n" +
 	"\rtraffic_share\x18\f \x01(\x01R\ftrafficShare\x12!\n" +
-	"\fhealth_share\x18\r \x01(\x05R\vhealthShare\"\xa4\x01\n" +
+	"\fhealth_share\x18\r \x01(\x05R\vhealthShare\x12'\n" +
+	"\x0frefdata_version\x18\x0e \x01(\x04R\x0erefdataVersion\x12?\n" +
+	"\rrefdata_since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\frefdataSince\"\xa4\x01\n" +
 	"\x04Ramp\x12\x1f\n" +
 	"\vfrom_weight\x18\x01 \x01(\x05R\n" +
 	"fromWeight\x12\x1b\n" +
@@ -1572,20 +1627,21 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"merchantId\x12%\n" +
 	"\x0etransaction_id\x18\x05 \x01(\tR\rtransactionId\"?\n" +
 	"\x0eExplainRequest\x12-\n" +
-	"\x05attrs\x18\x01 \x01(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"\x88\x02\n" +
+	"\x05attrs\x18\x01 \x01(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"\xb8\x02\n" +
 	"\x0fExplainResponse\x12#\n" +
 	"\rtable_version\x18\x01 \x01(\x04R\ftableVersion\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x122\n" +
 	"\x06misses\x18\x03 \x03(\v2\x1a.cellpay.admin.v1.RuleMissR\x06misses\x12\x17\n" +
 	"\ahash_on\x18\x04 \x01(\tR\x06hashOn\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x123\n" +
-	"\x05cells\x18\x06 \x03(\v2\x1d.cellpay.admin.v1.CellVerdictR\x05cells\x12\x14\n" +
+	"\x05cells\x18\x06 \x03(\v2\x1d.cellpay.admin.v1.CellVerdictR\x05cells\x12.\n" +
+	"\x13min_refdata_version\x18\t \x01(\x04R\x11minRefdataVersion\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x12\n" +
 	"\x04text\x18\b \x01(\tR\x04text\"J\n" +
 	"\bRuleMiss\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\tR\x05value\"\xac\x01\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xd5\x01\n" +
 	"\vCellVerdict\x12\x17\n" +
 	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x16\n" +
@@ -1593,7 +1649,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\x05R\x06weight\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
 	"\averdict\x18\x06 \x01(\tR\averdict\x12\x10\n" +
-	"\x03why\x18\a \x01(\tR\x03why\"A\n" +
+	"\x03why\x18\a \x01(\tR\x03why\x12'\n" +
+	"\x0frefdata_version\x18\b \x01(\x04R\x0erefdataVersion\"A\n" +
 	"\x10RouteKeysRequest\x12-\n" +
 	"\x05attrs\x18\x01 \x03(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"L\n" +
 	"\x11RouteKeysResponse\x12#\n" +
@@ -1608,14 +1665,15 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x16\n" +
-	"\x06weight\x18\x04 \x01(\x05R\x06weight\"\xa2\x01\n" +
+	"\x06weight\x18\x04 \x01(\x05R\x06weight\"\xd2\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bpartners\x18\x02 \x03(\tR\bpartners\x12\x18\n" +
 	"\amarkets\x18\x03 \x03(\tR\amarkets\x12#\n" +
 	"\rpayment_types\x18\x04 \x03(\tR\fpaymentTypes\x12\x12\n" +
 	"\x04pool\x18\x05 \x01(\tR\x04pool\x12\x17\n" +
-	"\ahash_on\x18\x06 \x01(\tR\x06hashOn\"\xa0\x01\n" +
+	"\ahash_on\x18\x06 \x01(\tR\x06hashOn\x12.\n" +
+	"\x13min_refdata_version\x18\a \x01(\x04R\x11minRefdataVersion\"\xa0\x01\n" +
 	"\x11ApplyTableRequest\x12-\n" +
 	"\x05table\x18\x01 \x01(\v2\x17.cellpay.admin.v1.TableR\x05table\x12)\n" +
 	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12\x17\n" +
@@ -1690,40 +1748,41 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	4,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	22, // 3: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	22, // 4: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	23, // 5: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	23, // 6: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	23, // 7: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
-	8,  // 8: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	11, // 9: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
-	12, // 10: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
-	8,  // 11: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	17, // 12: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
-	18, // 13: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
-	16, // 14: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
-	21, // 15: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	1,  // 16: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	5,  // 17: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	6,  // 18: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	7,  // 19: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	9,  // 20: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	13, // 21: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	15, // 22: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	19, // 23: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	2,  // 24: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	3,  // 25: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	3,  // 26: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	3,  // 27: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	10, // 28: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	14, // 29: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	16, // 30: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	20, // 31: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	22, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	22, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	22, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	23, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	23, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	23, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	8,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	11, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
+	12, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
+	8,  // 12: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	17, // 13: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
+	18, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
+	16, // 15: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
+	21, // 16: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
+	1,  // 17: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	5,  // 18: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	6,  // 19: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	7,  // 20: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	9,  // 21: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	13, // 22: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	15, // 23: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	19, // 24: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	2,  // 25: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	3,  // 26: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	3,  // 27: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	3,  // 28: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	10, // 29: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	14, // 30: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	16, // 31: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	20, // 32: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }

@@ -44,7 +44,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type AdminClient interface {
 	// ListCells reports every cell of the table with its health, weights,
-	// in-flight transactions, recent success rate and expected traffic share.
+	// in-flight transactions, recent success rate, expected traffic share
+	// and the reference data version it reports serving.
 	ListCells(ctx context.Context, in *ListCellsRequest, opts ...grpc.CallOption) (*ListCellsResponse, error)
 	// SetWeight sets a cell's weight (0..100), now or ramped over a duration.
 	// Errors: INVALID_ARGUMENT (weight, over), NOT_FOUND (cell_id).
@@ -166,7 +167,8 @@ func (c *adminClient) ApplyTable(ctx context.Context, in *ApplyTableRequest, opt
 // for forward compatibility.
 type AdminServer interface {
 	// ListCells reports every cell of the table with its health, weights,
-	// in-flight transactions, recent success rate and expected traffic share.
+	// in-flight transactions, recent success rate, expected traffic share
+	// and the reference data version it reports serving.
 	ListCells(context.Context, *ListCellsRequest) (*ListCellsResponse, error)
 	// SetWeight sets a cell's weight (0..100), now or ramped over a duration.
 	// Errors: INVALID_ARGUMENT (weight, over), NOT_FOUND (cell_id).

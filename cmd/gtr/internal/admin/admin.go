@@ -1,6 +1,8 @@
 // Package admin implements the GTR's operator API, cellpay.admin.v1.Admin:
-// list cells, set weights, drain and restore (now or ramped), explain a
-// route, and read or replace the routing table.
+// list cells (with the reference data version each reports), set weights,
+// drain and restore (now or ramped), explain a route (including cells
+// skipped for serving stale reference data), and read or replace the
+// routing table.
 //
 // It reads the state.State of this replica and writes through a Store (the
 // NATS KV sync), so a change made on any replica reaches all of them. It is
@@ -117,6 +119,9 @@ func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *a
 		InFlight: stats.InFlight, SuccessRate: stats.SuccessRate, RecentRequests: int64(stats.Recent),
 		TrafficShare: share, HealthShare: int32(s.cfg.State.HealthShare(c.ID)),
 	}
+	if v, since := s.cfg.State.RefdataVersion(c.ID); !since.IsZero() {
+		cs.RefdataVersion, cs.RefdataSince = v, timestamppb.New(since)
+	}
 	if c.Ramping(now) {
 		cs.Ramp = &adminproto.Ramp{FromWeight: int32(c.Ramp.From), ToWeight: int32(c.Weight),
 			Start: timestamppb.New(c.Ramp.Start), End: timestamppb.New(c.Ramp.End)}
@@ -184,6 +189,7 @@ func (s *Server) Explain(_ context.Context, req *adminproto.ExplainRequest) (*ad
 	e, err := tbl.Explain(&a)
 	resp := &adminproto.ExplainResponse{
 		TableVersion: e.Version, Rule: e.Rule.Name, HashOn: e.HashOn.String(), Key: e.Key, Text: e.String(),
+		MinRefdataVersion: e.Rule.MinRefdataVersion,
 	}
 	if err != nil {
 		resp.Error = err.Error()
@@ -198,6 +204,7 @@ func (s *Server) Explain(_ context.Context, req *adminproto.ExplainRequest) (*ad
 		resp.Cells = append(resp.Cells, &adminproto.CellVerdict{
 			CellId: c.Cell.ID, Rank: int32(c.Rank + 1), Bucket: int32(c.Bucket), Weight: int32(c.Cell.Weight),
 			State: c.Cell.State.String(), Verdict: c.Verdict.String(), Why: c.Why(),
+			RefdataVersion: c.Cell.RefdataVersion,
 		})
 	}
 	return resp, nil

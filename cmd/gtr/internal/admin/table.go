@@ -64,7 +64,7 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 	}
 	resp := &adminproto.ApplyTableResponse{Version: next.Version}
 	if req.GetDryRun() {
-		nt, err := routing.Compile(next.Spec(s.cfg.State.Now(), s.cfg.State.HealthShare))
+		nt, err := routing.Compile(s.cfg.State.SpecFor(next))
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -121,7 +121,7 @@ func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 		}
 		s.Rules = append(s.Rules, routing.Rule{
 			Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(), PaymentTypes: r.GetPaymentTypes(),
-			Pool: r.GetPool(), HashOn: h,
+			Pool: r.GetPool(), HashOn: h, MinRefdataVersion: r.GetMinRefdataVersion(),
 		})
 	}
 	return s, nil
@@ -135,7 +135,7 @@ func tableToProto(s routing.Spec) *adminproto.Table {
 	for _, r := range s.Rules {
 		t.Rules = append(t.Rules, &adminproto.Rule{
 			Name: r.Name, Partners: r.Partners, Markets: r.Markets, PaymentTypes: r.PaymentTypes,
-			Pool: r.Pool, HashOn: r.HashOn.String(),
+			Pool: r.Pool, HashOn: r.HashOn.String(), MinRefdataVersion: r.MinRefdataVersion,
 		})
 	}
 	return t
