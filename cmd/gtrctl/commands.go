@@ -100,14 +100,7 @@ func commands() []command {
 				if err != nil {
 					return err
 				}
-				if c.json() {
-					return c.printJSON(resp)
-				}
-				fmt.Fprint(c.out, resp.GetText())
-				if resp.GetError() != "" {
-					fmt.Fprintln(c.out, "result:", resp.GetError())
-				}
-				return nil
+				return c.printExplain(resp)
 			}},
 		{name: "table get", help: "print the routing table in force (YAML, or -o json)",
 			run: func(ctx context.Context, c *cli, args []string) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,14 +33,52 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	}
 	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tRAMP")
+	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
 	for _, cs := range resp.GetCells() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
 			cs.GetId(), cs.GetPool(), health(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
-			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), ramp(cs.GetRamp()))
+			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), refdataVersion(cs), ramp(cs.GetRamp()))
 	}
 	return tw.Flush()
 }
+
+// refdataVersion is the reference data version the cell reported to the
+// answering replica: "v3", or "-" when it never reported.
+func refdataVersion(cs *adminproto.CellStatus) string {
+	if cs.GetRefdataSince() == nil {
+		return "-"
+	}
+	return fmt.Sprintf("v%d", cs.GetRefdataVersion())
+}
+
+// printExplain prints the GTR's rendering of an explanation, then, for a
+// rule that needs fresh reference data, which cells it skipped as stale.
+func (c *cli) printExplain(resp *adminproto.ExplainResponse) error {
+	if c.json() {
+		return c.printJSON(resp)
+	}
+	fmt.Fprint(c.out, resp.GetText())
+	var stale []string
+	for _, cv := range resp.GetCells() {
+		if cv.GetVerdict() == staleVerdict {
+			v := "none known"
+			if cv.GetRefdataVersion() > 0 {
+				v = fmt.Sprintf("v%d", cv.GetRefdataVersion())
+			}
+			stale = append(stale, fmt.Sprintf("%s (%s)", cv.GetCellId(), v))
+		}
+	}
+	if len(stale) > 0 {
+		fmt.Fprintf(c.out, "stale for this rule (needs reference data v%d): %s\n", resp.GetMinRefdataVersion(), strings.Join(stale, ", "))
+	}
+	if resp.GetError() != "" {
+		fmt.Fprintln(c.out, "result:", resp.GetError())
+	}
+	return nil
+}
+
+// staleVerdict is routing.VerdictStale's name, as the admin API sends it.
+const staleVerdict = "skipped: stale reference data"
 
 func health(cs *adminproto.CellStatus) string {
 	switch {
@@ -179,6 +218,9 @@ type tableRule struct {
 	PaymentTypes []string `yaml:"payment_types,omitempty" json:"payment_types,omitempty"`
 	Pool         string   `yaml:"pool" json:"pool"`
 	HashOn       string   `yaml:"hash_on,omitempty" json:"hash_on,omitempty"`
+	// MinRefdataVersion: cells reporting older reference data are skipped
+	// for this rule.
+	MinRefdataVersion uint64 `yaml:"min_refdata_version,omitempty" json:"min_refdata_version,omitempty"`
 }
 
 // parseTable reads a table file: YAML (JSON being YAML too), strictly, so a
@@ -203,7 +245,7 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 	}
 	for _, r := range f.Rules {
 		t.Rules = append(t.Rules, &adminproto.Rule{Name: r.Name, Partners: r.Partners, Markets: r.Markets,
-			PaymentTypes: r.PaymentTypes, Pool: r.Pool, HashOn: r.HashOn})
+			PaymentTypes: r.PaymentTypes, Pool: r.Pool, HashOn: r.HashOn, MinRefdataVersion: r.MinRefdataVersion})
 	}
 	return t, nil
 }
@@ -216,7 +258,7 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 	}
 	for _, r := range t.GetRules() {
 		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),
-			PaymentTypes: r.GetPaymentTypes(), Pool: r.GetPool(), HashOn: r.GetHashOn()})
+			PaymentTypes: r.GetPaymentTypes(), Pool: r.GetPool(), HashOn: r.GetHashOn(), MinRefdataVersion: r.GetMinRefdataVersion()})
 	}
 	fmt.Fprintln(w, "# Routing table in force. Raise version, edit, then: gtrctl table apply -f FILE --dry-run")
 	enc := yaml.NewEncoder(w)
