@@ -1,6 +1,7 @@
 // Package gtr assembles the Global Transaction Router: the routing state
 // (go-memdb, converged across replicas through NATS KV), the health
-// monitor, the connections to cells, the public Payments API on the
+// monitor, the reference data versions cells report (over NATS, when
+// configured), the connections to cells, the public Payments API on the
 // partners' listener and the Admin API on the operators' listener, each
 // with gRPC health; reflection on both (the admin one behind the token).
 package gtr
@@ -25,6 +26,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -39,8 +41,10 @@ type Config struct {
 	// AdminToken guards the Admin API; "" disables it (every call
 	// UNAUTHENTICATED; health still answers).
 	AdminToken string
-	// NATSURL is the NATS server holding the shared routing configuration;
-	// "" runs this replica standalone (admin changes stay local).
+	// NATSURL is the NATS server holding the shared routing configuration
+	// and carrying the cells' reference data status reports; "" runs this
+	// replica standalone (admin changes stay local, and no cell's reference
+	// data version is known, so rules with a minimum route nothing).
 	NATSURL    string
 	NATSBucket string // KV bucket; default "cellpay_gtr"
 	// StateFile keeps the last-known configuration; "" keeps none.
@@ -90,6 +94,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer store.Close()
+	if cfg.NATSURL != "" {
+		// Cells' reference data versions, for rules that need a minimum.
+		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
+		if err != nil {
+			return err
+		}
+		defer rw.Close()
+	}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

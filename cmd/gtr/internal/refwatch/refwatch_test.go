@@ -1,0 +1,279 @@
+package refwatch
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/routing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// natsServer is an in-process core NATS server on a random loopback port
+// that can be stopped and started again on the same port.
+type natsServer struct {
+	t    *testing.T
+	port int
+	srv  *server.Server
+}
+
+func startNATS(t *testing.T) *natsServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &natsServer{t: t, port: l.Addr().(*net.TCPAddr).Port}
+	l.Close()
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.port) }
+
+func (n *natsServer) start() {
+	n.t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, NoSigs: true, NoLog: true})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("nats not ready")
+	}
+	n.srv = srv
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// fakeSink records the last version per cell.
+type fakeSink struct {
+	mu sync.Mutex
+	v  map[string]uint64
+}
+
+func (f *fakeSink) SetRefdataVersion(cell string, v uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.v == nil {
+		f.v = map[string]uint64{}
+	}
+	f.v[cell] = v
+}
+
+func (f *fakeSink) get(cell string) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.v[cell]
+	return v, ok
+}
+
+// cellPub publishes status reports as a cell does.
+type cellPub struct {
+	t  *testing.T
+	nc *nats.Conn
+}
+
+func newPub(t *testing.T, url string) *cellPub {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &cellPub{t: t, nc: nc}
+}
+
+func (p *cellPub) report(cell string, v uint64) {
+	p.t.Helper()
+	b, _ := json.Marshal(refdata.Status{Cell: cell, Version: v, Source: "nats", ReportedAt: time.Now()})
+	p.raw(refdata.StatusSubjectPrefix+cell, b)
+}
+
+func (p *cellPub) raw(subject string, b []byte) {
+	p.t.Helper()
+	if err := p.nc.Publish(subject, b); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.nc.Flush(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func start(t *testing.T, url string, sink Sink) *Watcher {
+	t.Helper()
+	w, err := Start(Config{NATSURL: url, Sink: sink, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// subscribed waits until the watcher's subscription is known to the
+// server, so that a report published now reaches it.
+func subscribed(t *testing.T, w *Watcher) {
+	t.Helper()
+	eventually(t, "the subscription", func() bool { return w.nc.IsConnected() && w.nc.Flush() == nil })
+}
+
+func TestReportsReachTheSink(t *testing.T) {
+	ns := startNATS(t)
+	sink := &fakeSink{}
+	w := start(t, ns.url(), sink)
+	subscribed(t, w)
+	pub := newPub(t, ns.url())
+
+	pub.report("cell-a", 3)
+	pub.report("cell-b", 0)
+	eventually(t, "cell-a v3 and cell-b v0", func() bool {
+		a, okA := sink.get("cell-a")
+		b, okB := sink.get("cell-b")
+		return okA && okB && a == 3 && b == 0
+	})
+	pub.report("cell-a", 4)
+	eventually(t, "cell-a v4", func() bool { v, _ := sink.get("cell-a"); return v == 4 })
+
+	// Unreadable reports are dropped and counted; the last version stays.
+	pub.raw(refdata.StatusSubjectPrefix+"cell-a", []byte("not json"))
+	pub.raw(refdata.StatusSubjectPrefix+"cell-a", []byte(`{"cell":"cell-a","version":"nine"}`))
+	b, _ := json.Marshal(refdata.Status{Cell: "cell-b", Version: 9})
+	pub.raw(refdata.StatusSubjectPrefix+"cell-a", b) // names another cell
+	eventually(t, "three drops", func() bool { return w.Stats().Dropped == 3 })
+	if v, _ := sink.get("cell-a"); v != 4 {
+		t.Fatalf("cell-a at v%d after bad reports, want v4", v)
+	}
+	if _, ok := sink.get("cell-b"); !ok {
+		t.Fatal("cell-b lost")
+	}
+	if v, _ := sink.get("cell-b"); v != 0 {
+		t.Fatalf("a report on cell-a's subject moved cell-b to v%d", v)
+	}
+	if st := w.Stats(); st.Reports != 3 {
+		t.Fatalf("stats %+v, want 3 reports", st)
+	}
+}
+
+// TestNATSDownKeepsVersions: with NATS gone the versions stay as they
+// were; when it comes back the watcher resubscribes and follows again.
+func TestNATSDownKeepsVersions(t *testing.T) {
+	ns := startNATS(t)
+	sink := &fakeSink{}
+	w := start(t, ns.url(), sink)
+	subscribed(t, w)
+	pub := newPub(t, ns.url())
+	pub.report("cell-a", 5)
+	eventually(t, "cell-a v5", func() bool { v, _ := sink.get("cell-a"); return v == 5 })
+
+	ns.stop()
+	eventually(t, "the watcher to notice", func() bool { return !w.nc.IsConnected() })
+	time.Sleep(300 * time.Millisecond)
+	if v, _ := sink.get("cell-a"); v != 5 {
+		t.Fatalf("cell-a at v%d with NATS down, want v5", v)
+	}
+
+	ns.start()
+	subscribed(t, w)
+	eventually(t, "the publisher to reconnect", func() bool { return pub.nc.IsConnected() })
+	pub.report("cell-a", 6)
+	eventually(t, "cell-a v6 after the restart", func() bool { v, _ := sink.get("cell-a"); return v == 6 })
+}
+
+// TestStartWhileNATSDown: Start does not wait for NATS.
+func TestStartWhileNATSDown(t *testing.T) {
+	ns := startNATS(t)
+	ns.stop()
+	sink := &fakeSink{}
+	began := time.Now()
+	w := start(t, ns.url(), sink)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Start waited %v for NATS", d)
+	}
+	ns.start()
+	subscribed(t, w)
+	newPub(t, ns.url()).report("cell-c", 2)
+	eventually(t, "cell-c v2", func() bool { v, _ := sink.get("cell-c"); return v == 2 })
+}
+
+// TestGatesTheRoutingState: reports flow into a real state.State and a
+// rule needing v3 routes only to cells that reported it.
+func TestGatesTheRoutingState(t *testing.T) {
+	ns := startNATS(t)
+	st, err := state.New(state.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := state.FromSpec(routing.Spec{
+		Version: 1,
+		Cells: []routing.Cell{
+			{ID: "cell-a", Addr: "127.0.0.1:1", Pool: "main", Weight: 100},
+			{ID: "cell-b", Addr: "127.0.0.1:2", Pool: "main", Weight: 100},
+		},
+		Rules: []routing.Rule{{Name: "fresh", Pool: "main", MinRefdataVersion: 3}},
+	})
+	if err := st.Apply(doc, 1); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, ns.url(), st)
+	subscribed(t, w)
+	route := func() ([]string, error) {
+		var buf [4]routing.Choice
+		res, err := st.Table().Route(&routing.Attrs{PartnerID: "p"}, buf[:0])
+		var ids []string
+		for _, c := range res.Ranked {
+			ids = append(ids, c.Cell.ID)
+		}
+		return ids, err
+	}
+	if _, err := route(); !errors.Is(err, routing.ErrNoCell) {
+		t.Fatalf("before any report: %v", err)
+	}
+	pub := newPub(t, ns.url())
+	pub.report("cell-a", 2)
+	pub.report("cell-b", 3)
+	eventually(t, "cell-b alone", func() bool { ids, err := route(); return err == nil && len(ids) == 1 && ids[0] == "cell-b" })
+	pub.report("cell-a", 3)
+	eventually(t, "both cells", func() bool { ids, err := route(); return err == nil && len(ids) == 2 })
+}
+
+func TestConfig(t *testing.T) {
+	if _, err := Start(Config{Sink: &fakeSink{}}); err == nil {
+		t.Fatal("no URL accepted")
+	}
+	if _, err := Start(Config{NATSURL: "nats://127.0.0.1:1"}); err == nil {
+		t.Fatal("no Sink accepted")
+	}
+}
