@@ -32,7 +32,7 @@ func main() {
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address (env GTR_ADMIN_LISTEN)")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
 	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "file holding the admin API token (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN); without one the admin API refuses every call")
-	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration (env GTR_NATS_URL); empty: standalone")
+	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration and carrying the cells' reference data status (env GTR_NATS_URL); empty: standalone")
 	flag.StringVar(&cfg.NATSBucket, "nats-bucket", env("GTR_NATS_BUCKET", "cellpay_gtr"), "NATS KV bucket of the routing configuration (env GTR_NATS_BUCKET)")
 	flag.StringVar(&cfg.StateFile, "state-file", env("GTR_STATE_FILE", ""), "file keeping the last-known routing configuration, read at start when present (env GTR_STATE_FILE)")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
