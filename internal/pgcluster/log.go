@@ -65,7 +65,13 @@ func (l logSink) tailText() string {
 	if l.w != nil {
 		return l.tail.String()
 	}
-	f, err := os.Open(l.path)
+	return TailFile(l.path, tailSize)
+}
+
+// TailFile returns the last n bytes of the file at path, or "" when it
+// cannot be read: error messages quote the end of a log with it.
+func TailFile(path string, n int64) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
@@ -74,10 +80,10 @@ func (l logSink) tailText() string {
 	if err != nil {
 		return ""
 	}
-	off := max(fi.Size()-tailSize, 0)
+	off := max(fi.Size()-n, 0)
 	buf := make([]byte, fi.Size()-off)
-	n, _ := f.ReadAt(buf, off)
-	return string(buf[:n])
+	got, _ := f.ReadAt(buf, off)
+	return string(buf[:got])
 }
 
 // ring keeps the last tailSize bytes written to it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellpay/cellpay/internal/pgcluster"
 	"io"
 	"os"
 	"os/exec"
@@ -261,19 +262,7 @@ func (p *Proc) logTail() string {
 
 // logTail returns the end of the log at path formatted to follow an error.
 func logTail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(fi.Size()-tailSize, 0)
-	buf := make([]byte, fi.Size()-off)
-	n, _ := f.ReadAt(buf, off)
-	t := strings.TrimSpace(string(buf[:n]))
+	t := strings.TrimSpace(pgcluster.TailFile(path, tailSize))
 	if t == "" {
 		return ""
 	}

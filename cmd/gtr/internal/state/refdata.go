@@ -28,26 +28,8 @@ type refdataRow struct {
 // and never replicated; cells not in the table are remembered for when
 // they are added.
 func (s *State) SetRefdataVersion(cellID string, v uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	txn := s.db.Txn(true)
-	defer txn.Abort()
-	if refdataVersion(txn, cellID) == v {
-		return
-	}
-	if err := txn.Insert(tRefdata, &refdataRow{CellID: cellID, Version: v, Since: s.now()}); err != nil {
-		return // the schema is fixed: Insert cannot fail on a well-formed row
-	}
-	if _, _, ok := s.docTxn(txn); !ok {
-		txn.Commit() // remembered for when a table arrives
-		return
-	}
-	tbl, err := s.compile(txn)
-	if err != nil {
-		return // the doc validated when applied, and a version cannot invalidate it
-	}
-	txn.Commit()
-	s.table.Store(tbl)
+	s.setLocal(func(txn *memdb.Txn) bool { return refdataVersion(txn, cellID) == v },
+		tRefdata, &refdataRow{CellID: cellID, Version: v, Since: s.now()})
 }
 
 // RefdataVersion is the reference data version cell cellID last reported

@@ -217,14 +217,23 @@ func (s *State) SetHealth(cellID string, up bool) {
 // no health record are fully healthy (100).
 func (s *State) SetHealthShare(cellID string, share int) {
 	share = min(max(share, 0), 100)
+	s.setLocal(func(txn *memdb.Txn) bool { return healthShare(txn, cellID) == share },
+		tHealth, &healthRow{CellID: cellID, Share: share, Since: s.now()})
+}
+
+// setLocal writes row to the replica-local table unless unchanged says it
+// holds that value already, and publishes the recompiled table. Local
+// state (health, reference data versions) is never replicated; it is
+// remembered even before a routing table arrives.
+func (s *State) setLocal(unchanged func(*memdb.Txn) bool, table string, row any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	txn := s.db.Txn(true)
 	defer txn.Abort()
-	if healthShare(txn, cellID) == share {
+	if unchanged(txn) {
 		return
 	}
-	if err := txn.Insert(tHealth, &healthRow{CellID: cellID, Share: share, Since: s.now()}); err != nil {
+	if err := txn.Insert(table, row); err != nil {
 		return // the schema is fixed: Insert cannot fail on a well-formed row
 	}
 	if _, _, ok := s.docTxn(txn); !ok {
@@ -233,7 +242,7 @@ func (s *State) SetHealthShare(cellID string, share int) {
 	}
 	tbl, err := s.compile(txn)
 	if err != nil {
-		return // the doc validated when applied, and health cannot invalidate it
+		return // the doc validated when applied; local state cannot invalidate it
 	}
 	txn.Commit()
 	s.table.Store(tbl)
