@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cellpay/cellpay/internal/pgcluster"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cellpay/cellpay/internal/pgcluster"
 )
 
 // ErrNotRunning is returned by Signal when the component is not running.
