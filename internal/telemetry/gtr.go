@@ -1,0 +1,108 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"iter"
+
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// CellGauge is one cell as the GTR's gauges read it at a scrape.
+type CellGauge struct {
+	ID          string
+	HealthShare int // 0 to 100: the share of its traffic the cell takes
+	InFlight    int64
+}
+
+// GTR holds the router's domain instruments. Its methods only add to
+// in-memory instruments: they never block or allocate after warm-up.
+type GTR struct {
+	txns     metric.Int64Counter
+	reroutes metric.Int64Counter
+	attempts metric.Int64Histogram
+	txnAttrs *attrCache // status, code
+	rrAttrs  *attrCache // cell, reason
+}
+
+// NewGTR registers the GTR's instruments on m; cells, ranged at each
+// scrape, lists the cells of the routing table.
+//
+//	cellpay_gtr_transactions_total{status,code}   transactions processed: the status answered (none on error) and the gRPC code
+//	cellpay_gtr_reroutes_total{cell,reason}       attempts given up before the PNR, by reason class
+//	cellpay_gtr_attempts                          histogram of the cells tried per transaction
+//	cellpay_gtr_cell_health_share{cell}           share (0-100) of its traffic a cell takes, from health
+//	cellpay_gtr_cell_in_flight{cell}              attempts in progress on a cell
+func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
+	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason")}
+	var errs [5]error
+	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
+		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
+	g.reroutes, errs[1] = m.Int64Counter("cellpay.gtr.reroutes",
+		metric.WithDescription("Attempts given up before their point of no return and re-routed, by cell and reason class."))
+	g.attempts, errs[2] = m.Int64Histogram("cellpay.gtr.attempts",
+		metric.WithDescription("Cells tried per transaction."), metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 4, 5))
+	share, err := m.Int64ObservableGauge("cellpay.gtr.cell.health_share",
+		metric.WithDescription("Share (0 to 100) of its traffic a cell takes, as health decides."))
+	errs[3] = err
+	inflight, err := m.Int64ObservableGauge("cellpay.gtr.cell.in_flight",
+		metric.WithDescription("Attempts in progress on a cell."))
+	errs[4] = err
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	cellAttrs := newAttrCache("cell", "")
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for c := range cells {
+			a := cellAttrs.of(c.ID, "").obs
+			o.ObserveInt64(share, int64(c.HealthShare), a...)
+			o.ObserveInt64(inflight, c.InFlight, a...)
+		}
+		return nil
+	}, share, inflight)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Rerouted counts an attempt on cellID given up before its point of no
+// return.
+func (g *GTR) Rerouted(cellID string, err error, cellHealthy bool) {
+	g.reroutes.Add(context.Background(), 1, g.rrAttrs.of(cellID, RerouteReason(err, cellHealthy)).add...)
+}
+
+// Done counts a transaction whose processing ended with txn or err after
+// attempts cells were tried.
+func (g *GTR) Done(txn *cellpayv1.Transaction, err error, attempts int) {
+	st := "none"
+	if err == nil && txn != nil {
+		st = txn.GetStatus().String()
+	}
+	ctx := context.Background()
+	g.txns.Add(ctx, 1, g.txnAttrs.of(st, status.Code(err).String()).add...)
+	g.attempts.Record(ctx, int64(attempts))
+}
+
+// RerouteReason classes why an attempt was given up:
+//
+//	not_for_cell  the cell is healthy but will not take the transaction
+//	unavailable   the cell could not be reached
+//	timeout       the attempt ran out of time (its own timeout or the caller's)
+//	cell_fault    the cell failed the attempt itself (database, a PNR after the timeout)
+func RerouteReason(err error, cellHealthy bool) string {
+	if cellHealthy {
+		return "not_for_cell"
+	}
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return "unavailable"
+	case codes.DeadlineExceeded, codes.Canceled:
+		return "timeout"
+	}
+	return "cell_fault"
+}
