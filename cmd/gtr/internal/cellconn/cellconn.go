@@ -18,6 +18,7 @@ import (
 type Pool struct {
 	mu    sync.RWMutex
 	conns map[string]entry // by cell ID
+	opts  []grpc.DialOption
 }
 
 type entry struct {
@@ -26,8 +27,9 @@ type entry struct {
 	client cellproto.CellClient
 }
 
-// New returns an empty pool.
-func New() *Pool { return &Pool{conns: map[string]entry{}} }
+// New returns an empty pool whose connections get opts besides the pool's
+// own (telemetry's stats handler, say).
+func New(opts ...grpc.DialOption) *Pool { return &Pool{conns: map[string]entry{}, opts: opts} }
 
 // Client returns the client for cell id at addr.
 func (p *Pool) Client(id, addr string) (cellproto.CellClient, error) {
@@ -48,8 +50,9 @@ func (p *Pool) Client(id, addr string) (cellproto.CellClient, error) {
 	// Round robin over whatever the address resolves to: a headless
 	// Kubernetes Service (dns:///cell.cell-a.svc:7081) names every pod of
 	// a cell, and each GTR replica should spread over all of them.
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`)}, p.opts...)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cellconn: %s at %s: %w", id, addr, err)
 	}

@@ -7,6 +7,7 @@
 package gtr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -50,6 +52,9 @@ type Config struct {
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
+	// MetricsListen, if set, serves Prometheus metrics at /metrics. Traces
+	// are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	MetricsListen string
 	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
 	ShutdownTimeout time.Duration
 	Log             *slog.Logger
@@ -81,6 +86,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "gtr", Instance: cmp.Or(cfg.ReplicaID, "gtr"), MetricsListen: cfg.MetricsListen, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	store, err := kvsync.Start(kvsync.Config{
 		State: st,
 		Seed: func() (state.Doc, error) {
@@ -125,20 +139,31 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	pool := cellconn.New()
+	pool := cellconn.New(tel.DialOptions()...)
 	defer pool.Close()
+	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
+		for _, c := range st.Table().Spec().Cells {
+			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: st.HealthShare(c.ID), InFlight: st.Stats(c.ID).InFlight}) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
 	pay, err := payments.New(payments.Config{
 		Table:    st.Table,
 		Cells:    pool,
 		Health:   observers{mon, st},
 		InFlight: st.InFlight,
+		Metrics:  metrics,
 		Log:      cfg.Log,
 	})
 	if err != nil {
 		return err
 	}
 	hs := grpchealth.NewServer()
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(tel.PublicServerOptions()...)
 	cellpayv1.RegisterPaymentsServer(gs, pay)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -159,7 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
-		as := grpc.NewServer(admin.NewAuth(cfg.AdminToken).ServerOptions()...)
+		as := grpc.NewServer(append(admin.NewAuth(cfg.AdminToken).ServerOptions(), tel.ServerOptions()...)...)
 		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)

@@ -48,6 +48,17 @@ type Observer interface {
 	Observe(cellID string, ok bool)
 }
 
+// Metrics counts what happens to transactions; *telemetry.GTR implements
+// it. Its methods must not block.
+type Metrics interface {
+	// Rerouted records an attempt on cellID given up before its point of
+	// no return: err says why, cellHealthy as the cell said.
+	Rerouted(cellID string, err error, cellHealthy bool)
+	// Done records a transaction's processing ending with txn or err after
+	// attempts cells were tried (coalesced duplicates count once).
+	Done(txn *cellpayv1.Transaction, err error, attempts int)
+}
+
 // Config configures a Server.
 type Config struct {
 	// Table returns the routing table in force; it must not block.
@@ -58,6 +69,8 @@ type Config struct {
 	// InFlight, if set, is told when an attempt on a cell starts (+1) and
 	// ends (-1); it must not block.
 	InFlight func(cellID string, delta int)
+	// Metrics, if set, counts outcomes and re-routes.
+	Metrics Metrics
 	// MaxAttempts bounds the cells one transaction is tried on; default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt up to its point of no return;
@@ -179,9 +192,13 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 
 // submit routes and forwards one transaction, re-routing before its point
 // of no return.
-func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, fp idempotency.Fingerprint) (*cellpayv1.Transaction, error) {
+func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, fp idempotency.Fingerprint) (txn *cellpayv1.Transaction, err error) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
+	tried := 0
+	if m := s.cfg.Metrics; m != nil {
+		defer func() { m.Done(txn, err, tried) }()
+	}
 	attrs := routing.Attrs{
 		TransactionID: req.GetTransactionId(),
 		PartnerID:     req.GetPartnerId(),
@@ -224,6 +241,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			return nil, status.Errorf(codes.DeadlineExceeded, "not enough time left for another attempt; last: %v", last)
 		}
 		cell := ranked[i].Cell
+		tried = i + 1
 		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1)
 		if s.cfg.Health != nil {
 			s.cfg.Health.Observe(cell.ID, out.reroute == nil || out.cellHealthy)
@@ -235,6 +253,9 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			return out.txn, out.final
 		}
 		last = out.reroute
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.Rerouted(cell.ID, out.reroute, out.cellHealthy)
+		}
 		s.cfg.Log.Warn("re-routing before the point of no return",
 			"transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
 		if ctx.Err() != nil {
