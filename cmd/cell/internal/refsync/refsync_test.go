@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
+	"github.com/cellpay/cellpay/internal/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -236,10 +239,28 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	if s.Staleness() < 0 || s.Staleness() > 5*time.Second {
 		t.Fatalf("staleness %v", s.Staleness())
 	}
-	var metrics strings.Builder
-	s.writeMetrics(&metrics)
-	if !strings.Contains(metrics.String(), `cellpay_refdata_version{cell="cell-t"} 6`) || !strings.Contains(metrics.String(), `cellpay_refdata_refused_total{cell="cell-t"} 3`) {
-		t.Fatalf("metrics:\n%s", metrics.String())
+	tel, err := telemetry.Setup(ctxT(t), telemetry.Config{Service: "cell", Instance: "cell-t",
+		Labels: map[string]string{"cell": "cell-t"}, MetricsListen: "127.0.0.1:0", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctxT(t))
+	if _, err := s.RegisterMetrics(tel.Meter("test")); err != nil {
+		t.Fatal(err)
+	}
+	metrics := scrape(t, tel.MetricsAddr())
+	for _, want := range []string{
+		`cellpay_refdata_version{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 6`,
+		`cellpay_refdata_refused_total{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 3`,
+		`cellpay_refdata_applied_total{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 3`,
+		`cellpay_refdata_nats_connected{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 1`,
+		`cellpay_refdata_serving{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 1`,
+		`cellpay_refdata_staleness_seconds{cell="cell-t",`,
+		`cellpay_refdata_last_apply_seconds{cell="cell-t",`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, metrics)
+		}
 	}
 
 	// A restart without NATS serves the stored version.
@@ -252,6 +273,66 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	}
 	if _, ok := again.View().MCC("1111"); !ok {
 		t.Fatal("restart lost the update")
+	}
+}
+
+// scrape reads /metrics at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d %v\n%s", resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
+// A Syncer with MetricsListen serves its metrics on its own.
+func TestServesMetricsAlone(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(ctxT(t), Config{CellID: "c", Store: &fakeStore{}, BootstrapFile: "../../../../config/refdata.json", MetricsListen: addr, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var metrics string
+	eventually(t, "metrics", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			metrics = scrape(t, addr)
+		}
+		return err == nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`cellpay_refdata_version{cell="c",service_instance_id="c",service_name="cell"} 0`,
+		`cellpay_refdata_serving{cell="c",service_instance_id="c",service_name="cell"} 1`,
+		`cellpay_refdata_nats_connected{cell="c",service_instance_id="c",service_name="cell"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, metrics)
+		}
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("metrics still served after Run returned")
 	}
 }
 

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/telemetry"
 )
 
 // reportLoop publishes the status every StatusInterval and whenever the
@@ -36,50 +36,84 @@ func (s *Syncer) reportLoop(ctx context.Context, nc *nats.Conn) {
 	}
 }
 
-// serveMetrics serves /metrics in the Prometheus text format until stop.
-func (s *Syncer) serveMetrics(ctx context.Context) (stop func(), err error) {
-	lis, err := net.Listen("tcp", s.cfg.MetricsListen)
-	if err != nil {
+// RegisterMetrics registers the reference data instruments on m, the
+// cell's meter; they are read at each collection (a scrape), never on the
+// consumer's path. The cell's ID is a label of the process (see
+// telemetry.Config.Labels).
+//
+//	cellpay_refdata_version             the version served (0: a bootstrap file)
+//	cellpay_refdata_serving             1 when a version is served
+//	cellpay_refdata_staleness_seconds   age of the served version (-1: none)
+//	cellpay_refdata_applied_total       versions applied from NATS since start
+//	cellpay_refdata_refused_total       versions refused since start
+//	cellpay_refdata_last_apply_seconds  how long the last apply took
+//	cellpay_refdata_nats_connected      1 while connected to NATS
+func (s *Syncer) RegisterMetrics(m metric.Meter) (metric.Registration, error) {
+	var errs []error
+	note := func(err error) { errs = append(errs, err) }
+	version, err := m.Int64ObservableGauge("cellpay.refdata.version",
+		metric.WithDescription("The reference data version the cell serves (0: a bootstrap file)."))
+	note(err)
+	serving, err := m.Int64ObservableGauge("cellpay.refdata.serving",
+		metric.WithDescription("1 when the cell serves a version."))
+	note(err)
+	staleness, err := m.Float64ObservableGauge("cellpay.refdata.staleness", metric.WithUnit("s"),
+		metric.WithDescription("Age of the served version: since it was published (or the bootstrap file loaded); -1 when none is served."))
+	note(err)
+	applied, err := m.Int64ObservableCounter("cellpay.refdata.applied",
+		metric.WithDescription("Versions applied from NATS since start."))
+	note(err)
+	refused, err := m.Int64ObservableCounter("cellpay.refdata.refused",
+		metric.WithDescription("Versions refused (malformed or inconsistent) since start."))
+	note(err)
+	lastApply, err := m.Float64ObservableGauge("cellpay.refdata.last_apply", metric.WithUnit("s"),
+		metric.WithDescription("How long the last apply took (validate, Postgres, memory)."))
+	note(err)
+	connected, err := m.Int64ObservableGauge("cellpay.refdata.nats_connected",
+		metric.WithDescription("1 while the cell is connected to NATS."))
+	note(err)
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("refsync: metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		s.writeMetrics(w)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.cfg.Log.Warn("metrics server stopped", "error", err)
+	one := func(b bool) int64 {
+		if b {
+			return 1
 		}
-	}()
-	return func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-done
-	}, nil
+		return 0
+	}
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.Status()
+		o.ObserveInt64(version, int64(st.Version))
+		o.ObserveInt64(serving, one(s.Serving()))
+		o.ObserveFloat64(staleness, s.Staleness().Seconds())
+		o.ObserveInt64(applied, int64(s.applied.Load()))
+		o.ObserveInt64(refused, int64(st.Refused))
+		o.ObserveFloat64(lastApply, time.Duration(s.lastApply.Load()).Seconds())
+		o.ObserveInt64(connected, one(s.connected.Load()))
+		return nil
+	}, version, serving, staleness, applied, refused, lastApply, connected)
 }
 
-// writeMetrics writes the reference data metrics, labelled with the cell.
-func (s *Syncer) writeMetrics(w interface{ Write([]byte) (int, error) }) {
-	st := s.Status()
-	cell := fmt.Sprintf(`{cell=%q}`, s.cfg.CellID)
-	connected := 0
-	if s.connected.Load() {
-		connected = 1
+// serveMetrics serves the reference data metrics alone at MetricsListen,
+// for a Syncer used without a process's telemetry; a cell leaves
+// MetricsListen empty and calls RegisterMetrics on its own provider.
+func (s *Syncer) serveMetrics(ctx context.Context) (stop func(), err error) {
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: s.cfg.CellID,
+		Labels: map[string]string{"cell": s.cfg.CellID}, MetricsListen: s.cfg.MetricsListen, Log: s.cfg.Log})
+	if err != nil {
+		return nil, fmt.Errorf("refsync: %w", err)
 	}
-	serving := 0
-	if s.Serving() {
-		serving = 1
+	shutdown := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
 	}
-	fmt.Fprintf(w, "# HELP cellpay_refdata_version The reference data version the cell serves (0: a bootstrap file).\n# TYPE cellpay_refdata_version gauge\ncellpay_refdata_version%s %d\n", cell, st.Version)
-	fmt.Fprintf(w, "# HELP cellpay_refdata_serving 1 when the cell serves a version.\n# TYPE cellpay_refdata_serving gauge\ncellpay_refdata_serving%s %d\n", cell, serving)
-	fmt.Fprintf(w, "# HELP cellpay_refdata_staleness_seconds Age of the served version: since it was published (or the bootstrap file loaded).\n# TYPE cellpay_refdata_staleness_seconds gauge\ncellpay_refdata_staleness_seconds%s %.3f\n", cell, s.Staleness().Seconds())
-	fmt.Fprintf(w, "# HELP cellpay_refdata_applied_total Versions applied from NATS since start.\n# TYPE cellpay_refdata_applied_total counter\ncellpay_refdata_applied_total%s %d\n", cell, s.applied.Load())
-	fmt.Fprintf(w, "# HELP cellpay_refdata_refused_total Versions refused (malformed or inconsistent) since start.\n# TYPE cellpay_refdata_refused_total counter\ncellpay_refdata_refused_total%s %d\n", cell, st.Refused)
-	fmt.Fprintf(w, "# HELP cellpay_refdata_last_apply_seconds How long the last apply took (validate, Postgres, memory).\n# TYPE cellpay_refdata_last_apply_seconds gauge\ncellpay_refdata_last_apply_seconds%s %.6f\n", cell, time.Duration(s.lastApply.Load()).Seconds())
-	fmt.Fprintf(w, "# HELP cellpay_refdata_nats_connected 1 while the cell is connected to NATS.\n# TYPE cellpay_refdata_nats_connected gauge\ncellpay_refdata_nats_connected%s %d\n", cell, connected)
+	if _, err := s.RegisterMetrics(tel.Meter(meterName)); err != nil {
+		shutdown()
+		return nil, err
+	}
+	return shutdown, nil
 }
+
+// meterName is the instrumentation scope of the reference data metrics.
+const meterName = "github.com/cellpay/cellpay/cmd/cell/internal/refsync"
