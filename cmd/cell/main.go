@@ -52,7 +52,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.IssuerAddr, "issuer", env("CELL_ISSUER_ADDR", "127.0.0.1:7090"), "issuer address (env CELL_ISSUER_ADDR)")
 	flag.StringVar(&c.RefDataFile, "refdata", env("CELL_REFDATA_FILE", "config/refdata.json"), "reference data file that bootstraps a cell with no stored version, as version 0; \"\" for none (env CELL_REFDATA_FILE)")
 	flag.StringVar(&c.NATSURL, "nats-url", env("CELL_NATS_URL", ""), "NATS server the reference data comes from; \"\" for none (env CELL_NATS_URL)")
-	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for /metrics (reference data version, staleness); \"\" for none (env CELL_METRICS_LISTEN)")
+	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for Prometheus /metrics (transactions, issuer latency, reference data, gRPC), e.g. 127.0.0.1:9081; \"\" for none (env CELL_METRICS_LISTEN). Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the hex PAN hashing key, 32+ bytes (env CELL_PAN_KEY_FILE)")
 	flag.Parse()
 	if keyFile == "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -36,7 +37,9 @@ type Config struct {
 	// data; NATSURL ("" for none) is the source of truth.
 	RefDataFile string
 	NATSURL     string
-	// MetricsListen, if set, serves reference data metrics at /metrics.
+	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
+	// cell's ID a label of each). Traces are exported only when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
 	MetricsListen string
 	// Secret keys PAN hashes and payload fingerprints; at least 32 bytes.
 	Secret []byte
@@ -79,6 +82,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Log.With("cell", cfg.ID)
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: cfg.ID,
+		Labels: map[string]string{"cell": cfg.ID}, MetricsListen: cfg.MetricsListen, Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+	metrics, err := telemetry.NewCell(tel.Meter(meterName))
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -90,8 +107,11 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
 	}
 	ref, err := refsync.New(ctx, refsync.Config{CellID: cfg.ID, Store: st, NATSURL: cfg.NATSURL,
-		BootstrapFile: cfg.RefDataFile, MetricsListen: cfg.MetricsListen, Log: log})
+		BootstrapFile: cfg.RefDataFile, Log: log})
 	if err != nil {
+		return err
+	}
+	if _, err := ref.RegisterMetrics(tel.Meter(meterName)); err != nil {
 		return err
 	}
 	refCtx, stopRef := context.WithCancel(ctx)
@@ -102,15 +122,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(cfg.IssuerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return fmt.Errorf("cell: issuer client: %w", err)
 	}
 	defer conn.Close()
+	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
 	srv, err := server.New(server.Config{
 		CellID:  cfg.ID,
 		Store:   st,
-		Issuer:  issuerproto.NewIssuerClient(conn),
+		Issuer:  issuer,
+		Metrics: metrics,
 		RefData: func() orchestrator.RefData { return ref.View() },
 		Policy:  policy,
 		Secret:  cfg.Secret,
@@ -123,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cell: listen: %w", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(tel.ServerOptions()...)
 	cellproto.RegisterCellServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -141,8 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchDatabase(watchCtx, st, ready, log)
-	issuer := issuerproto.NewIssuerClient(conn)
-	rec, err := reconcile.New(reconcile.Config{Store: st, Issuer: issuer, Busy: srv.Busy, Log: log})
+	rec, err := reconcile.New(reconcile.Config{Store: resolutions{st, metrics}, Issuer: issuer, Busy: srv.Busy, Log: log})
 	if err != nil {
 		return err
 	}
@@ -175,6 +196,23 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("cell stopped")
 	return nil
+}
+
+// meterName is the instrumentation scope of a cell's own metrics.
+const meterName = "github.com/cellpay/cellpay/cmd/cell"
+
+// resolutions counts the outcomes the reconciler records.
+type resolutions struct {
+	reconcile.Store
+	metrics *telemetry.Cell
+}
+
+func (r resolutions) Persist(ctx context.Context, rec *orchestrator.Record, from orchestrator.State) error {
+	err := r.Store.Persist(ctx, rec, from)
+	if err == nil {
+		r.metrics.Reconciled(string(rec.State))
+	}
+	return err
 }
 
 // openStore connects, retrying while Postgres is starting up.

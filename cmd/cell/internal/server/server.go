@@ -47,6 +47,16 @@ type Issuer interface {
 	Authorize(ctx context.Context, in *issuerproto.AuthorizeRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
 }
 
+// Metrics counts how attempts end; *telemetry.Cell implements it. Its
+// methods must not block.
+type Metrics interface {
+	// Finished records an attempt's answer: the state of the record
+	// answered with, or "reroutable" or "rejected".
+	Finished(state string)
+	// PNR records a point of no return the GTR confirmed, or refused.
+	PNR(confirmed bool)
+}
+
 // Config configures a Server. Every field is required unless it says
 // otherwise.
 type Config struct {
@@ -63,6 +73,7 @@ type Config struct {
 	// WaitTimeout bounds waiting for a concurrent attempt at the same ID;
 	// default 10s.
 	WaitTimeout time.Duration
+	Metrics     Metrics          // optional
 	Now         func() time.Time // default time.Now
 	Log         *slog.Logger     // default slog.Default()
 }
@@ -228,7 +239,12 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 		}
 		return orchestrator.Persisted{}, ctx
 	case orchestrator.EmitPNR:
-		return s.confirmPNR(stream, a.TransactionID)
+		ev, ctx := s.confirmPNR(stream, a.TransactionID)
+		if s.cfg.Metrics != nil {
+			_, ok := ev.(orchestrator.PNRConfirmed)
+			s.cfg.Metrics.PNR(ok)
+		}
+		return ev, ctx
 	case orchestrator.Authorize:
 		return s.authorize(ctx, a), ctx
 	}
@@ -318,6 +334,9 @@ func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orches
 }
 
 func (s *Server) finish(stream processStream, a orchestrator.Action) error {
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Finished(finishedAs(a))
+	}
 	switch a := a.(type) {
 	case orchestrator.Reply:
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Record.Transaction()}})
@@ -330,6 +349,17 @@ func (s *Server) finish(stream processStream, a orchestrator.Action) error {
 		return rejectStatus(a.Err)
 	}
 	return status.Errorf(codes.Internal, "server: unexpected final action %T", a)
+}
+
+// finishedAs names a final action for Metrics.
+func finishedAs(a orchestrator.Action) string {
+	switch a := a.(type) {
+	case orchestrator.Reply:
+		return string(a.Record.State)
+	case orchestrator.Reroute:
+		return "reroutable"
+	}
+	return "rejected"
 }
 
 // rejectStatus maps the orchestrator's rejections to gRPC codes.
