@@ -3,7 +3,10 @@
 //
 // Flags, each with an environment fallback:
 //
-//	-listen  ISSUERSIM_LISTEN  address to serve on (default 127.0.0.1:7090)
+//	-listen          ISSUERSIM_LISTEN          address to serve on (default 127.0.0.1:7090)
+//	-metrics-listen  ISSUERSIM_METRICS_LISTEN  address for Prometheus /metrics (default: none)
+//
+// Traces are exported over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/logging"
+	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -34,10 +38,12 @@ func main() {
 	log, closeLog := logging.New(os.Stderr)
 	listen := flag.String("listen", envOr("ISSUERSIM_LISTEN", "127.0.0.1:7090"),
 		"address to serve gRPC on (env ISSUERSIM_LISTEN)")
+	metricsListen := flag.String("metrics-listen", envOr("ISSUERSIM_METRICS_LISTEN", ""),
+		"address for Prometheus /metrics, e.g. 127.0.0.1:9090 (env ISSUERSIM_METRICS_LISTEN); \"\" for none")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, log, *listen)
+	err := serve(ctx, log, *listen, *metricsListen)
 	stop()
 	if err != nil {
 		log.Error("issuersim failed", "err", err)
@@ -49,12 +55,24 @@ func main() {
 }
 
 // run serves until ctx ends, then stops gracefully within shutdownGrace.
-func run(ctx context.Context, log *slog.Logger, addr string) error {
+func run(ctx context.Context, log *slog.Logger, addr string) error { return serve(ctx, log, addr, "") }
+
+// serve is run with Prometheus metrics at metricsAddr ("" for none).
+func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string) error {
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "issuersim", Instance: addr, MetricsListen: metricsAddr, Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(tel.ServerOptions()...)
 	issuerproto.RegisterIssuerServer(gs, issuersim.New(issuersim.Config{Seed: 1, Logger: log}))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
