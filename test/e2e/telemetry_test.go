@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// TestTelemetryScrape runs a platform of its own (one cell, the issuer, the
+// GTR) with every process's metrics listener set through the environment
+// (one cell, so one CELL_METRICS_LISTEN), sends transactions with card
+// numbers, and scrapes /metrics: the GTR counts them by outcome, the cell
+// by final state with its ID as a label, and no full card number appears in
+// any process's metrics.
+func TestTelemetryScrape(t *testing.T) {
+	ctx := ctxFor(t, 60*time.Second)
+	dir, err := os.MkdirTemp("", "cellpay-telemetry-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
+		t.Fatal(err)
+	}
+	ports, err := freePorts(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	cell := platform.CellSpec{ID: "cell-m", Addr: addr(0)}
+	gtrMetrics, cellMetrics, issuerMetrics := addr(4), addr(5), addr(6)
+	gtrConfig := filepath.Join(dir, "gtr.yaml")
+	table := fmt.Sprintf("version: 1\ncells:\n  - {id: %s, addr: %q, pool: main}\nrules:\n  - {name: everything, pool: main, hash_on: partner}\n", cell.ID, cell.Addr)
+	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pgBase, err := freePortRun(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := platform.Start(ctx, platform.Config{
+		BinDir:     env.bin,
+		DataDir:    filepath.Join(dir, "data"),
+		GTRConfig:  gtrConfig,
+		RefData:    filepath.Join(env.root, "config", "refdata.json"),
+		Cells:      []platform.CellSpec{cell},
+		IssuerAddr: addr(1),
+		GTRAddr:    addr(2),
+		AdminAddr:  addr(3),
+		PGBasePort: pgBase,
+		Env: []string{
+			"GTR_METRICS_LISTEN=" + gtrMetrics,
+			"CELL_METRICS_LISTEN=" + cellMetrics,
+			"ISSUERSIM_METRICS_LISTEN=" + issuerMetrics,
+			"OTEL_EXPORTER_OTLP_ENDPOINT=", // no collector: the no-op tracer
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop() })
+	payments := cellpayv1.NewPaymentsClient(dial(addr(2)))
+
+	const n = 5
+	pans := []string{approvedPAN}
+	for i := range n - 1 {
+		pans = append(pans, luhnPAN(fmt.Sprintf("5%014d", 42424200+i)))
+	}
+	for i, pan := range pans {
+		txn, err := payments.SubmitTransaction(ctx, request(fmt.Sprintf("telemetry-%d", i), pan))
+		if err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		if txn.GetCellId() != cell.ID {
+			t.Fatalf("transaction %d on %q", i, txn.GetCellId())
+		}
+	}
+
+	gtr := scrapeMetrics(t, gtrMetrics)
+	if got := sumMetric(gtr, "cellpay_gtr_transactions_total", `code="OK"`); got != n {
+		t.Errorf("cellpay_gtr_transactions_total{code=OK} = %v, want %d\n%s", got, n, grep(gtr, "cellpay_gtr_"))
+	}
+	if got := sumMetric(gtr, "cellpay_gtr_cell_health_share", `cell="cell-m"`); got != 100 {
+		t.Errorf("cellpay_gtr_cell_health_share{cell-m} = %v\n%s", got, grep(gtr, "cellpay_gtr_"))
+	}
+	if !strings.Contains(gtr, `service_name="gtr"`) || !strings.Contains(gtr, "rpc_server_") || !strings.Contains(gtr, "rpc_client_") {
+		t.Errorf("GTR metrics lack the service label or gRPC metrics:\n%s", gtr)
+	}
+
+	cellText := scrapeMetrics(t, cellMetrics)
+	if got := sumMetric(cellText, "cellpay_cell_transactions_total", `cell="cell-m"`); got != n {
+		t.Errorf("cellpay_cell_transactions_total = %v, want %d\n%s", got, n, grep(cellText, "cellpay_"))
+	}
+	if got := sumMetric(cellText, "cellpay_cell_pnr_total", `result="confirmed"`); got != n {
+		t.Errorf("cellpay_cell_pnr_total{confirmed} = %v, want %d", got, n)
+	}
+	if got := sumMetric(cellText, "cellpay_cell_issuer_duration_seconds_count", `method="authorize"`); got != n {
+		t.Errorf("issuer calls = %v, want %d", got, n)
+	}
+	if got := sumMetric(cellText, "cellpay_refdata_serving", `cell="cell-m"`); got != 1 {
+		t.Errorf("cellpay_refdata_serving = %v\n%s", got, grep(cellText, "cellpay_refdata_"))
+	}
+
+	issuer := scrapeMetrics(t, issuerMetrics)
+	if !strings.Contains(issuer, `service_name="issuersim"`) || !strings.Contains(issuer, "rpc_server_") {
+		t.Errorf("issuer simulator metrics:\n%s", issuer)
+	}
+
+	for name, text := range map[string]string{"gtr": gtr, "cell": cellText, "issuersim": issuer} {
+		for _, pan := range pans {
+			if strings.Contains(text, pan) {
+				t.Errorf("a full card number in the %s metrics", name)
+			}
+		}
+	}
+}
+
+func scrapeMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %d %v", addr, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// sumMetric adds the samples of name (exactly: not its _bucket or _sum)
+// whose labels contain every one of labels.
+func sumMetric(text, name string, labels ...string) float64 {
+	var sum float64
+	for line := range strings.Lines(text) {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(rest, '}')
+		if i < 0 {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(rest[:i], l)
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(rest[i+1:]), 64); match && err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// grep keeps the lines of text that start with prefix.
+func grep(text, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(line, prefix) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
