@@ -71,8 +71,6 @@ type Config struct {
 	// BootstrapFile, if set, is served as version 0 by a cell that has no
 	// stored version.
 	BootstrapFile string
-	// MetricsListen, if set, serves Prometheus text at /metrics.
-	MetricsListen string
 	// StatusInterval is how often the status is published; default
 	// refdata.StatusInterval.
 	StatusInterval time.Duration
@@ -258,18 +256,12 @@ func (s *Syncer) natsVersion() uint64 {
 	return s.cur.Seq()
 }
 
-// Run consumes versions from NATS, reports status and serves metrics
-// until ctx ends. Without a NATS URL it only serves metrics.
+// Run consumes versions from NATS and reports status until ctx ends.
+// Without a NATS URL it waits for ctx. Its metrics are registered on the
+// process's meter with RegisterMetrics.
 func (s *Syncer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if s.cfg.MetricsListen != "" {
-		stop, err := s.serveMetrics(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	if s.cfg.NATSURL == "" {
 		<-ctx.Done()
 		return nil

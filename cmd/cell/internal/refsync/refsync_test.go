@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -290,50 +289,6 @@ func scrape(t *testing.T, addr string) string {
 		t.Fatalf("scrape: %d %v\n%s", resp.StatusCode, err, b)
 	}
 	return string(b)
-}
-
-// A Syncer with MetricsListen serves its metrics on its own.
-func TestServesMetricsAlone(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(ctxT(t), Config{CellID: "c", Store: &fakeStore{}, BootstrapFile: "../../../../config/refdata.json", MetricsListen: addr, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctxT(t))
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var metrics string
-	eventually(t, "metrics", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			metrics = scrape(t, addr)
-		}
-		return err == nil
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		`cellpay_refdata_version{cell="c",service_instance_id="c",service_name="cell"} 0`,
-		`cellpay_refdata_serving{cell="c",service_instance_id="c",service_name="cell"} 1`,
-		`cellpay_refdata_nats_connected{cell="c",service_instance_id="c",service_name="cell"} 0`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Fatalf("metrics lack %s:\n%s", want, metrics)
-		}
-	}
-	if c, err := net.Dial("tcp", addr); err == nil {
-		c.Close()
-		t.Fatal("metrics still served after Run returned")
-	}
 }
 
 func TestBootstrap(t *testing.T) {

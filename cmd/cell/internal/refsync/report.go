@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellpay/cellpay/internal/refdata"
-	"github.com/cellpay/cellpay/internal/telemetry"
 )
 
 // reportLoop publishes the status every StatusInterval and whenever the
@@ -93,27 +92,3 @@ func (s *Syncer) RegisterMetrics(m metric.Meter) (metric.Registration, error) {
 		return nil
 	}, version, serving, staleness, applied, refused, lastApply, connected)
 }
-
-// serveMetrics serves the reference data metrics alone at MetricsListen,
-// for a Syncer used without a process's telemetry; a cell leaves
-// MetricsListen empty and calls RegisterMetrics on its own provider.
-func (s *Syncer) serveMetrics(ctx context.Context) (stop func(), err error) {
-	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: s.cfg.CellID,
-		Labels: map[string]string{"cell": s.cfg.CellID}, MetricsListen: s.cfg.MetricsListen, Log: s.cfg.Log})
-	if err != nil {
-		return nil, fmt.Errorf("refsync: %w", err)
-	}
-	shutdown := func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}
-	if _, err := s.RegisterMetrics(tel.Meter(meterName)); err != nil {
-		shutdown()
-		return nil, err
-	}
-	return shutdown, nil
-}
-
-// meterName is the instrumentation scope of the reference data metrics.
-const meterName = "github.com/cellpay/cellpay/cmd/cell/internal/refsync"
