@@ -18,8 +18,8 @@
 // With NATS down it keeps serving what it has.
 //
 // It reports the served version on NATS (refdata.StatusSubjectPrefix + cell
-// ID) and in Prometheus text on an optional metrics listener, staleness
-// (the age of the served version) included.
+// ID) and as metrics on the cell's meter (RegisterMetrics), staleness (the
+// age of the served version) included.
 package refsync
 
 import (
