@@ -75,6 +75,7 @@ func configure(args []string) (platform.Config, error) {
 	nats := fs.String("nats", env("CELLPAY_NATS", "auto"), "run NATS with JetStream and the replicator: on, off, or auto (on when nats-server is installed) (CELLPAY_NATS)")
 	fs.StringVar(&cfg.NATSAddr, "nats-addr", env("CELLPAY_NATS_ADDR", platform.DefaultNATSAddr), "NATS listen address (CELLPAY_NATS_ADDR)")
 	fs.StringVar(&cfg.RefDataSource, "refdata-source", env("CELLPAY_REFDATA_SOURCE", "config/refdata"), "reference data folder the replicator publishes (CELLPAY_REFDATA_SOURCE)")
+	fs.BoolVar(&cfg.Metrics, "metrics", envBool("CELLPAY_METRICS", true), "serve /metrics beside each component, on its port + 2000 (CELLPAY_METRICS)")
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -115,6 +116,10 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 		fmt.Fprintf(w, "  NATS               off: cells serve the reference data file, changes stay in this GTR\n")
 	}
 	fmt.Fprintf(w, "  admin token        %s\n", p.AdminTokenFile())
+	if cfg.Metrics {
+		fmt.Fprintf(w, "  metrics            http://%s/metrics (GTR), http://%s/metrics (cell-a), ... port + 2000 of each\n",
+			platform.MetricsAddr(cfg.GTRAddr), platform.MetricsAddr(cfg.Cells[0].Addr))
+	}
 	fmt.Fprintf(w, "  logs               %s\n\n", p.LogDir())
 	fmt.Fprintf(w, "Try:\n  grpcurl -plaintext -d '%s' %s cellpay.v1.Payments/SubmitTransaction\n", demoTransaction, cfg.GTRAddr)
 	fmt.Fprintf(w, "  GTR_ADMIN_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n\n", p.AdminTokenFile(), cfg.AdminAddr)
@@ -160,6 +165,13 @@ func env(key, def string) string {
 func envInt(key string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(key)); err == nil {
 		return n
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
+		return v
 	}
 	return def
 }

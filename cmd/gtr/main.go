@@ -8,13 +8,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
+	"github.com/cellpay/cellpay/internal/logging"
 )
 
 func env(name, def string) string {
@@ -38,7 +38,8 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", env("GTR_METRICS_LISTEN", ""), "address for Prometheus /metrics, e.g. 127.0.0.1:9070 (env GTR_METRICS_LISTEN); \"\" for none. Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
 	flag.Parse()
-	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("replica", cfg.ReplicaID)
+	log, closeLog := logging.New(os.Stderr)
+	cfg.Log = log.With("replica", cfg.ReplicaID)
 	tok, err := adminToken(tokenFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gtr:", err)
@@ -46,8 +47,10 @@ func main() {
 	}
 	cfg.AdminToken = tok
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := gtr.Run(ctx, cfg); err != nil {
+	err = gtr.Run(ctx, cfg)
+	stop()
+	closeLog()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gtr:", err)
 		os.Exit(1)
 	}

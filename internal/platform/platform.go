@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,8 +69,12 @@ type Config struct {
 	// the PATH or /usr/sbin/nats-server), points the cells and the GTR at
 	// it, and, if RefDataSource is set, publishes that folder's reference
 	// data snapshot with the replicator before the cells start.
-	NATS          bool
-	NATSAddr      string
+	NATS     bool
+	NATSAddr string
+	// Metrics, when true, gives the GTR, every cell and the issuer
+	// simulator a /metrics listener on the same host, port + 2000 (GTR
+	// :7070 → :9070, cell-a :7081 → :9081), as DESIGN.md's local defaults.
+	Metrics       bool
 	NATSServerBin string
 	RefDataSource string
 }
@@ -232,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		}
 	}
 
-	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", "-listen", cfg.IssuerAddr)
+	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", append([]string{"-listen", cfg.IssuerAddr}, p.metricsArgs(cfg.IssuerAddr)...)...)
 	for _, cell := range cfg.Cells {
 		p.add(cell.ID, cell.Addr, "cell",
 			"-id", cell.ID,
@@ -241,9 +246,11 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-issuer", cfg.IssuerAddr,
 			"-refdata", cfg.RefData,
 			"-pan-key-file", panKey)
+		p.procs[cell.ID].args = append(p.procs[cell.ID].args, p.metricsArgs(cell.Addr)...)
 	}
 	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
 		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"))
+	p.procs[GTR].args = append(p.procs[GTR].args, p.metricsArgs(cfg.GTRAddr)...)
 
 	for _, proc := range p.order {
 		if err := proc.start(ctx); err != nil {
@@ -503,6 +510,30 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
+	}
+	return nil
+}
+
+// MetricsAddr is where the component listening on addr serves /metrics
+// when Config.Metrics is set: the same host, port + 2000.
+func MetricsAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n+2000 > 65535 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+2000))
+}
+
+func (p *Platform) metricsArgs(addr string) []string {
+	if !p.cfg.Metrics {
+		return nil
+	}
+	if m := MetricsAddr(addr); m != "" {
+		return []string{"-metrics-listen", m}
 	}
 	return nil
 }
