@@ -1,11 +1,28 @@
 // Package model holds a property test of Cellpay's failover protocol: a
-// compact, deterministic reimplementation of the decision rules of the GTR
-// (route by ranking, re-route only before a PNR is observed, coalesce
-// duplicates), the cells (insert, durable mark-sending, issuer, persist;
-// received becomes abandoned on restart; a reconciler resolves sending
-// records by inquiry) and the issuer (dedupe by ID), driven by rapid
-// through crashes, restarts, timeouts and message reordering, with
-// DESIGN.md's invariants checked after every step.
+// compact, deterministic reimplementation of the decision rules of
+//
+//   - the GTR (payments.go): replicas, each coalescing concurrent
+//     duplicates of one ID and payload and remembering, in a bounded FIFO
+//     cache, the cell a re-routed transaction completed on; route by
+//     ranking with that cell promoted; last_resort on the last attempt;
+//     the PNR handshake: Proceed only for the live attempt whose timer has
+//     not fired, then never a re-route;
+//   - the cells (orchestrator machine and server driver): insert, or the
+//     idempotency rules on an existing record (other payload:
+//     ALREADY_EXISTS; sending or final: reply; received: wait; abandoned:
+//     re-routable unless last_resort, then reclaim); nothing persisted
+//     from received once the stream is cancelled; record sending, send the
+//     PNR, call the issuer only after Proceed, revert to abandoned when the
+//     stream ends without it; received becomes abandoned on restart;
+//   - the reconciler: inquiry only, for sending records no attempt in
+//     the process is working on; the issuer's outcome if it has one, FAILED
+//     issuer_not_reached once the record's own issuer request can no
+//     longer arrive (the model's NotFoundAfter);
+//   - the issuer: dedupe by ID, inquiry;
+//
+// driven by rapid through crashes, restarts, attempt timeouts, caller
+// deadlines, issuer timeouts, lost issuer messages and reordering, with
+// DESIGN.md's invariants checked after every step and after healing.
 //
 // The model is not the production code (that lives under cmd/*/internal
 // and cannot be imported here); it is the protocol the code must follow.

@@ -12,8 +12,22 @@ import (
 // invariants catch each break.
 type Rules struct {
 	// RerouteAfterPNR: the GTR restarts an attempt on the next cell when
-	// its stream breaks, even after it observed the PNR.
+	// its stream breaks (or the cell says re-routable) after it sent
+	// Proceed.
 	RerouteAfterPNR bool
+	// ProceedAfterTimeout: the GTR answers a PointOfNoReturn with Proceed
+	// even for an attempt it has already given up (its timer fired, it
+	// re-routed, or the caller's deadline passed): payments.go ignoring
+	// timer.Stop()'s result.
+	ProceedAfterTimeout bool
+	// IssuerWithoutProceed: the cell calls the issuer as soon as it has
+	// recorded sending, without waiting for the GTR's Proceed (the
+	// protocol before the handshake).
+	IssuerWithoutProceed bool
+	// ReconcilerResends: the reconciler sends the authorization again when
+	// the inquiry finds nothing, instead of waiting out the grace period
+	// and recording FAILED.
+	ReconcilerResends bool
 	// IssuerNoDedupe: the issuer applies every request, not one per ID.
 	IssuerNoDedupe bool
 	// IgnorePayload: a cell answers a replay from its record without
@@ -21,7 +35,18 @@ type Rules struct {
 	IgnorePayload bool
 }
 
-const numCells = 3
+const (
+	numCells = 3
+	// numReplicas is the number of GTR replicas. Each has its own
+	// coalescing and its own remembered-cell cache.
+	numReplicas = 2
+	// rememberCap bounds each replica's remembered-cell cache (Remember in
+	// payments.Config, 100,000 by default); the oldest entry goes first.
+	rememberCap = 2
+)
+
+// reasonNotReached is reconcile.ReasonNotReached.
+const reasonNotReached = "issuer_not_reached"
 
 // payload is a request's content, reduced to what decides its outcome:
 // payload%3 == 0 is approved by the issuer, 1 declined by the issuer, 2
@@ -47,6 +72,8 @@ func (r result) final() bool {
 	return r.status == "APPROVED" || r.status == "DECLINED" || r.status == "FAILED"
 }
 
+func (r result) notReached() bool { return r.status == "FAILED" && r.reason == reasonNotReached }
+
 type state string
 
 const (
@@ -54,6 +81,7 @@ const (
 	sending   state = "sending"
 	approved  state = "approved"
 	declined  state = "declined"
+	failed    state = "failed"
 	abandoned state = "abandoned"
 )
 
@@ -62,6 +90,9 @@ type record struct {
 	payload payload
 	auth    string
 	reason  string
+	// attempt is the attempt that wrote the record (Insert or Reclaim):
+	// the reconciler's grace waits for that attempt's issuer request.
+	attempt attemptKey
 }
 
 func (r *record) result() result {
@@ -72,48 +103,95 @@ func (r *record) result() result {
 		return result{status: "APPROVED", auth: r.auth}
 	case declined:
 		return result{status: "DECLINED", reason: r.reason}
+	case failed:
+		return result{status: "FAILED", reason: r.reason}
 	}
 	return result{status: "INTERNAL"}
 }
 
 func (r *record) pastPNR() bool {
-	return r.state == sending || r.state == approved || r.state == declined
+	return r.state != received && r.state != abandoned
 }
 
-type cell struct {
-	up    bool
-	epoch int // bumped by a crash: in-memory work of older epochs is gone
-	db    map[string]*record
-	// cancelled are the attempts whose GTR stream was cancelled, as the
-	// cell has seen (in memory).
-	cancelled map[attemptKey]bool
-}
-
+// attemptKey names one attempt: the GTR call and its attempt number.
 type attemptKey struct {
 	call    int
 	attempt int
 }
 
-// call is one SubmitTransaction at the GTR.
+// noAttempt marks an issuer request no attempt made (a reconciler's
+// resend).
+var noAttempt = attemptKey{-1, -1}
+
+type cell struct {
+	up    bool
+	epoch int // bumped by a crash: in-memory work of older epochs is gone
+	db    map[string]*record
+	// awaiting: attempts that recorded sending, sent their PNR and wait
+	// for the GTR's Proceed (confirmPNR's stream.Recv), by ID.
+	awaiting map[attemptKey]string
+	// issuerWait: attempts waiting for the issuer's answer, by ID.
+	issuerWait map[attemptKey]string
+}
+
+// replica is one GTR process.
+type replica struct {
+	// moved is the remembered-cell cache: for transactions completed on a
+	// later attempt, the cell that completed them; order is FIFO
+	// eviction, as moved.go's ring.
+	moved map[string]int
+	order []string
+}
+
+func (r *replica) remember(id string, cell int) {
+	if _, ok := r.moved[id]; !ok {
+		if len(r.order) == rememberCap {
+			delete(r.moved, r.order[0])
+			r.order = r.order[1:]
+		}
+		r.order = append(r.order, id)
+	}
+	r.moved[id] = cell
+}
+
+// promote moves the remembered cell of id to the front of ranked.
+func (r *replica) promote(id string, ranked []int) []int {
+	c, ok := r.moved[id]
+	if !ok {
+		return ranked
+	}
+	i := slices.Index(ranked, c)
+	if i <= 0 {
+		return ranked
+	}
+	out := append([]int{c}, ranked[:i]...)
+	return append(out, ranked[i+1:]...)
+}
+
+// call is one SubmitTransaction flight at a GTR replica.
 type call struct {
 	n       int
+	replica int
 	id      string
 	payload payload
 	ranking []int
-	attempt int // index into ranking
-	pnr     bool
+	attempt int  // index into ranking
+	pnr     bool // Proceed sent for the current attempt
 	done    bool
 	answer  result
 	joined  int // coalesced duplicates answered with this call
 }
 
+func (c *call) key() attemptKey { return attemptKey{c.n, c.attempt} }
+
 type msgKind int
 
 const (
-	mProcess    msgKind = iota // GTR -> cell: start an attempt
+	mProcess    msgKind = iota // GTR -> cell: start an attempt (opens its stream)
 	mCancel                    // GTR -> cell: the attempt's stream is cancelled
-	mMarkSend                  // cell, in memory: mark sending
-	mAuthorize                 // cell, in memory: call the issuer
+	mProceed                   // GTR -> cell: confirms the point of no return
+	mMarkSend                  // cell, in memory: persist from received (decline or sending)
+	mWait                      // cell, in memory: wait for a concurrent attempt at the ID
 	mPNR                       // cell -> GTR on the attempt's stream
 	mResult                    // cell -> GTR on the attempt's stream
 	mReroutable                // cell -> GTR on the attempt's stream
@@ -121,63 +199,97 @@ const (
 	mIssuerResp                // issuer -> cell
 )
 
-var kindNames = [...]string{"process", "cancel", "mark-sending", "authorize", "pnr", "result", "reroutable", "issuer-request", "issuer-response"}
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response"}
 
 type msg struct {
-	kind    msgKind
-	call    int // call number
-	attempt int
-	cell    int
-	epoch   int // the cell's epoch, for messages that live in its memory or answer it
-	id      string
-	payload payload
-	res     result
+	kind       msgKind
+	call       int
+	attempt    int
+	cell       int
+	epoch      int // the cell's epoch, for messages that live in its memory or answer it
+	id         string
+	payload    payload
+	lastResort bool
+	healthy    bool // Reroutable: cell_healthy
+	res        result
 	// recPayload is the payload of the record a result was read from.
 	recPayload payload
+	// unconfirmed: a PENDING read from a sending record whose attempt is
+	// still waiting for its Proceed (TestKnownGaps).
+	unconfirmed bool
 }
 
-func (m msg) String() string {
-	return fmt.Sprintf("%s(%s call %d attempt %d cell %d)", kindNames[m.kind], m.id, m.call, m.attempt, m.cell)
+func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
+
+func (x msg) String() string {
+	return fmt.Sprintf("%s(%s call %d attempt %d cell %d)", kindNames[x.kind], x.id, x.call, x.attempt, x.cell)
 }
 
-func (m msg) stream() bool { return m.kind == mPNR || m.kind == mResult || m.kind == mReroutable }
+func (x msg) stream() bool { return x.kind == mPNR || x.kind == mResult || x.kind == mReroutable }
 
 // answered is one answer a partner got.
 type answered struct {
-	payload payload
-	res     result
+	payload     payload
+	res         result
+	unconfirmed bool
 }
 
 // model is the whole system. It is deterministic: every choice is made by
 // the caller (rapid, or a scripted test).
 type model struct {
-	rules   Rules
-	cells   [numCells]*cell
-	calls   []*call
-	pool    []msg
-	effects map[string]int
-	outcome map[string]result // the issuer's first outcome per ID
-	answers map[string][]answered
-	// violations are rule breaks seen as they happen (a re-route after a
-	// PNR); check reports them.
+	rules    Rules
+	cells    [numCells]*cell
+	replicas [numReplicas]*replica
+	calls    []*call
+	pool     []msg
+	effects  map[string]int
+	outcome  map[string]result // the issuer's first outcome per ID
+	answers  map[string][]answered
+	// proceeded: attempts the GTR sent Proceed to. cancelled: attempts
+	// whose stream the GTR cancelled and the cell has seen cancelled (a
+	// property of the stream, not of the cell's memory).
+	proceeded map[attemptKey]bool
+	cancelled map[attemptKey]bool
+	// contradicted: IDs the issuer applied after a cell had recorded them
+	// FAILED issuer_not_reached (TestKnownGaps).
+	contradicted map[string]bool
+	// violations are rule breaks seen as they happen; check reports them.
 	violations []string
 	log        []string
-	// strictReuse checks ALREADY_EXISTS across cells: no two payloads of
-	// one ID ever both get a non-error answer. The protocol does not keep
-	// it yet (TestKnownGaps); by default only a cell holding the record
-	// must refuse another payload.
-	strictReuse bool
+
+	// Known gaps (TestKnownGaps). strictReuse checks ALREADY_EXISTS across
+	// cells: no two payloads of one ID ever both get a non-error answer.
+	// strictNotReached: a FAILED issuer_not_reached record is never
+	// contradicted by a later issuer effect. cancelOvertakes lets a
+	// stream's cancellation reach the cell before a Proceed sent on it
+	// (grpc-go's server Recv selects at random between a buffered message
+	// and a done context). strictUnconfirmed: no PENDING is answered from
+	// a sending record whose handshake is still under way (it may yet
+	// revert to abandoned). By default the first, second and fourth are
+	// tolerated where they happen and the third is not modelled.
+	strictReuse       bool
+	strictNotReached  bool
+	cancelOvertakes   bool
+	strictUnconfirmed bool
 }
 
 func newModel(rules Rules) *model {
-	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{}}
+	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
+		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, contradicted: map[string]bool{}}
 	for i := range m.cells {
-		m.cells[i] = &cell{up: true, db: map[string]*record{}, cancelled: map[attemptKey]bool{}}
+		m.cells[i] = &cell{up: true, db: map[string]*record{}, awaiting: map[attemptKey]string{}, issuerWait: map[attemptKey]string{}}
+	}
+	for i := range m.replicas {
+		m.replicas[i] = &replica{moved: map[string]int{}}
 	}
 	return m
 }
 
 func (m *model) logf(format string, args ...any) { m.log = append(m.log, fmt.Sprintf(format, args...)) }
+
+func (m *model) violate(format string, args ...any) {
+	m.violations = append(m.violations, fmt.Sprintf(format, args...))
+}
 
 // ranking is the route for an ID: a fixed permutation of the cells, as
 // rendezvous hashing gives one per key.
@@ -192,36 +304,34 @@ func ranking(id string) []int {
 
 // --- GTR ---
 
-// submit is a partner's SubmitTransaction.
-func (m *model) submit(id string, p payload) {
+// submit is a partner's SubmitTransaction at GTR replica r.
+func (m *model) submit(r int, id string, p payload) {
 	for _, c := range m.calls {
-		if c.id == id && !c.done {
-			if c.payload == p {
-				c.joined++ // coalesced: answered when c is
-				m.logf("submit %s payload %d: coalesced into call %d", id, p, c.n)
-			} else {
-				m.answer(id, p, result{status: "ALREADY_EXISTS"})
-				m.logf("submit %s payload %d: ALREADY_EXISTS (in flight with payload %d)", id, p, c.payload)
-			}
+		if c.replica == r && c.id == id && c.payload == p && !c.done {
+			c.joined++ // singleflight on ID and payload: answered when c is
+			m.logf("submit %s payload %d at gtr %d: coalesced into call %d", id, p, r, c.n)
 			return
 		}
 	}
-	c := &call{n: len(m.calls), id: id, payload: p, ranking: ranking(id)}
+	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: m.replicas[r].promote(id, ranking(id))}
 	m.calls = append(m.calls, c)
-	m.logf("submit %s payload %d: call %d", id, p, c.n)
-	m.send(msg{kind: mProcess, call: c.n, attempt: 0, cell: c.ranking[0], id: id, payload: p})
+	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v", id, p, r, c.n, c.ranking)
+	m.startAttempt(c)
+}
+
+func (m *model) startAttempt(c *call) {
+	m.send(msg{kind: mProcess, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id, payload: c.payload,
+		lastResort: c.attempt == len(c.ranking)-1})
 }
 
 func (m *model) send(x msg) { m.pool = append(m.pool, x) }
 
-func (m *model) answer(id string, p payload, r result) {
-	m.answers[id] = append(m.answers[id], answered{payload: p, res: r})
-}
+func (m *model) finish(c *call, r result) { m.finishFrom(c, r, false) }
 
-func (m *model) finish(c *call, r result) {
+func (m *model) finishFrom(c *call, r result, unconfirmed bool) {
 	c.done, c.answer = true, r
 	for range c.joined + 1 {
-		m.answer(c.id, c.payload, r)
+		m.answers[c.id] = append(m.answers[c.id], answered{payload: c.payload, res: r, unconfirmed: unconfirmed})
 	}
 	m.logf("call %d (%s) answered %v", c.n, c.id, r)
 }
@@ -232,14 +342,15 @@ func (m *model) current(x msg) (*call, bool) {
 	return c, !c.done && c.attempt == x.attempt
 }
 
-// broken is the GTR's rule for an attempt that ended without an outcome.
+// broken is the GTR's rule for an attempt that ended without an outcome:
+// after Proceed the cell owns it (PENDING); before, the next cell.
 func (m *model) broken(c *call, why string) {
 	if c.pnr && !m.rules.RerouteAfterPNR {
 		m.finish(c, result{status: "PENDING"})
 		return
 	}
 	if c.pnr {
-		m.violations = append(m.violations, fmt.Sprintf("no re-route after a PNR: call %d (%s) re-routed (%s)", c.n, c.id, why))
+		m.violate("no re-route after a PNR: call %d (%s) re-routed after Proceed (%s)", c.n, c.id, why)
 	}
 	c.attempt++
 	c.pnr = false
@@ -248,34 +359,81 @@ func (m *model) broken(c *call, why string) {
 		return
 	}
 	m.logf("call %d (%s) re-routed to cell %d: %s", c.n, c.id, c.ranking[c.attempt], why)
-	m.send(msg{kind: mProcess, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id, payload: c.payload})
+	m.startAttempt(c)
 }
 
-// gtrTimeout is the attempt timer (before the PNR) or the caller's
-// deadline (after it) firing for a live call.
-func (m *model) gtrTimeout(c *call) {
+// cancel cancels the stream of c's current attempt.
+func (m *model) cancel(c *call) {
+	m.send(msg{kind: mCancel, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id})
+}
+
+// attemptTimeout fires the attempt timer of a live call that has not sent
+// Proceed (Proceed stops it): cancel, and try the next cell.
+func (m *model) attemptTimeout(c *call) {
+	m.cancel(c)
+	m.broken(c, "attempt timeout")
+}
+
+// deadline is the caller's deadline passing for a live call: PENDING after
+// Proceed, DEADLINE_EXCEEDED before; the stream is cancelled either way.
+func (m *model) deadline(c *call) {
+	m.cancel(c)
 	if c.pnr {
 		m.finish(c, result{status: "PENDING"})
+	} else {
+		m.finish(c, result{status: "DEADLINE_EXCEEDED"})
+	}
+}
+
+// onPNR is the handshake at the GTR: Proceed only for the live attempt.
+func (m *model) onPNR(x msg) {
+	c, ok := m.current(x)
+	switch {
+	case ok && !c.pnr:
+		c.pnr = true // the attempt timer is stopped: never re-routed now
+	case ok:
+		return // a duplicate event
+	case !m.rules.ProceedAfterTimeout:
+		m.logf("call %d: PNR of an attempt given up, no Proceed", x.call)
 		return
 	}
-	m.send(msg{kind: mCancel, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt]})
-	m.broken(c, "attempt timeout")
+	k := x.key()
+	if !ok {
+		m.violate("no Proceed for an attempt given up: call %d (%s) attempt %d at cell %d confirmed after the GTR gave it up",
+			x.call, x.id, x.attempt, x.cell)
+	}
+	for p := range m.proceeded {
+		if p.call == k.call && p != k {
+			m.violate("one Proceed per call: call %d (%s) confirmed attempts %d and %d", k.call, x.id, p.attempt, k.attempt)
+		}
+	}
+	m.proceeded[k] = true
+	m.send(msg{kind: mProceed, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
 }
 
 // --- delivery ---
 
 // deliverable lists the pool indexes that may be delivered next: every
-// message, except that a stream keeps its order.
+// message, except that a stream keeps its order, and (unless
+// cancelOvertakes) a cancellation does not overtake a Proceed.
 func (m *model) deliverable() []int {
 	var out []int
 	seen := map[attemptKey]bool{}
+	proceeding := map[attemptKey]bool{}
+	for _, x := range m.pool {
+		if x.kind == mProceed {
+			proceeding[x.key()] = true
+		}
+	}
 	for i, x := range m.pool {
 		if x.stream() {
-			k := attemptKey{x.call, x.attempt}
-			if seen[k] {
+			if seen[x.key()] {
 				continue
 			}
-			seen[k] = true
+			seen[x.key()] = true
+		}
+		if x.kind == mCancel && proceeding[x.key()] && !m.cancelOvertakes {
+			continue
 		}
 		out = append(out, i)
 	}
@@ -286,9 +444,10 @@ func (m *model) deliver(i int) {
 	x := m.pool[i]
 	m.pool = slices.Delete(m.pool, i, i+1)
 	m.logf("deliver %v", x)
+	cl := m.cells[x.cell]
 	switch x.kind {
 	case mProcess:
-		if !m.cells[x.cell].up {
+		if !cl.up {
 			if c, ok := m.current(x); ok {
 				m.broken(c, "cell down")
 			}
@@ -296,37 +455,46 @@ func (m *model) deliver(i int) {
 		}
 		m.process(x)
 	case mCancel:
-		if m.cells[x.cell].up {
-			m.cells[x.cell].cancelled[attemptKey{x.call, x.attempt}] = true
+		m.cancelled[x.key()] = true
+		if _, ok := cl.awaiting[x.key()]; ok && cl.up {
+			m.refused(x)
 		}
-	case mMarkSend, mAuthorize, mIssuerResp:
-		cl := m.cells[x.cell]
+	case mProceed:
+		if _, ok := cl.awaiting[x.key()]; ok && cl.up && cl.epoch == x.epoch {
+			delete(cl.awaiting, x.key())
+			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
+			m.callIssuer(x.cell, x.key(), x.id, cl.db[x.id].payload)
+		}
+	case mMarkSend, mWait, mIssuerResp:
 		if !cl.up || cl.epoch != x.epoch {
 			return // in the memory of a process that is gone
 		}
 		switch x.kind {
 		case mMarkSend:
 			m.markSending(x)
-		case mAuthorize:
-			m.send(msg{kind: mIssuerReq, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, payload: x.payload})
+		case mWait:
+			m.waited(x)
 		default:
-			m.persistOutcome(x)
+			if _, ok := cl.issuerWait[x.key()]; ok {
+				delete(cl.issuerWait, x.key())
+				m.persistOutcome(x)
+			}
 		}
 	case mIssuerReq:
 		r := m.authorize(x.id, x.payload)
 		m.send(msg{kind: mIssuerResp, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, res: r})
 	case mPNR:
-		if c, ok := m.current(x); ok {
-			c.pnr = true
-		}
+		m.onPNR(x)
 	case mResult:
 		if c, ok := m.current(x); ok {
 			if !x.res.isError() && x.recPayload != c.payload {
-				m.violations = append(m.violations, fmt.Sprintf(
-					"same ID, other payload, ALREADY_EXISTS: cell %d answered %s payload %d from a record of payload %d",
-					x.cell, c.id, c.payload, x.recPayload))
+				m.violate("same ID, other payload, ALREADY_EXISTS: cell %d answered %s payload %d from a record of payload %d",
+					x.cell, c.id, c.payload, x.recPayload)
 			}
-			m.finish(c, x.res)
+			if !x.res.isError() && c.attempt > 0 {
+				m.replicas[c.replica].remember(c.id, x.cell)
+			}
+			m.finishFrom(c, x.res, x.unconfirmed)
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
@@ -337,87 +505,150 @@ func (m *model) deliver(i int) {
 
 // --- cell ---
 
+func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
+	m.send(msg{kind: kind, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: r, recPayload: recPayload})
+}
+
 func (m *model) process(x msg) {
 	cl := m.cells[x.cell]
-	reply := func(kind msgKind, r result) {
-		m.send(msg{kind: kind, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: r, recPayload: x.payload})
-	}
-	if rec, ok := cl.db[x.id]; ok {
-		switch {
-		case rec.payload != x.payload && !m.rules.IgnorePayload:
-			reply(mResult, result{status: "ALREADY_EXISTS"})
-			return
-		case rec.state == received:
-			reply(mResult, result{status: "ABORTED"}) // in progress here
-			return
-		case rec.state != abandoned:
-			m.send(msg{kind: mResult, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: rec.result(), recPayload: rec.payload})
-			return
-		}
-		// Abandoned: restart, not resume.
-	}
-	rec := &record{state: received, payload: x.payload}
-	cl.db[x.id] = rec
-	if x.payload%3 == 2 {
-		rec.state, rec.reason = declined, "amount_limit"
-		reply(mResult, rec.result())
+	if m.cancelled[x.key()] {
+		m.reply(x, mReroutable, result{}, 0) // Insert under a cancelled context
 		return
 	}
+	if rec, ok := cl.db[x.id]; ok && !m.existing(x, rec) {
+		return
+	}
+	cl.db[x.id] = &record{state: received, payload: x.payload, attempt: x.key()} // Insert, or Reclaim
 	m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id, payload: x.payload})
 }
 
+// existing is Machine.existing: it answers from a record the cell has, and
+// reports whether the attempt reclaims an abandoned record instead.
+func (m *model) existing(x msg, rec *record) (reclaim bool) {
+	switch {
+	case rec.payload != x.payload && !m.rules.IgnorePayload:
+		m.reply(x, mResult, result{status: "ALREADY_EXISTS"}, x.payload)
+	case rec.state == abandoned && !x.lastResort:
+		m.reply(x, mReroutable, result{}, 0) // cell_healthy: it may have completed elsewhere
+	case rec.state == abandoned:
+		m.logf("cell %d: %s reclaimed (last resort)", x.cell, x.id)
+		return true
+	case rec.state == received:
+		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: m.cells[x.cell].epoch, id: x.id, payload: x.payload, lastResort: x.lastResort})
+	case rec.state == sending:
+		_, handshaking := m.cells[x.cell].awaiting[rec.attempt]
+		m.send(msg{kind: mResult, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: rec.result(),
+			recPayload: rec.payload, unconfirmed: handshaking})
+	default:
+		m.reply(x, mResult, rec.result(), rec.payload)
+	}
+	return false
+}
+
+// waited ends a Wait: the record left received, or the wait timed out
+// (ABORTED, in progress; the GTR passes it to the caller).
+func (m *model) waited(x msg) {
+	rec := m.cells[x.cell].db[x.id]
+	if rec.state == received || m.cancelled[x.key()] {
+		m.reply(x, mResult, result{status: "ABORTED"}, x.payload)
+		return
+	}
+	if m.existing(x, rec) {
+		m.cells[x.cell].db[x.id] = &record{state: received, payload: x.payload, attempt: x.key()}
+		m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, payload: x.payload})
+	}
+}
+
+// markSending is the persist from received: a decline decided before the
+// PNR, or the durable sending record followed by the PNR event. A cell
+// whose stream is cancelled persists nothing from received.
 func (m *model) markSending(x msg) {
 	cl := m.cells[x.cell]
 	rec := cl.db[x.id]
-	if cl.cancelled[attemptKey{x.call, x.attempt}] || rec == nil || rec.state != received {
-		// The GTR gave up on this attempt: stop short of the PNR. The
-		// record stays received until a restart abandons it.
-		m.send(msg{kind: mReroutable, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id})
+	if m.cancelled[x.key()] || rec.state != received || rec.attempt != x.key() {
+		m.reply(x, mReroutable, result{}, 0) // the record stays received until a restart
 		return
 	}
-	rec.state = sending // durable: the point of no return
-	m.send(msg{kind: mPNR, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id})
-	m.send(msg{kind: mAuthorize, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, payload: x.payload})
+	if x.payload%3 == 2 {
+		rec.state, rec.reason = declined, "amount_limit"
+		m.reply(x, mResult, rec.result(), rec.payload)
+		return
+	}
+	rec.state = sending // durable
+	m.send(msg{kind: mPNR, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
+	if m.rules.IssuerWithoutProceed {
+		m.callIssuer(x.cell, x.key(), x.id, x.payload)
+		return
+	}
+	cl.awaiting[x.key()] = x.id
 }
 
-// persistOutcome records the issuer's answer (if the record is still
-// sending: a reconciler may have got there first) and replies.
+// refused is PNRRefused: the stream ended without Proceed. Nothing was
+// sent; the record steps back to abandoned and the attempt is re-routable.
+func (m *model) refused(x msg) {
+	cl := m.cells[x.cell]
+	delete(cl.awaiting, x.key())
+	if rec := cl.db[x.id]; rec.state == sending {
+		rec.state = abandoned
+	}
+	m.logf("cell %d: %s not confirmed, abandoned", x.cell, x.id)
+	m.reply(x, mReroutable, result{}, 0)
+}
+
+func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
+	if !m.proceeded[k] {
+		m.violate("no issuer call without Proceed: cell %d called the issuer for %s (call %d attempt %d) unconfirmed", i, id, k.call, k.attempt)
+	}
+	m.cells[i].issuerWait[k] = id
+	m.send(msg{kind: mIssuerReq, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: id, payload: p})
+}
+
+// persistOutcome records the issuer's answer if the record is still
+// sending, and replies with the record; if it is not (a reconciler got
+// there first), the machine answers PENDING, as its Persist failed.
 func (m *model) persistOutcome(x msg) {
 	rec := m.cells[x.cell].db[x.id]
-	m.settle(rec, x.res)
-	m.send(msg{kind: mResult, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: rec.result(), recPayload: rec.payload})
-}
-
-func (m *model) settle(rec *record, r result) {
 	if rec.state != sending {
+		m.reply(x, mResult, result{status: "PENDING"}, rec.payload)
 		return
 	}
-	if r.status == "APPROVED" {
+	settle(rec, x.res)
+	m.reply(x, mResult, rec.result(), rec.payload)
+}
+
+func settle(rec *record, r result) {
+	switch r.status {
+	case "APPROVED":
 		rec.state, rec.auth = approved, r.auth
-	} else {
+	case "DECLINED":
 		rec.state, rec.reason = declined, r.reason
+	default:
+		rec.state, rec.reason = failed, r.reason
 	}
 }
 
-// issuerTimeout loses an issuer request or response: the cell learns
-// nothing and answers PENDING.
-func (m *model) issuerTimeout(i int) {
-	x := m.pool[i]
+// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout) and
+// answers PENDING. The request or response stays where it is.
+func (m *model) issuerTimeout(i int, k attemptKey) {
+	cl := m.cells[i]
+	id := cl.issuerWait[k]
+	delete(cl.issuerWait, k)
+	m.logf("cell %d: issuer timeout for %s", i, id)
+	m.send(msg{kind: mResult, call: k.call, attempt: k.attempt, cell: i, id: id, res: result{status: "PENDING"}, recPayload: cl.db[id].payload})
+}
+
+// lose drops an issuer request or response in the network.
+func (m *model) lose(i int) {
+	m.logf("lost %v", m.pool[i])
 	m.pool = slices.Delete(m.pool, i, i+1)
-	m.logf("issuer timeout: lost %v", x)
-	cl := m.cells[x.cell]
-	if !cl.up || cl.epoch != x.epoch {
-		return
-	}
-	rec := cl.db[x.id]
-	m.send(msg{kind: mResult, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: result{status: "PENDING"}, recPayload: rec.payload})
 }
 
 func (m *model) crash(i int) {
 	cl := m.cells[i]
 	cl.up = false
 	cl.epoch++
-	cl.cancelled = map[attemptKey]bool{}
+	cl.awaiting = map[attemptKey]string{}
+	cl.issuerWait = map[attemptKey]string{}
 	// Whatever the cell had not yet put on the wire to the GTR is gone.
 	m.pool = slices.DeleteFunc(m.pool, func(x msg) bool { return x.stream() && x.cell == i })
 	m.logf("crash cell %d", i)
@@ -432,7 +663,7 @@ func (m *model) crash(i int) {
 // cell yet (its stream does not exist, so nothing breaks).
 func (m *model) processPending(c *call) bool {
 	return slices.ContainsFunc(m.pool, func(x msg) bool {
-		return x.kind == mProcess && x.call == c.n && x.attempt == c.attempt
+		return x.kind == mProcess && x.key() == c.key()
 	})
 }
 
@@ -441,15 +672,27 @@ func (m *model) restart(i int) {
 	cl.up = true
 	for _, rec := range cl.db {
 		if rec.state == received {
-			rec.state = abandoned // never resume work before the PNR
+			rec.state = abandoned // AbandonUnsent: never resume work before the PNR
 		}
 	}
 	m.logf("restart cell %d", i)
 }
 
-// reconcile resolves a cell's sending records by inquiry. An issuer that
-// has no outcome gets the authorization (again): it dedupes by ID, so a
-// late original is a duplicate, never a second effect.
+// busy is server.Busy: an attempt at id is in progress in cell i's process.
+func (m *model) busy(i int, id string) bool {
+	cl := m.cells[i]
+	if slices.Contains(slices.Collect(maps.Values(cl.awaiting)), id) || slices.Contains(slices.Collect(maps.Values(cl.issuerWait)), id) {
+		return true
+	}
+	return slices.ContainsFunc(m.pool, func(x msg) bool {
+		return x.cell == i && x.id == id && x.epoch == cl.epoch && (x.kind == mMarkSend || x.kind == mWait)
+	})
+}
+
+// reconcile is one reconciler round in cell i: for each sending record not
+// busy, an inquiry. Found: the issuer's outcome. Not found: once the
+// record's own issuer request can no longer arrive (the model's
+// NotFoundAfter), FAILED issuer_not_reached. Never a resend.
 func (m *model) reconcile(i int) {
 	cl := m.cells[i]
 	if !cl.up {
@@ -457,16 +700,29 @@ func (m *model) reconcile(i int) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(cl.db)) {
 		rec := cl.db[id]
-		if rec.state != sending {
+		if rec.state != sending || m.busy(i, id) {
 			continue
 		}
-		r, ok := m.outcome[id]
-		if !ok {
-			r = m.authorize(id, rec.payload)
+		if r, ok := m.outcome[id]; ok {
+			settle(rec, r)
+		} else if m.rules.ReconcilerResends {
+			m.callIssuerDirect(i, id, rec.payload)
+			settle(rec, m.outcome[id])
+		} else if slices.ContainsFunc(m.pool, func(x msg) bool {
+			return x.kind == mIssuerReq && x.cell == i && x.key() == rec.attempt
+		}) {
+			continue // the send may still be on its way
+		} else {
+			rec.state, rec.reason = failed, reasonNotReached
 		}
-		m.settle(rec, r)
 		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
 	}
+}
+
+// callIssuerDirect is a resend from outside any attempt.
+func (m *model) callIssuerDirect(i int, id string, p payload) {
+	m.violate("no issuer call without Proceed: the reconciler of cell %d resent %s", i, id)
+	m.authorize(id, p)
 }
 
 // --- issuer ---
@@ -476,6 +732,14 @@ func (m *model) authorize(id string, p payload) result {
 		return r
 	}
 	m.effects[id]++
+	for i, cl := range m.cells {
+		if rec := cl.db[id]; rec != nil && rec.pastPNR() && rec.result().notReached() {
+			m.contradicted[id] = true
+			if m.strictNotReached {
+				m.violate("FAILED issuer_not_reached is final: the issuer applied %s after cell %d recorded it not reached", id, i)
+			}
+		}
+	}
 	r := result{status: "APPROVED", auth: "A-" + id}
 	if p%3 == 1 {
 		r = result{status: "DECLINED", reason: "do_not_honor"}
@@ -487,6 +751,13 @@ func (m *model) authorize(id string, p payload) result {
 }
 
 // --- invariants ---
+
+// tolerated reports whether a is an answer or record the default checks
+// leave to TestKnownGaps: FAILED issuer_not_reached for an ID the issuer
+// applied afterwards.
+func (m *model) tolerated(id string, r result) bool {
+	return !m.strictNotReached && m.contradicted[id] && r.notReached()
+}
 
 // check returns the first invariant broken so far, if any.
 func (m *model) check() error {
@@ -503,7 +774,7 @@ func (m *model) check() error {
 		var first *answered
 		for i := range as {
 			a := &as[i]
-			if a.res.isError() {
+			if a.res.isError() || m.tolerated(id, a.res) {
 				continue
 			}
 			if first == nil {
@@ -526,24 +797,37 @@ func (m *model) check() error {
 }
 
 // heal ends every fault: cells restart, every message is delivered in
-// order, reconcilers run, and the GTR's calls all end.
+// order, waits on the issuer time out, reconcilers run, and the GTR's
+// calls all end.
 func (m *model) heal() {
 	for i, cl := range m.cells {
 		if !cl.up {
 			m.restart(i)
 		}
 	}
-	for round := 0; ; round++ {
+	for round := 0; round < 20; round++ {
 		for len(m.pool) > 0 {
 			m.deliver(m.deliverable()[0])
+		}
+		for i, cl := range m.cells {
+			for _, k := range slices.SortedFunc(maps.Keys(cl.issuerWait), cmpKey) {
+				m.issuerTimeout(i, k)
+			}
 		}
 		for i := range m.cells {
 			m.reconcile(i)
 		}
-		if len(m.pool) == 0 || round > 10 {
+		if len(m.pool) == 0 {
 			return
 		}
 	}
+}
+
+func cmpKey(a, b attemptKey) int {
+	if a.call != b.call {
+		return a.call - b.call
+	}
+	return a.attempt - b.attempt
 }
 
 // checkHealed checks what must hold once faults heal: every call
@@ -559,17 +843,25 @@ func (m *model) checkHealed() error {
 			return fmt.Errorf("call %d (%s) never answered", c.n, c.id)
 		}
 	}
+	for i, cl := range m.cells {
+		if len(cl.awaiting) > 0 {
+			return fmt.Errorf("cell %d still waits for Proceed: %v", i, cl.awaiting)
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
 		for _, a := range m.answers[id] {
-			if a.res.isError() {
+			if a.res.isError() || m.tolerated(id, a.res) {
 				continue
 			}
+			unconfirmedLost := a.unconfirmed && !m.strictUnconfirmed
 			// Records of the answered payload only: another payload's
 			// record in another cell is the known gap of TestKnownGaps.
 			rec, err := m.agreedRecord(id, a.payload)
 			switch {
 			case err != nil:
 				return err
+			case rec == nil && unconfirmedLost:
+				continue
 			case rec == nil:
 				return fmt.Errorf("lost: %s answered %v, no record past its PNR", id, a.res)
 			case a.res.final() && a.res != *rec:
@@ -583,13 +875,19 @@ func (m *model) checkHealed() error {
 // agreedRecord is the outcome of id's records of payload p past their
 // PNR, which must all be final and agree; nil when there are none.
 func (m *model) agreedRecord(id string, p payload) (*result, error) {
-	var rec *result
-	for i, cl := range m.cells {
-		r, ok := cl.db[id]
+	var rec, notReached *result
+	for i := range m.cells {
+		r, ok := m.cells[i].db[id]
 		if !ok || !r.pastPNR() || r.payload != p {
 			continue
 		}
 		res := r.result()
+		if m.tolerated(id, res) {
+			if notReached == nil {
+				notReached = &res
+			}
+			continue
+		}
 		if !res.final() {
 			return nil, fmt.Errorf("every accepted transaction is final: %s is %s in cell %d", id, r.state, i)
 		}
@@ -597,6 +895,9 @@ func (m *model) agreedRecord(id string, p payload) (*result, error) {
 			return nil, fmt.Errorf("records agree: %s is %v in one cell and %v in cell %d", id, *rec, res, i)
 		}
 		rec = &res
+	}
+	if rec == nil {
+		return notReached, nil
 	}
 	return rec, nil
 }
