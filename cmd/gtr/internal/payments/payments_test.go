@@ -499,3 +499,45 @@ func TestNoAttemptWithoutTime(t *testing.T) {
 		t.Fatal("started an attempt with no time to finish it")
 	}
 }
+
+// TestStreamOutlivesCallerAfterPNR: once the GTR has said Proceed, a caller
+// whose deadline passes gets an answer without the cell's stream being cut:
+// a cancellation could overtake the Proceed, and the cell would step back
+// from a point of no return the GTR promised.
+func TestStreamOutlivesCallerAfterPNR(t *testing.T) {
+	alive := make(chan bool, 1)
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
+		if err := pnr(s); err != nil {
+			alive <- false
+			return err
+		}
+		time.Sleep(400 * time.Millisecond) // the caller's 200ms deadline passes here
+		alive <- s.Context().Err() == nil
+		return approve2(r, s, a.id)
+	}
+	s, _ := setup(t, a)
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// The caller's deadline and the PENDING answer come at the same
+	// moment: either is right.
+	got, err := s.SubmitTransaction(c, req("t-outlive"))
+	if status.Code(err) != codes.DeadlineExceeded && got.GetStatus() != cellpayv1.TransactionStatus_PENDING {
+		t.Fatalf("got %v, %v; want PENDING or DeadlineExceeded for the caller", got, err)
+	}
+	select {
+	case ok := <-alive:
+		if !ok {
+			t.Fatal("the cell's stream was cancelled after Proceed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cell never answered")
+	}
+}
+
+// approve2 sends the result alone (the PNR handshake already happened).
+func approve2(req *cellproto.ProcessRequest, s srv, cell string) error {
+	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: &cellpayv1.Transaction{
+		TransactionId: req.Request.TransactionId, Status: cellpayv1.TransactionStatus_APPROVED, CellId: cell, Attempts: req.Attempt,
+	}}})
+}
