@@ -19,9 +19,10 @@ type Insert struct{ Record *Record }
 // still abandoned. Answer as for Insert.
 type Reclaim struct{ Record *Record }
 
-// Wait waits until another attempt at the same ID in this cell leaves state
-// received. Answer: Existing with the record as it now is; StoreFailed when
-// it does not change in time.
+// Wait waits until another attempt at the same ID in this cell settles: its
+// record leaves state received, and is not in sending while that attempt
+// still runs (it may step back). Answer: Existing with the record as it
+// now is; StoreFailed when it does not settle in time.
 type Wait struct{ TransactionID string }
 
 // CheckVelocity sums this card's transactions since Since that were not
@@ -96,8 +97,13 @@ type Event interface{ isEvent() }
 // Inserted: the record was written.
 type Inserted struct{}
 
-// Existing: the ID is already recorded, as Record.
-type Existing struct{ Record *Record }
+// Existing: the ID is already recorded, as Record. Active is true when
+// another attempt at the ID is still running in this cell process (its
+// record in sending may yet step back to abandoned).
+type Existing struct {
+	Record *Record
+	Active bool
+}
 
 // Velocity: the card's recent count and total in the limit currency.
 type Velocity struct{ Count, Amount int64 }

@@ -241,7 +241,7 @@ func (m *Machine) afterInsert(ev Event) Action {
 	case Inserted:
 		return m.checkRisk()
 	case Existing:
-		return m.existing(ev.Record)
+		return m.existing(ev.Record, ev.Active)
 	case StoreFailed:
 		m.phase = phaseDone
 		if errors.Is(ev.Err, ErrInProgress) {
@@ -255,12 +255,17 @@ func (m *Machine) afterInsert(ev Event) Action {
 }
 
 // existing applies the idempotency rules to a record this cell already has.
-func (m *Machine) existing(prev *Record) Action {
+func (m *Machine) existing(prev *Record, active bool) Action {
 	if err := idempotency.Check(prev.Fingerprint, m.in.Fingerprint); err != nil {
 		m.phase = phaseDone
 		return Reject{Err: err}
 	}
 	switch {
+	case prev.State == StateSending && active:
+		// Another attempt here is between its durable sending state and
+		// the GTR's confirmation: it may yet step back to abandoned, and a
+		// PENDING answer now might never resolve. Wait for it.
+		return Wait{TransactionID: prev.TransactionID}
 	case prev.State.Terminal(), prev.State == StateSending:
 		m.phase = phaseDone
 		m.rec = prev

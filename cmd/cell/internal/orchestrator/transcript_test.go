@@ -196,7 +196,7 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 		return Existing{Record: &Record{
 			TransactionID: "t-1", Fingerprint: fp.Of(other), State: State(args["state"]),
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
-		}}
+		}, Active: args["active"] == "true"}
 	case "velocity":
 		return Velocity{Count: atoi(t, args["count"], 0), Amount: atoi(t, args["amount"], 0)}
 	case "persisted":

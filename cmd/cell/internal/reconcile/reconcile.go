@@ -51,7 +51,10 @@ type Config struct {
 	// records are left alone. Optional.
 	Busy func(id string) bool
 	// Interval between rounds [2s]; MinAge: records younger than this are
-	// left to their attempt [1s]; NotFoundAfter [10s]; Batch per round [500].
+	// left to their attempt [1s]; Batch per round [500]. NotFoundAfter
+	// [20s] must exceed the longest an issuer call can still arrive after
+	// the record was written: the GTR's attempts before it (3 × 2 s) plus
+	// the cell's issuer timeout (5 s), with room to spare.
 	Interval, MinAge, NotFoundAfter time.Duration
 	Batch                           int
 	InquiryTimeout                  time.Duration // [2s]
@@ -70,7 +73,7 @@ func (c *Config) validate() error {
 	}
 	def(&c.Interval, 2*time.Second)
 	def(&c.MinAge, time.Second)
-	def(&c.NotFoundAfter, 10*time.Second)
+	def(&c.NotFoundAfter, 20*time.Second)
 	def(&c.InquiryTimeout, 2*time.Second)
 	if c.Batch <= 0 {
 		c.Batch = 500

@@ -208,9 +208,9 @@ type processStream = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.
 func (s *Server) perform(ctx context.Context, stream processStream, a orchestrator.Action) (orchestrator.Event, context.Context) {
 	switch a := a.(type) {
 	case orchestrator.Insert:
-		return existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
+		return s.existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
 	case orchestrator.Reclaim:
-		return existingOr(s.cfg.Store.Reclaim(ctx, a.Record)), ctx
+		return s.existingOr(s.cfg.Store.Reclaim(ctx, a.Record)), ctx
 	case orchestrator.Wait:
 		return s.wait(ctx, a.TransactionID), ctx
 	case orchestrator.CheckVelocity:
@@ -274,14 +274,22 @@ func (s *Server) confirmPNR(stream processStream, id string) (orchestrator.Event
 	return orchestrator.PNRConfirmed{}, context.WithoutCancel(ctx)
 }
 
-func existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
+func (s *Server) existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
 	switch {
 	case err != nil:
 		return orchestrator.StoreFailed{Err: err}
 	case ok:
 		return orchestrator.Inserted{}
 	}
-	return orchestrator.Existing{Record: existing}
+	return orchestrator.Existing{Record: existing, Active: s.othersBusy(existing.TransactionID)}
+}
+
+// othersBusy reports whether an attempt at id other than the caller's own
+// is in progress in this process (every attempt counts itself in busy).
+func (s *Server) othersBusy(id string) bool {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	return s.busy[id] > 1
 }
 
 // wait polls until another attempt's record leaves state received.
@@ -300,8 +308,9 @@ func (s *Server) wait(ctx context.Context, id string) orchestrator.Event {
 		if err != nil {
 			continue
 		}
-		if r.State != orchestrator.StateReceived {
-			return orchestrator.Existing{Record: r}
+		active := s.othersBusy(id)
+		if r.State != orchestrator.StateReceived && !(r.State == orchestrator.StateSending && active) {
+			return orchestrator.Existing{Record: r, Active: active}
 		}
 	}
 }
