@@ -6,18 +6,22 @@
 //     cache, the cell a re-routed transaction completed on; route by
 //     ranking with that cell promoted; last_resort on the last attempt;
 //     the PNR handshake: Proceed only for the live attempt whose timer has
-//     not fired, then never a re-route;
+//     not fired and whose caller is still there, then never a re-route,
+//     and never a cancellation of that stream: a caller whose deadline
+//     passes after Proceed is answered PENDING and the stream is read on;
 //   - the cells (orchestrator machine and server driver): insert, or the
 //     idempotency rules on an existing record (other payload:
-//     ALREADY_EXISTS; sending or final: reply; received: wait; abandoned:
+//     ALREADY_EXISTS; final, or sending with no other attempt at the ID
+//     running in the process: reply; received, or sending while another
+//     attempt runs: wait until it settles, ABORTED on timeout; abandoned:
 //     re-routable unless last_resort, then reclaim); nothing persisted
 //     from received once the stream is cancelled; record sending, send the
 //     PNR, call the issuer only after Proceed, revert to abandoned when the
 //     stream ends without it; received becomes abandoned on restart;
 //   - the reconciler: inquiry only, for sending records no attempt in
 //     the process is working on; the issuer's outcome if it has one, FAILED
-//     issuer_not_reached once the record's own issuer request can no
-//     longer arrive (the model's NotFoundAfter);
+//     issuer_not_reached once no issuer request of the record's GTR call
+//     can still arrive (the model's NotFoundAfter, 20 s in the code);
 //   - the issuer: dedupe by ID, inquiry;
 //
 // driven by rapid through crashes, restarts, attempt timeouts, caller

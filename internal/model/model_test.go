@@ -33,6 +33,16 @@ type Rules struct {
 	// IgnorePayload: a cell answers a replay from its record without
 	// comparing payloads.
 	IgnorePayload bool
+	// CancelAfterProceed: the caller's deadline cancels the cell's stream
+	// even after Proceed, and grpc-go's server Recv may return that
+	// cancellation before the Proceed sent ahead of it (payments.go before
+	// the stream was detached from the caller's context at the PNR).
+	CancelAfterProceed bool
+	// NoWaitOnSending: a duplicate answers PENDING from a sending record
+	// while another attempt at the ID still runs in the cell's process,
+	// its handshake possibly open (Machine.existing and Server.wait before
+	// they looked at othersBusy).
+	NoWaitOnSending bool
 }
 
 const (
@@ -214,9 +224,6 @@ type msg struct {
 	res        result
 	// recPayload is the payload of the record a result was read from.
 	recPayload payload
-	// unconfirmed: a PENDING read from a sending record whose attempt is
-	// still waiting for its Proceed (TestKnownGaps).
-	unconfirmed bool
 }
 
 func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
@@ -229,9 +236,8 @@ func (x msg) stream() bool { return x.kind == mPNR || x.kind == mResult || x.kin
 
 // answered is one answer a partner got.
 type answered struct {
-	payload     payload
-	res         result
-	unconfirmed bool
+	payload payload
+	res     result
 }
 
 // model is the whole system. It is deterministic: every choice is made by
@@ -250,27 +256,22 @@ type model struct {
 	// property of the stream, not of the cell's memory).
 	proceeded map[attemptKey]bool
 	cancelled map[attemptKey]bool
-	// contradicted: IDs the issuer applied after a cell had recorded them
-	// FAILED issuer_not_reached (TestKnownGaps).
+	// contradicted: IDs the issuer applied, on an attempt of another GTR
+	// call, after a cell had recorded them FAILED issuer_not_reached
+	// (TestKnownGaps, gap 2).
 	contradicted map[string]bool
 	// violations are rule breaks seen as they happen; check reports them.
 	violations []string
 	log        []string
 
-	// Known gaps (TestKnownGaps). strictReuse checks ALREADY_EXISTS across
-	// cells: no two payloads of one ID ever both get a non-error answer.
-	// strictNotReached: a FAILED issuer_not_reached record is never
-	// contradicted by a later issuer effect. cancelOvertakes lets a
-	// stream's cancellation reach the cell before a Proceed sent on it
-	// (grpc-go's server Recv selects at random between a buffered message
-	// and a done context). strictUnconfirmed: no PENDING is answered from
-	// a sending record whose handshake is still under way (it may yet
-	// revert to abandoned). By default the first, second and fourth are
-	// tolerated where they happen and the third is not modelled.
-	strictReuse       bool
-	strictNotReached  bool
-	cancelOvertakes   bool
-	strictUnconfirmed bool
+	// Known gaps (TestKnownGaps), tolerated by default where they happen.
+	// strictReuse checks ALREADY_EXISTS across cells: no two payloads of
+	// one ID ever both get a non-error answer. strictNotReached: a FAILED
+	// issuer_not_reached record is never contradicted by a later issuer
+	// effect, not even one of another GTR call (a contradiction by an
+	// attempt of the record's own call is always a violation).
+	strictReuse      bool
+	strictNotReached bool
 }
 
 func newModel(rules Rules) *model {
@@ -326,12 +327,10 @@ func (m *model) startAttempt(c *call) {
 
 func (m *model) send(x msg) { m.pool = append(m.pool, x) }
 
-func (m *model) finish(c *call, r result) { m.finishFrom(c, r, false) }
-
-func (m *model) finishFrom(c *call, r result, unconfirmed bool) {
+func (m *model) finish(c *call, r result) {
 	c.done, c.answer = true, r
 	for range c.joined + 1 {
-		m.answers[c.id] = append(m.answers[c.id], answered{payload: c.payload, res: r, unconfirmed: unconfirmed})
+		m.answers[c.id] = append(m.answers[c.id], answered{payload: c.payload, res: r})
 	}
 	m.logf("call %d (%s) answered %v", c.n, c.id, r)
 }
@@ -374,15 +373,22 @@ func (m *model) attemptTimeout(c *call) {
 	m.broken(c, "attempt timeout")
 }
 
-// deadline is the caller's deadline passing for a live call: PENDING after
-// Proceed, DEADLINE_EXCEEDED before; the stream is cancelled either way.
+// deadline is the caller's deadline passing for a live call. Before
+// Proceed: DEADLINE_EXCEEDED, and the stream is cancelled (the cell stops
+// short of its PNR; a PNR still on its way gets no Proceed). After
+// Proceed: PENDING, and the stream is left alone: the GTR reads it to its
+// result in the background (payments.go drain), so no cancellation can
+// overtake the Proceed.
 func (m *model) deadline(c *call) {
-	m.cancel(c)
-	if c.pnr {
-		m.finish(c, result{status: "PENDING"})
-	} else {
+	if !c.pnr {
+		m.cancel(c)
 		m.finish(c, result{status: "DEADLINE_EXCEEDED"})
+		return
 	}
+	if m.rules.CancelAfterProceed {
+		m.cancel(c)
+	}
+	m.finish(c, result{status: "PENDING"})
 }
 
 // onPNR is the handshake at the GTR: Proceed only for the live attempt.
@@ -414,26 +420,20 @@ func (m *model) onPNR(x msg) {
 // --- delivery ---
 
 // deliverable lists the pool indexes that may be delivered next: every
-// message, except that a stream keeps its order, and (unless
-// cancelOvertakes) a cancellation does not overtake a Proceed.
+// message, except that a stream's events to the GTR keep their order. A
+// cancellation and a Proceed of one stream are not ordered (grpc-go's
+// server Recv selects at random between a buffered message and a done
+// context); the GTR never cancels a stream it sent Proceed on, unless
+// CancelAfterProceed.
 func (m *model) deliverable() []int {
 	var out []int
 	seen := map[attemptKey]bool{}
-	proceeding := map[attemptKey]bool{}
-	for _, x := range m.pool {
-		if x.kind == mProceed {
-			proceeding[x.key()] = true
-		}
-	}
 	for i, x := range m.pool {
 		if x.stream() {
 			if seen[x.key()] {
 				continue
 			}
 			seen[x.key()] = true
-		}
-		if x.kind == mCancel && proceeding[x.key()] && !m.cancelOvertakes {
-			continue
 		}
 		out = append(out, i)
 	}
@@ -481,7 +481,7 @@ func (m *model) deliver(i int) {
 			}
 		}
 	case mIssuerReq:
-		r := m.authorize(x.id, x.payload)
+		r := m.authorize(x.key(), x.id, x.payload)
 		m.send(msg{kind: mIssuerResp, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, res: r})
 	case mPNR:
 		m.onPNR(x)
@@ -494,7 +494,7 @@ func (m *model) deliver(i int) {
 			if !x.res.isError() && c.attempt > 0 {
 				m.replicas[c.replica].remember(c.id, x.cell)
 			}
-			m.finishFrom(c, x.res, x.unconfirmed)
+			m.finish(c, x.res)
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
@@ -523,7 +523,8 @@ func (m *model) process(x msg) {
 }
 
 // existing is Machine.existing: it answers from a record the cell has, and
-// reports whether the attempt reclaims an abandoned record instead.
+// reports whether the attempt reclaims an abandoned record instead. It is
+// called with the attempt's own work off the pool, so busy is othersBusy.
 func (m *model) existing(x msg, rec *record) (reclaim bool) {
 	switch {
 	case rec.payload != x.payload && !m.rules.IgnorePayload:
@@ -533,23 +534,32 @@ func (m *model) existing(x msg, rec *record) (reclaim bool) {
 	case rec.state == abandoned:
 		m.logf("cell %d: %s reclaimed (last resort)", x.cell, x.id)
 		return true
-	case rec.state == received:
+	case rec.state == received, m.unsettled(x, rec):
 		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: m.cells[x.cell].epoch, id: x.id, payload: x.payload, lastResort: x.lastResort})
-	case rec.state == sending:
-		_, handshaking := m.cells[x.cell].awaiting[rec.attempt]
-		m.send(msg{kind: mResult, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: rec.result(),
-			recPayload: rec.payload, unconfirmed: handshaking})
 	default:
+		if rec.state == sending && slices.Contains(slices.Collect(maps.Values(m.cells[x.cell].awaiting)), x.id) {
+			m.violate("no PENDING from an unconfirmed sending record: cell %d answered %s (call %d attempt %d) while call %d attempt %d waits for Proceed",
+				x.cell, x.id, x.call, x.attempt, rec.attempt.call, rec.attempt.attempt)
+		}
 		m.reply(x, mResult, rec.result(), rec.payload)
 	}
 	return false
 }
 
-// waited ends a Wait: the record left received, or the wait timed out
+// unsettled reports whether rec is sending while another attempt at its ID
+// runs in the cell's process (Existing.Active): that attempt may be between
+// its sending state and the GTR's Proceed, and step back to abandoned, so a
+// PENDING answered now might never resolve. The duplicate waits.
+func (m *model) unsettled(x msg, rec *record) bool {
+	return rec.state == sending && !m.rules.NoWaitOnSending && m.busy(x.cell, x.id)
+}
+
+// waited ends a Wait: the record settled (left received, and is not
+// sending while another attempt here runs), or the wait timed out
 // (ABORTED, in progress; the GTR passes it to the caller).
 func (m *model) waited(x msg) {
 	rec := m.cells[x.cell].db[x.id]
-	if rec.state == received || m.cancelled[x.key()] {
+	if rec.state == received || m.unsettled(x, rec) || m.cancelled[x.key()] {
 		m.reply(x, mResult, result{status: "ABORTED"}, x.payload)
 		return
 	}
@@ -586,6 +596,10 @@ func (m *model) markSending(x msg) {
 // refused is PNRRefused: the stream ended without Proceed. Nothing was
 // sent; the record steps back to abandoned and the attempt is re-routable.
 func (m *model) refused(x msg) {
+	if m.proceeded[x.key()] {
+		m.violate("no step back after Proceed: cell %d reverted %s (call %d attempt %d) to abandoned after the GTR confirmed it",
+			x.cell, x.id, x.call, x.attempt)
+	}
 	cl := m.cells[x.cell]
 	delete(cl.awaiting, x.key())
 	if rec := cl.db[x.id]; rec.state == sending {
@@ -690,9 +704,11 @@ func (m *model) busy(i int, id string) bool {
 }
 
 // reconcile is one reconciler round in cell i: for each sending record not
-// busy, an inquiry. Found: the issuer's outcome. Not found: once the
-// record's own issuer request can no longer arrive (the model's
-// NotFoundAfter), FAILED issuer_not_reached. Never a resend.
+// busy, an inquiry. Found: the issuer's outcome. Not found: FAILED
+// issuer_not_reached once no issuer request of the record's GTR call can
+// still arrive: neither the record's own nor another attempt's (the
+// model's NotFoundAfter, 20 s: past the GTR's attempts, 3 x 2 s, and the
+// issuer timeout, 5 s). Never a resend.
 func (m *model) reconcile(i int) {
 	cl := m.cells[i]
 	if !cl.up {
@@ -708,10 +724,8 @@ func (m *model) reconcile(i int) {
 		} else if m.rules.ReconcilerResends {
 			m.callIssuerDirect(i, id, rec.payload)
 			settle(rec, m.outcome[id])
-		} else if slices.ContainsFunc(m.pool, func(x msg) bool {
-			return x.kind == mIssuerReq && x.cell == i && x.key() == rec.attempt
-		}) {
-			continue // the send may still be on its way
+		} else if m.mayReachIssuer(rec.attempt.call) {
+			continue // a send may still be on its way
 		} else {
 			rec.state, rec.reason = failed, reasonNotReached
 		}
@@ -719,24 +733,47 @@ func (m *model) reconcile(i int) {
 	}
 }
 
+// mayReachIssuer reports whether an attempt of GTR call n can still reach
+// the issuer: the call is live (a later attempt may yet be confirmed), or
+// a Proceed or an issuer request of one of its attempts is in flight.
+func (m *model) mayReachIssuer(n int) bool {
+	if n >= 0 && !m.calls[n].done {
+		return true
+	}
+	return slices.ContainsFunc(m.pool, func(x msg) bool {
+		return (x.kind == mProceed || x.kind == mIssuerReq) && x.call == n
+	})
+}
+
 // callIssuerDirect is a resend from outside any attempt.
 func (m *model) callIssuerDirect(i int, id string, p payload) {
 	m.violate("no issuer call without Proceed: the reconciler of cell %d resent %s", i, id)
-	m.authorize(id, p)
+	m.authorize(noAttempt, id, p)
 }
 
 // --- issuer ---
 
-func (m *model) authorize(id string, p payload) result {
+// authorize is the issuer applying a request of attempt k (noAttempt: a
+// resend).
+func (m *model) authorize(k attemptKey, id string, p payload) result {
 	if r, ok := m.outcome[id]; ok && !m.rules.IssuerNoDedupe {
 		return r
 	}
 	m.effects[id]++
 	for i, cl := range m.cells {
-		if rec := cl.db[id]; rec != nil && rec.pastPNR() && rec.result().notReached() {
+		rec := cl.db[id]
+		if rec == nil || !rec.pastPNR() || !rec.result().notReached() {
+			continue
+		}
+		switch {
+		case k != noAttempt && k.call == rec.attempt.call:
+			m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d attempt %d) after cell %d recorded it not reached for the same call",
+				id, k.call, k.attempt, i)
+		default: // gap 2: another call
 			m.contradicted[id] = true
 			if m.strictNotReached {
-				m.violate("FAILED issuer_not_reached is final: the issuer applied %s after cell %d recorded it not reached", id, i)
+				m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d) after cell %d recorded it not reached for call %d",
+					id, k.call, i, rec.attempt.call)
 			}
 		}
 	}
@@ -754,7 +791,7 @@ func (m *model) authorize(id string, p payload) result {
 
 // tolerated reports whether a is an answer or record the default checks
 // leave to TestKnownGaps: FAILED issuer_not_reached for an ID the issuer
-// applied afterwards.
+// applied afterwards on an attempt of another GTR call (gap 2).
 func (m *model) tolerated(id string, r result) bool {
 	return !m.strictNotReached && m.contradicted[id] && r.notReached()
 }
@@ -853,15 +890,12 @@ func (m *model) checkHealed() error {
 			if a.res.isError() || m.tolerated(id, a.res) {
 				continue
 			}
-			unconfirmedLost := a.unconfirmed && !m.strictUnconfirmed
 			// Records of the answered payload only: another payload's
 			// record in another cell is the known gap of TestKnownGaps.
 			rec, err := m.agreedRecord(id, a.payload)
 			switch {
 			case err != nil:
 				return err
-			case rec == nil && unconfirmedLost:
-				continue
 			case rec == nil:
 				return fmt.Errorf("lost: %s answered %v, no record past its PNR", id, a.res)
 			case a.res.final() && a.res != *rec:

@@ -21,12 +21,15 @@ var ids = []string{"t0", "t1", "t2"}
 // testTimeout bounds each property run.
 const testTimeout = 2 * time.Minute
 
+// strict selects which known gaps (TestKnownGaps) a property checks too.
+type strict struct{ reuse, notReached bool }
+
 // property drives a model with rules through rapid's choice of actions,
 // checking the invariants after every step and once faults heal.
-func property(rules Rules, strictReuse bool) func(*rapid.T) {
+func property(rules Rules, gaps strict) func(*rapid.T) {
 	return func(t *rapid.T) {
 		m := newModel(rules)
-		m.strictReuse = strictReuse
+		m.strictReuse, m.strictNotReached = gaps.reuse, gaps.notReached
 		fail := func(err error) {
 			t.Fatalf("%v\ntrace:\n  %s", err, strings.Join(m.log, "\n  "))
 		}
@@ -123,6 +126,16 @@ func property(rules Rules, strictReuse bool) func(*rapid.T) {
 				}
 				m.deadline(rapid.SampledFrom(live).Draw(t, "call"))
 			},
+			// deadlinePNR is the caller's deadline passing while the GTR
+			// waits on a cell past its PNR: the case the stream must
+			// outlive, more often than a blind pick gives it.
+			"deadlinePNR": func(t *rapid.T) {
+				live := m.live(func(c *call) bool { return c.pnr })
+				if len(live) == 0 {
+					t.Skip("no call past its PNR")
+				}
+				m.deadline(rapid.SampledFrom(live).Draw(t, "call"))
+			},
 			"reconcile": func(t *rapid.T) {
 				m.reconcile(rapid.IntRange(0, numCells-1).Draw(t, "cell"))
 			},
@@ -151,12 +164,15 @@ func (m *model) live(ok func(*call) bool) []*call {
 	return out
 }
 
-// TestProtocol is the model check. go test runs rapid's default number of
-// cases; -rapid.checks=N runs more.
+// TestProtocol is the model check: protocolChecks cases from a fixed seed,
+// so that go test is deterministic. To explore further, give a seed and a
+// number of cases: -rapid.seed=N -rapid.checks=M (300,000 cases from
+// random seeds pass).
 func TestProtocol(t *testing.T) {
+	pinSearch(t, protocolChecks)
 	done := withTimeout(t)
 	defer done()
-	rapid.Check(t, property(Rules{}, false))
+	rapid.Check(t, property(Rules{}, strict{}))
 }
 
 // TestInvariantsCatchBrokenRules checks that the model can fail: with each
@@ -174,6 +190,8 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 		{"reconciler resends", Rules{ReconcilerResends: true}, "no issuer call without Proceed: the reconciler"},
 		{"issuer without dedupe", Rules{IssuerNoDedupe: true}, "at most one issuer effect"},
 		{"payload ignored", Rules{IgnorePayload: true}, "ALREADY_EXISTS"},
+		{"cancel after Proceed", Rules{CancelAfterProceed: true}, "no step back after Proceed"},
+		{"no wait on a sending record", Rules{NoWaitOnSending: true}, "no PENDING from an unconfirmed sending record"},
 	}
 	noFailFile(t)
 	for _, tt := range tests {
@@ -181,7 +199,7 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 			done := withTimeout(t)
 			defer done()
 			rec := &recorder{TB: t}
-			rapid.Check(rec, property(tt.rules, false))
+			rapid.Check(rec, property(tt.rules, strict{}))
 			if !rec.failed {
 				t.Fatalf("rapid found no counterexample with %+v", tt.rules)
 			}
@@ -195,7 +213,11 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 
 // TestKnownGaps pins gaps the model finds in the protocol as designed. If
 // one of them starts failing, the gap is closed: make its strict check the
-// default.
+// default. (Two former gaps are closed and enforced by the default checks:
+// a PENDING answered from a sending record whose handshake was still open,
+// now "no PENDING from an unconfirmed sending record", and a cancellation
+// overtaking Proceed, now "no step back after Proceed"; the knobs
+// NoWaitOnSending and CancelAfterProceed bring them back.)
 //
 // 1. Cross-cell ID reuse (DESIGN.md invariant 5). Idempotency lives in
 // each cell, and the GTR only remembers where re-routed transactions
@@ -214,39 +236,43 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 // issuer then answers the second payload with the first's outcome, since
 // it dedupes by ID.
 //
-// 2. FAILED issuer_not_reached contradicted. A cell that recorded sending
-// and then lost the handshake without reverting (it crashed, or its
-// revert failed) keeps a sending record the issuer never saw; its
-// reconciler records it FAILED issuer_not_reached after NotFoundAfter. If
-// the transaction is started again on another cell afterwards (the first
-// call was re-routed and answered UNAVAILABLE or DEADLINE_EXCEEDED, the
-// partner retries while that cell is down or drained), the issuer applies
-// it, and the two cells hold different final outcomes; replays get either,
-// depending on the replica's cache. The same happens within one call if
-// another cell's confirmed issuer call lands after the grace (possible
-// when NotFoundAfter, 10s, is shorter than MaxAttempts x AttemptTimeout +
-// IssuerTimeout, 3x2s+5s).
+// 2. FAILED issuer_not_reached contradicted by another call. The
+// reconciler records FAILED issuer_not_reached only once no issuer request
+// of the record's own GTR call can still arrive (NotFoundAfter, 20 s, is
+// past the call's attempts, 3 x 2 s, and the issuer timeout, 5 s; in the
+// model: the call is answered and none of its Proceeds or issuer requests
+// is in flight), so no attempt of the record's own call ever contradicts
+// it: enforced ("for the same call"). What remains takes all of these:
 //
-// 3. Cancellation overtaking Proceed. Not modelled by default: the GTR
-// sends Proceed and its caller's deadline cancels the stream before the
-// cell reads Proceed; grpc-go's server Recv may return the cancellation
-// first. The cell reverts to abandoned, the partner holds PENDING, and the
-// transaction is never resolved (GetTransaction: NOT_FOUND).
+//   - cell A's record for call C1 is sending and A's issuer request never
+//     reaches the issuer: A lost the attempt between its durable sending
+//     write and its issuer call (a crash; in the code also a failed revert
+//     to abandoned, not modelled), either before the GTR had its PNR (the
+//     GTR gave the attempt up legitimately: it saw the stream break, the
+//     attempt timer fired, or the caller left; C1 re-routed or ended) or
+//     after Proceed (C1 answered PENDING), or A's request was lost;
+//   - C1 ends without any issuer effect (UNAVAILABLE, DEADLINE_EXCEEDED,
+//     PENDING), and A's reconciler, A up, records FAILED
+//     issuer_not_reached;
+//   - another call C2 for the ID (the partner's retry, or a duplicate at
+//     another GTR replica, which does not coalesce) gets a confirmed
+//     attempt on another cell B, and its issuer request arrives after A's
+//     FAILED, without C2 having read A's record (which would answer
+//     FAILED): A is down, unreachable or drained when C2 passes, or C2's
+//     attempt at A is given up before its Insert, or C2 ranks B before A
+//     (A was only a re-route target of C1, whose home cell was down, or
+//     C2's replica remembers B).
 //
-// 4. PENDING from an unconfirmed sending record. A duplicate of the same
-// ID and payload that does not coalesce (another GTR replica, or a
-// partner's retry after its deadline) reaches the cell while the first
-// attempt has recorded sending and waits for Proceed. Machine.existing
-// answers PENDING from the record; the handshake is then refused, the
-// record reverts to abandoned, and the PENDING never resolves
-// (GetTransaction: NOT_FOUND) until the partner replays it.
+// A and B then hold different final outcomes; replays get either,
+// depending on the route and the replica's cache. (With another payload
+// for C2, this meets gap 1.)
 func TestKnownGaps(t *testing.T) {
 	noFailFile(t)
 	done := withTimeout(t)
 	defer done()
 	t.Run("cross-cell ID reuse", func(t *testing.T) {
 		rec := &recorder{TB: t}
-		rapid.Check(rec, property(Rules{}, true))
+		rapid.Check(rec, property(Rules{}, strict{reuse: true}))
 		if !rec.failed || !strings.Contains(rec.out.String(), "same ID, other payload") {
 			t.Fatalf("expected the cross-cell ID reuse counterexample, got:\n%s", rec.out.String())
 		}
@@ -285,64 +311,83 @@ func TestKnownGaps(t *testing.T) {
 			}
 		}
 	})
-	t.Run("FAILED issuer_not_reached contradicted", func(t *testing.T) {
-		for _, strict := range []bool{false, true} {
-			m := newModel(Rules{})
-			m.strictNotReached = strict
-			r := ranking("t0")
-			a, b, c := r[0], r[1], r[2]
-			m.crash(b)
-			m.crash(c)
-			m.submit(0, "t0", 0)
-			m.deliverKind(mProcess)
-			m.deliverKind(mMarkSend) // a: sending, PNR on its way
-			m.crash(a)               // before the GTR saw the PNR: re-routed
-			m.drain()                // b, c down: UNAVAILABLE
-			m.restart(a)
-			m.reconcile(a) // NOT_FOUND, nothing can arrive: FAILED issuer_not_reached
-			m.crash(a)
-			m.restart(b)
-			m.submit(1, "t0", 0) // the partner retries: b approves
-			m.drain()
-			m.heal()
-			err := m.checkHealed()
-			switch {
-			case strict && (err == nil || !strings.Contains(err.Error(), "issuer_not_reached is final")):
-				t.Errorf("strict: got %v\ntrace:\n  %s", err, strings.Join(m.log, "\n  "))
-			case !strict && err != nil:
-				t.Errorf("tolerated: got %v\ntrace:\n  %s", err, strings.Join(m.log, "\n  "))
-			case !m.contradicted["t0"]:
-				t.Errorf("not contradicted\ntrace:\n  %s", strings.Join(m.log, "\n  "))
+	t.Run("FAILED issuer_not_reached contradicted by another call", func(t *testing.T) {
+		rec := &recorder{TB: t}
+		rapid.Check(rec, property(Rules{}, strict{notReached: true}))
+		if !rec.failed || !strings.Contains(rec.out.String(), "issuer_not_reached is final") {
+			t.Fatalf("expected the contradicted issuer_not_reached counterexample, got:\n%s", rec.out.String())
+		}
+		t.Logf("known gap, as rapid found it:\n%s", firstLines(rec.out.String(), 40))
+		if strings.Contains(rec.out.String(), "for the same call") {
+			t.Errorf("a contradiction within one call is not the known gap:\n%s", rec.out.String())
+		}
+
+		r := ranking("t0")
+		a, b, c := r[0], r[1], r[2]
+		for _, tc := range []struct {
+			name   string
+			script func(m *model)
+		}{
+			{"crash before the GTR saw the PNR; retry while the cell is down", func(m *model) {
+				m.crash(b)
+				m.crash(c)
+				m.submit(0, "t0", 0)
+				m.deliverKind(mProcess)
+				m.deliverKind(mMarkSend) // a: sending, PNR on its way
+				m.crash(a)               // before the GTR saw the PNR: re-routed
+				m.drain()                // b, c down: UNAVAILABLE
+				m.restart(a)
+				m.reconcile(a) // NOT_FOUND, nothing of call 0 can arrive: FAILED issuer_not_reached
+				m.crash(a)
+				m.restart(b)
+				m.submit(1, "t0", 0) // the partner retries: a down, b approves
+				m.drain()
+			}},
+			{"crash after Proceed, before the issuer call; replay while the cell is down", func(m *model) {
+				m.submit(0, "t0", 0)
+				m.deliverKind(mProcess)
+				m.deliverKind(mMarkSend)
+				m.deliverKind(mPNR)
+				m.crash(a) // Proceed sent: PENDING, never re-routed
+				m.drain()
+				m.restart(a)
+				m.reconcile(a) // FAILED issuer_not_reached
+				m.crash(a)
+				m.submit(1, "t0", 0) // another replica: a down, b approves
+				m.drain()
+			}},
+			{"lost issuer request on a re-route target; replay goes home", func(m *model) {
+				m.crash(a)
+				m.submit(0, "t0", 0)
+				m.deliverKind(mProcess) // a down: re-routed to b
+				m.deliverKind(mProcess)
+				m.deliverKind(mMarkSend)
+				m.deliverKind(mPNR)
+				m.deliverKind(mProceed)
+				m.loseKind(mIssuerReq)
+				m.issuerTimeout(b, attemptKey{0, 1})
+				m.drain()      // PENDING
+				m.reconcile(b) // FAILED issuer_not_reached
+				m.restart(a)
+				m.submit(1, "t0", 0) // another replica, which does not remember b: a approves
+				m.drain()
+			}},
+		} {
+			for _, strictNR := range []bool{false, true} {
+				m := newModel(Rules{})
+				m.strictNotReached = strictNR
+				tc.script(m)
+				m.heal()
+				err := m.checkHealed()
+				switch {
+				case strictNR && (err == nil || !strings.Contains(err.Error(), "issuer_not_reached is final")):
+					t.Errorf("%s, strict: got %v\ntrace:\n  %s", tc.name, err, strings.Join(m.log, "\n  "))
+				case !strictNR && err != nil:
+					t.Errorf("%s, tolerated: got %v\ntrace:\n  %s", tc.name, err, strings.Join(m.log, "\n  "))
+				case !m.contradicted["t0"]:
+					t.Errorf("%s: not contradicted\ntrace:\n  %s", tc.name, strings.Join(m.log, "\n  "))
+				}
 			}
-		}
-	})
-	t.Run("PENDING from an unconfirmed sending record", func(t *testing.T) {
-		m := newModel(Rules{})
-		m.strictUnconfirmed = true
-		m.submit(0, "t0", 0)
-		m.deliverKind(mProcess)
-		m.deliverKind(mMarkSend) // sending, waiting for Proceed
-		m.submit(1, "t0", 0)     // the same transaction at another replica
-		m.deliverKind(mProcess)  // answers PENDING from the record
-		m.deadline(m.calls[0])   // the first caller gives up: DEADLINE_EXCEEDED
-		m.deliverKind(mCancel)   // refused: abandoned
-		m.heal()
-		if err := m.checkHealed(); err == nil || !strings.Contains(err.Error(), "lost") {
-			t.Fatalf("got %v\ntrace:\n  %s", err, strings.Join(m.log, "\n  "))
-		}
-	})
-	t.Run("cancellation overtakes Proceed", func(t *testing.T) {
-		m := newModel(Rules{})
-		m.cancelOvertakes = true
-		m.submit(0, "t0", 0)
-		m.deliverKind(mProcess)
-		m.deliverKind(mMarkSend)
-		m.deliverKind(mPNR)    // Proceed sent
-		m.deadline(m.calls[0]) // PENDING; the stream is cancelled
-		m.deliverKind(mCancel) // read before Proceed: abandoned
-		m.heal()
-		if err := m.checkHealed(); err == nil || !strings.Contains(err.Error(), "lost") {
-			t.Fatalf("got %v\ntrace:\n  %s", err, strings.Join(m.log, "\n  "))
 		}
 	})
 }
@@ -494,6 +539,106 @@ func TestScripted(t *testing.T) {
 				t.Errorf("effects %d", m.effects["t0"])
 			}
 		}},
+		{"duplicate waits while the handshake is open; the first caller leaves: abandoned, the duplicate re-routed", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend) // sending, waiting for Proceed
+			m.submit(1, "t0", 0)     // the same transaction at another replica
+			m.deliverKind(mProcess)  // waits: another attempt here runs
+			m.deadline(m.calls[0])   // DEADLINE_EXCEEDED, before Proceed: the stream is cancelled
+			m.deliverKind(mCancel)   // refused: abandoned
+			m.deliverKind(mWait)     // abandoned, not last resort: re-routable
+		}, "", func(t *testing.T, m *model) {
+			wantState(t, m, home, "t0", abandoned)
+			wantState(t, m, next, "t0", approved)
+			if a := m.calls[1].answer; a.status != "APPROVED" {
+				t.Errorf("duplicate answered %v", a)
+			}
+		}},
+		{"duplicate waits while the handshake is open; Proceed and the issuer settle it", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.submit(1, "t0", 0)
+			m.deliverKind(mProcess) // waits
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.deliverKind(mIssuerReq)
+			m.deliverKind(mIssuerResp) // approved
+			m.deliverKind(mWait)       // settled: the duplicate answers from the record
+		}, "", func(t *testing.T, m *model) {
+			if a := m.calls[1].answer; a.status != "APPROVED" {
+				t.Errorf("duplicate answered %v", a)
+			}
+		}},
+		{"duplicate's wait times out while the other attempt runs: ABORTED", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.submit(1, "t0", 0)
+			m.deliverKind(mProcess) // waits
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed) // the first attempt calls the issuer: still running
+			m.deliverKind(mWait)    // the wait ends with the record still sending
+		}, "", func(t *testing.T, m *model) {
+			if a := m.calls[1].answer; a.status != "ABORTED" {
+				t.Errorf("duplicate answered %v", a)
+			}
+			wantState(t, m, home, "t0", approved)
+		}},
+		{"duplicate after the attempt ended: PENDING from sending, resolved by the reconciler", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.deliverKind(mIssuerReq)
+			m.issuerTimeout(home, attemptKey{0, 0}) // PENDING; no attempt here runs now
+			m.submit(1, "t0", 0)
+			m.deliverKind(mProcess) // PENDING from the record, at once
+			if len(m.pool) > 0 && slices.ContainsFunc(m.pool, func(x msg) bool { return x.kind == mWait }) {
+				panic("waited with no other attempt running")
+			}
+		}, "", func(t *testing.T, m *model) {
+			wantState(t, m, home, "t0", approved)
+		}},
+		{"caller's deadline after Proceed: PENDING, the stream lives on, the cell completes", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)    // Proceed sent
+			m.deadline(m.calls[0]) // PENDING
+			if slices.ContainsFunc(m.pool, func(x msg) bool { return x.kind == mCancel }) {
+				panic("the stream was cancelled after Proceed")
+			}
+		}, "", func(t *testing.T, m *model) {
+			wantAnswer(t, m, "t0", "PENDING")
+			wantState(t, m, home, "t0", approved)
+		}},
+		{"crash after sending, re-routed: the reconciler waits for the call's other attempts", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.crash(home) // PNR lost: re-routed to next
+			m.restart(home)
+			m.reconcile(home) // NOT_FOUND; call 0 is live: wait
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.issuerTimeout(next, attemptKey{0, 1})
+			m.deliverKind(mResult) // call 0: PENDING; its issuer request still in flight
+			m.reconcile(home)      // NOT_FOUND; the request may still arrive: wait
+			if s := m.cells[home].db["t0"].state; s != sending {
+				panic("reconciled while an attempt of the call could still reach the issuer: " + s)
+			}
+			m.deliverKind(mIssuerReq) // applied
+			m.reconcile(home)         // found
+		}, "", func(t *testing.T, m *model) {
+			wantAnswer(t, m, "t0", "PENDING")
+			wantState(t, m, home, "t0", approved)
+			wantState(t, m, next, "t0", approved)
+		}},
 		{"re-route after PNR", Rules{RerouteAfterPNR: true}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
@@ -531,6 +676,31 @@ func TestScripted(t *testing.T) {
 			m.drain()
 			_ = last
 		}, "at most one issuer effect", nil},
+		{"cancel after Proceed, read before it", Rules{CancelAfterProceed: true}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)    // Proceed sent
+			m.deadline(m.calls[0]) // PENDING; the stream is cancelled
+			m.deliverKind(mCancel) // read before Proceed: abandoned
+		}, "no step back after Proceed", nil},
+		{"no wait on a sending record", Rules{NoWaitOnSending: true}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend) // sending, waiting for Proceed
+			m.submit(1, "t0", 0)     // the same transaction at another replica
+			m.deliverKind(mProcess)  // PENDING from the record
+		}, "no PENDING from an unconfirmed sending record", nil},
+		{"no wait on a sending record: the PENDING is lost", Rules{NoWaitOnSending: true}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.submit(1, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deadline(m.calls[0]) // the first caller gives up: DEADLINE_EXCEEDED
+			m.deliverKind(mCancel) // refused: abandoned
+			m.violations = nil     // past the rule break, to its consequence
+		}, "lost", nil},
 		{"payload ignored", Rules{IgnorePayload: true}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.heal()
@@ -661,24 +831,42 @@ func (r *recorder) Logf(format string, args ...any) {
 func (r *recorder) Log(args ...any) { r.Logf("%s", fmt.Sprint(args...)) }
 
 // noFailFile stops rapid writing testdata/rapid fail files for failures
-// the test expects, and makes the search for them thorough enough not to
-// be flaky (a run of the model takes microseconds): at least
-// expectedFailureChecks cases. Over 341 seeds the slowest knob (re-route
-// after PNR) needed at most 591 cases, the others at most 153.
+// the test expects, and makes the search for them deterministic and
+// thorough: a fixed seed (unless -rapid.seed or RAPID_SEED gives one), and
+// up to expectedFailureChecks cases (a search stops at its first failure;
+// a run of the model takes microseconds). Over 200 random seeds the
+// hardest searches (the known gap of issuer_not_reached, a cancellation
+// after Proceed) needed at most 8,324 and 4,659 cases, the others at most
+// 600.
 func noFailFile(t *testing.T) {
 	t.Helper()
 	setFlag(t, "rapid.nofailfile", "true")
-	if f := flag.Lookup("rapid.checks"); f != nil {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < expectedFailureChecks {
-			setFlag(t, "rapid.checks", strconv.Itoa(expectedFailureChecks))
-		}
-	}
+	pinSearch(t, expectedFailureChecks)
 	// Minimizing an expected counterexample is only for its log: bound it
 	// so that a loaded machine does not stretch the package's run.
-	setFlag(t, "rapid.shrinktime", "1s")
+	setFlag(t, "rapid.shrinktime", "500ms")
 }
 
-const expectedFailureChecks = 3000
+const (
+	expectedFailureChecks = 30000
+	protocolChecks        = 2000
+	// seed is rapid's seed unless -rapid.seed or RAPID_SEED gives one.
+	seed = 20261129
+)
+
+// pinSearch makes the package's rapid runs deterministic: the fixed seed
+// unless one is given, and at least checks cases.
+func pinSearch(t *testing.T, checks int) {
+	t.Helper()
+	if f := flag.Lookup("rapid.checks"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < checks {
+			setFlag(t, "rapid.checks", strconv.Itoa(checks))
+		}
+	}
+	if f := flag.Lookup("rapid.seed"); f != nil && f.Value.String() == "0" {
+		setFlag(t, "rapid.seed", strconv.FormatUint(seed, 10))
+	}
+}
 
 func setFlag(t *testing.T, name, value string) {
 	t.Helper()
