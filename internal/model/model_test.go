@@ -220,7 +220,6 @@ type msg struct {
 	id         string
 	payload    payload
 	lastResort bool
-	healthy    bool // Reroutable: cell_healthy
 	res        result
 	// recPayload is the payload of the record a result was read from.
 	recPayload payload
