@@ -89,6 +89,7 @@ func writeSnapshot(db *memdb.MemDB, snap *refdata.Snapshot, meta metaRow) error 
 		}
 	}
 	f := snap.File()
+	meta = headerOf(snap, meta)
 	for cur := range f.FXRates {
 		if err := insertRate(txn, snap, cur); err != nil {
 			return err
@@ -116,6 +117,75 @@ func writeSnapshot(db *memdb.MemDB, snap *refdata.Snapshot, meta metaRow) error 
 	return nil
 }
 
+// writeSnapshotDiff makes snap the content, given d = snap.Diff(prev) with
+// prev the content now: it writes only the entries that changed, in one
+// write transaction; unchanged objects are shared with the previous
+// version.
+func writeSnapshotDiff(db *memdb.MemDB, prev, snap *refdata.Snapshot, d refdata.Diff, meta metaRow) error {
+	txn := db.Txn(true)
+	defer txn.Abort()
+	del := func(table string, keys []string) error {
+		for _, k := range keys {
+			if _, err := txn.DeleteAll(table, "id", k); err != nil {
+				return fmt.Errorf("refsync: memdb: %w", err)
+			}
+		}
+		return nil
+	}
+	// A rate row holds the exponent too, which follows the currencies.
+	rates := map[string]bool{}
+	for cur := range d.FXRates {
+		rates[cur] = true
+	}
+	for cur := range d.Currencies {
+		rates[cur] = true
+	}
+	for _, cur := range d.RemovedCurrencies {
+		rates[cur] = true
+	}
+	for cur := range rates {
+		if _, ok := snap.Rate(cur); ok {
+			if err := insertRate(txn, snap, cur); err != nil {
+				return err
+			}
+		}
+	}
+	if err := del(tableRate, d.RemovedFXRates); err != nil {
+		return err
+	}
+	for code, m := range d.MCC {
+		if err := txn.Insert(tableMCC, &mccRow{Code: code, MCC: m}); err != nil {
+			return fmt.Errorf("refsync: memdb: %w", err)
+		}
+	}
+	if err := del(tableMCC, d.RemovedMCC); err != nil {
+		return err
+	}
+	for p, cur := range d.Partners {
+		if err := txn.Insert(tablePartner, &partnerRow{ID: p, Currency: cur}); err != nil {
+			return fmt.Errorf("refsync: memdb: %w", err)
+		}
+	}
+	if err := del(tablePartner, d.RemovedPartners); err != nil {
+		return err
+	}
+	if d.Blocked {
+		if _, err := txn.DeleteAll(tableBlocked, "id"); err != nil {
+			return fmt.Errorf("refsync: memdb: %w", err)
+		}
+		for _, c := range snap.BlockedCategories() {
+			if err := txn.Insert(tableBlocked, &blockedRow{Category: c}); err != nil {
+				return fmt.Errorf("refsync: memdb: %w", err)
+			}
+		}
+	}
+	if err := insertMeta(txn, snap, headerOf(snap, meta)); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
 // writeUpdate writes the entries u changed, taken from snap (the validated
 // result of the update), and the new header.
 func writeUpdate(db *memdb.MemDB, snap *refdata.Snapshot, u refdata.Update, meta metaRow) error {
@@ -131,7 +201,7 @@ func writeUpdate(db *memdb.MemDB, snap *refdata.Snapshot, u refdata.Update, meta
 			return fmt.Errorf("refsync: memdb: %w", err)
 		}
 	}
-	if err := insertMeta(txn, snap, meta); err != nil {
+	if err := insertMeta(txn, snap, headerOf(snap, meta)); err != nil {
 		return err
 	}
 	txn.Commit()
@@ -147,13 +217,17 @@ func insertRate(txn *memdb.Txn, snap *refdata.Snapshot, cur string) error {
 	return nil
 }
 
-func insertMeta(txn *memdb.Txn, snap *refdata.Snapshot, meta metaRow) error {
-	f := snap.File()
+// headerOf fills meta's header fields from snap.
+func headerOf(snap *refdata.Snapshot, meta metaRow) metaRow {
 	meta.ID = metaID
 	meta.Seq = snap.Seq()
 	meta.Version = strconv.FormatUint(snap.Seq(), 10)
-	meta.Base = f.BaseCurrency
-	meta.DefaultSettlement = f.DefaultSettlementCurrency
+	meta.Base = snap.BaseCurrency()
+	meta.DefaultSettlement = snap.DefaultSettlementCurrency()
+	return meta
+}
+
+func insertMeta(txn *memdb.Txn, snap *refdata.Snapshot, meta metaRow) error {
 	if err := txn.Insert(tableMeta, &meta); err != nil {
 		return fmt.Errorf("refsync: memdb: %w", err)
 	}

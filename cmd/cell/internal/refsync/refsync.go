@@ -53,9 +53,10 @@ const (
 type Store interface {
 	// LoadRefdata reads the stored version whole, or store.ErrNoRefdata.
 	LoadRefdata(ctx context.Context) (refdata.File, store.RefdataMeta, error)
-	// SaveRefdataSnapshot replaces the stored version in one transaction;
-	// store.ErrRefdataOrder if it is not newer.
-	SaveRefdataSnapshot(ctx context.Context, f refdata.File, meta store.RefdataMeta) error
+	// SaveRefdataSnapshotDiff replaces the stored version with next in one
+	// transaction, writing only d if base (> 0) is the stored version;
+	// store.ErrRefdataOrder if next is not newer.
+	SaveRefdataSnapshotDiff(ctx context.Context, base uint64, d refdata.Diff, next *refdata.Snapshot, meta store.RefdataMeta) error
 	// SaveRefdataUpdate applies an update to base in one transaction;
 	// store.ErrRefdataOrder if base is not stored.
 	SaveRefdataUpdate(ctx context.Context, base, version uint64, u refdata.Update, meta store.RefdataMeta) error
@@ -352,11 +353,25 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 		s.refuse(msg, m.Version, err)
 		return
 	}
+	// A snapshot is written as its difference from the served version
+	// (a NATS or Postgres one: a bootstrap file is not stored), in Postgres
+	// if it stores that version, and in memory.
+	s.mu.Lock()
+	prev := s.cur
+	if s.source == SourceBootstrap {
+		prev = nil
+	}
+	s.mu.Unlock()
+	var diff refdata.Diff
+	var base uint64
+	if m.Kind == refdata.KindSnapshot && prev != nil {
+		diff, base = snap.Diff(prev), prev.Seq()
+	}
 	now := s.cfg.Now()
 	meta := store.RefdataMeta{Kind: m.Kind, Hash: m.Hash, PublishedAt: m.PublishedAt.UTC(), AppliedAt: now.UTC()}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	if m.Kind == refdata.KindSnapshot {
-		err = s.cfg.Store.SaveRefdataSnapshot(pctx, snap.File(), meta)
+		err = s.cfg.Store.SaveRefdataSnapshotDiff(pctx, base, diff, snap, meta)
 	} else {
 		err = s.cfg.Store.SaveRefdataUpdate(pctx, m.Base, m.Version, *m.Update, meta)
 	}
@@ -372,9 +387,12 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	row := metaRow{Source: SourceNATS, PublishedAt: meta.PublishedAt, AppliedAt: meta.AppliedAt}
-	if m.Kind == refdata.KindSnapshot {
+	switch {
+	case m.Kind == refdata.KindSnapshot && prev != nil:
+		err = writeSnapshotDiff(s.db, prev, snap, diff, row)
+	case m.Kind == refdata.KindSnapshot:
 		err = writeSnapshot(s.db, snap, row)
-	} else {
+	default:
 		err = writeUpdate(s.db, snap, *m.Update, row)
 	}
 	if err != nil {

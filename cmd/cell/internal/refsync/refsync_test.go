@@ -18,12 +18,20 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 	"github.com/cellpay/cellpay/internal/telemetry"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts a private Postgres for the benchmark; each test checks
+// for leaked goroutines itself (checkLeaks).
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// checkLeaks fails t if goroutines outlive it, after its cleanups ran.
+func checkLeaks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, pgtest.IgnoreGoroutines()) })
+}
 
 // fakeStore keeps one version in memory with the store's ordering rules;
 // fail makes every write fail, as Postgres being away would.
@@ -44,7 +52,8 @@ func (s *fakeStore) LoadRefdata(context.Context) (refdata.File, store.RefdataMet
 	return snap.File(), s.meta, nil
 }
 
-func (s *fakeStore) SaveRefdataSnapshot(_ context.Context, f refdata.File, meta store.RefdataMeta) error {
+func (s *fakeStore) SaveRefdataSnapshotDiff(_ context.Context, _ uint64, _ refdata.Diff, next *refdata.Snapshot, meta store.RefdataMeta) error {
+	f := next.File()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail {
@@ -146,6 +155,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
+	checkLeaks(t)
 	url := runNATS(t)
 	pub := newPublisher(t, url)
 	st := &fakeStore{}
@@ -292,6 +302,7 @@ func scrape(t *testing.T, addr string) string {
 }
 
 func TestBootstrap(t *testing.T) {
+	checkLeaks(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(ctxT(t), Config{CellID: "c", Store: &fakeStore{}, BootstrapFile: "../../../../config/refdata.json", Log: log})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,58 +102,10 @@ func mustQuery(ctx context.Context, tx pgx.Tx, sql string) pgx.Rows {
 // transaction. f must be newer than the stored version (ErrRefdataOrder).
 func (s *Store) SaveRefdataSnapshot(ctx context.Context, f refdata.File, meta RefdataMeta) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored < f.Version }); err != nil {
+		if _, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored < f.Version }); err != nil {
 			return err
 		}
-		for _, table := range []string{"refdata_currencies", "refdata_fx_rates", "refdata_mcc", "refdata_partners", "refdata_blocked_categories"} {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table); err != nil {
-				return err
-			}
-		}
-		var rows [][]any
-		for code, c := range f.Currencies {
-			rows = append(rows, []any{code, int16(c.MinorUnits), c.Name})
-		}
-		if err := copyRows(ctx, tx, "refdata_currencies", []string{"code", "minor_units", "name"}, rows); err != nil {
-			return err
-		}
-		rows = rows[:0]
-		for cur, r := range f.FXRates {
-			rows = append(rows, []any{cur, r})
-		}
-		if err := copyRows(ctx, tx, "refdata_fx_rates", []string{"currency", "rate"}, rows); err != nil {
-			return err
-		}
-		rows = rows[:0]
-		for code, m := range f.MCC {
-			rows = append(rows, []any{code, m.Category, m.Risk})
-		}
-		if err := copyRows(ctx, tx, "refdata_mcc", []string{"code", "category", "risk"}, rows); err != nil {
-			return err
-		}
-		rows = rows[:0]
-		for p, cur := range f.Partners {
-			rows = append(rows, []any{p, cur})
-		}
-		if err := copyRows(ctx, tx, "refdata_partners", []string{"partner_id", "settlement_currency"}, rows); err != nil {
-			return err
-		}
-		rows = rows[:0]
-		for _, c := range f.BlockedCategories {
-			rows = append(rows, []any{c})
-		}
-		if err := copyRows(ctx, tx, "refdata_blocked_categories", []string{"category"}, rows); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO refdata_state (version, base_currency, default_settlement_currency, published_at, applied_at)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (singleton) DO UPDATE SET version = $1, base_currency = $2, default_settlement_currency = $3,
-				published_at = $4, applied_at = $5`,
-			int64(f.Version), f.BaseCurrency, f.DefaultSettlementCurrency, meta.PublishedAt, meta.AppliedAt)
-		if err != nil {
-			return err
-		}
-		return recordHistory(ctx, tx, f.Version, meta)
+		return writeRefdataFile(ctx, tx, f, meta)
 	})
 	if err != nil {
 		return fmt.Errorf("store: save refdata snapshot %d: %w", f.Version, err)
@@ -160,12 +113,149 @@ func (s *Store) SaveRefdataSnapshot(ctx context.Context, f refdata.File, meta Re
 	return nil
 }
 
+// SaveRefdataSnapshotDiff stores snapshot next as SaveRefdataSnapshot does
+// (one transaction, next newer than the stored version, else
+// ErrRefdataOrder), writing only what changed when it can: if the stored
+// version is base (> 0), d must be next.Diff(the snapshot of version base)
+// and only d's entries are written; otherwise next is written whole.
+func (s *Store) SaveRefdataSnapshotDiff(ctx context.Context, base uint64, d refdata.Diff, next *refdata.Snapshot, meta RefdataMeta) error {
+	version := next.Seq()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		stored, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored < version })
+		if err != nil {
+			return err
+		}
+		if base == 0 || stored != base || diffSize(d) > maxDiffRows {
+			return writeRefdataFile(ctx, tx, next.File(), meta)
+		}
+		b := &pgx.Batch{}
+		queueUpserts(b, `INSERT INTO refdata_currencies (code, minor_units, name) VALUES ($1, $2, $3)
+			ON CONFLICT (code) DO UPDATE SET minor_units = $2, name = $3`,
+			d.Currencies, func(c refdata.Currency) []any { return []any{int16(c.MinorUnits), c.Name} })
+		queueUpserts(b, `INSERT INTO refdata_fx_rates (currency, rate) VALUES ($1, $2)
+			ON CONFLICT (currency) DO UPDATE SET rate = $2`,
+			d.FXRates, func(r string) []any { return []any{r} })
+		queueUpserts(b, `INSERT INTO refdata_mcc (code, category, risk) VALUES ($1, $2, $3)
+			ON CONFLICT (code) DO UPDATE SET category = $2, risk = $3`,
+			d.MCC, func(m refdata.MCC) []any { return []any{m.Category, m.Risk} })
+		queueUpserts(b, `INSERT INTO refdata_partners (partner_id, settlement_currency) VALUES ($1, $2)
+			ON CONFLICT (partner_id) DO UPDATE SET settlement_currency = $2`,
+			d.Partners, func(c string) []any { return []any{c} })
+		for _, del := range []struct {
+			sql  string
+			keys []string
+		}{
+			{`DELETE FROM refdata_currencies WHERE code = ANY($1)`, d.RemovedCurrencies},
+			{`DELETE FROM refdata_fx_rates WHERE currency = ANY($1)`, d.RemovedFXRates},
+			{`DELETE FROM refdata_mcc WHERE code = ANY($1)`, d.RemovedMCC},
+			{`DELETE FROM refdata_partners WHERE partner_id = ANY($1)`, d.RemovedPartners},
+		} {
+			if len(del.keys) > 0 {
+				b.Queue(del.sql, del.keys)
+			}
+		}
+		if d.Blocked {
+			b.Queue(`DELETE FROM refdata_blocked_categories`)
+			for _, c := range next.BlockedCategories() {
+				b.Queue(`INSERT INTO refdata_blocked_categories (category) VALUES ($1)`, c)
+			}
+		}
+		b.Queue(`UPDATE refdata_state SET version = $1, base_currency = $2, default_settlement_currency = $3,
+				published_at = $4, applied_at = $5`,
+			int64(version), next.BaseCurrency(), next.DefaultSettlementCurrency(), meta.PublishedAt, meta.AppliedAt)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return recordHistory(ctx, tx, version, meta)
+	})
+	if err != nil {
+		return fmt.Errorf("store: save refdata snapshot %d: %w", version, err)
+	}
+	return nil
+}
+
+// maxDiffRows is the largest diff written row by row; a larger one is
+// cheaper to write whole, with COPY.
+const maxDiffRows = 1000
+
+func diffSize(d refdata.Diff) int {
+	return len(d.Currencies) + len(d.RemovedCurrencies) + len(d.FXRates) + len(d.RemovedFXRates) +
+		len(d.MCC) + len(d.RemovedMCC) + len(d.Partners) + len(d.RemovedPartners)
+}
+
+// queueUpserts queues sql for every entry of m, with the key as $1 and
+// args(value) after it, in key order.
+func queueUpserts[V any](b *pgx.Batch, sql string, m map[string]V, args func(V) []any) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b.Queue(sql, append([]any{k}, args(m[k])...)...)
+	}
+}
+
+// writeRefdataFile replaces the stored content with f, header and history
+// included, in tx (locked by lockRefdata).
+func writeRefdataFile(ctx context.Context, tx pgx.Tx, f refdata.File, meta RefdataMeta) error {
+	for _, table := range []string{"refdata_currencies", "refdata_fx_rates", "refdata_mcc", "refdata_partners", "refdata_blocked_categories"} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+table); err != nil {
+			return err
+		}
+	}
+	var rows [][]any
+	for code, c := range f.Currencies {
+		rows = append(rows, []any{code, int16(c.MinorUnits), c.Name})
+	}
+	if err := copyRows(ctx, tx, "refdata_currencies", []string{"code", "minor_units", "name"}, rows); err != nil {
+		return err
+	}
+	rows = rows[:0]
+	for cur, r := range f.FXRates {
+		rows = append(rows, []any{cur, r})
+	}
+	if err := copyRows(ctx, tx, "refdata_fx_rates", []string{"currency", "rate"}, rows); err != nil {
+		return err
+	}
+	rows = rows[:0]
+	for code, m := range f.MCC {
+		rows = append(rows, []any{code, m.Category, m.Risk})
+	}
+	if err := copyRows(ctx, tx, "refdata_mcc", []string{"code", "category", "risk"}, rows); err != nil {
+		return err
+	}
+	rows = rows[:0]
+	for p, cur := range f.Partners {
+		rows = append(rows, []any{p, cur})
+	}
+	if err := copyRows(ctx, tx, "refdata_partners", []string{"partner_id", "settlement_currency"}, rows); err != nil {
+		return err
+	}
+	rows = rows[:0]
+	for _, c := range f.BlockedCategories {
+		rows = append(rows, []any{c})
+	}
+	if err := copyRows(ctx, tx, "refdata_blocked_categories", []string{"category"}, rows); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO refdata_state (version, base_currency, default_settlement_currency, published_at, applied_at)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (singleton) DO UPDATE SET version = $1, base_currency = $2, default_settlement_currency = $3,
+			published_at = $4, applied_at = $5`,
+		int64(f.Version), f.BaseCurrency, f.DefaultSettlementCurrency, meta.PublishedAt, meta.AppliedAt)
+	if err != nil {
+		return err
+	}
+	return recordHistory(ctx, tx, f.Version, meta)
+}
+
 // SaveRefdataUpdate applies update u, version version, to the stored
 // version base, in one transaction; ErrRefdataOrder if base is not what is
 // stored.
 func (s *Store) SaveRefdataUpdate(ctx context.Context, base, version uint64, u refdata.Update, meta RefdataMeta) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored == base && base < version }); err != nil {
+		if _, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored == base && base < version }); err != nil {
 			return err
 		}
 		b := &pgx.Batch{}
@@ -191,17 +281,17 @@ func (s *Store) SaveRefdataUpdate(ctx context.Context, base, version uint64, u r
 }
 
 // lockRefdata locks the state row (if any) and checks the stored version
-// (0 when none) with ok.
-func lockRefdata(ctx context.Context, tx pgx.Tx, ok func(stored uint64) bool) error {
+// (0 when none) with ok; it returns the stored version.
+func lockRefdata(ctx context.Context, tx pgx.Tx, ok func(stored uint64) bool) (uint64, error) {
 	var stored int64
 	err := tx.QueryRow(ctx, `SELECT version FROM refdata_state FOR UPDATE`).Scan(&stored)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
+		return 0, err
 	}
 	if !ok(uint64(stored)) {
-		return fmt.Errorf("%w (stored version %d)", ErrRefdataOrder, stored)
+		return 0, fmt.Errorf("%w (stored version %d)", ErrRefdataOrder, stored)
 	}
-	return nil
+	return uint64(stored), nil
 }
 
 func recordHistory(ctx context.Context, tx pgx.Tx, version uint64, meta RefdataMeta) error {
