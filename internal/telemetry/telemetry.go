@@ -253,3 +253,11 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	errs = append(errs, t.stopTP(ctx), t.mp.Shutdown(ctx))
 	return errors.Join(errs...)
 }
+
+// Close is Shutdown for a process on its way out: bounded to 5 s, and not
+// cut short by ctx having ended (which is usually why the process stops).
+func (t *Telemetry) Close(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = t.Shutdown(sctx)
+}

@@ -87,11 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
+	defer tel.Close(ctx)
 	metrics, err := telemetry.NewCell(tel.Meter(meterName))
 	if err != nil {
 		return err

@@ -90,11 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
+	defer tel.Close(ctx)
 	store, err := kvsync.Start(kvsync.Config{
 		State: st,
 		Seed: func() (state.Doc, error) {
