@@ -188,6 +188,9 @@ func FromFile(f File) (*Snapshot, error) {
 		if c == "" {
 			bad("blocked_categories: empty category")
 		}
+		if s.blocked[c] {
+			bad("blocked_categories: %q listed twice", c)
+		}
 		s.blocked[c] = true
 	}
 	if len(errs) > 0 {
