@@ -1,0 +1,163 @@
+package client
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeGTR answers from a script, over real gRPC on loopback, and records
+// every request it saw.
+type fakeGTR struct {
+	cellpayv1.UnimplementedPaymentsServer
+	mu      sync.Mutex
+	submits []*cellpayv1.SubmitTransactionRequest
+	gets    int
+	submit  func(n int) (*cellpayv1.Transaction, error)
+	get     func(n int) (*cellpayv1.Transaction, error)
+}
+
+func (f *fakeGTR) SubmitTransaction(_ context.Context, r *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	f.mu.Lock()
+	f.submits = append(f.submits, r)
+	n := len(f.submits)
+	f.mu.Unlock()
+	return f.submit(n)
+}
+
+func (f *fakeGTR) GetTransaction(context.Context, *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
+	f.mu.Lock()
+	f.gets++
+	n := f.gets
+	f.mu.Unlock()
+	return f.get(n)
+}
+
+func start(t *testing.T, f *fakeGTR) *Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	cellpayv1.RegisterPaymentsServer(s, f)
+	go s.Serve(lis)
+	c, err := Dial(lis.Addr().String(), Config{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Stop() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func req() *cellpayv1.SubmitTransactionRequest {
+	return &cellpayv1.SubmitTransactionRequest{TransactionId: "t-1", PartnerId: "p-001", Amount: &cellpayv1.Money{MinorUnits: 1, Currency: "GBP"}}
+}
+
+func approved() *cellpayv1.Transaction {
+	return &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED}
+}
+
+func TestRetriesTheSameRequest(t *testing.T) {
+	f := &fakeGTR{submit: func(n int) (*cellpayv1.Transaction, error) {
+		switch n {
+		case 1:
+			return nil, status.Error(codes.Unavailable, "no cell")
+		case 2:
+			return nil, status.Error(codes.Aborted, "in progress")
+		}
+		return approved(), nil
+	}}
+	c := start(t, f)
+	got, err := c.Submit(ctxT(t), req())
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if len(f.submits) != 3 {
+		t.Fatalf("%d calls, want 3", len(f.submits))
+	}
+	for _, r := range f.submits {
+		if !proto.Equal(r, req()) {
+			t.Fatal("a retry changed the request: the same ID must carry the same payload")
+		}
+	}
+}
+
+func TestNeverRetriesAnswersAboutTheRequest(t *testing.T) {
+	for _, code := range []codes.Code{codes.InvalidArgument, codes.AlreadyExists, codes.Unauthenticated, codes.PermissionDenied} {
+		f := &fakeGTR{submit: func(int) (*cellpayv1.Transaction, error) { return nil, status.Error(code, "no") }}
+		c := start(t, f)
+		if _, err := c.Submit(ctxT(t), req()); status.Code(err) != code {
+			t.Fatalf("err = %v, want %v", err, code)
+		}
+		if len(f.submits) != 1 {
+			t.Fatalf("%v retried %d times", code, len(f.submits)-1)
+		}
+	}
+}
+
+func TestGivesUp(t *testing.T) {
+	f := &fakeGTR{submit: func(int) (*cellpayv1.Transaction, error) { return nil, status.Error(codes.Unavailable, "down") }}
+	c := start(t, f)
+	if _, err := c.Submit(ctxT(t), req()); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v", err)
+	}
+	if len(f.submits) != 5 {
+		t.Fatalf("%d calls, want MaxAttempts (5)", len(f.submits))
+	}
+	// And the caller's context bounds it all.
+	c.cfg.MaxAttempts, c.cfg.Backoff, c.cfg.MaxBackoff = 1000, 20*time.Millisecond, 20*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Submit(ctx, req()); err == nil {
+		t.Fatal("no error after the context ended")
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Fatal("Submit outlived its context")
+	}
+}
+
+func TestSubmitAndWaitResolvesPending(t *testing.T) {
+	f := &fakeGTR{
+		submit: func(int) (*cellpayv1.Transaction, error) {
+			return &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_PENDING}, nil
+		},
+		get: func(n int) (*cellpayv1.Transaction, error) {
+			switch {
+			case n == 1:
+				return nil, status.Error(codes.Unavailable, "a cell did not answer")
+			case n < 4:
+				return &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_PENDING}, nil
+			}
+			return approved(), nil
+		},
+	}
+	c := start(t, f)
+	got, err := c.SubmitAndWait(ctxT(t), req())
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || f.gets != 4 {
+		t.Fatalf("got %v, %v after %d reads", got, err, f.gets)
+	}
+	f2 := &fakeGTR{get: func(int) (*cellpayv1.Transaction, error) { return nil, status.Error(codes.NotFound, "no") }}
+	if _, err := start(t, f2).WaitFinal(ctxT(t), "t-x"); status.Code(err) != codes.NotFound {
+		t.Fatalf("WaitFinal on an unknown ID: %v", err)
+	}
+}
