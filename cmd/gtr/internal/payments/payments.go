@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,10 +21,8 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -274,189 +271,6 @@ func (s *Server) mayRetry() bool {
 		return false
 	}
 	return true
-}
-
-// outcome of one attempt: a transaction or a final error for the caller, or
-// a reason to try the next cell.
-type outcome struct {
-	txn         *cellpayv1.Transaction
-	final       error
-	reroute     error
-	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
-}
-
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool) outcome {
-	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
-	if err != nil {
-		return outcome{reroute: err}
-	}
-	if s.cfg.InFlight != nil {
-		s.cfg.InFlight(cell.ID, 1)
-		defer s.cfg.InFlight(cell.ID, -1)
-	}
-	// The stream's own context. Before the point of no return it ends when
-	// the attempt timer fires or the caller goes away, so that a slow cell
-	// stops short of it. After Proceed it must not end that way: the
-	// cancellation could overtake the Proceed on its way to the cell, which
-	// would then step back from a point of no return the GTR has already
-	// promised. From Proceed on, the stream lives until the cell's answer
-	// (bounded by afterPNRBound); a caller whose deadline comes first is
-	// answered PENDING, and the rest is read in the background.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), afterPNRBound)
-	owned := true // this call cancels the stream when it returns
-	defer func() {
-		if owned {
-			scancel()
-		}
-	}()
-	timer := time.AfterFunc(s.cfg.AttemptTimeout, scancel)
-	defer timer.Stop()
-	stopWatch := context.AfterFunc(ctx, scancel)
-	defer stopWatch()
-	stream, err := client.Process(sctx)
-	if err != nil {
-		return outcome{reroute: err}
-	}
-	start := &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
-		Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort,
-	}}}
-	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
-		return outcome{reroute: err}
-	} // on io.EOF the stream's status comes from Recv
-	events := receive(sctx, stream)
-	pnr := false
-	var callerGone <-chan struct{} // armed at the PNR
-	for {
-		var r received
-		select {
-		case r = <-events:
-		case <-callerGone:
-			owned = false
-			go drain(events, sctx, scancel)
-			return s.pending(cell, req)
-		}
-		if r.err != nil {
-			if errors.Is(r.err, io.EOF) {
-				r.err = errors.New("cell closed the stream without an outcome")
-			}
-			return s.broken(cell, req, pnr, r.err)
-		}
-		switch e := r.ev.GetEvent().(type) {
-		case *cellproto.ProcessEvent_PointOfNoReturn:
-			if pnr {
-				continue
-			}
-			// The handshake: confirm only if this attempt is still ours. A
-			// timer that fired, or a caller that left, has given the
-			// attempt up, and the cell, hearing nothing, will not call the
-			// issuer.
-			if !timer.Stop() || !stopWatch() {
-				return outcome{reroute: fmt.Errorf("cell %s: point of no return after the attempt was given up", cell.ID)}
-			}
-			if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
-				// Not delivered: the cell cannot have gone past its PNR.
-				return outcome{reroute: fmt.Errorf("cell %s: confirming the point of no return: %w", cell.ID, err)}
-			}
-			// From here the transaction belongs to this cell.
-			pnr = true
-			callerGone = ctx.Done()
-		case *cellproto.ProcessEvent_Result:
-			return outcome{txn: e.Result}
-		case *cellproto.ProcessEvent_Reroutable:
-			if pnr {
-				// A cell must never say this after a confirmed PNR; if one
-				// does, trust the PNR and do not re-route.
-				return s.pending(cell, req)
-			}
-			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy()}
-		}
-	}
-}
-
-// afterPNRBound bounds a Process stream from its start: far beyond a cell's
-// issuer timeout, so that only a cell that never answers is cut off.
-const afterPNRBound = 2 * time.Minute
-
-// received is one Recv of a Process stream.
-type received struct {
-	ev  *cellproto.ProcessEvent
-	err error
-}
-
-// receive reads stream until its first error, on a goroutine of its own,
-// so that the caller can stop waiting without ending the stream.
-func receive(ctx context.Context, stream grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent]) <-chan received {
-	// A stream carries at most a PNR event, a terminal event and its end:
-	// with room for those, a send never waits, and an error caused by the
-	// stream's own cancellation is still delivered to a reader waiting for
-	// it. Only a cell sending more than that, to nobody, waits on ctx.
-	out := make(chan received, 4)
-	go func() {
-		for {
-			ev, err := stream.Recv()
-			r := received{ev, err}
-			select {
-			case out <- r:
-			default:
-				select {
-				case out <- r:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// drain reads a stream past its point of no return to its terminal event,
-// then ends it: the cell finishes the transaction and records it whoever
-// is still listening.
-func drain(events <-chan received, ctx context.Context, cancel context.CancelFunc) {
-	defer cancel()
-	for {
-		select {
-		case r := <-events:
-			if r.err != nil || r.ev.GetResult() != nil || r.ev.GetReroutable() != nil {
-				return
-			}
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// broken handles a stream that ended without a terminal event.
-func (s *Server) broken(cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, pnr bool, err error) outcome {
-	if pnr {
-		return s.pending(cell, req)
-	}
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.AlreadyExists, codes.Aborted:
-		// The cell's answer about the request itself: the same anywhere.
-		return outcome{final: err}
-	}
-	return outcome{reroute: fmt.Errorf("cell %s: %w", cell.ID, err)}
-}
-
-// pending answers for a transaction past its PNR whose outcome this GTR
-// did not receive: the owning cell has it, and GetTransaction reads it.
-func (s *Server) pending(cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest) outcome {
-	now := timestamppb.New(s.cfg.Now())
-	return outcome{txn: &cellpayv1.Transaction{
-		TransactionId: req.GetTransactionId(),
-		Status:        cellpayv1.TransactionStatus_PENDING,
-		CellId:        cell.ID,
-		Amount:        req.GetAmount(),
-		PaymentType:   req.GetPaymentType(),
-		PartnerId:     req.GetPartnerId(),
-		Market:        req.GetMarket(),
-		CreatedAt:     now,
-		UpdatedAt:     now,
-	}}
 }
 
 // GetTransaction asks every cell of the table (cells never call each
