@@ -26,6 +26,9 @@ type outcome struct {
 	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
 }
 
+// attempt runs the transaction on one cell: the Process stream, with the
+// point-of-no-return handshake. It re-routes (returns outcome.reroute) only
+// while it has not sent Proceed.
 func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool) outcome {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
