@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -448,71 +447,6 @@ func withDatabase(serverURL, name string) (string, error) {
 
 // stopTimeout is how long a component gets to exit after SIGTERM.
 const stopTimeout = 10 * time.Second
-
-// FindNATSServer returns the path of a nats-server binary, or "".
-func FindNATSServer() string {
-	if p, err := exec.LookPath("nats-server"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
-		return "/usr/sbin/nats-server"
-	}
-	return ""
-}
-
-// NATSURL is the platform's NATS URL, or "" when it runs without NATS.
-func (p *Platform) NATSURL() string {
-	if !p.cfg.NATS {
-		return ""
-	}
-	return "nats://" + p.cfg.NATSAddr
-}
-
-// AdminTokenFile is the file holding the GTR's admin token.
-func (p *Platform) AdminTokenFile() string { return filepath.Join(p.cfg.DataDir, "admin.token") }
-
-// startNATS starts the NATS server, points the cells and the GTR at it, and
-// publishes the reference data snapshot.
-func (p *Platform) startNATS(ctx context.Context) error {
-	host, port, err := net.SplitHostPort(p.cfg.NATSAddr)
-	if err != nil {
-		return fmt.Errorf("platform: NATSAddr: %w", err)
-	}
-	store := filepath.Join(p.cfg.DataDir, "nats")
-	proc := &Proc{
-		Name:    NATS,
-		Addr:    p.cfg.NATSAddr,
-		path:    p.cfg.NATSServerBin,
-		args:    []string{"-js", "-a", host, "-p", port, "-sd", store},
-		env:     os.Environ(),
-		logPath: filepath.Join(p.logDir, NATS+".log"),
-		stdout:  newPrefixWriter(NATS, p.cfg.Stdout, &p.outMu),
-		stderr:  newPrefixWriter(NATS, p.cfg.Stderr, &p.outMu),
-		ready: func(ctx context.Context, exited <-chan struct{}) error {
-			return waitTCP(ctx, p.cfg.NATSAddr, exited)
-		},
-	}
-	p.procs[NATS] = proc
-	p.order = append(p.order, proc)
-	if err := proc.start(ctx); err != nil {
-		return fmt.Errorf("platform: %w", err)
-	}
-	url := p.NATSURL()
-	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url)
-	if p.cfg.RefDataSource == "" {
-		return nil
-	}
-	bin := filepath.Join(p.cfg.BinDir, "replicator")
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("platform: replicator: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, bin, "-nats-url", url, "snapshot", "-source", p.cfg.RefDataSource)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
-	}
-	return nil
-}
 
 // MetricsAddr is where the component listening on addr serves /metrics
 // when Config.Metrics is set: the same host, port + 2000.
