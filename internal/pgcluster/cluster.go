@@ -377,7 +377,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	var lastErr error
 	for {
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		lastErr = ping(attempt, c.URL("postgres"))
+		lastErr = pingOwn(attempt, c.URL("postgres"), c.dataDir)
 		cancel()
 		if lastErr == nil {
 			return nil
@@ -392,11 +392,22 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 }
 
-func ping(ctx context.Context, url string) error {
+// pingOwn connects to url and checks that the server there runs on
+// dataDir. A port picked free a moment ago can be taken by another server
+// (a parallel test's): answering for it would hand our caller someone
+// else's database, while our own server, unable to bind, exits.
+func pingOwn(ctx context.Context, url, dataDir string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return conn.Ping(ctx)
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return err
+	}
+	if filepath.Clean(dir) != filepath.Clean(dataDir) {
+		return fmt.Errorf("the port is served by another postgres (data directory %s)", dir)
+	}
+	return nil
 }
