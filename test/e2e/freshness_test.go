@@ -113,14 +113,35 @@ func TestFreshnessGating(t *testing.T) {
 	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetRefdataVersion() != "2" || got.GetRouteRule() != "fresh-fx" {
 		t.Fatalf("p-002 after v2: %v", got)
 	}
-	ex, err = adm.Explain(ctx, &adminproto.ExplainRequest{Attrs: &adminproto.Attrs{PartnerId: "p-002", Market: "GB", PaymentType: "CARD_AUTHORIZATION"}})
+	// The first routable transaction went to whichever cell reported v2
+	// first. Once all three serve it, p-002 goes home, as Explain says.
+	attrs := &adminproto.Attrs{PartnerId: "p-002", Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ex, err = adm.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := len(ex.GetCells()) == 3
+		for _, c := range ex.GetCells() {
+			all = all && c.GetRefdataVersion() >= 2
+		}
+		if all {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every cell reported v2 within 5 s:\n%s", ex.GetText())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	home := ""
 	for _, c := range ex.GetCells() {
 		if c.GetRank() == 1 {
 			home = c.GetCellId()
 		}
 	}
+	got, err = submit("after-all-v2", "p-002")
 	if err != nil || ex.GetError() != "" || home != got.GetCellId() {
-		t.Fatalf("explain after v2 (routed to %s):\n%s%v %v", got.GetCellId(), ex.GetText(), ex, err)
+		t.Fatalf("after every cell serves v2, p-002 went to %s, Explain's home is %s:\n%s%v", got.GetCellId(), home, ex.GetText(), err)
 	}
 }
