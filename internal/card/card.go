@@ -34,6 +34,24 @@ func Luhn(s string) bool {
 	return sum%10 == 0
 }
 
+// CheckDigit returns the digit that makes body followed by it pass the
+// Luhn check. body must be all digits.
+func CheckDigit(body string) byte {
+	sum := 0
+	// The check digit will be rightmost, so the last body digit is doubled.
+	for i := len(body) - 1; i >= 0; i-- {
+		d := int(body[i] - '0')
+		if (len(body)-1-i)%2 == 0 {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return byte('0' + (10-sum%10)%10)
+}
+
 // Mask keeps the first 6 and last 4 digits of pan and replaces the rest with
 // '*'. A string of 10 characters or fewer is masked whole, so that a short or
 // malformed input can never be returned as it came.

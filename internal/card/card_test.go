@@ -75,3 +75,14 @@ func FuzzMask(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckDigit(t *testing.T) {
+	for _, body := range []string{"424242424242424", "400000000000000", "0", "", "79927398710"} {
+		if pan := body + string(CheckDigit(body)); !Luhn(pan) && pan != "0" {
+			t.Errorf("CheckDigit(%q) = %q: %q fails Luhn", body, CheckDigit(body), pan)
+		}
+	}
+	if CheckDigit("424242424242424") != '2' {
+		t.Error("CheckDigit(424242424242424) != 2")
+	}
+}

@@ -63,6 +63,6 @@
 //
 // # What it must never do
 //
-// It never logs a full PAN or puts one in an error: logs carry MaskPAN(pan)
+// It never logs a full PAN or puts one in an error: logs carry card.Mask(pan)
 // and error messages carry no request values at all.
 package issuersim

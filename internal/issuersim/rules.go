@@ -55,16 +55,6 @@ func AuthCode(transactionID string) string {
 	return string(code[:])
 }
 
-// MaskPAN returns pan with everything but the first 6 and last 4 characters
-// replaced by "******". A value shorter than 12 characters is masked
-// entirely, since its first 6 and last 4 would reveal most or all of it.
-func MaskPAN(pan string) string {
-	if len(pan) < 12 {
-		return "******"
-	}
-	return pan[:6] + "******" + pan[len(pan)-4:]
-}
-
 // request is the part of an AuthorizeRequest the rules read.
 type request struct {
 	pan           string

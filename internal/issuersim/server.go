@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,7 +71,7 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "authorize",
 			slog.String("transaction_id", id),
-			slog.String("pan", MaskPAN(req.GetPan())),
+			slog.String("pan", card.Mask(req.GetPan())),
 			slog.Bool("approved", out.approved),
 			slog.String("decline_reason", out.reason),
 			slog.Bool("duplicate", dup),

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -97,46 +98,6 @@ func randomPAN(rng *rand.Rand) string {
 	for i := 1; i < 15; i++ {
 		b[i] = byte('0' + rng.IntN(10))
 	}
-	b[15] = luhnCheckDigit(b[:15])
+	b[15] = card.CheckDigit(string(b[:15]))
 	return string(b[:])
-}
-
-// luhnCheckDigit returns the digit that makes body+digit pass Luhn.
-func luhnCheckDigit(body []byte) byte {
-	sum := 0
-	// The check digit will be rightmost, so the last body digit is doubled.
-	for i := len(body) - 1; i >= 0; i-- {
-		d := int(body[i] - '0')
-		if (len(body)-1-i)%2 == 0 {
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return byte('0' + (10-sum%10)%10)
-}
-
-// luhnValid reports whether s is all digits and passes the Luhn check.
-func luhnValid(s string) bool {
-	if s == "" {
-		return false
-	}
-	sum := 0
-	for i := len(s) - 1; i >= 0; i-- {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return false
-		}
-		d := int(c - '0')
-		if (len(s)-1-i)%2 == 1 {
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return sum%10 == 0
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	cardlib "github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -26,8 +27,8 @@ func TestLuhn(t *testing.T) {
 		{"4111-1111", false},
 	}
 	for _, tt := range tests {
-		if got := luhnValid(tt.pan); got != tt.want {
-			t.Errorf("luhnValid(%q) = %v, want %v", tt.pan, got, tt.want)
+		if got := cardlib.Luhn(tt.pan); got != tt.want {
+			t.Errorf("cardlib.Luhn(%q) = %v, want %v", tt.pan, got, tt.want)
 		}
 	}
 }
@@ -75,7 +76,7 @@ func TestRequestGeneration(t *testing.T) {
 			continue
 		}
 		cards++
-		if len(card.GetPan()) != 16 || !luhnValid(card.GetPan()) {
+		if len(card.GetPan()) != 16 || !cardlib.Luhn(card.GetPan()) {
 			t.Errorf("seq %d: PAN %q is not 16 Luhn-valid digits", seq, card.GetPan())
 		}
 		if card.GetExpiryMonth() != 12 || card.GetExpiryYear() != 2030 {

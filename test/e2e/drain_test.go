@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
@@ -353,18 +354,7 @@ func drainPAN(int) string {
 	n := panSeq.n
 	panSeq.Unlock()
 	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
-	sum := 0
-	for i := len(body) - 1; i >= 0; i-- {
-		d := int(body[i] - '0')
-		if (len(body)-1-i)%2 == 0 { // doubled: these are every other digit from the check digit's left
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return body + strconv.Itoa((10-sum%10)%10)
+	return body + string(card.CheckDigit(body))
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

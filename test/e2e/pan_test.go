@@ -96,11 +96,4 @@ func TestNoFullPANStoredOrLogged(t *testing.T) {
 }
 
 // luhnPAN appends the Luhn check digit to body.
-func luhnPAN(body string) string {
-	for d := '0'; d <= '9'; d++ {
-		if card.Luhn(body + string(d)) {
-			return body + string(d)
-		}
-	}
-	panic("unreachable")
-}
+func luhnPAN(body string) string { return body + string(card.CheckDigit(body)) }
