@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Regenerates the Go code for every .proto under proto/ with pinned
-# generators: protoc from Debian bookworm (3.21.12, checked below) and the Go
-# plugins pinned in tools/go.mod. The output is committed; `make verify`
-# re-runs this and fails when the tree changes.
+# generators and nothing from the machine: buf (its compiler carries the
+# well-known types, so no protoc and no /usr/include/google/protobuf) pinned
+# in tools/buf/go.mod, and the Go plugins pinned in tools/go.mod. buf lives in
+# a module of its own so that its dependencies cannot move the plugins'
+# versions. The output is committed; `make verify` re-runs this and fails
+# when the tree changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-want="libprotoc 3.21.12"
-have="$(protoc --version 2>/dev/null || true)"
-if [ "$have" != "$want" ]; then
-  echo "protogen: need '$want' (Debian package protobuf-compiler), have '${have:-none}'" >&2
-  exit 1
-fi
-bin="$(mktemp -d)"
-trap 'rm -rf "$bin"' EXIT
+bin="${CELLPAY_TOOLS_BIN:-$(go env GOCACHE)/cellpay-tools}"
+mkdir -p "$bin"
 (cd tools && go build -o "$bin/" google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc)
-mapfile -t files < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | sort)
-protoc -I proto -I /usr/include \
-  --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
-  --go_out=. --go_opt=module=github.com/cellpay/cellpay \
-  --go-grpc_out=. --go-grpc_opt=module=github.com/cellpay/cellpay \
-  "${files[@]}"
+(cd tools/buf && go build -o "$bin/" github.com/bufbuild/buf/cmd/buf)
+template=$(cat <<JSON
+{"version":"v2","plugins":[
+ {"local":"$bin/protoc-gen-go","out":".","opt":["module=github.com/cellpay/cellpay"]},
+ {"local":"$bin/protoc-gen-go-grpc","out":".","opt":["module=github.com/cellpay/cellpay"]}
+]}
+JSON
+)
+"$bin/buf" generate proto --template "$template"

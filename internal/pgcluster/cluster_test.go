@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/internal/pgcluster"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -167,8 +168,15 @@ func TestKill(t *testing.T) {
 	if c.Running() {
 		t.Fatal("Running after Kill")
 	}
-	if err := conn.Ping(ctx); err == nil {
-		t.Fatal("ping succeeded on a killed server")
+	// The postmaster is reaped when Kill returns, but a backend serving an
+	// open connection may take a moment longer to die: wait for the effect.
+	testutil.Eventually(t, 10*time.Second, "the open connection fails after Kill", func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return conn.Ping(pctx) != nil
+	})
+	if _, err := pgx.Connect(ctx, c.URL("app")); err == nil {
+		t.Fatal("a new connection succeeded on a killed server")
 	}
 	if err := c.Restart(ctx); err != nil {
 		t.Fatalf("Restart after Kill: %v", err)

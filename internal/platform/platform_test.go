@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestPlatformWithFakes runs the launcher against a stand-in binary for
@@ -161,9 +162,12 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 	if err := cell.Kill(); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if cell.Running() || platform.CheckHealth(ctx, cell.Addr) == nil {
+	if cell.Running() {
 		t.Fatal("cell still running after Kill")
 	}
+	testutil.Eventually(t, 10*time.Second, "the killed cell stops answering its health check", func() bool {
+		return !answers(ctx, cell.Addr, 300*time.Millisecond)
+	})
 	if err := cell.Restart(ctx); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
@@ -176,10 +180,8 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 	if err := paused.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = platform.CheckHealth(short, paused.Addr)
-	cancel()
-	if err == nil {
+	testutil.Eventually(t, 10*time.Second, "the cell stopped after SIGSTOP", func() bool { return testutil.Stopped(paused.Pid()) })
+	if answers(ctx, paused.Addr, 300*time.Millisecond) {
 		t.Error("a paused cell answered its health check")
 	}
 	if err := paused.Signal(syscall.SIGCONT); err != nil {
@@ -201,8 +203,9 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		t.Errorf("Stop: %v", err)
 	}
 	for _, pid := range pids {
-		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process group %d still has processes after Stop (kill: %v)", pid, err)
+		var err error
+		if !testutil.Within(10*time.Second, func() bool { err = syscall.Kill(-pid, 0); return errors.Is(err, syscall.ESRCH) }) {
+			t.Errorf("process group %d still has processes 10 s after Stop (kill: %v)", pid, err)
 		}
 	}
 	for _, name := range names {
@@ -335,4 +338,11 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// answers reports whether addr answers a gRPC health check within d.
+func answers(ctx context.Context, addr string, d time.Duration) bool {
+	short, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return platform.CheckHealth(short, addr) == nil
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
@@ -70,7 +71,7 @@ func TestDrain(t *testing.T) {
 	a1, a2 := adminClient(t, g1.AdminAddr), adminClient(t, g2.AdminAddr)
 	admins := []adminproto.AdminClient{a1, a2}
 	for _, a := range admins {
-		waitFor(t, 10*time.Second, "replica connected to NATS", func() bool {
+		testutil.Eventually(t, 10*time.Second, "replica connected to NATS", func() bool {
 			l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
 			return err == nil && l.ConfigStore == "connected"
 		})
@@ -138,7 +139,7 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, time.Second, "replica 2 applies the drain", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 70 })
+	testutil.Eventually(t, time.Second, "replica 2 applies the drain", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 70 })
 	t.Logf("replica 2 converged %v after the drain", time.Since(start))
 	first := movedOff(sameOnBoth("after drain 30"))
 	share := float64(len(first)) / float64(onB)
@@ -173,14 +174,14 @@ func TestDrain(t *testing.T) {
 	if _, err := a2.Restore(ctx, &adminproto.RestoreRequest{CellId: "cell-b"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "replica 1 applies the restore", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 100 })
+	testutil.Eventually(t, time.Second, "replica 1 applies the restore", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 100 })
 	if m := movedOff(sameOnBoth("after restore")); len(m) != 0 {
 		t.Fatalf("%d keys still off cell-b after restore", len(m))
 	}
 	if _, err := a2.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 30}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "replica 1 applies the drain", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 70 })
+	testutil.Eventually(t, time.Second, "replica 1 applies the drain", func() bool { w, _ := weightOn(a1, "cell-b"); return w == 70 })
 	second := movedOff(sameOnBoth("after the second drain"))
 	if len(second) != len(first) {
 		t.Fatalf("second drain moved %d keys, the first %d", len(second), len(first))
@@ -225,9 +226,9 @@ func TestDrain(t *testing.T) {
 	for err := range inflightErrs {
 		t.Error(err)
 	}
-	waitFor(t, time.Second, "replica 2 drains cell-b fully", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 0 })
+	testutil.Eventually(t, time.Second, "replica 2 drains cell-b fully", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 0 })
 	for _, a := range admins {
-		waitFor(t, 5*time.Second, "cell-b in-flight back to 0", func() bool { _, n := weightOn(a, "cell-b"); return n == 0 })
+		testutil.Eventually(t, 5*time.Second, "cell-b in-flight back to 0", func() bool { _, n := weightOn(a, "cell-b"); return n == 0 })
 	}
 	drained := sameOnBoth("after drain 100")
 	for _, h := range drained {
@@ -246,7 +247,7 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	sawMid := false
-	waitFor(t, 5*time.Second, "the ramp reaches 100 on replica 1", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the ramp reaches 100 on replica 1", func() bool {
 		w, _ := weightOn(a1, "cell-b")
 		sawMid = sawMid || (w > 0 && w < 100)
 		return w == 100
@@ -254,11 +255,11 @@ func TestDrain(t *testing.T) {
 	if !sawMid {
 		t.Fatal("the restore ramp jumped without intermediate weights")
 	}
-	waitFor(t, time.Second, "replica 2 at 100", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 100 })
+	testutil.Eventually(t, time.Second, "replica 2 at 100", func() bool { w, _ := weightOn(a2, "cell-b"); return w == 100 })
 	// The table follows the ramp's end within one ramp tick (50 ms).
 	// Each replica republishes on its own 50 ms tick, so for a moment they
 	// may disagree: wait until both route every key home.
-	waitFor(t, time.Second, "every key back home on both replicas after the ramped restore", func() bool {
+	testutil.Eventually(t, time.Second, "every key back home on both replicas after the ramped restore", func() bool {
 		for _, a := range admins {
 			for i, h := range homes(a) {
 				if h != base[i] {
@@ -273,11 +274,11 @@ func TestDrain(t *testing.T) {
 	if _, err := a1.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: "cell-c", Weight: 50}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "replica 2 sees cell-c at 50", func() bool { w, _ := weightOn(a2, "cell-c"); return w == 50 })
+	testutil.Eventually(t, time.Second, "replica 2 sees cell-c at 50", func() bool { w, _ := weightOn(a2, "cell-c"); return w == 50 })
 	marked := sameOnBoth("before NATS stops")
 	ns.Stop()
 	for _, a := range admins {
-		waitFor(t, 10*time.Second, "replica notices NATS is gone", func() bool {
+		testutil.Eventually(t, 10*time.Second, "replica notices NATS is gone", func() bool {
 			l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
 			return err == nil && l.ConfigStore == "disconnected"
 		})
@@ -355,17 +356,6 @@ func drainPAN(int) string {
 	panSeq.Unlock()
 	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
 	return body + string(card.CheckDigit(body))
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func equal(a, b []string) bool {

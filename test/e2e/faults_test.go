@@ -12,6 +12,8 @@ import (
 
 	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -151,6 +153,44 @@ func restartCell(t *testing.T, ctx context.Context, id string) {
 	if err := env.p.Process(id).Restart(ctx); err != nil {
 		t.Fatalf("restart %s: %v", id, err)
 	}
+	waitCellUp(t, id, "restarted")
+}
+
+// waitCellDown waits, with a bound, until the cell no longer answers its
+// gRPC health check as SERVING: the fault has taken effect, and its hold
+// starts from there rather than from the moment the signal was sent.
+func waitCellDown(t *testing.T, id, why string) {
+	t.Helper()
+	addr := cellAddr(t, id)
+	testutil.Eventually(t, 15*time.Second, id+" not serving after it was "+why, func() bool {
+		return !serving(addr, 300*time.Millisecond)
+	})
+}
+
+// waitCellUp waits, with a bound, until the cell answers SERVING again.
+func waitCellUp(t *testing.T, id, why string) {
+	t.Helper()
+	addr := cellAddr(t, id)
+	testutil.Eventually(t, 30*time.Second, id+" serving again after it was "+why, func() bool {
+		return serving(addr, time.Second)
+	})
+}
+
+func serving(addr string, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return platform.CheckHealth(ctx, addr) == nil
+}
+
+func cellAddr(t *testing.T, id string) string {
+	t.Helper()
+	for _, c := range env.cells {
+		if c.ID == id {
+			return c.Addr
+		}
+	}
+	t.Fatalf("no cell %s in the platform", id)
+	return ""
 }
 
 func TestFaultKillCell(t *testing.T) {
@@ -160,6 +200,7 @@ func TestFaultKillCell(t *testing.T) {
 			if err := env.p.Process("cell-b").Kill(); err != nil {
 				t.Fatal(err)
 			}
+			waitCellDown(t, "cell-b", "killed")
 		},
 		hold: 3 * time.Second,
 		heal: func(t *testing.T, ctx context.Context) { restartCell(t, ctx, "cell-b") },
@@ -174,12 +215,14 @@ func TestFaultStopCellPostgres(t *testing.T) {
 			if err := env.p.Postgres("cell-c").Stop(); err != nil {
 				t.Fatal(err)
 			}
+			waitCellDown(t, "cell-c", "its Postgres stopped")
 		},
 		hold: 3 * time.Second,
 		heal: func(t *testing.T, ctx context.Context) {
 			if err := env.p.Postgres("cell-c").Restart(ctx); err != nil {
 				t.Fatal(err)
 			}
+			waitCellUp(t, "cell-c", "its Postgres restarted")
 		},
 	})
 	noFailuresShown(t, answers)
@@ -192,12 +235,17 @@ func TestFaultFreezeCell(t *testing.T) {
 			if err := env.p.Process("cell-a").Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			testutil.Eventually(t, 10*time.Second, "cell-a stopped after SIGSTOP", func() bool {
+				return testutil.Stopped(env.p.Process("cell-a").Pid())
+			})
+			waitCellDown(t, "cell-a", "frozen")
 		},
 		hold: 3 * time.Second,
 		heal: func(t *testing.T, _ context.Context) {
 			if err := env.p.Process("cell-a").Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
+			waitCellUp(t, "cell-a", "thawed")
 		},
 	})
 	noFailuresShown(t, answers)

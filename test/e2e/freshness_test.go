@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -48,7 +49,7 @@ func TestFreshnessGating(t *testing.T) {
 	adm := adminClient(t, g.AdminAddr)
 
 	// The GTR hears every cell at v1.
-	waitFor(t, 10*time.Second, "the GTR hears every cell at v1", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the GTR hears every cell at v1", func() bool {
 		l, err := adm.ListCells(ctx, &adminproto.ListCellsRequest{})
 		if err != nil || len(l.GetCells()) != len(e.cells) {
 			return false

@@ -22,6 +22,7 @@ import (
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 	"github.com/cellpay/cellpay/internal/telemetry"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestMain starts a private Postgres for the benchmark; each test checks
@@ -143,17 +144,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	checkLeaks(t)
 	url := runNATS(t)
@@ -196,7 +186,7 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	// An update: the new view sees it, the old view still sees version 1.
 	u := refdata.Update{FXRates: map[string]string{"GBP": "0.9"}}
 	pub.publish(&refdata.Message{Version: 2, Kind: refdata.KindUpdate, Base: 1, Update: &u, Hash: refdata.ContentHash(u)}, nil)
-	eventually(t, "version 2", func() bool { return s.View().Version() == "2" })
+	testutil.Eventually(t, 10*time.Second, "version 2", func() bool { return s.View().Version() == "2" })
 	if got, _ := s.View().Convert(10000, "EUR", "GBP"); got != 9000 {
 		t.Fatalf("after update: %d", got)
 	}
@@ -212,7 +202,7 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	pub.publish(&refdata.Message{Version: 3, Kind: refdata.KindSnapshot, Snapshot: &bad, Hash: "bad"}, nil)
 	pub.publish(&refdata.Message{Version: 4, Kind: refdata.KindSnapshot, Hash: "garbage"}, []byte(`{"version": 4, "kind": "snap`))
 	pub.publish(&refdata.Message{Version: 5, Kind: refdata.KindUpdate, Base: 4, Update: &u, Hash: "u"}, nil)
-	eventually(t, "three refusals", func() bool { return s.Status().Refused == 3 })
+	testutil.Eventually(t, 10*time.Second, "three refusals", func() bool { return s.Status().Refused == 3 })
 	if s.View().Version() != "2" || st.f.Version != 2 {
 		t.Fatalf("served %s, stored %d after refusals", s.View().Version(), st.f.Version)
 	}
@@ -234,10 +224,10 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	st.mu.Lock()
 	st.fail = false
 	st.mu.Unlock()
-	eventually(t, "version 6", func() bool { return s.View().Version() == "6" })
+	testutil.Eventually(t, 10*time.Second, "version 6", func() bool { return s.View().Version() == "6" })
 
 	// The status report carries the served version.
-	eventually(t, "a status for version 6", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a status for version 6", func() bool {
 		msg, err := statuses.NextMsg(time.Second)
 		if err != nil {
 			return false

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -111,18 +112,6 @@ func weight(st *state.State, id string) int {
 	return c.Weight
 }
 
-// eventually polls cond every 20ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -137,7 +126,7 @@ func TestSeedAndConverge(t *testing.T) {
 	ns := startNATS(t)
 	r1 := startReplica(t, ns.url(), filepath.Join(t.TempDir(), "r1.json"))
 	r2 := startReplica(t, ns.url(), filepath.Join(t.TempDir(), "r2.json"))
-	eventually(t, 5*time.Second, "both connected", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both connected", func() bool {
 		return r1.sy.Status() == StatusConnected && r2.sy.Status() == StatusConnected
 	})
 	if _, err := r1.sy.Update(ctxFor(t), drain("cell-b", 30)); err != nil {
@@ -147,7 +136,7 @@ func TestSeedAndConverge(t *testing.T) {
 		t.Fatalf("writer's own weight %d, want 70 at once", w)
 	}
 	start := time.Now()
-	eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-b") == 70 })
+	testutil.Eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-b") == 70 })
 	t.Logf("converged in %v", time.Since(start))
 	d1, rev1, _ := r1.st.Doc()
 	d2, rev2, _ := r2.st.Doc()
@@ -164,7 +153,7 @@ func TestSeedAndConverge(t *testing.T) {
 func TestOptimisticConcurrency(t *testing.T) {
 	ns := startNATS(t)
 	rs := []replica{startReplica(t, ns.url(), ""), startReplica(t, ns.url(), "")}
-	eventually(t, 5*time.Second, "connected", func() bool {
+	testutil.Eventually(t, 5*time.Second, "connected", func() bool {
 		return rs[0].sy.Status() == StatusConnected && rs[1].sy.Status() == StatusConnected
 	})
 	const each = 10
@@ -192,7 +181,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 	}
 	// No lost update: every successful write raised the version by one, and
 	// the version equals 1 + the number of writes the store accepted.
-	eventually(t, 2*time.Second, "replicas agree", func() bool {
+	testutil.Eventually(t, 2*time.Second, "replicas agree", func() bool {
 		d0, r0, _ := rs[0].st.Doc()
 		d1, r1, _ := rs[1].st.Doc()
 		return r0 == r1 && d0.Version == d1.Version
@@ -206,7 +195,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	ns := startNATS(t)
 	r := startReplica(t, ns.url(), "")
-	eventually(t, 5*time.Second, "synced", func() bool { _, rev, _ := r.st.Doc(); return rev > 0 })
+	testutil.Eventually(t, 5*time.Second, "synced", func() bool { _, rev, _ := r.st.Doc(); return rev > 0 })
 	_, rev, _ := r.st.Doc()
 	_, err := r.sy.Update(ctxFor(t), func(d *state.Doc) error { return d.SetWeight("cell-a", 300, time.Now(), 0) })
 	var fe *state.FieldError
@@ -251,16 +240,16 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	file1 := filepath.Join(dir, "r1.json")
 	r1 := startReplica(t, ns.url(), file1)
 	r2 := startReplica(t, ns.url(), filepath.Join(dir, "r2.json"))
-	eventually(t, 5*time.Second, "connected", func() bool {
+	testutil.Eventually(t, 5*time.Second, "connected", func() bool {
 		return r1.sy.Status() == StatusConnected && r2.sy.Status() == StatusConnected
 	})
 	if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 50)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-a") == 50 })
+	testutil.Eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-a") == 50 })
 
 	ns.stop()
-	eventually(t, 5*time.Second, "disconnected", func() bool { return r1.sy.Status() == StatusDisconnected })
+	testutil.Eventually(t, 5*time.Second, "disconnected", func() bool { return r1.sy.Status() == StatusDisconnected })
 	before := r1.st.Table()
 	start := time.Now()
 	if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 10)); !errors.Is(err, ErrUnavailable) {
@@ -289,13 +278,13 @@ func TestNATSDownAndFileStart(t *testing.T) {
 
 	// NATS comes back with its store: both converge on new changes.
 	ns.start()
-	eventually(t, 10*time.Second, "reconnected", func() bool {
+	testutil.Eventually(t, 10*time.Second, "reconnected", func() bool {
 		return r2.sy.Status() == StatusConnected && r3.sy.Status() == StatusConnected
 	})
 	if _, err := r2.sy.Update(ctxFor(t), drain("cell-a", 0)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "replica 3 sees the restore", func() bool { return weight(r3.st, "cell-a") == 100 })
+	testutil.Eventually(t, 3*time.Second, "replica 3 sees the restore", func() bool { return weight(r3.st, "cell-a") == 100 })
 }
 
 func TestStartWithoutFileWhileNATSDown(t *testing.T) {
@@ -311,7 +300,7 @@ func TestStartWithoutFileWhileNATSDown(t *testing.T) {
 	}
 	// When NATS arrives with an empty bucket, the seed is written.
 	ns.start()
-	eventually(t, 10*time.Second, "connected", func() bool { return r.sy.Status() == StatusConnected })
+	testutil.Eventually(t, 10*time.Second, "connected", func() bool { return r.sy.Status() == StatusConnected })
 	if _, err := r.sy.Update(ctxFor(t), drain("cell-a", 10)); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -122,17 +123,6 @@ func (p *cellPub) raw(subject string, b []byte) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func start(t *testing.T, url string, sink Sink) *Watcher {
 	t.Helper()
 	w, err := Start(Config{NATSURL: url, Sink: sink, Log: quiet})
@@ -147,7 +137,7 @@ func start(t *testing.T, url string, sink Sink) *Watcher {
 // server, so that a report published now reaches it.
 func subscribed(t *testing.T, w *Watcher) {
 	t.Helper()
-	eventually(t, "the subscription", func() bool { return w.nc.IsConnected() && w.nc.Flush() == nil })
+	testutil.Eventually(t, 5*time.Second, "the subscription", func() bool { return w.nc.IsConnected() && w.nc.Flush() == nil })
 }
 
 func TestReportsReachTheSink(t *testing.T) {
@@ -159,20 +149,20 @@ func TestReportsReachTheSink(t *testing.T) {
 
 	pub.report("cell-a", 3)
 	pub.report("cell-b", 0)
-	eventually(t, "cell-a v3 and cell-b v0", func() bool {
+	testutil.Eventually(t, 5*time.Second, "cell-a v3 and cell-b v0", func() bool {
 		a, okA := sink.get("cell-a")
 		b, okB := sink.get("cell-b")
 		return okA && okB && a == 3 && b == 0
 	})
 	pub.report("cell-a", 4)
-	eventually(t, "cell-a v4", func() bool { v, _ := sink.get("cell-a"); return v == 4 })
+	testutil.Eventually(t, 5*time.Second, "cell-a v4", func() bool { v, _ := sink.get("cell-a"); return v == 4 })
 
 	// Unreadable reports are dropped and counted; the last version stays.
 	pub.raw(refdata.StatusSubjectPrefix+"cell-a", []byte("not json"))
 	pub.raw(refdata.StatusSubjectPrefix+"cell-a", []byte(`{"cell":"cell-a","version":"nine"}`))
 	b, _ := json.Marshal(refdata.Status{Cell: "cell-b", Version: 9})
 	pub.raw(refdata.StatusSubjectPrefix+"cell-a", b) // names another cell
-	eventually(t, "three drops", func() bool { return w.Stats().Dropped == 3 })
+	testutil.Eventually(t, 5*time.Second, "three drops", func() bool { return w.Stats().Dropped == 3 })
 	if v, _ := sink.get("cell-a"); v != 4 {
 		t.Fatalf("cell-a at v%d after bad reports, want v4", v)
 	}
@@ -196,10 +186,10 @@ func TestNATSDownKeepsVersions(t *testing.T) {
 	subscribed(t, w)
 	pub := newPub(t, ns.url())
 	pub.report("cell-a", 5)
-	eventually(t, "cell-a v5", func() bool { v, _ := sink.get("cell-a"); return v == 5 })
+	testutil.Eventually(t, 5*time.Second, "cell-a v5", func() bool { v, _ := sink.get("cell-a"); return v == 5 })
 
 	ns.stop()
-	eventually(t, "the watcher to notice", func() bool { return !w.nc.IsConnected() })
+	testutil.Eventually(t, 5*time.Second, "the watcher to notice", func() bool { return !w.nc.IsConnected() })
 	time.Sleep(300 * time.Millisecond)
 	if v, _ := sink.get("cell-a"); v != 5 {
 		t.Fatalf("cell-a at v%d with NATS down, want v5", v)
@@ -207,9 +197,9 @@ func TestNATSDownKeepsVersions(t *testing.T) {
 
 	ns.start()
 	subscribed(t, w)
-	eventually(t, "the publisher to reconnect", func() bool { return pub.nc.IsConnected() })
+	testutil.Eventually(t, 5*time.Second, "the publisher to reconnect", func() bool { return pub.nc.IsConnected() })
 	pub.report("cell-a", 6)
-	eventually(t, "cell-a v6 after the restart", func() bool { v, _ := sink.get("cell-a"); return v == 6 })
+	testutil.Eventually(t, 5*time.Second, "cell-a v6 after the restart", func() bool { v, _ := sink.get("cell-a"); return v == 6 })
 }
 
 // TestStartWhileNATSDown: Start does not wait for NATS.
@@ -225,7 +215,7 @@ func TestStartWhileNATSDown(t *testing.T) {
 	ns.start()
 	subscribed(t, w)
 	newPub(t, ns.url()).report("cell-c", 2)
-	eventually(t, "cell-c v2", func() bool { v, _ := sink.get("cell-c"); return v == 2 })
+	testutil.Eventually(t, 5*time.Second, "cell-c v2", func() bool { v, _ := sink.get("cell-c"); return v == 2 })
 }
 
 // TestGatesTheRoutingState: reports flow into a real state.State and a
@@ -264,9 +254,9 @@ func TestGatesTheRoutingState(t *testing.T) {
 	pub := newPub(t, ns.url())
 	pub.report("cell-a", 2)
 	pub.report("cell-b", 3)
-	eventually(t, "cell-b alone", func() bool { ids, err := route(); return err == nil && len(ids) == 1 && ids[0] == "cell-b" })
+	testutil.Eventually(t, 5*time.Second, "cell-b alone", func() bool { ids, err := route(); return err == nil && len(ids) == 1 && ids[0] == "cell-b" })
 	pub.report("cell-a", 3)
-	eventually(t, "both cells", func() bool { ids, err := route(); return err == nil && len(ids) == 2 })
+	testutil.Eventually(t, 5*time.Second, "both cells", func() bool { ids, err := route(); return err == nil && len(ids) == 2 })
 }
 
 func TestConfig(t *testing.T) {
