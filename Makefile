@@ -11,6 +11,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+	cd tools/grpcurl && $(GO) build -o $(abspath $(BIN))/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
 
 ## run: build everything and start the platform (private Postgres per cell, issuer, 3 cells, GTR).
 run: build

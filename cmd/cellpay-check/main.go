@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/platform"
 )
 
 func main() {
@@ -78,6 +79,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.answers, "answers", "", "partner answers, JSON Lines (required)")
 	fs.StringVar(&o.cfg.GTRAddr, "gtr", "127.0.0.1:7070", "GTR partner API address")
+	ca := fs.String("ca", ".cellpay/pki/ca.crt", "CA certificate of the GTR's TLS certificate")
+	keys := fs.String("keys", ".cellpay/partners", "folder of <partner>.key API key files: reads go out as each answer's partner")
+	plaintext := fs.Bool("plaintext", false, "talk to the GTR in plaintext without keys (a test server only)")
 	fs.StringVar(&o.cfg.IssuerAddr, "issuer", "127.0.0.1:7090", "issuer simulator address")
 	fs.Var(&cells, "cell", "a cell's database as ID=URL; repeat for every cell (required)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for PENDING transactions to resolve first")
@@ -101,6 +105,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		err := errors.New("at least one -cell ID=URL is required")
 		fmt.Fprintf(stderr, "cellpay-check: %v\n", err)
 		return o, err
+	}
+	if !*plaintext {
+		opts, err := platform.PartnerDialOptions(*ca, *keys)
+		if err != nil {
+			fmt.Fprintf(stderr, "cellpay-check: GTR credentials: %v\n", err)
+			return o, err
+		}
+		o.cfg.GTRDialOptions = opts
 	}
 	return o, nil
 }

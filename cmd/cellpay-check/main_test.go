@@ -42,7 +42,8 @@ func TestUsage(t *testing.T) {
 		{"bad cell", []string{"-answers", answers, "-cell", "cell-a"}, "want ID=URL"},
 		{"stray argument", []string{"-answers", answers, "-cell", "a=b", "extra"}, "unexpected arguments"},
 		{"missing file", []string{"-answers", answers + ".none", "-cell", "a=b"}, "no such file"},
-		{"bad file", []string{"-answers", answers, "-cell", "a=b"}, "line 1"},
+		{"bad file", []string{"-plaintext", "-answers", answers, "-cell", "a=b"}, "line 1"},
+		{"no CA", []string{"-answers", answers, "-cell", "a=b", "-ca", "/nonexistent/ca.crt"}, "GTR credentials"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,7 +100,7 @@ func TestRun(t *testing.T) {
 	}
 	approved := checker.Answer{ID: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: issuersim.AuthCode("t-1"), CellID: "cell-a"}
 	lost := checker.Answer{ID: "t-2", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "XXXXXX"}
-	base := []string{"-gtr", gtrAddr, "-issuer", issuerAddr, "-cell", "cell-a=" + dbURL, "-wait", "5s"}
+	base := []string{"-plaintext", "-gtr", gtrAddr, "-issuer", issuerAddr, "-cell", "cell-a=" + dbURL, "-wait", "5s"}
 
 	var stdout, stderr bytes.Buffer
 	if code := run(append(base, "-answers", write(approved)), &stdout, &stderr); code != 0 {

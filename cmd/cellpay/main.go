@@ -121,11 +121,16 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 			platform.MetricsAddr(cfg.GTRAddr), platform.MetricsAddr(cfg.Cells[0].Addr))
 	}
 	fmt.Fprintf(w, "  logs               %s\n\n", p.LogDir())
-	fmt.Fprintf(w, "Try:\n  grpcurl -plaintext -d '%s' %s cellpay.v1.Payments/SubmitTransaction\n", demoTransaction, cfg.GTRAddr)
+	wd, _ := os.Getwd()
+	fmt.Fprintf(w, "  CA certificate     %s (the GTR's TLS)\n", p.CAFile())
+	fmt.Fprintf(w, "  partner API keys   %s/<partner>.key\n\n", p.PartnerKeyDir())
+	fmt.Fprintf(w, "Try:\n")
+	for _, line := range p.TryCommands(filepath.Join(cfg.BinDir, "grpcurl"), wd) {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 	fmt.Fprintf(w, "  GTR_ADMIN_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n\n", p.AdminTokenFile(), cfg.AdminAddr)
 }
 
-const demoTransaction = `{"transaction_id":"demo-1","payment_type":"CARD_AUTHORIZATION","partner_id":"p-001","market":"GB","amount":{"minor_units":1250,"currency":"GBP"},"merchant":{"id":"m-1","mcc":"5411","country":"GB"},"card":{"pan":"4242424242424242","expiry_month":12,"expiry_year":2030}}`
 
 func parseCells(s string) ([]platform.CellSpec, error) {
 	var cells []platform.CellSpec

@@ -4,9 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // Default addresses from DESIGN.md's local defaults.
@@ -15,10 +20,18 @@ const (
 	defaultCellAddr = "127.0.0.1:7081"
 )
 
+// Default trust material of a local platform (make run's data folder).
+const (
+	defaultCA   = ".cellpay/pki/ca.crt"
+	defaultKeys = ".cellpay/partners"
+)
+
 type options struct {
-	cfg      load.Config
-	json     bool
-	progress bool
+	cfg       load.Config
+	json      bool
+	progress  bool
+	ca, keys  string
+	plaintext bool
 }
 
 // parseFlags reads the command line; on error it has already told stderr.
@@ -38,6 +51,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.RunID, "run-id", "", "transaction ID prefix (default random)")
 	fs.Float64Var(&c.DeclineShare, "decline-share", 0, "share (0..1) of card requests using the declining test card")
 	fs.DurationVar(&c.PerRequestTimeout, "timeout", 5*time.Second, "timeout of each request")
+	fs.StringVar(&o.ca, "ca", defaultCA, "CA certificate the GTR's TLS certificate is checked against (gtr target)")
+	fs.StringVar(&o.keys, "keys", defaultKeys, "folder of <partner>.key API key files; the load spreads over these partners (gtr target)")
+	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys (a cell today, or a test server); never the GTR")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when it is not a terminal")
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +72,27 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if c.Target == load.TargetCell {
 			c.Addr = defaultCellAddr
 		}
+	}
+	if c.Target == load.TargetCell {
+		o.plaintext = true // cells serve plaintext to the GTR's network only
+	}
+	if !o.plaintext {
+		keys, err := partners.ReadKeyDir(o.keys)
+		if err != nil {
+			return o, usageError(fs, stderr, "API keys: %v (make run writes them; or -keys DIR)", err)
+		}
+		if len(keys) == 0 {
+			return o, usageError(fs, stderr, "API keys: no <partner>.key file in %s", o.keys)
+		}
+		tlsOpt, err := client.TLS(o.ca)
+		if err != nil {
+			return o, usageError(fs, stderr, "-ca: %v", err)
+		}
+		for p := range keys {
+			c.Partners = append(c.Partners, p)
+		}
+		slices.Sort(c.Partners)
+		c.DialOptions = []grpc.DialOption{tlsOpt, grpc.WithChainUnaryInterceptor(client.PartnerKeys(keys))}
 	}
 	return o, nil
 }

@@ -65,7 +65,7 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 func TestJSONReport(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	addr := serveApprover(t)
-	code, out, stderr := runCmd(t, "-addr", addr, "-n", "300", "-c", "4", "-json", "-progress")
+	code, out, stderr := runCmd(t, "-plaintext", "-addr", addr, "-n", "300", "-c", "4", "-json", "-progress")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, stderr)
 	}
@@ -84,7 +84,7 @@ func TestJSONReport(t *testing.T) {
 func TestTableReport(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	addr := serveApprover(t)
-	code, out, stderr := runCmd(t, "-addr", addr, "-mode", "open", "-rate", "500", "-n", "50")
+	code, out, stderr := runCmd(t, "-plaintext", "-addr", addr, "-mode", "open", "-rate", "500", "-n", "50")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, stderr)
 	}
@@ -114,11 +114,13 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{"help", []string{"-h"}, 0},
 		{"unknown flag", []string{"-bogus"}, 2},
-		{"non-loopback", []string{"-addr", "192.0.2.1:7070"}, 2},
-		{"count over cap", []string{"-n", "10000001"}, 2},
-		{"duration over cap", []string{"-d", "2h"}, 2},
-		{"rate in closed loop", []string{"-rate", "10"}, 2},
-		{"nothing completed", []string{"-addr", deadAddr, "-n", "5", "-timeout", "2s"}, 1},
+		{"non-loopback", []string{"-plaintext", "-addr", "192.0.2.1:7070"}, 2},
+		{"count over cap", []string{"-plaintext", "-n", "10000001"}, 2},
+		{"duration over cap", []string{"-plaintext", "-d", "2h"}, 2},
+		{"rate in closed loop", []string{"-plaintext", "-rate", "10"}, 2},
+		{"nothing completed", []string{"-plaintext", "-addr", deadAddr, "-n", "5", "-timeout", "2s"}, 1},
+		{"no API keys for the GTR", []string{"-keys", t.TempDir(), "-n", "5"}, 2},
+		{"API key folder missing", []string{"-keys", "/nonexistent/cellpay", "-n", "5"}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ package checker
 import (
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"time"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -48,6 +49,9 @@ type Config struct {
 	// GTRAddr is the GTR's partner API (host:port). Ignored when Payments
 	// is set.
 	GTRAddr string
+	// GTRDialOptions connect to GTRAddr: TLS and the partners' API keys
+	// (pkg/client's TLS and PartnerKeys); plaintext when empty.
+	GTRDialOptions []grpc.DialOption
 	// IssuerAddr is the issuer simulator (host:port). Ignored when Issuer
 	// is set.
 	IssuerAddr string

@@ -54,7 +54,7 @@ type clients struct {
 func dial(cfg Config) (*clients, error) {
 	c := &clients{payments: cfg.Payments, issuer: cfg.Issuer}
 	if c.payments == nil {
-		conn, err := newConn(cfg.GTRAddr)
+		conn, err := newConn(cfg.GTRAddr, cfg.GTRDialOptions...)
 		if err != nil {
 			return nil, fmt.Errorf("checker: dial GTR: %w", err)
 		}
@@ -78,15 +78,18 @@ func dialGTR(cfg Config) (cellpayv1.PaymentsClient, func(), error) {
 	if cfg.Payments != nil {
 		return cfg.Payments, func() {}, nil
 	}
-	conn, err := newConn(cfg.GTRAddr)
+	conn, err := newConn(cfg.GTRAddr, cfg.GTRDialOptions...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checker: dial GTR: %w", err)
 	}
 	return cellpayv1.NewPaymentsClient(conn), func() { _ = conn.Close() }, nil
 }
 
-func newConn(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func newConn(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return grpc.NewClient(addr, opts...)
 }
 
 func (c *clients) close() {

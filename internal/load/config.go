@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -98,6 +100,9 @@ type Config struct {
 	DeclineShare float64
 	// PerRequestTimeout bounds each request. Default 5s, at most MaxTimeout.
 	PerRequestTimeout time.Duration
+	// DialOptions connect to the target; default plaintext. A GTR needs TLS
+	// and the partners' API keys (pkg/client's TLS and PartnerKeys).
+	DialOptions []grpc.DialOption
 	// OnResult, if set, is called once per finished request, from many
 	// goroutines at once: it must be safe for concurrent use and quick.
 	OnResult func(Result)

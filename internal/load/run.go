@@ -43,7 +43,11 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := cfg.DialOptions
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(cfg.Addr, opts...)
 	if err != nil {
 		return Report{}, fmt.Errorf("load: dial %s: %w", cfg.Addr, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -18,8 +19,11 @@ var errExited = errors.New("exited before becoming healthy")
 // waitHealthy polls the gRPC health service at addr (the server's overall
 // health: empty service name) until it answers SERVING, the process exits
 // (exited closes), or ctx ends.
-func waitHealthy(ctx context.Context, addr string, exited <-chan struct{}) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func waitHealthy(ctx context.Context, addr string, creds credentials.TransportCredentials, exited <-chan struct{}) error {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
@@ -55,9 +59,13 @@ func checkOnce(ctx context.Context, client healthpb.HealthClient) error {
 }
 
 // CheckHealth asks the gRPC health service at addr once, bounded by ctx,
-// and returns nil if it answers SERVING.
-func CheckHealth(ctx context.Context, addr string) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// and returns nil if it answers SERVING. It dials with opts, plaintext when
+// there are none.
+func CheckHealth(ctx context.Context, addr string, opts ...grpc.DialOption) error {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return err
 	}

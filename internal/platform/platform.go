@@ -247,8 +247,18 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-pan-key-file", panKey)
 		p.procs[cell.ID].args = append(p.procs[cell.ID].args, p.metricsArgs(cell.Addr)...)
 	}
+	if err := p.provisionTrust(); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
+	}
+	certFile, keyFile := p.GTRCertFiles()
 	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
-		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"))
+		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"),
+		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(), "-reflection")
+	if p.procs[GTR].creds, err = p.gtrTLS(); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: %w", err)
+	}
 	p.procs[GTR].args = append(p.procs[GTR].args, p.metricsArgs(cfg.GTRAddr)...)
 
 	for _, proc := range p.order {

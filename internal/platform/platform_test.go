@@ -59,6 +59,36 @@ func TestPlatformWithFakes(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(cfg.DataDir, "pan.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("pan.key: %v, %v", fi, err)
 	}
+	checkTrust(t, p)
+}
+
+// checkTrust: the platform provisioned a CA, a key file (0600) for every
+// sample partner, and a registry that holds no key, only hashes; a second
+// provisioning keeps the keys.
+func checkTrust(t *testing.T, p *platform.Platform) {
+	t.Helper()
+	if _, err := os.Stat(p.CAFile()); err != nil {
+		t.Errorf("CA: %v", err)
+	}
+	keys, err := p.PartnerKeys()
+	if err != nil || len(keys) != len(platform.SamplePartners) {
+		t.Fatalf("partner keys: %d, %v; want %d", len(keys), err, len(platform.SamplePartners))
+	}
+	for id := range keys {
+		fi, err := os.Stat(filepath.Join(p.PartnerKeyDir(), id+".key"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s.key: %v, %v", id, fi, err)
+		}
+	}
+	reg, err := os.ReadFile(filepath.Join(p.Config().DataDir, "partners.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, k := range keys {
+		if bytes.Contains(reg, []byte(k)) || bytes.Contains(reg, []byte(k[len(k)-20:])) {
+			t.Errorf("the registry file holds %s's API key", id)
+		}
+	}
 }
 
 // TestPlatformFailureNamesComponent checks that a component that never
@@ -139,7 +169,7 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		if proc == nil || !proc.Running() || proc.Pid() == 0 {
 			t.Fatalf("Process(%q) = %+v, not running", name, proc)
 		}
-		if err := platform.CheckHealth(ctx, proc.Addr); err != nil {
+		if err := proc.CheckHealth(ctx); err != nil {
 			t.Errorf("%s health: %v", name, err)
 		}
 	}

@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/cellpay/cellpay/internal/pgcluster"
 )
 
@@ -31,7 +35,10 @@ type Proc struct {
 	env     []string
 	logPath string
 	// ready, when set, replaces the gRPC health check (for NATS).
-	ready  func(ctx context.Context, exited <-chan struct{}) error
+	ready func(ctx context.Context, exited <-chan struct{}) error
+	// creds are the transport credentials of its health check; nil for
+	// plaintext.
+	creds  credentials.TransportCredentials
 	stdout *prefixWriter
 	stderr *prefixWriter
 
@@ -62,7 +69,9 @@ func (p *Proc) startLocked(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	p.cur = r
-	wait := func(ctx context.Context, exited <-chan struct{}) error { return waitHealthy(ctx, p.Addr, exited) }
+	wait := func(ctx context.Context, exited <-chan struct{}) error {
+		return waitHealthy(ctx, p.Addr, p.creds, exited)
+	}
 	if p.ready != nil {
 		wait = p.ready
 	}
@@ -231,6 +240,17 @@ func (p *Proc) Restart(ctx context.Context) error {
 		return fmt.Errorf("platform: restart %w", err)
 	}
 	return nil
+}
+
+// CheckHealth asks the component's gRPC health service once, bounded by
+// ctx, over the transport it serves (TLS for the GTR), and returns nil if it
+// answers SERVING.
+func (p *Proc) CheckHealth(ctx context.Context) error {
+	creds := p.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return CheckHealth(ctx, p.Addr, grpc.WithTransportCredentials(creds))
 }
 
 // Pid returns the process id of the latest run, even if it has exited, or 0

@@ -25,8 +25,10 @@ type GTR struct {
 	txns     metric.Int64Counter
 	reroutes metric.Int64Counter
 	attempts metric.Int64Histogram
+	denied   metric.Int64Counter
 	txnAttrs *attrCache // status, code
 	rrAttrs  *attrCache // cell, reason
+	dnAttrs  *attrCache // code, reason
 }
 
 // NewGTR registers the GTR's instruments on m; cells, ranged at each
@@ -37,9 +39,10 @@ type GTR struct {
 //	cellpay_gtr_attempts                          histogram of the cells tried per transaction
 //	cellpay_gtr_cell_health_share{cell}           share (0-100) of its traffic a cell takes, from health
 //	cellpay_gtr_cell_in_flight{cell}              attempts in progress on a cell
+//	cellpay_gtr_auth_denied_total{code,reason}    partners' calls refused by authentication (no key material)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
-	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason")}
-	var errs [5]error
+	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason")}
+	var errs [6]error
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
 	g.reroutes, errs[1] = m.Int64Counter("cellpay.gtr.reroutes",
@@ -52,6 +55,8 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	inflight, err := m.Int64ObservableGauge("cellpay.gtr.cell.in_flight",
 		metric.WithDescription("Attempts in progress on a cell."))
 	errs[4] = err
+	g.denied, errs[5] = m.Int64Counter("cellpay.gtr.auth.denied",
+		metric.WithDescription("Partners' calls refused by authentication or authorization, by gRPC code and reason."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -74,6 +79,12 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 // return.
 func (g *GTR) Rerouted(cellID string, err error, cellHealthy bool) {
 	g.reroutes.Add(context.Background(), 1, g.rrAttrs.of(cellID, RerouteReason(err, cellHealthy)).add...)
+}
+
+// Denied counts a partner's call refused by authentication: code is the
+// gRPC code answered, reason a word such as bad_key or other_partner.
+func (g *GTR) Denied(code codes.Code, reason string) {
+	g.denied.Add(context.Background(), 1, g.dnAttrs.of(code.String(), reason).add...)
 }
 
 // Done counts a transaction whose processing ended with txn or err after

@@ -21,7 +21,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -39,6 +38,12 @@ type Config struct {
 	Backoff, MaxBackoff time.Duration
 	// PollInterval is how often WaitFinal reads a PENDING transaction [500ms].
 	PollInterval time.Duration
+	// APIKey is the partner's API key, sent with every call by Dial's
+	// default options (see APIKey).
+	APIKey string
+	// CAFile is the CA that Dial's default options trust (PEM; "" for the
+	// system's roots).
+	CAFile string
 }
 
 func (c *Config) defaults() {
@@ -69,11 +74,19 @@ func New(conn grpc.ClientConnInterface, cfg Config) *Client {
 	return &Client{payments: cellpayv1.NewPaymentsClient(conn), cfg: cfg}
 }
 
-// Dial connects to the GTR at addr (plaintext unless opts say otherwise).
-// Close releases the connection.
+// Dial connects to the GTR at addr over TLS (trusting cfg.CAFile), sending
+// cfg.APIKey with every call, unless opts say otherwise. Close releases the
+// connection.
 func Dial(addr string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
 	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		tlsOpt, err := TLS(cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = []grpc.DialOption{tlsOpt}
+		if cfg.APIKey != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(APIKey(cfg.APIKey)))
+		}
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -54,7 +55,8 @@ func start(t *testing.T, f *fakeGTR) *Client {
 	s := grpc.NewServer()
 	cellpayv1.RegisterPaymentsServer(s, f)
 	go s.Serve(lis)
-	c, err := Dial(lis.Addr().String(), Config{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollInterval: time.Millisecond})
+	c, err := Dial(lis.Addr().String(), Config{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollInterval: time.Millisecond},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,11 @@ import (
 // a submission, its replay, and a read.
 func TestPartnerClient(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	c, err := client.Dial(env.gtrAddr, client.Config{})
+	keys, err := env.p.PartnerKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(env.gtrAddr, client.Config{APIKey: keys["p-001"], CAFile: env.p.CAFile()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,8 +138,10 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 	}
 	g.args = []string{"-listen", g.Addr, "-admin-listen", g.AdminAddr, "-config", configFile,
 		"-nats-url", natsURL, "-state-file", filepath.Join(dir, id+".state.json"), "-replica-id", id}
+	cert, key := env.p.GTRCertFiles()
+	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-partners", env.p.PartnersFile())
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
-	g.payments = cellpayv1.NewPaymentsClient(dial(g.Addr))
+	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))
 	t.Cleanup(g.Stop)
 	return g
 }

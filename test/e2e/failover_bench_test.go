@@ -43,7 +43,7 @@ func TestFailoverBenchmark(t *testing.T) {
 	var mu sync.Mutex
 	var samples []sample
 	cfg := load.Config{
-		Target: load.TargetGTR, Addr: env.gtrAddr, Mode: load.ModeOpen, Rate: rate, Concurrency: 512,
+		Target: load.TargetGTR, Addr: env.gtrAddr, DialOptions: env.gtrOpts, Mode: load.ModeOpen, Rate: rate, Concurrency: 512,
 		Count: int64(rate * total.Seconds()), Duration: total, Seed: 42, RunID: runID + "-fobench",
 		PerRequestTimeout: 10 * time.Second,
 		OnResult: func(r load.Result) {

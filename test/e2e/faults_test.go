@@ -57,7 +57,7 @@ func runFault(t *testing.T, f fault) []checker.Answer {
 	var mu sync.Mutex
 	var answers []checker.Answer
 	cfg := load.Config{
-		Target: load.TargetGTR, Addr: env.gtrAddr, Mode: load.ModeOpen,
+		Target: load.TargetGTR, Addr: env.gtrAddr, DialOptions: env.gtrOpts, Mode: load.ModeOpen,
 		Rate: faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * faultLoad.duration.Seconds()),
 		Duration: faultLoad.duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
 		PerRequestTimeout: 12 * time.Second,

@@ -36,6 +36,9 @@ var env struct {
 	cells    []platform.CellSpec
 	payments cellpayv1.PaymentsClient
 	issuer   issuerproto.IssuerClient
+	// gtrOpts dial the GTR as the sample partners do: TLS trusting the
+	// platform's CA, each call with its partner's API key.
+	gtrOpts []grpc.DialOption
 }
 
 func TestMain(m *testing.M) {
@@ -61,6 +64,13 @@ func run(m *testing.M) int {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)
+		return 1
+	}
+	grpcurl := exec.Command("go", "build", "-o", env.bin+"/grpcurl", "github.com/fullstorydev/grpcurl/cmd/grpcurl")
+	grpcurl.Dir = filepath.Join(env.root, "tools", "grpcurl")
+	grpcurl.Stdout, grpcurl.Stderr = os.Stderr, os.Stderr
+	if err := grpcurl.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building grpcurl (tools/grpcurl):", err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -122,13 +132,25 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
-	env.payments = cellpayv1.NewPaymentsClient(dial(env.gtrAddr))
+	if env.gtrOpts, err = env.p.GTRDialOptions(); err != nil {
+		return err
+	}
+	env.payments = cellpayv1.NewPaymentsClient(dialGTR(env.gtrAddr))
 	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr))
 	return nil
 }
 
 func dial(addr string) *grpc.ClientConn {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err) // only on a malformed target, which is ours
+	}
+	return conn
+}
+
+// dialGTR connects to a GTR's partners' listener with env.gtrOpts.
+func dialGTR(addr string) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, env.gtrOpts...)
 	if err != nil {
 		panic(err) // only on a malformed target, which is ours
 	}

@@ -8,15 +8,42 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // TestNoFullPANStoredOrLogged sends transactions with card numbers used
-// nowhere else, including ones that fail and are declined, then scans every
-// log file and every table of every cell's database for them.
+// nowhere else, including ones that fail and are declined, and calls with
+// wrong, malformed and misused API keys, then scans every log file and every
+// table of every cell's database for the card numbers and for every API key
+// (whole, or its secret half).
 func TestNoFullPANStoredOrLogged(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
+	keys, err := env.p.PartnerKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secrets []string
+	for _, k := range keys {
+		secrets = append(secrets, k, k[len(k)-64:])
+	}
+	// A wrong key of the right shape, and one partner's key used for another.
+	wrong := keys["p-001"][:len(keys["p-001"])-64] + strings.Repeat("ab", 32)
+	secrets = append(secrets, wrong, wrong[len(wrong)-64:])
+	raw := dialRaw(t)
+	for i, k := range []string{wrong, "not-a-key-" + strings.Repeat("x", 70), keys["p-002"]} {
+		r := request(fmt.Sprintf("pan-key-%d", i), luhnPAN("4111111111111"+fmt.Sprintf("%02d", i)))
+		md := metadata.Pairs("authorization", "Bearer "+k)
+		if _, err := raw.SubmitTransaction(metadata.NewOutgoingContext(ctx, md), r); status.Code(err) != codes.Unauthenticated && status.Code(err) != codes.PermissionDenied {
+			t.Errorf("call %d with a bad key: %v", i, err)
+		}
+	}
 	var pans []string
 	for i := range 12 {
 		pans = append(pans, luhnPAN(fmt.Sprintf("5%014d", 31337000+i)))
@@ -48,6 +75,11 @@ func TestNoFullPANStoredOrLogged(t *testing.T) {
 		for _, pan := range append(pans, approvedPAN) {
 			if strings.Contains(string(b), pan) {
 				t.Errorf("log %s contains a full card number", filepath.Base(path))
+			}
+		}
+		for _, sec := range secrets {
+			if strings.Contains(string(b), sec) {
+				t.Errorf("log %s contains an API key", filepath.Base(path))
 			}
 		}
 	}
@@ -83,6 +115,11 @@ func TestNoFullPANStoredOrLogged(t *testing.T) {
 						t.Errorf("cell %s table %s holds a full card number", c.ID, table)
 					}
 				}
+				for _, sec := range secrets {
+					if strings.Contains(row, sec) {
+						t.Errorf("cell %s table %s holds an API key", c.ID, table)
+					}
+				}
 				if strings.Contains(row, card.Mask(pans[0])) {
 					scanned += 0 // masked numbers are expected
 				}
@@ -97,3 +134,19 @@ func TestNoFullPANStoredOrLogged(t *testing.T) {
 
 // luhnPAN appends the Luhn check digit to body.
 func luhnPAN(body string) string { return body + string(card.CheckDigit(body)) }
+
+// dialRaw connects to the GTR over TLS with no API key of its own: the
+// caller sets the authorization header.
+func dialRaw(t *testing.T) cellpayv1.PaymentsClient {
+	t.Helper()
+	tlsOpt, err := client.TLS(env.p.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(env.gtrAddr, tlsOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return cellpayv1.NewPaymentsClient(conn)
+}

@@ -168,7 +168,8 @@ func TestLoadTool(t *testing.T) {
 		t.Run(target.name, func(t *testing.T) {
 			ctx := ctxFor(t, 2*time.Minute)
 			cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "loadgen"), "-target", target.name, "-addr", target.addr,
-				"-mode", "closed", "-c", "8", "-n", "300", "-d", "60s", "-json", "-run-id", runID+"-lg"+target.name, "-decline-share", "0.1")
+				"-mode", "closed", "-c", "8", "-n", "300", "-d", "60s", "-json", "-run-id", runID+"-lg"+target.name, "-decline-share", "0.1",
+				"-ca", env.p.CAFile(), "-keys", env.p.PartnerKeyDir())
 			var out bytes.Buffer
 			cmd.Stdout = &out
 			if err := cmd.Run(); err != nil {

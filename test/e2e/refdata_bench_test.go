@@ -55,9 +55,13 @@ func TestRefdataBenchmark(t *testing.T) {
 	// 2. Throughput: baseline, with 10,000-entry snapshots applying, baseline.
 	big := bigSnapshot(t, source)
 	e.publish(ctx, "snapshot", "-source", source) // back to the sample before the load
+	opts, err := e.p.GTRDialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := func(name string) load.Report {
 		rep, err := load.Run(ctx, load.Config{
-			Target: load.TargetGTR, Addr: e.gtrAddr, Mode: load.ModeClosed, Concurrency: 16,
+			Target: load.TargetGTR, Addr: e.gtrAddr, DialOptions: opts, Mode: load.ModeClosed, Concurrency: 16,
 			Count: load.MaxCount, Duration: 10 * time.Second, Seed: 7, RunID: "bench-" + runID + "-" + name,
 		}, nil)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
 
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/refdata"
@@ -109,7 +110,7 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 	}
 	t.Cleanup(func() { e.p.Stop() })
 	e.gtrAddr = addr(ports[2])
-	e.payments = cellpayv1.NewPaymentsClient(dial(e.gtrAddr))
+	e.payments = cellpayv1.NewPaymentsClient(dialPlatformGTR(t, e.p, e.gtrAddr))
 	e.nc, err = nats.Connect(e.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -227,5 +228,21 @@ func refCellDB(t *testing.T, ctx context.Context, e *refEnv, cellID string) *pgx
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// dialPlatformGTR connects to the GTR of platform p with p's own CA and
+// partner keys.
+func dialPlatformGTR(t *testing.T, p *platform.Platform, addr string) *grpc.ClientConn {
+	t.Helper()
+	opts, err := p.GTRDialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 	return conn
 }

@@ -68,7 +68,7 @@ func TestTelemetryScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop() })
-	payments := cellpayv1.NewPaymentsClient(dial(addr(2)))
+	payments := cellpayv1.NewPaymentsClient(dialPlatformGTR(t, p, addr(2)))
 
 	const n = 5
 	pans := []string{approvedPAN}

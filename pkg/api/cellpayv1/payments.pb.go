@@ -408,6 +408,7 @@ func (x *SubmitTransactionRequest) GetCard() *Card {
 type GetTransactionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	PartnerId     string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +446,13 @@ func (*GetTransactionRequest) Descriptor() ([]byte, []int) {
 func (x *GetTransactionRequest) GetTransactionId() string {
 	if x != nil {
 		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *GetTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
 	}
 	return ""
 }
@@ -662,9 +670,11 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
 	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\x120\n" +
 	"\bmerchant\x18\x06 \x01(\v2\x14.cellpay.v1.MerchantR\bmerchant\x12$\n" +
-	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\">\n" +
+	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\"]\n" +
 	"\x15GetTransactionRequest\x12%\n" +
-	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\"\xd2\x05\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\"\xd2\x05\n" +
 	"\vTransaction\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.cellpay.v1.TransactionStatusR\x06status\x12%\n" +

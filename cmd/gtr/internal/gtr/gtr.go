@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
@@ -29,6 +31,8 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -52,6 +56,18 @@ type Config struct {
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
+	// TLSCertFile and TLSKeyFile are the partners' listener's certificate
+	// and key (PEM), re-read every few seconds so that a renewed
+	// certificate is served without a restart. Required: partners' calls
+	// carry API keys, which never cross the network in the clear.
+	TLSCertFile, TLSKeyFile string
+	// PartnersFile is the partner registry (YAML, internal/partners): who
+	// may call, with which API keys. "" registers no partner, and every
+	// Payments call is refused.
+	PartnersFile string
+	// Reflection serves gRPC reflection on the partners' listener (for
+	// grpcurl); off in production.
+	Reflection bool
 	// MetricsListen, if set, serves Prometheus metrics at /metrics. Traces
 	// are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
 	MetricsListen string
@@ -66,6 +82,9 @@ func (c *Config) validate() error {
 	}
 	if c.AdminListen != "" && c.AdminListen == c.Listen {
 		return errors.New("gtr: the admin listener must not be the partners' address")
+	}
+	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+		return errors.New("gtr: the partners' listener needs a TLS certificate and key (tls-cert, tls-key)")
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -158,11 +177,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	partnerIndex, err := loadPartners(cfg.PartnersFile)
+	if err != nil {
+		return err
+	}
+	tlsCfg, stopTLS, err := pki.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile, 0)
+	if err != nil {
+		return fmt.Errorf("gtr: %w", err)
+	}
+	defer stopTLS()
+	authn := &auth.Partners{Index: partnerIndex, OnDenied: metrics.Denied}
 	hs := grpchealth.NewServer()
-	gs := grpc.NewServer(tel.PublicServerOptions()...)
+	gs := grpc.NewServer(append(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))},
+		tel.PublicServerOptions()...), authn.ServerOptions()...)...)
 	cellpayv1.RegisterPaymentsServer(gs, pay)
 	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	if cfg.Reflection {
+		reflection.Register(gs)
+	}
 	servers := []*grpc.Server{gs}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -249,4 +281,21 @@ type observers struct {
 func (o observers) Observe(cellID string, ok bool) {
 	o.mon.Observe(cellID, ok)
 	o.st.Outcome(cellID, ok)
+}
+
+// loadPartners returns the partner registry of file ("" for none).
+// TODO(partner-registry): replaced by the replicated store.
+func loadPartners(file string) (func() *partners.Index, error) {
+	reg := &partners.Registry{}
+	if file != "" {
+		var err error
+		if reg, err = partners.Load(file); err != nil {
+			return nil, fmt.Errorf("gtr: %w", err)
+		}
+	}
+	ix, err := partners.Compile(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gtr: %w", err)
+	}
+	return func() *partners.Index { return ix }, nil
 }

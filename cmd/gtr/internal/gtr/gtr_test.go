@@ -18,10 +18,27 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testTLS provisions a CA and a GTR certificate for 127.0.0.1 and returns
+// the certificate, key and CA files.
+func testTLS(t *testing.T) (cert, key, ca string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "pki")
+	c, err := pki.EnsureCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureCert("gtr", []string{"127.0.0.1"}, pki.Server); err != nil {
+		t.Fatal(err)
+	}
+	return pki.CertFile(dir, "gtr"), pki.KeyFile(dir, "gtr"), c.CertFile()
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -41,8 +58,10 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\nrules:\n  - {name: all, pool: main}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	cert, key, ca := testTLS(t)
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
+		TLSCertFile: cert, TLSKeyFile: key,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -58,8 +77,16 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 			t.Error("Run did not return")
 		}
 	}()
+	tlsOpt, err := client.TLS(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dial := func(addr string) *grpc.ClientConn {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+		transport := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if addr == cfg.Listen {
+			transport = tlsOpt
+		}
+		conn, err := grpc.NewClient(addr, transport, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 		if err != nil {
 			t.Fatal(err)
 		}

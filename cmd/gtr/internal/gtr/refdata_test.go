@@ -48,8 +48,9 @@ func TestRefdataVersionsFromNATS(t *testing.T) {
 		"rules:\n  - {name: fresh, pool: main, min_refdata_version: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	cert, key, _ := testTLS(t)
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
-		NATSURL: url, ReplicaID: "r1", ShutdownTimeout: time.Second,
+		TLSCertFile: cert, TLSKeyFile: key, NATSURL: url, ReplicaID: "r1", ShutdownTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -25,9 +27,12 @@ func main() {
 	listen := fs.String("listen", "", "")
 	dbURL := fs.String("database-url", "", "")
 	panKey := fs.String("pan-key-file", "", "")
-	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file"} {
+	tlsCert := fs.String("tls-cert", "", "")
+	tlsKey := fs.String("tls-key", "", "")
+	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file", "partners"} {
 		fs.String(name, "", "")
 	}
+	fs.Bool("reflection", false, "")
 	fs.Parse(os.Args[1:])
 
 	if *dbURL != "" {
@@ -54,7 +59,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tls:", err)
+			os.Exit(1)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})))
+	}
+	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() {
 		ch := make(chan os.Signal, 1)

@@ -1,0 +1,168 @@
+// Package auth authenticates partners on the GTR's partners' listener.
+//
+// Every cellpay.v1.Payments call carries `authorization: Bearer <api key>`.
+// The key is looked up in the partner registry's compiled index (never
+// blocking, never allocating a lock), and the call may act only for the
+// partner the key belongs to: a SubmitTransaction whose partner_id is
+// another partner's, or a partner that is suspended, is PERMISSION_DENIED;
+// no key or a wrong one is UNAUTHENTICATED. A GetTransaction without a
+// partner_id is read for the authenticated partner. gRPC health and
+// reflection answer without a key.
+//
+// Nothing here logs, counts or returns a key; the key ID (the public half)
+// is all that is ever named.
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// PaymentsPrefix is the method prefix of the calls that need a key.
+const PaymentsPrefix = "/cellpay.v1.Payments/"
+
+// Partners authenticates calls against the registry Index returns.
+type Partners struct {
+	// Index returns the registry in force; it must not block, and never
+	// returns nil.
+	Index func() *partners.Index
+	// OnDenied, if set, is told of every refused call with the gRPC code
+	// and a reason word (no key material); it must not block.
+	OnDenied func(code codes.Code, reason string)
+}
+
+type ctxKey struct{}
+
+// PartnerFrom returns the authenticated partner of a call.
+func PartnerFrom(ctx context.Context) (*partners.Partner, bool) {
+	p, ok := ctx.Value(ctxKey{}).(*partners.Partner)
+	return p, ok
+}
+
+// WithPartner returns ctx carrying p as the authenticated partner, as the
+// interceptor does; for tests of handlers.
+func WithPartner(ctx context.Context, p *partners.Partner) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// Errors, as the partner sees them. Messages name the field, never a key.
+var (
+	errNoKey       = status.Error(codes.Unauthenticated, "authorization: missing API key (want \"authorization: Bearer <api key>\")")
+	errBadKey      = status.Error(codes.Unauthenticated, "authorization: invalid API key")
+	errSuspended   = status.Error(codes.PermissionDenied, "partner_id: the partner is suspended")
+	errNotYours    = status.Error(codes.PermissionDenied, "partner_id: not the partner of this API key")
+	errMarket      = status.Error(codes.PermissionDenied, "market: not enabled for this partner")
+	errPaymentType = status.Error(codes.PermissionDenied, "payment_type: not enabled for this partner")
+)
+
+// ServerOptions returns the interceptors to install on the partners'
+// gRPC server.
+func (a *Partners) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(a.unary),
+		grpc.ChainStreamInterceptor(a.stream),
+	}
+}
+
+func (a *Partners) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, PaymentsPrefix) {
+		return handler(ctx, req)
+	}
+	p, err := a.authenticate(ctx)
+	if err == nil {
+		err = authorize(p, req)
+	}
+	if err != nil {
+		if a.OnDenied != nil {
+			a.OnDenied(status.Code(err), reason(err))
+		}
+		return nil, err
+	}
+	return handler(WithPartner(ctx, p), req)
+}
+
+// stream refuses every streaming Payments method: there are none, and one
+// added later must not slip past authentication.
+func (a *Partners) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if strings.HasPrefix(info.FullMethod, PaymentsPrefix) {
+		return status.Error(codes.Unimplemented, "streaming Payments methods are not served")
+	}
+	return handler(srv, ss)
+}
+
+func (a *Partners) authenticate(ctx context.Context) (*partners.Partner, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return nil, errNoKey
+	}
+	if len(vals) > 1 {
+		return nil, errBadKey
+	}
+	scheme, key, ok := strings.Cut(vals[0], " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return nil, errBadKey
+	}
+	p, err := a.Index().Authenticate(strings.TrimSpace(key))
+	switch {
+	case errors.Is(err, partners.ErrSuspended):
+		return nil, errSuspended
+	case err != nil:
+		return nil, errBadKey
+	}
+	return p, nil
+}
+
+// authorize checks that req acts for p, and only where p may act.
+func authorize(p *partners.Partner, req any) error {
+	switch r := req.(type) {
+	case *cellpayv1.SubmitTransactionRequest:
+		if r.GetPartnerId() != p.ID {
+			return errNotYours
+		}
+		field, ok := p.Allows(r.GetMarket(), r.GetPaymentType().String())
+		switch {
+		case ok:
+		case field == "market":
+			return errMarket
+		default:
+			return errPaymentType
+		}
+	case *cellpayv1.GetTransactionRequest:
+		switch r.GetPartnerId() {
+		case "":
+			r.PartnerId = p.ID // read for the caller
+		case p.ID:
+		default:
+			return errNotYours
+		}
+	}
+	return nil
+}
+
+func reason(err error) string {
+	switch err {
+	case errNoKey:
+		return "no_key"
+	case errBadKey:
+		return "bad_key"
+	case errSuspended:
+		return "suspended"
+	case errNotYours:
+		return "other_partner"
+	case errMarket:
+		return "market"
+	case errPaymentType:
+		return "payment_type"
+	}
+	return "other"
+}

@@ -1,0 +1,148 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
+)
+
+// echo answers with the partner it was called for, as the handler sees it.
+type echo struct {
+	cellpayv1.UnimplementedPaymentsServer
+}
+
+func (echo) SubmitTransaction(ctx context.Context, r *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	p, ok := PartnerFrom(ctx)
+	if !ok || p.ID != r.GetPartnerId() {
+		return nil, errors.New("handler reached without the request's partner authenticated")
+	}
+	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED}, nil
+}
+
+func (echo) GetTransaction(ctx context.Context, r *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
+	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId() + "@" + r.GetPartnerId()}, nil
+}
+
+func serve(t *testing.T, ix *partners.Index, denied *[]string) (cellpayv1.PaymentsClient, healthpb.HealthClient) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "pki")
+	ca, err := pki.EnsureCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.EnsureCert("gtr", []string{"127.0.0.1"}, pki.Server); err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, stop, err := pki.ServerConfig(pki.CertFile(dir, "gtr"), pki.KeyFile(dir, "gtr"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Partners{Index: func() *partners.Index { return ix }, OnDenied: func(c codes.Code, r string) { *denied = append(*denied, c.String()+" "+r) }}
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, a.ServerOptions()...)...)
+	cellpayv1.RegisterPaymentsServer(gs, echo{})
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	opt, err := client.TLS(ca.CertFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); gs.Stop(); stop() })
+	return cellpayv1.NewPaymentsClient(conn), healthpb.NewHealthClient(conn)
+}
+
+func TestInterceptor(t *testing.T) {
+	reg := &partners.Registry{Version: 1}
+	plain := map[string]string{}
+	for _, id := range []string{"a", "b", "gone", "gb-cards"} {
+		k, key, err := partners.NewKey(nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain[id] = k
+		p := partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}}
+		switch id {
+		case "gone":
+			p.Status = partners.StatusSuspended
+		case "gb-cards":
+			p.Markets, p.PaymentTypes = []string{"GB"}, []string{"CARD_AUTHORIZATION"}
+		}
+		reg.Partners = append(reg.Partners, p)
+	}
+	ix, err := partners.Compile(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []string
+	pay, hc := serve(t, ix, &denied)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	as := func(key string) context.Context {
+		if key == "" {
+			return ctx
+		}
+		return metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+key))
+	}
+	req := func(partner, market string, pt cellpayv1.PaymentType) *cellpayv1.SubmitTransactionRequest {
+		return &cellpayv1.SubmitTransactionRequest{TransactionId: "t1", PartnerId: partner, Market: market, PaymentType: pt}
+	}
+	card := cellpayv1.PaymentType_CARD_AUTHORIZATION
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		req  *cellpayv1.SubmitTransactionRequest
+		want codes.Code
+	}{
+		{"own key", as(plain["a"]), req("a", "GB", card), codes.OK},
+		{"no key", as(""), req("a", "GB", card), codes.Unauthenticated},
+		{"garbage", as("x"), req("a", "GB", card), codes.Unauthenticated},
+		{"other partner", as(plain["a"]), req("b", "GB", card), codes.PermissionDenied},
+		{"suspended", as(plain["gone"]), req("gone", "GB", card), codes.PermissionDenied},
+		{"market not enabled", as(plain["gb-cards"]), req("gb-cards", "DE", card), codes.PermissionDenied},
+		{"type not enabled", as(plain["gb-cards"]), req("gb-cards", "GB", cellpayv1.PaymentType_BANK_TRANSFER), codes.PermissionDenied},
+		{"enabled", as(plain["gb-cards"]), req("gb-cards", "GB", card), codes.OK},
+	} {
+		if _, err := pay.SubmitTransaction(c.ctx, c.req); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if len(denied) != 6 {
+		t.Errorf("OnDenied told of %d refusals, want 6: %v", len(denied), denied)
+	}
+	// Get reads for the caller when partner_id is left out, and refuses
+	// another partner's.
+	got, err := pay.GetTransaction(as(plain["b"]), &cellpayv1.GetTransactionRequest{TransactionId: "t1"})
+	if err != nil || got.GetTransactionId() != "t1@b" {
+		t.Fatalf("Get without partner_id: %v, %v", got, err)
+	}
+	if _, err := pay.GetTransaction(as(plain["b"]), &cellpayv1.GetTransactionRequest{TransactionId: "t1", PartnerId: "a"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Get of another partner's: %v", err)
+	}
+	// Health needs no key.
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health without a key: %v", err)
+	}
+}

@@ -1,0 +1,180 @@
+package platform
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"gopkg.in/yaml.v3"
+
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/pkg/client"
+)
+
+// SamplePartners are the partners a local platform registers, one API key
+// each: p-001 to p-050, the load tool's default spread.
+var SamplePartners = func() []string {
+	ids := make([]string, 50)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("p-%03d", i+1)
+	}
+	return ids
+}()
+
+// Where a local platform keeps its trust material, under DataDir:
+//
+//	pki/ca.crt                 the development CA, for clients to trust
+//	pki/gtr.crt, pki/gtr.key   the GTR partners' listener certificate
+//	partners/<partner>.key     each sample partner's API key (mode 0600)
+//	partners.yaml              the partner registry the GTR starts from (hashes only)
+const (
+	pkiDir       = "pki"
+	partnersDir  = "partners"
+	partnersFile = "partners.yaml"
+	gtrCertName  = "gtr"
+)
+
+// provisionTrust makes the development CA, the GTR's certificate and the
+// sample partners' keys and registry, keeping whatever is already there
+// and still good, so that a restarted platform keeps its keys (a running
+// NATS KV bucket or a GTR state file may hold the registry already).
+func (p *Platform) provisionTrust() error {
+	dir := p.cfg.DataDir
+	ca, err := pki.EnsureCA(filepath.Join(dir, pkiDir))
+	if err != nil {
+		return err
+	}
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	if h, _, err := net.SplitHostPort(p.cfg.GTRAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	if err := ca.EnsureCert(gtrCertName, hosts, pki.Server); err != nil {
+		return err
+	}
+	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners)
+}
+
+// ensurePartners keeps the registry file and key files when every partner
+// has a key file whose key the registry authenticates, and writes new ones
+// otherwise.
+func ensurePartners(keyDir, regFile string, ids []string) error {
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return err
+	}
+	if reg, err := partners.Load(regFile); err == nil {
+		if ix, err := partners.Compile(reg); err == nil && allAuthenticate(ix, keyDir, ids) {
+			return nil
+		}
+	}
+	reg := &partners.Registry{Version: 1}
+	now := time.Now()
+	for _, id := range ids {
+		plain, key, err := partners.NewKey(nil, now)
+		if err != nil {
+			return err
+		}
+		if err := partners.WriteKeyFile(partners.KeyFile(keyDir, id), plain); err != nil {
+			return err
+		}
+		reg.Partners = append(reg.Partners, partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}})
+	}
+	b, err := yaml.Marshal(reg)
+	if err != nil {
+		return err
+	}
+	b = append([]byte("# The sample partners of a local platform, written by cellpay: API key hashes\n# only. Their keys are in partners/<id>.key beside this file.\n"), b...)
+	return os.WriteFile(regFile, b, 0o644)
+}
+
+func allAuthenticate(ix *partners.Index, keyDir string, ids []string) bool {
+	for _, id := range ids {
+		k, err := partners.ReadKeyFile(partners.KeyFile(keyDir, id))
+		if err != nil {
+			return false
+		}
+		if p, err := ix.Authenticate(k); err != nil || p.ID != id {
+			return false
+		}
+	}
+	return true
+}
+
+// CAFile is the development CA's certificate, which every client of the
+// platform trusts.
+func (p *Platform) CAFile() string { return filepath.Join(p.cfg.DataDir, pkiDir, pki.CAFile) }
+
+// GTRCertFiles are the GTR partners' listener certificate and key, for
+// tests and tools that run another GTR replica beside the platform's.
+func (p *Platform) GTRCertFiles() (cert, key string) {
+	dir := filepath.Join(p.cfg.DataDir, pkiDir)
+	return pki.CertFile(dir, gtrCertName), pki.KeyFile(dir, gtrCertName)
+}
+
+// PartnersFile is the partner registry the GTR starts from.
+func (p *Platform) PartnersFile() string { return filepath.Join(p.cfg.DataDir, partnersFile) }
+
+// PartnerKeyDir holds the sample partners' API key files.
+func (p *Platform) PartnerKeyDir() string { return filepath.Join(p.cfg.DataDir, partnersDir) }
+
+// PartnerKeys reads every sample partner's API key, by partner ID.
+func (p *Platform) PartnerKeys() (map[string]string, error) {
+	return partners.ReadKeyDir(p.PartnerKeyDir())
+}
+
+// GTRDialOptions connect to the GTR's partners' listener as the sample
+// partners do: TLS trusting the development CA, and each call carrying the
+// key of the partner its request names.
+func (p *Platform) GTRDialOptions() ([]grpc.DialOption, error) {
+	return PartnerDialOptions(p.CAFile(), p.PartnerKeyDir())
+}
+
+// PartnerDialOptions are GTRDialOptions for a platform's data folder laid
+// out as above: TLS trusting caFile, and the keys of keyDir per partner.
+func PartnerDialOptions(caFile, keyDir string) ([]grpc.DialOption, error) {
+	tlsOpt, err := client.TLS(caFile)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := partners.ReadKeyDir(keyDir)
+	if err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{tlsOpt, grpc.WithChainUnaryInterceptor(client.PartnerKeys(keys))}, nil
+}
+
+// gtrTLS is how the launcher checks the GTR's health: over TLS, trusting
+// the development CA.
+func (p *Platform) gtrTLS() (credentials.TransportCredentials, error) {
+	cfg, err := pki.ClientConfig(p.CAFile())
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// DemoTransaction is the sample request the launcher's "Try" lines send.
+const DemoTransaction = `{"transaction_id":"demo-1","payment_type":"CARD_AUTHORIZATION","partner_id":"p-001","market":"GB","amount":{"minor_units":1250,"currency":"GBP"},"merchant":{"id":"m-1","mcc":"5411","country":"GB"},"card":{"pan":"4242424242424242","expiry_month":12,"expiry_year":2030}}`
+
+// TryCommands are shell lines that submit DemoTransaction as partner p-001
+// and read it back, over TLS with p-001's API key, with grpcurl (make build
+// puts it in bin/). They are printed by the launcher and run as printed by
+// the tests; paths are relative to dir when they are inside it.
+func (p *Platform) TryCommands(grpcurl, dir string) []string {
+	rel := func(path string) string {
+		if r, err := filepath.Rel(dir, path); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return path
+	}
+	common := fmt.Sprintf("%s -cacert %s -H \"authorization: Bearer $(cat %s)\"", rel(grpcurl), rel(p.CAFile()), rel(partners.KeyFile(p.PartnerKeyDir(), "p-001")))
+	return []string{
+		fmt.Sprintf("%s -d '%s' %s cellpay.v1.Payments/SubmitTransaction", common, DemoTransaction, p.cfg.GTRAddr),
+		fmt.Sprintf("%s -d '{\"transaction_id\":\"demo-1\"}' %s cellpay.v1.Payments/GetTransaction", common, p.cfg.GTRAddr),
+	}
+}
