@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -79,6 +79,11 @@ k8s-verify:
 ## bench-failover: kill -9 a cell under load; detection time, p99 and throughput around it.
 bench-failover:
 	CELLPAY_FAILOVER_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestFailoverBenchmark$$' -v ./test/e2e/
+
+## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
+bench-trust:
+	CELLPAY_TRUST_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestTrustCostBenchmark$$' -v ./cmd/gtr/internal/payments/
+	$(GO) test -run '^$$' -bench '^BenchmarkSubmitTrust$$' -benchmem -count 3 ./cmd/gtr/internal/payments/
 
 ## bench-refdata: reference data lag at 100 updates/s and throughput while 10k snapshots apply.
 bench-refdata:

@@ -211,7 +211,7 @@ func drainConfig(t *testing.T, dir string) string {
 	for _, c := range env.cells {
 		table += fmt.Sprintf("  - {id: %s, addr: %q, pool: main}\n", c.ID, c.Addr)
 	}
-	table += "rules:\n  - {name: everything, pool: main, hash_on: partner}\n"
+	table += "rules:\n  - {name: everything, pool: main, hash_on: merchant}\n"
 	path := filepath.Join(dir, "gtr-drain.yaml")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		t.Fatal(err)

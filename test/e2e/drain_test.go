@@ -40,12 +40,13 @@ func adminClient(t *testing.T, addr string) adminproto.AdminClient {
 	return adminproto.NewAdminClient(conn)
 }
 
-// drainKeys are the attributes of the share check: one synthetic partner
-// per key, since the drain table hashes on the partner.
+// drainKeys are the attributes of the share check: one synthetic merchant
+// per key, since the drain table hashes on the merchant (partners must be
+// registered, with keys; merchants need not).
 func drainKeys(n int) []*adminproto.Attrs {
 	out := make([]*adminproto.Attrs, n)
 	for i := range out {
-		out[i] = &adminproto.Attrs{PartnerId: "dp-" + strconv.Itoa(i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+		out[i] = &adminproto.Attrs{PartnerId: "p-001", MerchantId: "dm-" + strconv.Itoa(i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
 	}
 	return out
 }
@@ -206,7 +207,7 @@ func TestDrain(t *testing.T) {
 		wg.Go(func() {
 			i := onBKeys[j]
 			req := request(fmt.Sprintf("d100-inflight-%d", j), drainPAN(j))
-			req.PartnerId = keys[i].PartnerId
+			req.Merchant.Id = keys[i].MerchantId
 			txn, err := []*gtrProc{g1, g2}[j%2].payments.SubmitTransaction(ctx, req)
 			if err != nil {
 				inflightErrs <- fmt.Errorf("in-flight txn %d: %w", j, err)
@@ -327,7 +328,7 @@ func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, keys []*admi
 		wg.Go(func() {
 			defer func() { <-sem }()
 			req := request(fmt.Sprintf("%s-%d", tag, j), drainPAN(len(tag)*1000+j))
-			req.PartnerId = keys[i].PartnerId
+			req.Merchant.Id = keys[i].MerchantId
 			txn, err := gtrs[j%len(gtrs)].payments.SubmitTransaction(ctx, req)
 			mu.Lock()
 			defer mu.Unlock()
