@@ -257,3 +257,17 @@ func readKey(path string) (*ecdsa.PrivateKey, error) {
 	}
 	return ek, nil
 }
+
+// Loopback provisions, in dir, a CA and a server certificate called name
+// for 127.0.0.1, ::1 and localhost, and returns the certificate, key and CA
+// files: what a test or a local tool needs to serve TLS on loopback.
+func Loopback(dir, name string) (certFile, keyFile, caFile string, err error) {
+	ca, err := EnsureCA(dir)
+	if err != nil {
+		return "", "", "", err
+	}
+	if err := ca.EnsureCert(name, []string{"127.0.0.1", "::1", "localhost"}, Server); err != nil {
+		return "", "", "", err
+	}
+	return CertFile(dir, name), KeyFile(dir, name), ca.CertFile(), nil
+}

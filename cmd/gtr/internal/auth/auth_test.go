@@ -41,15 +41,11 @@ func (echo) GetTransaction(ctx context.Context, r *cellpayv1.GetTransactionReque
 
 func serve(t *testing.T, ix *partners.Index, denied *[]string) (cellpayv1.PaymentsClient, healthpb.HealthClient) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "pki")
-	ca, err := pki.EnsureCA(dir)
+	cert, key, caFile, err := pki.Loopback(filepath.Join(t.TempDir(), "pki"), "gtr")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ca.EnsureCert("gtr", []string{"127.0.0.1"}, pki.Server); err != nil {
-		t.Fatal(err)
-	}
-	tlsCfg, stop, err := pki.ServerConfig(pki.CertFile(dir, "gtr"), pki.KeyFile(dir, "gtr"), 0)
+	tlsCfg, stop, err := pki.ServerConfig(cert, key, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +58,7 @@ func serve(t *testing.T, ix *partners.Index, denied *[]string) (cellpayv1.Paymen
 		t.Fatal(err)
 	}
 	go gs.Serve(lis)
-	opt, err := client.TLS(ca.CertFile())
+	opt, err := client.TLS(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}

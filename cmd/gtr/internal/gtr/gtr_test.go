@@ -29,15 +29,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // the certificate, key and CA files.
 func testTLS(t *testing.T) (cert, key, ca string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "pki")
-	c, err := pki.EnsureCA(dir)
+	cert, key, ca, err := pki.Loopback(filepath.Join(t.TempDir(), "pki"), "gtr")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.EnsureCert("gtr", []string{"127.0.0.1"}, pki.Server); err != nil {
-		t.Fatal(err)
-	}
-	return pki.CertFile(dir, "gtr"), pki.KeyFile(dir, "gtr"), c.CertFile()
+	return cert, key, ca
 }
 
 func freeAddr(t *testing.T) string {

@@ -55,21 +55,17 @@ func startTrustGTR(tb testing.TB, mode string) trustGTR {
 	var srvOpts []grpc.ServerOption
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if mode != "plaintext" {
-		dir := filepath.Join(tb.TempDir(), "pki")
-		ca, err := pki.EnsureCA(dir)
+		cert, key, caFile, err := pki.Loopback(filepath.Join(tb.TempDir(), "pki"), "gtr")
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := ca.EnsureCert("gtr", []string{"127.0.0.1"}, pki.Server); err != nil {
-			tb.Fatal(err)
-		}
-		tlsCfg, stop, err := pki.ServerConfig(pki.CertFile(dir, "gtr"), pki.KeyFile(dir, "gtr"), 0)
+		tlsCfg, stop, err := pki.ServerConfig(cert, key, 0)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(stop)
 		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-		tlsOpt, err := client.TLS(ca.CertFile())
+		tlsOpt, err := client.TLS(caFile)
 		if err != nil {
 			tb.Fatal(err)
 		}
