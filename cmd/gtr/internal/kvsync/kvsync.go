@@ -229,7 +229,7 @@ func (r *Replica[D]) applyEntry(value []byte, rev uint64) {
 	d, err := r.cfg.Target.Decode(value)
 	if err != nil {
 		r.refused = rev
-		r.cfg.Log.Error("ignoring an undecodable entry; keeping the one in force", "revision", rev, "err", err)
+		r.cfg.Log.Error("refused an entry that does not decode; keeping the document in force", "revision", rev, "err", err)
 		return
 	}
 	r.applyLocked(d, rev)
@@ -255,7 +255,7 @@ func (r *Replica[D]) applyLocked(d D, rev uint64) {
 	}
 	if err := r.cfg.Target.Apply(d, rev); err != nil {
 		r.refused = rev
-		r.cfg.Log.Error("ignoring an invalid entry; keeping the one in force", "revision", rev, "err", err)
+		r.cfg.Log.Error("refused an invalid entry; keeping the document in force", "revision", rev, "err", err)
 		return
 	}
 	r.rev, r.synced = rev, true

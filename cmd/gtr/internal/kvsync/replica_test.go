@@ -99,7 +99,7 @@ func TestOnlyNewerRevisionsDecoded(t *testing.T) {
 	if got := ct.decodes.Load(); got != n+1 {
 		t.Fatalf("a refused entry decoded %d times", got-n)
 	}
-	if c := strings.Count(log.String(), "ignoring an undecodable entry"); c != 1 {
+	if c := strings.Count(log.String(), "refused an entry that does not decode"); c != 1 {
 		t.Fatalf("refusal logged %d times, want once:\n%s", c, log.String())
 	}
 	if ct.st.Table() != before {
