@@ -19,6 +19,13 @@ var (
 	ErrTooManyKeys = errors.New("partners: too many keys")
 )
 
+// IsPartnerID reports whether s is a well-formed partner ID.
+func IsPartnerID(s string) bool { return partnerIDRe.MatchString(s) }
+
+// IsKeyID reports whether s is a well-formed key ID (not a key: an API key
+// is never a key ID).
+func IsKeyID(s string) bool { return keyIDRe.MatchString(s) }
+
 // Add appends p to the registry, or answers ErrExists when its ID is
 // taken. It does not validate p: Validate the registry afterwards.
 func (r *Registry) Add(p Partner) error {
@@ -74,6 +81,9 @@ func (r *Registry) RevokeKey(id, keyID string, force bool) error {
 	p, err := r.Get(id)
 	if err != nil {
 		return err
+	}
+	if !IsKeyID(keyID) { // never quote it: it may be a key pasted by mistake
+		return fmt.Errorf("%w: not a key ID", ErrKeyNotFound)
 	}
 	i := slices.IndexFunc(p.Keys, func(k Key) bool { return k.ID == keyID })
 	if i < 0 {

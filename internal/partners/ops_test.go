@@ -9,7 +9,7 @@ import (
 )
 
 func TestOperations(t *testing.T) {
-	r, _ := sample(t)
+	r, plain := sample(t)
 	if err := r.Add(Partner{ID: "p-001", Status: StatusActive}); !errors.Is(err, ErrExists) {
 		t.Fatalf("add existing: %v", err)
 	}
@@ -39,6 +39,12 @@ func TestOperations(t *testing.T) {
 	}
 	if err := r.RevokeKey("p-001", k2.ID+"x", false); !errors.Is(err, ErrKeyNotFound) {
 		t.Fatalf("unknown key: %v", err)
+	}
+	if err := r.RevokeKey("p-001", plain["p-001"], false); !errors.Is(err, ErrKeyNotFound) || strings.Contains(err.Error(), plain["p-001"]) {
+		t.Fatalf("a key where its ID belongs: %v (must not quote it)", err)
+	}
+	if !IsKeyID(first) || IsKeyID(plain["p-001"]) || !IsPartnerID("p-001") || IsPartnerID(plain["p-001"]) {
+		t.Fatal("IsKeyID or IsPartnerID")
 	}
 	if err := r.RevokeKey("p-002", first, false); !errors.Is(err, ErrKeyNotFound) {
 		t.Fatalf("another partner's key: %v", err)
