@@ -35,6 +35,8 @@ func main() {
 	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration and carrying the cells' reference data status (env GTR_NATS_URL); empty: standalone")
 	flag.StringVar(&cfg.NATSBucket, "nats-bucket", env("GTR_NATS_BUCKET", "cellpay_gtr"), "NATS KV bucket of the routing configuration (env GTR_NATS_BUCKET)")
 	flag.StringVar(&cfg.StateFile, "state-file", env("GTR_STATE_FILE", ""), "file keeping the last-known routing configuration, read at start when present (env GTR_STATE_FILE)")
+	flag.StringVar(&cfg.PartnersFile, "partners", env("GTR_PARTNERS", ""), "partner registry file (YAML) seeding an empty NATS KV bucket (env GTR_PARTNERS); empty: no partners, every partner call is refused")
+	flag.StringVar(&cfg.PartnersStateFile, "partners-state-file", env("GTR_PARTNERS_STATE_FILE", ""), "file keeping the last-known partner registry, read at start when present (env GTR_PARTNERS_STATE_FILE)")
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", env("GTR_METRICS_LISTEN", ""), "address for Prometheus /metrics, e.g. 127.0.0.1:9070 (env GTR_METRICS_LISTEN); \"\" for none. Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
 	flag.Parse()

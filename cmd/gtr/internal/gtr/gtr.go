@@ -26,6 +26,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
@@ -52,6 +53,13 @@ type Config struct {
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
+	// PartnersFile is the partner registry (YAML) that seeds an empty KV
+	// bucket, and that a replica without a partners state file starts
+	// from; "" is an empty registry: every partner call is refused.
+	PartnersFile string
+	// PartnersStateFile keeps the last-known partner registry; "" keeps
+	// none.
+	PartnersStateFile string
 	// MetricsListen, if set, serves Prometheus metrics at /metrics. Traces
 	// are exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
 	MetricsListen string
@@ -104,6 +112,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer store.Close()
+	// partnerStore is the partner registry; partnerStore.Index is what
+	// authenticates partners' calls.
+	partnerStore, err := partnerstate.Start(partnerstate.Config{
+		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
+		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	defer partnerStore.Close()
 	if cfg.NATSURL != "" {
 		// Cells' reference data versions, for rules that need a minimum.
 		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
