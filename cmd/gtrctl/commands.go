@@ -29,7 +29,7 @@ func commands() []command {
 		fs.DurationVar(&over, "over", 0, "ramp the change over this duration (default: now)")
 		fs.BoolVar(&noWait, "no-wait", false, "return at once instead of showing the ramp's progress")
 	}
-	return []command{
+	return append([]command{
 		{name: "cells", help: "list cells: health, weight, in-flight, success rate, traffic share",
 			run: func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 0 {
@@ -145,7 +145,7 @@ func commands() []command {
 				}
 				return c.printApply(resp)
 			}},
-	}
+	}, partnerCommands()...)
 }
 
 func dur(d time.Duration) *durationpb.Duration {

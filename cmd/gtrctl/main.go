@@ -1,6 +1,7 @@
 // Command gtrctl is the operator's CLI for the GTR admin API: list cells,
 // set weights, drain and restore cells (now or ramped), explain a route,
-// and read or replace the routing table.
+// read or replace the routing table, and manage partners and their API
+// keys.
 //
 //	gtrctl cells
 //	gtrctl drain cell-b --percent 30 --over 5m
@@ -9,6 +10,11 @@
 //	gtrctl explain --partner p-001 --market GB --type CARD_AUTHORIZATION
 //	gtrctl table get > table.yaml
 //	gtrctl table apply -f table.yaml --dry-run
+//	gtrctl partners list
+//	gtrctl partners add p-004 --currency EUR --markets GB,DE --key-out p-004.key
+//	gtrctl partners suspend p-004
+//	gtrctl partners add-key p-004
+//	gtrctl partners revoke-key p-004 KEY_ID
 //
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
@@ -82,7 +88,7 @@ type command struct {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: gtrctl COMMAND [ARGS] [FLAGS]\n\ncommands:")
 	for _, cmd := range commands() {
-		fmt.Fprintf(w, "  %-34s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.help)
+		fmt.Fprintf(w, "  %-36s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.help)
 	}
 	fmt.Fprintln(w, "\nglobal flags: --addr, --token, --token-file, -o table|json, --timeout; gtrctl COMMAND -h for a command's flags")
 }
@@ -97,8 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	args = args[1:]
-	if name == "table" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = "table "+args[0], args[1:]
+	if (name == "table" || name == "partners") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = name+" "+args[0], args[1:]
 	}
 	var cmd *command
 	for _, c := range commands() {

@@ -2,6 +2,7 @@ package partners
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,32 @@ func Parse(b []byte) (*Registry, error) {
 			return nil, fmt.Errorf("%w: empty document", ErrInvalid)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ParseJSON decodes a registry from JSON strictly (an unknown field, a
+// document that is not an object, or anything after it is an error) and
+// validates it. It is how a registry travels through NATS KV and state
+// files: Parse's rules, at JSON's speed.
+func ParseJSON(b []byte) (*Registry, error) {
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(b), MaxFileSize)
+	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var r Registry
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: data after the document", ErrInvalid)
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err

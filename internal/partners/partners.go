@@ -130,7 +130,7 @@ func (r *Registry) Validate() error {
 	for i := range r.Partners {
 		p := &r.Partners[i]
 		if err := p.validate(); err != nil {
-			return fmt.Errorf("%w: partners[%d]: %v", ErrInvalid, i, err)
+			return fmt.Errorf("%w: partners[%d]: %w", ErrInvalid, i, err)
 		}
 		if seen[p.ID] {
 			return fmt.Errorf("%w: partners[%d].id: %q listed twice", ErrInvalid, i, p.ID)
@@ -146,46 +146,62 @@ func (r *Registry) Validate() error {
 	return nil
 }
 
+// FieldError is a Partner's field that fails validation, named by its
+// path in the registry document (e.g. "markets[0]", "callbacks.mode").
+type FieldError struct {
+	Field, Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks one partner on its own (what Registry.Validate checks of
+// each); its errors are *FieldError.
+func (p *Partner) Validate() error { return p.validate() }
+
 func (p *Partner) validate() error {
 	if !partnerIDRe.MatchString(p.ID) {
-		return errors.New("id: want 1 to 64 characters of [A-Za-z0-9._-]")
+		return fieldErr("id", "want 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	if p.Status != StatusActive && p.Status != StatusSuspended {
-		return fmt.Errorf("status: %q, want %s or %s", p.Status, StatusActive, StatusSuspended)
+		return fieldErr("status", "%q, want %s or %s", p.Status, StatusActive, StatusSuspended)
 	}
 	if len(p.Keys) > MaxKeysPerPartner {
-		return fmt.Errorf("keys: %d, at most %d", len(p.Keys), MaxKeysPerPartner)
+		return fieldErr("keys", "%d, at most %d", len(p.Keys), MaxKeysPerPartner)
 	}
 	for j, k := range p.Keys {
 		if !keyIDRe.MatchString(k.ID) {
-			return fmt.Errorf("keys[%d].id: want %d characters of [a-z2-7]", j, keyIDLen)
+			return fieldErr(fmt.Sprintf("keys[%d].id", j), "want %d characters of [a-z2-7]", keyIDLen)
 		}
 		if !hashRe.MatchString(k.Hash) {
-			return fmt.Errorf("keys[%d].hash: want 64 lowercase hex characters (SHA-256)", j)
+			return fieldErr(fmt.Sprintf("keys[%d].hash", j), "want 64 lowercase hex characters (SHA-256)")
 		}
 	}
 	if c := p.SettlementCurrency; c != "" && !upper3Re.MatchString(c) {
-		return errors.New("settlement_currency: want an ISO 4217 code such as EUR")
+		return fieldErr("settlement_currency", "want an ISO 4217 code such as EUR")
 	}
 	if len(p.Markets) > maxListLen {
-		return fmt.Errorf("markets: %d entries, at most %d", len(p.Markets), maxListLen)
+		return fieldErr("markets", "%d entries, at most %d", len(p.Markets), maxListLen)
 	}
 	for j, m := range p.Markets {
 		if !upper2Re.MatchString(m) {
-			return fmt.Errorf("markets[%d]: %q, want an ISO 3166-1 alpha-2 code", j, m)
+			return fieldErr(fmt.Sprintf("markets[%d]", j), "%q, want an ISO 3166-1 alpha-2 code", m)
 		}
 	}
 	if len(p.PaymentTypes) > len(paymentTypes) {
-		return fmt.Errorf("payment_types: %d entries, at most %d", len(p.PaymentTypes), len(paymentTypes))
+		return fieldErr("payment_types", "%d entries, at most %d", len(p.PaymentTypes), len(paymentTypes))
 	}
 	for j, t := range p.PaymentTypes {
 		if !slices.Contains(paymentTypes, t) {
-			return fmt.Errorf("payment_types[%d]: %q, want one of %s", j, t, strings.Join(paymentTypes, ", "))
+			return fieldErr(fmt.Sprintf("payment_types[%d]", j), "%q, want one of %s", t, strings.Join(paymentTypes, ", "))
 		}
 	}
 	l := p.Limits
 	if l.RatePerSecond < 0 || l.RatePerSecond > 1e6 || l.Burst < 0 || l.Burst > 1e6 || l.MaxInFlight < 0 || l.MaxInFlight > 1e6 {
-		return errors.New("limits: rate_per_second, burst and max_in_flight must be between 0 (default) and 1000000")
+		return fieldErr("limits", "rate_per_second, burst and max_in_flight must be between 0 (default) and 1000000")
 	}
 	return p.Callbacks.validate()
 }
@@ -194,27 +210,28 @@ func (c *Callbacks) validate() error {
 	switch c.Mode {
 	case "", ModeRandom, ModeOrdered, ModeReverse:
 	default:
-		return fmt.Errorf("callbacks.mode: %q, want %s, %s or %s", c.Mode, ModeRandom, ModeOrdered, ModeReverse)
+		return fieldErr("callbacks.mode", "%q, want %s, %s or %s", c.Mode, ModeRandom, ModeOrdered, ModeReverse)
 	}
 	if len(c.Endpoints) > MaxEndpoints {
-		return fmt.Errorf("callbacks.endpoints: %d, at most %d", len(c.Endpoints), MaxEndpoints)
+		return fieldErr("callbacks.endpoints", "%d, at most %d", len(c.Endpoints), MaxEndpoints)
 	}
 	for j, e := range c.Endpoints {
 		if err := validEndpoint(e); err != nil {
-			return fmt.Errorf("callbacks.endpoints[%d]: %v", j, err)
+			return fieldErr(fmt.Sprintf("callbacks.endpoints[%d]", j), "%v", err)
 		}
 	}
 	if c.Public != "" {
 		if err := validEndpoint(c.Public); err != nil {
-			return fmt.Errorf("callbacks.public: %v", err)
+			return fieldErr("callbacks.public", "%v", err)
 		}
 	}
 	if len(c.Secrets) > MaxCallbackSecrets {
-		return fmt.Errorf("callbacks.secrets: %d, at most %d", len(c.Secrets), MaxCallbackSecrets)
+		return fieldErr("callbacks.secrets", "%d, at most %d", len(c.Secrets), MaxCallbackSecrets)
 	}
-	for j, s := range c.Secrets {
+	for j := range c.Secrets {
+		s := c.Secrets[j]
 		if !strings.HasPrefix(s, "whsec_") || len(s) < len("whsec_")+24 || len(s) > 256 {
-			return fmt.Errorf("callbacks.secrets[%d]: want whsec_ followed by base64 of at least 18 bytes", j)
+			return fieldErr(fmt.Sprintf("callbacks.secrets[%d]", j), "want whsec_ followed by base64 of at least 18 bytes")
 		}
 	}
 	return nil

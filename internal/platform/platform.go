@@ -254,7 +254,8 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	certFile, keyFile := p.GTRCertFiles()
 	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
 		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"),
-		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(), "-reflection")
+		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
+		"-partners-state-file", filepath.Join(cfg.DataDir, "gtr-partners-state.json"), "-reflection")
 	if p.procs[GTR].creds, err = p.gtrTLS(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)

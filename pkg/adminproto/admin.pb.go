@@ -82,6 +82,55 @@ func (Health) EnumDescriptor() ([]byte, []int) {
 	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+type PartnerStatus int32
+
+const (
+	PartnerStatus_PARTNER_STATUS_UNSPECIFIED PartnerStatus = 0
+	PartnerStatus_PARTNER_STATUS_ACTIVE      PartnerStatus = 1
+	PartnerStatus_PARTNER_STATUS_SUSPENDED   PartnerStatus = 2
+)
+
+// Enum value maps for PartnerStatus.
+var (
+	PartnerStatus_name = map[int32]string{
+		0: "PARTNER_STATUS_UNSPECIFIED",
+		1: "PARTNER_STATUS_ACTIVE",
+		2: "PARTNER_STATUS_SUSPENDED",
+	}
+	PartnerStatus_value = map[string]int32{
+		"PARTNER_STATUS_UNSPECIFIED": 0,
+		"PARTNER_STATUS_ACTIVE":      1,
+		"PARTNER_STATUS_SUSPENDED":   2,
+	}
+)
+
+func (x PartnerStatus) Enum() *PartnerStatus {
+	p := new(PartnerStatus)
+	*p = x
+	return p
+}
+
+func (x PartnerStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PartnerStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_cellpay_admin_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (PartnerStatus) Type() protoreflect.EnumType {
+	return &file_cellpay_admin_v1_admin_proto_enumTypes[1]
+}
+
+func (x PartnerStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PartnerStatus.Descriptor instead.
+func (PartnerStatus) EnumDescriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 type ListCellsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1571,6 +1620,915 @@ func (x *Move) GetShare() float64 {
 	return 0
 }
 
+type ListPartnersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartnersRequest) Reset() {
+	*x = ListPartnersRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartnersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartnersRequest) ProtoMessage() {}
+
+func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartnersRequest.ProtoReflect.Descriptor instead.
+func (*ListPartnersRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+type ListPartnersResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	RegistryVersion uint64                 `protobuf:"varint,1,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	Partners        []*Partner             `protobuf:"bytes,2,rep,name=partners,proto3" json:"partners,omitempty"`
+	// replica_id and config_store: as in ListCellsResponse.
+	ReplicaId     string `protobuf:"bytes,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	ConfigStore   string `protobuf:"bytes,4,opt,name=config_store,json=configStore,proto3" json:"config_store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartnersResponse) Reset() {
+	*x = ListPartnersResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartnersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartnersResponse) ProtoMessage() {}
+
+func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartnersResponse.ProtoReflect.Descriptor instead.
+func (*ListPartnersResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListPartnersResponse) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+func (x *ListPartnersResponse) GetPartners() []*Partner {
+	if x != nil {
+		return x.Partners
+	}
+	return nil
+}
+
+func (x *ListPartnersResponse) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ListPartnersResponse) GetConfigStore() string {
+	if x != nil {
+		return x.ConfigStore
+	}
+	return ""
+}
+
+// Partner is one partner as operators see it: its keys by ID, never
+// their hashes; its callback endpoints, never their signing secrets.
+type Partner struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status PartnerStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=cellpay.admin.v1.PartnerStatus" json:"status,omitempty"`
+	Keys   []*PartnerKey          `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	// settlement_currency is ISO 4217; empty: the transaction's currency.
+	SettlementCurrency string `protobuf:"bytes,4,opt,name=settlement_currency,json=settlementCurrency,proto3" json:"settlement_currency,omitempty"`
+	// markets (ISO 3166-1 alpha-2) and payment_types the partner may use;
+	// empty allows all.
+	Markets      []string `protobuf:"bytes,5,rep,name=markets,proto3" json:"markets,omitempty"`
+	PaymentTypes []string `protobuf:"bytes,6,rep,name=payment_types,json=paymentTypes,proto3" json:"payment_types,omitempty"`
+	// limits as configured (0: the default); effective_limits, derived from
+	// them, with the defaults filled in.
+	Limits          *PartnerLimits    `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	EffectiveLimits *PartnerLimits    `protobuf:"bytes,8,opt,name=effective_limits,json=effectiveLimits,proto3" json:"effective_limits,omitempty"`
+	Callbacks       *PartnerCallbacks `protobuf:"bytes,9,opt,name=callbacks,proto3" json:"callbacks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Partner) Reset() {
+	*x = Partner{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Partner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Partner) ProtoMessage() {}
+
+func (x *Partner) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Partner.ProtoReflect.Descriptor instead.
+func (*Partner) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Partner) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Partner) GetStatus() PartnerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return PartnerStatus_PARTNER_STATUS_UNSPECIFIED
+}
+
+func (x *Partner) GetKeys() []*PartnerKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *Partner) GetSettlementCurrency() string {
+	if x != nil {
+		return x.SettlementCurrency
+	}
+	return ""
+}
+
+func (x *Partner) GetMarkets() []string {
+	if x != nil {
+		return x.Markets
+	}
+	return nil
+}
+
+func (x *Partner) GetPaymentTypes() []string {
+	if x != nil {
+		return x.PaymentTypes
+	}
+	return nil
+}
+
+func (x *Partner) GetLimits() *PartnerLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Partner) GetEffectiveLimits() *PartnerLimits {
+	if x != nil {
+		return x.EffectiveLimits
+	}
+	return nil
+}
+
+func (x *Partner) GetCallbacks() *PartnerCallbacks {
+	if x != nil {
+		return x.Callbacks
+	}
+	return nil
+}
+
+type PartnerKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Created       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartnerKey) Reset() {
+	*x = PartnerKey{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartnerKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartnerKey) ProtoMessage() {}
+
+func (x *PartnerKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartnerKey.ProtoReflect.Descriptor instead.
+func (*PartnerKey) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PartnerKey) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *PartnerKey) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+type PartnerLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RatePerSecond float64                `protobuf:"fixed64,1,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	Burst         int32                  `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	MaxInFlight   int32                  `protobuf:"varint,3,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartnerLimits) Reset() {
+	*x = PartnerLimits{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartnerLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartnerLimits) ProtoMessage() {}
+
+func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartnerLimits.ProtoReflect.Descriptor instead.
+func (*PartnerLimits) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PartnerLimits) GetRatePerSecond() float64 {
+	if x != nil {
+		return x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *PartnerLimits) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *PartnerLimits) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+type PartnerCallbacks struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode: random, ordered or reverse (empty: the default).
+	Mode      string   `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Endpoints []string `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Public    string   `protobuf:"bytes,3,opt,name=public,proto3" json:"public,omitempty"`
+	// signing_secrets counts the signing secrets (rotation keeps several);
+	// the secrets themselves are never shown.
+	SigningSecrets int32 `protobuf:"varint,4,opt,name=signing_secrets,json=signingSecrets,proto3" json:"signing_secrets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PartnerCallbacks) Reset() {
+	*x = PartnerCallbacks{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartnerCallbacks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartnerCallbacks) ProtoMessage() {}
+
+func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartnerCallbacks.ProtoReflect.Descriptor instead.
+func (*PartnerCallbacks) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PartnerCallbacks) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PartnerCallbacks) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *PartnerCallbacks) GetPublic() string {
+	if x != nil {
+		return x.Public
+	}
+	return ""
+}
+
+func (x *PartnerCallbacks) GetSigningSecrets() int32 {
+	if x != nil {
+		return x.SigningSecrets
+	}
+	return 0
+}
+
+// NewKey is a key just made. api_key is its plaintext, shown this once.
+type NewKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	ApiKey        string                 `protobuf:"bytes,2,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	Created       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewKey) Reset() {
+	*x = NewKey{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewKey) ProtoMessage() {}
+
+func (x *NewKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewKey.ProtoReflect.Descriptor instead.
+func (*NewKey) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NewKey) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *NewKey) GetApiKey() string {
+	if x != nil {
+		return x.ApiKey
+	}
+	return ""
+}
+
+func (x *NewKey) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+type AddPartnerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partner_id: 1 to 64 characters of [A-Za-z0-9._-].
+	PartnerId          string         `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	SettlementCurrency string         `protobuf:"bytes,2,opt,name=settlement_currency,json=settlementCurrency,proto3" json:"settlement_currency,omitempty"`
+	Markets            []string       `protobuf:"bytes,3,rep,name=markets,proto3" json:"markets,omitempty"`
+	PaymentTypes       []string       `protobuf:"bytes,4,rep,name=payment_types,json=paymentTypes,proto3" json:"payment_types,omitempty"`
+	Limits             *PartnerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *AddPartnerRequest) Reset() {
+	*x = AddPartnerRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddPartnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddPartnerRequest) ProtoMessage() {}
+
+func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddPartnerRequest.ProtoReflect.Descriptor instead.
+func (*AddPartnerRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AddPartnerRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *AddPartnerRequest) GetSettlementCurrency() string {
+	if x != nil {
+		return x.SettlementCurrency
+	}
+	return ""
+}
+
+func (x *AddPartnerRequest) GetMarkets() []string {
+	if x != nil {
+		return x.Markets
+	}
+	return nil
+}
+
+func (x *AddPartnerRequest) GetPaymentTypes() []string {
+	if x != nil {
+		return x.PaymentTypes
+	}
+	return nil
+}
+
+func (x *AddPartnerRequest) GetLimits() *PartnerLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type AddPartnerResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Partner         *Partner               `protobuf:"bytes,1,opt,name=partner,proto3" json:"partner,omitempty"`
+	Key             *NewKey                `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	RegistryVersion uint64                 `protobuf:"varint,3,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AddPartnerResponse) Reset() {
+	*x = AddPartnerResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddPartnerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddPartnerResponse) ProtoMessage() {}
+
+func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddPartnerResponse.ProtoReflect.Descriptor instead.
+func (*AddPartnerResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AddPartnerResponse) GetPartner() *Partner {
+	if x != nil {
+		return x.Partner
+	}
+	return nil
+}
+
+func (x *AddPartnerResponse) GetKey() *NewKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddPartnerResponse) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+type SuspendPartnerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendPartnerRequest) Reset() {
+	*x = SuspendPartnerRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendPartnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendPartnerRequest) ProtoMessage() {}
+
+func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendPartnerRequest.ProtoReflect.Descriptor instead.
+func (*SuspendPartnerRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SuspendPartnerRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+type ResumePartnerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePartnerRequest) Reset() {
+	*x = ResumePartnerRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePartnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePartnerRequest) ProtoMessage() {}
+
+func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
+func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ResumePartnerRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+// PartnerChange is the partner after a change, and the registry version
+// the change made (or the one in force, when nothing changed).
+type PartnerChange struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Partner         *Partner               `protobuf:"bytes,1,opt,name=partner,proto3" json:"partner,omitempty"`
+	RegistryVersion uint64                 `protobuf:"varint,2,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PartnerChange) Reset() {
+	*x = PartnerChange{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartnerChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartnerChange) ProtoMessage() {}
+
+func (x *PartnerChange) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
+func (*PartnerChange) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PartnerChange) GetPartner() *Partner {
+	if x != nil {
+		return x.Partner
+	}
+	return nil
+}
+
+func (x *PartnerChange) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+type AddKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddKeyRequest) Reset() {
+	*x = AddKeyRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddKeyRequest) ProtoMessage() {}
+
+func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
+func (*AddKeyRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AddKeyRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+type AddKeyResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Partner         *Partner               `protobuf:"bytes,1,opt,name=partner,proto3" json:"partner,omitempty"`
+	Key             *NewKey                `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	RegistryVersion uint64                 `protobuf:"varint,3,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AddKeyResponse) Reset() {
+	*x = AddKeyResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddKeyResponse) ProtoMessage() {}
+
+func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
+func (*AddKeyResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AddKeyResponse) GetPartner() *Partner {
+	if x != nil {
+		return x.Partner
+	}
+	return nil
+}
+
+func (x *AddKeyResponse) GetKey() *NewKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddKeyResponse) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+type RevokeKeyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	KeyId     string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// force allows revoking the partner's last key, which refuses all its
+	// calls.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKeyRequest) Reset() {
+	*x = RevokeKeyRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKeyRequest) ProtoMessage() {}
+
+func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RevokeKeyRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *RevokeKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RevokeKeyRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 var File_cellpay_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
@@ -1688,11 +2646,81 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\tfrom_cell\x18\x01 \x01(\tR\bfromCell\x12\x17\n" +
 	"\ato_cell\x18\x02 \x01(\tR\x06toCell\x12\x12\n" +
 	"\x04keys\x18\x03 \x01(\x05R\x04keys\x12\x14\n" +
-	"\x05share\x18\x04 \x01(\x01R\x05share*@\n" +
+	"\x05share\x18\x04 \x01(\x01R\x05share\"\x15\n" +
+	"\x13ListPartnersRequest\"\xba\x01\n" +
+	"\x14ListPartnersResponse\x12)\n" +
+	"\x10registry_version\x18\x01 \x01(\x04R\x0fregistryVersion\x125\n" +
+	"\bpartners\x18\x02 \x03(\v2\x19.cellpay.admin.v1.PartnerR\bpartners\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xbb\x03\n" +
+	"\aPartner\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1f.cellpay.admin.v1.PartnerStatusR\x06status\x120\n" +
+	"\x04keys\x18\x03 \x03(\v2\x1c.cellpay.admin.v1.PartnerKeyR\x04keys\x12/\n" +
+	"\x13settlement_currency\x18\x04 \x01(\tR\x12settlementCurrency\x12\x18\n" +
+	"\amarkets\x18\x05 \x03(\tR\amarkets\x12#\n" +
+	"\rpayment_types\x18\x06 \x03(\tR\fpaymentTypes\x127\n" +
+	"\x06limits\x18\a \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x06limits\x12J\n" +
+	"\x10effective_limits\x18\b \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x0feffectiveLimits\x12@\n" +
+	"\tcallbacks\x18\t \x01(\v2\".cellpay.admin.v1.PartnerCallbacksR\tcallbacks\"Y\n" +
+	"\n" +
+	"PartnerKey\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x124\n" +
+	"\acreated\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"q\n" +
+	"\rPartnerLimits\x12&\n" +
+	"\x0frate_per_second\x18\x01 \x01(\x01R\rratePerSecond\x12\x14\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\x12\"\n" +
+	"\rmax_in_flight\x18\x03 \x01(\x05R\vmaxInFlight\"\x85\x01\n" +
+	"\x10PartnerCallbacks\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
+	"\tendpoints\x18\x02 \x03(\tR\tendpoints\x12\x16\n" +
+	"\x06public\x18\x03 \x01(\tR\x06public\x12'\n" +
+	"\x0fsigning_secrets\x18\x04 \x01(\x05R\x0esigningSecrets\"n\n" +
+	"\x06NewKey\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x17\n" +
+	"\aapi_key\x18\x02 \x01(\tR\x06apiKey\x124\n" +
+	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xdb\x01\n" +
+	"\x11AddPartnerRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12/\n" +
+	"\x13settlement_currency\x18\x02 \x01(\tR\x12settlementCurrency\x12\x18\n" +
+	"\amarkets\x18\x03 \x03(\tR\amarkets\x12#\n" +
+	"\rpayment_types\x18\x04 \x03(\tR\fpaymentTypes\x127\n" +
+	"\x06limits\x18\x05 \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x06limits\"\xa0\x01\n" +
+	"\x12AddPartnerResponse\x123\n" +
+	"\apartner\x18\x01 \x01(\v2\x19.cellpay.admin.v1.PartnerR\apartner\x12*\n" +
+	"\x03key\x18\x02 \x01(\v2\x18.cellpay.admin.v1.NewKeyR\x03key\x12)\n" +
+	"\x10registry_version\x18\x03 \x01(\x04R\x0fregistryVersion\"6\n" +
+	"\x15SuspendPartnerRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\"5\n" +
+	"\x14ResumePartnerRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\"o\n" +
+	"\rPartnerChange\x123\n" +
+	"\apartner\x18\x01 \x01(\v2\x19.cellpay.admin.v1.PartnerR\apartner\x12)\n" +
+	"\x10registry_version\x18\x02 \x01(\x04R\x0fregistryVersion\".\n" +
+	"\rAddKeyRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\"\x9c\x01\n" +
+	"\x0eAddKeyResponse\x123\n" +
+	"\apartner\x18\x01 \x01(\v2\x19.cellpay.admin.v1.PartnerR\apartner\x12*\n" +
+	"\x03key\x18\x02 \x01(\v2\x18.cellpay.admin.v1.NewKeyR\x03key\x12)\n" +
+	"\x10registry_version\x18\x03 \x01(\x04R\x0fregistryVersion\"^\n" +
+	"\x10RevokeKeyRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force*@\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_UP\x10\x01\x12\x0f\n" +
-	"\vHEALTH_DOWN\x10\x022\x85\x05\n" +
+	"\vHEALTH_DOWN\x10\x02*h\n" +
+	"\rPartnerStatus\x12\x1e\n" +
+	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x92\t\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -1702,7 +2730,14 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\tRouteKeys\x12\".cellpay.admin.v1.RouteKeysRequest\x1a#.cellpay.admin.v1.RouteKeysResponse\x12F\n" +
 	"\bGetTable\x12!.cellpay.admin.v1.GetTableRequest\x1a\x17.cellpay.admin.v1.Table\x12W\n" +
 	"\n" +
-	"ApplyTable\x12#.cellpay.admin.v1.ApplyTableRequest\x1a$.cellpay.admin.v1.ApplyTableResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
+	"ApplyTable\x12#.cellpay.admin.v1.ApplyTableRequest\x1a$.cellpay.admin.v1.ApplyTableResponse\x12]\n" +
+	"\fListPartners\x12%.cellpay.admin.v1.ListPartnersRequest\x1a&.cellpay.admin.v1.ListPartnersResponse\x12W\n" +
+	"\n" +
+	"AddPartner\x12#.cellpay.admin.v1.AddPartnerRequest\x1a$.cellpay.admin.v1.AddPartnerResponse\x12Z\n" +
+	"\x0eSuspendPartner\x12'.cellpay.admin.v1.SuspendPartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12X\n" +
+	"\rResumePartner\x12&.cellpay.admin.v1.ResumePartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12K\n" +
+	"\x06AddKey\x12\x1f.cellpay.admin.v1.AddKeyRequest\x1a .cellpay.admin.v1.AddKeyResponse\x12P\n" +
+	"\tRevokeKey\x12\".cellpay.admin.v1.RevokeKeyRequest\x1a\x1f.cellpay.admin.v1.PartnerChangeB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
 var (
 	file_cellpay_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1716,73 +2751,115 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_cellpay_admin_v1_admin_proto_rawDescData
 }
 
-var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                   // 0: cellpay.admin.v1.Health
-	(*ListCellsRequest)(nil),      // 1: cellpay.admin.v1.ListCellsRequest
-	(*ListCellsResponse)(nil),     // 2: cellpay.admin.v1.ListCellsResponse
-	(*CellStatus)(nil),            // 3: cellpay.admin.v1.CellStatus
-	(*Ramp)(nil),                  // 4: cellpay.admin.v1.Ramp
-	(*SetWeightRequest)(nil),      // 5: cellpay.admin.v1.SetWeightRequest
-	(*DrainRequest)(nil),          // 6: cellpay.admin.v1.DrainRequest
-	(*RestoreRequest)(nil),        // 7: cellpay.admin.v1.RestoreRequest
-	(*Attrs)(nil),                 // 8: cellpay.admin.v1.Attrs
-	(*ExplainRequest)(nil),        // 9: cellpay.admin.v1.ExplainRequest
-	(*ExplainResponse)(nil),       // 10: cellpay.admin.v1.ExplainResponse
-	(*RuleMiss)(nil),              // 11: cellpay.admin.v1.RuleMiss
-	(*CellVerdict)(nil),           // 12: cellpay.admin.v1.CellVerdict
-	(*RouteKeysRequest)(nil),      // 13: cellpay.admin.v1.RouteKeysRequest
-	(*RouteKeysResponse)(nil),     // 14: cellpay.admin.v1.RouteKeysResponse
-	(*GetTableRequest)(nil),       // 15: cellpay.admin.v1.GetTableRequest
-	(*Table)(nil),                 // 16: cellpay.admin.v1.Table
-	(*Cell)(nil),                  // 17: cellpay.admin.v1.Cell
-	(*Rule)(nil),                  // 18: cellpay.admin.v1.Rule
-	(*ApplyTableRequest)(nil),     // 19: cellpay.admin.v1.ApplyTableRequest
-	(*ApplyTableResponse)(nil),    // 20: cellpay.admin.v1.ApplyTableResponse
-	(*Move)(nil),                  // 21: cellpay.admin.v1.Move
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(PartnerStatus)(0),            // 1: cellpay.admin.v1.PartnerStatus
+	(*ListCellsRequest)(nil),      // 2: cellpay.admin.v1.ListCellsRequest
+	(*ListCellsResponse)(nil),     // 3: cellpay.admin.v1.ListCellsResponse
+	(*CellStatus)(nil),            // 4: cellpay.admin.v1.CellStatus
+	(*Ramp)(nil),                  // 5: cellpay.admin.v1.Ramp
+	(*SetWeightRequest)(nil),      // 6: cellpay.admin.v1.SetWeightRequest
+	(*DrainRequest)(nil),          // 7: cellpay.admin.v1.DrainRequest
+	(*RestoreRequest)(nil),        // 8: cellpay.admin.v1.RestoreRequest
+	(*Attrs)(nil),                 // 9: cellpay.admin.v1.Attrs
+	(*ExplainRequest)(nil),        // 10: cellpay.admin.v1.ExplainRequest
+	(*ExplainResponse)(nil),       // 11: cellpay.admin.v1.ExplainResponse
+	(*RuleMiss)(nil),              // 12: cellpay.admin.v1.RuleMiss
+	(*CellVerdict)(nil),           // 13: cellpay.admin.v1.CellVerdict
+	(*RouteKeysRequest)(nil),      // 14: cellpay.admin.v1.RouteKeysRequest
+	(*RouteKeysResponse)(nil),     // 15: cellpay.admin.v1.RouteKeysResponse
+	(*GetTableRequest)(nil),       // 16: cellpay.admin.v1.GetTableRequest
+	(*Table)(nil),                 // 17: cellpay.admin.v1.Table
+	(*Cell)(nil),                  // 18: cellpay.admin.v1.Cell
+	(*Rule)(nil),                  // 19: cellpay.admin.v1.Rule
+	(*ApplyTableRequest)(nil),     // 20: cellpay.admin.v1.ApplyTableRequest
+	(*ApplyTableResponse)(nil),    // 21: cellpay.admin.v1.ApplyTableResponse
+	(*Move)(nil),                  // 22: cellpay.admin.v1.Move
+	(*ListPartnersRequest)(nil),   // 23: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),  // 24: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),               // 25: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),            // 26: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),         // 27: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),      // 28: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                // 29: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),     // 30: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),    // 31: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil), // 32: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),  // 33: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),         // 34: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),         // 35: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),        // 36: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),      // 37: cellpay.admin.v1.RevokeKeyRequest
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
-	3,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
+	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
-	4,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	22, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	22, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	22, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	23, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	23, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	23, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
-	8,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	11, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
-	12, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
-	8,  // 12: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	17, // 13: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
-	18, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
-	16, // 15: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
-	21, // 16: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	1,  // 17: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	5,  // 18: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	6,  // 19: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	7,  // 20: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	9,  // 21: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	13, // 22: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	15, // 23: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	19, // 24: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	2,  // 25: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	3,  // 26: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	3,  // 27: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	3,  // 28: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	10, // 29: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	14, // 30: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	16, // 31: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	20, // 32: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	5,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
+	38, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	38, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	38, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	39, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	39, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	39, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	9,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	12, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
+	13, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
+	9,  // 12: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	18, // 13: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
+	19, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
+	17, // 15: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
+	22, // 16: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
+	25, // 17: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
+	1,  // 18: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
+	26, // 19: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
+	27, // 20: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	27, // 21: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
+	28, // 22: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
+	38, // 23: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	38, // 24: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	27, // 25: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	25, // 26: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
+	29, // 27: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
+	25, // 28: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
+	25, // 29: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
+	29, // 30: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
+	2,  // 31: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	6,  // 32: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	7,  // 33: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	8,  // 34: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	10, // 35: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	14, // 36: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	16, // 37: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	20, // 38: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	23, // 39: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	30, // 40: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	32, // 41: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	33, // 42: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	35, // 43: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	37, // 44: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	3,  // 45: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 46: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 47: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 48: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	11, // 49: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	15, // 50: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	17, // 51: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	21, // 52: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	24, // 53: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	31, // 54: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	34, // 55: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	34, // 56: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	36, // 57: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	34, // 58: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	45, // [45:59] is the sub-list for method output_type
+	31, // [31:45] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -1795,8 +2872,8 @@ func file_cellpay_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   21,
+			NumEnums:      2,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

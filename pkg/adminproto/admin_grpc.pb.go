@@ -29,14 +29,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListCells_FullMethodName  = "/cellpay.admin.v1.Admin/ListCells"
-	Admin_SetWeight_FullMethodName  = "/cellpay.admin.v1.Admin/SetWeight"
-	Admin_Drain_FullMethodName      = "/cellpay.admin.v1.Admin/Drain"
-	Admin_Restore_FullMethodName    = "/cellpay.admin.v1.Admin/Restore"
-	Admin_Explain_FullMethodName    = "/cellpay.admin.v1.Admin/Explain"
-	Admin_RouteKeys_FullMethodName  = "/cellpay.admin.v1.Admin/RouteKeys"
-	Admin_GetTable_FullMethodName   = "/cellpay.admin.v1.Admin/GetTable"
-	Admin_ApplyTable_FullMethodName = "/cellpay.admin.v1.Admin/ApplyTable"
+	Admin_ListCells_FullMethodName      = "/cellpay.admin.v1.Admin/ListCells"
+	Admin_SetWeight_FullMethodName      = "/cellpay.admin.v1.Admin/SetWeight"
+	Admin_Drain_FullMethodName          = "/cellpay.admin.v1.Admin/Drain"
+	Admin_Restore_FullMethodName        = "/cellpay.admin.v1.Admin/Restore"
+	Admin_Explain_FullMethodName        = "/cellpay.admin.v1.Admin/Explain"
+	Admin_RouteKeys_FullMethodName      = "/cellpay.admin.v1.Admin/RouteKeys"
+	Admin_GetTable_FullMethodName       = "/cellpay.admin.v1.Admin/GetTable"
+	Admin_ApplyTable_FullMethodName     = "/cellpay.admin.v1.Admin/ApplyTable"
+	Admin_ListPartners_FullMethodName   = "/cellpay.admin.v1.Admin/ListPartners"
+	Admin_AddPartner_FullMethodName     = "/cellpay.admin.v1.Admin/AddPartner"
+	Admin_SuspendPartner_FullMethodName = "/cellpay.admin.v1.Admin/SuspendPartner"
+	Admin_ResumePartner_FullMethodName  = "/cellpay.admin.v1.Admin/ResumePartner"
+	Admin_AddKey_FullMethodName         = "/cellpay.admin.v1.Admin/AddKey"
+	Admin_RevokeKey_FullMethodName      = "/cellpay.admin.v1.Admin/RevokeKey"
 )
 
 // AdminClient is the client API for Admin service.
@@ -72,6 +78,23 @@ type AdminClient interface {
 	// Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (expected_version is
 	// stale), UNAVAILABLE (the config store is unreachable).
 	ApplyTable(ctx context.Context, in *ApplyTableRequest, opts ...grpc.CallOption) (*ApplyTableResponse, error)
+	// ListPartners lists the registry in force on the answering replica.
+	ListPartners(ctx context.Context, in *ListPartnersRequest, opts ...grpc.CallOption) (*ListPartnersResponse, error)
+	// AddPartner adds an active partner with one new API key.
+	// Errors also: ALREADY_EXISTS (partner_id is taken).
+	AddPartner(ctx context.Context, in *AddPartnerRequest, opts ...grpc.CallOption) (*AddPartnerResponse, error)
+	// SuspendPartner refuses every call of the partner (its keys stay);
+	// suspending a suspended partner changes nothing.
+	SuspendPartner(ctx context.Context, in *SuspendPartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error)
+	// ResumePartner lets a suspended partner call again.
+	ResumePartner(ctx context.Context, in *ResumePartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error)
+	// AddKey gives a partner another API key, for rotation.
+	// Errors also: FAILED_PRECONDITION (the partner has the most keys allowed).
+	AddKey(ctx context.Context, in *AddKeyRequest, opts ...grpc.CallOption) (*AddKeyResponse, error)
+	// RevokeKey removes one of a partner's keys; calls with it are refused
+	// from then on. Revoking the partner's last key needs force.
+	// Errors also: FAILED_PRECONDITION (the last key, without force).
+	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*PartnerChange, error)
 }
 
 type adminClient struct {
@@ -162,6 +185,66 @@ func (c *adminClient) ApplyTable(ctx context.Context, in *ApplyTableRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ListPartners(ctx context.Context, in *ListPartnersRequest, opts ...grpc.CallOption) (*ListPartnersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartnersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPartners_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AddPartner(ctx context.Context, in *AddPartnerRequest, opts ...grpc.CallOption) (*AddPartnerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddPartnerResponse)
+	err := c.cc.Invoke(ctx, Admin_AddPartner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SuspendPartner(ctx context.Context, in *SuspendPartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartnerChange)
+	err := c.cc.Invoke(ctx, Admin_SuspendPartner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ResumePartner(ctx context.Context, in *ResumePartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartnerChange)
+	err := c.cc.Invoke(ctx, Admin_ResumePartner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AddKey(ctx context.Context, in *AddKeyRequest, opts ...grpc.CallOption) (*AddKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddKeyResponse)
+	err := c.cc.Invoke(ctx, Admin_AddKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*PartnerChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartnerChange)
+	err := c.cc.Invoke(ctx, Admin_RevokeKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -195,6 +278,23 @@ type AdminServer interface {
 	// Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (expected_version is
 	// stale), UNAVAILABLE (the config store is unreachable).
 	ApplyTable(context.Context, *ApplyTableRequest) (*ApplyTableResponse, error)
+	// ListPartners lists the registry in force on the answering replica.
+	ListPartners(context.Context, *ListPartnersRequest) (*ListPartnersResponse, error)
+	// AddPartner adds an active partner with one new API key.
+	// Errors also: ALREADY_EXISTS (partner_id is taken).
+	AddPartner(context.Context, *AddPartnerRequest) (*AddPartnerResponse, error)
+	// SuspendPartner refuses every call of the partner (its keys stay);
+	// suspending a suspended partner changes nothing.
+	SuspendPartner(context.Context, *SuspendPartnerRequest) (*PartnerChange, error)
+	// ResumePartner lets a suspended partner call again.
+	ResumePartner(context.Context, *ResumePartnerRequest) (*PartnerChange, error)
+	// AddKey gives a partner another API key, for rotation.
+	// Errors also: FAILED_PRECONDITION (the partner has the most keys allowed).
+	AddKey(context.Context, *AddKeyRequest) (*AddKeyResponse, error)
+	// RevokeKey removes one of a partner's keys; calls with it are refused
+	// from then on. Revoking the partner's last key needs force.
+	// Errors also: FAILED_PRECONDITION (the last key, without force).
+	RevokeKey(context.Context, *RevokeKeyRequest) (*PartnerChange, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -228,6 +328,24 @@ func (UnimplementedAdminServer) GetTable(context.Context, *GetTableRequest) (*Ta
 }
 func (UnimplementedAdminServer) ApplyTable(context.Context, *ApplyTableRequest) (*ApplyTableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyTable not implemented")
+}
+func (UnimplementedAdminServer) ListPartners(context.Context, *ListPartnersRequest) (*ListPartnersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPartners not implemented")
+}
+func (UnimplementedAdminServer) AddPartner(context.Context, *AddPartnerRequest) (*AddPartnerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddPartner not implemented")
+}
+func (UnimplementedAdminServer) SuspendPartner(context.Context, *SuspendPartnerRequest) (*PartnerChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendPartner not implemented")
+}
+func (UnimplementedAdminServer) ResumePartner(context.Context, *ResumePartnerRequest) (*PartnerChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumePartner not implemented")
+}
+func (UnimplementedAdminServer) AddKey(context.Context, *AddKeyRequest) (*AddKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddKey not implemented")
+}
+func (UnimplementedAdminServer) RevokeKey(context.Context, *RevokeKeyRequest) (*PartnerChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -394,6 +512,114 @@ func _Admin_ApplyTable_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListPartners_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartnersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPartners(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPartners_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPartners(ctx, req.(*ListPartnersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AddPartner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddPartnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddPartner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddPartner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddPartner(ctx, req.(*AddPartnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SuspendPartner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendPartnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SuspendPartner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SuspendPartner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SuspendPartner(ctx, req.(*SuspendPartnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ResumePartner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumePartnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResumePartner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResumePartner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResumePartner(ctx, req.(*ResumePartnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AddKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddKey(ctx, req.(*AddKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RevokeKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RevokeKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RevokeKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RevokeKey(ctx, req.(*RevokeKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -432,6 +658,30 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyTable",
 			Handler:    _Admin_ApplyTable_Handler,
+		},
+		{
+			MethodName: "ListPartners",
+			Handler:    _Admin_ListPartners_Handler,
+		},
+		{
+			MethodName: "AddPartner",
+			Handler:    _Admin_AddPartner_Handler,
+		},
+		{
+			MethodName: "SuspendPartner",
+			Handler:    _Admin_SuspendPartner_Handler,
+		},
+		{
+			MethodName: "ResumePartner",
+			Handler:    _Admin_ResumePartner_Handler,
+		},
+		{
+			MethodName: "AddKey",
+			Handler:    _Admin_AddKey_Handler,
+		},
+		{
+			MethodName: "RevokeKey",
+			Handler:    _Admin_RevokeKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

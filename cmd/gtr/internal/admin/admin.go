@@ -1,13 +1,16 @@
 // Package admin implements the GTR's operator API, cellpay.admin.v1.Admin:
 // list cells (with the reference data version each reports), set weights,
 // drain and restore (now or ramped), explain a route (including cells
-// skipped for serving stale reference data), and read or replace the
-// routing table.
+// skipped for serving stale reference data), read or replace the routing
+// table, and manage the partner registry (list, add, suspend, resume, add
+// and revoke API keys).
 //
 // It reads the state.State of this replica and writes through a Store (the
-// NATS KV sync), so a change made on any replica reaches all of them. It is
-// served on the admin listener only, behind Auth; it must never be
-// registered on the partners' server. Nothing here is on the payment path.
+// NATS KV sync); partners are read and changed through a PartnerStore
+// (replicated the same way), so a change made on any replica reaches all
+// of them. It is served on the admin listener only, behind Auth; it must
+// never be registered on the partners' server. Nothing here is on the
+// payment path.
 package admin
 
 import (
@@ -40,6 +43,9 @@ type Store interface {
 type Config struct {
 	State *state.State // required
 	Store Store        // required
+	// Partners is the partner registry the partner RPCs read and change.
+	// Required.
+	Partners PartnerStore
 	// ReplicaID names this replica in ListCells answers.
 	ReplicaID string
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
@@ -49,8 +55,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.State == nil || c.Store == nil {
-		return errors.New("admin: State and Store are required")
+	if c.State == nil || c.Store == nil || c.Partners == nil {
+		return errors.New("admin: State, Store and Partners are required")
 	}
 	if c.ShareSamples <= 0 {
 		c.ShareSamples = 10000

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -30,7 +31,9 @@ const token = "s3cret-admin-token"
 
 type fixture struct {
 	st   *state.State
+	ps   *partnerstate.Store
 	addr string
+	log  *logBuffer // everything the admin server logged
 }
 
 func seed() state.Doc {
@@ -49,17 +52,32 @@ func seed() state.Doc {
 // one loopback listener, with a standalone store.
 func start(t *testing.T, tok string) fixture {
 	t.Helper()
+	return startWith(t, tok, partnerstate.Config{})
+}
+
+// startWith is start with the partner store configured by pc (standalone
+// unless pc names a NATS server).
+func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
+	t.Helper()
 	st, err := state.New(state.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sy, err := kvsync.Start(kvsync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: log})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sy, err := kvsync.Start(kvsync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sy.Close)
-	srv, err := New(Config{State: st, Store: sy, ReplicaID: "test", Log: log})
+	buf := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(buf, nil))
+	pc.Log = log
+	ps, err := partnerstate.Start(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ps.Close)
+	srv, err := New(Config{State: st, Store: sy, Partners: ps, ReplicaID: "test", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +90,7 @@ func start(t *testing.T, tok string) fixture {
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return fixture{st: st, addr: lis.Addr().String()}
+	return fixture{st: st, ps: ps, addr: lis.Addr().String(), log: buf}
 }
 
 func client(t *testing.T, addr, tok string) adminproto.AdminClient {

@@ -28,10 +28,10 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
-	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -61,10 +61,13 @@ type Config struct {
 	// certificate is served without a restart. Required: partners' calls
 	// carry API keys, which never cross the network in the clear.
 	TLSCertFile, TLSKeyFile string
-	// PartnersFile is the partner registry (YAML, internal/partners): who
-	// may call, with which API keys. "" registers no partner, and every
-	// Payments call is refused.
+	// PartnersFile is the partner registry (YAML) that seeds an empty KV
+	// bucket, and that a replica without a partners state file starts
+	// from; "" is an empty registry: every partner call is refused.
 	PartnersFile string
+	// PartnersStateFile keeps the last-known partner registry; "" keeps
+	// none.
+	PartnersStateFile string
 	// Reflection serves gRPC reflection on the partners' listener (for
 	// grpcurl); off in production.
 	Reflection bool
@@ -123,6 +126,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer store.Close()
+	// partnerStore is the partner registry; partnerStore.Index is what
+	// authenticates partners' calls.
+	partnerStore, err := partnerstate.Start(partnerstate.Config{
+		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
+		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	defer partnerStore.Close()
 	if cfg.NATSURL != "" {
 		// Cells' reference data versions, for rules that need a minimum.
 		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
@@ -177,16 +190,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	partnerIndex, err := loadPartners(cfg.PartnersFile)
-	if err != nil {
-		return err
-	}
 	tlsCfg, stopTLS, err := pki.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile, 0)
 	if err != nil {
 		return fmt.Errorf("gtr: %w", err)
 	}
 	defer stopTLS()
-	authn := &auth.Partners{Index: partnerIndex, OnDenied: metrics.Denied}
+	authn := &auth.Partners{Index: partnerStore.Index, OnDenied: metrics.Denied}
 	hs := grpchealth.NewServer()
 	gs := grpc.NewServer(append(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))},
 		tel.PublicServerOptions()...), authn.ServerOptions()...)...)
@@ -202,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		adm, err := admin.New(admin.Config{State: st, Store: store, ReplicaID: cfg.ReplicaID, Log: cfg.Log})
+		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
@@ -281,21 +290,4 @@ type observers struct {
 func (o observers) Observe(cellID string, ok bool) {
 	o.mon.Observe(cellID, ok)
 	o.st.Outcome(cellID, ok)
-}
-
-// loadPartners returns the partner registry of file ("" for none).
-// TODO(partner-registry): replaced by the replicated store.
-func loadPartners(file string) (func() *partners.Index, error) {
-	reg := &partners.Registry{}
-	if file != "" {
-		var err error
-		if reg, err = partners.Load(file); err != nil {
-			return nil, fmt.Errorf("gtr: %w", err)
-		}
-	}
-	ix, err := partners.Compile(reg)
-	if err != nil {
-		return nil, fmt.Errorf("gtr: %w", err)
-	}
-	return func() *partners.Index { return ix }, nil
 }

@@ -1,42 +1,41 @@
-// Package kvsync keeps every GTR replica's routing state converged through
-// one key of a NATS KV bucket, and keeps the last-known configuration in a
-// local file.
+// Package kvsync keeps a document converged across every GTR replica
+// through one key of a NATS KV bucket, and keeps the last-known copy in a
+// local file. The routing table (Syncer, key "routing") and the partner
+// registry (key "partners") are two instances of the one Replica.
 //
 // The KV entry is the source of truth. Each replica watches it (and polls
 // it as a safety net for missed updates) and applies every newer revision
-// to its state.State. Changes go through Update: read the entry, change it,
-// write it back only if its revision has not moved (optimistic
-// concurrency), retrying on a conflict. On first start with an empty bucket
-// the entry is seeded from the YAML config.
+// to its Target; a revision that is not newer is never even decoded.
+// Changes go through Update: read the entry, change it, write it back only
+// if its revision has not moved (optimistic concurrency), retrying on a
+// conflict. On first start with an empty bucket the entry is seeded from
+// the YAML config.
 //
-// Routing never waits on any of this. At start the replica publishes its
-// last-known file (or, without one, the YAML) before it even dials NATS;
-// while NATS is away it keeps routing on what it has, admin reads keep
-// answering, and writes fail fast with ErrUnavailable.
+// Nothing that serves a request ever waits on any of this. At start the
+// replica applies its last-known file (or, without one, the seed) before it
+// even dials NATS; while NATS is away it keeps serving what it has, admin
+// reads keep answering, and writes fail fast with ErrUnavailable. An entry
+// that does not decode or validate is logged once and refused; the document
+// in force stays.
 package kvsync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 )
 
 // Errors Update returns; callers branch on them.
 var (
 	// ErrUnavailable means the config store cannot be reached now. Nothing
-	// changed; routing goes on with the last-known table.
+	// changed; the replica goes on with the last-known document.
 	ErrUnavailable = errors.New("kvsync: config store unavailable")
 	// ErrConflict means other writers kept changing the entry while Update
 	// retried.
@@ -50,18 +49,50 @@ const (
 	StatusDisconnected = "disconnected"
 )
 
-// Config configures a Syncer.
-type Config struct {
-	State *state.State // required
-	// Seed returns the configuration to start from when there is neither a
+// DefaultBucket is the KV bucket every GTR document lives in.
+const DefaultBucket = "cellpay_gtr"
+
+// Target is one kind of replicated document, D, and its holder on this
+// replica. A Replica calls its methods one at a time (under its own lock),
+// never on a request's path.
+type Target[D any] interface {
+	// Decode reads a document from a KV value or a state file, refusing
+	// what is malformed. It need not validate: Apply does.
+	Decode(b []byte) (D, error)
+	// Encode is Decode's inverse.
+	Encode(d D) ([]byte, error)
+	// Validate checks d whole. Update writes nothing that fails it.
+	Validate(d D) error
+	// Apply validates d and makes it the document in force on this
+	// replica, read at KV revision rev (0: the seed). An invalid d is
+	// refused and nothing changes. The caller does not change d afterwards.
+	Apply(d D, rev uint64) error
+	// Current returns the document in force, as a copy the caller may
+	// change; ok is false before the first Apply.
+	Current() (d D, ok bool)
+}
+
+// Versioned is an optional ability of a Target: the document's own
+// version, which logs show next to the KV revision.
+type Versioned[D any] interface {
+	Version(d D) uint64
+}
+
+// ReplicaConfig configures a Replica.
+type ReplicaConfig[D any] struct {
+	Target Target[D] // required
+	// Seed returns the document to start from when there is neither a
 	// state file nor a KV entry (the YAML config). Required.
-	Seed func() (state.Doc, error)
+	Seed func() (D, error)
+	// What names the document in logs, e.g. "routing table". Required.
+	What string
 	// NATSURL is the NATS server; "" runs standalone: changes stay on this
 	// replica (and in its state file).
 	NATSURL string
-	// Bucket and Key name the KV entry; defaults "cellpay_gtr", "routing".
+	// Bucket and Key name the KV entry; Bucket defaults to DefaultBucket,
+	// Key is required.
 	Bucket, Key string
-	// StateFile keeps the last-known configuration; "" keeps none.
+	// StateFile keeps the last-known document; "" keeps none.
 	StateFile string
 	// ReplicaID names this replica in NATS and the state file.
 	ReplicaID string
@@ -73,15 +104,12 @@ type Config struct {
 	Log       *slog.Logger
 }
 
-func (c *Config) validate() error {
-	if c.State == nil || c.Seed == nil {
-		return errors.New("kvsync: State and Seed are required")
+func (c *ReplicaConfig[D]) validate() error {
+	if c.Target == nil || c.Seed == nil || c.Key == "" || c.What == "" {
+		return errors.New("kvsync: Target, Seed, Key and What are required")
 	}
 	if c.Bucket == "" {
-		c.Bucket = "cellpay_gtr"
-	}
-	if c.Key == "" {
-		c.Key = "routing"
+		c.Bucket = DefaultBucket
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
@@ -92,41 +120,55 @@ func (c *Config) validate() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	c.Log = c.Log.With("doc", c.What)
 	return nil
 }
 
-// Syncer runs the sync. Its methods are safe for concurrent use.
-type Syncer struct {
-	cfg    Config
+// Replica keeps one document converged. Its methods are safe for
+// concurrent use.
+type Replica[D any] struct {
+	cfg    ReplicaConfig[D]
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	nc *nats.Conn                         // nil when standalone
 	kv atomic.Pointer[jetstream.KeyValue] // set once the bucket is open
 
-	mu     sync.Mutex // serialises applying entries and writing the state file
-	synced bool       // a KV entry has been applied since start
+	// mu serialises applying documents and writing the state file, and
+	// guards the fields below.
+	mu sync.Mutex
+	// rev is the KV revision of the document applied last (0: the seed, or
+	// nothing yet).
+	rev uint64
+	// synced: an entry of the current bucket has been applied (or found
+	// equal to rev) since start; until then the first entry wins whatever
+	// its revision, so that a recreated bucket (revisions start again at 1)
+	// still wins over the state file.
+	synced bool
+	// refused is the last revision refused as undecodable or invalid, so
+	// that polling does not decode and log it again every interval.
+	refused uint64
 }
 
-// Start publishes the last-known configuration (the state file, else Seed)
-// to cfg.State and, with a NATS URL, starts syncing in the background. It
+// StartReplica applies the last-known document (the state file, else Seed)
+// to cfg.Target and, with a NATS URL, starts syncing in the background. It
 // never waits for NATS. Close stops it.
-func Start(cfg Config) (*Syncer, error) {
+func StartReplica[D any](cfg ReplicaConfig[D]) (*Replica[D], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Syncer{cfg: cfg, done: make(chan struct{})}
-	if err := s.loadInitial(); err != nil {
+	r := &Replica[D]{cfg: cfg, done: make(chan struct{})}
+	if err := r.loadInitial(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	r.cancel = cancel
 	if cfg.NATSURL == "" {
-		close(s.done)
-		return s, nil
+		close(r.done)
+		return r, nil
 	}
 	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("gtr "+cfg.ReplicaID),
+		nats.Name("gtr "+cfg.ReplicaID+" "+cfg.Key),
 		nats.RetryOnFailedConnect(true), // do not wait for NATS at start
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -137,209 +179,164 @@ func Start(cfg Config) (*Syncer, error) {
 		cancel()
 		return nil, fmt.Errorf("kvsync: nats: %w", err)
 	}
-	s.nc = nc
-	go s.run(ctx)
-	return s, nil
+	r.nc = nc
+	go r.run(ctx)
+	return r, nil
 }
 
-// Close stops syncing and closes the NATS connection. The state keeps the
-// last configuration applied.
-func (s *Syncer) Close() {
-	s.cancel()
-	<-s.done
-	if s.nc != nil {
-		s.nc.Close()
+// Close stops syncing and closes the NATS connection. The target keeps the
+// last document applied.
+func (r *Replica[D]) Close() {
+	r.cancel()
+	<-r.done
+	if r.nc != nil {
+		r.nc.Close()
 	}
 }
 
 // Status is StatusStandalone, StatusConnected or StatusDisconnected.
-func (s *Syncer) Status() string {
+func (r *Replica[D]) Status() string {
 	switch {
-	case s.nc == nil:
+	case r.nc == nil:
 		return StatusStandalone
-	case s.nc.Status() == nats.CONNECTED && s.kv.Load() != nil:
+	case r.nc.Status() == nats.CONNECTED && r.kv.Load() != nil:
 		return StatusConnected
 	}
 	return StatusDisconnected
 }
 
-// fileFormat is the state file's content.
-type fileFormat struct {
-	Revision uint64    `json:"revision"`
-	Replica  string    `json:"replica,omitempty"`
-	SavedAt  time.Time `json:"saved_at"`
-	Doc      state.Doc `json:"doc"`
+// logVersion is the document's version for a log line, when the target
+// knows it.
+func (r *Replica[D]) logVersion(d D) slog.Attr {
+	if v, ok := r.cfg.Target.(Versioned[D]); ok {
+		return slog.Uint64("version", v.Version(d))
+	}
+	return slog.Attr{}
 }
 
-func (s *Syncer) loadInitial() error {
-	if s.cfg.StateFile != "" {
-		b, err := os.ReadFile(s.cfg.StateFile)
-		switch {
-		case err == nil:
-			var f fileFormat
-			if err := json.Unmarshal(b, &f); err != nil {
-				s.cfg.Log.Error("state file unreadable; starting from the config file", "path", s.cfg.StateFile, "err", err)
-				break
-			}
-			if err := s.cfg.State.Apply(f.Doc, f.Revision); err != nil {
-				s.cfg.Log.Error("state file invalid; starting from the config file", "path", s.cfg.StateFile, "err", err)
-				break
-			}
-			s.cfg.Log.Info("routing from the last-known state file", "path", s.cfg.StateFile,
-				"version", f.Doc.Version, "revision", f.Revision, "saved_at", f.SavedAt)
-			return nil
-		case !errors.Is(err, os.ErrNotExist):
-			s.cfg.Log.Error("state file unreadable; starting from the config file", "path", s.cfg.StateFile, "err", err)
-		}
-	}
-	d, err := s.cfg.Seed()
-	if err != nil {
-		return fmt.Errorf("kvsync: seed: %w", err)
-	}
-	if err := s.cfg.State.Apply(d, 0); err != nil {
-		return fmt.Errorf("kvsync: seed: %w", err)
-	}
-	return nil
-}
-
-// save writes the state file atomically (write, sync, rename). s.mu held.
-func (s *Syncer) save(d state.Doc, rev uint64) {
-	if s.cfg.StateFile == "" {
+// applyEntry applies a KV value at revision rev if rev is newer than what
+// is in force (see synced), decoding it only then. r.mu must not be held.
+func (r *Replica[D]) applyEntry(value []byte, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.synced && rev <= r.rev, rev == r.refused:
+		return
+	case !r.synced && rev == r.rev:
+		r.synced = true // the state file holds this very revision
 		return
 	}
-	b, err := json.MarshalIndent(fileFormat{Revision: rev, Replica: s.cfg.ReplicaID, SavedAt: time.Now().UTC(), Doc: d}, "", "  ")
-	if err == nil {
-		err = writeFileAtomic(s.cfg.StateFile, b)
-	}
+	d, err := r.cfg.Target.Decode(value)
 	if err != nil {
-		s.cfg.Log.Error("writing the state file", "path", s.cfg.StateFile, "err", err)
-	}
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after a successful rename this finds nothing
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
-// applyEntry applies a KV value at revision rev if it is newer than what the
-// state has. The first entry after start is applied whatever its revision,
-// so that a recreated bucket (revisions start again at 1) still wins over
-// the state file. s.mu must not be held.
-func (s *Syncer) applyEntry(value []byte, rev uint64) {
-	var d state.Doc
-	if err := json.Unmarshal(value, &d); err != nil {
-		s.cfg.Log.Error("ignoring an undecodable routing entry", "revision", rev, "err", err)
+		r.refused = rev
+		r.cfg.Log.Error("refused an entry that does not decode; keeping the document in force", "revision", rev, "err", err)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.applyLocked(d, rev)
+	r.applyLocked(d, rev)
 }
 
-func (s *Syncer) applyLocked(d state.Doc, rev uint64) {
-	var applied bool
-	var err error
-	if s.synced {
-		applied, err = s.cfg.State.ApplyNewer(d, rev)
-	} else if _, cur, _ := s.cfg.State.Doc(); cur != rev {
-		applied, err = true, s.cfg.State.Apply(d, rev)
+// observeLatest is told the revision of the entry as a Get found it, the
+// newest the bucket holds. One older than the revision in force means the
+// bucket was recreated (a stream's revisions never go down), so its entries
+// are taken afresh, whatever their revision.
+func (r *Replica[D]) observeLatest(rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.synced && rev < r.rev {
+		r.cfg.Log.Warn("the config store's revisions went back (bucket recreated); taking its entry", "revision", rev, "was", r.rev)
+		r.synced, r.refused = false, 0
 	}
-	if err != nil {
-		s.cfg.Log.Error("ignoring an invalid routing entry; keeping the table in force", "revision", rev, "err", err)
+}
+
+// applyLocked applies d, read at rev, and records it. r.mu held.
+func (r *Replica[D]) applyLocked(d D, rev uint64) {
+	if r.synced && rev <= r.rev {
+		return // the watch got there first
+	}
+	if err := r.cfg.Target.Apply(d, rev); err != nil {
+		r.refused = rev
+		r.cfg.Log.Error("refused an invalid entry; keeping the document in force", "revision", rev, "err", err)
 		return
 	}
-	s.synced = true
-	if applied {
-		s.save(d, rev)
-		s.cfg.Log.Info("routing configuration applied", "version", d.Version, "revision", rev)
-	}
+	r.rev, r.synced = rev, true
+	r.save(d, rev)
+	r.cfg.Log.Info("configuration applied", r.logVersion(d), "revision", rev)
 }
 
-// Update changes the configuration with fn, which gets a copy of the
-// current one and may be called more than once (once per attempt). Its
-// errors come back unchanged and nothing is written. The result is checked
-// with Doc.Validate, written with optimistic concurrency, applied to this
+// Update changes the document with fn, which gets a copy of the current one
+// and may be called more than once (once per attempt). Its errors come back
+// unchanged and nothing is written. The result is checked with
+// Target.Validate, written with optimistic concurrency, applied to this
 // replica at once, and reaches the others through their watches.
-func (s *Syncer) Update(ctx context.Context, fn func(*state.Doc) error) (state.Doc, error) {
-	if s.nc == nil {
-		return s.updateLocal(fn)
+func (r *Replica[D]) Update(ctx context.Context, fn func(*D) error) (D, error) {
+	var zero D
+	if r.nc == nil {
+		return r.updateLocal(fn)
 	}
-	kvp := s.kv.Load()
-	if kvp == nil || s.nc.Status() != nats.CONNECTED {
-		return state.Doc{}, ErrUnavailable
+	kvp := r.kv.Load()
+	if kvp == nil || r.nc.Status() != nats.CONNECTED {
+		return zero, ErrUnavailable
 	}
 	kv := *kvp
 	for range 5 {
-		octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		e, err := kv.Get(octx, s.cfg.Key)
+		octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		e, err := kv.Get(octx, r.cfg.Key)
 		cancel()
 		if err != nil {
-			return state.Doc{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return zero, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		var d state.Doc
-		if err := json.Unmarshal(e.Value(), &d); err != nil {
-			return state.Doc{}, fmt.Errorf("kvsync: the stored entry does not decode: %w", err)
+		r.observeLatest(e.Revision())
+		d, err := r.cfg.Target.Decode(e.Value())
+		if err != nil {
+			return zero, fmt.Errorf("kvsync: the stored entry does not decode: %w", err)
 		}
 		if err := fn(&d); err != nil {
-			return state.Doc{}, err
+			return zero, err
 		}
-		if err := d.Validate(); err != nil {
-			return state.Doc{}, err
+		if err := r.cfg.Target.Validate(d); err != nil {
+			return zero, err
 		}
-		b, err := json.Marshal(d)
+		b, err := r.cfg.Target.Encode(d)
 		if err != nil {
-			return state.Doc{}, fmt.Errorf("kvsync: %w", err)
+			return zero, fmt.Errorf("kvsync: %w", err)
 		}
-		octx, cancel = context.WithTimeout(ctx, s.cfg.OpTimeout)
-		rev, err := kv.Update(octx, s.cfg.Key, b, e.Revision())
+		octx, cancel = context.WithTimeout(ctx, r.cfg.OpTimeout)
+		rev, err := kv.Update(octx, r.cfg.Key, b, e.Revision())
 		cancel()
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
 		if err != nil {
-			return state.Doc{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return zero, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		s.mu.Lock()
-		s.applyLocked(d, rev)
-		s.mu.Unlock()
+		r.mu.Lock()
+		r.applyLocked(d, rev)
+		r.mu.Unlock()
 		return d, nil
 	}
-	return state.Doc{}, ErrConflict
+	return zero, ErrConflict
 }
+
+// errNoDoc: Update before anything was applied, which Start rules out.
+var errNoDoc = errors.New("kvsync: no document applied yet")
 
 // updateLocal is Update without a config store: the change is applied to
 // this replica and its state file only.
-func (s *Syncer) updateLocal(fn func(*state.Doc) error) (state.Doc, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, rev, ok := s.cfg.State.Doc()
+func (r *Replica[D]) updateLocal(fn func(*D) error) (D, error) {
+	var zero D
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.cfg.Target.Current()
 	if !ok {
-		return state.Doc{}, state.ErrNoTable
+		return zero, errNoDoc
 	}
 	if err := fn(&d); err != nil {
-		return state.Doc{}, err
+		return zero, err
 	}
-	if err := s.cfg.State.Apply(d, rev+1); err != nil {
-		return state.Doc{}, err
+	if err := r.cfg.Target.Apply(d, r.rev+1); err != nil {
+		return zero, err
 	}
-	s.save(d, rev+1)
+	r.rev++
+	r.save(d, r.rev)
 	return d, nil
 }

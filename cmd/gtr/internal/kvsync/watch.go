@@ -2,50 +2,56 @@ package kvsync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// bucketConfig is the bucket every GTR document shares; every Replica
+// opens it with the same config, so that none keeps rewriting it.
+func bucketConfig(name string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: "Cellpay GTR configuration: routing table, partner registry",
+		History:     16,
+	}
+}
+
 // run opens the bucket, seeds it if empty and watches the entry, starting
 // over whenever the watch fails, until ctx ends. NATS reconnects by itself;
-// every failure here only delays convergence, never routing.
-func (s *Syncer) run(ctx context.Context) {
-	defer close(s.done)
-	js, err := jetstream.New(s.nc)
+// every failure here only delays convergence, never serving.
+func (r *Replica[D]) run(ctx context.Context) {
+	defer close(r.done)
+	js, err := jetstream.New(r.nc)
 	if err != nil {
-		s.cfg.Log.Error("kvsync: jetstream", "err", err)
+		r.cfg.Log.Error("kvsync: jetstream", "err", err)
 		return
 	}
 	var lastErr string
 	report := func(what string, err error) {
 		if msg := what + ": " + err.Error(); msg != lastErr {
 			lastErr = msg
-			s.cfg.Log.Warn("config store unavailable; routing on the last-known table", "op", what, "err", err)
+			r.cfg.Log.Warn("config store unavailable; serving the last-known document", "op", what, "err", err)
 		}
 	}
 	for ctx.Err() == nil {
-		octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		kv, err := js.CreateOrUpdateKeyValue(octx, jetstream.KeyValueConfig{
-			Bucket:      s.cfg.Bucket,
-			Description: "Cellpay GTR routing configuration",
-			History:     16,
-		})
+		octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		kv, err := js.CreateOrUpdateKeyValue(octx, bucketConfig(r.cfg.Bucket))
 		cancel()
 		if err == nil {
-			err = s.seed(ctx, kv)
+			err = r.seed(ctx, kv)
 		}
 		if err == nil {
-			s.kv.Store(&kv)
+			r.kv.Store(&kv)
 		}
 		if err != nil {
 			report("open", err)
 			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
-		if err := s.watch(ctx, kv); err != nil && ctx.Err() == nil {
+		if err := r.watch(ctx, kv); err != nil && ctx.Err() == nil {
 			report("watch", err)
 			sleep(ctx, 250*time.Millisecond)
 		}
@@ -53,44 +59,48 @@ func (s *Syncer) run(ctx context.Context) {
 }
 
 // seed creates the entry when the bucket has none: from the YAML config on
-// a replica that never synced, else from the configuration in force (a
-// bucket lost while we ran must not roll operators' changes back).
-func (s *Syncer) seed(ctx context.Context, kv jetstream.KeyValue) error {
-	octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+// a replica that never synced, else from the document in force (a bucket
+// lost while we ran must not roll operators' changes back). The new entry's
+// revisions start again, so the next entry is taken whatever its revision.
+func (r *Replica[D]) seed(ctx context.Context, kv jetstream.KeyValue) error {
+	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	_, err := kv.Get(octx, s.cfg.Key)
+	_, err := kv.Get(octx, r.cfg.Key)
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	s.mu.Lock()
-	synced := s.synced
-	s.mu.Unlock()
-	d, _, ok := s.cfg.State.Doc()
+	r.mu.Lock()
+	synced := r.synced
+	d, ok := r.cfg.Target.Current()
+	r.mu.Unlock()
 	if !synced || !ok {
-		if d, err = s.cfg.Seed(); err != nil {
+		if d, err = r.cfg.Seed(); err != nil {
 			return err
 		}
 	}
-	b, err := json.Marshal(d)
+	b, err := r.cfg.Target.Encode(d)
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Create(octx, s.cfg.Key, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := kv.Create(octx, r.cfg.Key, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
 	}
-	s.cfg.Log.Info("seeded the config store", "bucket", s.cfg.Bucket, "key", s.cfg.Key, "version", d.Version, "from_config_file", !synced)
+	r.mu.Lock()
+	r.synced, r.refused = false, 0
+	r.mu.Unlock()
+	r.cfg.Log.Info("seeded the config store", "bucket", r.cfg.Bucket, "key", r.cfg.Key, r.logVersion(d), "from_config_file", !synced)
 	return nil
 }
 
 // watch applies every update of the entry and re-reads it every
 // PollInterval, until ctx ends or the watch breaks.
-func (s *Syncer) watch(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.Watch(ctx, s.cfg.Key)
+func (r *Replica[D]) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.Watch(ctx, r.cfg.Key)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
-	tick := time.NewTicker(s.cfg.PollInterval)
+	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -101,17 +111,22 @@ func (s *Syncer) watch(ctx context.Context, kv jetstream.KeyValue) error {
 				return errors.New("watch closed")
 			}
 			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				s.applyEntry(e.Value(), e.Revision())
+				r.applyEntry(e.Value(), e.Revision())
 			}
 		case <-tick.C:
-			octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-			e, err := kv.Get(octx, s.cfg.Key)
+			octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+			e, err := kv.Get(octx, r.cfg.Key)
 			cancel()
 			switch {
 			case err == nil:
-				s.applyEntry(e.Value(), e.Revision())
+				r.observeLatest(e.Revision())
+				r.applyEntry(e.Value(), e.Revision())
 			case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
 				return err // start over: reopen and seed
+			case errors.Is(err, nats.ErrNoResponders) && r.nc.Status() == nats.CONNECTED:
+				// Connected, yet nothing serves the bucket's stream: it was
+				// deleted (the watch does not end when it is).
+				return err
 			}
 			// Other errors: NATS is away. Keep the watch; it resumes after
 			// a reconnect, and the next poll catches up.
