@@ -131,7 +131,6 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	fmt.Fprintf(w, "  GTR_ADMIN_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n\n", p.AdminTokenFile(), cfg.AdminAddr)
 }
 
-
 func parseCells(s string) ([]platform.CellSpec, error) {
 	var cells []platform.CellSpec
 	for _, part := range strings.Split(s, ",") {
