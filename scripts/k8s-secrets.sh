@@ -41,8 +41,8 @@ make_file() {
 make_secret "$K8S/base/cell/secrets/pan-key" 32
 make_secret "$K8S/overlays/platform/secrets/admin-token" 32
 # An empty partner registry: no partner may call until one is added. It only
-# seeds the GTR; partners are added through the admin API (gtrctl partners
-# add), so this file is never edited by hand.
+# seeds an empty NATS KV bucket; partners are added through the admin API
+# (gtrctl partners add), not in this file.
 make_file "$K8S/overlays/platform/secrets/partners.yaml" $'version: 1\npartners: []\n'
 for dir in "$K8S"/overlays/*/; do
 	dir=${dir%/}

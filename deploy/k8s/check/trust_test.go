@@ -1,6 +1,9 @@
 package check
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -287,5 +290,54 @@ func TestTrustChecksCatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOrganisationIssuer does what README.md ("Replacing the issuer") tells
+// production to do: drop the bootstrap CA and point the Certificate at a
+// ClusterIssuer, with the public name added. The result must pass the
+// checks, and the Certificate must say so.
+func TestOrganisationIssuer(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(deployDir)); err != nil {
+		t.Fatal(err)
+	}
+	k := filepath.Join(dir, "overlays/platform/kustomization.yaml")
+	data, err := os.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), "  - ../../base/gtr-ca\n", "", 1)
+	if text == string(data) {
+		t.Fatal("overlays/platform does not list ../../base/gtr-ca")
+	}
+	text += `patches:
+  - target: {group: cert-manager.io, kind: Certificate, name: gtr}
+    patch: |
+      - op: replace
+        path: /spec/issuerRef
+        value: {group: cert-manager.io, kind: ClusterIssuer, name: corp-ca}
+      - op: add
+        path: /spec/dnsNames/-
+        value: payments.example.com
+`
+	if err := os.WriteFile(k, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := renderAll(t, dir)
+	for _, v := range Check(objs) {
+		t.Error(v)
+	}
+	w := NewWorld(objs)
+	if len(w.Find(cmv1.IssuerKind, GTRNamespace)) != 0 {
+		t.Error("bootstrap Issuers still rendered")
+	}
+	cert, ok := w.get("Certificate", GTRNamespace, "gtr")
+	if !ok {
+		t.Fatal("no Certificate gtr")
+	}
+	spec := cert.Typed.(*cmv1.Certificate).Spec
+	if spec.IssuerRef.Kind != cmv1.ClusterIssuerKind || !slices.Contains(spec.DNSNames, "payments.example.com") {
+		t.Errorf("issuerRef %+v, dnsNames %v", spec.IssuerRef, spec.DNSNames)
 	}
 }
