@@ -83,13 +83,24 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 		"misplaced":     "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: [{port: 1, containerPort: 2}]}\n",
 		"duplicate":     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
 		"unknown kind":  "apiVersion: v1\nkind: Deploymnet\nmetadata: {name: x}\n",
+		// cert-manager's kinds are decoded as strictly as the built-in ones.
+		"unknown Certificate field": "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: x}\n" +
+			"spec: {secretName: s, issuerRef: {name: i}, dnsName: [a]}\n",
+		"misplaced Issuer field":    "apiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {name: x}\nspec: {ca: {secretName: s, selfSigned: {}}}\n",
+		"unknown cert-manager kind": "apiVersion: cert-manager.io/v1\nkind: Certficate\nmetadata: {name: x}\n",
 	} {
 		if _, err := Decode([]byte(doc)); err == nil {
 			t.Errorf("%s: decoded without error", name)
 		}
 	}
-	if _, err := Decode([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")); err != nil {
-		t.Errorf("a valid object: %v", err)
+	for _, doc := range []string{
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n",
+		"apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: x}\nspec: {secretName: s, issuerRef: {name: i}, dnsNames: [a]}\n",
+		"apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\nmetadata: {name: x}\nspec: {selfSigned: {}}\n",
+	} {
+		if _, err := Decode([]byte(doc)); err != nil {
+			t.Errorf("a valid object: %v\n%s", err, doc)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ func Check(objs []Object) []string {
 	v = append(v, CheckPlatform(w)...)
 	v = append(v, CheckRouting(w)...)
 	v = append(v, CheckBoundary(w)...)
+	v = append(v, CheckTrust(w)...)
 	sort.Strings(v)
 	return v
 }
@@ -96,7 +97,11 @@ func checkContainer(o Object, c corev1.Container, podNonRoot bool) []string {
 		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
 			v = append(v, at+": serves a port without readiness and liveness probes")
 		} else if strings.HasPrefix(c.Image, "ghcr.io/cellpay/") {
-			for kind, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+			if c.StartupProbe != nil {
+				probes["startup"] = c.StartupProbe
+			}
+			for kind, p := range probes {
 				if p.GRPC == nil {
 					v = append(v, fmt.Sprintf("%s: %s probe is not gRPC health", at, kind))
 				} else if !declaresPort(c, p.GRPC.Port) {
@@ -232,7 +237,8 @@ func CheckCells(w *World) []string {
 }
 
 // CheckPlatform checks the shared parts: a replicated GTR serving both its
-// ports with the routing table and admin token mounted, a three-node NATS
+// ports with the routing table, admin token and partner registry mounted
+// from rendered objects (its certificate is CheckTrust's), a three-node NATS
 // with JetStream on volumes, and the replicator.
 func CheckPlatform(w *World) []string {
 	var v []string
@@ -249,22 +255,22 @@ func CheckPlatform(w *World) []string {
 			v = append(v, fmt.Sprintf("gtr does not declare port %d", p))
 		}
 	}
-	for _, env := range []string{"GTR_CONFIG", "GTR_NATS_URL", "GTR_ADMIN_TOKEN_FILE"} {
-		if envValue(d.Spec.Template.Spec, "gtr", env) == "" {
-			v = append(v, "gtr has no "+env)
-		}
+	if envValue(d.Spec.Template.Spec, "gtr", "GTR_NATS_URL") == "" {
+		v = append(v, "gtr has no GTR_NATS_URL")
 	}
-	var cm, secret bool
-	for _, vol := range d.Spec.Template.Spec.Volumes {
-		if vol.ConfigMap != nil {
-			_, cm = w.get("ConfigMap", GTRNamespace, vol.ConfigMap.Name)
+	// Each file the GTR reads is in a rendered object of the right kind.
+	// The partner registry holds key hashes and, later, callback signing
+	// secrets: a Secret, never a ConfigMap.
+	if c, ok := container(d.Spec.Template.Spec, "gtr"); !ok {
+		v = append(v, "gtr: no container gtr")
+	} else {
+		for _, f := range []struct{ env, kind string }{
+			{"GTR_CONFIG", "ConfigMap"}, {"GTR_ADMIN_TOKEN_FILE", "Secret"}, {"GTR_PARTNERS", "Secret"},
+		} {
+			if msg := mountedFile(w, GTRNamespace, d.Spec.Template.Spec, c, f.env, f.kind); msg != "" {
+				v = append(v, "gtr: "+msg)
+			}
 		}
-		if vol.Secret != nil {
-			_, secret = w.get("Secret", GTRNamespace, vol.Secret.SecretName)
-		}
-	}
-	if !cm || !secret {
-		v = append(v, "gtr does not mount a rendered routing ConfigMap and admin Secret")
 	}
 	nats, ok := w.get("StatefulSet", "cellpay-nats", "nats")
 	if !ok {

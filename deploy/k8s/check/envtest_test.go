@@ -1,7 +1,8 @@
 //go:build envtest
 
 // The server-side dry run: every overlay applied with dryRun=All and strict
-// field validation against a real kube-apiserver and etcd. It runs only from
+// field validation against a real kube-apiserver and etcd, with
+// cert-manager's CRDs installed (certManagerCRDs). It runs only from
 // scripts/k8s-envtest.sh, which builds and caches the binaries and sets
 // CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD. Under the tag
 // but without them it fails rather than skips, so that a CI step can never
@@ -12,7 +13,10 @@ package check
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -76,15 +80,62 @@ func (a *applier) apply(ctx context.Context, o Object, dryRun bool) error {
 	return err
 }
 
+// certManagerModule ships the CRDs of the cert-manager kinds the manifests
+// use. It is the module whose Go API types Scheme decodes with (go.mod), so
+// that the client-side and the server-side checks are of one version.
+const certManagerModule = "github.com/cert-manager/cert-manager"
+
+// certManagerCRDFiles are the CRDs installed, from the module's deploy/crds
+// (plain controller-gen output; cert-manager's own install bundles them
+// the same way). Installing is all cert-manager needs here: no controller
+// runs, so nothing is issued, and a dry run only validates.
+var certManagerCRDFiles = []string{
+	"cert-manager.io_certificates.yaml",
+	"cert-manager.io_certificaterequests.yaml",
+	"cert-manager.io_issuers.yaml",
+	"cert-manager.io_clusterissuers.yaml",
+}
+
+// certManagerCRDs finds the CRD files in the module cache: `go list -m`
+// from this module names the directory of the version go.mod requires,
+// which building this test has downloaded. Nothing is copied into the repo.
+func certManagerCRDs(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", certManagerModule).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = errors.New(strings.TrimSpace(string(ee.Stderr)))
+		}
+		t.Fatalf("locate %s's CRDs: go list -m %s: %v", certManagerModule, certManagerModule, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		t.Fatalf("locate %s's CRDs: the module is not in the module cache (go mod download %s)", certManagerModule, certManagerModule)
+	}
+	var paths []string
+	for _, f := range certManagerCRDFiles {
+		p := filepath.Join(dir, "deploy", "crds", f)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("locate %s's CRDs: %v", certManagerModule, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
+}
+
 func TestServerDryRun(t *testing.T) {
 	apiserver, etcd := os.Getenv("CELLPAY_KUBE_APISERVER"), os.Getenv("CELLPAY_ETCD")
 	if os.Getenv("CELLPAY_ENVTEST") != "1" || apiserver == "" || etcd == "" {
 		t.Fatal("the server-side dry run needs CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD: run scripts/k8s-envtest.sh")
 	}
 	out := &syncBuffer{}
+	crds := certManagerCRDs(t)
 	env := &envtest.Environment{
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+		// Start installs them and waits until the server serves each kind.
+		CRDInstallOptions: envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true, MaxTime: time.Minute},
 	}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, Out: out, Err: out}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, Out: out, Err: out}
@@ -109,7 +160,11 @@ func TestServerDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kube-apiserver %s up in %s", v.GitVersion, time.Since(start).Round(time.Millisecond))
+	t.Logf("kube-apiserver %s up in %s, with %d CRDs from %s", v.GitVersion, time.Since(start).Round(time.Millisecond),
+		len(env.CRDs), filepath.Dir(crds[0]))
+	if len(env.CRDs) != len(certManagerCRDFiles) {
+		t.Fatalf("%d CRDs installed, want %d (%v)", len(env.CRDs), len(certManagerCRDFiles), certManagerCRDFiles)
+	}
 	a := &applier{dyn: dynamic.NewForConfigOrDie(cfg), mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -146,17 +201,23 @@ func TestServerDryRun(t *testing.T) {
 		}
 	}
 	n := 0
+	kinds := map[string]int{}
 	for _, o := range overlays {
 		t.Run(strings.TrimPrefix(o, "overlays/"), func(t *testing.T) {
 			for _, obj := range rendered[o] {
 				if err := a.apply(ctx, obj, true); err != nil {
 					t.Errorf("%s: %v", obj, err)
+				} else {
+					kinds[obj.GVK.Group+"/"+obj.GVK.Kind]++
 				}
 				n++
 			}
 		})
 	}
-	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict)", n, len(overlays))
+	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict): %v", n, len(overlays), kinds)
+	if kinds["cert-manager.io/Certificate"] == 0 || kinds["cert-manager.io/Issuer"] == 0 {
+		t.Errorf("no Certificate or Issuer accepted: the cert-manager objects did not meet the server")
+	}
 
 	// The server must refuse what is wrong, or the run above proves nothing.
 	for name, doc := range map[string]string{
@@ -164,6 +225,11 @@ func TestServerDryRun(t *testing.T) {
 			"  template:\n    metadata: {labels: {a: b}}\n    spec: {containers: [{name: c, image: 'x:1', bogus: true}]}\n",
 		"invalid value": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bad, namespace: cell-a}\nspec:\n  replicas: 1\n  selector: {matchLabels: {a: b}}\n" +
 			"  template:\n    metadata: {labels: {a: c}}\n    spec: {containers: [{name: c, image: 'x:1', ports: [{containerPort: 70000}]}]}\n",
+		// And so must the CRDs' schemas.
+		"unknown Certificate field": "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad, namespace: cellpay-gtr}\n" +
+			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], dnsName: [b]}\n",
+		"invalid Certificate value": "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad, namespace: cellpay-gtr}\n" +
+			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], privateKey: {algorithm: DSA}}\n",
 	} {
 		var u unstructured.Unstructured
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {

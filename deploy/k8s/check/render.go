@@ -1,6 +1,6 @@
 // Package check renders Cellpay's Kubernetes manifests (deploy/k8s) with the
 // kustomize library, decodes every object strictly into the Kubernetes API
-// types, and proves properties of the result: probes, limits, pinned images,
+// types (and cert-manager's, see Scheme), and proves properties of the result: probes, limits, pinned images,
 // non-root pods, disruption budgets, and the cell boundary, the last with a
 // small NetworkPolicy evaluator (netpol.go) rather than by reading file names.
 //
@@ -22,11 +22,13 @@ import (
 	"sort"
 	"strings"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/client-go/kubernetes/scheme"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -148,8 +150,8 @@ func (t *Tree) Overlays() ([]string, error) {
 }
 
 // Render runs kustomize on one overlay (relative to Root) and decodes every
-// object strictly: an unknown or duplicated field, or a kind the Kubernetes
-// API does not have, is an error.
+// object strictly: an unknown or duplicated field, or a kind Scheme does not
+// have, is an error.
 func (t *Tree) Render(overlay string) ([]Object, error) {
 	opts := krusty.MakeDefaultOptions()
 	m, err := krusty.MakeKustomizer(opts).Run(t.FS, path.Join(Root, overlay))
@@ -194,17 +196,32 @@ func (t *Tree) RenderAll() ([]Object, error) {
 	return all, nil
 }
 
-var strict = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+// Scheme holds every kind the manifests may use: the built-in Kubernetes
+// API types and cert-manager's (cert-manager.io/v1: Certificate, Issuer,
+// ClusterIssuer, CertificateRequest). It is this package's own, so that
+// client-go's global scheme is never changed. A kind outside it fails
+// Decode: add its Go API types here, and its CRDs to the server-side dry
+// run (envtest_test.go), before a manifest uses it.
+var Scheme = newScheme()
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(cmv1.AddToScheme(s))
+	return s
+}
+
+var strict = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, Scheme, Scheme,
 	kjson.SerializerOptions{Yaml: true, Strict: true})
 
-// Decode decodes one YAML object strictly into its Kubernetes API type.
+// Decode decodes one YAML object strictly into its API type (Scheme).
 func Decode(data []byte) (Object, error) {
 	var u unstructured.Unstructured
 	if err := yaml.Unmarshal(data, &u.Object); err != nil {
 		return Object{}, err
 	}
 	gvk := u.GroupVersionKind()
-	if !scheme.Scheme.Recognizes(gvk) {
+	if !Scheme.Recognizes(gvk) {
 		return Object{}, fmt.Errorf("unknown kind %s", gvk)
 	}
 	typed, _, err := strict.Decode(data, nil, nil)

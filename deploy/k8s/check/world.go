@@ -23,8 +23,10 @@ type World struct {
 	Objects []Object
 	Net     Network
 	// Pods: one per workload, plus stand-ins that no manifest declares:
-	// cluster DNS, an outsider in the default namespace, pods in the default
-	// namespace wearing a cell's and the GTR's labels, and an intruder (an
+	// cluster DNS, an outsider in the default namespace (also standing for
+	// partners, who come through the load balancer), pods in the default
+	// namespace wearing a cell's, the GTR's and an admin client's labels, an
+	// admin client (gtrctl) in the GTR's namespace, and an intruder (an
 	// unlabelled debug pod) in every cell namespace.
 	Pods []Pod
 	// Cells are the cell namespaces, sorted.
@@ -57,6 +59,8 @@ func NewWorld(objs []Object) *World {
 		Pod{Namespace: "default", Name: "outsider", Labels: map[string]string{}},
 		Pod{Namespace: "default", Name: "spoofed-cell", Labels: map[string]string{NameLabel: "cell"}},
 		Pod{Namespace: "default", Name: "spoofed-gtr", Labels: map[string]string{NameLabel: "gtr"}},
+		Pod{Namespace: "default", Name: "spoofed-admin-client", Labels: map[string]string{AdminClientLabel: "true"}},
+		Pod{Namespace: GTRNamespace, Name: "admin-client", Labels: map[string]string{AdminClientLabel: "true"}},
 	)
 	for _, c := range w.Cells {
 		w.Pods = append(w.Pods, Pod{Namespace: c, Name: "intruder", Labels: map[string]string{NameLabel: "debug"}})

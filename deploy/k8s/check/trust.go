@@ -1,0 +1,327 @@
+package check
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The GTR as the manifests run it.
+const (
+	GTRImage = "ghcr.io/cellpay/gtr"
+	// AdminClientLabel marks a pod of the GTR's namespace that may reach
+	// the admin port (policy admin-client-egress).
+	AdminClientLabel = "cellpay.io/admin-client"
+	// gtrService is the partners' Service, the names the GTR's
+	// certificate must carry.
+	gtrService = "gtr"
+)
+
+// CheckTrust checks the GTR's side of the trust boundary:
+//
+//   - no GTR container, in any object of any overlay, enables gRPC
+//     reflection on the partners' listener (GTR_REFLECTION, -reflection);
+//   - the GTR's probes ask its plaintext admin port, never the partners'
+//     port, which serves TLS only and which kubelet's gRPC probes cannot
+//     speak to;
+//   - GTR_TLS_CERT and GTR_TLS_KEY are tls.crt and tls.key of one Secret
+//     that a rendered Certificate issues, mounted whole (a subPath mount
+//     never sees a renewal), for the partners' Service's names;
+//   - every Certificate's Issuer, and every CA Issuer's Secret, is rendered;
+//   - partners reach the GTR's partners' port, admin clients of its
+//     namespace its admin port, and nobody anything else.
+func CheckTrust(w *World) []string {
+	var v []string
+	for _, o := range w.Objects {
+		tmpl, ok := podTemplate(o)
+		if !ok {
+			continue
+		}
+		for _, c := range append(append([]corev1.Container{}, tmpl.Spec.InitContainers...), tmpl.Spec.Containers...) {
+			if !isGTRImage(c.Image) {
+				continue
+			}
+			at := fmt.Sprintf("%s container %s", o, c.Name)
+			for _, why := range reflectionOn(w, o.Namespace, c) {
+				v = append(v, at+": gRPC reflection on the partners' listener: "+why+"; production leaves it off")
+			}
+			v = append(v, gtrProbes(at, c)...)
+		}
+	}
+	v = append(v, gtrTLS(w)...)
+	v = append(v, certificates(w)...)
+	v = append(v, gtrIngress(w)...)
+	return v
+}
+
+// isGTRImage says whether image is the GTR's, at any tag or digest.
+func isGTRImage(image string) bool {
+	name, _, _ := strings.Cut(image, "@")
+	if colon := strings.LastIndex(name, ":"); colon > strings.LastIndex(name, "/") {
+		name = name[:colon]
+	}
+	return name == GTRImage
+}
+
+// reflectionOn says why c would serve reflection, if it would. The GTR
+// reads GTR_REFLECTION=1 as on; any value but empty or 0 is refused, so
+// that a wider reading later cannot slip through, and so is a value the
+// rendered objects cannot show (valueFrom, envFrom of an object not
+// rendered). A -reflection flag that parses as true is refused as well.
+func reflectionOn(w *World, ns string, c corev1.Container) []string {
+	const name = "GTR_REFLECTION"
+	var v []string
+	val, src, known := "", "", true
+	for _, ef := range c.EnvFrom {
+		var data map[string]string
+		var what string
+		switch {
+		case ef.ConfigMapRef != nil:
+			what = "ConfigMap " + ef.ConfigMapRef.Name
+			if o, ok := w.get("ConfigMap", ns, ef.ConfigMapRef.Name); ok {
+				data = o.Typed.(*corev1.ConfigMap).Data
+			}
+		case ef.SecretRef != nil:
+			what = "Secret " + ef.SecretRef.Name
+			if o, ok := w.get("Secret", ns, ef.SecretRef.Name); ok {
+				data = secretData(o.Typed.(*corev1.Secret))
+			}
+		}
+		if data == nil {
+			val, src, known = "", "envFrom "+what+", which is not rendered", false
+			continue
+		}
+		if x, ok := data[ef.Prefix+name]; ok {
+			val, src, known = x, "envFrom "+what, true
+		}
+	}
+	for _, e := range c.Env { // env wins over envFrom, a later entry over an earlier one
+		if e.Name != name {
+			continue
+		}
+		if e.ValueFrom != nil {
+			val, src, known = "", "env "+name+" from valueFrom", false
+		} else {
+			val, src, known = e.Value, "env", true
+		}
+	}
+	switch {
+	case !known:
+		v = append(v, name+" may be set: "+src)
+	case val != "" && val != "0":
+		v = append(v, fmt.Sprintf("%s=%s from %s", name, val, src))
+	}
+	for _, arg := range append(append([]string{}, c.Command...), c.Args...) {
+		flag, ok := strings.CutPrefix(arg, "--")
+		if !ok {
+			flag, ok = strings.CutPrefix(arg, "-")
+		}
+		if !ok {
+			continue
+		}
+		if flag == "reflection" {
+			v = append(v, "flag "+arg)
+		} else if x, ok := strings.CutPrefix(flag, "reflection="); ok {
+			if on, err := strconv.ParseBool(x); on || err != nil {
+				v = append(v, "flag "+arg)
+			}
+		}
+	}
+	return v
+}
+
+// gtrProbes holds every probe of a GTR container to the admin port, the one
+// that serves plaintext gRPC health.
+func gtrProbes(at string, c corev1.Container) []string {
+	admin, err := listenPort(envOf(c, "GTR_ADMIN_LISTEN"))
+	if err != nil {
+		return []string{at + ": GTR_ADMIN_LISTEN: " + err.Error() + ": kubelet's probes need the plaintext admin listener"}
+	}
+	partners, _ := listenPort(envOf(c, "GTR_LISTEN"))
+	var v []string
+	for _, p := range []struct {
+		kind  string
+		probe *corev1.Probe
+	}{{"startup", c.StartupProbe}, {"readiness", c.ReadinessProbe}, {"liveness", c.LivenessProbe}} {
+		// A missing or non-gRPC probe is CheckWorkloads' to report.
+		if p.probe == nil || p.probe.GRPC == nil {
+			continue
+		}
+		switch port := p.probe.GRPC.Port; {
+		case port == partners:
+			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, the partners' TLS listener, which kubelet's gRPC probes cannot speak to; probe the admin port %d",
+				at, p.kind, port, admin))
+		case port != admin:
+			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, want the admin port %d", at, p.kind, port, admin))
+		}
+	}
+	return v
+}
+
+// listenPort is the port of a listen address that others can reach.
+func listenPort(addr string) (int32, error) {
+	if addr == "" {
+		return 0, fmt.Errorf("not set (the default is loopback)")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return 0, fmt.Errorf("%q is loopback", addr)
+	}
+	n, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q: bad port", addr)
+	}
+	return int32(n), nil
+}
+
+// gtrTLS checks the GTR's certificate wiring: its files come from a Secret
+// that a rendered Certificate issues, mounted whole, for the partners'
+// Service's names.
+func gtrTLS(w *World) []string {
+	dep, ok := w.get("Deployment", GTRNamespace, "gtr")
+	if !ok {
+		return nil // reported by CheckPlatform
+	}
+	spec := dep.Typed.(*appsv1.Deployment).Spec.Template.Spec
+	c, ok := container(spec, "gtr")
+	if !ok {
+		return []string{"gtr: no container gtr"}
+	}
+	var v []string
+	var secret string
+	for _, f := range []struct{ env, key string }{{"GTR_TLS_CERT", "tls.crt"}, {"GTR_TLS_KEY", "tls.key"}} {
+		file := envOf(c, f.env)
+		if file == "" {
+			v = append(v, "gtr has no "+f.env+": the partners' listener serves TLS only")
+			continue
+		}
+		src, ok := resolveFile(spec, c, file)
+		switch {
+		case !ok:
+			v = append(v, fmt.Sprintf("gtr: %s %s is in no volume mount", f.env, file))
+			continue
+		case src.Volume.Secret == nil:
+			v = append(v, fmt.Sprintf("gtr: %s %s is not in a Secret volume", f.env, file))
+			continue
+		case src.Mount.SubPath != "" || src.Mount.SubPathExpr != "":
+			v = append(v, fmt.Sprintf("gtr: %s is mounted with subPath: kubelet never updates it, so a renewed certificate is not seen; mount the Secret as a directory", f.env))
+		case src.Key != f.key:
+			v = append(v, fmt.Sprintf("gtr: %s is key %s of its Secret, want %s (what cert-manager writes)", f.env, src.Key, f.key))
+		}
+		if secret != "" && src.Volume.Secret.SecretName != secret {
+			v = append(v, "gtr: GTR_TLS_CERT and GTR_TLS_KEY come from different Secrets")
+		}
+		secret = src.Volume.Secret.SecretName
+	}
+	if secret == "" {
+		return v
+	}
+	cert, ok := issuedBy(w, GTRNamespace, secret)
+	if !ok {
+		return append(v, fmt.Sprintf("gtr: TLS Secret %s is issued by no rendered Certificate in %s", secret, GTRNamespace))
+	}
+	cs := cert.Typed.(*cmv1.Certificate).Spec
+	for _, name := range serviceNames(gtrService, GTRNamespace) {
+		if !slices.Contains(cs.DNSNames, name) {
+			v = append(v, fmt.Sprintf("%s: dnsNames lack %s, a name of the partners' Service", cert, name))
+		}
+	}
+	if cs.IsCA {
+		v = append(v, fmt.Sprintf("%s: the GTR's serving certificate is a CA (isCA)", cert))
+	}
+	if len(cs.Usages) > 0 && !slices.Contains(cs.Usages, cmv1.UsageServerAuth) {
+		v = append(v, fmt.Sprintf("%s: usages lack server auth", cert))
+	}
+	return v
+}
+
+// certificates checks the issuance chain: every Certificate's Issuer
+// (kind Issuer of cert-manager.io) is rendered in its namespace, and every
+// CA Issuer's Secret is rendered or issued by a rendered CA Certificate. A
+// ClusterIssuer or an external issuer's kind is the cluster's, not these
+// manifests', and is taken as given.
+func certificates(w *World) []string {
+	var v []string
+	for _, o := range w.Find("Certificate", "") {
+		ref := o.Typed.(*cmv1.Certificate).Spec.IssuerRef
+		if (ref.Group == "" || ref.Group == "cert-manager.io") && (ref.Kind == "" || ref.Kind == cmv1.IssuerKind) {
+			if _, ok := w.get(cmv1.IssuerKind, o.Namespace, ref.Name); !ok {
+				v = append(v, fmt.Sprintf("%s: Issuer %s is not rendered in %s", o, ref.Name, o.Namespace))
+			}
+		}
+	}
+	for _, o := range w.Find(cmv1.IssuerKind, "") {
+		ca := o.Typed.(*cmv1.Issuer).Spec.CA
+		if ca == nil {
+			continue
+		}
+		if _, ok := w.get("Secret", o.Namespace, ca.SecretName); ok {
+			continue
+		}
+		if cert, ok := issuedBy(w, o.Namespace, ca.SecretName); !ok || !cert.Typed.(*cmv1.Certificate).Spec.IsCA {
+			v = append(v, fmt.Sprintf("%s: CA Secret %s is neither rendered nor issued by a rendered CA Certificate", o, ca.SecretName))
+		}
+	}
+	return v
+}
+
+// issuedBy finds the Certificate in ns that writes Secret secret.
+func issuedBy(w *World, ns, secret string) (Object, bool) {
+	for _, o := range w.Find("Certificate", ns) {
+		if o.Typed.(*cmv1.Certificate).Spec.SecretName == secret {
+			return o, true
+		}
+	}
+	return Object{}, false
+}
+
+// serviceNames are the DNS names of a Service inside the cluster.
+func serviceNames(svc, ns string) []string {
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+}
+
+// gtrIngress proves what may reach a GTR pod: anyone its partners' port
+// (partners come through the load balancer, with no pod identity to
+// select), pods of its namespace labelled as admin clients its admin port,
+// and nobody any other port; and that partners and admin clients do get
+// through.
+func gtrIngress(w *World) []string {
+	var v []string
+	admin, _ := w.pod(GTRNamespace, "admin-client")
+	partner, _ := w.pod("default", "outsider")
+	found := false
+	for _, gtr := range w.Pods {
+		if !isGTR(gtr) {
+			continue
+		}
+		found = true
+		for _, src := range w.Pods {
+			for _, t := range Targets(gtr) {
+				if !w.Net.ingressAllows(src, gtr, t.Port, t.Proto) {
+					continue
+				}
+				isAdmin := src.Namespace == GTRNamespace && src.Labels[AdminClientLabel] == "true"
+				if !(t == Target{7070, corev1.ProtocolTCP} || t == Target{7071, corev1.ProtocolTCP} && isAdmin) {
+					v = append(v, fmt.Sprintf("%s admits %s on %s: the GTR admits partners on 7070 and admin clients on 7071 only", gtr, src, t))
+				}
+			}
+		}
+		if !w.Net.Allowed(partner, gtr, 7070, corev1.ProtocolTCP) {
+			v = append(v, fmt.Sprintf("partners cannot reach %s on 7070/TCP", gtr))
+		}
+		if !w.Net.Allowed(admin, gtr, 7071, corev1.ProtocolTCP) {
+			v = append(v, fmt.Sprintf("an admin client cannot reach %s on 7071/TCP", gtr))
+		}
+	}
+	_ = found // no GTR at all is CheckPlatform's to report
+	return v
+}
