@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -125,4 +130,127 @@ func TestTryItAsPrinted(t *testing.T) {
 	if answers[0]["status"] != "APPROVED" || answers[1]["authCode"] != answers[0]["authCode"] {
 		t.Fatalf("submit then read: %v, %v", answers[0], answers[1])
 	}
+}
+
+// platformAdmin is an Admin API client of the shared platform's GTR.
+func platformAdmin(t *testing.T) adminproto.AdminClient {
+	t.Helper()
+	tok, err := os.ReadFile(env.p.AdminTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(env.p.Config().AdminAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearerToken(strings.TrimSpace(string(tok)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return adminproto.NewAdminClient(conn)
+}
+
+// submitAs sends req as partner with key, and returns the gRPC code.
+func submitAs(ctx context.Context, raw cellpayv1.PaymentsClient, key string, req *cellpayv1.SubmitTransactionRequest) codes.Code {
+	_, err := raw.SubmitTransaction(withKey(ctx, key), req)
+	return status.Code(err)
+}
+
+// TestSuspendedPartner: a partner added through the Admin API can call at
+// once; suspended, it is PERMISSION_DENIED; resumed, it calls again.
+func TestSuspendedPartner(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	adm, raw := platformAdmin(t), dialRaw(t)
+	id := "p-susp-" + runID
+	added, err := adm.AddPartner(ctx, &adminproto.AddPartnerRequest{PartnerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := added.GetKey().GetApiKey()
+	n := 0
+	next := func() *cellpayv1.SubmitTransactionRequest {
+		n++
+		r := request(fmt.Sprintf("susp-%d", n), approvedPAN)
+		r.PartnerId = id
+		return r
+	}
+	testutil.Eventually(t, 10*time.Second, "the new partner's key works", func() bool { return submitAs(ctx, raw, key, next()) == codes.OK })
+	if _, err := adm.SuspendPartner(ctx, &adminproto.SuspendPartnerRequest{PartnerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the suspended partner refused", func() bool { return submitAs(ctx, raw, key, next()) == codes.PermissionDenied })
+	if _, err := adm.ResumePartner(ctx, &adminproto.ResumePartnerRequest{PartnerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the resumed partner served", func() bool { return submitAs(ctx, raw, key, next()) == codes.OK })
+}
+
+// rotatingKey sends whichever key is current.
+type rotatingKey struct{ cur atomic.Pointer[string] }
+
+func (r *rotatingKey) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + *r.cur.Load()}, nil
+}
+func (*rotatingKey) RequireTransportSecurity() bool { return true }
+
+// TestKeyRotationUnderLoad: under steady load from one partner, a second
+// key is added, the client moves to it, and the first is revoked: not one
+// transaction fails, and the first key is refused afterwards.
+func TestKeyRotationUnderLoad(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	adm, raw := platformAdmin(t), dialRaw(t)
+	id := "p-rot-" + runID
+	added, err := adm.AddPartner(ctx, &adminproto.AddPartnerRequest{PartnerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key1 := added.GetKey().GetApiKey()
+	probe := 0
+	try := func(key string) codes.Code {
+		probe++
+		r := request(fmt.Sprintf("rot-probe-%d", probe), approvedPAN)
+		r.PartnerId = id
+		return submitAs(ctx, raw, key, r)
+	}
+	testutil.Eventually(t, 10*time.Second, "the first key works", func() bool { return try(key1) == codes.OK })
+
+	rk := &rotatingKey{}
+	rk.cur.Store(&key1)
+	var failed atomic.Int64
+	done := make(chan load.Report, 1)
+	go func() {
+		rep, err := load.Run(ctx, load.Config{
+			Target: load.TargetGTR, Addr: env.gtrAddr, Mode: load.ModeOpen, Rate: 40, Concurrency: 64,
+			Count: 400, Duration: 10 * time.Second, Seed: 5, RunID: runID + "-rot", Partners: []string{id},
+			DialOptions: []grpc.DialOption{env.gtrOpts[0], grpc.WithPerRPCCredentials(rk)},
+			OnResult: func(r load.Result) {
+				if r.Err != nil {
+					failed.Add(1)
+				}
+			},
+		}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	time.Sleep(2 * time.Second)
+	nk, err := adm.AddKey(ctx, &adminproto.AddKeyRequest{PartnerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2 := nk.GetKey().GetApiKey()
+	testutil.Eventually(t, 10*time.Second, "the second key works", func() bool { return try(key2) == codes.OK })
+	rk.cur.Store(&key2)
+	time.Sleep(time.Second) // calls already sent with the first key finish
+	if _, err := adm.RevokeKey(ctx, &adminproto.RevokeKeyRequest{PartnerId: id, KeyId: added.GetKey().GetKeyId()}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the revoked key refused", func() bool { return try(key1) == codes.Unauthenticated })
+	rep := <-done
+	if failed.Load() != 0 || rep.Completed < 300 {
+		t.Fatalf("rotation under load: %d failed, %d completed, errors %v", failed.Load(), rep.Completed, rep.Errors)
+	}
+	if try(key2) != codes.OK {
+		t.Fatal("the second key stopped working")
+	}
+	t.Logf("rotation under load: %d completed, 0 failed", rep.Completed)
 }
