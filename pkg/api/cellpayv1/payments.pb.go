@@ -312,10 +312,13 @@ func (x *Card) GetExpiryYear() int32 {
 
 type SubmitTransactionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 64 characters of [A-Za-z0-9._-], chosen by the partner.
+	// 1 to 64 characters of [A-Za-z0-9._-], chosen by the partner; unique per
+	// partner, not across partners.
 	TransactionId string      `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	PaymentType   PaymentType `protobuf:"varint,2,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
-	PartnerId     string      `protobuf:"bytes,3,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// partner_id is the partner sending the transaction, and the namespace of
+	// its transaction_id.
+	PartnerId string `protobuf:"bytes,3,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	// market is ISO 3166-1 alpha-2.
 	Market   string    `protobuf:"bytes,4,opt,name=market,proto3" json:"market,omitempty"`
 	Amount   *Money    `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`
@@ -408,6 +411,8 @@ func (x *SubmitTransactionRequest) GetCard() *Card {
 type GetTransactionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// partner_id is the partner whose transaction_id this is; required.
+	PartnerId     string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +450,13 @@ func (*GetTransactionRequest) Descriptor() ([]byte, []int) {
 func (x *GetTransactionRequest) GetTransactionId() string {
 	if x != nil {
 		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *GetTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
 	}
 	return ""
 }
@@ -662,9 +674,11 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
 	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\x120\n" +
 	"\bmerchant\x18\x06 \x01(\v2\x14.cellpay.v1.MerchantR\bmerchant\x12$\n" +
-	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\">\n" +
+	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\"]\n" +
 	"\x15GetTransactionRequest\x12%\n" +
-	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\"\xd2\x05\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\"\xd2\x05\n" +
 	"\vTransaction\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.cellpay.v1.TransactionStatusR\x06status\x12%\n" +
