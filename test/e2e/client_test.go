@@ -14,12 +14,12 @@ import (
 // a submission, its replay, and a read.
 func TestPartnerClient(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	c, err := client.Dial(env.gtrAddr, client.Config{})
+	r := request("client", "5555555555554444")
+	c, err := client.Dial(env.gtrAddr, client.Config{PartnerID: r.PartnerId})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r := request("client", "5555555555554444")
 	got, err := c.SubmitAndWait(ctx, r)
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
 		t.Fatalf("SubmitAndWait = %v, %v", got, err)

@@ -79,11 +79,11 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 	}
 
 	// GetTransaction reads the same record back.
-	read, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: approve.TransactionId})
+	read, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: approve.PartnerId, TransactionId: approve.TransactionId})
 	if err != nil || !proto.Equal(read, got) {
 		t.Fatalf("GetTransaction = %v, %v; want %v", read, err, got)
 	}
-	if _, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: runID + "-never"}); status.Code(err) != codes.NotFound {
+	if _, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: approve.PartnerId, TransactionId: runID + "-never"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("GetTransaction of an unknown ID: %v, want NotFound", err)
 	}
 
