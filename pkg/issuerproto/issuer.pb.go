@@ -344,10 +344,6 @@ func (x *TransactionRef) GetTransactionId() string {
 
 type EffectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// transaction_ids is replaced by transactions.
-	//
-	// Deprecated: Marked as deprecated in cellpay/issuer/v1/issuer.proto.
-	TransactionIds []string `protobuf:"bytes,1,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
 	// transactions limits the answer; empty means all.
 	Transactions  []*TransactionRef `protobuf:"bytes,2,rep,name=transactions,proto3" json:"transactions,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -384,14 +380,6 @@ func (*EffectsRequest) Descriptor() ([]byte, []int) {
 	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{4}
 }
 
-// Deprecated: Marked as deprecated in cellpay/issuer/v1/issuer.proto.
-func (x *EffectsRequest) GetTransactionIds() []string {
-	if x != nil {
-		return x.TransactionIds
-	}
-	return nil
-}
-
 func (x *EffectsRequest) GetTransactions() []*TransactionRef {
 	if x != nil {
 		return x.Transactions
@@ -399,6 +387,8 @@ func (x *EffectsRequest) GetTransactions() []*TransactionRef {
 	return nil
 }
 
+// Effect is the issuer's counters for one transaction, (partner_id,
+// transaction_id).
 type Effect struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -636,10 +626,9 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x0eTransactionRef\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
-	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"\x84\x01\n" +
-	"\x0eEffectsRequest\x12+\n" +
-	"\x0ftransaction_ids\x18\x01 \x03(\tB\x02\x18\x01R\x0etransactionIds\x12E\n" +
-	"\ftransactions\x18\x02 \x03(\v2!.cellpay.issuer.v1.TransactionRefR\ftransactions\"\x84\x01\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"n\n" +
+	"\x0eEffectsRequest\x12E\n" +
+	"\ftransactions\x18\x02 \x03(\v2!.cellpay.issuer.v1.TransactionRefR\ftransactionsJ\x04\b\x01\x10\x02R\x0ftransaction_ids\"\x84\x01\n" +
 	"\x06Effect\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x18\n" +
 	"\aeffects\x18\x02 \x01(\x05R\aeffects\x12\x1a\n" +
