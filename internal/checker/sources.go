@@ -35,7 +35,7 @@ type CellRecord struct {
 // pastPNR reports whether r says its cell passed the point of no return:
 // sending, approved or declined, or failed for a reason not decided before
 // the PNR. received and abandoned records are what a cell legitimately
-// keeps for an ID that went elsewhere.
+// keeps for a transaction that went elsewhere.
 func pastPNR(r CellRecord, prePNR map[string]bool) bool {
 	switch r.State {
 	case "sending", "approved", "declined":
