@@ -2,7 +2,8 @@
 // GetTransaction, the issuer simulator's effect counters and every cell's
 // database) and reports lost transactions, duplicated issuer effects,
 // records past the point of no return in two cells and answers that differ
-// from the final record. See package internal/checker.
+// from the final record. A transaction is (partner_id, id) throughout:
+// transaction IDs are a namespace per partner. See package internal/checker.
 //
 //	cellpay-check -answers answers.jsonl \
 //	    -cell cell-a=postgres://... -cell cell-b=postgres://... -cell cell-c=postgres://...
@@ -10,13 +11,14 @@
 //
 // Flags:
 //
-//	-answers FILE       partner answers, one JSON object per line (required)
+//	-answers FILE       partner answers, one JSON object per line, each with
+//	                    its partner_id and id (required)
 //	-gtr ADDR           GTR partner API (default 127.0.0.1:7070)
 //	-issuer ADDR        issuer simulator (default 127.0.0.1:7090)
 //	-cell ID=URL        a cell's database; repeat for every cell (required)
-//	-wait DURATION      first wait up to this long until no ID is PENDING
+//	-wait DURATION      first wait up to this long until no transaction is PENDING
 //	-concurrency N      GetTransaction calls in flight (default 32)
-//	-examples N         example IDs per problem (default 10)
+//	-examples N         example transactions per problem (default 10)
 //	-json               print the report as JSON
 //
 // Exit status: 0 when the invariants hold, 1 when they do not (or PENDING
@@ -39,6 +41,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 func main() {
@@ -77,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var cells cellFlags
 	fs := flag.NewFlagSet("cellpay-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.answers, "answers", "", "partner answers, JSON Lines (required)")
+	fs.StringVar(&o.answers, "answers", "", "partner answers, JSON Lines, each with partner_id and id (required)")
 	fs.StringVar(&o.cfg.GTRAddr, "gtr", "127.0.0.1:7070", "GTR partner API address")
 	ca := fs.String("ca", ".cellpay/pki/ca.crt", "CA certificate of the GTR's TLS certificate")
 	keys := fs.String("keys", ".cellpay/partners", "folder of <partner>.key API key files: reads go out as each answer's partner")
@@ -86,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(&cells, "cell", "a cell's database as ID=URL; repeat for every cell (required)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for PENDING transactions to resolve first")
 	fs.IntVar(&o.cfg.Concurrency, "concurrency", checker.DefaultConcurrency, "GetTransaction calls in flight")
-	fs.IntVar(&o.cfg.Examples, "examples", checker.DefaultExamples, "example IDs per problem")
+	fs.IntVar(&o.cfg.Examples, "examples", checker.DefaultExamples, "example transactions per problem")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -135,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	code := 0
 	if o.wait > 0 {
-		took, err := checker.WaitResolved(ctx, o.cfg, uniqueIDs(answers), o.wait)
+		took, err := checker.WaitResolved(ctx, o.cfg, uniqueKeys(answers), o.wait)
 		switch {
 		case errors.Is(err, checker.ErrNotResolved):
 			fmt.Fprintf(stderr, "cellpay-check: %v\n", err)
@@ -175,19 +178,20 @@ func readAnswers(path string) ([]checker.Answer, error) {
 	return checker.ReadAnswers(f)
 }
 
-// uniqueIDs are the answers' IDs, once each. Every one is waited for, not
-// only those answered PENDING: a partner that got DEADLINE_EXCEEDED after
-// the point of no return has a PENDING record too.
-func uniqueIDs(answers []checker.Answer) []string {
-	seen := make(map[string]bool)
-	var ids []string
+// uniqueKeys are the answers' transactions (partner and ID), once each.
+// Every one is waited for, not only those answered PENDING: a partner that
+// got DEADLINE_EXCEEDED after the point of no return has a PENDING record
+// too.
+func uniqueKeys(answers []checker.Answer) []idempotency.Key {
+	seen := make(map[idempotency.Key]bool)
+	var keys []idempotency.Key
 	for _, a := range answers {
-		if !seen[a.ID] {
-			seen[a.ID] = true
-			ids = append(ids, a.ID)
+		if k := a.Key(); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
 		}
 	}
-	return ids
+	return keys
 }
 
 func printReport(w io.Writer, rep checker.Report, asJSON bool) error {

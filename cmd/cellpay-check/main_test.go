@@ -58,15 +58,16 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// gtr answers GetTransaction for one approved ID.
+// gtr answers GetTransaction for one approved transaction, p's t-1; the
+// same ID of another partner is NOT_FOUND.
 type gtr struct {
 	cellpayv1.UnimplementedPaymentsServer
 }
 
 func (gtr) GetTransaction(_ context.Context, req *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
-	if req.GetTransactionId() == "t-1" {
-		return &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED,
-			AuthCode: issuersim.AuthCode("t-1"), CellId: "cell-a"}, nil
+	if req.GetPartnerId() == "p" && req.GetTransactionId() == "t-1" {
+		return &cellpayv1.Transaction{PartnerId: "p", TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED,
+			AuthCode: issuersim.AuthCode("p", "t-1"), CellId: "cell-a"}, nil
 	}
 	return nil, status.Error(codes.NotFound, "transaction not found")
 }
@@ -80,7 +81,7 @@ func TestRun(t *testing.T) {
 	iss := issuersim.New(issuersim.Config{})
 	issuerAddr := serve(t, func(gs *grpc.Server) { issuerproto.RegisterIssuerServer(gs, iss) })
 	gtrAddr := serve(t, func(gs *grpc.Server) { cellpayv1.RegisterPaymentsServer(gs, gtr{}) })
-	if _, err := iss.Authorize(ctx, &issuerproto.AuthorizeRequest{TransactionId: "t-1", Pan: issuersim.CardApproved,
+	if _, err := iss.Authorize(ctx, &issuerproto.AuthorizeRequest{PartnerId: "p", TransactionId: "t-1", Pan: issuersim.CardApproved,
 		ExpiryMonth: 12, ExpiryYear: 2099, AmountMinorUnits: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +99,10 @@ func TestRun(t *testing.T) {
 		}
 		return path
 	}
-	approved := checker.Answer{ID: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: issuersim.AuthCode("t-1"), CellID: "cell-a"}
-	lost := checker.Answer{ID: "t-2", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "XXXXXX"}
+	approved := checker.Answer{PartnerID: "p", ID: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: issuersim.AuthCode("p", "t-1"), CellID: "cell-a"}
+	// Another partner's t-1, answered approved but recorded nowhere: lost,
+	// though p's t-1 is there.
+	lost := checker.Answer{PartnerID: "q", ID: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "XXXXXX"}
 	base := []string{"-plaintext", "-gtr", gtrAddr, "-issuer", issuerAddr, "-cell", "cell-a=" + dbURL, "-wait", "5s"}
 
 	var stdout, stderr bytes.Buffer
@@ -122,30 +125,26 @@ func TestRun(t *testing.T) {
 	if rep.Lost != 1 || rep.Approved != 1 || len(rep.Examples[checker.ProblemLost]) != 1 {
 		t.Errorf("report %+v", rep)
 	}
+	if ex := rep.Examples[checker.ProblemLost]; len(ex) == 1 && (ex[0].PartnerID != "q" || ex[0].ID != "t-1") {
+		t.Errorf("lost example names %s/%s, want q/t-1", ex[0].PartnerID, ex[0].ID)
+	}
 }
 
 func cellDatabase(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	b, err := os.ReadFile("../cell/internal/store/migrations/001_transactions.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, _, _ := strings.Cut(string(b), "---- create above")
+	pgtest.ApplyMigrations(t, url, "../cell/internal/store/migrations")
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, up); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := conn.Exec(ctx, `INSERT INTO transactions (transaction_id, fingerprint, state, auth_code,
 		payment_type, partner_id, market, amount, currency, settlement_amount, settlement_currency, risk_amount,
 		merchant_id, mcc, merchant_country, masked_pan, refdata_version, route_rule, attempt, cell_id,
 		created_at, updated_at)
 		VALUES ('t-1', '\x00', 'approved', $1, 1, 'p', 'DE', 100, 'EUR', 100, 'EUR', 100, 'm', '5411', 'DE',
-		'', '1', 'r', 1, 'cell-a', now(), now())`, issuersim.AuthCode("t-1")); err != nil {
+		'', '1', 'r', 1, 'cell-a', now(), now())`, issuersim.AuthCode("p", "t-1")); err != nil {
 		t.Fatal(err)
 	}
 	return url

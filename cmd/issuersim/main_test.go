@@ -100,7 +100,7 @@ func TestRun(t *testing.T) {
 	}
 
 	resp, err := issuerproto.NewIssuerClient(conn).Authorize(ctx, &issuerproto.AuthorizeRequest{
-		TransactionId: "smoke", Pan: issuersim.CardApproved, ExpiryMonth: 12, ExpiryYear: 2099, AmountMinorUnits: 100,
+		PartnerId: "p-001", TransactionId: "smoke", Pan: issuersim.CardApproved, ExpiryMonth: 12, ExpiryYear: 2099, AmountMinorUnits: 100,
 	})
 	if err != nil || !resp.GetApproved() {
 		t.Errorf("Authorize = %v, %v; want approved", resp, err)

@@ -13,12 +13,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // Answer is what a partner was told for one SubmitTransaction call. Code is
 // the gRPC code: codes.OK with a Status, or the error's code and no Status.
-// An ID submitted more than once has one Answer per call.
+// A transaction is (PartnerID, ID): transaction IDs are a namespace per
+// partner. A transaction submitted more than once has one Answer per call.
 type Answer struct {
+	PartnerID     string
 	ID            string
 	Status        cellpayv1.TransactionStatus
 	AuthCode      string
@@ -27,12 +30,14 @@ type Answer struct {
 	Code          codes.Code
 }
 
-// AnswerOf turns the outcome of one SubmitTransaction call into an Answer.
-func AnswerOf(id string, txn *cellpayv1.Transaction, err error) Answer {
+// AnswerOf turns the outcome of one SubmitTransaction call for partner's
+// transaction id into an Answer.
+func AnswerOf(partner, id string, txn *cellpayv1.Transaction, err error) Answer {
 	if err != nil {
-		return Answer{ID: id, Code: status.Code(err)}
+		return Answer{PartnerID: partner, ID: id, Code: status.Code(err)}
 	}
 	return Answer{
+		PartnerID:     partner,
 		ID:            id,
 		Status:        txn.GetStatus(),
 		AuthCode:      txn.GetAuthCode(),
@@ -44,9 +49,15 @@ func AnswerOf(id string, txn *cellpayv1.Transaction, err error) Answer {
 // Err reports whether the call failed with a gRPC error.
 func (a Answer) Err() bool { return a.Code != codes.OK }
 
+// Key is the transaction a is about.
+func (a Answer) Key() idempotency.Key {
+	return idempotency.Key{PartnerID: a.PartnerID, TransactionID: a.ID}
+}
+
 // answerJSON is an Answer on the wire: status and code by name, so the file
 // reads well and survives renumbering.
 type answerJSON struct {
+	PartnerID     string `json:"partner_id"`
 	ID            string `json:"id"`
 	Status        string `json:"status,omitempty"`
 	AuthCode      string `json:"auth_code,omitempty"`
@@ -87,14 +98,15 @@ func parseCode(s string) (codes.Code, error) {
 
 // MarshalJSON writes a as one object with status and code by name.
 func (a Answer) MarshalJSON() ([]byte, error) {
-	w := answerJSON{ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code)}
+	w := answerJSON{PartnerID: a.PartnerID, ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code)}
 	if a.Status != cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED {
 		w.Status = a.Status.String()
 	}
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON reads what MarshalJSON writes. A missing code means OK.
+// UnmarshalJSON reads what MarshalJSON writes. A missing code means OK; a
+// missing partner_id is an error, since an ID alone names no transaction.
 func (a *Answer) UnmarshalJSON(b []byte) error {
 	var w answerJSON
 	if err := json.Unmarshal(b, &w); err != nil {
@@ -103,24 +115,28 @@ func (a *Answer) UnmarshalJSON(b []byte) error {
 	if w.ID == "" {
 		return errors.New("answer without an id")
 	}
+	if w.PartnerID == "" {
+		return fmt.Errorf("answer %s without a partner_id", w.ID)
+	}
+	name := w.PartnerID + "/" + w.ID
 	var out Answer
-	out.ID, out.AuthCode, out.DeclineReason, out.CellID = w.ID, w.AuthCode, w.DeclineReason, w.CellID
+	out.PartnerID, out.ID, out.AuthCode, out.DeclineReason, out.CellID = w.PartnerID, w.ID, w.AuthCode, w.DeclineReason, w.CellID
 	if w.Status != "" {
 		v, ok := cellpayv1.TransactionStatus_value[w.Status]
 		if !ok {
-			return fmt.Errorf("answer %s: unknown status %q", w.ID, w.Status)
+			return fmt.Errorf("answer %s: unknown status %q", name, w.Status)
 		}
 		out.Status = cellpayv1.TransactionStatus(v)
 	}
 	if w.Code != "" {
 		c, err := parseCode(w.Code)
 		if err != nil {
-			return fmt.Errorf("answer %s: %w", w.ID, err)
+			return fmt.Errorf("answer %s: %w", name, err)
 		}
 		out.Code = c
 	}
 	if out.Code == codes.OK && out.Status == cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED {
-		return fmt.Errorf("answer %s: code OK needs a status", w.ID)
+		return fmt.Errorf("answer %s: code OK needs a status", name)
 	}
 	*a = out
 	return nil

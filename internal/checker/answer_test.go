@@ -14,11 +14,12 @@ import (
 
 func TestAnswersRoundTrip(t *testing.T) {
 	in := []Answer{
-		{ID: "a", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "ABC123", CellID: "cell-a"},
-		{ID: "b", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "do_not_honor", CellID: "cell-b"},
-		{ID: "c", Status: cellpayv1.TransactionStatus_PENDING, CellID: "cell-c"},
-		{ID: "d", Code: codes.Unavailable},
-		{ID: "e", Code: codes.Code(42)},
+		{PartnerID: "p-1", ID: "a", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "ABC123", CellID: "cell-a"},
+		{PartnerID: "p-2", ID: "a", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "XYZ789", CellID: "cell-b"},
+		{PartnerID: "p-1", ID: "b", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "do_not_honor", CellID: "cell-b"},
+		{PartnerID: "p-1", ID: "c", Status: cellpayv1.TransactionStatus_PENDING, CellID: "cell-c"},
+		{PartnerID: "p-1", ID: "d", Code: codes.Unavailable},
+		{PartnerID: "p-1", ID: "e", Code: codes.Code(42)},
 	}
 	var buf bytes.Buffer
 	for _, a := range in {
@@ -29,7 +30,7 @@ func TestAnswersRoundTrip(t *testing.T) {
 	if got := strings.Count(buf.String(), "\n"); got != len(in) {
 		t.Fatalf("%d lines, want %d", got, len(in))
 	}
-	for _, want := range []string{`"status":"APPROVED"`, `"code":"UNAVAILABLE"`, `"code":"OK"`} {
+	for _, want := range []string{`"status":"APPROVED"`, `"code":"UNAVAILABLE"`, `"code":"OK"`, `"partner_id":"p-2","id":"a"`} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("file lacks %s:\n%s", want, buf.String())
 		}
@@ -52,11 +53,12 @@ func TestReadAnswersErrors(t *testing.T) {
 	tests := []struct {
 		name, file, want string
 	}{
-		{"not JSON", "{\"id\":\"a\",\"status\":\"APPROVED\"}\nnope\n", "line 2"},
-		{"no id", `{"status":"APPROVED"}`, "without an id"},
-		{"unknown status", `{"id":"a","status":"MAYBE"}`, "unknown status"},
-		{"unknown code", `{"id":"a","code":"OOPS"}`, "unknown gRPC code"},
-		{"OK without status", `{"id":"a","code":"OK"}`, "needs a status"},
+		{"not JSON", "{\"partner_id\":\"p-1\",\"id\":\"a\",\"status\":\"APPROVED\"}\nnope\n", "line 2"},
+		{"no id", `{"partner_id":"p-1","status":"APPROVED"}`, "without an id"},
+		{"no partner", `{"id":"a","status":"APPROVED"}`, "without a partner_id"},
+		{"unknown status", `{"partner_id":"p-1","id":"a","status":"MAYBE"}`, "unknown status"},
+		{"unknown code", `{"partner_id":"p-1","id":"a","code":"OOPS"}`, "unknown gRPC code"},
+		{"OK without status", `{"partner_id":"p-1","id":"a","code":"OK"}`, "needs a status"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,13 +72,13 @@ func TestReadAnswersErrors(t *testing.T) {
 
 func TestAnswerOf(t *testing.T) {
 	txn := &cellpayv1.Transaction{TransactionId: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellId: "cell-a"}
-	if got, want := AnswerOf("a", txn, nil), (Answer{ID: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellID: "cell-a"}); got != want {
+	if got, want := AnswerOf("p-1", "a", txn, nil), (Answer{PartnerID: "p-1", ID: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellID: "cell-a"}); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
-	if got := AnswerOf("b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{ID: "b", Code: codes.AlreadyExists}) || !got.Err() {
+	if got := AnswerOf("p-1", "b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{PartnerID: "p-1", ID: "b", Code: codes.AlreadyExists}) || !got.Err() {
 		t.Errorf("got %+v", got)
 	}
-	if got := AnswerOf("c", nil, errors.New("plain")); got.Code != codes.Unknown {
+	if got := AnswerOf("p-1", "c", nil, errors.New("plain")); got.Code != codes.Unknown {
 		t.Errorf("plain error: got %+v", got)
 	}
 }

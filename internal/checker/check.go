@@ -11,33 +11,35 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
-// Check reads back every ID in answers and reports what it finds. It
-// returns an error only when a source cannot be read at all (a cell's
-// database, the issuer, a cancelled ctx); a GetTransaction that keeps
-// failing for one ID is counted as Unverified instead.
+// Check reads back every transaction (partner and ID) in answers and
+// reports what it finds. It returns an error only when a source cannot be
+// read at all (a cell's database, the issuer, a cancelled ctx); a
+// GetTransaction that keeps failing for one transaction is counted as
+// Unverified instead.
 func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
-	byID, ids := group(answers)
+	byKey, keys := group(answers)
 	cl, err := dial(cfg)
 	if err != nil {
 		return Report{}, err
 	}
 	defer cl.close()
 
-	looks, err := getAll(ctx, cl.payments, ids, cfg.Concurrency, cfg.CallTimeout)
+	looks, err := getAll(ctx, cl.payments, keys, cfg.Concurrency, cfg.CallTimeout)
 	if err != nil {
 		return Report{}, err
 	}
-	recs, err := readCells(ctx, cfg.Cells, ids)
+	recs, err := readCells(ctx, cfg.Cells, keys)
 	if err != nil {
 		return Report{}, err
 	}
-	effs, err := readEffects(ctx, cl.issuer, ids, cfg.EffectsBatch, cfg.CallTimeout)
+	effs, err := readEffects(ctx, cl.issuer, keys, cfg.EffectsBatch, cfg.CallTimeout)
 	if err != nil {
 		return Report{}, err
 	}
@@ -47,23 +49,25 @@ func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	}
 	c.r.Answers = len(answers)
 	c.r.Errors = make(map[string]int)
-	for _, id := range ids {
-		c.add(id, byID[id], looks[id], recs[id], effs[id])
+	for _, k := range keys {
+		c.add(k, byKey[k], looks[k], recs[k], effs[k])
 	}
 	return c.r, nil
 }
 
-// group returns the answers by ID and the IDs in first-seen order.
-func group(answers []Answer) (map[string][]Answer, []string) {
-	byID := make(map[string][]Answer, len(answers))
-	var ids []string
+// group returns the answers by transaction and the transactions in
+// first-seen order.
+func group(answers []Answer) (map[idempotency.Key][]Answer, []idempotency.Key) {
+	byKey := make(map[idempotency.Key][]Answer, len(answers))
+	var keys []idempotency.Key
 	for _, a := range answers {
-		if _, ok := byID[a.ID]; !ok {
-			ids = append(ids, a.ID)
+		k := a.Key()
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
 		}
-		byID[a.ID] = append(byID[a.ID], a)
+		byKey[k] = append(byKey[k], a)
 	}
-	return byID, ids
+	return byKey, keys
 }
 
 type classifier struct {
@@ -72,8 +76,8 @@ type classifier struct {
 	prePNR map[string]bool
 }
 
-// add classifies one ID. See the Report fields for the rules.
-func (c *classifier) add(id string, answers []Answer, l lookup, recs []CellRecord, eff effect) {
+// add classifies one transaction. See the Report fields for the rules.
+func (c *classifier) add(id idempotency.Key, answers []Answer, l lookup, recs []CellRecord, eff effect) {
 	r := &c.r
 	r.Attempted++
 	r.IssuerEffects += int64(eff.effects)
@@ -119,8 +123,8 @@ func (c *classifier) add(id string, answers []Answer, l lookup, recs []CellRecor
 	}
 }
 
-// found classifies an ID that GetTransaction returned.
-func (c *classifier) found(id string, answers []Answer, answered bool, txn *cellpayv1.Transaction, recs []CellRecord, eff effect) {
+// found classifies a transaction that GetTransaction returned.
+func (c *classifier) found(id idempotency.Key, answers []Answer, answered bool, txn *cellpayv1.Transaction, recs []CellRecord, eff effect) {
 	r := &c.r
 	final := txn.GetStatus()
 	switch final {
@@ -172,7 +176,7 @@ func (c *classifier) pastPNR(recs []CellRecord) []CellRecord {
 	return out
 }
 
-func (c *classifier) example(problem, id, format string, args ...any) {
+func (c *classifier) example(problem string, id idempotency.Key, format string, args ...any) {
 	c.r.example(c.limit, problem, id, format, args...)
 }
 
@@ -232,16 +236,17 @@ func errorCodes(answers []Answer) string {
 	return strings.Join(parts, ", ")
 }
 
-// ErrNotResolved means WaitResolved timed out with IDs still PENDING.
+// ErrNotResolved means WaitResolved timed out with transactions still
+// PENDING.
 var ErrNotResolved = errors.New("checker: transactions still pending")
 
-// WaitResolved polls GetTransaction until none of ids is PENDING, and
-// returns how long that took. An ID is settled when GetTransaction returns
-// it in a final status or NOT_FOUND (Check reports those as lost if they
-// should exist); one it cannot read yet is polled again. After timeout it returns the time
-// waited and an error wrapping ErrNotResolved that names a few of the
-// IDs still pending.
-func WaitResolved(ctx context.Context, cfg Config, ids []string, timeout time.Duration) (time.Duration, error) {
+// WaitResolved polls GetTransaction until none of the transactions keys is
+// PENDING, and returns how long that took. A transaction is settled when
+// GetTransaction returns it in a final status or NOT_FOUND (Check reports
+// those as lost if they should exist); one it cannot read yet is polled
+// again. After timeout it returns the time waited and an error wrapping
+// ErrNotResolved that names a few of the transactions still pending.
+func WaitResolved(ctx context.Context, cfg Config, keys []idempotency.Key, timeout time.Duration) (time.Duration, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Payments == nil && cfg.GTRAddr == "" {
 		return 0, fmt.Errorf("%w: GTRAddr is required", ErrInvalidConfig)
@@ -253,14 +258,14 @@ func WaitResolved(ctx context.Context, cfg Config, ids []string, timeout time.Du
 	defer closeGTR()
 	start := time.Now()
 	deadline := start.Add(timeout)
-	pending := slices.Clone(ids)
+	pending := slices.Clone(keys)
 	for {
 		looks, err := getAll(ctx, payments, pending, cfg.Concurrency, cfg.CallTimeout)
 		if err != nil {
 			return time.Since(start), err
 		}
-		pending = slices.DeleteFunc(pending, func(id string) bool {
-			l := looks[id]
+		pending = slices.DeleteFunc(pending, func(k idempotency.Key) bool {
+			l := looks[k]
 			return l.code == codes.NotFound ||
 				l.code == codes.OK && l.txn.GetStatus() != cellpayv1.TransactionStatus_PENDING
 		})
@@ -268,8 +273,12 @@ func WaitResolved(ctx context.Context, cfg Config, ids []string, timeout time.Du
 			return time.Since(start), nil
 		}
 		if !time.Now().Before(deadline) {
+			names := make([]string, 0, 5)
+			for _, k := range pending[:min(5, len(pending))] {
+				names = append(names, k.String())
+			}
 			return time.Since(start), fmt.Errorf("%w: %d after %v, e.g. %s", ErrNotResolved,
-				len(pending), timeout, strings.Join(pending[:min(5, len(pending))], ", "))
+				len(pending), timeout, strings.Join(names, ", "))
 		}
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -25,23 +26,35 @@ const (
 	failed   = cellpayv1.TransactionStatus_FAILED
 )
 
+// ok is a non-error answer for the transaction id, as key takes it.
 func ok(id string, st cellpayv1.TransactionStatus, auth, reason string) Answer {
-	return Answer{ID: id, Status: st, AuthCode: auth, DeclineReason: reason}
+	k := key(id)
+	return Answer{PartnerID: k.PartnerID, ID: k.TransactionID, Status: st, AuthCode: auth, DeclineReason: reason}
 }
 
-func errAnswer(id string, c codes.Code) Answer { return Answer{ID: id, Code: c} }
+func errAnswer(id string, c codes.Code) Answer {
+	k := key(id)
+	return Answer{PartnerID: k.PartnerID, ID: k.TransactionID, Code: c}
+}
+
+// ac is the issuer's auth code for the transaction id, as key takes it.
+func ac(id string) string {
+	k := key(id)
+	return issuersim.AuthCode(k.PartnerID, k.TransactionID)
+}
 
 // TestCheck seeds one run per scenario and checks the report's counts and
 // that each problem names the seeded ID.
 func TestCheck(t *testing.T) {
-	ac := issuersim.AuthCode
 	tests := []struct {
 		name    string
 		setup   setup
 		answers []Answer
 		want    Report // counts only; Answers, Errors, Examples and issuer totals are not compared
-		// wantExamples maps a problem to the IDs it must name.
+		// wantExamples maps a problem to the transactions (as key takes
+		// them) it must name; with wantOnly, the only ones.
 		wantExamples map[string][]string
+		wantOnly     bool
 		wantOK       bool
 	}{
 		{
@@ -165,6 +178,63 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			// Transaction IDs are a namespace per partner: one ID, three
+			// partners, three transactions in two cells, each with its own
+			// effect and answer. Nothing here is a duplicate, a re-route or
+			// a differing answer.
+			name: "one ID, three partners",
+			setup: setup{
+				rows: []row{
+					{cell: "cell-a", partner: "p-1", id: "s-1", state: "approved", auth: ac("p-1/s-1")},
+					{cell: "cell-b", partner: "p-2", id: "s-1", state: "approved", auth: ac("p-2/s-1")},
+					{cell: "cell-a", partner: "p-3", id: "s-1", state: "declined", reason: "do_not_honor"},
+				},
+				authorize: []*issuerproto.AuthorizeRequest{
+					auth("p-1/s-1", issuersim.CardApproved), auth("p-2/s-1", issuersim.CardApproved),
+					auth("p-3/s-1", issuersim.CardDoNotHonor),
+				},
+			},
+			answers: []Answer{
+				ok("p-1/s-1", approved, ac("p-1/s-1"), ""),
+				ok("p-2/s-1", approved, ac("p-2/s-1"), ""),
+				ok("p-2/s-1", approved, ac("p-2/s-1"), ""), // a replay
+				ok("p-3/s-1", declined, "", "do_not_honor"),
+			},
+			want:   Report{Attempted: 3, Approved: 2, Declined: 1},
+			wantOK: true,
+		},
+		{
+			// Problems are per partner too: p-2's transaction is lost, its
+			// issuer effect duplicated and its answer differs, while p-1's
+			// with the same ID is clean and named in no example.
+			name: "one partner's problems are its own",
+			setup: setup{
+				rows: []row{
+					{cell: "cell-a", partner: "p-1", id: "s-2", state: "approved", auth: ac("p-1/s-2")},
+					{cell: "cell-a", partner: "p-1", id: "s-3", state: "approved", auth: ac("p-1/s-3")},
+					{cell: "cell-b", partner: "p-2", id: "s-3", state: "declined", reason: "do_not_honor"},
+				},
+				authorize: []*issuerproto.AuthorizeRequest{
+					auth("p-1/s-2", issuersim.CardApproved), auth("p-2/s-2", issuersim.CardApproved),
+					auth("p-1/s-3", issuersim.CardApproved), auth("p-2/s-3", issuersim.CardDoNotHonor),
+				},
+				extraEffect: []string{"p-2/s-3"},
+			},
+			answers: []Answer{
+				ok("p-1/s-2", approved, ac("p-1/s-2"), ""),
+				ok("p-2/s-2", approved, ac("p-2/s-2"), ""),
+				ok("p-1/s-3", approved, ac("p-1/s-3"), ""),
+				ok("p-2/s-3", approved, ac("p-2/s-3"), ""),
+			},
+			want: Report{Attempted: 4, Approved: 2, Declined: 1, Lost: 1, DuplicatedEffects: 1, DifferingAnswers: 1},
+			wantExamples: map[string][]string{
+				ProblemLost:              {"p-2/s-2"},
+				ProblemDuplicatedEffects: {"p-2/s-3"},
+				ProblemDifferingAnswers:  {"p-2/s-3"},
+			},
+			wantOnly: true,
+		},
+		{
 			name: "unverified",
 			setup: setup{
 				rows:      []row{{cell: "cell-a", id: "u-1", state: "approved", auth: ac("u-1")}},
@@ -196,12 +266,15 @@ func TestCheck(t *testing.T) {
 			for problem, ids := range tt.wantExamples {
 				var named []string
 				for _, ex := range got.Examples[problem] {
-					named = append(named, ex.ID)
+					named = append(named, idempotency.Key{PartnerID: ex.PartnerID, TransactionID: ex.ID}.String())
 				}
 				for _, id := range ids {
-					if !slices.Contains(named, id) {
-						t.Errorf("examples of %s = %v, want %s among them", problem, named, id)
+					if !slices.Contains(named, key(id).String()) {
+						t.Errorf("examples of %s = %v, want %s among them", problem, named, key(id))
 					}
+				}
+				if tt.wantOnly && len(named) != len(ids) {
+					t.Errorf("examples of %s = %v, want only %v", problem, named, ids)
 				}
 			}
 			if got.Answers != len(tt.answers) {
@@ -232,10 +305,10 @@ func TestCheckCleanTotals(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, pgtest.IgnoreGoroutines()) })
 	ctx := testCtx(t)
 	e := newEnv(ctx, t, setup{
-		rows:      []row{{cell: "cell-a", id: "t-1", state: "approved", auth: issuersim.AuthCode("t-1")}},
+		rows:      []row{{cell: "cell-a", id: "t-1", state: "approved", auth: ac("t-1")}},
 		authorize: []*issuerproto.AuthorizeRequest{auth("t-1", issuersim.CardApproved), auth("t-1", issuersim.CardApproved)},
 	})
-	got, err := Check(ctx, e.cfg, []Answer{ok("t-1", approved, issuersim.AuthCode("t-1"), ""), errAnswer("t-2", codes.InvalidArgument)})
+	got, err := Check(ctx, e.cfg, []Answer{ok("t-1", approved, ac("t-1"), ""), errAnswer("t-2", codes.InvalidArgument)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,16 +363,21 @@ func TestWaitResolved(t *testing.T) {
 		{cell: "cell-a", id: "w-1", state: "sending"},
 		{cell: "cell-a", id: "w-2", state: "approved", auth: "X"},
 	}})
-	ids := []string{"w-1", "w-2", "w-missing"}
+	// p-2's w-2 is another transaction than p-1's, and still PENDING.
+	e.payments.set(&cellpayv1.Transaction{PartnerId: "p-2", TransactionId: "w-2", Status: pending, CellId: "cell-b"})
+	ids := []idempotency.Key{key("w-1"), key("w-2"), key("w-missing")}
 
 	_, err := WaitResolved(ctx, e.cfg, ids, 100*time.Millisecond)
-	if !errors.Is(err, ErrNotResolved) || !strings.Contains(err.Error(), "w-1") {
-		t.Fatalf("got %v, want ErrNotResolved naming w-1", err)
+	if !errors.Is(err, ErrNotResolved) || !strings.Contains(err.Error(), "p-1/w-1") || strings.Contains(err.Error(), "w-2") {
+		t.Fatalf("got %v, want ErrNotResolved naming p-1/w-1 alone", err)
+	}
+	if _, err := WaitResolved(ctx, e.cfg, []idempotency.Key{key("p-2/w-2")}, 100*time.Millisecond); !errors.Is(err, ErrNotResolved) {
+		t.Fatalf("p-2's w-2: %v, want ErrNotResolved", err)
 	}
 
 	const after = 300 * time.Millisecond
 	timer := time.AfterFunc(after, func() {
-		e.payments.set(&cellpayv1.Transaction{TransactionId: "w-1", Status: approved, CellId: "cell-a"})
+		e.payments.set(&cellpayv1.Transaction{PartnerId: testPartner, TransactionId: "w-1", Status: approved, CellId: "cell-a"})
 	})
 	defer timer.Stop()
 	took, err := WaitResolved(ctx, e.cfg, ids, 10*time.Second)

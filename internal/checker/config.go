@@ -3,8 +3,10 @@
 // GetTransaction, the issuer simulator's effect counters and every cell's
 // own database, and compares them with what the partner was told. It
 // reports the DESIGN.md invariants a failover can break: issuer effects per
-// ID, records past the point of no return in more than one cell, lost
-// transactions and answers that differ from the final record.
+// transaction, records past the point of no return in more than one cell,
+// lost transactions and answers that differ from the final record. A
+// transaction is (partner, transaction ID) everywhere it looks: transaction
+// IDs are a namespace per partner.
 //
 // It only reads. It must never write to a cell's database or call
 // SubmitTransaction: a checker that changes what it checks proves nothing.
@@ -65,10 +67,10 @@ type Config struct {
 	// Concurrency bounds concurrent GetTransaction calls; default
 	// DefaultConcurrency.
 	Concurrency int
-	// EffectsBatch is the number of IDs per Effects call; default
+	// EffectsBatch is the number of transactions per Effects call; default
 	// DefaultEffectsBatch.
 	EffectsBatch int
-	// Examples caps the example IDs kept per problem; default
+	// Examples caps the example transactions kept per problem; default
 	// DefaultExamples. Negative keeps none.
 	Examples int
 	// PollInterval is how often WaitResolved polls; default

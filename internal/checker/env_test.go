@@ -3,7 +3,6 @@ package checker
 import (
 	"context"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -32,42 +32,35 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// schemaFile is the cell's first migration; the tests apply its "create"
-// half, since the store package is internal to cmd/cell.
-const schemaFile = "../../cmd/cell/internal/store/migrations/001_transactions.sql"
-
-func cellSchema(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(schemaFile)
-	if err != nil {
-		t.Fatalf("read schema: %v", err)
-	}
-	up, _, ok := strings.Cut(string(b), "---- create above")
-	if !ok {
-		t.Fatalf("%s: no '---- create above' line", schemaFile)
-	}
-	return up
-}
+// migrationsDir holds the cell's migrations; the tests apply their
+// "create" halves, since the store package is internal to cmd/cell.
+const migrationsDir = "../../cmd/cell/internal/store/migrations"
 
 // newCellDB returns the URL of a fresh database holding the cell schema.
-func newCellDB(ctx context.Context, t *testing.T) string {
+func newCellDB(t *testing.T) string {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, cellSchema(t)); err != nil {
-		t.Fatalf("apply schema: %v", err)
-	}
+	pgtest.ApplyMigrations(t, url, migrationsDir)
 	return url
+}
+
+// testPartner is the partner of rows, answers and issuer requests that do
+// not name one.
+const testPartner = "p-1"
+
+// key is testPartner's transaction id, unless id is "partner/id".
+func key(id string) idempotency.Key {
+	if p, i, ok := strings.Cut(id, "/"); ok {
+		return idempotency.Key{PartnerID: p, TransactionID: i}
+	}
+	return idempotency.Key{PartnerID: testPartner, TransactionID: id}
 }
 
 // row is a seeded cell record; the columns the checker ignores get fixed
 // values.
 type row struct {
 	cell    string // which seeded database
+	partner string // testPartner when empty
 	id      string
 	state   string
 	reason  string
@@ -87,9 +80,9 @@ func insertRows(ctx context.Context, t *testing.T, urls map[string]string, rows 
 			auth_code, payment_type, partner_id, market, amount, currency, settlement_amount, settlement_currency,
 			risk_amount, merchant_id, mcc, merchant_country, masked_pan, refdata_version, route_rule, attempt,
 			cell_id, created_at, updated_at)
-			VALUES ($1, '\x00', $2, $3, $4, 1, 'p-1', 'DE', 1000, 'EUR', 1000, 'EUR', 1000, 'm-1', '5411', 'DE',
+			VALUES ($1, '\x00', $2, $3, $4, 1, $8, 'DE', 1000, 'EUR', 1000, 'EUR', 1000, 'm-1', '5411', 'DE',
 			'', '1', 'everything', $5, $6, $7, $7)`,
-			r.id, r.state, r.reason, r.auth, max(r.attempt, 1), r.cell, now)
+			r.id, r.state, r.reason, r.auth, max(r.attempt, 1), r.cell, now, r.key().PartnerID)
 		conn.Close(ctx)
 		if err != nil {
 			t.Fatalf("insert %s into %s: %v", r.id, r.cell, err)
@@ -119,12 +112,21 @@ func serve(t *testing.T, register func(*grpc.Server)) string {
 	return lis.Addr().String()
 }
 
+// key is the transaction r records.
+func (r row) key() idempotency.Key {
+	if r.partner == "" {
+		return idempotency.Key{PartnerID: testPartner, TransactionID: r.id}
+	}
+	return idempotency.Key{PartnerID: r.partner, TransactionID: r.id}
+}
+
 // stagedIssuer is the real simulator with one staged flaw: it reports an
-// extra effect for the IDs in extra. The simulator itself can never apply
-// two effects for an ID, so a duplicate can only be staged.
+// extra effect for the transactions in extra. The simulator itself can
+// never apply two effects for a transaction, so a duplicate can only be
+// staged.
 type stagedIssuer struct {
 	*issuersim.Server
-	extra map[string]bool
+	extra map[idempotency.Key]bool
 }
 
 func (s *stagedIssuer) Effects(ctx context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
@@ -133,7 +135,7 @@ func (s *stagedIssuer) Effects(ctx context.Context, req *issuerproto.EffectsRequ
 		return nil, err
 	}
 	for _, e := range resp.GetEffects() {
-		if s.extra[e.GetTransactionId()] {
+		if s.extra[idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}] {
 			e.Effects++
 			resp.TotalEffects++
 		}
@@ -141,14 +143,14 @@ func (s *stagedIssuer) Effects(ctx context.Context, req *issuerproto.EffectsRequ
 	return resp, nil
 }
 
-// fakePayments answers GetTransaction from a map; the other methods are
-// unimplemented. Missing IDs are NOT_FOUND; IDs in broken answer
-// UNAVAILABLE.
+// fakePayments answers GetTransaction from a map by (partner, transaction
+// ID), as the GTR does; the other methods are unimplemented. Missing
+// transactions are NOT_FOUND; those in broken answer UNAVAILABLE.
 type fakePayments struct {
 	cellpayv1.UnimplementedPaymentsServer
 	mu     sync.Mutex
-	txns   map[string]*cellpayv1.Transaction
-	broken map[string]bool
+	txns   map[idempotency.Key]*cellpayv1.Transaction
+	broken map[idempotency.Key]bool
 	calls  int
 }
 
@@ -156,11 +158,14 @@ func (f *fakePayments) GetTransaction(_ context.Context, req *cellpayv1.GetTrans
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
-	id := req.GetTransactionId()
-	if f.broken[id] {
+	k := idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()}
+	if k.PartnerID == "" {
+		return nil, status.Error(codes.InvalidArgument, "partner_id: is required")
+	}
+	if f.broken[k] {
 		return nil, status.Error(codes.Unavailable, "cell down")
 	}
-	if txn, ok := f.txns[id]; ok {
+	if txn, ok := f.txns[k]; ok {
 		return txn, nil
 	}
 	return nil, status.Error(codes.NotFound, "transaction not found")
@@ -169,28 +174,29 @@ func (f *fakePayments) GetTransaction(_ context.Context, req *cellpayv1.GetTrans
 func (f *fakePayments) set(txn *cellpayv1.Transaction) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.txns[txn.GetTransactionId()] = txn
+	f.txns[idempotency.Key{PartnerID: txn.GetPartnerId(), TransactionID: txn.GetTransactionId()}] = txn
 }
 
 // visible builds what the GTR's GetTransaction would return for rows: the
 // partner-visible records, a final one preferred over PENDING.
-func visible(rows []row) map[string]*cellpayv1.Transaction {
+func visible(rows []row) map[idempotency.Key]*cellpayv1.Transaction {
 	statuses := map[string]cellpayv1.TransactionStatus{
 		"sending":  cellpayv1.TransactionStatus_PENDING,
 		"approved": cellpayv1.TransactionStatus_APPROVED,
 		"declined": cellpayv1.TransactionStatus_DECLINED,
 		"failed":   cellpayv1.TransactionStatus_FAILED,
 	}
-	out := make(map[string]*cellpayv1.Transaction)
+	out := make(map[idempotency.Key]*cellpayv1.Transaction)
 	for _, r := range rows {
 		st, ok := statuses[r.state]
 		if !ok {
 			continue
 		}
-		if best, ok := out[r.id]; ok && best.GetStatus() != cellpayv1.TransactionStatus_PENDING {
+		k := r.key()
+		if best, ok := out[k]; ok && best.GetStatus() != cellpayv1.TransactionStatus_PENDING {
 			continue
 		}
-		out[r.id] = &cellpayv1.Transaction{TransactionId: r.id, Status: st, DeclineReason: r.reason, AuthCode: r.auth, CellId: r.cell}
+		out[k] = &cellpayv1.Transaction{PartnerId: k.PartnerID, TransactionId: r.id, Status: st, DeclineReason: r.reason, AuthCode: r.auth, CellId: r.cell}
 	}
 	return out
 }
@@ -206,25 +212,25 @@ type env struct {
 type setup struct {
 	rows        []row
 	authorize   []*issuerproto.AuthorizeRequest // sent to the issuer before the check
-	extraEffect []string
-	broken      []string
+	extraEffect []string                        // transactions, as key takes them
+	broken      []string                        // transactions, as key takes them
 }
 
 func newEnv(ctx context.Context, t *testing.T, s setup) *env {
 	t.Helper()
-	urls := map[string]string{"cell-a": newCellDB(ctx, t), "cell-b": newCellDB(ctx, t)}
+	urls := map[string]string{"cell-a": newCellDB(t), "cell-b": newCellDB(t)}
 	insertRows(ctx, t, urls, s.rows)
 
 	iss := &stagedIssuer{Server: issuersim.New(issuersim.Config{
 		Now: func() time.Time { return time.Date(2026, 6, 15, 12, 0, 0, 0, time.UTC) },
-	}), extra: make(map[string]bool)}
+	}), extra: make(map[idempotency.Key]bool)}
 	for _, id := range s.extraEffect {
-		iss.extra[id] = true
+		iss.extra[key(id)] = true
 	}
 	issuerAddr := serve(t, func(gs *grpc.Server) { issuerproto.RegisterIssuerServer(gs, iss) })
-	fp := &fakePayments{txns: visible(s.rows), broken: make(map[string]bool)}
+	fp := &fakePayments{txns: visible(s.rows), broken: make(map[idempotency.Key]bool)}
 	for _, id := range s.broken {
-		fp.broken[id] = true
+		fp.broken[key(id)] = true
 	}
 	gtrAddr := serve(t, func(gs *grpc.Server) { cellpayv1.RegisterPaymentsServer(gs, fp) })
 
@@ -256,10 +262,12 @@ func newEnv(ctx context.Context, t *testing.T, s setup) *env {
 	return e
 }
 
-// auth is an issuer request for id with pan, approved unless pan declines.
+// auth is an issuer request for the transaction id (as key takes it) with
+// pan, approved unless pan declines.
 func auth(id, pan string) *issuerproto.AuthorizeRequest {
+	k := key(id)
 	return &issuerproto.AuthorizeRequest{
-		TransactionId: id, Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030,
+		PartnerId: k.PartnerID, TransactionId: k.TransactionID, Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030,
 		AmountMinorUnits: 1000, Currency: "EUR", MerchantId: "m-1", Mcc: "5411",
 	}
 }

@@ -5,14 +5,17 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
-// Report is the outcome of one Check. Counts are of distinct transaction
-// IDs unless they say otherwise.
+// Report is the outcome of one Check. Counts are of distinct transactions,
+// each a (partner, transaction ID) pair, unless they say otherwise.
 type Report struct {
-	// Attempted counts the distinct IDs in the answers.
+	// Attempted counts the distinct transactions in the answers.
 	Attempted int `json:"attempted"`
-	// Answers counts the answers read (an ID submitted twice has two).
+	// Answers counts the answers read (a transaction submitted twice has
+	// two).
 	Answers int `json:"answers"`
 	// Errors counts error answers by gRPC code name.
 	Errors map[string]int `json:"errors"`
@@ -23,46 +26,47 @@ type Report struct {
 	Declined int `json:"declined"`
 	Failed   int `json:"failed"`
 	Pending  int `json:"pending"`
-	// PendingResolved counts IDs answered PENDING that now have a final
+	// PendingResolved counts transactions answered PENDING that now have a final
 	// record.
 	PendingResolved int `json:"pending_resolved"`
-	// NotStarted counts IDs the partner only got errors for, that have no
+	// NotStarted counts transactions the partner only got errors for, that have no
 	// record and never reached the issuer: nothing happened, as promised.
 	NotStarted int `json:"not_started"`
 
-	// Lost counts IDs the partner got a non-error answer for, or that
+	// Lost counts transactions the partner got a non-error answer for, or that
 	// reached the issuer, which GetTransaction cannot find; plus every
-	// EffectsWithoutRecord ID.
+	// EffectsWithoutRecord transaction.
 	Lost int `json:"lost"`
-	// EffectsWithoutRecord counts IDs the partner got only errors for that
+	// EffectsWithoutRecord counts transactions the partner got only errors for that
 	// the issuer applied, without a final record to show for it.
 	EffectsWithoutRecord int `json:"effects_without_record"`
-	// DuplicatedEffects counts IDs with more than one issuer effect.
+	// DuplicatedEffects counts transactions with more than one issuer effect.
 	DuplicatedEffects int `json:"duplicated_effects"`
-	// ReroutesAfterPNR counts IDs with a record past the point of no return
+	// ReroutesAfterPNR counts transactions with a record past the point of no return
 	// in more than one cell.
 	ReroutesAfterPNR int `json:"reroutes_after_pnr"`
-	// DifferingAnswers counts IDs with a final answer (not PENDING) whose
+	// DifferingAnswers counts transactions with a final answer (not PENDING) whose
 	// status, auth code or decline reason differs from the final record.
 	DifferingAnswers int `json:"differing_answers"`
-	// Unverified counts IDs GetTransaction could not read (other than
+	// Unverified counts transactions GetTransaction could not read (other than
 	// NOT_FOUND) after retries: nothing can be said about them.
 	Unverified int `json:"unverified"`
 
 	// IssuerEffects and IssuerRequests total the issuer's counters over the
-	// attempted IDs.
+	// attempted transactions.
 	IssuerEffects  int64 `json:"issuer_effects"`
 	IssuerRequests int64 `json:"issuer_requests"`
 
-	// Examples holds up to Config.Examples IDs per problem, by problem
+	// Examples holds up to Config.Examples transactions per problem, by problem
 	// name (the JSON names of the counts above).
 	Examples map[string][]Example `json:"examples,omitempty"`
 }
 
-// Example is one ID showing a problem, and what was seen.
+// Example is one transaction showing a problem, and what was seen.
 type Example struct {
-	ID     string `json:"id"`
-	Detail string `json:"detail"`
+	PartnerID string `json:"partner_id"`
+	ID        string `json:"id"`
+	Detail    string `json:"detail"`
 }
 
 // Problem names, as keys of Report.Examples.
@@ -77,22 +81,23 @@ const (
 )
 
 // OK reports whether the run kept the invariants the report can check:
-// nothing lost, at most one issuer effect per ID, no record past the PNR
-// in two cells, every final answer equal to its record, and every ID
-// verified (an unreadable ID could hide any of these).
+// nothing lost, at most one issuer effect per transaction, no record past
+// the PNR in two cells, every final answer equal to its record, and every
+// transaction verified (an unreadable transaction could hide any of these).
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.DuplicatedEffects == 0 && r.ReroutesAfterPNR == 0 &&
 		r.DifferingAnswers == 0 && r.Unverified == 0
 }
 
-func (r *Report) example(limit int, problem, id, format string, args ...any) {
+func (r *Report) example(limit int, problem string, k idempotency.Key, format string, args ...any) {
 	if limit < 0 || len(r.Examples[problem]) >= limit {
 		return
 	}
 	if r.Examples == nil {
 		r.Examples = make(map[string][]Example)
 	}
-	r.Examples[problem] = append(r.Examples[problem], Example{ID: id, Detail: fmt.Sprintf(format, args...)})
+	r.Examples[problem] = append(r.Examples[problem],
+		Example{PartnerID: k.PartnerID, ID: k.TransactionID, Detail: fmt.Sprintf(format, args...)})
 }
 
 // String renders the report for a terminal.
@@ -136,7 +141,7 @@ func (r Report) String() string {
 		n    int
 	}{ProblemPending, r.Pending}) {
 		for _, ex := range r.Examples[p.name] {
-			fmt.Fprintf(&b, "  %s %s: %s\n", p.name, ex.ID, ex.Detail)
+			fmt.Fprintf(&b, "  %s %s/%s: %s\n", p.name, ex.PartnerID, ex.ID, ex.Detail)
 		}
 	}
 	if r.OK() {

@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
 // CellRecord is the part of a cell's transactions row the checker reads.
 type CellRecord struct {
+	PartnerID     string `json:"partner_id"`
 	TransactionID string `json:"transaction_id"`
 	// Cell is the Config.Cells ID of the database it was read from.
 	Cell          string    `json:"cell"`
@@ -33,7 +35,7 @@ type CellRecord struct {
 // pastPNR reports whether r says its cell passed the point of no return:
 // sending, approved or declined, or failed for a reason not decided before
 // the PNR. received and abandoned records are what a cell legitimately
-// keeps for an ID that went elsewhere.
+// keeps for a transaction that went elsewhere.
 func pastPNR(r CellRecord, prePNR map[string]bool) bool {
 	switch r.State {
 	case "sending", "approved", "declined":
@@ -98,43 +100,50 @@ func (c *clients) close() {
 	}
 }
 
-// readCells reads the records of ids from every cell, one query per cell,
+// readCells reads the records of keys from every cell, one query per cell,
 // the cells concurrently.
-func readCells(ctx context.Context, cells []Cell, ids []string) (map[string][]CellRecord, error) {
+func readCells(ctx context.Context, cells []Cell, keys []idempotency.Key) (map[idempotency.Key][]CellRecord, error) {
 	recs := make([][]CellRecord, len(cells))
 	errs := make([]error, len(cells))
 	var wg sync.WaitGroup
 	for i, cell := range cells {
-		wg.Go(func() { recs[i], errs[i] = readCell(ctx, cell, ids) })
+		wg.Go(func() { recs[i], errs[i] = readCell(ctx, cell, keys) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	out := make(map[string][]CellRecord)
+	out := make(map[idempotency.Key][]CellRecord)
 	for _, rs := range recs {
 		for _, r := range rs {
-			out[r.TransactionID] = append(out[r.TransactionID], r)
+			k := idempotency.Key{PartnerID: r.PartnerID, TransactionID: r.TransactionID}
+			out[k] = append(out[k], r)
 		}
 	}
 	return out, nil
 }
 
-func readCell(ctx context.Context, cell Cell, ids []string) ([]CellRecord, error) {
+func readCell(ctx context.Context, cell Cell, keys []idempotency.Key) ([]CellRecord, error) {
 	conn, err := pgx.Connect(ctx, cell.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("checker: cell %s: connect: %w", cell.ID, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT transaction_id, state, decline_reason, auth_code, cell_id, attempt, updated_at
-		FROM transactions WHERE transaction_id = ANY($1)`, ids)
+	partners, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		partners[i], ids[i] = k.PartnerID, k.TransactionID
+	}
+	// By the pair, never by the ID alone: another partner's record with an
+	// asked ID is another transaction.
+	rows, err := conn.Query(ctx, `SELECT partner_id, transaction_id, state, decline_reason, auth_code, cell_id, attempt, updated_at
+		FROM transactions WHERE (partner_id, transaction_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, partners, ids)
 	if err != nil {
 		return nil, fmt.Errorf("checker: cell %s: query: %w", cell.ID, err)
 	}
 	var out []CellRecord
 	for rows.Next() {
 		r := CellRecord{Cell: cell.ID}
-		if err := rows.Scan(&r.TransactionID, &r.State, &r.DeclineReason, &r.AuthCode, &r.CellID, &r.Attempt, &r.UpdatedAt); err != nil {
+		if err := rows.Scan(&r.PartnerID, &r.TransactionID, &r.State, &r.DeclineReason, &r.AuthCode, &r.CellID, &r.Attempt, &r.UpdatedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("checker: cell %s: scan: %w", cell.ID, err)
 		}
@@ -147,22 +156,27 @@ func readCell(ctx context.Context, cell Cell, ids []string) ([]CellRecord, error
 	return out, nil
 }
 
-// effect is one ID's issuer counters.
+// effect is one transaction's issuer counters.
 type effect struct{ effects, requests int32 }
 
-// readEffects reads the issuer's counters for ids in batches.
-func readEffects(ctx context.Context, issuer issuerproto.IssuerClient, ids []string, batch int, timeout time.Duration) (map[string]effect, error) {
-	out := make(map[string]effect, len(ids))
-	for start := 0; start < len(ids); start += batch {
-		chunk := ids[start:min(start+batch, len(ids))]
+// readEffects reads the issuer's counters for keys in batches.
+func readEffects(ctx context.Context, issuer issuerproto.IssuerClient, keys []idempotency.Key, batch int, timeout time.Duration) (map[idempotency.Key]effect, error) {
+	out := make(map[idempotency.Key]effect, len(keys))
+	for start := 0; start < len(keys); start += batch {
+		chunk := keys[start:min(start+batch, len(keys))]
+		refs := make([]*issuerproto.TransactionRef, len(chunk))
+		for i, k := range chunk {
+			refs[i] = &issuerproto.TransactionRef{PartnerId: k.PartnerID, TransactionId: k.TransactionID}
+		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := issuer.Effects(cctx, &issuerproto.EffectsRequest{TransactionIds: chunk})
+		resp, err := issuer.Effects(cctx, &issuerproto.EffectsRequest{Transactions: refs})
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("checker: issuer effects: %w", err)
 		}
 		for _, e := range resp.GetEffects() {
-			out[e.GetTransactionId()] = effect{effects: e.GetEffects(), requests: e.GetRequests()}
+			k := idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
+			out[k] = effect{effects: e.GetEffects(), requests: e.GetRequests()}
 		}
 	}
 	return out, nil
@@ -185,21 +199,22 @@ const (
 	lookupBackoff = 100 * time.Millisecond
 )
 
-// getAll calls GetTransaction for every ID with at most n calls in flight.
-// It stops early only when ctx ends.
-func getAll(ctx context.Context, payments cellpayv1.PaymentsClient, ids []string, n int, timeout time.Duration) (map[string]lookup, error) {
-	results := make([]lookup, len(ids))
+// getAll calls GetTransaction for every transaction, each for its own
+// partner, with at most n calls in flight. It stops early only when ctx
+// ends.
+func getAll(ctx context.Context, payments cellpayv1.PaymentsClient, keys []idempotency.Key, n int, timeout time.Duration) (map[idempotency.Key]lookup, error) {
+	results := make([]lookup, len(keys))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(n, len(ids)) {
+	for range min(n, len(keys)) {
 		wg.Go(func() {
 			for i := range next {
-				results[i] = get(ctx, payments, ids[i], timeout)
+				results[i] = get(ctx, payments, keys[i], timeout)
 			}
 		})
 	}
 feed:
-	for i := range ids {
+	for i := range keys {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -211,14 +226,14 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("checker: get transactions: %w", err)
 	}
-	out := make(map[string]lookup, len(ids))
-	for i, id := range ids {
-		out[id] = results[i]
+	out := make(map[idempotency.Key]lookup, len(keys))
+	for i, k := range keys {
+		out[k] = results[i]
 	}
 	return out, nil
 }
 
-func get(ctx context.Context, payments cellpayv1.PaymentsClient, id string, timeout time.Duration) lookup {
+func get(ctx context.Context, payments cellpayv1.PaymentsClient, k idempotency.Key, timeout time.Duration) lookup {
 	var l lookup
 	for try := range lookupTries {
 		if try > 0 {
@@ -229,7 +244,7 @@ func get(ctx context.Context, payments cellpayv1.PaymentsClient, id string, time
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		txn, err := payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{TransactionId: id})
+		txn, err := payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{PartnerId: k.PartnerID, TransactionId: k.TransactionID})
 		cancel()
 		l = lookup{txn: txn, code: status.Code(err), err: err}
 		if !transient(l.code) {

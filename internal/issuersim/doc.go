@@ -1,17 +1,20 @@
 // Package issuersim is a card issuer stand-in for Cellpay's tests and local
 // runs. It serves the issuerproto.Issuer gRPC service: it decides
-// authorizations by fixed rules, suppresses duplicates by transaction ID,
-// answers inquiries, counts effects per transaction ID so tests can check
-// "at most one issuer effect per transaction ID", and injects faults on
-// request.
+// authorizations by fixed rules, suppresses duplicates by transaction,
+// answers inquiries, counts effects per transaction so tests can check "at
+// most one issuer effect per transaction", and injects faults on request.
+// A transaction is identified by (partner_id, transaction_id): transaction
+// IDs are a namespace per partner, and the same ID from two partners is two
+// transactions, each with its own effect and outcome.
 //
 // # Rules
 //
 // Authorize checks a request in this order; the first rule that applies
 // decides.
 //
-//  1. An empty transaction_id or pan, or a negative amount_minor_units, is
-//     rejected with INVALID_ARGUMENT naming the field. Nothing is recorded.
+//  1. An empty partner_id, transaction_id or pan, or a negative
+//     amount_minor_units, is rejected with INVALID_ARGUMENT naming the
+//     field. Nothing is recorded.
 //  2. A test card with a fixed decline (table below) declines with its
 //     reason, refunds included.
 //  3. A refund (refund=true) is approved. Refunds skip the expiry and limit
@@ -23,8 +26,9 @@
 //  5. amount_minor_units > Config.PerTxnLimit declines "exceeds_limit".
 //  6. A card's cumulative approved amount plus this amount over
 //     Config.PerCardLimit declines "insufficient_funds".
-//  7. Otherwise the authorization is approved with AuthCode(transaction_id),
-//     six characters derived deterministically from the transaction ID.
+//  7. Otherwise the authorization is approved with
+//     AuthCode(partner_id, transaction_id), six characters derived
+//     deterministically from the partner and transaction ID.
 //
 // Test cards (16 digits, all Luhn-valid):
 //
@@ -41,11 +45,14 @@
 //
 // # Duplicates and effects
 //
-// The first outcome recorded for a transaction ID is final. A repeat returns
-// it with duplicate=true, whatever its payload, counts as a request and
-// never as a new effect. Concurrent requests for one ID are serialised by a
-// per-ID lock, so exactly one of them applies the effect; IDs live in a
-// sharded map so unrelated IDs do not contend. Effects are counted where
+// The first outcome recorded for a (partner_id, transaction_id) is final. A
+// repeat returns it with duplicate=true, whatever its payload, counts as a
+// request and never as a new effect. Another partner's request with the same
+// transaction_id is no repeat: it is decided on its own. Concurrent requests
+// for one transaction are serialised by a per-transaction lock, so exactly
+// one of them applies the effect; transactions live in a sharded map so
+// unrelated ones do not contend. Inquire and Effects look transactions up by
+// the same pair. Effects are counted where
 // they are applied, not derived, so a bug that applied two would show 2.
 // Records are kept in memory for the life of the Server.
 //

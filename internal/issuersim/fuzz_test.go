@@ -38,7 +38,7 @@ func FuzzAuthorize(f *testing.F) {
 		}))
 		s := New(Config{Now: func() time.Time { return fixedNow }, Logger: log})
 		req := &issuerproto.AuthorizeRequest{
-			TransactionId: id, Pan: pan, ExpiryMonth: month, ExpiryYear: year,
+			PartnerId: "p-fuzz", TransactionId: id, Pan: pan, ExpiryMonth: month, ExpiryYear: year,
 			AmountMinorUnits: amount, Currency: currency, MerchantId: merchant, Mcc: mcc, Refund: refund,
 		}
 		ctx := t.Context()
@@ -62,11 +62,11 @@ func FuzzAuthorize(f *testing.F) {
 				t.Fatalf("approved=%v with auth code %q", resp.GetApproved(), resp.GetAuthCode())
 			}
 		}
-		if _, err := s.Inquire(ctx, &issuerproto.InquireRequest{TransactionId: id}); err != nil {
+		if _, err := s.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: req.GetPartnerId(), TransactionId: id}); err != nil {
 			msgs = append(msgs, err.Error())
 		}
 		// Every logged value but the transaction ID, which carries whatever
-		// the caller put in it.
+		// the caller put in it (the partner is fixed and has no digits).
 		dec := json.NewDecoder(&logs)
 		for dec.More() {
 			var line map[string]any

@@ -1,9 +1,10 @@
 package issuersim
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"hash/maphash"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
@@ -12,9 +13,20 @@ import (
 // another lock. A record's lock may be held while taking a card shard's
 // lock (applying an effect), never the reverse.
 
-// shardCount spreads IDs and cards over independent locks so that unrelated
-// transactions do not contend.
+// shardCount spreads transactions and cards over independent locks so that
+// unrelated transactions do not contend.
 const shardCount = 64
+
+// txnKey identifies a transaction: transaction IDs are a namespace per
+// partner, so the same ID from two partners is two transactions.
+type txnKey struct {
+	partner string
+	id      string
+}
+
+func compareKeys(a, b txnKey) int {
+	return cmp.Or(cmp.Compare(a.partner, b.partner), cmp.Compare(a.id, b.id))
+}
 
 // outcome is a recorded decision. It is immutable once stored.
 type outcome struct {
@@ -23,7 +35,7 @@ type outcome struct {
 	reason   string
 }
 
-// record is what the issuer knows about one transaction ID.
+// record is what the issuer knows about one transaction.
 type record struct {
 	mu       sync.Mutex
 	outcome  *outcome // nil until an effect is applied
@@ -31,57 +43,63 @@ type record struct {
 	requests int64    // Authorize calls that passed validation
 }
 
-// ledger maps transaction IDs to records.
+// ledger maps transactions, by partner and transaction ID, to records.
 type ledger struct {
 	seed   maphash.Seed
-	shards [shardCount]struct {
-		mu sync.Mutex
-		m  map[string]*record
-	}
+	shards [shardCount]ledgerShard
+}
+
+type ledgerShard struct {
+	mu sync.Mutex
+	m  map[txnKey]*record
 }
 
 func newLedger() *ledger {
 	l := &ledger{seed: maphash.MakeSeed()}
 	for i := range l.shards {
-		l.shards[i].m = make(map[string]*record)
+		l.shards[i].m = make(map[txnKey]*record)
 	}
 	return l
 }
 
-// get returns the record for id, or nil.
-func (l *ledger) get(id string) *record {
-	s := &l.shards[maphash.String(l.seed, id)%shardCount]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[id]
+func (l *ledger) shard(k txnKey) *ledgerShard {
+	return &l.shards[maphash.Comparable(l.seed, k)%shardCount]
 }
 
-// getOrCreate returns the record for id, creating an empty one if needed.
-func (l *ledger) getOrCreate(id string) *record {
-	s := &l.shards[maphash.String(l.seed, id)%shardCount]
+// get returns the record for k, or nil.
+func (l *ledger) get(k txnKey) *record {
+	s := l.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.m[id]
+	return s.m[k]
+}
+
+// getOrCreate returns the record for k, creating an empty one if needed.
+func (l *ledger) getOrCreate(k txnKey) *record {
+	s := l.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[k]
 	if !ok {
 		r = &record{}
-		s.m[id] = r
+		s.m[k] = r
 	}
 	return r
 }
 
-// ids returns every known transaction ID, sorted.
-func (l *ledger) ids() []string {
-	var ids []string
+// keys returns every known transaction, sorted by partner, then ID.
+func (l *ledger) keys() []txnKey {
+	var keys []txnKey
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
-		for id := range s.m {
-			ids = append(ids, id)
+		for k := range s.m {
+			keys = append(keys, k)
 		}
 		s.mu.Unlock()
 	}
-	sort.Strings(ids)
-	return ids
+	slices.SortFunc(keys, compareKeys)
+	return keys
 }
 
 // counts returns a record's effect and request counts; zeros for nil.

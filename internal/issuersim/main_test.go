@@ -66,9 +66,14 @@ func startGRPC(t *testing.T, cfg Config) (issuerproto.IssuerClient, *Server) {
 	return issuerproto.NewIssuerClient(conn), srv
 }
 
-// authReq returns a request that is approved by default at fixedNow.
+// testPartner is the partner of authReq's requests.
+const testPartner = "p-001"
+
+// authReq returns a request of testPartner that is approved by default at
+// fixedNow.
 func authReq(id, pan string, amount int64) *issuerproto.AuthorizeRequest {
 	return &issuerproto.AuthorizeRequest{
+		PartnerId:        testPartner,
 		TransactionId:    id,
 		Pan:              pan,
 		ExpiryMonth:      12,
@@ -87,9 +92,15 @@ func wantCode(t *testing.T, err error, want codes.Code) {
 	}
 }
 
+// effectsOf reads the counters of testPartner's transaction id.
 func effectsOf(ctx context.Context, t *testing.T, c issuerproto.IssuerClient, id string) (effects, requests int32) {
 	t.Helper()
-	resp, err := c.Effects(ctx, &issuerproto.EffectsRequest{TransactionIds: []string{id}})
+	return effectsOfPartner(ctx, t, c, testPartner, id)
+}
+
+func effectsOfPartner(ctx context.Context, t *testing.T, c issuerproto.IssuerClient, partner, id string) (effects, requests int32) {
+	t.Helper()
+	resp, err := c.Effects(ctx, &issuerproto.EffectsRequest{Transactions: []*issuerproto.TransactionRef{{PartnerId: partner, TransactionId: id}}})
 	if err != nil {
 		t.Fatalf("Effects: %v", err)
 	}

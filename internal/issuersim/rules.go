@@ -2,6 +2,7 @@ package issuersim
 
 import (
 	"crypto/sha256"
+	"strconv"
 	"time"
 )
 
@@ -44,10 +45,12 @@ func FixedDecline(pan string) (reason string, ok bool) {
 const authCodeAlphabet = "0123456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 
 // AuthCode returns the six-character authorization code the simulator gives
-// an approved transaction: a function of the transaction ID alone, so a
-// replay anywhere yields the same code.
-func AuthCode(transactionID string) string {
-	sum := sha256.Sum256([]byte(transactionID))
+// an approved transaction: a function of its partner and transaction ID
+// alone, so a replay anywhere yields the same code, and two partners'
+// transactions with one ID get codes of their own.
+func AuthCode(partnerID, transactionID string) string {
+	// The partner's length first, so that no two pairs hash alike.
+	sum := sha256.Sum256([]byte(strconv.Itoa(len(partnerID)) + ":" + partnerID + transactionID))
 	var code [6]byte
 	for i := range code {
 		code[i] = authCodeAlphabet[int(sum[i])%len(authCodeAlphabet)]

@@ -40,12 +40,20 @@ func TestTestCards(t *testing.T) {
 }
 
 func TestAuthCode(t *testing.T) {
-	a, b := AuthCode("txn-1"), AuthCode("txn-2")
-	if len(a) != 6 || a != AuthCode("txn-1") {
-		t.Fatalf("AuthCode(txn-1) = %q, want 6 stable characters", a)
+	a, b := AuthCode("p-1", "txn-1"), AuthCode("p-1", "txn-2")
+	if len(a) != 6 || a != AuthCode("p-1", "txn-1") {
+		t.Fatalf("AuthCode(p-1, txn-1) = %q, want 6 stable characters", a)
 	}
 	if a == b {
 		t.Errorf("AuthCode gives %q for two IDs", a)
+	}
+	// Transaction IDs are a namespace per partner: one ID, two partners,
+	// two codes; and no pair runs into another.
+	if c := AuthCode("p-2", "txn-1"); c == a {
+		t.Errorf("AuthCode gives %q for two partners' txn-1", a)
+	}
+	if AuthCode("p-1", "2x") == AuthCode("p-12", "x") {
+		t.Error("AuthCode(p-1, 2x) == AuthCode(p-12, x)")
 	}
 	for _, r := range a + b {
 		if !strings.ContainsRune(authCodeAlphabet, r) {
@@ -121,8 +129,8 @@ func TestRules(t *testing.T) {
 		{name: "month zero", req: with(authReq("t", other, 1), expiry(0, 2030)), wantReason: ReasonInvalidExpiry},
 		{name: "month thirteen", req: with(authReq("t", other, 1), expiry(13, 2030)), wantReason: ReasonInvalidExpiry},
 		{name: "at per-txn limit", req: authReq("t", other, DefaultPerTxnLimit)},
-		{name: "bank transfer without card", req: &issuerproto.AuthorizeRequest{TransactionId: "t", AmountMinorUnits: 1000, BankTransfer: true}},
-		{name: "bank transfer over limit", req: &issuerproto.AuthorizeRequest{TransactionId: "t", AmountMinorUnits: DefaultPerTxnLimit + 1, BankTransfer: true}, wantReason: ReasonExceedsLimit},
+		{name: "bank transfer without card", req: &issuerproto.AuthorizeRequest{PartnerId: testPartner, TransactionId: "t", AmountMinorUnits: 1000, BankTransfer: true}},
+		{name: "bank transfer over limit", req: &issuerproto.AuthorizeRequest{PartnerId: testPartner, TransactionId: "t", AmountMinorUnits: DefaultPerTxnLimit + 1, BankTransfer: true}, wantReason: ReasonExceedsLimit},
 		{name: "over per-txn limit", req: authReq("t", other, DefaultPerTxnLimit+1), wantReason: ReasonExceedsLimit},
 		{name: "expiry checked before limit", req: with(authReq("t", other, DefaultPerTxnLimit+1), expiry(1, 2020)), wantReason: ReasonExpiredCard},
 		{name: "refund approved", req: with(authReq("t", other, 1000), refund)},
@@ -130,6 +138,8 @@ func TestRules(t *testing.T) {
 		{name: "refund expired", req: with(with(authReq("t", other, 1000), refund), expiry(1, 2020))},
 		{name: "refund stolen", req: with(authReq("t", CardStolen, 1000), refund), wantReason: ReasonStolenCard},
 		{name: "refund expired test card", req: with(authReq("t", CardExpired, 1000), refund), wantReason: ReasonExpiredCard},
+		{name: "no partner id", req: with(authReq("t", other, 1), func(r *issuerproto.AuthorizeRequest) { r.PartnerId = "" }),
+			wantCode: codes.InvalidArgument, wantField: "partner_id"},
 		{name: "no transaction id", req: authReq("", other, 1), wantCode: codes.InvalidArgument, wantField: "transaction_id"},
 		{name: "no pan", req: authReq("t", "", 1), wantCode: codes.InvalidArgument, wantField: "pan"},
 		{name: "negative amount", req: authReq("t", other, -1), wantCode: codes.InvalidArgument, wantField: "amount_minor_units"},
@@ -156,11 +166,11 @@ func TestRules(t *testing.T) {
 			wantApproved := tt.wantReason == ""
 			wantAuth := ""
 			if wantApproved {
-				wantAuth = AuthCode(tt.req.GetTransactionId())
+				wantAuth = AuthCode(tt.req.GetPartnerId(), tt.req.GetTransactionId())
 			}
 			if resp.GetApproved() != wantApproved || resp.GetDeclineReason() != tt.wantReason ||
 				resp.GetAuthCode() != wantAuth || resp.GetDuplicate() ||
-				resp.GetTransactionId() != tt.req.GetTransactionId() {
+				resp.GetTransactionId() != tt.req.GetTransactionId() || resp.GetPartnerId() != tt.req.GetPartnerId() {
 				t.Errorf("got %v; want approved=%v reason=%q auth=%q", resp, wantApproved, tt.wantReason, wantAuth)
 			}
 		})

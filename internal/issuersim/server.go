@@ -44,8 +44,8 @@ func New(cfg Config) *Server {
 }
 
 // Authorize decides a card authorization, or repeats the first decision
-// for its transaction ID. See the package documentation for the rules and
-// faults.
+// for its transaction (partner and transaction ID). See the package
+// documentation for the rules and faults.
 func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeRequest) (*issuerproto.AuthorizeResponse, error) {
 	p := s.faults.authorizePlan()
 	if err := sleep(ctx, p.latency); err != nil {
@@ -54,8 +54,8 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	if err := validateAuthorize(req); err != nil {
 		return nil, err
 	}
-	id := req.GetTransactionId()
-	rec := s.ledger.getOrCreate(id)
+	k := txnKey{partner: req.GetPartnerId(), id: req.GetTransactionId()}
+	rec := s.ledger.getOrCreate(k)
 	rec.mu.Lock()
 	rec.requests++
 	rec.mu.Unlock()
@@ -70,7 +70,8 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	out, dup := s.apply(rec, req)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "authorize",
-			slog.String("transaction_id", id),
+			slog.String("partner_id", k.partner),
+			slog.String("transaction_id", k.id),
 			slog.String("pan", card.Mask(req.GetPan())),
 			slog.Bool("approved", out.approved),
 			slog.String("decline_reason", out.reason),
@@ -80,12 +81,12 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	if p.failAfter {
 		return nil, errInjected
 	}
-	return out.response(id, dup), nil
+	return out.response(k, dup), nil
 }
 
 // apply records the outcome for rec if it has none, and returns the
 // recorded outcome and whether it was already there. Holding rec.mu across
-// the check and the write is what makes one effect per ID.
+// the check and the write is what makes one effect per transaction.
 func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (outcome, bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -102,16 +103,17 @@ func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (outcome,
 	}, s.lim, s.cfg.Now())
 	o := &outcome{approved: approved, reason: reason}
 	if approved {
-		o.authCode = AuthCode(req.GetTransactionId())
+		o.authCode = AuthCode(req.GetPartnerId(), req.GetTransactionId())
 	}
 	rec.outcome = o
 	rec.effects++
 	return *o, false
 }
 
-func (o outcome) response(id string, dup bool) *issuerproto.AuthorizeResponse {
+func (o outcome) response(k txnKey, dup bool) *issuerproto.AuthorizeResponse {
 	return &issuerproto.AuthorizeResponse{
-		TransactionId: id,
+		PartnerId:     k.partner,
+		TransactionId: k.id,
 		Approved:      o.approved,
 		AuthCode:      o.authCode,
 		DeclineReason: o.reason,
@@ -123,6 +125,8 @@ func (o outcome) response(id string, dup bool) *issuerproto.AuthorizeResponse {
 // messages name fields and never echo values, so no PAN can leak into one.
 func validateAuthorize(req *issuerproto.AuthorizeRequest) error {
 	switch {
+	case req.GetPartnerId() == "":
+		return invalidArg("partner_id is required")
 	case req.GetTransactionId() == "":
 		return invalidArg("transaction_id is required")
 	case req.GetPan() == "" && !req.GetBankTransfer():
@@ -137,18 +141,22 @@ func invalidArg(msg string) error {
 	return status.Error(codes.InvalidArgument, "issuersim: "+msg)
 }
 
-// Inquire returns the outcome recorded for a transaction ID, with
-// duplicate=false, or NOT_FOUND when no outcome was recorded (never seen,
-// or seen but failed before the effect). It is not counted as a request.
+// Inquire returns the outcome recorded for (partner_id, transaction_id),
+// with duplicate=false, or NOT_FOUND when no outcome was recorded (never
+// seen, or seen but failed before the effect; another partner's
+// transaction with the ID does not count). It is not counted as a request.
 func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (*issuerproto.AuthorizeResponse, error) {
 	if err := sleep(ctx, s.faults.latency()); err != nil {
 		return nil, err
 	}
-	id := req.GetTransactionId()
-	if id == "" {
+	k := txnKey{partner: req.GetPartnerId(), id: req.GetTransactionId()}
+	switch {
+	case k.partner == "":
+		return nil, invalidArg("partner_id is required")
+	case k.id == "":
 		return nil, invalidArg("transaction_id is required")
 	}
-	rec := s.ledger.get(id)
+	rec := s.ledger.get(k)
 	if rec == nil {
 		return nil, notFound()
 	}
@@ -158,26 +166,33 @@ func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (
 	if o == nil {
 		return nil, notFound()
 	}
-	return o.response(id, false), nil
+	return o.response(k, false), nil
 }
 
 func notFound() error {
-	return status.Error(codes.NotFound, "issuersim: no outcome recorded for transaction_id")
+	return status.Error(codes.NotFound, "issuersim: no outcome recorded for partner_id and transaction_id")
 }
 
-// Effects reports effect and request counts for the asked transaction IDs
-// (each once, in the order asked; unknown IDs report zeros), or for every
-// known ID sorted when none are asked. The totals sum the reported entries.
+// Effects reports effect and request counts for the asked transactions,
+// each a (partner_id, transaction_id) pair (each once, in the order asked;
+// unknown ones report zeros), or for every known transaction sorted by
+// partner, then ID, when none are asked. The totals sum the reported
+// entries.
 func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
-	ids := dedupe(req.GetTransactionIds())
-	if len(ids) == 0 {
-		ids = s.ledger.ids()
+	keys := make([]txnKey, 0, len(req.GetTransactions()))
+	for _, t := range req.GetTransactions() {
+		keys = append(keys, txnKey{partner: t.GetPartnerId(), id: t.GetTransactionId()})
 	}
-	resp := &issuerproto.EffectsResponse{Effects: make([]*issuerproto.Effect, 0, len(ids))}
-	for _, id := range ids {
-		effects, requests := s.ledger.get(id).counts()
+	keys = dedupe(keys)
+	if len(keys) == 0 {
+		keys = s.ledger.keys()
+	}
+	resp := &issuerproto.EffectsResponse{Effects: make([]*issuerproto.Effect, 0, len(keys))}
+	for _, k := range keys {
+		effects, requests := s.ledger.get(k).counts()
 		resp.Effects = append(resp.Effects, &issuerproto.Effect{
-			TransactionId: id,
+			PartnerId:     k.partner,
+			TransactionId: k.id,
 			Effects:       clamp32(effects),
 			Requests:      clamp32(requests),
 		})
@@ -203,16 +218,16 @@ func (s *Server) SetFaults(ctx context.Context, req *issuerproto.Faults) (*issue
 	return f, nil
 }
 
-func dedupe(ids []string) []string {
-	if len(ids) < 2 {
-		return ids
+func dedupe(keys []txnKey) []txnKey {
+	if len(keys) < 2 {
+		return keys
 	}
-	seen := make(map[string]bool, len(ids))
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
+	seen := make(map[txnKey]bool, len(keys))
+	out := make([]txnKey, 0, len(keys))
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package issuersim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -98,9 +100,9 @@ func TestDistinctIDsConcurrent(t *testing.T) {
 		t.Fatalf("totals %d/%d over %d entries, want %d each", resp.GetTotalEffects(), resp.GetTotalRequests(), len(resp.GetEffects()), n)
 	}
 	if !slices.IsSortedFunc(resp.GetEffects(), func(a, b *issuerproto.Effect) int {
-		return strings.Compare(a.GetTransactionId(), b.GetTransactionId())
+		return cmp.Or(strings.Compare(a.GetPartnerId(), b.GetPartnerId()), strings.Compare(a.GetTransactionId(), b.GetTransactionId()))
 	}) {
-		t.Error("Effects not sorted by transaction ID")
+		t.Error("Effects not sorted by partner and transaction ID")
 	}
 }
 
@@ -112,24 +114,37 @@ func TestEffects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// p-000's "b" sorts first, and is its own transaction.
+	theirs := authReq("b", CardDoNotHonor, 1)
+	theirs.PartnerId = "p-000"
+	if _, err := c.Authorize(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(partner, id string) *issuerproto.TransactionRef {
+		return &issuerproto.TransactionRef{PartnerId: partner, TransactionId: id}
+	}
 	tests := []struct {
 		name      string
-		ask       []string
+		ask       []*issuerproto.TransactionRef
 		want      []*issuerproto.Effect
 		wantTotal [2]int64 // effects, requests
 	}{
 		{"all", nil, []*issuerproto.Effect{
-			{TransactionId: "a", Effects: 1, Requests: 3},
-			{TransactionId: "b", Effects: 1, Requests: 1},
-		}, [2]int64{2, 4}},
-		{"asked, with unknown and repeat", []string{"b", "nope", "b"}, []*issuerproto.Effect{
-			{TransactionId: "b", Effects: 1, Requests: 1},
-			{TransactionId: "nope"},
+			{PartnerId: "p-000", TransactionId: "b", Effects: 1, Requests: 1},
+			{PartnerId: testPartner, TransactionId: "a", Effects: 1, Requests: 3},
+			{PartnerId: testPartner, TransactionId: "b", Effects: 1, Requests: 1},
+		}, [2]int64{3, 5}},
+		{"asked, with unknown and repeat", []*issuerproto.TransactionRef{ref(testPartner, "b"), ref(testPartner, "nope"), ref(testPartner, "b")}, []*issuerproto.Effect{
+			{PartnerId: testPartner, TransactionId: "b", Effects: 1, Requests: 1},
+			{PartnerId: testPartner, TransactionId: "nope"},
 		}, [2]int64{1, 1}},
+		{"another partner's ID is unknown", []*issuerproto.TransactionRef{ref("p-002", "a")}, []*issuerproto.Effect{
+			{PartnerId: "p-002", TransactionId: "a"},
+		}, [2]int64{0, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := c.Effects(ctx, &issuerproto.EffectsRequest{TransactionIds: tt.ask})
+			resp, err := c.Effects(ctx, &issuerproto.EffectsRequest{Transactions: tt.ask})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,18 +165,22 @@ func TestInquire(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		id       string
-		wantCode codes.Code
-		want     *issuerproto.AuthorizeResponse
+		name, partner, id string
+		wantCode          codes.Code
+		want              *issuerproto.AuthorizeResponse
 	}{
-		{id: "ok", want: &issuerproto.AuthorizeResponse{TransactionId: "ok", Approved: true, AuthCode: AuthCode("ok")}},
-		{id: "no", want: &issuerproto.AuthorizeResponse{TransactionId: "no", DeclineReason: ReasonStolenCard}},
-		{id: "never-seen", wantCode: codes.NotFound},
-		{id: "", wantCode: codes.InvalidArgument},
+		{name: "approved", partner: testPartner, id: "ok",
+			want: &issuerproto.AuthorizeResponse{PartnerId: testPartner, TransactionId: "ok", Approved: true, AuthCode: AuthCode(testPartner, "ok")}},
+		{name: "declined", partner: testPartner, id: "no",
+			want: &issuerproto.AuthorizeResponse{PartnerId: testPartner, TransactionId: "no", DeclineReason: ReasonStolenCard}},
+		{name: "never seen", partner: testPartner, id: "never-seen", wantCode: codes.NotFound},
+		{name: "another partner's ID", partner: "p-002", id: "ok", wantCode: codes.NotFound},
+		{name: "no transaction id", partner: testPartner, id: "", wantCode: codes.InvalidArgument},
+		{name: "no partner id", partner: "", id: "ok", wantCode: codes.InvalidArgument},
 	}
 	for _, tt := range tests {
-		t.Run(tt.id, func(t *testing.T) {
-			resp, err := c.Inquire(ctx, &issuerproto.InquireRequest{TransactionId: tt.id})
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: tt.partner, TransactionId: tt.id})
 			if tt.wantCode != codes.OK {
 				wantCode(t, err, tt.wantCode)
 				return
@@ -273,7 +292,7 @@ func TestFaults(t *testing.T) {
 			if effects, requests := effectsOf(ctx, t, c, "f"); effects != tt.wantEffects || requests != tt.wantRequests {
 				t.Errorf("effects %d, requests %d; want %d, %d", effects, requests, tt.wantEffects, tt.wantRequests)
 			}
-			_, err = c.Inquire(ctx, &issuerproto.InquireRequest{TransactionId: "f"})
+			_, err = c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: testPartner, TransactionId: "f"})
 			if tt.wantEffects == 0 {
 				wantCode(t, err, codes.NotFound)
 			} else if err != nil {
@@ -301,7 +320,7 @@ func TestInquireLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err := c.Inquire(ctx, &issuerproto.InquireRequest{TransactionId: "x"})
+	_, err := c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: testPartner, TransactionId: "x"})
 	wantCode(t, err, codes.NotFound)
 	if elapsed := time.Since(start); elapsed < 100*time.Millisecond {
 		t.Errorf("Inquire returned after %v, want at least 100ms", elapsed)
@@ -340,5 +359,98 @@ func TestErrorRateSeeded(t *testing.T) {
 	}
 	if fails < n*35/100 || fails > n*65/100 {
 		t.Errorf("%d of %d failed at error_rate 0.5", fails, n)
+	}
+}
+
+// TestDedupeIsPerPartner: transaction IDs are a namespace per partner. Four
+// partners send one ID, each with its own card, amount and merchant: four
+// transactions, each decided on its own payload with exactly one effect,
+// each with its own auth code; a repeat within a partner is a duplicate of
+// that partner's outcome; inquiries answer per partner.
+func TestDedupeIsPerPartner(t *testing.T) {
+	ctx := testCtx(t)
+	c, _ := startGRPC(t, Config{})
+	partners := []string{"p-001", "p-002", "p-003", "p-004"}
+	pans := []string{CardApproved, CardStolen, "5555555555554444", CardDoNotHonor}
+	reasons := []string{"", ReasonStolenCard, "", ReasonDoNotHonor}
+	reqs := make([]*issuerproto.AuthorizeRequest, len(partners))
+	first := make([]*issuerproto.AuthorizeResponse, len(partners))
+	for i, p := range partners {
+		reqs[i] = authReq("shared", pans[i], int64(100*(i+1)))
+		reqs[i].PartnerId, reqs[i].MerchantId = p, "m-"+p
+		resp, err := c.Authorize(ctx, reqs[i])
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if resp.GetDuplicate() || resp.GetApproved() != (reasons[i] == "") || resp.GetDeclineReason() != reasons[i] ||
+			resp.GetPartnerId() != p || resp.GetTransactionId() != "shared" {
+			t.Fatalf("%s: got %v, want its own first outcome (reason %q)", p, resp, reasons[i])
+		}
+		if resp.GetApproved() && resp.GetAuthCode() != AuthCode(p, "shared") {
+			t.Fatalf("%s: auth code %q, want AuthCode(%s, shared)", p, resp.GetAuthCode(), p)
+		}
+		first[i] = resp
+	}
+	if first[0].GetAuthCode() == first[2].GetAuthCode() {
+		t.Fatalf("two partners' approvals of one ID share auth code %q", first[0].GetAuthCode())
+	}
+	// A repeat by a partner, even with another card, is that partner's
+	// duplicate.
+	again := proto.Clone(reqs[1]).(*issuerproto.AuthorizeRequest)
+	again.Pan = CardApproved
+	resp, err := c.Authorize(ctx, again)
+	if err != nil || !resp.GetDuplicate() || resp.GetDeclineReason() != ReasonStolenCard {
+		t.Fatalf("p-002's repeat: %v, %v; want its stolen_card duplicate", resp, err)
+	}
+	for i, p := range partners {
+		wantRequests := int32(1)
+		if i == 1 {
+			wantRequests = 2
+		}
+		if effects, requests := effectsOfPartner(ctx, t, c, p, "shared"); effects != 1 || requests != wantRequests {
+			t.Errorf("%s: effects %d, requests %d; want 1, %d", p, effects, requests, wantRequests)
+		}
+		got, err := c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: p, TransactionId: "shared"})
+		want := proto.Clone(first[i]).(*issuerproto.AuthorizeResponse)
+		if err != nil || !proto.Equal(got, want) {
+			t.Errorf("%s: Inquire = %v, %v; want %v", p, got, err, want)
+		}
+	}
+	if _, err := c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: "p-005", TransactionId: "shared"}); status.Code(err) != codes.NotFound {
+		t.Errorf("a fifth partner's inquiry: %v, want NotFound", err)
+	}
+}
+
+// TestDedupeIsPerPartnerConcurrent: concurrent requests of two partners for
+// one ID apply exactly one effect per partner.
+func TestDedupeIsPerPartnerConcurrent(t *testing.T) {
+	const n = 100
+	ctx := testCtx(t)
+	c, _ := startGRPC(t, Config{})
+	resps := make([]*issuerproto.AuthorizeResponse, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		r := authReq("dup", CardApproved, 10)
+		r.PartnerId = fmt.Sprintf("p-%03d", 1+i%2)
+		wg.Go(func() { resps[i], errs[i] = c.Authorize(ctx, r) })
+	}
+	wg.Wait()
+	firsts := map[string]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("call %d: %v", i, errs[i])
+		}
+		if !resps[i].GetDuplicate() {
+			firsts[resps[i].GetPartnerId()]++
+		}
+	}
+	if firsts["p-001"] != 1 || firsts["p-002"] != 1 || len(firsts) != 2 {
+		t.Fatalf("first outcomes per partner: %v, want one each", firsts)
+	}
+	for _, p := range []string{"p-001", "p-002"} {
+		if effects, requests := effectsOfPartner(ctx, t, c, p, "dup"); effects != 1 || requests != n/2 {
+			t.Errorf("%s: effects %d, requests %d; want 1, %d", p, effects, requests, n/2)
+		}
 	}
 }

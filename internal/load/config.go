@@ -110,6 +110,10 @@ type Config struct {
 
 // Result is one finished request, for OnResult.
 type Result struct {
+	// PartnerID is the partner that sent Request: with Request's
+	// transaction ID, it names the transaction (transaction IDs are a
+	// namespace per partner).
+	PartnerID   string
 	Request     *cellpayv1.SubmitTransactionRequest
 	Transaction *cellpayv1.Transaction // nil on error or a re-routable answer
 	Err         error

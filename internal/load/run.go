@@ -177,7 +177,7 @@ func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
 	lat := time.Since(at)
 	r.rec.record(o, err, lat)
 	if r.cfg.OnResult != nil {
-		r.cfg.OnResult(Result{Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat})
+		r.cfg.OnResult(Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat})
 	}
 }
 

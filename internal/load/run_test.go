@@ -307,6 +307,9 @@ func TestOnResultReportsEveryRequest(t *testing.T) {
 		if r.Err == nil && r.Transaction.GetTransactionId() != r.Request.GetTransactionId() {
 			t.Errorf("answer for %s carries %s", r.Request.GetTransactionId(), r.Transaction.GetTransactionId())
 		}
+		if r.PartnerID == "" || r.PartnerID != r.Request.GetPartnerId() {
+			t.Errorf("result for %s names partner %q, its request %q", r.Request.GetTransactionId(), r.PartnerID, r.Request.GetPartnerId())
+		}
 		seen[r.Request.GetTransactionId()] = true
 	}
 	if _, err := Run(ctx, cfg, nil); err != nil {

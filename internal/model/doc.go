@@ -28,6 +28,10 @@
 // deadlines, issuer timeouts, lost issuer messages and reordering, with
 // DESIGN.md's invariants checked after every step and after healing.
 //
+// An ID here stands for a transaction's whole key, (partner, transaction
+// ID): the model has one partner, since every rule above applies per key
+// and two partners' transactions with one ID never meet.
+//
 // The model is not the production code (that lives under cmd/*/internal
 // and cannot be imported here); it is the protocol the code must follow.
 // When one changes, the other must be brought along. The package has no

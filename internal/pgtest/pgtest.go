@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/internal/pgcluster"
@@ -102,6 +103,35 @@ func NewDatabase(t testing.TB) string {
 		}
 	})
 	return c.URL(name)
+}
+
+// ApplyMigrations applies the "create" half (above the
+// "---- create above / drop below ----" line) of every tern migration in
+// dir, the *.sql files in name order, to the database at url: the schema a
+// service migrates itself to, for tests of other packages that read it.
+func ApplyMigrations(t testing.TB, url, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("pgtest: no migrations in %s: %v", dir, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for _, f := range files { // Glob sorts by name
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		up, _, _ := strings.Cut(string(b), "---- create above / drop below ----")
+		if _, err := conn.Exec(ctx, up); err != nil {
+			t.Fatalf("pgtest: apply %s: %v", filepath.Base(f), err)
+		}
+	}
 }
 
 // databaseName turns a test name into a database name: lower case, only

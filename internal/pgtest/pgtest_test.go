@@ -2,6 +2,8 @@ package pgtest_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +85,34 @@ func connect(t *testing.T, ctx context.Context, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// TestApplyMigrations: the create halves run in name order, the drop
+// halves never.
+func TestApplyMigrations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	for name, sql := range map[string]string{
+		"001_a.sql": "CREATE TABLE a (id text PRIMARY KEY);\n---- create above / drop below ----\nDROP TABLE a;\n",
+		"002_b.sql": "ALTER TABLE a ADD COLUMN b text NOT NULL DEFAULT 'x';\n---- create above / drop below ----\nALTER TABLE a DROP COLUMN b;\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(sql), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := pgtest.NewDatabase(t)
+	pgtest.ApplyMigrations(t, url, dir)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var b string
+	if _, err := conn.Exec(ctx, "INSERT INTO a (id) VALUES ('1')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT b FROM a").Scan(&b); err != nil || b != "x" {
+		t.Fatalf("after both migrations: %q, %v", b, err)
+	}
 }

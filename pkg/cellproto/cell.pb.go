@@ -323,6 +323,7 @@ type PointOfNoReturn struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	CellId        string                 `protobuf:"bytes,2,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	PartnerId     string                 `protobuf:"bytes,3,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +368,13 @@ func (x *PointOfNoReturn) GetTransactionId() string {
 func (x *PointOfNoReturn) GetCellId() string {
 	if x != nil {
 		return x.CellId
+	}
+	return ""
+}
+
+func (x *PointOfNoReturn) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
 	}
 	return ""
 }
@@ -429,6 +437,8 @@ func (x *Reroutable) GetCellHealthy() bool {
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// partner_id is the partner whose transaction_id this is; required.
+	PartnerId     string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +480,13 @@ func (x *GetRequest) GetTransactionId() string {
 	return ""
 }
 
+func (x *GetRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
 var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
@@ -493,17 +510,21 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
 	"reroutable\x18\x03 \x01(\v2\x1b.cellpay.cell.v1.ReroutableH\x00R\n" +
 	"reroutableB\a\n" +
-	"\x05event\"Q\n" +
+	"\x05event\"p\n" +
 	"\x0fPointOfNoReturn\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x17\n" +
-	"\acell_id\x18\x02 \x01(\tR\x06cellId\"G\n" +
+	"\acell_id\x18\x02 \x01(\tR\x06cellId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x03 \x01(\tR\tpartnerId\"G\n" +
 	"\n" +
 	"Reroutable\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n" +
-	"\fcell_healthy\x18\x02 \x01(\bR\vcellHealthy\"3\n" +
+	"\fcell_healthy\x18\x02 \x01(\bR\vcellHealthy\"R\n" +
 	"\n" +
 	"GetRequest\x12%\n" +
-	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId2\x90\x01\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\x90\x01\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.TransactionB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"

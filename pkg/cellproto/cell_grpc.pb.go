@@ -42,10 +42,14 @@ type CellClient interface {
 	// attempt and the GTR may restart the transaction elsewhere.
 	// The stream then ends with exactly one terminal event: a result, or
 	// Reroutable when the attempt stopped before the point of no return.
-	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload),
-	// ABORTED (another attempt at the ID is in progress in this cell).
+	// A transaction is identified by (partner_id, transaction_id) of its
+	// request. Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same partner and ID,
+	// other payload), ABORTED (another attempt at the transaction is in
+	// progress in this cell).
 	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessInput, ProcessEvent], error)
-	// Get returns the recorded transaction, or NOT_FOUND.
+	// Get returns the recorded transaction of (partner_id, transaction_id),
+	// or NOT_FOUND; another partner's transaction with the same ID is
+	// NOT_FOUND too.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*cellpayv1.Transaction, error)
 }
 
@@ -96,10 +100,14 @@ type CellServer interface {
 	// attempt and the GTR may restart the transaction elsewhere.
 	// The stream then ends with exactly one terminal event: a result, or
 	// Reroutable when the attempt stopped before the point of no return.
-	// Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same ID, other payload),
-	// ABORTED (another attempt at the ID is in progress in this cell).
+	// A transaction is identified by (partner_id, transaction_id) of its
+	// request. Errors: INVALID_ARGUMENT, ALREADY_EXISTS (same partner and ID,
+	// other payload), ABORTED (another attempt at the transaction is in
+	// progress in this cell).
 	Process(grpc.BidiStreamingServer[ProcessInput, ProcessEvent]) error
-	// Get returns the recorded transaction, or NOT_FOUND.
+	// Get returns the recorded transaction of (partner_id, transaction_id),
+	// or NOT_FOUND; another partner's transaction with the same ID is
+	// NOT_FOUND too.
 	Get(context.Context, *GetRequest) (*cellpayv1.Transaction, error)
 	mustEmbedUnimplementedCellServer()
 }

@@ -2,8 +2,9 @@
 // transactions to the GTR and reads them back, and it does the two things
 // every partner integration needs and gets wrong by hand:
 //
-//   - Retries are safe because the transaction ID is the idempotency key:
-//     Submit resends the identical request, under the same ID, when the
+//   - Retries are safe because the partner and transaction ID are the
+//     idempotency key: Submit resends the identical request, under the same
+//     partner and ID, when the
 //     answer is UNAVAILABLE, ABORTED or a per-call DEADLINE_EXCEEDED, with
 //     jittered exponential back-off, until the caller's context ends. It
 //     never retries an answer about the request itself (INVALID_ARGUMENT,
@@ -28,6 +29,10 @@ import (
 
 // Config tunes a Client. Zero values take the defaults in brackets.
 type Config struct {
+	// PartnerID is the partner the client reads for: transaction IDs are a
+	// namespace per partner, and Get and WaitFinal read this partner's
+	// transactions. Required for Get and WaitFinal.
+	PartnerID string
 	// CallTimeout bounds one call to the GTR [10s]; the whole Submit is
 	// bounded by the caller's context.
 	CallTimeout time.Duration
@@ -139,18 +144,26 @@ func (c *Client) Submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	}
 }
 
-// Get reads a transaction's recorded outcome.
+// Get reads the recorded outcome of Config.PartnerID's transaction id.
 func (c *Client) Get(ctx context.Context, id string) (*cellpayv1.Transaction, error) {
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	defer cancel()
-	return c.payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{TransactionId: id})
+	return c.get(ctx, c.cfg.PartnerID, id)
 }
 
-// WaitFinal reads transaction id until it is no longer PENDING, or ctx
-// ends. Retryable read errors are retried.
+func (c *Client) get(ctx context.Context, partner, id string) (*cellpayv1.Transaction, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	return c.payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{PartnerId: partner, TransactionId: id})
+}
+
+// WaitFinal reads Config.PartnerID's transaction id until it is no longer
+// PENDING, or ctx ends. Retryable read errors are retried.
 func (c *Client) WaitFinal(ctx context.Context, id string) (*cellpayv1.Transaction, error) {
+	return c.waitFinal(ctx, c.cfg.PartnerID, id)
+}
+
+func (c *Client) waitFinal(ctx context.Context, partner, id string) (*cellpayv1.Transaction, error) {
 	for {
-		txn, err := c.Get(ctx, id)
+		txn, err := c.get(ctx, partner, id)
 		switch {
 		case err == nil && txn.GetStatus() != cellpayv1.TransactionStatus_PENDING:
 			return txn, nil
@@ -163,13 +176,14 @@ func (c *Client) WaitFinal(ctx context.Context, id string) (*cellpayv1.Transacti
 	}
 }
 
-// SubmitAndWait is Submit, then WaitFinal when the answer is PENDING.
+// SubmitAndWait is Submit, then WaitFinal when the answer is PENDING. It
+// reads back req's own partner and ID, whatever Config.PartnerID says.
 func (c *Client) SubmitAndWait(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
 	txn, err := c.Submit(ctx, req)
 	if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_PENDING {
 		return txn, err
 	}
-	return c.WaitFinal(ctx, req.GetTransactionId())
+	return c.waitFinal(ctx, req.GetPartnerId(), req.GetTransactionId())
 }
 
 func jitter(d time.Duration) time.Duration {

@@ -26,6 +26,7 @@ type fakeGTR struct {
 	mu      sync.Mutex
 	submits []*cellpayv1.SubmitTransactionRequest
 	gets    int
+	getReqs []*cellpayv1.GetTransactionRequest
 	submit  func(n int) (*cellpayv1.Transaction, error)
 	get     func(n int) (*cellpayv1.Transaction, error)
 }
@@ -38,9 +39,10 @@ func (f *fakeGTR) SubmitTransaction(_ context.Context, r *cellpayv1.SubmitTransa
 	return f.submit(n)
 }
 
-func (f *fakeGTR) GetTransaction(context.Context, *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
+func (f *fakeGTR) GetTransaction(_ context.Context, r *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
 	f.mu.Lock()
 	f.gets++
+	f.getReqs = append(f.getReqs, r)
 	n := f.gets
 	f.mu.Unlock()
 	return f.get(n)
@@ -55,7 +57,7 @@ func start(t *testing.T, f *fakeGTR) *Client {
 	s := grpc.NewServer()
 	cellpayv1.RegisterPaymentsServer(s, f)
 	go s.Serve(lis)
-	c, err := Dial(lis.Addr().String(), Config{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollInterval: time.Millisecond},
+	c, err := Dial(lis.Addr().String(), Config{PartnerID: "p-001", Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollInterval: time.Millisecond},
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -161,5 +163,44 @@ func TestSubmitAndWaitResolvesPending(t *testing.T) {
 	f2 := &fakeGTR{get: func(int) (*cellpayv1.Transaction, error) { return nil, status.Error(codes.NotFound, "no") }}
 	if _, err := start(t, f2).WaitFinal(ctxT(t), "t-x"); status.Code(err) != codes.NotFound {
 		t.Fatalf("WaitFinal on an unknown ID: %v", err)
+	}
+}
+
+// TestReadsAreForThePartner: transaction IDs are a namespace per partner.
+// Get and WaitFinal read Config.PartnerID's transaction; SubmitAndWait reads
+// back the partner and ID it submitted.
+func TestReadsAreForThePartner(t *testing.T) {
+	f := &fakeGTR{
+		submit: func(int) (*cellpayv1.Transaction, error) {
+			return &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_PENDING}, nil
+		},
+		get: func(int) (*cellpayv1.Transaction, error) { return approved(), nil },
+	}
+	c := start(t, f)
+	if _, err := c.Get(ctxT(t), "t-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFinal(ctxT(t), "t-2"); err != nil {
+		t.Fatal(err)
+	}
+	theirs := req()
+	theirs.PartnerId = "p-002"
+	if _, err := c.SubmitAndWait(ctxT(t), theirs); err != nil {
+		t.Fatal(err)
+	}
+	want := []*cellpayv1.GetTransactionRequest{
+		{PartnerId: "p-001", TransactionId: "t-1"},
+		{PartnerId: "p-001", TransactionId: "t-2"},
+		{PartnerId: "p-002", TransactionId: "t-1"},
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.getReqs) != len(want) {
+		t.Fatalf("%d reads, want %d", len(f.getReqs), len(want))
+	}
+	for i := range want {
+		if !proto.Equal(f.getReqs[i], want[i]) {
+			t.Errorf("read %d asked for %v, want %v", i, f.getReqs[i], want[i])
+		}
 	}
 }

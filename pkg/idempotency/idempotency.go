@@ -1,12 +1,14 @@
-// Package idempotency holds the rules that make a transaction ID an
-// idempotency key: which keys are valid, how a payload is fingerprinted, and
-// when a replay is the same request or a conflict.
+// Package idempotency holds the rules that make (partner, transaction ID) an
+// idempotency key: which transaction IDs are valid, how a payload is
+// fingerprinted, and when a replay is the same request or a conflict.
 //
-// A partner chooses the transaction ID. It travels unchanged through retries
-// and re-routes, and every place that keeps a first result (the GTR's
-// coalescing, each cell's store, the issuer) compares payloads by fingerprint:
-// the same ID and payload is a replay and gets the first answer; the same ID
-// with another payload is a conflict (ErrConflict, ALREADY_EXISTS at the edge).
+// A partner chooses the transaction ID, and transaction IDs are a namespace
+// per partner: two partners that send the same ID send two transactions. The
+// Key travels unchanged through retries and re-routes, and every place that
+// keeps a first result (the GTR's coalescing, each cell's store, the issuer)
+// looks it up by Key and compares payloads by fingerprint: the same Key and
+// payload is a replay and gets the first answer; the same Key with another
+// payload is a conflict (ErrConflict, ALREADY_EXISTS at the edge).
 package idempotency
 
 import (
@@ -23,10 +25,28 @@ import (
 // MaxKeyLen is the longest valid transaction ID.
 const MaxKeyLen = 64
 
+// Key identifies one transaction: the partner that sent it and the
+// transaction ID it chose. It is comparable, for use as a map key. The
+// zero Key identifies nothing.
+type Key struct {
+	PartnerID     string
+	TransactionID string
+}
+
+// KeyOf is the Key of req.
+func KeyOf(req *cellpayv1.SubmitTransactionRequest) Key {
+	return Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()}
+}
+
+// String renders k for logs and messages as partner/transaction_id (neither
+// part can hold a slash once validated).
+func (k Key) String() string { return k.PartnerID + "/" + k.TransactionID }
+
 // ErrConflict means a key was reused with a different payload.
 var ErrConflict = errors.New("idempotency: transaction ID reused with a different payload")
 
-// ValidateKey checks that id is 1 to 64 characters of [A-Za-z0-9._-].
+// ValidateKey checks that id is 1 to 64 characters of [A-Za-z0-9._-]: the
+// rule for a transaction ID, and for a partner ID.
 func ValidateKey(id string) error {
 	if id == "" {
 		return errors.New("is required")

@@ -91,3 +91,21 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyIsPerPartner: one transaction ID sent by two partners is two keys,
+// and a map keyed by Key keeps them apart.
+func TestKeyIsPerPartner(t *testing.T) {
+	a, b := sample(), sample()
+	b.PartnerId = "p-002"
+	ka, kb := KeyOf(a), KeyOf(b)
+	if ka == kb {
+		t.Fatalf("KeyOf(%v) == KeyOf(%v)", ka, kb)
+	}
+	if ka != (Key{PartnerID: a.GetPartnerId(), TransactionID: "t-1"}) || ka.String() != a.GetPartnerId()+"/t-1" {
+		t.Fatalf("KeyOf = %+v (%s)", ka, ka)
+	}
+	m := map[Key]int{ka: 1, kb: 2}
+	if len(m) != 2 || m[KeyOf(a)] != 1 || m[KeyOf(b)] != 2 {
+		t.Fatalf("map by Key: %v", m)
+	}
+}

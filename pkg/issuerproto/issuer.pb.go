@@ -37,7 +37,10 @@ type AuthorizeRequest struct {
 	Refund bool `protobuf:"varint,9,opt,name=refund,proto3" json:"refund,omitempty"`
 	// bank_transfer is true for BANK_TRANSFER, which carries no card: pan and
 	// expiry are empty, and only the per-transaction limit applies.
-	BankTransfer  bool `protobuf:"varint,10,opt,name=bank_transfer,json=bankTransfer,proto3" json:"bank_transfer,omitempty"`
+	BankTransfer bool `protobuf:"varint,10,opt,name=bank_transfer,json=bankTransfer,proto3" json:"bank_transfer,omitempty"`
+	// partner_id is the partner the transaction belongs to; with
+	// transaction_id, the key duplicates are suppressed by.
+	PartnerId     string `protobuf:"bytes,11,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -142,6 +145,13 @@ func (x *AuthorizeRequest) GetBankTransfer() bool {
 	return false
 }
 
+func (x *AuthorizeRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
 type AuthorizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -149,7 +159,8 @@ type AuthorizeResponse struct {
 	AuthCode      string                 `protobuf:"bytes,3,opt,name=auth_code,json=authCode,proto3" json:"auth_code,omitempty"`
 	DeclineReason string                 `protobuf:"bytes,4,opt,name=decline_reason,json=declineReason,proto3" json:"decline_reason,omitempty"`
 	// duplicate is true when this answer repeats an earlier outcome.
-	Duplicate     bool `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate     bool   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	PartnerId     string `protobuf:"bytes,6,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,9 +230,17 @@ func (x *AuthorizeResponse) GetDuplicate() bool {
 	return false
 }
 
+func (x *AuthorizeResponse) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
 type InquireRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	PartnerId     string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,17 +282,77 @@ func (x *InquireRequest) GetTransactionId() string {
 	return ""
 }
 
+func (x *InquireRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+// TransactionRef names one transaction: its partner and its ID.
+type TransactionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionRef) Reset() {
+	*x = TransactionRef{}
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionRef) ProtoMessage() {}
+
+func (x *TransactionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionRef.ProtoReflect.Descriptor instead.
+func (*TransactionRef) Descriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TransactionRef) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *TransactionRef) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
 type EffectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// transaction_ids limits the answer; empty means all.
-	TransactionIds []string `protobuf:"bytes,1,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// transactions limits the answer; empty means all.
+	Transactions  []*TransactionRef `protobuf:"bytes,2,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +364,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,28 +377,31 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *EffectsRequest) GetTransactionIds() []string {
+func (x *EffectsRequest) GetTransactions() []*TransactionRef {
 	if x != nil {
-		return x.TransactionIds
+		return x.Transactions
 	}
 	return nil
 }
 
+// Effect is the issuer's counters for one transaction, (partner_id,
+// transaction_id).
 type Effect struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	Effects       int32                  `protobuf:"varint,2,opt,name=effects,proto3" json:"effects,omitempty"`
 	Requests      int32                  `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	PartnerId     string                 `protobuf:"bytes,4,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +413,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +426,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Effect) GetTransactionId() string {
@@ -368,6 +450,13 @@ func (x *Effect) GetRequests() int32 {
 	return 0
 }
 
+func (x *Effect) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
 type EffectsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Effects       []*Effect              `protobuf:"bytes,1,rep,name=effects,proto3" json:"effects,omitempty"`
@@ -379,7 +468,7 @@ type EffectsResponse struct {
 
 func (x *EffectsResponse) Reset() {
 	*x = EffectsResponse{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +480,7 @@ func (x *EffectsResponse) String() string {
 func (*EffectsResponse) ProtoMessage() {}
 
 func (x *EffectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +493,7 @@ func (x *EffectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsResponse.ProtoReflect.Descriptor instead.
 func (*EffectsResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EffectsResponse) GetEffects() []*Effect {
@@ -445,7 +534,7 @@ type Faults struct {
 
 func (x *Faults) Reset() {
 	*x = Faults{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +546,7 @@ func (x *Faults) String() string {
 func (*Faults) ProtoMessage() {}
 
 func (x *Faults) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +559,7 @@ func (x *Faults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Faults.ProtoReflect.Descriptor instead.
 func (*Faults) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Faults) GetLatencyMs() int64 {
@@ -505,7 +594,7 @@ var File_cellpay_issuer_v1_issuer_proto protoreflect.FileDescriptor
 
 const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\"\xc9\x02\n" +
+	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\"\xe8\x02\n" +
 	"\x10AuthorizeRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x10\n" +
 	"\x03pan\x18\x02 \x01(\tR\x03pan\x12!\n" +
@@ -519,21 +608,33 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x03mcc\x18\b \x01(\tR\x03mcc\x12\x16\n" +
 	"\x06refund\x18\t \x01(\bR\x06refund\x12#\n" +
 	"\rbank_transfer\x18\n" +
-	" \x01(\bR\fbankTransfer\"\xb8\x01\n" +
+	" \x01(\bR\fbankTransfer\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\v \x01(\tR\tpartnerId\"\xd7\x01\n" +
 	"\x11AuthorizeResponse\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x1b\n" +
 	"\tauth_code\x18\x03 \x01(\tR\bauthCode\x12%\n" +
 	"\x0edecline_reason\x18\x04 \x01(\tR\rdeclineReason\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"7\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x06 \x01(\tR\tpartnerId\"V\n" +
 	"\x0eInquireRequest\x12%\n" +
-	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\"9\n" +
-	"\x0eEffectsRequest\x12'\n" +
-	"\x0ftransaction_ids\x18\x01 \x03(\tR\x0etransactionIds\"e\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\"V\n" +
+	"\x0eTransactionRef\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"n\n" +
+	"\x0eEffectsRequest\x12E\n" +
+	"\ftransactions\x18\x02 \x03(\v2!.cellpay.issuer.v1.TransactionRefR\ftransactionsJ\x04\b\x01\x10\x02R\x0ftransaction_ids\"\x84\x01\n" +
 	"\x06Effect\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x18\n" +
 	"\aeffects\x18\x02 \x01(\x05R\aeffects\x12\x1a\n" +
-	"\brequests\x18\x03 \x01(\x05R\brequests\"\x92\x01\n" +
+	"\brequests\x18\x03 \x01(\x05R\brequests\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x04 \x01(\tR\tpartnerId\"\x92\x01\n" +
 	"\x0fEffectsResponse\x123\n" +
 	"\aeffects\x18\x01 \x03(\v2\x19.cellpay.issuer.v1.EffectR\aeffects\x12#\n" +
 	"\rtotal_effects\x18\x02 \x01(\x03R\ftotalEffects\x12%\n" +
@@ -563,31 +664,33 @@ func file_cellpay_issuer_v1_issuer_proto_rawDescGZIP() []byte {
 	return file_cellpay_issuer_v1_issuer_proto_rawDescData
 }
 
-var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_cellpay_issuer_v1_issuer_proto_goTypes = []any{
 	(*AuthorizeRequest)(nil),  // 0: cellpay.issuer.v1.AuthorizeRequest
 	(*AuthorizeResponse)(nil), // 1: cellpay.issuer.v1.AuthorizeResponse
 	(*InquireRequest)(nil),    // 2: cellpay.issuer.v1.InquireRequest
-	(*EffectsRequest)(nil),    // 3: cellpay.issuer.v1.EffectsRequest
-	(*Effect)(nil),            // 4: cellpay.issuer.v1.Effect
-	(*EffectsResponse)(nil),   // 5: cellpay.issuer.v1.EffectsResponse
-	(*Faults)(nil),            // 6: cellpay.issuer.v1.Faults
+	(*TransactionRef)(nil),    // 3: cellpay.issuer.v1.TransactionRef
+	(*EffectsRequest)(nil),    // 4: cellpay.issuer.v1.EffectsRequest
+	(*Effect)(nil),            // 5: cellpay.issuer.v1.Effect
+	(*EffectsResponse)(nil),   // 6: cellpay.issuer.v1.EffectsResponse
+	(*Faults)(nil),            // 7: cellpay.issuer.v1.Faults
 }
 var file_cellpay_issuer_v1_issuer_proto_depIdxs = []int32{
-	4, // 0: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
-	0, // 1: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
-	2, // 2: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
-	3, // 3: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
-	6, // 4: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
-	1, // 5: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	1, // 6: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	5, // 7: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
-	6, // 8: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3, // 0: cellpay.issuer.v1.EffectsRequest.transactions:type_name -> cellpay.issuer.v1.TransactionRef
+	5, // 1: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
+	0, // 2: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
+	2, // 3: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
+	4, // 4: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
+	7, // 5: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
+	1, // 6: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	1, // 7: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	6, // 8: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
+	7, // 9: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_issuer_v1_issuer_proto_init() }
@@ -601,7 +704,7 @@ func file_cellpay_issuer_v1_issuer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_issuer_v1_issuer_proto_rawDesc), len(file_cellpay_issuer_v1_issuer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,15 +31,18 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Issuer authorizes card transactions. It suppresses duplicates by
-// transaction ID: a repeat returns the first outcome and has no new effect.
+// Issuer authorizes card transactions. A transaction is identified by
+// (partner_id, transaction_id), and the issuer suppresses duplicates by that
+// pair: a repeat returns the first outcome and has no new effect. The same
+// transaction_id from two partners is two transactions.
 type IssuerClient interface {
 	Authorize(ctx context.Context, in *AuthorizeRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
-	// Inquire returns the outcome recorded for a transaction ID, or NOT_FOUND
-	// when the issuer never received it.
+	// Inquire returns the outcome recorded for (partner_id, transaction_id),
+	// or NOT_FOUND when the issuer never received it.
 	Inquire(ctx context.Context, in *InquireRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
-	// Effects reports, per transaction ID, how many effects (authorizations
-	// applied) and how many requests the issuer has seen. For test invariants.
+	// Effects reports, per (partner_id, transaction_id), how many effects
+	// (authorizations applied) and how many requests the issuer has seen.
+	// For test invariants.
 	Effects(ctx context.Context, in *EffectsRequest, opts ...grpc.CallOption) (*EffectsResponse, error)
 	// SetFaults replaces the injected faults and returns them.
 	SetFaults(ctx context.Context, in *Faults, opts ...grpc.CallOption) (*Faults, error)
@@ -97,15 +100,18 @@ func (c *issuerClient) SetFaults(ctx context.Context, in *Faults, opts ...grpc.C
 // All implementations must embed UnimplementedIssuerServer
 // for forward compatibility.
 //
-// Issuer authorizes card transactions. It suppresses duplicates by
-// transaction ID: a repeat returns the first outcome and has no new effect.
+// Issuer authorizes card transactions. A transaction is identified by
+// (partner_id, transaction_id), and the issuer suppresses duplicates by that
+// pair: a repeat returns the first outcome and has no new effect. The same
+// transaction_id from two partners is two transactions.
 type IssuerServer interface {
 	Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error)
-	// Inquire returns the outcome recorded for a transaction ID, or NOT_FOUND
-	// when the issuer never received it.
+	// Inquire returns the outcome recorded for (partner_id, transaction_id),
+	// or NOT_FOUND when the issuer never received it.
 	Inquire(context.Context, *InquireRequest) (*AuthorizeResponse, error)
-	// Effects reports, per transaction ID, how many effects (authorizations
-	// applied) and how many requests the issuer has seen. For test invariants.
+	// Effects reports, per (partner_id, transaction_id), how many effects
+	// (authorizations applied) and how many requests the issuer has seen.
+	// For test invariants.
 	Effects(context.Context, *EffectsRequest) (*EffectsResponse, error)
 	// SetFaults replaces the injected faults and returns them.
 	SetFaults(context.Context, *Faults) (*Faults, error)

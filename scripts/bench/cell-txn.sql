@@ -8,11 +8,11 @@ INSERT INTO transactions (transaction_id, fingerprint, state, decline_reason, au
   masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at)
 VALUES ('pgb-' || :id, '\x0102', 'received', '', '', 1, 'p-001', 'GB', 1250, 'GBP', 1250, 'GBP', 1486, 'm-1', '5411', 'GB',
   '424242******4242', decode(md5(:card::text), 'hex'), '1', 'everything', 1, 'cell-a', now(), now())
-ON CONFLICT (transaction_id) DO NOTHING;
+ON CONFLICT (partner_id, transaction_id) DO NOTHING;
 SELECT count(*), coalesce(sum(risk_amount), 0)::bigint FROM transactions
   WHERE pan_hash = decode(md5(:card::text), 'hex') AND created_at >= now() - interval '10 minutes'
-  AND transaction_id <> 'pgb-' || :id AND state IN ('received', 'sending', 'approved');
+  AND (partner_id, transaction_id) <> ('p-001', 'pgb-' || :id) AND state IN ('received', 'sending', 'approved');
 UPDATE transactions SET state = 'sending', decline_reason = '', auth_code = '', updated_at = now()
-  WHERE transaction_id = 'pgb-' || :id AND state = 'received';
+  WHERE partner_id = 'p-001' AND transaction_id = 'pgb-' || :id AND state = 'received';
 UPDATE transactions SET state = 'approved', decline_reason = '', auth_code = 'A1B2C3', updated_at = now()
-  WHERE transaction_id = 'pgb-' || :id AND state = 'sending';
+  WHERE partner_id = 'p-001' AND transaction_id = 'pgb-' || :id AND state = 'sending';

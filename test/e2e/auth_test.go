@@ -59,13 +59,13 @@ func TestPartnerAuthentication(t *testing.T) {
 		if strings.Contains(status.Convert(err).Message(), "cpk_") {
 			t.Errorf("%s: the error quotes a key: %v", c.name, err)
 		}
-		_, err = raw.GetTransaction(c.ctx, &cellpayv1.GetTransactionRequest{TransactionId: "auth-1", PartnerId: "p-001"})
+		_, err = raw.GetTransaction(c.ctx, &cellpayv1.GetTransactionRequest{TransactionId: req.TransactionId, PartnerId: "p-001"})
 		if status.Code(err) != c.want {
 			t.Errorf("%s: Get = %v, want %v", c.name, err, c.want)
 		}
 	}
 	// Nothing was processed for any of those.
-	if _, err := raw.GetTransaction(withKey(ctx, keys["p-001"]), &cellpayv1.GetTransactionRequest{TransactionId: "auth-1"}); status.Code(err) != codes.NotFound {
+	if _, err := raw.GetTransaction(withKey(ctx, keys["p-001"]), &cellpayv1.GetTransactionRequest{TransactionId: req.TransactionId}); status.Code(err) != codes.NotFound {
 		t.Fatalf("a refused call left a transaction behind: %v", err)
 	}
 
@@ -74,7 +74,7 @@ func TestPartnerAuthentication(t *testing.T) {
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
 		t.Fatalf("Submit with the partner's key = %v, %v", got, err)
 	}
-	read, err := raw.GetTransaction(withKey(ctx, keys["p-001"]), &cellpayv1.GetTransactionRequest{TransactionId: "auth-1"})
+	read, err := raw.GetTransaction(withKey(ctx, keys["p-001"]), &cellpayv1.GetTransactionRequest{TransactionId: req.TransactionId})
 	if err != nil || read.GetAuthCode() != got.GetAuthCode() {
 		t.Fatalf("Get without partner_id = %v, %v", read, err)
 	}

@@ -18,12 +18,12 @@ func TestPartnerClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(env.gtrAddr, client.Config{APIKey: keys["p-001"], CAFile: env.p.CAFile()})
+	r := request("client", "5555555555554444")
+	c, err := client.Dial(env.gtrAddr, client.Config{PartnerID: r.PartnerId, APIKey: keys[r.PartnerId], CAFile: env.p.CAFile()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r := request("client", "5555555555554444")
 	got, err := c.SubmitAndWait(ctx, r)
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
 		t.Fatalf("SubmitAndWait = %v, %v", got, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -62,7 +63,7 @@ func runFault(t *testing.T, f fault) []checker.Answer {
 		Duration: faultLoad.duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
 		PerRequestTimeout: 12 * time.Second,
 		OnResult: func(r load.Result) {
-			a := checker.AnswerOf(r.Request.GetTransactionId(), r.Transaction, r.Err)
+			a := checker.AnswerOf(r.PartnerID, r.Request.GetTransactionId(), r.Transaction, r.Err)
 			mu.Lock()
 			answers = append(answers, a)
 			mu.Unlock()
@@ -89,11 +90,11 @@ func runFault(t *testing.T, f fault) []checker.Answer {
 		f.name, rep.Sent, rep.Completed, rep.Statuses, rep.Errors, rep.Latency.P99)
 
 	ccfg := checkerConfig()
-	ids := make([]string, 0, len(answers))
+	keys := make([]idempotency.Key, 0, len(answers))
 	for _, a := range answers {
-		ids = append(ids, a.ID)
+		keys = append(keys, a.Key())
 	}
-	took, err := checker.WaitResolved(ctx, ccfg, ids, 30*time.Second)
+	took, err := checker.WaitResolved(ctx, ccfg, keys, 30*time.Second)
 	if err != nil {
 		t.Fatalf("PENDING not resolved within 30 s of healing: %v", err)
 	}
@@ -134,12 +135,12 @@ func noFailuresShown(t *testing.T, answers []checker.Answer, allowed ...string) 
 		case a.Err():
 			bad++
 			if bad <= 5 {
-				t.Errorf("partner saw an error for %s: %v", a.ID, a.Code)
+				t.Errorf("partner saw an error for %s: %v", a.Key(), a.Code)
 			}
 		case a.Status == cellpayv1.TransactionStatus_FAILED && !ok[a.DeclineReason]:
 			bad++
 			if bad <= 5 {
-				t.Errorf("partner saw FAILED (%s) for %s", a.DeclineReason, a.ID)
+				t.Errorf("partner saw FAILED (%s) for %s", a.DeclineReason, a.Key())
 			}
 		}
 	}

@@ -220,15 +220,18 @@ func cellDB(t *testing.T, ctx context.Context, cellID string) *pgx.Conn {
 	return conn
 }
 
-// effects reads the issuer simulator's effect and request counters for id.
-func effects(t *testing.T, ctx context.Context, id string) (effects, requests int32) {
+// effects reads the issuer simulator's effect and request counters for
+// partner's transaction id.
+func effects(t *testing.T, ctx context.Context, partner, id string) (effects, requests int32) {
 	t.Helper()
-	resp, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{TransactionIds: []string{id}})
+	resp, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{
+		Transactions: []*issuerproto.TransactionRef{{PartnerId: partner, TransactionId: id}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range resp.GetEffects() {
-		if e.GetTransactionId() == id {
+		if e.GetPartnerId() == partner && e.GetTransactionId() == id {
 			return e.GetEffects(), e.GetRequests()
 		}
 	}

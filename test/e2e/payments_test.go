@@ -39,7 +39,7 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 	if s := got.GetSettlementAmount(); s.GetMinorUnits() != 1250 || s.GetCurrency() != "GBP" || got.GetRefdataVersion() == "" {
 		t.Fatalf("settlement: %v", got)
 	}
-	if e, r := effects(t, ctx, approve.TransactionId); e != 1 || r != 1 {
+	if e, r := effects(t, ctx, approve.PartnerId, approve.TransactionId); e != 1 || r != 1 {
 		t.Fatalf("issuer after approval: effects %d, requests %d; want 1, 1", e, r)
 	}
 
@@ -52,7 +52,7 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 	if dec.GetStatus() != cellpayv1.TransactionStatus_DECLINED || dec.GetDeclineReason() != issuersim.ReasonDoNotHonor {
 		t.Fatalf("decline: %v", dec)
 	}
-	if e, _ := effects(t, ctx, decline.TransactionId); e != 1 {
+	if e, _ := effects(t, ctx, decline.PartnerId, decline.TransactionId); e != 1 {
 		t.Fatalf("issuer effects after decline: %d, want 1", e)
 	}
 
@@ -64,7 +64,7 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 	if !proto.Equal(got, again) {
 		t.Fatalf("replay answered differently:\nfirst  %v\nreplay %v", got, again)
 	}
-	if e, r := effects(t, ctx, approve.TransactionId); e != 1 || r != 1 {
+	if e, r := effects(t, ctx, approve.PartnerId, approve.TransactionId); e != 1 || r != 1 {
 		t.Fatalf("issuer after replay: effects %d, requests %d; want 1, 1", e, r)
 	}
 
@@ -74,16 +74,16 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 	if _, err := env.payments.SubmitTransaction(ctx, conflict); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("conflicting replay: %v, want AlreadyExists", err)
 	}
-	if e, _ := effects(t, ctx, approve.TransactionId); e != 1 {
+	if e, _ := effects(t, ctx, approve.PartnerId, approve.TransactionId); e != 1 {
 		t.Fatalf("issuer effects after conflict: %d, want 1", e)
 	}
 
 	// GetTransaction reads the same record back.
-	read, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: approve.TransactionId})
+	read, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: approve.PartnerId, TransactionId: approve.TransactionId})
 	if err != nil || !proto.Equal(read, got) {
 		t.Fatalf("GetTransaction = %v, %v; want %v", read, err, got)
 	}
-	if _, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: runID + "-never"}); status.Code(err) != codes.NotFound {
+	if _, err := env.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: approve.PartnerId, TransactionId: runID + "-never"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("GetTransaction of an unknown ID: %v, want NotFound", err)
 	}
 
@@ -92,8 +92,9 @@ func TestApproveDeclineReplayConflict(t *testing.T) {
 		db := cellDB(t, ctx, c.ID)
 		var state, masked, auth, cellID string
 		var amount int64
-		err := db.QueryRow(ctx, `SELECT state, masked_pan, auth_code, amount, cell_id FROM transactions WHERE transaction_id = $1`,
-			approve.TransactionId).Scan(&state, &masked, &auth, &amount, &cellID)
+		err := db.QueryRow(ctx, `SELECT state, masked_pan, auth_code, amount, cell_id FROM transactions
+			WHERE partner_id = $1 AND transaction_id = $2`,
+			approve.PartnerId, approve.TransactionId).Scan(&state, &masked, &auth, &amount, &cellID)
 		if c.ID != got.GetCellId() {
 			if err == nil {
 				t.Fatalf("cell %s also holds %s", c.ID, approve.TransactionId)
@@ -153,7 +154,7 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// Nothing reached the issuer, and the GTR still serves.
-	if e, r := effects(t, ctx, runID+"-bad-luhn"); e != 0 || r != 0 {
+	if e, r := effects(t, ctx, "p-001", runID+"-bad-luhn"); e != 0 || r != 0 {
 		t.Fatalf("a rejected request reached the issuer: %d effects", e)
 	}
 	if _, err := env.payments.SubmitTransaction(ctx, request("after-bad", approvedPAN)); err != nil {

@@ -72,8 +72,8 @@ func TestRefdataOverNATS(t *testing.T) {
 	db := refCellDB(t, ctx, e, second.GetCellId())
 	var recorded string
 	var amount int64
-	if err := db.QueryRow(ctx, `SELECT refdata_version, settlement_amount FROM transactions WHERE transaction_id = $1`,
-		second.GetTransactionId()).Scan(&recorded, &amount); err != nil || recorded != "2" || amount != second.GetSettlementAmount().GetMinorUnits() {
+	if err := db.QueryRow(ctx, `SELECT refdata_version, settlement_amount FROM transactions WHERE partner_id = $1 AND transaction_id = $2`,
+		second.GetPartnerId(), second.GetTransactionId()).Scan(&recorded, &amount); err != nil || recorded != "2" || amount != second.GetSettlementAmount().GetMinorUnits() {
 		t.Fatalf("recorded version %q amount %d (%v)", recorded, amount, err)
 	}
 

@@ -312,10 +312,13 @@ func (x *Card) GetExpiryYear() int32 {
 
 type SubmitTransactionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 64 characters of [A-Za-z0-9._-], chosen by the partner.
+	// 1 to 64 characters of [A-Za-z0-9._-], chosen by the partner; unique per
+	// partner, not across partners.
 	TransactionId string      `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	PaymentType   PaymentType `protobuf:"varint,2,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
-	PartnerId     string      `protobuf:"bytes,3,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// partner_id is the partner sending the transaction, and the namespace of
+	// its transaction_id.
+	PartnerId string `protobuf:"bytes,3,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	// market is ISO 3166-1 alpha-2.
 	Market   string    `protobuf:"bytes,4,opt,name=market,proto3" json:"market,omitempty"`
 	Amount   *Money    `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`
@@ -408,7 +411,8 @@ func (x *SubmitTransactionRequest) GetCard() *Card {
 type GetTransactionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
-	PartnerId     string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// partner_id is the partner whose transaction_id this is; required.
+	PartnerId     string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -31,11 +31,15 @@ const (
 //
 // Payments accepts and reads payment transactions.
 type PaymentsClient interface {
-	// SubmitTransaction processes a transaction. The transaction_id is the
-	// idempotency key: a replay with the same payload returns the same answer,
-	// a replay with another payload fails with ALREADY_EXISTS.
+	// SubmitTransaction processes a transaction. The idempotency key is
+	// (partner_id, transaction_id): transaction IDs are a namespace per
+	// partner. A replay of the same key with the same payload returns the same
+	// answer, a replay with another payload fails with ALREADY_EXISTS; the same
+	// transaction_id from another partner is another transaction.
 	SubmitTransaction(ctx context.Context, in *SubmitTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
-	// GetTransaction reads the recorded outcome of a transaction.
+	// GetTransaction reads the recorded outcome of one of the partner's
+	// transactions. Another partner's transaction is NOT_FOUND, exactly like
+	// an ID that was never used.
 	GetTransaction(ctx context.Context, in *GetTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 }
 
@@ -73,11 +77,15 @@ func (c *paymentsClient) GetTransaction(ctx context.Context, in *GetTransactionR
 //
 // Payments accepts and reads payment transactions.
 type PaymentsServer interface {
-	// SubmitTransaction processes a transaction. The transaction_id is the
-	// idempotency key: a replay with the same payload returns the same answer,
-	// a replay with another payload fails with ALREADY_EXISTS.
+	// SubmitTransaction processes a transaction. The idempotency key is
+	// (partner_id, transaction_id): transaction IDs are a namespace per
+	// partner. A replay of the same key with the same payload returns the same
+	// answer, a replay with another payload fails with ALREADY_EXISTS; the same
+	// transaction_id from another partner is another transaction.
 	SubmitTransaction(context.Context, *SubmitTransactionRequest) (*Transaction, error)
-	// GetTransaction reads the recorded outcome of a transaction.
+	// GetTransaction reads the recorded outcome of one of the partner's
+	// transactions. Another partner's transaction is NOT_FOUND, exactly like
+	// an ID that was never used.
 	GetTransaction(context.Context, *GetTransactionRequest) (*Transaction, error)
 	mustEmbedUnimplementedPaymentsServer()
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // Action is what the machine asks its driver to do next. Reply, Reject and
@@ -12,26 +13,27 @@ import (
 type Action interface{ isAction() }
 
 // Insert records a new transaction in state received. Answer: Inserted;
-// Existing when the ID is already recorded; StoreFailed.
+// Existing when its Key (partner and transaction ID) is already recorded;
+// StoreFailed.
 type Insert struct{ Record *Record }
 
 // Reclaim takes over an abandoned record for a new attempt, only if it is
 // still abandoned. Answer as for Insert.
 type Reclaim struct{ Record *Record }
 
-// Wait waits until another attempt at the same ID in this cell settles: its
-// record leaves state received, and is not in sending while that attempt
-// still runs (it may step back). Answer: Existing with the record as it
-// now is; StoreFailed when it does not settle in time.
-type Wait struct{ TransactionID string }
+// Wait waits until another attempt at the same transaction (Key) in this
+// cell settles: its record leaves state received, and is not in sending
+// while that attempt still runs (it may step back). Answer: Existing with
+// the record as it now is; StoreFailed when it does not settle in time.
+type Wait struct{ Key idempotency.Key }
 
 // CheckVelocity sums this card's transactions since Since that were not
-// declined, failed or abandoned, leaving Exclude out. Answer: Velocity;
-// StoreFailed.
+// declined, failed or abandoned, leaving the transaction Exclude out. A card
+// is counted across partners. Answer: Velocity; StoreFailed.
 type CheckVelocity struct {
 	PANHash []byte
 	Since   time.Time
-	Exclude string
+	Exclude idempotency.Key
 }
 
 // Persist durably writes Record, only if the stored state is still From.
@@ -46,7 +48,7 @@ type Persist struct {
 // GTR answers Proceed (it will never re-route the transaction); PNRRefused
 // when it does not (it gave up on this attempt or went away), and the
 // issuer must not be called.
-type EmitPNR struct{ TransactionID string }
+type EmitPNR struct{ Key idempotency.Key }
 
 // Authorize sends the transaction to the issuer. Answer: IssuerAnswered;
 // IssuerUnknown when the outcome is unknown (timeout, lost connection).
@@ -97,9 +99,9 @@ type Event interface{ isEvent() }
 // Inserted: the record was written.
 type Inserted struct{}
 
-// Existing: the ID is already recorded, as Record. Active is true when
-// another attempt at the ID is still running in this cell process (its
-// record in sending may yet step back to abandoned).
+// Existing: the transaction's Key is already recorded, as Record. Active is
+// true when another attempt at the transaction is still running in this cell
+// process (its record in sending may yet step back to abandoned).
 type Existing struct {
 	Record *Record
 	Active bool

@@ -24,8 +24,9 @@ import (
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
-// ErrInProgress means another attempt at the same transaction ID holds it in
-// this cell and has not passed the point of no return; the caller may retry.
+// ErrInProgress means another attempt at the same transaction (partner and
+// transaction ID) holds it in this cell and has not passed the point of no
+// return; the caller may retry.
 var ErrInProgress = errors.New("orchestrator: transaction in progress in this cell")
 
 // RefData is the reference data the machine prices and classifies with.
@@ -256,6 +257,12 @@ func (m *Machine) afterInsert(ev Event) Action {
 
 // existing applies the idempotency rules to a record this cell already has.
 func (m *Machine) existing(prev *Record, active bool) Action {
+	if prev.Key() != m.rec.Key() {
+		// Another partner's transaction with the same ID is another
+		// transaction: a driver that offers it as this one's record has
+		// mixed two namespaces, and no rule below may apply to it.
+		return m.internal(fmt.Errorf("existing record %s is not the transaction %s", prev.Key(), m.rec.Key()))
+	}
 	if err := idempotency.Check(prev.Fingerprint, m.in.Fingerprint); err != nil {
 		m.phase = phaseDone
 		return Reject{Err: err}
@@ -265,7 +272,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// Another attempt here is between its durable sending state and
 		// the GTR's confirmation: it may yet step back to abandoned, and a
 		// PENDING answer now might never resolve. Wait for it.
-		return Wait{TransactionID: prev.TransactionID}
+		return Wait{Key: prev.Key()}
 	case prev.State.Terminal(), prev.State == StateSending:
 		m.phase = phaseDone
 		m.rec = prev
@@ -281,7 +288,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// so this attempt starts over from the request as if new.
 		return Reclaim{Record: m.rec}
 	default:
-		return Wait{TransactionID: prev.TransactionID}
+		return Wait{Key: prev.Key()}
 	}
 }
 
@@ -300,7 +307,7 @@ func (m *Machine) checkRisk() Action {
 	return CheckVelocity{
 		PANHash: m.in.PANHash,
 		Since:   m.rec.CreatedAt.Add(-m.policy.VelocityWindow),
-		Exclude: m.rec.TransactionID,
+		Exclude: m.rec.Key(),
 	}
 }
 
@@ -342,7 +349,7 @@ func (m *Machine) afterMarkSending(ev Event) Action {
 	switch ev := ev.(type) {
 	case Persisted:
 		m.phase = phaseEmitPNR
-		return EmitPNR{TransactionID: m.rec.TransactionID}
+		return EmitPNR{Key: m.rec.Key()}
 	case StoreFailed:
 		// Not durably at the point of no return: the issuer has not been
 		// called, so the GTR may restart the transaction elsewhere.
@@ -366,7 +373,7 @@ func (m *Machine) afterAuthorize(ev Event) Action {
 		return Persist{Record: m.rec, From: StateSending}
 	case IssuerUnknown:
 		// The issuer may or may not have applied it. Never resend: answer
-		// PENDING and leave it to an inquiry by transaction ID.
+		// PENDING and leave it to an inquiry by partner and transaction ID.
 		m.phase = phaseDone
 		return Reply{Record: m.rec}
 	}

@@ -51,8 +51,9 @@ func (s State) Status() cellpayv1.TransactionStatus {
 	return cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED
 }
 
-// Record is one transaction as a cell keeps it. It never holds a full card
-// number: only the masked PAN and a keyed hash.
+// Record is one transaction as a cell keeps it, identified by Key (partner
+// and transaction ID). It never holds a full card number: only the masked
+// PAN and a keyed hash.
 type Record struct {
 	TransactionID      string
 	Fingerprint        idempotency.Fingerprint
@@ -79,6 +80,12 @@ type Record struct {
 	CellID          string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+}
+
+// Key identifies the transaction: transaction IDs are a namespace per
+// partner.
+func (r *Record) Key() idempotency.Key {
+	return idempotency.Key{PartnerID: r.PartnerID, TransactionID: r.TransactionID}
 }
 
 // Transaction renders r for the partner.

@@ -125,7 +125,7 @@ func runTranscript(t *testing.T, script string) string {
 			}, testPolicy, testRef, now)
 			a = m.Start()
 		case "event":
-			a = m.Step(parseEvent(t, fields[1], args))
+			a = m.Step(parseEvent(t, req, fields[1], args))
 		default:
 			t.Fatalf("unknown command %q", cmd)
 		}
@@ -184,7 +184,9 @@ func applyRequest(t *testing.T, r *cellpayv1.SubmitTransactionRequest, args map[
 	}
 }
 
-func parseEvent(t *testing.T, name string, args map[string]string) Event {
+// parseEvent builds the event name with args; req is the transcript's
+// request, whose key an existing record has unless partner= says otherwise.
+func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name string, args map[string]string) Event {
 	switch name {
 	case "inserted":
 		return Inserted{}
@@ -193,8 +195,12 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 		if args["payload"] == "other" {
 			other.Amount.MinorUnits++
 		}
+		partner := req.GetPartnerId()
+		if p, ok := args["partner"]; ok {
+			partner = p
+		}
 		return Existing{Record: &Record{
-			TransactionID: "t-1", Fingerprint: fp.Of(other), State: State(args["state"]),
+			PartnerID: partner, TransactionID: req.GetTransactionId(), Fingerprint: fp.Of(other), State: State(args["state"]),
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
 		}, Active: args["active"] == "true"}
 	case "velocity":
@@ -238,6 +244,10 @@ func formatRecord(r *Record) string {
 	return s + fmt.Sprintf(" attempt=%d", r.Attempt)
 }
 
+func formatKey(k idempotency.Key) string {
+	return "partner=" + k.PartnerID + " id=" + k.TransactionID
+}
+
 func formatAction(a Action) string {
 	switch a := a.(type) {
 	case Insert:
@@ -245,13 +255,13 @@ func formatAction(a Action) string {
 	case Reclaim:
 		return "Reclaim " + formatRecord(a.Record)
 	case Wait:
-		return "Wait id=" + a.TransactionID
+		return "Wait " + formatKey(a.Key)
 	case CheckVelocity:
 		return fmt.Sprintf("CheckVelocity since=%s exclude=%s", a.Since.Format(time.RFC3339Nano), a.Exclude)
 	case Persist:
 		return fmt.Sprintf("Persist from=%s %s", a.From, formatRecord(a.Record))
 	case EmitPNR:
-		return "EmitPNR id=" + a.TransactionID
+		return "EmitPNR " + formatKey(a.Key)
 	case Authorize:
 		return "Authorize " + formatRecord(a.Record)
 	case Reply:
@@ -272,7 +282,7 @@ func TestNeverAuthorizeBeforePNR(t *testing.T) {
 	events := []Event{
 		Inserted{}, Velocity{}, Velocity{Count: 100}, Persisted{}, PNRConfirmed{}, PNRRefused{Err: errors.New("x")},
 		IssuerAnswered{Approved: true, AuthCode: "X"}, IssuerUnknown{Err: errors.New("x")},
-		StoreFailed{Err: errors.New("x")}, Existing{Record: &Record{State: StateReceived}},
+		StoreFailed{Err: errors.New("x")}, Existing{Record: &Record{PartnerID: "p-001", TransactionID: "t-1", State: StateReceived}},
 	}
 	var walk func(path []Event, depth int)
 	walk = func(path []Event, depth int) {

@@ -1,7 +1,8 @@
 // Package reconcile resolves a cell's transactions that passed their point
 // of no return without a known outcome (state sending: the issuer timed out,
 // or the cell crashed after recording the send). It asks the issuer by
-// transaction ID and records what the issuer says. It never resends an
+// partner and transaction ID (the issuer's key for a transaction) and
+// records what the issuer says. It never resends an
 // authorization: a resend could charge twice; an inquiry cannot.
 //
 // An inquiry that finds nothing means the issuer never applied the
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -47,9 +49,9 @@ type Issuer interface {
 type Config struct {
 	Store  Store
 	Issuer Issuer
-	// Busy reports whether this process is still working on id; such
-	// records are left alone. Optional.
-	Busy func(id string) bool
+	// Busy reports whether this process is still working on transaction
+	// k; such records are left alone. Optional.
+	Busy func(k idempotency.Key) bool
 	// Interval between rounds [2s]; MinAge: records younger than this are
 	// left to their attempt [1s]; Batch per round [500]. NotFoundAfter
 	// [20s] must exceed the longest an issuer call can still arrive after
@@ -79,7 +81,7 @@ func (c *Config) validate() error {
 		c.Batch = 500
 	}
 	if c.Busy == nil {
-		c.Busy = func(string) bool { return false }
+		c.Busy = func(idempotency.Key) bool { return false }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -128,7 +130,7 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	}
 	resolved := 0
 	for _, rec := range recs {
-		if r.cfg.Busy(rec.TransactionID) {
+		if r.cfg.Busy(rec.Key()) {
 			continue
 		}
 		ok, err := r.resolve(ctx, rec, now)
@@ -136,7 +138,7 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 			if ctx.Err() != nil {
 				return resolved, ctx.Err()
 			}
-			r.cfg.Log.Warn("reconcile: transaction still unknown", "transaction_id", rec.TransactionID, "error", err)
+			r.cfg.Log.Warn("reconcile: transaction still unknown", "partner_id", rec.PartnerID, "transaction_id", rec.TransactionID, "error", err)
 			continue
 		}
 		if ok {
@@ -149,7 +151,7 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now time.Time) (bool, error) {
 	ictx, cancel := context.WithTimeout(ctx, r.cfg.InquiryTimeout)
 	defer cancel()
-	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{TransactionId: rec.TransactionID})
+	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{PartnerId: rec.PartnerID, TransactionId: rec.TransactionID})
 	out := *rec
 	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
 	switch status.Code(err) {

@@ -13,13 +13,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
 // memStore is an in-memory Store for the reconciler's pure logic.
 type memStore struct {
 	mu   sync.Mutex
-	recs map[string]*orchestrator.Record
+	recs map[idempotency.Key]*orchestrator.Record
 }
 
 func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([]*orchestrator.Record, error) {
@@ -38,79 +39,100 @@ func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([
 func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orchestrator.State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.recs[r.TransactionID].State != from {
+	if m.recs[r.Key()].State != from {
 		return errors.New("state changed")
 	}
 	c := *r
-	m.recs[r.TransactionID] = &c
+	m.recs[r.Key()] = &c
 	return nil
 }
 
+// fakeIssuer answers inquiries by (partner, transaction ID), as the issuer
+// keys them.
 type fakeIssuer struct {
-	answers  map[string]*issuerproto.AuthorizeResponse
+	answers  map[idempotency.Key]*issuerproto.AuthorizeResponse
 	down     bool
-	inquired []string
+	inquired []idempotency.Key
 }
 
 func (f *fakeIssuer) Inquire(_ context.Context, in *issuerproto.InquireRequest, _ ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error) {
-	f.inquired = append(f.inquired, in.GetTransactionId())
+	k := idempotency.Key{PartnerID: in.GetPartnerId(), TransactionID: in.GetTransactionId()}
+	f.inquired = append(f.inquired, k)
 	if f.down {
 		return nil, status.Error(codes.Unavailable, "down")
 	}
-	if a, ok := f.answers[in.GetTransactionId()]; ok {
+	if a, ok := f.answers[k]; ok {
 		return a, nil
 	}
 	return nil, status.Error(codes.NotFound, "never seen")
 }
 
+// key is transaction id of partner p-001, the partner of most records here.
+func key(id string) idempotency.Key { return idempotency.Key{PartnerID: "p-001", TransactionID: id} }
+
 func TestResolves(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	rec := func(id string, state orchestrator.State, age time.Duration) *orchestrator.Record {
-		return &orchestrator.Record{TransactionID: id, State: state, UpdatedAt: now.Add(-age)}
+	rec := func(k idempotency.Key, state orchestrator.State, age time.Duration) *orchestrator.Record {
+		return &orchestrator.Record{PartnerID: k.PartnerID, TransactionID: k.TransactionID, State: state, UpdatedAt: now.Add(-age)}
 	}
-	st := &memStore{recs: map[string]*orchestrator.Record{
-		"approved":  rec("approved", orchestrator.StateSending, 5*time.Second),
-		"declined":  rec("declined", orchestrator.StateSending, 5*time.Second),
-		"lost-new":  rec("lost-new", orchestrator.StateSending, 5*time.Second),
-		"lost-old":  rec("lost-old", orchestrator.StateSending, time.Minute),
-		"too-young": rec("too-young", orchestrator.StateSending, 100*time.Millisecond),
-		"busy":      rec("busy", orchestrator.StateSending, 5*time.Second),
-		"final":     rec("final", orchestrator.StateApproved, time.Minute),
-		"received":  rec("received", orchestrator.StateReceived, time.Minute),
-	}}
-	iss := &fakeIssuer{answers: map[string]*issuerproto.AuthorizeResponse{
-		"approved": {Approved: true, AuthCode: "A1"},
-		"declined": {DeclineReason: "do_not_honor"},
-		"busy":     {Approved: true, AuthCode: "B1"},
+	// "shared" is one transaction ID of two partners: two transactions,
+	// each resolved by its own partner's inquiry.
+	sharedB := idempotency.Key{PartnerID: "p-002", TransactionID: "shared"}
+	recs := map[idempotency.Key]*orchestrator.Record{}
+	for k, r := range map[idempotency.Key]struct {
+		state orchestrator.State
+		age   time.Duration
+	}{
+		key("approved"):  {orchestrator.StateSending, 5 * time.Second},
+		key("declined"):  {orchestrator.StateSending, 5 * time.Second},
+		key("lost-new"):  {orchestrator.StateSending, 5 * time.Second},
+		key("lost-old"):  {orchestrator.StateSending, time.Minute},
+		key("too-young"): {orchestrator.StateSending, 100 * time.Millisecond},
+		key("busy"):      {orchestrator.StateSending, 5 * time.Second},
+		key("final"):     {orchestrator.StateApproved, time.Minute},
+		key("received"):  {orchestrator.StateReceived, time.Minute},
+		key("shared"):    {orchestrator.StateSending, 5 * time.Second},
+		sharedB:          {orchestrator.StateSending, 5 * time.Second},
+	} {
+		recs[k] = rec(k, r.state, r.age)
+	}
+	st := &memStore{recs: recs}
+	iss := &fakeIssuer{answers: map[idempotency.Key]*issuerproto.AuthorizeResponse{
+		key("approved"): {Approved: true, AuthCode: "A1"},
+		key("declined"): {DeclineReason: "do_not_honor"},
+		key("busy"):     {Approved: true, AuthCode: "B1"},
+		key("shared"):   {Approved: true, AuthCode: "S1"},
+		sharedB:         {DeclineReason: "stolen_card"},
 	}}
 	r, err := New(Config{Store: st, Issuer: iss, Now: func() time.Time { return now },
-		Busy: func(id string) bool { return id == "busy" }, Log: slog.New(slog.DiscardHandler)})
+		Busy: func(k idempotency.Key) bool { return k == key("busy") }, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n, err := r.Once(context.Background())
-	if err != nil || n != 3 {
-		t.Fatalf("Once = %d, %v; want 3 resolved", n, err)
+	if err != nil || n != 5 {
+		t.Fatalf("Once = %d, %v; want 5 resolved", n, err)
 	}
-	want := map[string]string{
-		"approved": "approved/A1/", "declined": "declined//do_not_honor", "lost-old": "failed//issuer_not_reached",
-		"lost-new": "sending//", "too-young": "sending//", "busy": "sending//", "final": "approved//", "received": "received//",
+	want := map[idempotency.Key]string{
+		key("approved"): "approved/A1/", key("declined"): "declined//do_not_honor", key("lost-old"): "failed//issuer_not_reached",
+		key("lost-new"): "sending//", key("too-young"): "sending//", key("busy"): "sending//", key("final"): "approved//",
+		key("received"): "received//", key("shared"): "approved/S1/", sharedB: "declined//stolen_card",
 	}
-	for id, w := range want {
-		r := st.recs[id]
+	for k, w := range want {
+		r := st.recs[k]
 		if got := string(r.State) + "/" + r.AuthCode + "/" + r.DeclineReason; got != w {
-			t.Errorf("%s: %s, want %s", id, got, w)
+			t.Errorf("%s: %s, want %s", k, got, w)
 		}
 	}
-	for _, id := range iss.inquired {
-		if id == "final" || id == "received" || id == "busy" || id == "too-young" {
-			t.Errorf("inquired about %s", id)
+	for _, k := range iss.inquired {
+		if k == key("final") || k == key("received") || k == key("busy") || k == key("too-young") {
+			t.Errorf("inquired about %s", k)
 		}
 	}
 	// The issuer down: nothing changes, no error escapes per record.
-	st.recs["x"] = rec("x", orchestrator.StateSending, time.Minute)
+	st.recs[key("x")] = rec(key("x"), orchestrator.StateSending, time.Minute)
 	iss.down = true
-	if n, err := r.Once(context.Background()); err != nil || n != 0 || st.recs["x"].State != orchestrator.StateSending {
-		t.Fatalf("issuer down: %d, %v, %s", n, err, st.recs["x"].State)
+	if n, err := r.Once(context.Background()); err != nil || n != 0 || st.recs[key("x")].State != orchestrator.StateSending {
+		t.Fatalf("issuer down: %d, %v, %s", n, err, st.recs[key("x")].State)
 	}
 }

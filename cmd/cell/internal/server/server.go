@@ -31,13 +31,14 @@ import (
 )
 
 // Store is what the server needs of the cell's database; *store.Store
-// implements it. Each method's contract is the store's.
+// implements it. Each method's contract is the store's: records are keyed by
+// (partner, transaction ID).
 type Store interface {
 	Insert(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
 	Reclaim(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
-	Get(ctx context.Context, id string) (*orchestrator.Record, error)
+	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
 	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
-	Velocity(ctx context.Context, panHash []byte, since time.Time, exclude string) (int64, int64, error)
+	Velocity(ctx context.Context, panHash []byte, since time.Time, exclude idempotency.Key) (int64, int64, error)
 }
 
 // Issuer sends authorizations; issuerproto.IssuerClient implements it. An
@@ -70,8 +71,8 @@ type Config struct {
 	Secret []byte
 	// IssuerTimeout bounds one issuer call; default 5s.
 	IssuerTimeout time.Duration
-	// WaitTimeout bounds waiting for a concurrent attempt at the same ID;
-	// default 10s.
+	// WaitTimeout bounds waiting for a concurrent attempt at the same
+	// transaction; default 10s.
 	WaitTimeout time.Duration
 	Metrics     Metrics          // optional
 	Now         func() time.Time // default time.Now
@@ -110,24 +111,25 @@ type Server struct {
 	cfg Config
 	pan *card.Hasher
 	fp  *idempotency.Fingerprinter
-	// busy counts the attempts in progress per transaction ID, so that the
-	// reconciler leaves them to finish.
+	// busy counts the attempts in progress per transaction (partner and
+	// transaction ID), so that the reconciler leaves them to finish.
 	busyMu sync.Mutex
-	busy   map[string]int
+	busy   map[idempotency.Key]int
 }
 
-// Busy reports whether an attempt at id is in progress in this process.
-func (s *Server) Busy(id string) bool {
+// Busy reports whether an attempt at transaction k is in progress in this
+// process.
+func (s *Server) Busy(k idempotency.Key) bool {
 	s.busyMu.Lock()
 	defer s.busyMu.Unlock()
-	return s.busy[id] > 0
+	return s.busy[k] > 0
 }
 
-func (s *Server) track(id string, d int) {
+func (s *Server) track(k idempotency.Key, d int) {
 	s.busyMu.Lock()
 	defer s.busyMu.Unlock()
-	if s.busy[id] += d; s.busy[id] <= 0 {
-		delete(s.busy, id)
+	if s.busy[k] += d; s.busy[k] <= 0 {
+		delete(s.busy, k)
 	}
 }
 
@@ -140,17 +142,22 @@ func New(cfg Config) (*Server, error) {
 		cfg:  cfg,
 		pan:  card.NewHasher(cfg.Secret),
 		fp:   idempotency.NewFingerprinter(cfg.Secret),
-		busy: map[string]int{},
+		busy: map[idempotency.Key]int{},
 	}, nil
 }
 
-// Get returns a recorded transaction. Records that partners never see (not
-// yet at their PNR, or abandoned) are NOT_FOUND.
+// Get returns the recorded transaction of (partner, transaction ID).
+// Records that partners never see (not yet at their PNR, or abandoned) are
+// NOT_FOUND, and so is another partner's transaction with the same ID: the
+// store finds only the asked partner's.
 func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1.Transaction, error) {
+	if err := idempotency.ValidateKey(req.GetPartnerId()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "partner_id: %v", err)
+	}
 	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "transaction_id: %v", err)
 	}
-	r, err := s.cfg.Store.Get(ctx, req.GetTransactionId())
+	r, err := s.cfg.Store.Get(ctx, idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, status.Error(codes.NotFound, "transaction not found")
@@ -173,8 +180,9 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		return status.Error(codes.InvalidArgument, "start: the first message must be a ProcessRequest")
 	}
 	r := req.GetRequest()
-	s.track(r.GetTransactionId(), 1)
-	defer s.track(r.GetTransactionId(), -1)
+	key := idempotency.KeyOf(r)
+	s.track(key, 1)
+	defer s.track(key, -1)
 	in := orchestrator.Input{
 		Request:    r,
 		Attempt:    req.GetAttempt(),
@@ -212,7 +220,7 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 	case orchestrator.Reclaim:
 		return s.existingOr(s.cfg.Store.Reclaim(ctx, a.Record)), ctx
 	case orchestrator.Wait:
-		return s.wait(ctx, a.TransactionID), ctx
+		return s.wait(ctx, a.Key), ctx
 	case orchestrator.CheckVelocity:
 		n, amt, err := s.cfg.Store.Velocity(ctx, a.PANHash, a.Since, a.Exclude)
 		if err != nil {
@@ -239,7 +247,7 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 		}
 		return orchestrator.Persisted{}, ctx
 	case orchestrator.EmitPNR:
-		ev, ctx := s.confirmPNR(stream, a.TransactionID)
+		ev, ctx := s.confirmPNR(stream, a.Key)
 		if s.cfg.Metrics != nil {
 			_, ok := ev.(orchestrator.PNRConfirmed)
 			s.cfg.Metrics.PNR(ok)
@@ -254,13 +262,13 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 // confirmPNR asks the GTR to confirm the point of no return and waits for
 // its Proceed. Once confirmed, the attempt runs to its end under a context
 // of its own: the transaction belongs to this cell whatever the GTR does.
-func (s *Server) confirmPNR(stream processStream, id string) (orchestrator.Event, context.Context) {
+func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (orchestrator.Event, context.Context) {
 	ctx := stream.Context()
 	refused := func(err error) (orchestrator.Event, context.Context) {
 		return orchestrator.PNRRefused{Err: err}, context.WithoutCancel(ctx)
 	}
 	if err := stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{
-		PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: id, CellId: s.cfg.CellID},
+		PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: k.TransactionID, PartnerId: k.PartnerID, CellId: s.cfg.CellID},
 	}}); err != nil {
 		return refused(err)
 	}
@@ -281,19 +289,20 @@ func (s *Server) existingOr(ok bool, existing *orchestrator.Record, err error) o
 	case ok:
 		return orchestrator.Inserted{}
 	}
-	return orchestrator.Existing{Record: existing, Active: s.othersBusy(existing.TransactionID)}
+	return orchestrator.Existing{Record: existing, Active: s.othersBusy(existing.Key())}
 }
 
-// othersBusy reports whether an attempt at id other than the caller's own
-// is in progress in this process (every attempt counts itself in busy).
-func (s *Server) othersBusy(id string) bool {
+// othersBusy reports whether an attempt at transaction k other than the
+// caller's own is in progress in this process (every attempt counts itself
+// in busy).
+func (s *Server) othersBusy(k idempotency.Key) bool {
 	s.busyMu.Lock()
 	defer s.busyMu.Unlock()
-	return s.busy[id] > 1
+	return s.busy[k] > 1
 }
 
-// wait polls until another attempt's record leaves state received.
-func (s *Server) wait(ctx context.Context, id string) orchestrator.Event {
+// wait polls until another attempt's record of k leaves state received.
+func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
@@ -304,11 +313,11 @@ func (s *Server) wait(ctx context.Context, id string) orchestrator.Event {
 			return orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)}
 		case <-t.C:
 		}
-		r, err := s.cfg.Store.Get(ctx, id)
+		r, err := s.cfg.Store.Get(ctx, k)
 		if err != nil {
 			continue
 		}
-		active := s.othersBusy(id)
+		active := s.othersBusy(k)
 		if r.State != orchestrator.StateReceived && !(r.State == orchestrator.StateSending && active) {
 			return orchestrator.Existing{Record: r, Active: active}
 		}
@@ -320,6 +329,7 @@ func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orches
 	defer cancel()
 	r := a.Request
 	resp, err := s.cfg.Issuer.Authorize(ctx, &issuerproto.AuthorizeRequest{
+		PartnerId:        r.GetPartnerId(),
 		TransactionId:    r.GetTransactionId(),
 		Pan:              r.GetCard().GetPan(),
 		ExpiryMonth:      r.GetCard().GetExpiryMonth(),
@@ -335,10 +345,12 @@ func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orches
 	case codes.OK:
 		return orchestrator.IssuerAnswered{Approved: resp.GetApproved(), AuthCode: resp.GetAuthCode(), DeclineReason: resp.GetDeclineReason()}
 	case codes.InvalidArgument:
-		s.cfg.Log.Warn("issuer refused the request", "transaction_id", r.GetTransactionId(), "error", status.Convert(err).Message())
+		s.cfg.Log.Warn("issuer refused the request", "partner_id", r.GetPartnerId(), "transaction_id", r.GetTransactionId(),
+			"error", status.Convert(err).Message())
 		return orchestrator.IssuerAnswered{DeclineReason: "issuer_invalid_request"}
 	}
-	s.cfg.Log.Warn("issuer outcome unknown; transaction pending", "transaction_id", r.GetTransactionId(), "code", status.Code(err).String())
+	s.cfg.Log.Warn("issuer outcome unknown; transaction pending", "partner_id", r.GetPartnerId(), "transaction_id", r.GetTransactionId(),
+		"code", status.Code(err).String())
 	return orchestrator.IssuerUnknown{Err: err}
 }
 

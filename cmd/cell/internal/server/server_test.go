@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,13 +12,17 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -26,36 +31,37 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// memStore keys records by (partner, transaction ID), as the real store.
 type memStore struct {
 	mu   sync.Mutex
-	recs map[string]orchestrator.Record
+	recs map[idempotency.Key]orchestrator.Record
 }
 
 func (m *memStore) Insert(_ context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev, ok := m.recs[r.TransactionID]; ok {
+	if prev, ok := m.recs[r.Key()]; ok {
 		return false, &prev, nil
 	}
-	m.recs[r.TransactionID] = *r
+	m.recs[r.Key()] = *r
 	return true, nil, nil
 }
 
 func (m *memStore) Reclaim(_ context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.recs[r.TransactionID]
+	prev := m.recs[r.Key()]
 	if prev.State != orchestrator.StateAbandoned {
 		return false, &prev, nil
 	}
-	m.recs[r.TransactionID] = *r
+	m.recs[r.Key()] = *r
 	return true, nil, nil
 }
 
-func (m *memStore) Get(_ context.Context, id string) (*orchestrator.Record, error) {
+func (m *memStore) Get(_ context.Context, k idempotency.Key) (*orchestrator.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.recs[id]
+	r, ok := m.recs[k]
 	if !ok {
 		return nil, store.ErrNotFound
 	}
@@ -65,28 +71,47 @@ func (m *memStore) Get(_ context.Context, id string) (*orchestrator.Record, erro
 func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orchestrator.State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.recs[r.TransactionID].State != from {
+	if m.recs[r.Key()].State != from {
 		return store.ErrStateChanged
 	}
-	m.recs[r.TransactionID] = *r
+	m.recs[r.Key()] = *r
 	return nil
 }
 
-func (m *memStore) Velocity(context.Context, []byte, time.Time, string) (int64, int64, error) {
+func (m *memStore) Velocity(context.Context, []byte, time.Time, idempotency.Key) (int64, int64, error) {
 	return 0, 0, nil
 }
 
+// state is the state of p-001's transaction id.
 func (m *memStore) state(id string) orchestrator.State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.recs[id].State
+	return m.recs[idempotency.Key{PartnerID: "p-001", TransactionID: id}].State
 }
 
-type countingIssuer struct{ calls atomic.Int32 }
+// countingIssuer approves everything and counts the calls per
+// (partner, transaction ID) it was sent.
+type countingIssuer struct {
+	calls atomic.Int32
+	mu    sync.Mutex
+	byKey map[idempotency.Key]int
+}
 
 func (c *countingIssuer) Authorize(_ context.Context, in *issuerproto.AuthorizeRequest, _ ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error) {
 	c.calls.Add(1)
-	return &issuerproto.AuthorizeResponse{TransactionId: in.GetTransactionId(), Approved: true, AuthCode: "A1B2C3"}, nil
+	c.mu.Lock()
+	if c.byKey == nil {
+		c.byKey = map[idempotency.Key]int{}
+	}
+	c.byKey[idempotency.Key{PartnerID: in.GetPartnerId(), TransactionID: in.GetTransactionId()}]++
+	c.mu.Unlock()
+	return &issuerproto.AuthorizeResponse{TransactionId: in.GetTransactionId(), PartnerId: in.GetPartnerId(), Approved: true, AuthCode: "A1B2C3"}, nil
+}
+
+func (c *countingIssuer) callsFor(k idempotency.Key) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byKey[k]
 }
 
 func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
@@ -95,7 +120,7 @@ func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &memStore{recs: map[string]orchestrator.Record{}}
+	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}}
 	iss := &countingIssuer{}
 	srv, err := New(Config{
 		CellID: "cell-t", Store: st, Issuer: iss,
@@ -134,16 +159,26 @@ func request(id string) *cellpayv1.SubmitTransactionRequest {
 // open starts an attempt and reads up to the PNR event.
 func open(t *testing.T, ctx context.Context, c cellproto.CellClient, id string) grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent] {
 	t.Helper()
+	return openRequest(t, ctx, c, request(id))
+}
+
+// openRequest starts an attempt at r and reads up to the PNR event, which
+// must name r's partner and transaction ID.
+func openRequest(t *testing.T, ctx context.Context, c cellproto.CellClient, r *cellpayv1.SubmitTransactionRequest) grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent] {
+	t.Helper()
 	s, err := c.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: request(id), Attempt: 1}}}); err != nil {
+	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: r, Attempt: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	ev, err := s.Recv()
 	if err != nil || ev.GetPointOfNoReturn() == nil {
 		t.Fatalf("want a PNR event, got %v, %v", ev, err)
+	}
+	if p := ev.GetPointOfNoReturn(); p.GetPartnerId() != r.GetPartnerId() || p.GetTransactionId() != r.GetTransactionId() {
+		t.Fatalf("PNR event names %s/%s, want %s/%s", p.GetPartnerId(), p.GetTransactionId(), r.GetPartnerId(), r.GetTransactionId())
 	}
 	return s
 }
@@ -235,5 +270,45 @@ func TestDuplicateWaitsForAnOpenHandshake(t *testing.T) {
 	}
 	if iss.calls.Load() != 1 {
 		t.Fatalf("issuer called %d times", iss.calls.Load())
+	}
+}
+
+// TestTransactionsBelongToPartners: two partners send one transaction ID,
+// each with its own amount and merchant. They are two transactions: each
+// reaches the issuer once under its own partner, each is read back only by
+// its own partner, and another partner's read of the ID is NOT_FOUND with
+// the same message as an ID never used.
+func TestTransactionsBelongToPartners(t *testing.T) {
+	c, _, iss := start(t)
+	ctx := ctxT(t)
+	a, b := request("t-shared"), request("t-shared")
+	b.PartnerId, b.Amount.MinorUnits, b.Merchant.Id = "p-002", 9900, "m-2"
+	gotA := proceed(t, openRequest(t, ctx, c, a))
+	gotB := proceed(t, openRequest(t, ctx, c, b))
+	for _, tc := range []struct {
+		req *cellpayv1.SubmitTransactionRequest
+		got *cellpayv1.Transaction
+	}{{a, gotA}, {b, gotB}} {
+		k := idempotency.KeyOf(tc.req)
+		if tc.got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || tc.got.GetPartnerId() != k.PartnerID ||
+			tc.got.GetAmount().GetMinorUnits() != tc.req.GetAmount().GetMinorUnits() || tc.got.GetMerchantId() != tc.req.GetMerchant().GetId() {
+			t.Fatalf("%s: answered %v", k, tc.got)
+		}
+		if n := iss.callsFor(k); n != 1 {
+			t.Fatalf("%s: %d issuer calls, want 1", k, n)
+		}
+		read, err := c.Get(ctx, &cellproto.GetRequest{PartnerId: k.PartnerID, TransactionId: k.TransactionID})
+		if err != nil || !proto.Equal(read, tc.got) {
+			t.Fatalf("%s: Get = %v, %v; want %v", k, read, err, tc.got)
+		}
+	}
+	_, other := c.Get(ctx, &cellproto.GetRequest{PartnerId: "p-003", TransactionId: "t-shared"})
+	_, never := c.Get(ctx, &cellproto.GetRequest{PartnerId: "p-003", TransactionId: "t-never"})
+	if status.Code(other) != codes.NotFound || status.Convert(other).Message() != status.Convert(never).Message() {
+		t.Fatalf("another partner's ID: %v; an ID never used: %v; want the same NOT_FOUND", other, never)
+	}
+	if _, err := c.Get(ctx, &cellproto.GetRequest{TransactionId: "t-shared"}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "partner_id") {
+		t.Fatalf("Get without a partner: %v, want INVALID_ARGUMENT naming partner_id", err)
 	}
 }

@@ -1,5 +1,7 @@
 // Package store is a cell's Postgres: its transactions and its risk limits.
-// The schema is embedded and migrated on Open. Every write that the
+// A transaction is keyed by (partner ID, transaction ID): transaction IDs
+// are a namespace per partner, and every query that finds a transaction
+// names both. The schema is embedded and migrated on Open. Every write that the
 // orchestrator depends on is a single statement in its own transaction, so
 // it is durable (synchronous commit) when it returns.
 //
@@ -22,6 +24,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 //go:embed migrations/*.sql
@@ -66,21 +69,30 @@ func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
 	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), "schema_version")
+	m, err := newMigrator(ctx, conn.Conn())
 	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	if err := m.LoadMigrations(sub); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
+		return err
 	}
 	if err := m.Migrate(ctx); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
 	return nil
+}
+
+// newMigrator returns a migrator over conn with the embedded migrations.
+func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error) {
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		return nil, fmt.Errorf("store: migrate: %w", err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("store: migrate: %w", err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return nil, fmt.Errorf("store: migrate: %w", err)
+	}
+	return m, nil
 }
 
 // Close closes the pool.
@@ -122,48 +134,53 @@ func scan(row pgx.Row) (*orchestrator.Record, error) {
 	return &r, nil
 }
 
-// Insert records a new transaction. When the ID is already recorded it
-// returns the existing record instead, and inserted is false.
+// Insert records a new transaction. When its key (partner and transaction
+// ID) is already recorded it returns the existing record instead, and
+// inserted is false. Another partner's record with the same transaction ID
+// is no conflict.
 func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
-		ON CONFLICT (transaction_id) DO NOTHING`, args(r)...)
+		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, args(r)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
 	if tag.RowsAffected() == 1 {
 		return true, nil, nil
 	}
-	existing, err = s.Get(ctx, r.TransactionID)
+	existing, err = s.Get(ctx, r.Key())
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
 	return false, existing, nil
 }
 
-// Reclaim replaces an abandoned record with r for a new attempt. When the
-// record is no longer abandoned it returns it as it is, and ok is false.
+// Reclaim replaces the abandoned record of r's key with r for a new
+// attempt. When the record is no longer abandoned it returns it as it is,
+// and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
 	a := args(r)
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`) =
 		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
-		WHERE transaction_id = $1 AND state = 'abandoned'`, a...)
+		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
 	}
 	if tag.RowsAffected() == 1 {
 		return true, nil, nil
 	}
-	existing, err = s.Get(ctx, r.TransactionID)
+	existing, err = s.Get(ctx, r.Key())
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
 	}
 	return false, existing, nil
 }
 
-// Get reads one record, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (*orchestrator.Record, error) {
-	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM transactions WHERE transaction_id = $1`, id))
+// Get reads the record of k, or ErrNotFound: also when only another partner
+// holds k's transaction ID.
+func (s *Store) Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error) {
+	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM transactions
+		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("store: get: %w", err)
 	}
@@ -171,12 +188,13 @@ func (s *Store) Get(ctx context.Context, id string) (*orchestrator.Record, error
 }
 
 // Persist writes r's outcome (state, decline reason, auth code, update
-// time) if the stored state is still from; otherwise ErrStateChanged.
+// time) to the record of r's key if the stored state is still from;
+// otherwise ErrStateChanged.
 func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions
-		SET state = $2, decline_reason = $3, auth_code = $4, updated_at = $5
-		WHERE transaction_id = $1 AND state = $6`,
-		r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from))
+		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6
+		WHERE partner_id = $1 AND transaction_id = $2 AND state = $7`,
+		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from))
 	if err != nil {
 		return fmt.Errorf("store: persist: %w", err)
 	}
@@ -187,11 +205,13 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 }
 
 // Velocity counts and sums (risk amount) a card's transactions created at
-// or after since that could still be charged, leaving out exclude.
-func (s *Store) Velocity(ctx context.Context, panHash []byte, since time.Time, exclude string) (count, amount int64, err error) {
+// or after since that could still be charged, leaving out the transaction
+// exclude. A card is counted across partners: another partner's transaction
+// with exclude's ID counts.
+func (s *Store) Velocity(ctx context.Context, panHash []byte, since time.Time, exclude idempotency.Key) (count, amount int64, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(risk_amount), 0)::bigint FROM transactions
-		WHERE pan_hash = $1 AND created_at >= $2 AND transaction_id <> $3
-		AND state IN ('received', 'sending', 'approved')`, panHash, since, exclude).Scan(&count, &amount)
+		WHERE pan_hash = $1 AND created_at >= $2 AND (partner_id, transaction_id) <> ($3, $4)
+		AND state IN ('received', 'sending', 'approved')`, panHash, since, exclude.PartnerID, exclude.TransactionID).Scan(&count, &amount)
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: velocity: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -39,6 +40,9 @@ func ctxT(t *testing.T) context.Context {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 123456000, time.UTC)
 
+// key is transaction id of p-001, the partner of record(id).
+func key(id string) idempotency.Key { return idempotency.Key{PartnerID: "p-001", TransactionID: id} }
+
 func record(id string) *orchestrator.Record {
 	return &orchestrator.Record{
 		TransactionID: id, Fingerprint: [32]byte{1, 2, 3}, State: orchestrator.StateReceived,
@@ -58,7 +62,7 @@ func TestInsertGetPersist(t *testing.T) {
 	if err != nil || !ins || ex != nil {
 		t.Fatalf("Insert = %v, %v, %v", ins, ex, err)
 	}
-	got, err := s.Get(ctx, "t-1")
+	got, err := s.Get(ctx, key("t-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +88,11 @@ func TestInsertGetPersist(t *testing.T) {
 	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.Get(ctx, "t-1")
+	got, _ = s.Get(ctx, key("t-1"))
 	if got.State != orchestrator.StateApproved || got.AuthCode != "A1B2C3" || !got.UpdatedAt.Equal(r.UpdatedAt) {
 		t.Fatalf("after persist: %+v", got)
 	}
-	if _, err := s.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, key("nope")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get missing: %v", err)
 	}
 }
@@ -100,7 +104,7 @@ func TestRoundTripIsExact(t *testing.T) {
 	if _, _, err := s.Insert(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get(ctx, r.TransactionID)
+	got, err := s.Get(ctx, r.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +147,7 @@ func TestVelocity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, amt, err := s.Velocity(ctx, []byte{0xca, 0xfe}, t0.Add(-time.Minute), "v-received")
+	n, amt, err := s.Velocity(ctx, []byte{0xca, 0xfe}, t0.Add(-time.Minute), key("v-received"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +173,7 @@ func TestAbandonAndReclaim(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("AbandonUnsent = %d, %v; want 2", n, err)
 	}
-	if got, _ := s.Get(ctx, "a-sent"); got.State != orchestrator.StateSending {
+	if got, _ := s.Get(ctx, key("a-sent")); got.State != orchestrator.StateSending {
 		t.Fatalf("a transaction past its PNR was abandoned: %s", got.State)
 	}
 	r := record("a-1")
@@ -235,7 +239,7 @@ func TestPolicyAndMigrationsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if _, err := s2.Get(ctx, "keep"); err != nil {
+	if _, err := s2.Get(ctx, key("keep")); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, url)

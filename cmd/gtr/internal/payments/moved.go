@@ -10,15 +10,16 @@ import (
 
 // movedCache remembers, for transactions that were re-routed, the cell that
 // completed them, so that a replay goes there first instead of starting
-// over on the cell that failed. It is bounded (oldest entries go first) and
-// per replica: a replica that does not know still gets the same answer,
-// because the first cell answers Reroutable for a transaction it abandoned
-// and the issuer suppresses duplicates by ID.
+// over on the cell that failed. Transactions are keyed by (partner,
+// transaction ID). It is bounded (oldest entries go first) and per replica:
+// a replica that does not know still gets the same answer, because the
+// first cell answers Reroutable for a transaction it abandoned and the
+// issuer suppresses duplicates by partner and ID.
 type movedCache struct {
 	n     atomic.Int64 // entries; lets the common case skip the lock
 	mu    sync.Mutex
-	cells map[string]moved
-	order []string
+	cells map[idempotency.Key]moved
+	order []idempotency.Key // a ring; the zero Key marks a free slot
 	next  int
 }
 
@@ -29,33 +30,34 @@ type moved struct {
 }
 
 func newMovedCache(size int) *movedCache {
-	return &movedCache{cells: make(map[string]moved), order: make([]string, size)}
+	return &movedCache{cells: make(map[idempotency.Key]moved), order: make([]idempotency.Key, size)}
 }
 
-func (m *movedCache) remember(id, cellID string, fp idempotency.Fingerprint) {
+func (m *movedCache) remember(k idempotency.Key, cellID string, fp idempotency.Fingerprint) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.cells[id]; !ok {
-		if old := m.order[m.next]; old != "" {
+	if _, ok := m.cells[k]; !ok {
+		if old := m.order[m.next]; old != (idempotency.Key{}) {
 			delete(m.cells, old)
 		}
-		m.order[m.next] = id
+		m.order[m.next] = k
 		m.next = (m.next + 1) % len(m.order)
 	}
-	m.cells[id] = moved{cellID, fp}
+	m.cells[k] = moved{cellID, fp}
 	m.n.Store(int64(len(m.cells)))
 }
 
-// promote returns ranked with the remembered cell of id moved to the front,
-// when it is in the ranking. A remembered id with another payload is a
-// conflict: the cell that holds it would say so, but the cell this replay
-// would otherwise start on may never have seen it.
-func (m *movedCache) promote(id string, fp idempotency.Fingerprint, ranked []routing.Choice) ([]routing.Choice, error) {
+// promote returns ranked with the remembered cell of transaction k moved to
+// the front, when it is in the ranking. A remembered k with another payload
+// is a conflict: the cell that holds it would say so, but the cell this
+// replay would otherwise start on may never have seen it. Another partner's
+// transaction with k's ID is not k, and is neither promoted nor a conflict.
+func (m *movedCache) promote(k idempotency.Key, fp idempotency.Fingerprint, ranked []routing.Choice) ([]routing.Choice, error) {
 	if m.n.Load() == 0 {
 		return ranked, nil
 	}
 	m.mu.Lock()
-	mv, ok := m.cells[id]
+	mv, ok := m.cells[k]
 	m.mu.Unlock()
 	if !ok {
 		return ranked, nil

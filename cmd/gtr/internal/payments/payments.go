@@ -7,6 +7,11 @@
 // for an attempt, that attempt's cell owns the transaction, and the GTR never
 // sends it anywhere else. If the stream breaks after that, the partner is
 // told PENDING by that cell and reads the outcome later with GetTransaction.
+//
+// A transaction is identified by (partner, transaction ID): transaction IDs
+// are a namespace per partner. Coalescing, the moved cache and every read
+// go by the pair, and another partner's transaction is NOT_FOUND, exactly
+// like an ID never used.
 package payments
 
 import (
@@ -133,9 +138,9 @@ type Server struct {
 
 	inflight atomic.Int64 // requests being processed
 	retrying atomic.Int64 // of which, re-routes in progress
-	// flights coalesces concurrent duplicates: same ID and payload share
-	// one processing. The key's fingerprint is keyed by a per-process
-	// secret and never leaves the process.
+	// flights coalesces concurrent duplicates: same partner, ID and
+	// payload share one processing. The key's fingerprint is keyed by a
+	// per-process secret and never leaves the process.
 	flights singleflight.Group
 	fp      *idempotency.Fingerprinter
 	moved   *movedCache
@@ -168,7 +173,9 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 		defer cancel()
 	}
 	fp := s.fp.Of(req)
-	key := req.GetTransactionId() + "\x00" + string(fp[:])
+	// Partner and transaction ID are validated ([A-Za-z0-9._-]): the NULs
+	// cannot occur in them, so no two keys run together.
+	key := req.GetPartnerId() + "\x00" + req.GetTransactionId() + "\x00" + string(fp[:])
 	// The shared processing must outlive a first caller who gives up, but
 	// not the first caller's deadline.
 	deadline, _ := ctx.Deadline()
@@ -216,7 +223,8 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	ranked, err := s.moved.promote(req.GetTransactionId(), fp, res.Ranked)
+	txnKey := idempotency.KeyOf(req)
+	ranked, err := s.moved.promote(txnKey, fp, res.Ranked)
 	if err != nil {
 		return nil, status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
 	}
@@ -246,7 +254,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		}
 		if out.reroute == nil {
 			if i > 0 && out.txn != nil {
-				s.moved.remember(req.GetTransactionId(), out.txn.GetCellId(), fp)
+				s.moved.remember(txnKey, out.txn.GetCellId(), fp)
 			}
 			return out.txn, out.final
 		}
@@ -255,7 +263,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			s.cfg.Metrics.Rerouted(cell.ID, out.reroute, out.cellHealthy)
 		}
 		s.cfg.Log.Warn("re-routing before the point of no return",
-			"transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
+			"partner_id", req.GetPartnerId(), "transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
 		if ctx.Err() != nil {
 			return nil, status.Errorf(codes.DeadlineExceeded, "deadline passed before the transaction started on a cell; last: %v", last)
 		}
@@ -273,13 +281,32 @@ func (s *Server) mayRetry() bool {
 	return true
 }
 
+// partnerOf is the partner a GetTransaction call reads for: the one
+// namespace its transaction_id is looked up in. On the partners' listener
+// the authentication interceptor (cmd/gtr/internal/auth) has already set
+// partner_id to the authenticated partner, or refused a call naming another
+// (DESIGN.md: a call acts only for its own partner); here it must be set.
+func partnerOf(ctx context.Context, req *cellpayv1.GetTransactionRequest) (string, error) {
+	if err := idempotency.ValidateKey(req.GetPartnerId()); err != nil {
+		return "", &validate.FieldError{Field: "partner_id", Reason: err.Error()}
+	}
+	return req.GetPartnerId(), nil
+}
+
 // GetTransaction asks every cell of the table (cells never call each
-// other; only the GTR crosses cell boundaries) and returns the record of the
-// cell that owns the transaction.
+// other; only the GTR crosses cell boundaries) for the caller's partner's
+// transaction, and returns the record of the cell that owns it. Another
+// partner's transaction with the same ID is NOT_FOUND, like an ID never
+// used: every cell answers for the asked partner only.
 func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
+	partner, err := partnerOf(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
 		return nil, (&validate.FieldError{Field: "transaction_id", Reason: err.Error()})
 	}
+	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: req.GetTransactionId()}
 	cells := s.cfg.Table().Spec().Cells
 	type answer struct {
 		txn *cellpayv1.Transaction
@@ -296,7 +323,7 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 				answers[i].err = err
 				return
 			}
-			answers[i].txn, answers[i].err = client.Get(ctx, &cellproto.GetRequest{TransactionId: req.GetTransactionId()})
+			answers[i].txn, answers[i].err = client.Get(ctx, get)
 		}()
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -32,7 +34,7 @@ type fakeCell struct {
 	mu    sync.Mutex
 	seen  []*cellproto.ProcessRequest
 	do    func(req *cellproto.ProcessRequest, s srv) error
-	get   func(id string) (*cellpayv1.Transaction, error)
+	get   func(k idempotency.Key) (*cellpayv1.Transaction, error)
 }
 
 type srv = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]
@@ -54,7 +56,7 @@ func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1
 	if f.get == nil {
 		return nil, status.Error(codes.NotFound, "no")
 	}
-	return f.get(req.GetTransactionId())
+	return f.get(idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
 }
 
 func serve(t testing.TB, f *fakeCell) string {
@@ -322,24 +324,72 @@ func TestValidatesBeforeRouting(t *testing.T) {
 }
 
 func TestGetTransaction(t *testing.T) {
-	a := &fakeCell{get: func(id string) (*cellpayv1.Transaction, error) {
-		return &cellpayv1.Transaction{TransactionId: id, Status: cellpayv1.TransactionStatus_PENDING}, nil
+	a := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_PENDING}, nil
 	}}
-	b := &fakeCell{get: func(id string) (*cellpayv1.Transaction, error) {
-		return &cellpayv1.Transaction{TransactionId: id, Status: cellpayv1.TransactionStatus_APPROVED}, nil
+	b := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_APPROVED}, nil
 	}}
 	c := &fakeCell{}
 	s, _ := setup(t, a, b, c)
-	got, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "t-1"})
-	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
-		t.Fatalf("got %v, %v; want the final record over a PENDING one", got, err)
+	got, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-1"})
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetPartnerId() != "p-001" {
+		t.Fatalf("got %v, %v; want p-001's final record over a PENDING one", got, err)
 	}
 	s2, _ := setup(t, &fakeCell{}, &fakeCell{})
-	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "t-2"}); status.Code(err) != codes.NotFound {
+	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-2"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("err = %v, want NotFound", err)
 	}
-	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{TransactionId: "bad id"}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("err = %v, want InvalidArgument", err)
+	for _, bad := range []struct {
+		req   *cellpayv1.GetTransactionRequest
+		field string
+	}{
+		{&cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "bad id"}, "transaction_id"},
+		{&cellpayv1.GetTransactionRequest{TransactionId: "t-1"}, "partner_id"},
+		{&cellpayv1.GetTransactionRequest{PartnerId: "p 1", TransactionId: "t-1"}, "partner_id"},
+	} {
+		_, err := s2.GetTransaction(ctx(t), bad.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), bad.field+":") {
+			t.Fatalf("GetTransaction(%v) = %v, want InvalidArgument naming %s", bad.req, err, bad.field)
+		}
+	}
+}
+
+// TestGetTransactionIsPerPartner: the cells are asked for the caller's
+// partner and ID, and another partner's transaction with the same ID is
+// NOT_FOUND, answered exactly as an ID that was never used.
+func TestGetTransactionIsPerPartner(t *testing.T) {
+	owned := idempotency.Key{PartnerID: "p-001", TransactionID: "t-1"}
+	var mu sync.Mutex
+	var asked []idempotency.Key
+	get := func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		mu.Lock()
+		asked = append(asked, k)
+		mu.Unlock()
+		if k != owned {
+			return nil, status.Error(codes.NotFound, "transaction not found")
+		}
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_APPROVED}, nil
+	}
+	s, _ := setup(t, &fakeCell{get: get}, &fakeCell{get: get}, &fakeCell{get: get})
+	if got, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-1"}); err != nil || got.GetPartnerId() != "p-001" {
+		t.Fatalf("the owner's read: %v, %v", got, err)
+	}
+	_, other := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-002", TransactionId: "t-1"})
+	_, never := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-002", TransactionId: "t-never"})
+	if status.Code(other) != codes.NotFound || status.Convert(other).Message() != status.Convert(never).Message() ||
+		len(status.Convert(other).Details()) != len(status.Convert(never).Details()) {
+		t.Fatalf("another partner's ID: %v; an ID never used: %v; want the same NOT_FOUND", other, never)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	count := map[idempotency.Key]int{}
+	for _, k := range asked {
+		count[k]++
+	}
+	want := map[idempotency.Key]int{owned: 3, {PartnerID: "p-002", TransactionID: "t-1"}: 3, {PartnerID: "p-002", TransactionID: "t-never"}: 3}
+	if !maps.Equal(count, want) {
+		t.Fatalf("cells were asked for %v, want each read's partner and ID from every cell: %v", count, want)
 	}
 }
 
@@ -414,6 +464,89 @@ func TestReplayAfterRerouteGoesToCompletingCell(t *testing.T) {
 	// Other transactions still start on their first choice.
 	if got, _ := s.SubmitTransaction(ctx(t), req("t-fresh")); got.GetCellId() != a.id {
 		t.Fatalf("fresh transaction went to %s", got.GetCellId())
+	}
+	// Another partner's transaction with the remembered ID is another
+	// transaction: neither a conflict nor sent after p-001's.
+	theirs := req("t-moved")
+	theirs.PartnerId, theirs.Amount.MinorUnits = "p-002", 4242
+	if got, err := s.SubmitTransaction(ctx(t), theirs); err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("p-002's t-moved: %v, %v; want its own approval", got, err)
+	}
+	if s.moved.n.Load() != 1 {
+		t.Fatalf("moved cache holds %d entries, want p-001's alone", s.moved.n.Load())
+	}
+	if got, err := s.SubmitTransaction(ctx(t), req("t-moved")); err != nil || got.GetCellId() != b.id {
+		t.Fatalf("p-001's replay after p-002's: %v, %v", got, err)
+	}
+}
+
+// TestMovedCacheIsPerPartner: the cache keys by (partner, ID), so another
+// partner's transaction with a remembered ID is neither promoted nor a
+// conflict.
+func TestMovedCacheIsPerPartner(t *testing.T) {
+	m := newMovedCache(2)
+	fp := idempotency.NewFingerprinter([]byte("k"))
+	mine, theirs := req("t-1"), req("t-1")
+	theirs.PartnerId, theirs.Amount.MinorUnits = "p-002", 999
+	m.remember(idempotency.KeyOf(mine), "c2", fp.Of(mine))
+	ranked := func() []routing.Choice {
+		return []routing.Choice{{Cell: &routing.Cell{ID: "c1"}}, {Cell: &routing.Cell{ID: "c2"}}}
+	}
+	got, err := m.promote(idempotency.KeyOf(theirs), fp.Of(theirs), ranked())
+	if err != nil || got[0].Cell.ID != "c1" {
+		t.Fatalf("another partner's t-1: %v, %v; want its own ranking, no conflict", got, err)
+	}
+	got, err = m.promote(idempotency.KeyOf(mine), fp.Of(mine), ranked())
+	if err != nil || got[0].Cell.ID != "c2" {
+		t.Fatalf("p-001's t-1: %v, %v; want the remembered cell first", got, err)
+	}
+	other := req("t-1")
+	other.Amount.MinorUnits++
+	if _, err := m.promote(idempotency.KeyOf(other), fp.Of(other), ranked()); err == nil {
+		t.Fatal("p-001's t-1 with another payload: no conflict")
+	}
+	// The ring evicts by key: two more entries push p-001's t-1 out.
+	m.remember(idempotency.Key{PartnerID: "p-002", TransactionID: "t-1"}, "c1", fp.Of(theirs))
+	m.remember(idempotency.Key{PartnerID: "p-003", TransactionID: "t-1"}, "c1", fp.Of(theirs))
+	if got, err := m.promote(idempotency.KeyOf(mine), fp.Of(mine), ranked()); err != nil || got[0].Cell.ID != "c1" || m.n.Load() != 2 {
+		t.Fatalf("after eviction: %v, %v, %d entries", got, err, m.n.Load())
+	}
+}
+
+// TestCoalescesPerPartner: concurrent requests of two partners with one
+// transaction ID are two transactions, never one shared processing.
+func TestCoalescesPerPartner(t *testing.T) {
+	release := make(chan struct{})
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
+		<-release
+		return approve(r, s, a.id)
+	}
+	b := &fakeCell{}
+	b.do = func(r *cellproto.ProcessRequest, s srv) error {
+		<-release
+		return approve(r, s, b.id)
+	}
+	s, _ := setup(t, a, b)
+	s.cfg.AttemptTimeout = 5 * time.Second
+	var wg sync.WaitGroup
+	answers := make([]*cellpayv1.Transaction, 10)
+	errs := make([]error, len(answers))
+	for i := range answers {
+		r := req("t-same")
+		r.PartnerId = fmt.Sprintf("p-%03d", 1+i%2)
+		wg.Go(func() { answers[i], errs[i] = s.SubmitTransaction(ctx(t), r) })
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if got := a.calls.Load() + b.calls.Load(); got != 2 {
+		t.Fatalf("cells saw %d attempts, want 2 (one per partner)", got)
+	}
+	for i, ans := range answers {
+		if errs[i] != nil || ans.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+			t.Fatalf("caller %d got %v, %v", i, ans, errs[i])
+		}
 	}
 }
 
