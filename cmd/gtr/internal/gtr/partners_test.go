@@ -18,6 +18,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // TestPartnersWired: the GTR starts its partner registry from -partners,
@@ -29,8 +30,9 @@ func TestPartnersWired(t *testing.T) {
 	os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\nrules:\n  - {name: all, pool: main}\n"), 0o644)
 	partnersFile := filepath.Join(dir, "partners.yaml")
 	os.WriteFile(partnersFile, []byte("version: 4\npartners:\n  - {id: p-001, status: active}\n"), 0o644)
+	tlsCert, tlsKey, caFile := testTLS(t)
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
-		PartnersFile: partnersFile, PartnersStateFile: filepath.Join(dir, "partners-state.json"),
+		TLSCertFile: tlsCert, TLSKeyFile: tlsKey, PartnersFile: partnersFile, PartnersStateFile: filepath.Join(dir, "partners-state.json"),
 		ReplicaID: "r1", ShutdownTimeout: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer ccancel()
@@ -41,7 +43,15 @@ func TestPartnersWired(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- Run(ctx, cfg) }()
 		dial := func(addr string) *grpc.ClientConn {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+			transport := grpc.WithTransportCredentials(insecure.NewCredentials())
+			if addr == cfg.Listen {
+				tlsOpt, err := client.TLS(caFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				transport = tlsOpt
+			}
+			conn, err := grpc.NewClient(addr, transport, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 			if err != nil {
 				t.Fatal(err)
 			}
