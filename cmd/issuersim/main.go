@@ -22,6 +22,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/logging"
+	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
@@ -68,7 +69,7 @@ func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string) erro
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	gs := grpc.NewServer(tel.ServerOptions()...)
+	gs := grpc.NewServer(append(grpclimits.Internal.ServerOptions(), tel.ServerOptions()...)...)
 	issuerproto.RegisterIssuerServer(gs, issuersim.New(issuersim.Config{Seed: 1, Logger: log}))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

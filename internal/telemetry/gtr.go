@@ -17,6 +17,7 @@ type CellGauge struct {
 	ID          string
 	HealthShare int // 0 to 100: the share of its traffic the cell takes
 	InFlight    int64
+	Limit       int // the cell's adaptive concurrency limit (0: none)
 }
 
 // GTR holds the router's domain instruments. Its methods only add to
@@ -26,7 +27,9 @@ type GTR struct {
 	reroutes metric.Int64Counter
 	attempts metric.Int64Histogram
 	denied   metric.Int64Counter
+	shed     metric.Int64Counter
 	txnAttrs *attrCache // status, code
+	shAttrs  *attrCache // reason
 	rrAttrs  *attrCache // cell, reason
 	dnAttrs  *attrCache // code, reason
 }
@@ -40,9 +43,11 @@ type GTR struct {
 //	cellpay_gtr_cell_health_share{cell}           share (0-100) of its traffic a cell takes, from health
 //	cellpay_gtr_cell_in_flight{cell}              attempts in progress on a cell
 //	cellpay_gtr_auth_denied_total{code,reason}    partners' calls refused by authentication (no key material)
+//	cellpay_gtr_shed_total{reason}                requests refused by admission control, before any cell
+//	cellpay_gtr_cell_concurrency_limit{cell}      a cell's adaptive concurrency limit
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
-	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason")}
-	var errs [6]error
+	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", "")}
+	var errs [8]error
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
 	g.reroutes, errs[1] = m.Int64Counter("cellpay.gtr.reroutes",
@@ -57,6 +62,11 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	errs[4] = err
 	g.denied, errs[5] = m.Int64Counter("cellpay.gtr.auth.denied",
 		metric.WithDescription("Partners' calls refused by authentication or authorization, by gRPC code and reason."))
+	g.shed, errs[6] = m.Int64Counter("cellpay.gtr.shed",
+		metric.WithDescription("Requests refused by admission control before reaching any cell, by reason (partner_rate, partner_in_flight, cell_busy)."))
+	limit, err := m.Int64ObservableGauge("cellpay.gtr.cell.concurrency_limit",
+		metric.WithDescription("A cell's adaptive concurrency limit at the GTR."))
+	errs[7] = err
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -66,9 +76,10 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 			a := cellAttrs.of(c.ID, "").obs
 			o.ObserveInt64(share, int64(c.HealthShare), a...)
 			o.ObserveInt64(inflight, c.InFlight, a...)
+			o.ObserveInt64(limit, int64(c.Limit), a...)
 		}
 		return nil
-	}, share, inflight)
+	}, share, inflight, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +96,11 @@ func (g *GTR) Rerouted(cellID string, err error, cellHealthy bool) {
 // gRPC code answered, reason a word such as bad_key or other_partner.
 func (g *GTR) Denied(code codes.Code, reason string) {
 	g.denied.Add(context.Background(), 1, g.dnAttrs.of(code.String(), reason).add...)
+}
+
+// Shed counts a request refused by admission control.
+func (g *GTR) Shed(reason string) {
+	g.shed.Add(context.Background(), 1, g.shAttrs.of(reason, "").add...)
 }
 
 // Done counts a transaction whose processing ended with txn or err after

@@ -22,6 +22,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -141,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cell: listen: %w", err)
 	}
-	gs := grpc.NewServer(tel.ServerOptions()...)
+	gs := grpc.NewServer(append(grpclimits.Internal.ServerOptions(), tel.ServerOptions()...)...)
 	cellproto.RegisterCellServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

@@ -23,15 +23,18 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/edge"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -68,6 +71,9 @@ type Config struct {
 	// PartnersStateFile keeps the last-known partner registry; "" keeps
 	// none.
 	PartnersStateFile string
+	// NoAdmission turns admission control off (partners' limits and the
+	// cells' adaptive concurrency limits), to measure without it.
+	NoAdmission bool
 	// Reflection serves gRPC reflection on the partners' listener (for
 	// grpcurl); off in production.
 	Reflection bool
@@ -169,9 +175,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 	pool := cellconn.New(tel.DialOptions()...)
 	defer pool.Close()
+	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
+	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
 		for _, c := range st.Table().Spec().Cells {
-			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: st.HealthShare(c.ID), InFlight: st.Stats(c.ID).InFlight}) {
+			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: st.HealthShare(c.ID), InFlight: st.Stats(c.ID).InFlight,
+				Limit: cellLimits.Cell(c.ID).Limit()}) {
 				return
 			}
 		}
@@ -185,6 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Health:   observers{mon, st},
 		InFlight: st.InFlight,
 		Metrics:  metrics,
+		Limits:   cellLimits,
 		Log:      cfg.Log,
 	})
 	if err != nil {
@@ -197,8 +207,15 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopTLS()
 	authn := &auth.Partners{Index: partnerStore.Index, OnDenied: metrics.Denied}
 	hs := grpchealth.NewServer()
-	gs := grpc.NewServer(append(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))},
-		tel.PublicServerOptions()...), authn.ServerOptions()...)...)
+	// Interceptors, outermost first: authenticate, admit against the
+	// partner's limits, then keep platform details out of partners' errors.
+	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, grpclimits.Partners.ServerOptions()...)
+	srvOpts = append(srvOpts, tel.PublicServerOptions()...)
+	srvOpts = append(srvOpts, authn.ServerOptions()...)
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(
+		partnerLimits.UnaryInterceptor(metrics.Shed),
+		edge.UnaryInterceptor(auth.PaymentsPrefix, cfg.Log)))
+	gs := grpc.NewServer(srvOpts...)
 	cellpayv1.RegisterPaymentsServer(gs, pay)
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.Reflection {
@@ -221,7 +238,7 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
-		as := grpc.NewServer(append(admin.NewAuth(cfg.AdminToken).ServerOptions(), tel.ServerOptions()...)...)
+		as := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), admin.NewAuth(cfg.AdminToken).ServerOptions()...), tel.ServerOptions()...)...)
 		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)

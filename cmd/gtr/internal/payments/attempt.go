@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -23,7 +24,28 @@ type outcome struct {
 	txn         *cellpayv1.Transaction
 	final       error
 	reroute     error
-	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
+	cellHealthy bool          // with reroute: the cell is fine, the transaction is not its
+	toPNR       time.Duration // from the start to the PNR event, if there was one
+}
+
+// sample is what the attempt tells the cell's adaptive limit: its own
+// latency up to the point of no return (the issuer's after it is not the
+// cell's queueing), or all of it when it ended before; a cell that failed
+// or timed out is a dropped sample; an answer about the request, or a
+// PENDING whose cause is past the cell's part, says nothing of the cell's
+// load.
+func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) {
+	switch {
+	case o.reroute != nil && !o.cellHealthy:
+		return total, admission.Dropped
+	case o.reroute != nil, o.final != nil:
+		return total, admission.Ignored
+	case o.toPNR > 0:
+		return o.toPNR, admission.Served
+	case o.txn.GetStatus() == cellpayv1.TransactionStatus_PENDING:
+		return total, admission.Ignored
+	}
+	return total, admission.Served
 }
 
 // attempt runs the transaction on one cell: the Process stream, with the
@@ -68,6 +90,8 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		return outcome{reroute: err}
 	} // on io.EOF the stream's status comes from Recv
 	events := receive(sctx, stream)
+	began := time.Now()
+	var toPNR time.Duration
 	pnr := false
 	var callerGone <-chan struct{} // armed at the PNR
 	for {
@@ -103,9 +127,10 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 			}
 			// From here the transaction belongs to this cell.
 			pnr = true
+			toPNR = time.Since(began)
 			callerGone = ctx.Done()
 		case *cellproto.ProcessEvent_Result:
-			return outcome{txn: e.Result}
+			return outcome{txn: e.Result, toPNR: toPNR}
 		case *cellproto.ProcessEvent_Reroutable:
 			if pnr {
 				// A cell must never say this after a confirmed PNR; if one

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -57,6 +58,9 @@ type Metrics interface {
 	// Rerouted records an attempt on cellID given up before its point of
 	// no return: err says why, cellHealthy as the cell said.
 	Rerouted(cellID string, err error, cellHealthy bool)
+	// Shed records a request refused by admission control (reason:
+	// cell_busy, partner_rate, partner_in_flight).
+	Shed(reason string)
 	// Done records a transaction's processing ending with txn or err after
 	// attempts cells were tried (coalesced duplicates count once).
 	Done(txn *cellpayv1.Transaction, err error, attempts int)
@@ -74,6 +78,10 @@ type Config struct {
 	InFlight func(cellID string, delta int)
 	// Metrics, if set, counts outcomes and re-routes.
 	Metrics Metrics
+	// Limits, if set, is the adaptive concurrency limit of every cell: an
+	// attempt on a cell at its limit is not made, and the transaction is
+	// answered RESOURCE_EXHAUSTED at once (admission control).
+	Limits *admission.Cells
 	// MaxAttempts bounds the cells one transaction is tried on; default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt up to its point of no return;
@@ -84,6 +92,8 @@ type Config struct {
 	MinAttemptTime time.Duration
 	// DefaultDeadline applies when the caller sets none; default 10s.
 	DefaultDeadline time.Duration
+	// GetTimeout bounds a GetTransaction's fan-out to the cells; default 3s.
+	GetTimeout time.Duration
 	// RetryBudget caps re-routes in progress at this share of the requests
 	// in flight, but allows at least MinRetries; defaults 0.2 and 3. A sick
 	// pool answers UNAVAILABLE sooner rather than multiplying its load.
@@ -112,6 +122,9 @@ func (c *Config) validate() error {
 	}
 	if c.DefaultDeadline <= 0 {
 		c.DefaultDeadline = 10 * time.Second
+	}
+	if c.GetTimeout <= 0 {
+		c.GetTimeout = 3 * time.Second
 	}
 	if c.RetryBudget <= 0 {
 		c.RetryBudget = 0.2
@@ -247,8 +260,23 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			return nil, status.Errorf(codes.DeadlineExceeded, "not enough time left for another attempt; last: %v", last)
 		}
 		cell := ranked[i].Cell
+		var lim *admission.CellLimit
+		if s.cfg.Limits != nil {
+			lim = s.cfg.Limits.Cell(cell.ID)
+		}
+		if !lim.Acquire() {
+			// The cell is queueing: refuse at once rather than add to its
+			// queue or spill onto the next cell (which would move the
+			// overload, not shed it).
+			if s.cfg.Metrics != nil {
+				s.cfg.Metrics.Shed("cell_busy")
+			}
+			return nil, admission.Shed(ctx, "the transaction's cell is at its concurrency limit", 100*time.Millisecond)
+		}
 		tried = i + 1
+		began := time.Now()
 		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1)
+		lim.Release(out.sample(time.Since(began)))
 		if s.cfg.Health != nil {
 			s.cfg.Health.Observe(cell.ID, out.reroute == nil || out.cellHealthy)
 		}
@@ -306,6 +334,10 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
 		return nil, (&validate.FieldError{Field: "transaction_id", Reason: err.Error()})
 	}
+	// A read fans out to every cell: never without a bound, whatever the
+	// caller set (or did not).
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.GetTimeout)
+	defer cancel()
 	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: req.GetTransactionId()}
 	cells := s.cfg.Table().Spec().Cells
 	type answer struct {

@@ -1,0 +1,258 @@
+package admission
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+// feed releases n attempts of the given latency, each acquired first.
+func feed(t *testing.T, l *CellLimit, n int, latency time.Duration, o Outcome) {
+	t.Helper()
+	for range n {
+		if !l.Acquire() {
+			t.Fatalf("Acquire refused with %d in flight, limit %d", l.InFlight(), l.Limit())
+		}
+		l.Release(latency, o)
+	}
+}
+
+func TestCellLimitAdapts(t *testing.T) {
+	clk := newClock()
+	cells := NewCells(CellConfig{InitialLimit: 32, MinLimit: 4, MaxLimit: 256, Window: 10, Now: clk.Now})
+	l := cells.Cell("c1")
+	if l != cells.Cell("c1") {
+		t.Fatal("Cell returned a new limit for the same cell")
+	}
+	// Unloaded: 2 ms answers; the limit grows.
+	feed(t, l, 200, 2*time.Millisecond, Served)
+	grown := l.Limit()
+	if grown <= 32 {
+		t.Fatalf("limit %d after fast answers, want above the initial 32", grown)
+	}
+	// Queueing: 20 ms answers (10× the unloaded latency); the limit falls.
+	feed(t, l, 200, 20*time.Millisecond, Served)
+	if l.Limit() >= grown/2 {
+		t.Fatalf("limit %d after slow answers, want well under %d", l.Limit(), grown)
+	}
+	// Timeouts: the limit halves per window, down to the floor.
+	feed(t, l, 100, time.Second, Dropped)
+	if l.Limit() != 4 {
+		t.Fatalf("limit %d after timeouts, want the floor 4", l.Limit())
+	}
+	// Answers about the request say nothing about load.
+	before := l.Limit()
+	feed(t, l, 100, time.Hour, Ignored)
+	if l.Limit() != before {
+		t.Fatalf("ignored samples moved the limit: %d → %d", before, l.Limit())
+	}
+	// Recovery: fast answers again raise it, within the ceiling.
+	feed(t, l, 2000, 2*time.Millisecond, Served)
+	if l.Limit() <= 64 || l.Limit() > 256 {
+		t.Fatalf("limit %d after recovery, want in (64, 256]", l.Limit())
+	}
+}
+
+func TestCellLimitSheds(t *testing.T) {
+	cells := NewCells(CellConfig{InitialLimit: 4, MinLimit: 4, Window: 1000, Now: newClock().Now})
+	l := cells.Cell("c1")
+	for range 4 {
+		if !l.Acquire() {
+			t.Fatal("refused under the limit")
+		}
+	}
+	if l.Acquire() {
+		t.Fatal("admitted a fifth attempt at limit 4")
+	}
+	if l.Shed() != 1 {
+		t.Fatalf("shed = %d, want 1", l.Shed())
+	}
+	l.Release(time.Millisecond, Served)
+	if !l.Acquire() {
+		t.Fatal("refused after a slot came back")
+	}
+	// A disabled limiter and a nil one admit everything.
+	off := NewCells(CellConfig{InitialLimit: 1, Disabled: true}).Cell("c1")
+	var none *CellLimit
+	for range 100 {
+		if !off.Acquire() || !none.Acquire() {
+			t.Fatal("a disabled or nil limit refused")
+		}
+	}
+}
+
+func TestCellLimitForgetsAnOldMinimum(t *testing.T) {
+	clk := newClock()
+	l := NewCells(CellConfig{InitialLimit: 32, Window: 10, MinRTTReset: 30 * time.Second, Now: clk.Now}).Cell("c1")
+	feed(t, l, 20, time.Millisecond, Served)
+	// The cell becomes slower for good (say, a bigger table): after the
+	// reset its new normal is learned, and the limit no longer falls.
+	clk.Add(time.Minute)
+	feed(t, l, 200, 10*time.Millisecond, Served)
+	if l.Limit() < 32 {
+		t.Fatalf("limit %d: a permanently slower cell is starved", l.Limit())
+	}
+}
+
+func partner(id string, rate float64, burst, inflight int) *partners.Partner {
+	return &partners.Partner{ID: id, Status: partners.StatusActive, Limits: partners.Limits{RatePerSecond: rate, Burst: burst, MaxInFlight: inflight}}
+}
+
+func TestPartnerRateAndInFlight(t *testing.T) {
+	clk := newClock()
+	a := NewPartners(false, clk.Now)
+	p := partner("p", 10, 5, 3)
+	// The in-flight cap: three at once, the fourth refused.
+	for range 3 {
+		if v := a.Acquire(p); !v.OK {
+			t.Fatalf("refused under the in-flight cap: %+v", v)
+		}
+	}
+	if v := a.Acquire(p); v.OK || v.Reason != "in_flight" {
+		t.Fatalf("fourth in flight: %+v", v)
+	}
+	for range 3 {
+		a.Release("p")
+	}
+	// The rate: a burst of 5 (3 used), then 10/s.
+	for range 2 {
+		if v := a.Acquire(p); !v.OK {
+			t.Fatalf("refused within the burst: %+v", v)
+		}
+		a.Release("p")
+	}
+	v := a.Acquire(p)
+	if v.OK || v.Reason != "rate" || v.RetryAfter <= 0 || v.RetryAfter > 100*time.Millisecond {
+		t.Fatalf("over the burst: %+v", v)
+	}
+	clk.Add(100 * time.Millisecond) // one token
+	if v := a.Acquire(p); !v.OK {
+		t.Fatalf("refused after a token came: %+v", v)
+	}
+	a.Release("p")
+	// Another partner has its own bucket.
+	if v := a.Acquire(partner("q", 10, 5, 3)); !v.OK {
+		t.Fatalf("another partner refused: %+v", v)
+	}
+	// New limits in the registry apply at once.
+	clk.Add(time.Second)
+	bigger := partner("p", 1000, 100, 100)
+	for i := range 50 {
+		if v := a.Acquire(bigger); !v.OK {
+			t.Fatalf("request %d refused after the limit was raised: %+v", i, v)
+		}
+		a.Release("p")
+	}
+	if a.Shed("p") != 2 {
+		t.Fatalf("shed = %d, want 2", a.Shed("p"))
+	}
+}
+
+type okPayments struct {
+	cellpayv1.UnimplementedPaymentsServer
+	hold chan struct{}
+}
+
+func (s okPayments) SubmitTransaction(ctx context.Context, r *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	if s.hold != nil {
+		<-s.hold
+	}
+	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId()}, nil
+}
+
+// TestInterceptorOverGRPC: a partner over its rate gets RESOURCE_EXHAUSTED
+// at once, saying a retry is safe, with the pushback trailer; another
+// partner is served meanwhile.
+func TestInterceptorOverGRPC(t *testing.T) {
+	reg := &partners.Registry{Version: 1}
+	keys := map[string]string{}
+	for _, id := range []string{"a", "b"} {
+		k, key, _ := partners.NewKey(nil, time.Now())
+		keys[id] = k
+		p := partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}, Limits: partners.Limits{RatePerSecond: 1, Burst: 3, MaxInFlight: 10}}
+		reg.Partners = append(reg.Partners, p)
+	}
+	ix, err := partners.Compile(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au := &auth.Partners{Index: func() *partners.Index { return ix }}
+	lim := NewPartners(false, nil)
+	var shed []string
+	var mu sync.Mutex
+	gs := grpc.NewServer(append(au.ServerOptions(), grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() })))...)
+	cellpayv1.RegisterPaymentsServer(gs, okPayments{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	defer gs.Stop()
+	// Keys over plaintext only in this test of the interceptor: the
+	// metadata is set by hand, and gRPC's transport-security check applies
+	// to per-RPC credentials only.
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := cellpayv1.NewPaymentsClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call := func(p string, i int) (metadata.MD, error) {
+		var tr metadata.MD
+		_, err := c.SubmitTransaction(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+keys[p]),
+			&cellpayv1.SubmitTransactionRequest{PartnerId: p, TransactionId: p + strconv.Itoa(i)}, grpc.Trailer(&tr))
+		return tr, err
+	}
+	for i := range 3 {
+		if _, err := call("a", i); err != nil {
+			t.Fatalf("within the burst: %v", err)
+		}
+	}
+	tr, err := call("a", 3)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over the rate: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if ms := tr.Get(PushbackKey); len(ms) != 1 {
+		t.Fatalf("no %s trailer: %v", PushbackKey, tr)
+	}
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "not sent to any cell") {
+		t.Fatalf("the error does not say a retry is safe: %q", msg)
+	}
+	if _, err := call("b", 0); err != nil {
+		t.Fatalf("another partner: %v", err)
+	}
+	if len(shed) != 1 || shed[0] != "partner_rate" {
+		t.Fatalf("onShed: %v", shed)
+	}
+}

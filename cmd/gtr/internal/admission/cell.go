@@ -1,0 +1,246 @@
+// Package admission decides, at the GTR, what work to take on before any of
+// it reaches a cell, so that an overloaded platform sheds the excess at once
+// instead of letting every request wait out its deadline:
+//
+//   - Partners: a token bucket (rate and burst) and an in-flight cap per
+//     partner, from the partner registry, so that one partner offering ten
+//     times its limit cannot take another's share.
+//   - Cells: an adaptive concurrency limit per cell, in the spirit of TCP
+//     Vegas and Netflix's gradient limiter: it learns the cell's unloaded
+//     latency, and when the latency of recent attempts rises above it (the
+//     cell is queueing), it lowers the number of attempts it lets the cell
+//     have at once; when latency falls back, it raises it again.
+//
+// A shed request was never sent to any cell, so a partner may retry it
+// safely under the same transaction ID; the errors say so, with a retry
+// hint (grpc-retry-pushback-ms).
+//
+// Acquire and Release are on every payment's path: they use per-cell (or
+// per-partner) atomics and never block, log or do I/O. The limit is
+// recomputed from samples under a per-cell lock that is only ever held for a
+// few arithmetic operations.
+package admission
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CellConfig tunes the adaptive limit of each cell. Zero values take the
+// defaults in brackets.
+type CellConfig struct {
+	// InitialLimit is a new cell's concurrency limit [32].
+	InitialLimit int
+	// MinLimit and MaxLimit bound the limit [4, 512].
+	MinLimit, MaxLimit int
+	// Tolerance is how much slower than its best a cell may answer before
+	// the limit falls: the limit falls while the recent latency exceeds
+	// Tolerance × the long-term latency [2.0].
+	Tolerance float64
+	// Window is how many samples make one update of the limit [20].
+	Window int
+	// MinRTTReset: the learned unloaded latency is forgotten this often, so
+	// that a cell that became slower for good is not starved for ever [30s].
+	MinRTTReset time.Duration
+	// Disabled admits everything (for measuring without admission control).
+	Disabled bool
+	Now      func() time.Time
+}
+
+func (c *CellConfig) defaults() {
+	if c.InitialLimit <= 0 {
+		c.InitialLimit = 32
+	}
+	if c.MinLimit <= 0 {
+		c.MinLimit = 4
+	}
+	if c.MaxLimit <= 0 {
+		c.MaxLimit = 512
+	}
+	c.InitialLimit = min(max(c.InitialLimit, c.MinLimit), c.MaxLimit)
+	if c.Tolerance <= 1 {
+		c.Tolerance = 2
+	}
+	if c.Window <= 0 {
+		c.Window = 20
+	}
+	if c.MinRTTReset <= 0 {
+		c.MinRTTReset = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Cells holds the adaptive limit of every cell. It is safe for concurrent
+// use.
+type Cells struct {
+	cfg   CellConfig
+	mu    sync.RWMutex // guards the map only; cells are never removed
+	cells map[string]*CellLimit
+}
+
+// NewCells returns the limits of cells, each learned on first use.
+func NewCells(cfg CellConfig) *Cells {
+	cfg.defaults()
+	return &Cells{cfg: cfg, cells: map[string]*CellLimit{}}
+}
+
+// maxCells bounds the map: a routing table holds at most this many cells.
+const maxCells = 4096
+
+// Cell returns the limit of cell id. Past maxCells distinct IDs it returns
+// nil, which admits everything (a table that large is refused elsewhere).
+func (c *Cells) Cell(id string) *CellLimit {
+	c.mu.RLock()
+	l := c.cells[id]
+	c.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l = c.cells[id]; l == nil && len(c.cells) < maxCells {
+		l = newCellLimit(&c.cfg)
+		c.cells[id] = l
+	}
+	return l
+}
+
+// CellLimit is one cell's adaptive concurrency limit.
+type CellLimit struct {
+	cfg      *CellConfig
+	inflight atomic.Int64
+	limit    atomic.Int64
+	shed     atomic.Int64 // attempts refused, for metrics
+
+	mu        sync.Mutex // guards the fields below
+	minRTT    time.Duration
+	minRTTAt  time.Time
+	samples   int
+	sum       time.Duration
+	dropped   bool // a sample of this window timed out or failed
+	estimated float64
+}
+
+func newCellLimit(cfg *CellConfig) *CellLimit {
+	l := &CellLimit{cfg: cfg, estimated: float64(cfg.InitialLimit)}
+	l.limit.Store(int64(cfg.InitialLimit))
+	return l
+}
+
+// Acquire takes a slot for one attempt, or reports false when the cell has
+// as many attempts in flight as its limit allows. A nil CellLimit admits.
+func (l *CellLimit) Acquire() bool {
+	if l == nil || l.cfg.Disabled {
+		return true
+	}
+	for {
+		n := l.inflight.Load()
+		if n >= l.limit.Load() {
+			l.shed.Add(1)
+			return false
+		}
+		if l.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Outcome of one attempt, for the limit.
+type Outcome int
+
+// Outcomes: Served (the cell answered: its latency is a sample), Dropped
+// (it timed out or failed: a sign of overload or trouble, the limit falls),
+// Ignored (no information about the cell's load, such as an answer about
+// the request itself).
+const (
+	Served Outcome = iota
+	Dropped
+	Ignored
+)
+
+// Release returns the slot of an attempt that took latency and ended with
+// outcome. Every successful Acquire is followed by one Release.
+func (l *CellLimit) Release(latency time.Duration, o Outcome) {
+	if l == nil || l.cfg.Disabled {
+		return
+	}
+	l.inflight.Add(-1)
+	if o == Ignored {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.cfg.Now()
+	if o == Served {
+		if l.minRTT == 0 || latency < l.minRTT || now.Sub(l.minRTTAt) > l.cfg.MinRTTReset {
+			l.minRTT, l.minRTTAt = latency, now
+		}
+		l.sum += latency
+	} else {
+		l.dropped = true
+	}
+	l.samples++
+	if l.samples < l.cfg.Window {
+		return
+	}
+	l.update()
+}
+
+// update recomputes the limit from the window of samples. Called with mu
+// held. The gradient is the ratio of the tolerated latency to the recent
+// one, clamped to [0.5, 1]: at or under tolerance the limit grows by a queue
+// allowance of √limit; above it, the limit shrinks in proportion. A window
+// with a dropped attempt halves the limit (AIMD's multiplicative decrease).
+func (l *CellLimit) update() {
+	served := l.samples
+	avg := time.Duration(0)
+	if l.sum > 0 && served > 0 {
+		avg = l.sum / time.Duration(served)
+	}
+	cur := l.estimated
+	var next float64
+	switch {
+	case l.dropped:
+		next = cur * 0.5
+	case avg <= 0 || l.minRTT <= 0:
+		next = cur
+	default:
+		gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*float64(l.minRTT)/float64(avg)))
+		next = cur*gradient + math.Sqrt(cur)
+	}
+	// Smooth, so that one noisy window does not swing the limit.
+	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), 0.8*cur+0.2*next))
+	if l.dropped {
+		l.estimated = math.Max(float64(l.cfg.MinLimit), math.Min(l.estimated, next))
+	}
+	l.limit.Store(int64(math.Round(l.estimated)))
+	l.samples, l.sum, l.dropped = 0, 0, false
+}
+
+// Limit is the cell's current concurrency limit.
+func (l *CellLimit) Limit() int {
+	if l == nil {
+		return 0
+	}
+	return int(l.limit.Load())
+}
+
+// InFlight is the number of attempts holding a slot.
+func (l *CellLimit) InFlight() int {
+	if l == nil {
+		return 0
+	}
+	return int(l.inflight.Load())
+}
+
+// Shed is the number of attempts refused so far.
+func (l *CellLimit) Shed() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.shed.Load()
+}

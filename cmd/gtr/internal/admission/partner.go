@@ -1,0 +1,123 @@
+package admission
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/cellpay/cellpay/internal/partners"
+)
+
+// Partners holds each partner's token bucket and in-flight count. Entries
+// exist only for partners that authenticated, so the map is bounded by the
+// registry (partners.MaxPartners). It is safe for concurrent use.
+type Partners struct {
+	disabled bool
+	now      func() time.Time
+	mu       sync.RWMutex // guards the map only
+	byID     map[string]*partnerLimit
+}
+
+type partnerLimit struct {
+	limits   partners.Limits // the limits the limiter was made with
+	lim      *rate.Limiter
+	inflight atomic.Int64
+	shed     atomic.Int64
+}
+
+// NewPartners returns the partners' limiters; disabled admits everything.
+// now is the clock (time.Now when nil).
+func NewPartners(disabled bool, now func() time.Time) *Partners {
+	if now == nil {
+		now = time.Now
+	}
+	return &Partners{disabled: disabled, now: now, byID: map[string]*partnerLimit{}}
+}
+
+// Verdict says why a request was refused, and when to try again.
+type Verdict struct {
+	OK bool
+	// Reason is "rate" (over the partner's rate) or "in_flight" (too many
+	// of its requests at once) when refused.
+	Reason string
+	// RetryAfter is when a retry may be admitted.
+	RetryAfter time.Duration
+}
+
+// Acquire admits one request of p, or refuses it. An admitted request is
+// followed by one Release(p.ID).
+func (a *Partners) Acquire(p *partners.Partner) Verdict {
+	if a.disabled {
+		return Verdict{OK: true}
+	}
+	l := a.limit(p)
+	if n := l.inflight.Add(1); n > int64(l.limits.MaxInFlight) {
+		l.inflight.Add(-1)
+		l.shed.Add(1)
+		return Verdict{Reason: "in_flight", RetryAfter: 50 * time.Millisecond}
+	}
+	r := l.lim.ReserveN(a.now(), 1)
+	if !r.OK() {
+		l.inflight.Add(-1)
+		l.shed.Add(1)
+		return Verdict{Reason: "rate", RetryAfter: time.Second}
+	}
+	if d := r.DelayFrom(a.now()); d > 0 {
+		r.CancelAt(a.now())
+		l.inflight.Add(-1)
+		l.shed.Add(1)
+		return Verdict{Reason: "rate", RetryAfter: d}
+	}
+	return Verdict{OK: true}
+}
+
+// Release ends an admitted request of partner id.
+func (a *Partners) Release(id string) {
+	if a.disabled {
+		return
+	}
+	a.mu.RLock()
+	l := a.byID[id]
+	a.mu.RUnlock()
+	if l != nil {
+		l.inflight.Add(-1)
+	}
+}
+
+// limit returns p's limiter, made anew when p's limits changed in the
+// registry.
+func (a *Partners) limit(p *partners.Partner) *partnerLimit {
+	want := p.EffectiveLimits()
+	a.mu.RLock()
+	l := a.byID[p.ID]
+	a.mu.RUnlock()
+	if l != nil && l.limits == want {
+		return l
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l = a.byID[p.ID]; l != nil && l.limits == want {
+		return l
+	}
+	nl := &partnerLimit{limits: want, lim: rate.NewLimiter(rate.Limit(want.RatePerSecond), want.Burst)}
+	if l != nil {
+		nl.inflight.Store(l.inflight.Load()) // requests in flight keep counting
+		nl.shed.Store(l.shed.Load())
+	}
+	if len(a.byID) < partners.MaxPartners || l != nil {
+		a.byID[p.ID] = nl
+	}
+	return nl
+}
+
+// Shed returns how many of partner id's requests were refused.
+func (a *Partners) Shed(id string) int64 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if l := a.byID[id]; l != nil {
+		return l.shed.Load()
+	}
+	return 0
+}

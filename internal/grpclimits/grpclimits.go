@@ -1,0 +1,77 @@
+// Package grpclimits holds the limits every gRPC listener of the platform
+// serves with, so that none runs on gRPC's defaults (unbounded concurrent
+// streams, 4 MB messages, idle connections and connection age unbounded).
+//
+// Connections are aged out (MaxConnectionAge) so that clients re-resolve
+// and find new instances behind a name; idle ones are closed; clients that
+// ping too often are cut off (keepalive enforcement).
+package grpclimits
+
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Limits of one listener.
+type Limits struct {
+	// MaxRecvMsg is the largest request message accepted, in bytes; a
+	// larger one is refused with RESOURCE_EXHAUSTED before it is decoded.
+	MaxRecvMsg int
+	// MaxSendMsg is the largest response message sent, in bytes.
+	MaxSendMsg int
+	// MaxConcurrentStreams bounds the calls in flight on one connection.
+	MaxConcurrentStreams uint32
+	// MaxConnectionIdle closes a connection with no call for this long.
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge closes a connection this old (after a grace for the
+	// calls in flight on it), so that clients reconnect and rebalance.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// KeepaliveMinTime: a client pinging more often is cut off.
+	KeepaliveMinTime time.Duration
+}
+
+// The listeners' limits. A transaction is well under 4 KiB on the wire.
+var (
+	// Partners is the GTR's partners' listener.
+	Partners = Limits{
+		MaxRecvMsg: 64 << 10, MaxSendMsg: 64 << 10, MaxConcurrentStreams: 1000,
+		MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: time.Minute,
+		KeepaliveMinTime: 10 * time.Second,
+	}
+	// Internal is a cell's and the issuer's listener: the GTR's (or a
+	// cell's) calls only, but many at once on few connections.
+	Internal = Limits{
+		MaxRecvMsg: 256 << 10, MaxSendMsg: 256 << 10, MaxConcurrentStreams: 4000,
+		MaxConnectionIdle: 15 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: 2 * time.Minute,
+		KeepaliveMinTime: 5 * time.Second,
+	}
+	// Admin is the GTR's admin listener: routing tables and registries
+	// travel on it, bounded by their own caps.
+	Admin = Limits{
+		MaxRecvMsg: 8 << 20, MaxSendMsg: 16 << 20, MaxConcurrentStreams: 100,
+		MaxConnectionIdle: 15 * time.Minute, MaxConnectionAge: 2 * time.Hour, MaxConnectionAgeGrace: 5 * time.Minute,
+		KeepaliveMinTime: 10 * time.Second,
+	}
+)
+
+// ServerOptions are the grpc.ServerOptions that enforce l.
+func (l Limits) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(l.MaxRecvMsg),
+		grpc.MaxSendMsgSize(l.MaxSendMsg),
+		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     l.MaxConnectionIdle,
+			MaxConnectionAge:      l.MaxConnectionAge,
+			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+			Time:                  2 * time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+		// A connection must finish its TLS and HTTP/2 handshake quickly:
+		// garbage or a silent client does not hold a slot.
+		grpc.ConnectionTimeout(10 * time.Second),
+	}
+}
