@@ -230,22 +230,32 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 	}
 }
 
+// downAfter is how many failed database checks in a row (every 500 ms)
+// take a cell out: one slow answer under load is a busy database, not a
+// dead one; a second of silence is.
+const downAfter = 3
+
 // watchDatabase keeps health in step with the database: a cell that cannot
 // record a transaction must not be sent one.
 func watchDatabase(ctx context.Context, st *store.Store, ready func(bool), log *slog.Logger) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
-	up := true
+	up, fails := true, 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		pctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
 		err := st.Ping(pctx)
 		cancel()
-		if ok := err == nil; ok != up {
+		if err != nil {
+			fails++
+		} else {
+			fails = 0
+		}
+		if ok := fails < downAfter; ok != up {
 			up = ok
 			ready(ok)
 			log.Warn("database health changed", "serving", ok, "error", err)

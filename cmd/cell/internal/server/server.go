@@ -74,7 +74,20 @@ type Config struct {
 	// WaitTimeout bounds waiting for a concurrent attempt at the same
 	// transaction; default 10s.
 	WaitTimeout time.Duration
-	Metrics     Metrics          // optional
+	// StartTimeout bounds waiting for a stream's first message; default 5s.
+	StartTimeout time.Duration
+	// ProceedTimeout bounds waiting for the GTR's Proceed after the PNR
+	// event; past it the attempt steps back, as for a refused PNR. It must
+	// be well above the GTR's attempt timeout (2s), past which the GTR
+	// never sends Proceed; default 10s.
+	ProceedTimeout time.Duration
+	// StoreTimeout bounds each try of the final write after the issuer has
+	// answered; it is tried StoreTries times, then left to the reconciler
+	// (the record stays "sending" and is resolved by inquiry); defaults 5s
+	// and 3.
+	StoreTimeout time.Duration
+	StoreTries   int
+	Metrics      Metrics          // optional
 	Now         func() time.Time // default time.Now
 	Log         *slog.Logger     // default slog.Default()
 }
@@ -95,6 +108,18 @@ func (c *Config) validate() error {
 	}
 	if c.WaitTimeout <= 0 {
 		c.WaitTimeout = 10 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 5 * time.Second
+	}
+	if c.ProceedTimeout <= 0 {
+		c.ProceedTimeout = 10 * time.Second
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = 5 * time.Second
+	}
+	if c.StoreTries <= 0 {
+		c.StoreTries = 3
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -171,7 +196,7 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 
 // Process runs one attempt; see the Cell service's contract.
 func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]) error {
-	first, err := stream.Recv()
+	first, err := recvWithin(stream, s.cfg.StartTimeout)
 	if err != nil {
 		return err
 	}
@@ -242,7 +267,11 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 			// that follows is what honours a GTR that gave up.
 			pctx = context.WithoutCancel(ctx)
 		}
-		if err := s.cfg.Store.Persist(pctx, a.Record, a.From); err != nil {
+		persist := s.cfg.Store.Persist
+		if a.From == orchestrator.StateSending {
+			persist = s.persistAfterIssuer
+		}
+		if err := persist(pctx, a.Record, a.From); err != nil {
 			return orchestrator.StoreFailed{Err: err}, ctx
 		}
 		return orchestrator.Persisted{}, ctx
@@ -272,7 +301,7 @@ func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (orchestrat
 	}}); err != nil {
 		return refused(err)
 	}
-	in, err := stream.Recv()
+	in, err := recvWithin(stream, s.cfg.ProceedTimeout)
 	switch {
 	case err != nil:
 		return refused(err)
@@ -280,6 +309,59 @@ func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (orchestrat
 		return refused(errors.New("expected Proceed"))
 	}
 	return orchestrator.PNRConfirmed{}, context.WithoutCancel(ctx)
+}
+
+// errNoMessage is the error of a stream that sent nothing in time.
+var errNoMessage = status.Error(codes.DeadlineExceeded, "no message on the stream in time")
+
+// recvWithin receives the stream's next message, waiting at most d. A
+// Recv that outlives d is left to end with the stream, which the handler's
+// return ends.
+func recvWithin(stream processStream, d time.Duration) (*cellproto.ProcessInput, error) {
+	type got struct {
+		in  *cellproto.ProcessInput
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		in, err := stream.Recv()
+		ch <- got{in, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case g := <-ch:
+		return g.in, g.err
+	case <-t.C:
+		return nil, errNoMessage
+	case <-stream.Context().Done():
+		return nil, status.FromContextError(stream.Context().Err()).Err()
+	}
+}
+
+// persistAfterIssuer writes the issuer's answer: each try bounded, a few
+// tries, and then it is the reconciler's (by inquiry, never a resend).
+func (s *Server) persistAfterIssuer(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+	var err error
+	for i := range s.cfg.StoreTries {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(i) * 100 * time.Millisecond):
+			}
+		}
+		tctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		err = s.cfg.Store.Persist(tctx, r, from)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrStateChanged) {
+			// ErrStateChanged on a retry: the try before committed, or the
+			// reconciler got there first; either way the record is final,
+			// and an answer of PENDING reads it back.
+			return err
+		}
+	}
+	return err
 }
 
 func (s *Server) existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {

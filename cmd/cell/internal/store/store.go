@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,7 +42,19 @@ var (
 // Store is a cell's database. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+
+	// health is a connection of the health check's own, outside the pool:
+	// a pool busy with transactions must not make a healthy database look
+	// down (a busy cell is not a dead cell).
+	healthMu  sync.Mutex
+	health    *pgx.Conn
+	healthCfg *pgx.ConnConfig
 }
+
+// DefaultStatementTimeout bounds every statement of a cell, unless the
+// database URL sets statement_timeout itself: no query waits without end
+// on a lock or a sick disk.
+const DefaultStatementTimeout = "5s"
 
 // Open connects to url, applies any pending migrations and returns the store.
 func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
@@ -52,6 +65,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = DefaultStatementTimeout
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -60,7 +76,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, healthCfg: cfg.ConnConfig.Copy()}, nil
 }
 
 func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
@@ -95,11 +111,36 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 	return m, nil
 }
 
-// Close closes the pool.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes the pool and the health check's connection.
+func (s *Store) Close() {
+	s.pool.Close()
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.health != nil {
+		_ = s.health.Close(context.Background())
+		s.health = nil
+	}
+}
 
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+// Ping checks that the database answers, on the health check's own
+// connection (made again after a failure), never waiting for the pool.
+func (s *Store) Ping(ctx context.Context) error {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.health == nil || s.health.IsClosed() {
+		c, err := pgx.ConnectConfig(ctx, s.healthCfg)
+		if err != nil {
+			return fmt.Errorf("store: ping: %w", err)
+		}
+		s.health = c
+	}
+	if _, err := s.health.Exec(ctx, "SELECT 1"); err != nil {
+		_ = s.health.Close(context.Background())
+		s.health = nil
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
 
 const columns = `transaction_id, fingerprint, state, decline_reason, auth_code, payment_type, partner_id, market,
 	amount, currency, settlement_amount, settlement_currency, risk_amount, merchant_id, mcc, merchant_country,

@@ -25,14 +25,21 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // Config tunes the monitor. Zero values take the defaults in brackets.
 type Config struct {
 	Interval      time.Duration // active check period [250ms]
 	CheckTimeout  time.Duration // one active check [200ms]
+	// SlowChecks is how many active checks in a row may time out before
+	// the cell counts as down [3]: a busy cell answers late, a dead one
+	// not at all; an answer of NOT_SERVING, or a refused connection, counts
+	// at once.
+	SlowChecks int
 	FailureWindow time.Duration // passive failure-rate window [5s]
 	// FailureRate ejects a cell whose failure share over FailureWindow
 	// reaches it, once MinRequests were seen in the window [0.5, 10].
@@ -84,6 +91,9 @@ func (c *Config) validate() error {
 	if c.ConsecutiveFailures <= 0 {
 		c.ConsecutiveFailures = 3
 	}
+	if c.SlowChecks <= 0 {
+		c.SlowChecks = 3
+	}
 	if c.RampStart <= 0 || c.RampStart > 100 {
 		c.RampStart = 10
 	}
@@ -127,6 +137,7 @@ type cellState struct {
 	ejections  int
 	rampedAt   time.Time
 	consecFail int
+	slowChecks int // active checks in a row that timed out
 	window     *outcomeWindow
 	recent     *ring
 }
@@ -287,7 +298,7 @@ func (m *Monitor) checkAll(ctx context.Context) {
 		targets = append(targets, s)
 	}
 	m.mu.Unlock()
-	results := make([]bool, len(targets))
+	results := make([]checkResult, len(targets))
 	var wg sync.WaitGroup
 	for i, s := range targets {
 		wg.Add(1)
@@ -296,7 +307,14 @@ func (m *Monitor) checkAll(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
 			defer cancel()
 			resp, err := s.check.Check(cctx, &healthpb.HealthCheckRequest{})
-			results[i] = err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+			switch {
+			case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
+				results[i] = checkServing
+			case status.Code(err) == codes.DeadlineExceeded:
+				results[i] = checkSlow
+			default:
+				results[i] = checkDown
+			}
 		}()
 	}
 	wg.Wait()
@@ -309,10 +327,28 @@ func (m *Monitor) checkAll(ctx context.Context) {
 		if m.cells[s.ID] != s {
 			continue // replaced meanwhile
 		}
-		m.applyCheck(s, results[i], now)
+		serving := results[i] == checkServing
+		switch results[i] {
+		case checkSlow:
+			if s.slowChecks++; s.slowChecks < m.cfg.SlowChecks {
+				continue // late, not yet down
+			}
+		default:
+			s.slowChecks = 0
+		}
+		m.applyCheck(s, serving, now)
 	}
 	m.flush()
 }
+
+// checkResult is what one active check found.
+type checkResult int
+
+const (
+	checkServing checkResult = iota
+	checkSlow                // no answer within CheckTimeout
+	checkDown                // NOT_SERVING, or no connection
+)
 
 // applyCheck moves s along eject → re-admit → ramp. Called with mu held.
 func (m *Monitor) applyCheck(s *cellState, serving bool, now time.Time) {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +275,69 @@ func TestRunStops(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not stop")
+	}
+}
+
+// slowHealth answers gRPC health checks SERVING, after delay while slow is
+// set.
+type slowHealth struct {
+	healthpb.UnimplementedHealthServer
+	slow  atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if h.slow.Load() {
+		select {
+		case <-time.After(h.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// TestSlowChecksAreNotDeath: a cell whose health check times out once or
+// twice (busy) keeps its share; one that stays silent for SlowChecks checks
+// in a row is ejected.
+func TestSlowChecksAreNotDeath(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &slowHealth{delay: 5 * time.Second}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	addrB, _ := healthServer(t)
+	m, err := New(Config{Now: clock.Now, OnChange: rec.on, CheckTimeout: 100 * time.Millisecond, SlowChecks: 3, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{"a", lis.Addr().String(), "p"}, {"b", addrB, "p"}})
+	t.Cleanup(m.close)
+	m.checkAll(ctxT(t)) // connections up
+	h.slow.Store(true)
+	for i := range 2 {
+		m.checkAll(ctxT(t))
+		if m.Share("a") != 100 {
+			t.Fatalf("ejected after %d slow checks, want to tolerate 2", i+1)
+		}
+	}
+	h.slow.Store(false)
+	m.checkAll(ctxT(t)) // an answer resets the run
+	h.slow.Store(true)
+	for range 2 {
+		m.checkAll(ctxT(t))
+	}
+	if m.Share("a") != 100 {
+		t.Fatal("a run of slow checks was not reset by an answer")
+	}
+	m.checkAll(ctxT(t))
+	if m.Share("a") != 0 {
+		t.Fatalf("share %d after 3 silent checks in a row, want ejected", m.Share("a"))
 	}
 }
