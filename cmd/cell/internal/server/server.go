@@ -88,8 +88,8 @@ type Config struct {
 	StoreTimeout time.Duration
 	StoreTries   int
 	Metrics      Metrics          // optional
-	Now         func() time.Time // default time.Now
-	Log         *slog.Logger     // default slog.Default()
+	Now          func() time.Time // default time.Now
+	Log          *slog.Logger     // default slog.Default()
 }
 
 func (c *Config) validate() error {

@@ -33,13 +33,13 @@ import (
 
 // Config tunes the monitor. Zero values take the defaults in brackets.
 type Config struct {
-	Interval      time.Duration // active check period [250ms]
-	CheckTimeout  time.Duration // one active check [200ms]
+	Interval     time.Duration // active check period [250ms]
+	CheckTimeout time.Duration // one active check [200ms]
 	// SlowChecks is how many active checks in a row may time out before
 	// the cell counts as down [3]: a busy cell answers late, a dead one
 	// not at all; an answer of NOT_SERVING, or a refused connection, counts
 	// at once.
-	SlowChecks int
+	SlowChecks    int
 	FailureWindow time.Duration // passive failure-rate window [5s]
 	// FailureRate ejects a cell whose failure share over FailureWindow
 	// reaches it, once MinRequests were seen in the window [0.5, 10].
