@@ -6,10 +6,11 @@
 //     partner, from the partner registry, so that one partner offering ten
 //     times its limit cannot take another's share.
 //   - Cells: an adaptive concurrency limit per cell, in the spirit of TCP
-//     Vegas and Netflix's gradient limiter: it learns the cell's unloaded
-//     latency, and when the latency of recent attempts rises above it (the
-//     cell is queueing), it lowers the number of attempts it lets the cell
-//     have at once; when latency falls back, it raises it again.
+//     Vegas and Netflix's gradient limiter: it keeps a long-term average of
+//     the cell's latency (up to the point of no return: the cell's own
+//     work, not the issuer's), and when the latency of recent attempts rises
+//     well above it (the cell is queueing), it lowers the number of attempts
+//     it lets the cell have at once; when latency falls back, it raises it.
 //
 // A shed request was never sent to any cell, so a partner may retry it
 // safely under the same transaction ID; the errors say so, with a retry
@@ -35,18 +36,18 @@ type CellConfig struct {
 	InitialLimit int
 	// MinLimit and MaxLimit bound the limit [4, 512].
 	MinLimit, MaxLimit int
-	// Tolerance is how much slower than its best a cell may answer before
-	// the limit falls: the limit falls while the recent latency exceeds
-	// Tolerance × the long-term latency [2.0].
+	// Tolerance is how much slower than usual a cell may answer before the
+	// limit falls: the limit falls while the recent latency exceeds
+	// Tolerance × the long-term average [2.0].
 	Tolerance float64
 	// Window is how many samples make one update of the limit [20].
 	Window int
-	// MinRTTReset: the learned unloaded latency is forgotten this often, so
-	// that a cell that became slower for good is not starved for ever [30s].
-	MinRTTReset time.Duration
+	// LongWindows is how many windows the long-term average spans, about
+	// [30]: a cell that becomes slower for good is learned within it, and is
+	// not starved for ever.
+	LongWindows int
 	// Disabled admits everything (for measuring without admission control).
 	Disabled bool
-	Now      func() time.Time
 }
 
 func (c *CellConfig) defaults() {
@@ -66,11 +67,8 @@ func (c *CellConfig) defaults() {
 	if c.Window <= 0 {
 		c.Window = 20
 	}
-	if c.MinRTTReset <= 0 {
-		c.MinRTTReset = 30 * time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.LongWindows <= 0 {
+		c.LongWindows = 30
 	}
 }
 
@@ -117,11 +115,11 @@ type CellLimit struct {
 	shed     atomic.Int64 // attempts refused, for metrics
 
 	mu        sync.Mutex // guards the fields below
-	minRTT    time.Duration
-	minRTTAt  time.Time
-	samples   int
+	long      float64    // long-term average latency, seconds (EWMA over windows)
+	samples   int        // in this window
+	served    int        // of which answered
 	sum       time.Duration
-	dropped   bool // a sample of this window timed out or failed
+	dropped   int // timed out or failed
 	estimated float64
 }
 
@@ -174,14 +172,11 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.cfg.Now()
 	if o == Served {
-		if l.minRTT == 0 || latency < l.minRTT || now.Sub(l.minRTTAt) > l.cfg.MinRTTReset {
-			l.minRTT, l.minRTTAt = latency, now
-		}
+		l.served++
 		l.sum += latency
 	} else {
-		l.dropped = true
+		l.dropped++
 	}
 	l.samples++
 	if l.samples < l.cfg.Window {
@@ -191,34 +186,43 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 }
 
 // update recomputes the limit from the window of samples. Called with mu
-// held. The gradient is the ratio of the tolerated latency to the recent
-// one, clamped to [0.5, 1]: at or under tolerance the limit grows by a queue
-// allowance of √limit; above it, the limit shrinks in proportion. A window
-// with a dropped attempt halves the limit (AIMD's multiplicative decrease).
+// held. The gradient is the tolerated latency over the recent one, clamped
+// to [0.5, 1]: at or under tolerance the limit grows by a queue allowance
+// of √limit (at least 2); above it, the limit shrinks in proportion
+// (smoothed, so that one noisy window does not swing it). A window in which
+// more than a tenth of the attempts timed out or failed cuts the limit by a
+// quarter (AIMD's multiplicative decrease); a dead cell is health's to
+// eject, not this limit's to starve.
 func (l *CellLimit) update() {
-	served := l.samples
-	avg := time.Duration(0)
-	if l.sum > 0 && served > 0 {
-		avg = l.sum / time.Duration(served)
-	}
 	cur := l.estimated
-	var next float64
+	next := cur
+	short := 0.0
+	if l.served > 0 {
+		short = (l.sum / time.Duration(l.served)).Seconds()
+		if l.long == 0 {
+			l.long = short
+		}
+	}
 	switch {
-	case l.dropped:
-		next = cur * 0.5
-	case avg <= 0 || l.minRTT <= 0:
-		next = cur
-	default:
-		gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*float64(l.minRTT)/float64(avg)))
-		next = cur*gradient + math.Sqrt(cur)
+	case l.dropped*10 > l.samples:
+		next = cur * 0.75
+	case short > 0:
+		gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*l.long/short))
+		next = cur*gradient + math.Max(2, math.Sqrt(cur))
+		if next < cur {
+			next = 0.5*cur + 0.5*next
+		}
+		// The long-term average follows slowly, and faster down than up,
+		// so that a queue does not become the new normal.
+		a := 1 / float64(l.cfg.LongWindows)
+		if short < l.long {
+			a *= 4
+		}
+		l.long += a * (short - l.long)
 	}
-	// Smooth, so that one noisy window does not swing the limit.
-	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), 0.8*cur+0.2*next))
-	if l.dropped {
-		l.estimated = math.Max(float64(l.cfg.MinLimit), math.Min(l.estimated, next))
-	}
+	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), next))
 	l.limit.Store(int64(math.Round(l.estimated)))
-	l.samples, l.sum, l.dropped = 0, 0, false
+	l.samples, l.served, l.sum, l.dropped = 0, 0, 0, 0
 }
 
 // Limit is the cell's current concurrency limit.

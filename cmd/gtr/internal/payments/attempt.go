@@ -24,24 +24,20 @@ type outcome struct {
 	txn         *cellpayv1.Transaction
 	final       error
 	reroute     error
-	cellHealthy bool          // with reroute: the cell is fine, the transaction is not its
-	toPNR       time.Duration // from the start to the PNR event, if there was one
+	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
+	released    bool // the attempt's slot of the cell's limit was given back at the PNR
 }
 
-// sample is what the attempt tells the cell's adaptive limit: its own
-// latency up to the point of no return (the issuer's after it is not the
-// cell's queueing), or all of it when it ended before; a cell that failed
-// or timed out is a dropped sample; an answer about the request, or a
-// PENDING whose cause is past the cell's part, says nothing of the cell's
-// load.
+// sample is what an attempt that ended before its point of no return tells
+// the cell's adaptive limit (one past it gave its sample at the PNR): its
+// latency; a cell that failed or timed out is a dropped sample; an answer
+// about the request says nothing of the cell's load.
 func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) {
 	switch {
 	case o.reroute != nil && !o.cellHealthy:
 		return total, admission.Dropped
 	case o.reroute != nil, o.final != nil:
 		return total, admission.Ignored
-	case o.toPNR > 0:
-		return o.toPNR, admission.Served
 	case o.txn.GetStatus() == cellpayv1.TransactionStatus_PENDING:
 		return total, admission.Ignored
 	}
@@ -51,7 +47,11 @@ func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) 
 // attempt runs the transaction on one cell: the Process stream, with the
 // point-of-no-return handshake. It re-routes (returns outcome.reroute) only
 // while it has not sent Proceed.
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool) outcome {
+//
+// lim is the slot the attempt holds in the cell's adaptive limit: it is
+// given back at the PNR, where the cell's own work ends (what follows is
+// the issuer's), with the latency up to it.
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, lim *admission.CellLimit) (out outcome) {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
 		return outcome{reroute: err}
@@ -128,9 +128,11 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 			// From here the transaction belongs to this cell.
 			pnr = true
 			toPNR = time.Since(began)
+			lim.Release(toPNR, admission.Served)
+			defer func() { out.released = true }()
 			callerGone = ctx.Done()
 		case *cellproto.ProcessEvent_Result:
-			return outcome{txn: e.Result, toPNR: toPNR}
+			return outcome{txn: e.Result}
 		case *cellproto.ProcessEvent_Reroutable:
 			if pnr {
 				// A cell must never say this after a confirmed PNR; if one

@@ -249,9 +249,25 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			s.retrying.Add(-1)
 		}
 	}()
+	// busy: a cell was skipped at its concurrency limit; sent: an attempt
+	// reached a cell.
+	busy, sent := false, false
+	shed := func() error {
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.Shed("cell_busy")
+		}
+		what := "every cell that could take the transaction is at its concurrency limit"
+		if sent {
+			what += " (a cell refused it before its point of no return, so nothing was charged)"
+		}
+		return admission.Shed(ctx, what, 100*time.Millisecond)
+	}
 	for i := range attempts {
 		if i > 0 && !retrying {
 			if !s.mayRetry() {
+				if busy {
+					return nil, shed()
+				}
 				return nil, status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", last)
 			}
 			retrying = true
@@ -265,18 +281,21 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			lim = s.cfg.Limits.Cell(cell.ID)
 		}
 		if !lim.Acquire() {
-			// The cell is queueing: refuse at once rather than add to its
-			// queue or spill onto the next cell (which would move the
-			// overload, not shed it).
-			if s.cfg.Metrics != nil {
-				s.cfg.Metrics.Shed("cell_busy")
-			}
-			return nil, admission.Shed(ctx, "the transaction's cell is at its concurrency limit", 100*time.Millisecond)
+			// The cell has as many attempts as its adaptive limit allows:
+			// skip it, as a re-route within the retry budget. A cell that
+			// is merely full does not hold the transaction up, and a pool
+			// that is full everywhere runs out of budget and sheds.
+			busy = true
+			last = fmt.Errorf("cell %s is at its concurrency limit", cell.ID)
+			continue
 		}
 		tried = i + 1
+		sent = true
 		began := time.Now()
-		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1)
-		lim.Release(out.sample(time.Since(began)))
+		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, lim)
+		if !out.released {
+			lim.Release(out.sample(time.Since(began)))
+		}
 		if s.cfg.Health != nil {
 			s.cfg.Health.Observe(cell.ID, out.reroute == nil || out.cellHealthy)
 		}
@@ -295,6 +314,9 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if ctx.Err() != nil {
 			return nil, status.Errorf(codes.DeadlineExceeded, "deadline passed before the transaction started on a cell; last: %v", last)
 		}
+	}
+	if busy {
+		return nil, shed()
 	}
 	return nil, status.Errorf(codes.Unavailable, "no cell could take the transaction: %v", last)
 }

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/client"
+)
+
+// The overload benchmark (make bench-overload): saturation S measured
+// closed loop through the GTR, then 2.5 × S offered open loop for 10 s,
+// then 100 tx/s, on two extra GTR replicas over the shared cells, one with
+// admission control and one without, side by side in one run. And the
+// fairness measurement: one partner offering ten times its limit beside
+// another at its normal rate.
+
+func overloadBench(t *testing.T) {
+	if os.Getenv("CELLPAY_OVERLOAD_BENCH") != "1" {
+		t.Skip("set CELLPAY_OVERLOAD_BENCH=1 (make bench-overload)")
+	}
+}
+
+// phase is one load phase's outcome, as a partner saw it.
+type phase struct {
+	offered, seconds float64
+	ok               int64
+	codes            map[string]int64
+	p99              float64 // ms, accepted (answered with a transaction)
+	rep              load.Report
+}
+
+func (p phase) goodput() float64 { return float64(p.ok) / p.seconds }
+
+func (p phase) share(code string) float64 {
+	var n int64
+	for _, v := range p.codes {
+		n += v
+	}
+	n += p.ok
+	if n == 0 {
+		return 0
+	}
+	return float64(p.codes[code]) / float64(n)
+}
+
+func runPhase(t *testing.T, ctx context.Context, addr, id string, mode string, rate float64, conc int, d time.Duration, partners []string, dial []grpc.DialOption) phase {
+	t.Helper()
+	var mu sync.Mutex
+	p := phase{codes: map[string]int64{}, seconds: d.Seconds(), offered: rate}
+	cfg := load.Config{Target: load.TargetGTR, Addr: addr, DialOptions: dial, Mode: mode, Rate: rate, Concurrency: conc,
+		Count: load.MaxCount, Duration: d, Seed: uint64(time.Now().UnixNano()), RunID: id, Partners: partners, PerRequestTimeout: 5 * time.Second,
+		OnResult: func(r load.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Err != nil {
+				p.codes[status.Code(r.Err).String()]++
+				return
+			}
+			p.ok++
+		}}
+	if mode == load.ModeClosed {
+		cfg.Rate = 0
+	}
+	rep, err := load.Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.rep, p.p99 = rep, rep.Latency.P99
+	return p
+}
+
+// ejections counts, every 100 ms while running, cells a GTR shows below
+// full health share; stop returns the most seen at once.
+func watchEjections(ctx context.Context, adm adminproto.AdminClient) (stop func() int) {
+	var most atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			l, err := adm.ListCells(ctx, &adminproto.ListCellsRequest{})
+			if err != nil {
+				continue
+			}
+			n := int64(0)
+			for _, c := range l.GetCells() {
+				if c.GetHealth() != adminproto.Health_HEALTH_UP {
+					n++
+				}
+			}
+			if n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	return func() int { close(done); return int(most.Load()) }
+}
+
+func TestOverloadBenchmark(t *testing.T) {
+	overloadBench(t)
+	ctx := ctxFor(t, 10*time.Minute)
+	dir := t.TempDir()
+	tok := "overload-" + runID
+	on := newGTR(t, dir, "gtr-adm-on", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
+	off := newGTR(t, dir, "gtr-adm-off", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
+	off.args = append(off.args, "-no-admission")
+	on.Start(t)
+	off.Start(t)
+	for _, g := range []*gtrProc{on, off} {
+		name := g.ID
+		_ = runPhase(t, ctx, g.Addr, runID+"-"+name+"-warm", load.ModeClosed, 0, 32, 3*time.Second, nil, env.gtrOpts)
+		sat := runPhase(t, ctx, g.Addr, runID+"-"+name+"-sat", load.ModeClosed, 0, 32, 8*time.Second, nil, env.gtrOpts)
+		S := sat.goodput()
+		stop := watchEjections(ctx, adminClientFor(t, g.AdminAddr, tok))
+		over := runPhase(t, ctx, g.Addr, runID+"-"+name+"-over", load.ModeOpen, 2.5*S, 8192, 10*time.Second, nil, env.gtrOpts)
+		ej := stop()
+		// Recovery: 100 tx/s right after.
+		after := runPhase(t, ctx, g.Addr, runID+"-"+name+"-after", load.ModeOpen, 100, 512, 5*time.Second, nil, env.gtrOpts)
+		t.Logf("%s: S = %.0f tx/s (p99 %.1f ms); at 2.5×S offered: goodput %.0f tx/s (%.2f×S), p99 accepted %.1f ms (%.2f× p99 at S), DEADLINE_EXCEEDED %.1f%%, UNAVAILABLE %.1f%%, RESOURCE_EXHAUSTED %.1f%%, dropped by the load tool %d, cells below full health at once: %d; after: %d ok of %d, errors %v",
+			name, S, sat.p99, over.goodput(), over.goodput()/S, over.p99, over.p99/sat.p99,
+			100*over.share("DeadlineExceeded"), 100*over.share("Unavailable"), 100*over.share("ResourceExhausted"), over.rep.Dropped, ej,
+			after.ok, after.rep.Sent, after.codes)
+	}
+}
+
+// adminClientFor is an Admin API client of a GTR replica started by newGTR.
+func adminClientFor(t *testing.T, addr, token string) adminproto.AdminClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return adminproto.NewAdminClient(conn)
+}
+
+// TestFairnessBenchmark: partner B at its normal rate, alone and then beside
+// partner A offering ten times A's limit: B's p99 should not move by more
+// than 20%.
+func TestFairnessBenchmark(t *testing.T) {
+	overloadBench(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	adm := platformAdmin(t)
+	ids := map[string]string{}
+	keys := map[string]string{}
+	for _, who := range []string{"a", "b"} {
+		id := fmt.Sprintf("p-fair-%s-%s", who, runID)
+		r, err := adm.AddPartner(ctx, &adminproto.AddPartnerRequest{PartnerId: id, Limits: &adminproto.PartnerLimits{RatePerSecond: 40, Burst: 40, MaxInFlight: 40}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[who], keys[id] = id, r.GetKey().GetApiKey()
+	}
+	tlsOpt, err := client.TLS(env.p.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := []grpc.DialOption{tlsOpt, grpc.WithChainUnaryInterceptor(client.PartnerKeys(keys))}
+	time.Sleep(2 * time.Second) // both replicas of the registry have them
+	var alone, beside []float64
+	for round := range 3 {
+		b := runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-alone-%d", runID, round), load.ModeOpen, 30, 256, 6*time.Second, []string{ids["b"]}, dial)
+		alone = append(alone, b.p99)
+		var wg sync.WaitGroup
+		var flood phase
+		wg.Go(func() {
+			flood = runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-flood-%d", runID, round), load.ModeOpen, 400, 2048, 6*time.Second, []string{ids["a"]}, dial)
+		})
+		b2 := runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-beside-%d", runID, round), load.ModeOpen, 30, 256, 6*time.Second, []string{ids["b"]}, dial)
+		wg.Wait()
+		beside = append(beside, b2.p99)
+		t.Logf("round %d: B alone p99 %.1f ms (%d ok, errors %v); B beside A's flood p99 %.1f ms (%d ok, errors %v); A: %d ok, %v", round,
+			b.p99, b.ok, b.codes, b2.p99, b2.ok, b2.codes, flood.ok, flood.codes)
+	}
+	sort.Float64s(alone)
+	sort.Float64s(beside)
+	t.Logf("median B p99: alone %.1f ms, beside A at 10× its limit %.1f ms (%.2f×)", alone[1], beside[1], beside[1]/alone[1])
+}
