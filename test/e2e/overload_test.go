@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,6 +133,9 @@ func TestOverloadBenchmark(t *testing.T) {
 		stop := watchEjections(ctx, adminClientFor(t, g.AdminAddr, tok))
 		over := runPhase(t, ctx, g.Addr, runID+"-"+name+"-over", load.ModeOpen, 2.5*S, 8192, 10*time.Second, nil, env.gtrOpts)
 		ej := stop()
+		if ej > 0 {
+			t.Logf("%s: ejections logged: %v", name, ejectionReasons(g.logPath))
+		}
 		// Recovery: 100 tx/s right after.
 		after := runPhase(t, ctx, g.Addr, runID+"-"+name+"-after", load.ModeOpen, 100, 512, 5*time.Second, nil, env.gtrOpts)
 		t.Logf("%s: S = %.0f tx/s (p99 %.1f ms); at 2.5×S offered: goodput %.0f tx/s (%.2f×S), p99 accepted %.1f ms (%.2f× p99 at S), DEADLINE_EXCEEDED %.1f%%, UNAVAILABLE %.1f%%, RESOURCE_EXHAUSTED %.1f%%, dropped by the load tool %d, cells below full health at once: %d; after: %d ok of %d, errors %v",
@@ -192,4 +197,20 @@ func TestFairnessBenchmark(t *testing.T) {
 	sort.Float64s(alone)
 	sort.Float64s(beside)
 	t.Logf("median B p99: alone %.1f ms, beside A at 10× its limit %.1f ms (%.2f×)", alone[1], beside[1], beside[1]/alone[1])
+}
+
+// ejectionReasons counts the GTR log's ejections by reason.
+func ejectionReasons(logPath string) map[string]int {
+	b, _ := os.ReadFile(logPath)
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "cell ejected") {
+			continue
+		}
+		var rec struct{ Reason, Cell string }
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			out[rec.Cell+": "+rec.Reason]++
+		}
+	}
+	return out
 }

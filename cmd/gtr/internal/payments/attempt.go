@@ -25,8 +25,15 @@ type outcome struct {
 	final       error
 	reroute     error
 	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
+	slow        bool // with reroute: the attempt's own timer ended it before the PNR
 	released    bool // the attempt's slot of the cell's limit was given back at the PNR
 }
+
+// failed reports whether the attempt counts against the cell's health: it
+// failed the attempt itself (unreachable, broken, a fault of its own). A
+// timeout is slowness, for the cell's adaptive limit; a frozen or dead cell
+// is found by the active health checks, which it no longer answers.
+func (o outcome) failed() bool { return o.reroute != nil && !o.cellHealthy && !o.slow }
 
 // sample is what an attempt that ended before its point of no return tells
 // the cell's adaptive limit (one past it gave its sample at the PNR): its
@@ -34,7 +41,7 @@ type outcome struct {
 // about the request says nothing of the cell's load.
 func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) {
 	switch {
-	case o.reroute != nil && !o.cellHealthy:
+	case o.reroute != nil && (!o.cellHealthy || o.slow):
 		return total, admission.Dropped
 	case o.reroute != nil, o.final != nil:
 		return total, admission.Ignored
@@ -107,7 +114,12 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 			if errors.Is(r.err, io.EOF) {
 				r.err = errors.New("cell closed the stream without an outcome")
 			}
-			return s.broken(cell, req, pnr, r.err)
+			o := s.broken(cell, req, pnr, r.err)
+			// The attempt's own timer ended it, not the caller and not the
+			// cell: the cell is slow, which its limit answers; whether it
+			// is dead, health decides.
+			o.slow = o.reroute != nil && ctx.Err() == nil && sctx.Err() != nil
+			return o
 		}
 		switch e := r.ev.GetEvent().(type) {
 		case *cellproto.ProcessEvent_PointOfNoReturn:

@@ -297,7 +297,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			lim.Release(out.sample(time.Since(began)))
 		}
 		if s.cfg.Health != nil {
-			s.cfg.Health.Observe(cell.ID, out.reroute == nil || out.cellHealthy)
+			s.cfg.Health.Observe(cell.ID, !out.failed())
 		}
 		if out.reroute == nil {
 			if i > 0 && out.txn != nil {
