@@ -46,8 +46,8 @@ func TestHostileBytesOnTheGRPCPort(t *testing.T) {
 	garbage := make([]byte, 4096)
 	_, _ = rand.Read(garbage)
 	for name, payload := range map[string][]byte{
-		"garbage":  garbage,
-		"http/1.1": []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
+		"garbage":                garbage,
+		"http/1.1":               []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
 		"h2 preface without TLS": []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
 	} {
 		c, err := net.DialTimeout("tcp", env.gtrAddr, 5*time.Second)
