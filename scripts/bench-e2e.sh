@@ -31,7 +31,8 @@ trap 'kill -INT $plat 2>/dev/null; wait $plat 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 120); do grep -q "cellpay is running" "$work/cellpay.log" && break; sleep 0.5; done
 grep -q "cellpay is running" "$work/cellpay.log" || { cat "$work/cellpay.log"; echo "platform did not start"; exit 1; }
 
-lg() { ./bin/loadgen -json -d "${secs}s" "$@"; }
+# The GTR serves TLS and needs the partners' keys: those this platform made.
+lg() { ./bin/loadgen -json -d "${secs}s" -ca "$work/data/pki/ca.crt" -keys "$work/data/partners" "$@"; }
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, r))" "$@"; }
 
 echo "== warm-up"
