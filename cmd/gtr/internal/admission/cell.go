@@ -86,6 +86,11 @@ func NewCells(cfg CellConfig) *Cells {
 	return &Cells{cfg: cfg, cells: map[string]*CellLimit{}}
 }
 
+// WholeGTR names the GTR-wide limit among the cells' (no cell ID has a
+// '*'): a limit over every attempt in flight, that sheds when the platform
+// as a whole, the GTR's own CPU included, is queueing.
+const WholeGTR = "*"
+
 // maxCells bounds the map: a routing table holds at most this many cells.
 const maxCells = 4096
 

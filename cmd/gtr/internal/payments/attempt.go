@@ -55,10 +55,10 @@ func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) 
 // point-of-no-return handshake. It re-routes (returns outcome.reroute) only
 // while it has not sent Proceed.
 //
-// lim is the slot the attempt holds in the cell's adaptive limit: it is
-// given back at the PNR, where the cell's own work ends (what follows is
-// the issuer's), with the latency up to it.
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, lim *admission.CellLimit) (out outcome) {
+// atPNR gives back the slots the attempt holds in the adaptive limits (the
+// cell's, the GTR's) at the PNR, where the cell's own work ends (what
+// follows is the issuer's), with the latency up to it.
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, atPNR func(time.Duration)) (out outcome) {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
 		return outcome{reroute: err}
@@ -140,7 +140,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 			// From here the transaction belongs to this cell.
 			pnr = true
 			toPNR = time.Since(began)
-			lim.Release(toPNR, admission.Served)
+			atPNR(toPNR)
 			defer func() { out.released = true }()
 			callerGone = ctx.Done()
 		case *cellproto.ProcessEvent_Result:

@@ -217,6 +217,22 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	if m := s.cfg.Metrics; m != nil {
 		defer func() { m.Done(txn, err, tried) }()
 	}
+	// The GTR's own adaptive limit, over all cells: when the whole
+	// platform (the GTR included) queues, shed here, before routing.
+	gtrSlot := s.gtrSlot()
+	if !gtrSlot.acquired {
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.Shed("gtr_busy")
+		}
+		return nil, admission.Shed(ctx, "the router is at its concurrency limit", 100*time.Millisecond)
+	}
+	defer func() {
+		o := admission.Served
+		if status.Code(err) == codes.DeadlineExceeded {
+			o = admission.Dropped
+		}
+		gtrSlot.release(o)
+	}()
 	attrs := routing.Attrs{
 		TransactionID: req.GetTransactionId(),
 		PartnerID:     req.GetPartnerId(),
@@ -292,7 +308,10 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		tried = i + 1
 		sent = true
 		began := time.Now()
-		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, lim)
+		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, func(toPNR time.Duration) {
+			lim.Release(toPNR, admission.Served)
+			gtrSlot.release(admission.Served)
+		})
 		if !out.released {
 			lim.Release(out.sample(time.Since(began)))
 		}
@@ -319,6 +338,32 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		return nil, shed()
 	}
 	return nil, status.Errorf(codes.Unavailable, "no cell could take the transaction: %v", last)
+}
+
+// slot is a transaction's place in the GTR-wide adaptive limit, given
+// back once: at the point of no return, or when the transaction ends.
+type slot struct {
+	lim      *admission.CellLimit
+	start    time.Time
+	acquired bool
+	released bool
+}
+
+func (s *Server) gtrSlot() *slot {
+	sl := &slot{start: time.Now()}
+	if s.cfg.Limits != nil {
+		sl.lim = s.cfg.Limits.Cell(admission.WholeGTR)
+	}
+	sl.acquired = sl.lim.Acquire()
+	return sl
+}
+
+func (sl *slot) release(o admission.Outcome) {
+	if sl.released || !sl.acquired {
+		return
+	}
+	sl.released = true
+	sl.lim.Release(time.Since(sl.start), o)
 }
 
 // mayRetry takes a slot of the retry budget.
