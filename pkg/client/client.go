@@ -103,8 +103,8 @@ type Client struct {
 	endpoints []*endpoint
 	fo        *switcher // nil with one access point
 
-	stop chan struct{}  // ends the prober
-	done chan struct{}  // closed when the prober has returned
+	stop chan struct{} // ends the prober
+	done chan struct{} // closed when the prober has returned
 	once sync.Once
 }
 
