@@ -204,4 +204,3 @@ func TestAccessPointFlapping(t *testing.T) {
 		t.Fatalf("the partner saw errors %v", rep.Errors)
 	}
 }
-
