@@ -2,6 +2,7 @@
 // component, until interrupted:
 //
 //	cellpay [run] [flags]
+//	cellpay drill [flags]   # a DR drill against the running platform (-h)
 //
 // Every flag has an environment fallback (CELLPAY_*; PG_BIN_DIR for the
 // Postgres binaries). See DESIGN.md, "Local defaults", for the ports.
@@ -27,6 +28,12 @@ import (
 const startTimeout = 3 * time.Minute
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "drill" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := runDrill(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	cfg, err := configure(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellpay:", err)

@@ -61,7 +61,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.bin = filepath.Join(tmp, "bin")
-	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl")
+	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay")
 	build.Dir = env.root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
