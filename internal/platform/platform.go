@@ -203,6 +203,7 @@ type Platform struct {
 	dbURLs map[string]string             // by cell ID
 	pgLogs []*os.File                    // the clusters' log files, closed by Stop
 	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
+	runMu  sync.Mutex                    // serialises writes of run.json
 	stop   sync.Once
 	errs   error
 }
@@ -289,6 +290,11 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	if err := p.writeRunInfo(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
+	}
+	// A component restarted later has a new process ID: tools outside
+	// this process read it from run.json.
+	for _, proc := range p.order {
+		proc.started = func() { _ = p.writeRunInfo() }
 	}
 	return p, nil
 }

@@ -68,6 +68,8 @@ func (p *Platform) RunInfo() RunInfo {
 
 // writeRunInfo writes RunFile; the file names database URLs, so 0600.
 func (p *Platform) writeRunInfo() error {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
 	b, err := json.MarshalIndent(p.RunInfo(), "", "  ")
 	if err != nil {
 		return err
