@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -86,6 +86,10 @@ bench-failover:
 ## bench-overload: saturation, then 2.5x it for 10 s, then 100 tx/s, with admission control on and off; and fairness between partners.
 bench-overload:
 	CELLPAY_OVERLOAD_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^(TestOverloadBenchmark|TestFairnessBenchmark)$$' -v ./test/e2e/
+
+## bench-access-points: the client's failover between the access points, by strategy: loss to the backup's first answer, calls that waited for the retry.
+bench-access-points:
+	CELLPAY_AP_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestAccessPointBenchmark$$' -v ./test/e2e/
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust:

@@ -2,6 +2,7 @@
 // component, until interrupted:
 //
 //	cellpay [run] [flags]
+//	cellpay drill [flags]   # a DR drill against the running platform (-h)
 //
 // Every flag has an environment fallback (CELLPAY_*; PG_BIN_DIR for the
 // Postgres binaries). See DESIGN.md, "Local defaults", for the ports.
@@ -27,6 +28,12 @@ import (
 const startTimeout = 3 * time.Minute
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "drill" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := runDrill(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	cfg, err := configure(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellpay:", err)
@@ -70,6 +77,9 @@ func configure(args []string) (platform.Config, error) {
 	fs.StringVar(&cfg.PGBinDir, "pg-bin", env("PG_BIN_DIR", ""), "PostgreSQL server binaries; default the newest /usr/lib/postgresql/*/bin (PG_BIN_DIR)")
 	fs.StringVar(&cfg.GTRAddr, "gtr-addr", env("CELLPAY_GTR_ADDR", platform.DefaultGTRAddr), "GTR partners' API (CELLPAY_GTR_ADDR)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", env("CELLPAY_ADMIN_ADDR", platform.DefaultAdminAddr), "GTR admin API (CELLPAY_ADMIN_ADDR)")
+	fs.StringVar(&cfg.BackupGTRAddr, "backup-gtr-addr", env("CELLPAY_BACKUP_GTR_ADDR", platform.DefaultBackupGTRAddr), "backup access point: a second GTR replica's partners' API (CELLPAY_BACKUP_GTR_ADDR)")
+	fs.StringVar(&cfg.BackupAdminAddr, "backup-admin-addr", env("CELLPAY_BACKUP_ADMIN_ADDR", platform.DefaultBackupAdminAddr), "the backup GTR's admin API (CELLPAY_BACKUP_ADMIN_ADDR)")
+	backup := fs.Bool("backup-gtr", envBool("CELLPAY_BACKUP_GTR", true), "run the backup access point (CELLPAY_BACKUP_GTR)")
 	fs.StringVar(&cfg.IssuerAddr, "issuer-addr", env("CELLPAY_ISSUER_ADDR", platform.DefaultIssuerAddr), "issuer simulator (CELLPAY_ISSUER_ADDR)")
 	fs.StringVar(&cells, "cells", env("CELLPAY_CELLS", formatCells(platform.DefaultCells)), "cells as id=addr,... (CELLPAY_CELLS)")
 	nats := fs.String("nats", env("CELLPAY_NATS", "auto"), "run NATS with JetStream and the replicator: on, off, or auto (on when nats-server is installed) (CELLPAY_NATS)")
@@ -88,6 +98,7 @@ func configure(args []string) (platform.Config, error) {
 		return cfg, err
 	}
 	cfg.PGBasePort = *pgPort
+	cfg.NoBackupGTR = !*backup
 	switch *nats {
 	case "on":
 		cfg.NATS = true
@@ -104,8 +115,11 @@ func configure(args []string) (platform.Config, error) {
 func printEndpoints(w io.Writer, p *platform.Platform) {
 	cfg := p.Config()
 	fmt.Fprintf(w, "\ncellpay is running. Ctrl-C stops it.\n\n")
-	fmt.Fprintf(w, "  GTR partners' API  %s\n", cfg.GTRAddr)
+	fmt.Fprintf(w, "  GTR partners' API  %s   (primary access point)\n", cfg.GTRAddr)
 	fmt.Fprintf(w, "  GTR admin API      %s\n", cfg.AdminAddr)
+	if !cfg.NoBackupGTR {
+		fmt.Fprintf(w, "  backup GTR         %s   (backup access point; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupAdminAddr)
+	}
 	for _, c := range cfg.Cells {
 		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, p.CellDatabaseURL(c.ID))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +13,7 @@ import (
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/client"
+	"github.com/cellpay/cellpay/pkg/client/failover"
 )
 
 // Default addresses from DESIGN.md's local defaults.
@@ -32,6 +34,7 @@ type options struct {
 	progress  bool
 	ca, keys  string
 	plaintext bool
+	answers   string
 }
 
 // parseFlags reads the command line; on error it has already told stderr.
@@ -41,7 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	c := &o.cfg
 	fs.StringVar(&c.Target, "target", load.TargetGTR, "what to load: gtr (Payments API) or cell (Cell.Process, attempt 1)")
-	fs.StringVar(&c.Addr, "addr", "", "target host:port, loopback only (default "+defaultGTRAddr+" for gtr, "+defaultCellAddr+" for cell)")
+	fs.StringVar(&c.Addr, "addr", "", "target host:port, loopback only (default "+defaultGTRAddr+" for gtr, "+defaultCellAddr+" for cell); for gtr, PRIMARY,BACKUP sends through the client's failover between the two access points")
 	fs.StringVar(&c.Mode, "mode", load.ModeClosed, "open (fixed -rate) or closed (fixed -c)")
 	fs.Float64Var(&c.Rate, "rate", 100, "requests per second (open loop only)")
 	fs.IntVar(&c.Concurrency, "c", 16, "workers (closed loop) or most outstanding requests (open loop)")
@@ -54,6 +57,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ca, "ca", defaultCA, "CA certificate the GTR's TLS certificate is checked against (gtr target)")
 	fs.StringVar(&o.keys, "keys", defaultKeys, "folder of <partner>.key API key files; the load spreads over these partners (gtr target)")
 	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys (a cell today, or a test server); never the GTR")
+	fs.StringVar(&o.answers, "answers", "", "write one JSON line per call to FILE: the checker's answers format (partner_id, id, status, ...) plus the endpoint that answered")
+	fo := &c.Client.Failover
+	strategy := fs.String("failover", "", "failover strategy between two access points: probe, success-rate or both (default both)")
+	fs.DurationVar(&fo.ProbeInterval, "probe-interval", 0, "failover: how often the primary is probed (default 1m)")
+	fs.DurationVar(&fo.EvalInterval, "eval-interval", 0, "failover: how often the primary's success rate is judged (default 1m)")
+	fs.DurationVar(&fo.WindowAge, "window-age", 0, "failover: oldest result in the success-rate window (default 10m)")
+	fs.IntVar(&fo.SplitRatio, "split", 0, "failover: percent of calls kept on the primary while it serves, 1..100 (default 99)")
+	fs.IntVar(&fo.MaxSwitches, "max-switches", 0, "failover: most switches within -damp-window (default 4)")
+	fs.DurationVar(&fo.DampWindow, "damp-window", 0, "failover: flap damping window (default 10m)")
+	fs.DurationVar(&c.Client.CallTimeout, "call-timeout", 0, "failover: read timeout of one call before the retry on the other access point (default -timeout/2)")
+	fs.DurationVar(&c.Client.ProbeTimeout, "probe-timeout", 0, "failover: timeout of one probe (default 1s)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when it is not a terminal")
 	if err := fs.Parse(args); err != nil {
@@ -66,6 +80,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["rate"] && c.Mode != load.ModeOpen {
 		return o, usageError(fs, stderr, "-rate applies to -mode open only")
+	}
+	fo.Strategy = failover.Strategy(*strategy)
+	if addrs := strings.Split(c.Addr, ","); len(addrs) > 1 {
+		if c.Target != load.TargetGTR {
+			return o, usageError(fs, stderr, "-addr: a list of access points is for the gtr target only")
+		}
+		c.Endpoints = addrs
+		c.Addr = addrs[0]
 	}
 	if c.Addr == "" {
 		c.Addr = defaultGTRAddr

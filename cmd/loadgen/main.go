@@ -5,6 +5,7 @@
 //	loadgen -mode closed -c 32 -n 10000
 //	loadgen -mode open -rate 500 -d 1m -json > report.json
 //	loadgen -target cell -addr 127.0.0.1:7082 -n 2000
+//	loadgen -addr 127.0.0.1:7070,127.0.0.1:7170 -answers answers.jsonl -json   # through the client's failover
 //
 // Exit status: 0 when at least one request completed, 1 when none did or
 // the run failed, 2 on a configuration error.
@@ -42,9 +43,22 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		stop() // a second Ctrl-C kills the process
 	}()
 
+	var answers *answerWriter
+	if opts.answers != "" {
+		if answers, err = createAnswers(opts.answers); err != nil {
+			fmt.Fprintf(stderr, "loadgen: %v\n", err)
+			return 2
+		}
+		opts.cfg.OnResult = answers.write
+	}
 	bar := newProgress(stderr, opts.progress || isTerminal(stderr))
 	rep, err := load.Run(ctx, opts.cfg, bar.update)
 	bar.close()
+	if answers != nil {
+		if cerr := answers.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if errors.Is(err, load.ErrInvalidConfig) {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 2

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -128,5 +129,44 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("exit %d, want %d; stderr: %s", code, tt.want, stderr)
 			}
 		})
+	}
+}
+
+// TestFailoverAnswers: -addr PRIMARY,BACKUP sends through the client's
+// failover; -answers writes the checker's format plus the endpoint; the
+// JSON report counts answers per access point.
+func TestFailoverAnswers(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	primary, backup := serveApprover(t), serveApprover(t)
+	answers := t.TempDir() + "/answers.jsonl"
+	code, out, stderr := runCmd(t, "-plaintext", "-addr", primary+","+backup, "-split", "50", "-n", "200", "-c", "4", "-json", "-answers", answers)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, stderr)
+	}
+	var rep load.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Endpoints[primary]+rep.Endpoints[backup] != 200 || rep.Endpoints[primary] < 50 || rep.Endpoints[backup] < 50 {
+		t.Fatalf("endpoints %v", rep.Endpoints)
+	}
+	f, err := os.Open(answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := checker.ReadAnswers(f)
+	if err != nil || len(got) != 200 || got[0].PartnerID == "" || got[0].Status != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("answers: %d, %v, first %+v", len(got), err, got)
+	}
+	b, _ := os.ReadFile(answers)
+	line, _, _ := strings.Cut(string(b), "\n")
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(line), &raw); err != nil || (raw["endpoint"] != primary && raw["endpoint"] != backup) {
+		t.Fatalf("line %s: no endpoint (%v)", line, err)
+	}
+	code, out, _ = runCmd(t, "-plaintext", "-addr", primary+","+backup, "-n", "20")
+	if code != 0 || !strings.Contains(out, "access points") {
+		t.Fatalf("table without access points:\n%s", out)
 	}
 }

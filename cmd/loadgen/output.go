@@ -79,6 +79,17 @@ func printReport(w io.Writer, rep load.Report, asJSON bool) error {
 		fmt.Fprintf(tw, "cell\treroutable %d  point of no return %d  no terminal event %d\n",
 			rep.Reroutable, rep.PointOfNoReturn, rep.ProtocolErrors)
 	}
+	if rep.Endpoints != nil {
+		eps := map[string]int64{}
+		for k, v := range rep.Endpoints {
+			eps[k] = v
+		}
+		fmt.Fprintf(tw, "access points\t%s  (failed over %d)\n", counts(eps, nil), rep.FailedOver)
+		fmt.Fprintf(tw, "switches\t%d\n", len(rep.Switches))
+		for _, e := range rep.Switches {
+			fmt.Fprintf(tw, "\t%s %s -> %s: %s\n", e.At.Format("15:04:05.000"), e.From, e.To, e.Reason)
+		}
+	}
 	l := rep.Latency
 	fmt.Fprintf(tw, "latency ms\tp50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", l.P50, l.P90, l.P99, l.Max, l.Mean)
 	return tw.Flush()

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // ErrInvalidConfig wraps every configuration error returned by Run, so that
@@ -103,6 +104,16 @@ type Config struct {
 	// DialOptions connect to the target; default plaintext. A GTR needs TLS
 	// and the partners' API keys (pkg/client's TLS and PartnerKeys).
 	DialOptions []grpc.DialOption
+	// Endpoints, when set (a primary access point, then a backup), send
+	// the GTR target's calls through pkg/client's failover between them
+	// instead of straight to Addr, which then defaults to Endpoints[0].
+	// Every one must be loopback.
+	Endpoints []string
+	// Client tunes the client of Endpoints: the failover rules, its
+	// retries and CallTimeout (default half of PerRequestTimeout, so that
+	// a read timeout leaves time for the retry on the other access
+	// point). Its credentials are DialOptions.
+	Client client.Config
 	// OnResult, if set, is called once per finished request, from many
 	// goroutines at once: it must be safe for concurrent use and quick.
 	OnResult func(Result)
@@ -119,6 +130,11 @@ type Result struct {
 	Err         error
 	Sent        time.Time // when it was scheduled (open loop) or sent
 	Latency     time.Duration
+	// Endpoint is the access point that answered (or gave the last
+	// error), and FailedOver says the call waited for the retry on the
+	// other one; with Endpoints only.
+	Endpoint   string
+	FailedOver bool
 }
 
 // marketCurrency is the currency generated for each supported market.
@@ -160,6 +176,14 @@ func (c *Config) setDefaults() {
 	if c.PerRequestTimeout == 0 {
 		c.PerRequestTimeout = 5 * time.Second
 	}
+	if len(c.Endpoints) > 0 {
+		if c.Addr == "" {
+			c.Addr = c.Endpoints[0]
+		}
+		if c.Client.CallTimeout == 0 {
+			c.Client.CallTimeout = c.PerRequestTimeout / 2
+		}
+	}
 }
 
 // validate reports the first problem with c, wrapped in ErrInvalidConfig.
@@ -178,6 +202,17 @@ func (c Config) validateShape() error {
 	}
 	if err := checkLoopback(c.Addr); err != nil {
 		return err
+	}
+	if len(c.Endpoints) > 0 && c.Target != TargetGTR {
+		return errors.New("endpoints: failover is between GTR access points only")
+	}
+	if len(c.Endpoints) > 2 {
+		return fmt.Errorf("endpoints: %d, want a primary and at most one backup", len(c.Endpoints))
+	}
+	for _, e := range c.Endpoints {
+		if err := checkLoopback(e); err != nil {
+			return err
+		}
 	}
 	switch c.Mode {
 	case ModeOpen:

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // Report is the outcome of one run. Latency covers completed requests only
@@ -44,6 +45,14 @@ type Report struct {
 	// were outstanding.
 	Dropped int64 `json:"dropped"`
 
+	// Endpoints counts completed requests by the access point that
+	// answered, FailedOver the requests that waited for the retry on the
+	// other one, and Switches are the client's switches between access
+	// points, oldest first (Config.Endpoints only).
+	Endpoints  map[string]int64 `json:"endpoints,omitempty"`
+	FailedOver int64            `json:"failed_over,omitempty"`
+	Switches   []client.Event   `json:"switches,omitempty"`
+
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	// Throughput is completed requests per second of elapsed time.
 	Throughput float64        `json:"throughput"`
@@ -65,6 +74,8 @@ type outcome struct {
 	status     cellpayv1.TransactionStatus
 	reroutable bool
 	pnr        bool
+	endpoint   string // the access point that answered (Endpoints only)
+	failedOver bool
 }
 
 // errNoTerminal: a cell stream ended before its terminal event.
@@ -90,10 +101,13 @@ type recorder struct {
 	statuses                      [5]atomic.Int64 // by TransactionStatus
 	lat                           []time.Duration
 	nlat                          atomic.Int64
+	endpoints                     []string       // Config.Endpoints, fixed
+	perEndpoint                   []atomic.Int64 // completed, by endpoints' index
+	failedOver                    atomic.Int64
 }
 
-func newRecorder(count int64) *recorder {
-	return &recorder{lat: make([]time.Duration, count)}
+func newRecorder(count int64, endpoints []string) *recorder {
+	return &recorder{lat: make([]time.Duration, count), endpoints: endpoints, perEndpoint: make([]atomic.Int64, len(endpoints))}
 }
 
 // done is how many slots are resolved: finished requests plus drops.
@@ -108,6 +122,16 @@ func (r *recorder) done() int64 {
 func (r *recorder) record(o outcome, err error, latency time.Duration) {
 	if o.pnr {
 		r.pnr.Add(1)
+	}
+	if o.failedOver {
+		r.failedOver.Add(1)
+	}
+	if err == nil {
+		for i, e := range r.endpoints {
+			if e == o.endpoint {
+				r.perEndpoint[i].Add(1)
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, errNoTerminal):
@@ -146,6 +170,13 @@ func (r *recorder) report(elapsed time.Duration) Report {
 		Dropped:         r.dropped.Load(),
 		ElapsedSeconds:  elapsed.Seconds(),
 		Latency:         summarize(r.lat[:r.nlat.Load()]),
+	}
+	if len(r.endpoints) > 0 {
+		rep.Endpoints = map[string]int64{}
+		for i, e := range r.endpoints {
+			rep.Endpoints[e] = r.perEndpoint[i].Load()
+		}
+		rep.FailedOver = r.failedOver.Load()
 	}
 	for i := range r.codes {
 		if n := r.codes[i].Load(); n > 0 {

@@ -52,7 +52,7 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestRecorderCounts(t *testing.T) {
-	rec := newRecorder(10)
+	rec := newRecorder(10, nil)
 	ok := func(s cellpayv1.TransactionStatus) outcome { return outcome{status: s} }
 	rec.record(ok(cellpayv1.TransactionStatus_APPROVED), nil, 1*time.Millisecond)
 	rec.record(ok(cellpayv1.TransactionStatus_APPROVED), nil, 3*time.Millisecond)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // Stop reasons reported in Report.StopReason.
@@ -47,25 +48,35 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	conn, err := grpc.NewClient(cfg.Addr, opts...)
-	if err != nil {
-		return Report{}, fmt.Errorf("load: dial %s: %w", cfg.Addr, err)
-	}
-	defer conn.Close()
-
 	r := &runner{
 		cfg: cfg,
 		gen: newGenerator(cfg),
-		rec: newRecorder(cfg.Count),
+		rec: newRecorder(cfg.Count, cfg.Endpoints),
 		// In-flight requests outlive ctx so that an interrupted run still
 		// reports their answers; PerRequestTimeout bounds them.
 		reqCtx: context.WithoutCancel(ctx),
 	}
-	switch cfg.Target {
-	case TargetGTR:
-		r.call = gtrCaller(cellpayv1.NewPaymentsClient(conn))
-	case TargetCell:
-		r.call = cellCaller(cellproto.NewCellClient(conn))
+	var fo *client.Client
+	if len(cfg.Endpoints) > 0 {
+		var err error
+		fo, err = client.DialEndpoints(cfg.Endpoints, cfg.Client, opts...)
+		if err != nil {
+			return Report{}, fmt.Errorf("load: dial %v: %w", cfg.Endpoints, err)
+		}
+		defer fo.Close()
+		r.call = clientCaller(fo)
+	} else {
+		conn, err := grpc.NewClient(cfg.Addr, opts...)
+		if err != nil {
+			return Report{}, fmt.Errorf("load: dial %s: %w", cfg.Addr, err)
+		}
+		defer conn.Close()
+		switch cfg.Target {
+		case TargetGTR:
+			r.call = gtrCaller(cellpayv1.NewPaymentsClient(conn))
+		case TargetCell:
+			r.call = cellCaller(cellproto.NewCellClient(conn))
+		}
 	}
 
 	stopProgress := startProgress(r.rec, cfg.Count, progress)
@@ -83,6 +94,9 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 	rep := r.rec.report(elapsed)
 	rep.Target, rep.Mode, rep.Addr, rep.RunID = cfg.Target, cfg.Mode, cfg.Addr, cfg.RunID
 	rep.Concurrency, rep.StopReason = cfg.Concurrency, reason
+	if fo != nil {
+		rep.Switches = fo.Events()
+	}
 	if cfg.Mode == ModeOpen {
 		rep.Rate = cfg.Rate
 	}
@@ -177,7 +191,8 @@ func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
 	lat := time.Since(at)
 	r.rec.record(o, err, lat)
 	if r.cfg.OnResult != nil {
-		r.cfg.OnResult(Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat})
+		r.cfg.OnResult(Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat,
+			Endpoint: o.endpoint, FailedOver: o.failedOver})
 	}
 }
 
@@ -188,6 +203,20 @@ func gtrCaller(c cellpayv1.PaymentsClient) caller {
 			return outcome{}, err
 		}
 		return outcome{txn: txn, status: txn.GetStatus()}, nil
+	}
+}
+
+// clientCaller sends through the partners' client, failing over between
+// its access points.
+func clientCaller(c *client.Client) caller {
+	return func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (outcome, error) {
+		txn, info, err := c.SubmitWithInfo(ctx, req)
+		o := outcome{endpoint: info.Endpoint, failedOver: info.FailedOver}
+		if err != nil {
+			return o, err
+		}
+		o.txn, o.status = txn, txn.GetStatus()
+		return o, nil
 	}
 }
 

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/cellpay/cellpay/internal/pgcluster"
 )
 
@@ -55,6 +57,13 @@ type Config struct {
 	// IssuerAddr, GTRAddr and AdminAddr default to 127.0.0.1:7090, :7070
 	// and :7071.
 	IssuerAddr, GTRAddr, AdminAddr string
+	// BackupGTRAddr and BackupAdminAddr are the backup access point's
+	// partners' and admin listeners, default 127.0.0.1:7170 and :7171: a
+	// second GTR replica standing for the other city, with its own state
+	// files, on the same NATS and seeds (so the same table and partners)
+	// and the same certificate. NoBackupGTR runs the primary alone.
+	BackupGTRAddr, BackupAdminAddr string
+	NoBackupGTR                    bool
 	// PGBasePort: the private cluster of Cells[i] listens on PGBasePort+i.
 	// Default 7431.
 	PGBasePort int
@@ -87,15 +96,19 @@ var DefaultCells = []CellSpec{
 
 // Defaults for the other addresses.
 const (
-	DefaultGTRAddr    = "127.0.0.1:7070"
-	DefaultAdminAddr  = "127.0.0.1:7071"
-	DefaultIssuerAddr = "127.0.0.1:7090"
-	DefaultPGBasePort = 7431
+	DefaultGTRAddr   = "127.0.0.1:7070"
+	DefaultAdminAddr = "127.0.0.1:7071"
+	// The backup access point.
+	DefaultBackupGTRAddr   = "127.0.0.1:7170"
+	DefaultBackupAdminAddr = "127.0.0.1:7171"
+	DefaultIssuerAddr      = "127.0.0.1:7090"
+	DefaultPGBasePort      = 7431
 )
 
 // Component names for Process, besides the cell IDs.
 const (
 	GTR       = "gtr"
+	GTRBackup = "gtr-backup"
 	IssuerSim = "issuersim"
 	NATS      = "nats"
 )
@@ -119,6 +132,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AdminAddr == "" {
 		c.AdminAddr = DefaultAdminAddr
+	}
+	if c.BackupGTRAddr == "" {
+		c.BackupGTRAddr = DefaultBackupGTRAddr
+	}
+	if c.BackupAdminAddr == "" {
+		c.BackupAdminAddr = DefaultBackupAdminAddr
 	}
 	if c.PGBasePort == 0 {
 		c.PGBasePort = DefaultPGBasePort
@@ -157,7 +176,7 @@ func (c Config) validate() error {
 	if c.NATS && c.NATSServerBin == "" {
 		return errors.New("NATS: no nats-server binary found (apt-get install nats-server)")
 	}
-	seen := map[string]bool{GTR: true, IssuerSim: true, NATS: true}
+	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true, NATS: true}
 	for _, cell := range c.Cells {
 		if cell.ID == "" || cell.Addr == "" {
 			return fmt.Errorf("cell %+v: ID and Addr are required", cell)
@@ -184,6 +203,7 @@ type Platform struct {
 	dbURLs map[string]string             // by cell ID
 	pgLogs []*os.File                    // the clusters' log files, closed by Stop
 	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
+	runMu  sync.Mutex                    // serialises writes of run.json
 	stop   sync.Once
 	errs   error
 }
@@ -251,16 +271,15 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		p.Stop()
 		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
 	}
-	certFile, keyFile := p.GTRCertFiles()
-	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
-		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, "gtr-state.json"),
-		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
-		"-partners-state-file", filepath.Join(cfg.DataDir, "gtr-partners-state.json"), "-reflection")
-	if p.procs[GTR].creds, err = p.gtrTLS(); err != nil {
+	creds, err := p.gtrTLS()
+	if err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	p.procs[GTR].args = append(p.procs[GTR].args, p.metricsArgs(cfg.GTRAddr)...)
+	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, adminToken, "gtr", creds)
+	if !cfg.NoBackupGTR {
+		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, adminToken, "gtr-backup", creds)
+	}
 
 	for _, proc := range p.order {
 		if err := proc.start(ctx); err != nil {
@@ -268,7 +287,32 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			return nil, fmt.Errorf("platform: %w", err)
 		}
 	}
+	if err := p.writeRunInfo(); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: %w", err)
+	}
+	// A component restarted later has a new process ID: tools outside
+	// this process read it from run.json.
+	for _, proc := range p.order {
+		proc.started = func() { _ = p.writeRunInfo() }
+	}
 	return p, nil
+}
+
+// addGTR adds a GTR replica, an access point: its own listeners, replica
+// ID and state files (gtr-state.json, gtr-partners-state.json for the
+// primary; <name>-... for the others), the shared config, seeds and
+// certificate.
+func (p *Platform) addGTR(name, addr, adminAddr, adminToken, stateName string, creds credentials.TransportCredentials) {
+	cfg := p.cfg
+	certFile, keyFile := p.GTRCertFiles()
+	p.add(name, addr, "gtr", "-listen", addr, "-admin-listen", adminAddr, "-config", cfg.GTRConfig,
+		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
+		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
+		"-partners-state-file", filepath.Join(cfg.DataDir, stateName+"-partners-state.json"), "-reflection",
+		"-replica-id", name)
+	p.procs[name].creds = creds
+	p.procs[name].args = append(p.procs[name].args, p.metricsArgs(addr)...)
 }
 
 func (p *Platform) add(name, addr, bin string, args ...string) {
@@ -346,15 +390,18 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Stop stops the GTR first (no new traffic), then the cells, then the issuer
+// Stop stops the GTR replicas first (no new traffic), then the cells, then the issuer
 // simulator (SIGTERM, then SIGKILL after 10s), then Postgres. It reports
 // every component that did not stop cleanly. Later calls return the first
 // call's result.
 func (p *Platform) Stop() error {
 	p.stop.Do(func() {
+		_ = os.Remove(RunFile(p.cfg.DataDir))
 		var errs []error
-		if g := p.procs[GTR]; g != nil {
-			errs = append(errs, g.Stop())
+		for _, name := range []string{GTR, GTRBackup} {
+			if g := p.procs[name]; g != nil {
+				errs = append(errs, g.Stop())
+			}
 		}
 		var wg sync.WaitGroup
 		cellErrs := make([]error, len(p.cfg.Cells))
@@ -381,8 +428,8 @@ func (p *Platform) Stop() error {
 	return p.errs
 }
 
-// Process returns the component called name ("gtr", "issuersim", or a cell
-// ID), or nil.
+// Process returns the component called name ("gtr", "gtr-backup",
+// "issuersim", "nats", or a cell ID), or nil.
 func (p *Platform) Process(name string) *Proc { return p.procs[name] }
 
 // Processes returns every component in start order.

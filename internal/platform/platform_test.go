@@ -160,7 +160,7 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		}
 	}()
 
-	names := []string{"gtr", "issuersim"}
+	names := []string{"gtr", "gtr-backup", "issuersim"}
 	for _, c := range cfg.Cells {
 		names = append(names, c.ID)
 	}
@@ -250,7 +250,7 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 // temporary directory.
 func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 	t.Helper()
-	ports := freePorts(t, 6)
+	ports := freePorts(t, 8)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	return platform.Config{
 		BinDir:     bin,
@@ -265,7 +265,9 @@ func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 			{ID: "cell-b", Addr: addr(4)},
 			{ID: "cell-c", Addr: addr(5)},
 		},
-		PGBasePort: consecutiveFreePorts(t, 3),
+		PGBasePort:      consecutiveFreePorts(t, 3),
+		BackupGTRAddr:   addr(6),
+		BackupAdminAddr: addr(7),
 	}
 }
 

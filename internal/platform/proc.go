@@ -42,8 +42,12 @@ type Proc struct {
 	stdout *prefixWriter
 	stderr *prefixWriter
 
-	mu  sync.Mutex // guards cur; held across start and stop so they do not interleave
-	cur *run       // the latest run; nil before the first
+	mu  sync.Mutex   // guards cur; held across start and stop so they do not interleave
+	cur *run         // the latest run; nil before the first
+	pid atomic.Int64 // cur's process ID, readable without mu
+	// started, when set, is called (with mu held) after each start that
+	// became healthy: the platform rewrites its RunInfo.
+	started func()
 }
 
 // run is one run of a Proc's process.
@@ -69,6 +73,7 @@ func (p *Proc) startLocked(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	p.cur = r
+	p.pid.Store(int64(r.cmd.Process.Pid))
 	wait := func(ctx context.Context, exited <-chan struct{}) error {
 		return waitHealthy(ctx, p.Addr, p.creds, exited)
 	}
@@ -78,6 +83,9 @@ func (p *Proc) startLocked(ctx context.Context) error {
 	if err := wait(ctx, r.done); err != nil {
 		p.killLocked()
 		return fmt.Errorf("%s: not healthy at %s: %w%s", p.Name, p.Addr, err, p.logTail())
+	}
+	if p.started != nil {
+		p.started()
 	}
 	return nil
 }
@@ -255,14 +263,7 @@ func (p *Proc) CheckHealth(ctx context.Context) error {
 
 // Pid returns the process id of the latest run, even if it has exited, or 0
 // before the first start. The process is its group's leader.
-func (p *Proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur == nil {
-		return 0
-	}
-	return p.cur.cmd.Process.Pid
-}
+func (p *Proc) Pid() int { return int(p.pid.Load()) }
 
 // Running reports whether the process is alive (a paused process is).
 func (p *Proc) Running() bool {

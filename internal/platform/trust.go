@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,8 +52,10 @@ func (p *Platform) provisionTrust() error {
 		return err
 	}
 	hosts := []string{"127.0.0.1", "::1", "localhost"}
-	if h, _, err := net.SplitHostPort(p.cfg.GTRAddr); err == nil && h != "" {
-		hosts = append(hosts, h)
+	for _, addr := range []string{p.cfg.GTRAddr, p.cfg.BackupGTRAddr} {
+		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
 	}
 	if err := ca.EnsureCert(gtrCertName, hosts, pki.Server); err != nil {
 		return err

@@ -12,19 +12,33 @@
 //   - A PENDING answer (the transaction passed its point of no return and
 //     its outcome at the issuer is not known yet) is resolved by the owning
 //     cell; WaitFinal polls GetTransaction until it is.
+//   - Given two access points (DialEndpoints: a primary and a backup,
+//     standing for two cities), it rides through the loss of either by
+//     the WeChat Pay cross-city rules (package failover): a success-rate
+//     window over the primary and health probes of it decide which one
+//     calls go to, a split keeps about 1% on the backup to keep it proven,
+//     and a call that meets a connect or read timeout or UNAVAILABLE is
+//     retried once, identical, on the other access point. Every switch is
+//     an Event, logged, counted and passed to Config.OnSwitch.
 package client
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client/failover"
 )
 
 // Config tunes a Client. Zero values take the defaults in brackets.
@@ -49,6 +63,18 @@ type Config struct {
 	// CAFile is the CA that Dial's default options trust (PEM; "" for the
 	// system's roots).
 	CAFile string
+
+	// Failover holds the numbers of the failover rules between the access
+	// points of DialEndpoints; zero values take the guide's defaults
+	// (package failover). Endpoints is set from the list.
+	Failover failover.Config
+	// ProbeTimeout bounds one health probe of the primary [1s].
+	ProbeTimeout time.Duration
+	// OnSwitch, if set, is called with every switch between access points,
+	// from the goroutine that made it; it must be quick.
+	OnSwitch func(Event)
+	// Logger logs every switch [slog.Default()].
+	Logger *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -61,28 +87,62 @@ func (c *Config) defaults() {
 	def(&c.Backoff, 100*time.Millisecond)
 	def(&c.MaxBackoff, 2*time.Second)
 	def(&c.PollInterval, 500*time.Millisecond)
+	def(&c.ProbeTimeout, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
 	}
 }
 
-// Client talks to a GTR. It is safe for concurrent use.
+// Client talks to a GTR through one access point, or two with failover
+// between them. It is safe for concurrent use.
 type Client struct {
-	payments cellpayv1.PaymentsClient
-	conn     *grpc.ClientConn // owned when made by Dial
-	cfg      Config
+	cfg       Config
+	endpoints []*endpoint
+	fo        *switcher // nil with one access point
+
+	stop chan struct{} // ends the prober
+	done chan struct{} // closed when the prober has returned
+	once sync.Once
 }
 
-// New returns a Client over conn, which the caller owns.
+// endpoint is one access point.
+type endpoint struct {
+	addr     string
+	payments cellpayv1.PaymentsClient
+	health   healthpb.HealthClient
+	conn     *grpc.ClientConn // owned when made by Dial or DialEndpoints
+}
+
+// New returns a Client over conn, which the caller owns: one access point,
+// no failover.
 func New(conn grpc.ClientConnInterface, cfg Config) *Client {
 	cfg.defaults()
-	return &Client{payments: cellpayv1.NewPaymentsClient(conn), cfg: cfg}
+	ep := &endpoint{addr: "", payments: cellpayv1.NewPaymentsClient(conn), health: healthpb.NewHealthClient(conn)}
+	if cc, ok := conn.(*grpc.ClientConn); ok {
+		ep.addr = cc.Target()
+	}
+	return &Client{cfg: cfg, endpoints: []*endpoint{ep}}
 }
 
 // Dial connects to the GTR at addr over TLS (trusting cfg.CAFile), sending
 // cfg.APIKey with every call, unless opts say otherwise. Close releases the
 // connection.
 func Dial(addr string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
+	return DialEndpoints([]string{addr}, cfg, opts...)
+}
+
+// DialEndpoints connects to the access points in order, the primary first,
+// then the backup, each as Dial would, and fails over between them by the
+// rules of cfg.Failover: it probes the primary with gRPC health over the
+// same connection, from a goroutine that Close ends. One address is Dial.
+func DialEndpoints(addrs []string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
+	if len(addrs) == 0 || len(addrs) > 2 {
+		return nil, fmt.Errorf("client: %d access points: want a primary and at most one backup", len(addrs))
+	}
+	cfg.defaults()
 	if len(opts) == 0 {
 		tlsOpt, err := TLS(cfg.CAFile)
 		if err != nil {
@@ -93,21 +153,59 @@ func Dial(addr string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
 			opts = append(opts, grpc.WithPerRPCCredentials(APIKey(cfg.APIKey)))
 		}
 	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
+	// An access point that comes back must be found again within about a
+	// second, not after gRPC's default back-off of up to two minutes;
+	// opts may say otherwise.
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(connectParams)}, opts...)
+	c := &Client{cfg: cfg}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			c.closeConns()
+			return nil, err
+		}
+		c.endpoints = append(c.endpoints, &endpoint{addr: addr, payments: cellpayv1.NewPaymentsClient(conn), health: healthpb.NewHealthClient(conn), conn: conn})
 	}
-	c := New(conn, cfg)
-	c.conn = conn
+	if len(addrs) == 2 {
+		fcfg := cfg.Failover
+		fcfg.Endpoints = 2
+		m, err := failover.New(fcfg, time.Now())
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		c.fo = &switcher{m: m, client: c}
+		c.stop, c.done = make(chan struct{}), make(chan struct{})
+		go c.probeLoop()
+	}
 	return c, nil
 }
 
-// Close closes a connection made by Dial.
+var connectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+}
+
+// Close stops the prober and closes the connections made by Dial or
+// DialEndpoints.
 func (c *Client) Close() error {
-	if c.conn == nil {
-		return nil
+	c.once.Do(func() {
+		if c.stop != nil {
+			close(c.stop)
+			<-c.done
+		}
+	})
+	return c.closeConns()
+}
+
+func (c *Client) closeConns() error {
+	var errs []error
+	for _, ep := range c.endpoints {
+		if ep.conn != nil {
+			errs = append(errs, ep.conn.Close())
+		}
 	}
-	return c.conn.Close()
+	return errors.Join(errs...)
 }
 
 // Retryable reports whether an error from Submit is worth sending the same
@@ -121,27 +219,91 @@ func Retryable(err error) bool {
 }
 
 // Submit sends req, resending it unchanged on retryable answers until it
-// gets an answer, MaxAttempts is reached or ctx ends. The answer may be
-// PENDING: see WaitFinal.
+// gets an answer, MaxAttempts is reached or ctx ends. With two access
+// points, a connect or read timeout or UNAVAILABLE is retried at once on
+// the other one (once per Submit), and later attempts go where the
+// failover rules say. The answer may be PENDING: see WaitFinal.
 func (c *Client) Submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
+	txn, _, err := c.SubmitWithInfo(ctx, req)
+	return txn, err
+}
+
+// CallInfo says how a call was served.
+type CallInfo struct {
+	// Endpoint is the address of the access point that gave the answer
+	// (or the last error).
+	Endpoint string
+	// Attempts is the number of calls made.
+	Attempts int
+	// FailedOver is set when the call waited for the retry on the other
+	// access point.
+	FailedOver bool
+}
+
+// SubmitWithInfo is Submit, also saying which access point answered and
+// whether the call failed over.
+func (c *Client) SubmitWithInfo(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, CallInfo, error) {
+	var txn *cellpayv1.Transaction
+	info, err := c.invoke(ctx, c.cfg.MaxAttempts, func(ctx context.Context, ep *endpoint) error {
+		var err error
+		txn, err = ep.payments.SubmitTransaction(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, info, err
+	}
+	return txn, info, nil
+}
+
+// invoke makes up to attempts calls of fn: the first where the failover
+// rules pick, one retry on the other access point at once after a
+// failover error, the others after a back-off where the rules pick.
+func (c *Client) invoke(ctx context.Context, attempts int, fn func(context.Context, *endpoint) error) (CallInfo, error) {
 	wait := c.cfg.Backoff
-	var last error
-	for attempt := 1; ; attempt++ {
+	var info CallInfo
+	ep := c.pick()
+	for {
+		info.Attempts++
+		info.Endpoint = c.endpoints[ep].addr
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-		txn, err := c.payments.SubmitTransaction(cctx, req)
+		err := fn(cctx, c.endpoints[ep])
 		cancel()
+		fail := endpointFailed(ctx, err)
+		c.observe(ep, err, fail)
 		if err == nil {
-			return txn, nil
+			return info, nil
 		}
-		last = err
-		if !Retryable(err) || attempt == c.cfg.MaxAttempts {
-			return nil, err
+		if info.Attempts >= attempts {
+			return info, err
 		}
-		if err := sleep(ctx, jitter(wait)); err != nil {
-			return nil, errors.Join(last, err)
+		if fail && !info.FailedOver && c.fo != nil {
+			info.FailedOver = true
+			ep = c.fo.other(ep)
+			continue
+		}
+		if !Retryable(err) || ctx.Err() != nil {
+			return info, err
+		}
+		if serr := sleep(ctx, jitter(wait)); serr != nil {
+			return info, errors.Join(err, serr)
 		}
 		wait = min(wait*2, c.cfg.MaxBackoff)
+		ep = c.pick()
 	}
+}
+
+// endpointFailed reports whether err says the access point did not answer
+// (connect or read timeout, UNAVAILABLE), rather than answering about the
+// request. The caller's own deadline or cancellation is neither.
+func endpointFailed(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // Get reads the recorded outcome of Config.PartnerID's transaction id.
@@ -149,10 +311,22 @@ func (c *Client) Get(ctx context.Context, id string) (*cellpayv1.Transaction, er
 	return c.get(ctx, c.cfg.PartnerID, id)
 }
 
+// get reads once, or twice with the retry on the other access point.
 func (c *Client) get(ctx context.Context, partner, id string) (*cellpayv1.Transaction, error) {
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	defer cancel()
-	return c.payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{PartnerId: partner, TransactionId: id})
+	attempts := 1
+	if c.fo != nil {
+		attempts = 2
+	}
+	var txn *cellpayv1.Transaction
+	_, err := c.invoke(ctx, attempts, func(ctx context.Context, ep *endpoint) error {
+		var err error
+		txn, err = ep.payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: partner, TransactionId: id})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return txn, nil
 }
 
 // WaitFinal reads Config.PartnerID's transaction id until it is no longer

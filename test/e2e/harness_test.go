@@ -29,13 +29,15 @@ import (
 // env is the platform every test in the package shares. Tests use their
 // own transaction IDs, so they do not disturb each other.
 var env struct {
-	root     string // repository root
-	bin      string // built binaries
-	p        *platform.Platform
-	gtrAddr  string
-	cells    []platform.CellSpec
-	payments cellpayv1.PaymentsClient
-	issuer   issuerproto.IssuerClient
+	root    string // repository root
+	bin     string // built binaries
+	p       *platform.Platform
+	gtrAddr string
+	// backupAddr is the backup access point's partners' listener.
+	backupAddr string
+	cells      []platform.CellSpec
+	payments   cellpayv1.PaymentsClient
+	issuer     issuerproto.IssuerClient
 	// gtrOpts dial the GTR as the sample partners do: TLS trusting the
 	// platform's CA, each call with its partner's API key.
 	gtrOpts []grpc.DialOption
@@ -59,7 +61,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.bin = filepath.Join(tmp, "bin")
-	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl")
+	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay")
 	build.Dir = env.root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -105,7 +107,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
-	adminPorts, err := freePorts(1)
+	adminPorts, err := freePorts(3)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,10 @@ func startPlatform(ctx context.Context, tmp string) error {
 		IssuerAddr: issuerAddr,
 		GTRAddr:    env.gtrAddr,
 		AdminAddr:  addr(adminPorts[0]),
-		PGBasePort: pgBase,
+		// The backup access point, a second GTR replica on the same NATS.
+		BackupGTRAddr:   addr(adminPorts[1]),
+		BackupAdminAddr: addr(adminPorts[2]),
+		PGBasePort:      pgBase,
 		// The whole platform, as make run starts it: NATS with JetStream
 		// and the replicator's reference data, when nats-server is here.
 		NATS:          platform.FindNATSServer() != "",
@@ -132,6 +137,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
+	env.backupAddr = addr(adminPorts[1])
 	if env.gtrOpts, err = env.p.GTRDialOptions(); err != nil {
 		return err
 	}

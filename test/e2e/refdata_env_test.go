@@ -103,7 +103,9 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		GTRAddr:    addr(ports[2]),
 		AdminAddr:  addr(ports[3]),
 		PGBasePort: pgBase,
-		Env:        []string{"CELL_NATS_URL=" + e.natsURL},
+		// One access point: these tests look at one GTR.
+		NoBackupGTR: true,
+		Env:         []string{"CELL_NATS_URL=" + e.natsURL},
 	})
 	if err != nil {
 		t.Fatal(err)

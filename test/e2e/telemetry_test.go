@@ -57,6 +57,8 @@ func TestTelemetryScrape(t *testing.T) {
 		GTRAddr:    addr(2),
 		AdminAddr:  addr(3),
 		PGBasePort: pgBase,
+		// One access point: these tests look at one GTR.
+		NoBackupGTR: true,
 		Env: []string{
 			"GTR_METRICS_LISTEN=" + gtrMetrics,
 			"CELL_METRICS_LISTEN=" + cellMetrics,

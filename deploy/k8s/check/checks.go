@@ -25,6 +25,7 @@ func Check(objs []Object) []string {
 	v = append(v, CheckRouting(w)...)
 	v = append(v, CheckBoundary(w)...)
 	v = append(v, CheckTrust(w)...)
+	v = append(v, CheckAccessPoints(w)...)
 	sort.Strings(v)
 	return v
 }

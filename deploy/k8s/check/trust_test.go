@@ -341,3 +341,66 @@ func TestOrganisationIssuer(t *testing.T) {
 		t.Errorf("issuerRef %+v, dnsNames %v", spec.IssuerRef, spec.DNSNames)
 	}
 }
+
+// TestAccessPointChecksCatch: the backup access point's faults are each
+// reported, and its pods get exactly the primary's network access.
+func TestAccessPointChecksCatch(t *testing.T) {
+	base := renderAll(t, deployDir)
+	if v := CheckAccessPoints(NewWorld(base)); len(v) != 0 {
+		t.Fatalf("the committed manifests: %v", v)
+	}
+	edit := func(kind, name string, f func(Object)) []Object {
+		objs := make([]Object, len(base))
+		copy(objs, base)
+		for i, o := range objs {
+			if o.GVK.Kind == kind && o.Namespace == GTRNamespace && o.Name == name {
+				switch x := o.Typed.(type) {
+				case *appsv1.Deployment:
+					objs[i].Typed = x.DeepCopy()
+				case *corev1.Service:
+					objs[i].Typed = x.DeepCopy()
+				}
+				f(objs[i])
+			}
+		}
+		return objs
+	}
+	for _, tt := range []struct {
+		name string
+		objs []Object
+		want string
+	}{
+		{"no backup", without(base, "Deployment", GTRNamespace, "gtr-backup"), "no Deployment gtr-backup"},
+		{"another image", edit("Deployment", "gtr-backup", func(o Object) {
+			o.Typed.(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Image = "ghcr.io/cellpay/gtr:v0.0.9"
+		}), "pod spec differs"},
+		{"not a GTR to the policies", edit("Deployment", "gtr-backup", func(o Object) {
+			o.Typed.(*appsv1.Deployment).Spec.Template.Labels[NameLabel] = "gtr2"
+		}), "NetworkPolicies do not apply"},
+		{"primary Service selects both", edit("Service", "gtr", func(o Object) {
+			delete(o.Typed.(*corev1.Service).Spec.Selector, AccessPointLabel)
+		}), `Service gtr selects`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := strings.Join(CheckAccessPoints(NewWorld(tt.objs)), "\n")
+			if !strings.Contains(got, tt.want) {
+				t.Errorf("no violation %q; got:\n%s", tt.want, got)
+			}
+		})
+	}
+	// The same access: every pod of both Deployments is a GTR to the
+	// boundary, so CheckBoundary's proof covers the backup.
+	w := NewWorld(base)
+	prim, back := 0, 0
+	for _, p := range w.PodsIn(GTRNamespace) {
+		switch {
+		case isGTR(p) && p.Labels[AccessPointLabel] == "primary":
+			prim++
+		case isGTR(p) && p.Labels[AccessPointLabel] == "backup":
+			back++
+		}
+	}
+	if prim == 0 || back == 0 {
+		t.Fatalf("GTR pods in the world: %d primary, %d backup", prim, back)
+	}
+}
