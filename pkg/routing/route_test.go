@@ -291,7 +291,7 @@ func TestRouteDoesNotAllocate(t *testing.T) {
 func TestImports(t *testing.T) {
 	allowed := map[string]bool{
 		"errors": true, "fmt": true, "slices": true, "strconv": true, "strings": true,
-		"net/netip": true, // parsing cell addresses only: no I/O
+		"net/netip":                    true, // parsing cell addresses only: no I/O
 		"github.com/cespare/xxhash/v2": true,
 	}
 	files, _ := filepath.Glob("*.go")
