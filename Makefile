@@ -34,6 +34,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/partnerstate
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReport$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/refwatch
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
 
