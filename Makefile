@@ -27,9 +27,18 @@ test-unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/validate
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) ./pkg/idempotency
+	$(GO) test -run '^$$' -fuzz '^FuzzMask$$' -fuzztime $(FUZZTIME) ./internal/card
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/refdata
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/refdata
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/issuersim
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/partnerstate
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReport$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/refwatch
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRoutingEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/kvsync
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadStateFile$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/kvsync
+	$(GO) test -run '^$$' -fuzz '^FuzzProcessStreamOrder$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
 

@@ -7,8 +7,9 @@
 // with one rounding step at the end, half to even (see Convert).
 //
 // Versions are positive integers assigned by the replicator, one sequence
-// for snapshots and updates alike; 0 means "unversioned" (a source file, or
-// a bootstrap file served before any published version). The package does
+// for snapshots and updates alike, at most MaxVersion; 0 means
+// "unversioned" (a source file, or a bootstrap file served before any
+// published version). The package does
 // no network I/O: wire.go describes the messages, cmd/replicator and the
 // cell's refsync move them.
 package refdata
@@ -121,6 +122,9 @@ func FromFile(f File) (*Snapshot, error) {
 		mcc:               make(map[string]MCC, len(f.MCC)),
 		blocked:           make(map[string]bool, len(f.BlockedCategories)),
 	}
+	if f.Version > MaxVersion {
+		errs = append(errs, CheckVersion("version", f.Version))
+	}
 	for _, cur := range sortedKeys(f.Currencies) {
 		c := f.Currencies[cur]
 		if !iso.IsCurrency(cur) {
@@ -149,8 +153,8 @@ func FromFile(f File) (*Snapshot, error) {
 			continue
 		}
 		s.exps[cur] = e
-		r, ok := new(big.Rat).SetString(f.FXRates[cur])
-		if !ok || r.Sign() <= 0 {
+		r, ok := parseRate(f.FXRates[cur])
+		if !ok {
 			bad("fx_rates.%s: %q is not a positive decimal", cur, f.FXRates[cur])
 			continue
 		}
@@ -309,6 +313,40 @@ func (f File) clone() File {
 
 func pow10(n int) *big.Int {
 	return new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil)
+}
+
+// MaxRateLen is the longest FX rate string there is. A rate is a plain
+// decimal ("0.8412", "156") or an exact fraction of integers ("2/3"), never
+// an exponent ("1e999999", which math/big would expand into a number of a
+// million digits that every conversion then multiplies by), a sign or a
+// hex float.
+const MaxRateLen = 32
+
+// parseRate parses a positive rate of at most MaxRateLen characters: a
+// plain decimal, or integer/integer.
+func parseRate(s string) (*big.Rat, bool) {
+	if len(s) == 0 || len(s) > MaxRateLen {
+		return nil, false
+	}
+	dot, slash := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		edge := i == 0 || i == len(s)-1
+		switch {
+		case c >= '0' && c <= '9':
+		case c == '.' && !dot && !slash && !edge:
+			dot = true
+		case c == '/' && !dot && !slash && !edge:
+			slash = true
+		default:
+			return nil, false
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok || r.Sign() <= 0 {
+		return nil, false
+	}
+	return r, true
 }
 
 func allDigits(s string) bool {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"time"
 
 	"github.com/cellpay/cellpay/internal/iso"
@@ -34,6 +33,28 @@ const (
 	KindSnapshot = "snapshot"
 	KindUpdate   = "update"
 )
+
+// MaxVersion is the highest reference data version there is. The cells
+// store a version in a Postgres bigint (CHECK version > 0), so a version
+// must fit an int64, and it must leave room to increase: a version at the
+// store's maximum would leave nothing after it, and every later real
+// version would be dropped as old. 2^53-1 is far below that and is also the
+// largest integer every JSON reader (jq, JavaScript) holds exactly. A
+// message, snapshot or update beyond it is refused at decode
+// (ErrVersionRange), and the replicator never publishes one.
+const MaxVersion uint64 = 1<<53 - 1
+
+// ErrVersionRange means a version is 0 or above MaxVersion.
+var ErrVersionRange = errors.New("refdata: version out of range")
+
+// CheckVersion returns ErrVersionRange, wrapped with what, unless v is in
+// 1..MaxVersion.
+func CheckVersion(what string, v uint64) error {
+	if v == 0 || v > MaxVersion {
+		return fmt.Errorf("%w: %s %d is not in 1..%d", ErrVersionRange, what, v, MaxVersion)
+	}
+	return nil
+}
 
 // ErrInconsistent means a version does not fit the data it claims to
 // follow: an update whose base is not the version served, or a message whose
@@ -79,8 +100,10 @@ type Status struct {
 }
 
 // DecodeMessage parses and checks the shape of a message: a known kind with
-// the matching body, a positive version, and an update's base below it.
-// Unknown fields are refused. The content itself is validated when applied.
+// the matching body, a version in 1..MaxVersion (ErrVersionRange), and an
+// update's base below it. Unknown fields are refused. The content itself is
+// validated when applied. It is the edge of the cell for data from NATS:
+// whatever bytes arrive, it returns a message or an error, never panics.
 func DecodeMessage(b []byte) (*Message, error) {
 	var m Message
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -88,8 +111,8 @@ func DecodeMessage(b []byte) (*Message, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("refdata: message: %w", err)
 	}
-	if m.Version == 0 {
-		return nil, errors.New("refdata: message: version must be positive")
+	if err := CheckVersion("message: version", m.Version); err != nil {
+		return nil, err
 	}
 	switch {
 	case m.Kind == KindSnapshot && m.Snapshot != nil && m.Update == nil:
@@ -134,8 +157,12 @@ func ContentHash(v any) string {
 
 // Apply returns the snapshot that results from applying u to s as version
 // version, validated whole: an update that leaves anything invalid is
-// refused and s is unchanged (it is immutable).
+// refused and s is unchanged (it is immutable). version must be after s's
+// and at most MaxVersion.
 func (s *Snapshot) Apply(version uint64, u Update) (*Snapshot, error) {
+	if err := CheckVersion("update: version", version); err != nil {
+		return nil, err
+	}
 	if version <= s.Seq() {
 		return nil, fmt.Errorf("%w: update to version %d is not after %d", ErrInconsistent, version, s.Seq())
 	}
@@ -155,8 +182,8 @@ func (s *Snapshot) Apply(version uint64, u Update) (*Snapshot, error) {
 	return FromFile(f)
 }
 
-// Validate checks an update on its own: known currencies, positive decimal
-// rates, four-digit codes with a category and a risk class. Whether it fits
+// Validate checks an update on its own: known currencies, positive plain
+// decimal rates (parseRate), four-digit codes with a category and a risk class. Whether it fits
 // its base is checked when it is applied (Snapshot.Apply).
 func (u Update) Validate() error {
 	var errs []error
@@ -167,7 +194,7 @@ func (u Update) Validate() error {
 		if !iso.IsCurrency(cur) {
 			errs = append(errs, fmt.Errorf("fx_rates: %q is not an ISO 4217 currency", cur))
 		}
-		if r, ok := new(big.Rat).SetString(u.FXRates[cur]); !ok || r.Sign() <= 0 {
+		if _, ok := parseRate(u.FXRates[cur]); !ok {
 			errs = append(errs, fmt.Errorf("fx_rates.%s: %q is not a positive decimal", cur, u.FXRates[cur]))
 		}
 	}

@@ -8,7 +8,7 @@ import (
 func poolSpec(weights ...int) Spec {
 	s := Spec{Version: 1, Rules: []Rule{{Name: "all", Pool: "p"}}}
 	for i, w := range weights {
-		s.Cells = append(s.Cells, Cell{ID: "c" + strconv.Itoa(i), Addr: "a:" + strconv.Itoa(i), Pool: "p", Weight: w})
+		s.Cells = append(s.Cells, Cell{ID: "c" + strconv.Itoa(i), Addr: "a:" + strconv.Itoa(i+1), Pool: "p", Weight: w})
 	}
 	return s
 }

@@ -20,7 +20,7 @@ func TestFreshnessGating(t *testing.T) {
 		{Name: "any", Pool: "p"},
 	}}
 	for i, v := range []uint64{3, 5, 7, 0} {
-		s.Cells = append(s.Cells, Cell{ID: "c" + strconv.Itoa(i), Addr: "a", Pool: "p", Weight: 100, RefdataVersion: v})
+		s.Cells = append(s.Cells, Cell{ID: "c" + strconv.Itoa(i), Addr: "a:1", Pool: "p", Weight: 100, RefdataVersion: v})
 	}
 	tbl := mustCompile(t, s)
 	for k := range 200 {

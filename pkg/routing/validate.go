@@ -3,8 +3,93 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 )
+
+// Caps on a spec. A table beyond any of them is refused whole, with the
+// field named, before anything else is looked at: validating (the
+// shadowing check compares every pair of rules) and compiling cost grows
+// with the table, and every GTR replica pays it for every table it reads.
+const (
+	// MaxCells is the most cells a spec may list.
+	MaxCells = 256
+	// MaxRules is the most rules a spec may list.
+	MaxRules = 1000
+	// MaxListLen is the most entries of one rule's Partners, Markets or
+	// PaymentTypes.
+	MaxListLen = 256
+	// MaxListEntries is the most list entries of all rules together; it
+	// bounds the shadowing check's work.
+	MaxListEntries = 8192
+	// MaxNameLen is the longest cell ID, pool, rule name or list entry,
+	// in bytes.
+	MaxNameLen = 64
+	// MaxAddrLen is the longest cell address: "dns:///", a DNS name of at
+	// most 253 bytes, ":" and a port.
+	MaxAddrLen = 7 + 253 + 6
+	// MaxRefdataVersion is the highest MinRefdataVersion a rule may ask
+	// for: the highest reference data version there is
+	// (internal/refdata.MaxVersion, 2^53-1).
+	MaxRefdataVersion = 1<<53 - 1
+)
+
+// CheckAddr reports whether addr is a cell address of the documented
+// format: "host:port" or "dns:///host:port", where host is a DNS name, an
+// IPv4 address or a bracketed IPv6 address, and port is 1 to 65535.
+// Anything else (a scheme gRPC would resolve otherwise, a path, a user, a
+// missing port) is refused.
+func CheckAddr(addr string) error {
+	if len(addr) > MaxAddrLen {
+		return fmt.Errorf("longer than %d bytes", MaxAddrLen)
+	}
+	hostport := strings.TrimPrefix(addr, "dns:///")
+	i := strings.LastIndexByte(hostport, ':')
+	if i < 0 {
+		return errors.New("not host:port or dns:///host:port")
+	}
+	host, port := hostport[:i], hostport[i+1:]
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || port[0] == '0' || port[0] == '+' {
+		return fmt.Errorf("port %q is not 1 to 65535", port)
+	}
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		if ip, err := netip.ParseAddr(host[1 : len(host)-1]); err != nil || !ip.Is6() || ip.Zone() != "" {
+			return fmt.Errorf("%q is not an IPv6 address", host)
+		}
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if !ip.Is4() {
+			return errors.New("an IPv6 address must be in brackets")
+		}
+		return nil
+	}
+	if !isDNSName(host) {
+		return fmt.Errorf("host %q is not a DNS name or an IP address", host)
+	}
+	return nil
+}
+
+// isDNSName: labels of 1 to 63 letters, digits and hyphens, not starting
+// or ending with a hyphen, separated by dots, at most 253 bytes.
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // SpecError is one problem Validate found. Validate joins several with
 // errors.Join; use errors.As (or walk the joined errors) to read them.
@@ -29,10 +114,15 @@ func (e *SpecError) Error() string {
 }
 
 // Validate reports every problem in s, each naming the offending cell or
-// rule and field. It rejects: no cells; a cell with an empty or duplicate
-// id, an empty addr or pool, a weight outside 0..100 or an unknown state; a
+// rule and field. It rejects a spec beyond the caps (MaxCells, MaxRules,
+// MaxListEntries) whole, naming the field (Cells or Rules), without looking
+// further. Otherwise it rejects: no cells; a cell with an empty or duplicate
+// id, an empty addr or pool, an addr not of CheckAddr's format, a name
+// longer than MaxNameLen, a weight outside 0..100 or an unknown state; a
 // rule with an empty or duplicate name, an empty pool or one no cell is in,
-// an unknown payment type or hash field, an empty list entry, or that is
+// an unknown payment type or hash field, an empty list entry, a list
+// longer than MaxListLen, a MinRefdataVersion above MaxRefdataVersion, or
+// that is
 // shadowed by an earlier rule (one whose lists are each empty or a
 // superset of the later rule's, so the later rule can never match).
 //
@@ -41,6 +131,9 @@ func (e *SpecError) Error() string {
 // operator's drain, and Route answers ErrNoCell.
 func Validate(s Spec) error {
 	var v validator
+	if v.caps(s); len(v.errs) > 0 {
+		return errors.Join(v.errs...)
+	}
 	v.cells(s.Cells)
 	v.rules(s.Rules, s.Cells)
 	return errors.Join(v.errs...)
@@ -50,6 +143,39 @@ type validator struct{ errs []error }
 
 func (v *validator) add(of string, i int, name, field, format string, args ...any) {
 	v.errs = append(v.errs, &SpecError{Of: of, Index: i, Name: name, Field: field, Reason: fmt.Sprintf(format, args...)})
+}
+
+// caps checks the sizes that bound the rest of the work.
+func (v *validator) caps(s Spec) {
+	if len(s.Cells) > MaxCells {
+		v.add("spec", -1, "", "Cells", "%d cells, more than the %d allowed", len(s.Cells), MaxCells)
+	}
+	if len(s.Rules) > MaxRules {
+		v.add("spec", -1, "", "Rules", "%d rules, more than the %d allowed", len(s.Rules), MaxRules)
+		return
+	}
+	n := 0
+	for _, r := range s.Rules {
+		n += len(r.Partners) + len(r.Markets) + len(r.PaymentTypes)
+	}
+	if n > MaxListEntries {
+		v.add("spec", -1, "", "Rules", "%d list entries in all rules, more than the %d allowed", n, MaxListEntries)
+	}
+}
+
+// name checks the length of a name or list entry.
+func (v *validator) name(of string, i int, name, field, what, s string) {
+	if len(s) > MaxNameLen {
+		v.add(of, i, truncate(name), field, "%s of %d bytes, longer than %d", what, len(s), MaxNameLen)
+	}
+}
+
+// truncate keeps an over-long name from filling an error message.
+func truncate(s string) string {
+	if len(s) > MaxNameLen {
+		return s[:MaxNameLen] + "..."
+	}
+	return s
 }
 
 func (v *validator) cells(cells []Cell) {
@@ -66,8 +192,12 @@ func (v *validator) cells(cells []Cell) {
 		} else {
 			seen[c.ID] = i
 		}
+		v.name("cell", i, c.ID, "ID", "id", c.ID)
+		v.name("cell", i, c.ID, "Pool", "pool", c.Pool)
 		if c.Addr == "" {
-			v.add("cell", i, c.ID, "Addr", "empty addr")
+			v.add("cell", i, truncate(c.ID), "Addr", "empty addr")
+		} else if err := CheckAddr(c.Addr); err != nil {
+			v.add("cell", i, truncate(c.ID), "Addr", "addr %.80q: %v", c.Addr, err)
 		}
 		if c.Pool == "" {
 			v.add("cell", i, c.ID, "Pool", "empty pool")
@@ -101,6 +231,14 @@ func (v *validator) rules(rules []Rule, cells []Cell) {
 		case !pools[r.Pool]:
 			v.add("rule", i, r.Name, "Pool", "pool %q has no cells", r.Pool)
 		}
+		v.name("rule", i, r.Name, "Name", "name", r.Name)
+		v.name("rule", i, r.Name, "Pool", "pool", r.Pool)
+		v.list(i, r.Name, "Partners", r.Partners)
+		v.list(i, r.Name, "Markets", r.Markets)
+		v.list(i, r.Name, "PaymentTypes", r.PaymentTypes)
+		if r.MinRefdataVersion > MaxRefdataVersion {
+			v.add("rule", i, truncate(r.Name), "MinRefdataVersion", "%d above the highest reference data version, %d", r.MinRefdataVersion, uint64(MaxRefdataVersion))
+		}
 		if int(r.HashOn) >= len(hashFieldNames) {
 			v.add("rule", i, r.Name, "HashOn", "unknown hash field %v", r.HashOn)
 		}
@@ -125,6 +263,17 @@ func (v *validator) rules(rules []Rule, cells []Cell) {
 				break
 			}
 		}
+	}
+}
+
+// list checks a rule's list length and entry lengths.
+func (v *validator) list(i int, name, field string, l []string) {
+	if len(l) > MaxListLen {
+		v.add("rule", i, truncate(name), field, "%d entries, more than the %d allowed", len(l), MaxListLen)
+		return
+	}
+	for _, e := range l {
+		v.name("rule", i, name, field, "entry", e)
 	}
 }
 

@@ -28,9 +28,10 @@ type Result struct {
 }
 
 // Publisher numbers and publishes versions. Versions are one sequence for
-// snapshots and updates: the newest in the stream plus one, claimed with an
-// expected-last-sequence header, so that concurrent publishers cannot both
-// publish the same number with different content.
+// snapshots and updates: the newest good version in the stream plus one
+// (see Newest), claimed with an expected-last-sequence header, so that
+// concurrent publishers cannot both publish the same number with different
+// content. It never publishes a version beyond refdata.MaxVersion.
 type Publisher struct {
 	JS  jetstream.JetStream
 	Now func() time.Time // default time.Now
@@ -84,8 +85,8 @@ func (p *Publisher) publish(ctx context.Context, next func(last *refdata.Message
 		return Result{}, err
 	}
 	for range publishAttempts {
-		last, lastSeq, err := Last(ctx, stream)
-		if err != nil && last == nil {
+		last, lastSeq, err := Newest(ctx, stream)
+		if err != nil {
 			return Result{}, err
 		}
 		m, unchanged := next(last)
@@ -94,6 +95,9 @@ func (p *Publisher) publish(ctx context.Context, next func(last *refdata.Message
 		}
 		if m.Kind == refdata.KindUpdate && m.Base == 0 {
 			return Result{}, errors.New("refnats: no version to update: publish a snapshot first")
+		}
+		if err := refdata.CheckVersion("refnats: publish: version", m.Version); err != nil {
+			return Result{}, err
 		}
 		m.PublishedAt = now().UTC()
 		seq, dup, err := Publish(ctx, p.JS, m, lastSeq, nil)
@@ -115,17 +119,60 @@ func nextVersion(last *refdata.Message) uint64 {
 	return last.Version + 1
 }
 
-// LastVersion returns the newest version in the stream (0 when empty).
+// LastVersion returns the newest good version in the stream (0 when
+// there is none), as Newest finds it.
 func LastVersion(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	stream, err := EnsureStream(ctx, js)
 	if err != nil {
 		return 0, err
 	}
-	last, _, err := Last(ctx, stream)
+	last, _, err := Newest(ctx, stream)
 	if last == nil {
 		return 0, err
 	}
 	return last.Version, nil
+}
+
+// maxScan bounds how far back Newest looks for a good version.
+const maxScan = 1000
+
+// Newest returns the newest message of the stream that refdata.DecodeMessage
+// accepts (nil when there is none) and the stream's last sequence, which a
+// publish must expect. Messages that do not decode (garbage, or a version
+// outside 1..refdata.MaxVersion that something other than a Publisher put
+// there) are passed over: every cell refuses them, so numbering goes on from
+// the version the cells serve, and a poisoned 2^63-1 does not push every
+// later version out of range. It looks at most maxScan messages back.
+func Newest(ctx context.Context, s jetstream.Stream) (*refdata.Message, uint64, error) {
+	raw, err := s.GetLastMsgForSubject(ctx, refdata.Subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("refnats: newest: %w", err)
+	}
+	lastSeq := raw.Sequence
+	for seq, scanned := lastSeq, 0; ; scanned++ {
+		if raw != nil {
+			if m, err := refdata.DecodeMessage(raw.Data); err == nil {
+				return m, lastSeq, nil
+			}
+		}
+		if seq <= 1 {
+			return nil, lastSeq, nil // nothing good at all: start at 1
+		}
+		if scanned == maxScan {
+			return nil, lastSeq, fmt.Errorf("refnats: newest: no good version in the last %d messages (up to sequence %d)", maxScan, lastSeq)
+		}
+		seq--
+		raw, err = s.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			raw = nil // deleted, or below the first sequence kept
+		case err != nil:
+			return nil, lastSeq, fmt.Errorf("refnats: newest (seq %d): %w", seq, err)
+		}
+	}
 }
 
 // CollectStatus listens to every cell's status for d and returns the

@@ -5,10 +5,12 @@
 // Transactions read the in-memory copy through View, lock-free, and never
 // wait on NATS or on an apply.
 //
-// A version that does not decode, does not validate, or does not follow the
-// served one (an update whose base is not served) is refused whole: logged
-// with the reason, counted, terminated in JetStream, and the served version
-// stays. A version that fails for a passing reason (Postgres down) is
+// A version that does not decode (a version outside 1..refdata.MaxVersion
+// included: it could not be stored, or would leave no room for the next
+// one), does not validate, or does not follow the served one (an update
+// whose base is not served) is refused whole: logged with the reason,
+// counted, terminated in JetStream (never redelivered), and the served
+// version stays. A version that fails for a passing reason (Postgres down) is
 // redelivered; the consumer allows one unacknowledged message at a time, so
 // versions are applied strictly in order.
 //

@@ -17,8 +17,9 @@ var (
 	// ErrNoRefdata means no version has been stored yet.
 	ErrNoRefdata = errors.New("store: no reference data stored")
 	// ErrRefdataOrder means a write does not follow the stored version: a
-	// snapshot that is not newer, or an update whose base is not the stored
-	// version. Nothing was written.
+	// snapshot that is not newer, an update whose base is not the stored
+	// version, or a version outside 1..refdata.MaxVersion. Nothing was
+	// written, and retrying cannot help.
 	ErrRefdataOrder = errors.New("store: reference data version out of order")
 )
 
@@ -101,6 +102,9 @@ func mustQuery(ctx context.Context, tx pgx.Tx, sql string) pgx.Rows {
 // SaveRefdataSnapshot replaces the stored version with snapshot f, in one
 // transaction. f must be newer than the stored version (ErrRefdataOrder).
 func (s *Store) SaveRefdataSnapshot(ctx context.Context, f refdata.File, meta RefdataMeta) error {
+	if err := storable(f.Version); err != nil {
+		return err
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored < f.Version }); err != nil {
 			return err
@@ -120,6 +124,9 @@ func (s *Store) SaveRefdataSnapshot(ctx context.Context, f refdata.File, meta Re
 // and only d's entries are written; otherwise next is written whole.
 func (s *Store) SaveRefdataSnapshotDiff(ctx context.Context, base uint64, d refdata.Diff, next *refdata.Snapshot, meta RefdataMeta) error {
 	version := next.Seq()
+	if err := storable(version); err != nil {
+		return err
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		stored, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored < version })
 		if err != nil {
@@ -254,6 +261,9 @@ func writeRefdataFile(ctx context.Context, tx pgx.Tx, f refdata.File, meta Refda
 // version base, in one transaction; ErrRefdataOrder if base is not what is
 // stored.
 func (s *Store) SaveRefdataUpdate(ctx context.Context, base, version uint64, u refdata.Update, meta RefdataMeta) error {
+	if err := storable(version); err != nil {
+		return err
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := lockRefdata(ctx, tx, func(stored uint64) bool { return stored == base && base < version }); err != nil {
 			return err
@@ -276,6 +286,18 @@ func (s *Store) SaveRefdataUpdate(ctx context.Context, base, version uint64, u r
 	})
 	if err != nil {
 		return fmt.Errorf("store: save refdata update %d: %w", version, err)
+	}
+	return nil
+}
+
+// storable refuses, as ErrRefdataOrder (never to be retried), a version
+// outside 1..refdata.MaxVersion: the column is a bigint with CHECK
+// (version > 0), and a version at its maximum would leave no room for the
+// next one. refdata.DecodeMessage refuses such versions first; this is the
+// store's own guard.
+func storable(v uint64) error {
+	if err := refdata.CheckVersion("version", v); err != nil {
+		return fmt.Errorf("store: %w: %w", ErrRefdataOrder, err)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // Sink receives versions. *state.State implements it.
@@ -97,15 +98,42 @@ func Start(cfg Config) (*Watcher, error) {
 	return w, nil
 }
 
-// handle reads one report. The cell is the subject's last token; a report
-// that names another cell, or is not a Status, is dropped and counted.
-func (w *Watcher) handle(m *nats.Msg) {
-	cell := strings.TrimPrefix(m.Subject, refdata.StatusSubjectPrefix)
-	var st refdata.Status
-	err := json.Unmarshal(m.Data, &st)
-	if err == nil && st.Cell != "" && st.Cell != cell {
-		err = fmt.Errorf("report names cell %q", st.Cell)
+// maxReport bounds a status report: a real one is a few hundred bytes.
+const maxReport = 4 << 10
+
+// decodeReport reads one report published on subject: the cell is the
+// subject's last token (at most routing.MaxNameLen bytes), the body a
+// refdata.Status of at most maxReport bytes that names that cell or none,
+// with a version in 0..refdata.MaxVersion (0: none served). Anything else
+// is an error: a report of 2^64-1 would otherwise pass every rule's
+// minimum reference data version.
+func decodeReport(subject string, data []byte) (cell string, version uint64, err error) {
+	cell = strings.TrimPrefix(subject, refdata.StatusSubjectPrefix)
+	switch {
+	case cell == "" || cell == subject || strings.Contains(cell, "."):
+		return "", 0, fmt.Errorf("subject %.80q is not %s<cell>", subject, refdata.StatusSubjectPrefix)
+	case len(cell) > routing.MaxNameLen:
+		return "", 0, fmt.Errorf("cell ID of %d bytes, longer than %d", len(cell), routing.MaxNameLen)
+	case len(data) > maxReport:
+		return "", 0, fmt.Errorf("report of %d bytes, more than %d", len(data), maxReport)
 	}
+	var st refdata.Status
+	if err := json.Unmarshal(data, &st); err != nil {
+		return "", 0, err
+	}
+	if st.Cell != "" && st.Cell != cell {
+		return "", 0, fmt.Errorf("report names cell %.80q", st.Cell)
+	}
+	if st.Version > refdata.MaxVersion {
+		return "", 0, fmt.Errorf("%w: reported version %d", refdata.ErrVersionRange, st.Version)
+	}
+	return cell, st.Version, nil
+}
+
+// handle reads one report (decodeReport); one that does not decode is
+// dropped and counted.
+func (w *Watcher) handle(m *nats.Msg) {
+	cell, version, err := decodeReport(m.Subject, m.Data)
 	if err != nil {
 		// Log the first bad report and then every 100th: a misbehaving
 		// publisher must not flood the GTR's log.
@@ -114,7 +142,7 @@ func (w *Watcher) handle(m *nats.Msg) {
 		}
 		return
 	}
-	w.cfg.Sink.SetRefdataVersion(cell, st.Version)
+	w.cfg.Sink.SetRefdataVersion(cell, version)
 	w.reports.Add(1)
 }
 
