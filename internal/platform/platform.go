@@ -282,6 +282,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 
 	for _, proc := range p.order {
+		if proc.Running() {
+			continue // NATS, started first for the reference data
+		}
 		if err := proc.start(ctx); err != nil {
 			p.Stop()
 			return nil, fmt.Errorf("platform: %w", err)
@@ -414,6 +417,9 @@ func (p *Platform) Stop() error {
 		errs = append(errs, cellErrs...)
 		if s := p.procs[IssuerSim]; s != nil {
 			errs = append(errs, s.Stop())
+		}
+		if n := p.procs[NATS]; n != nil {
+			errs = append(errs, n.Stop())
 		}
 		for _, cell := range p.cfg.Cells {
 			if c := p.pgs[cell.ID]; c != nil {
