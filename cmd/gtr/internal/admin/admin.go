@@ -28,7 +28,7 @@ import (
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
-// Store is where changes go. *kvsync.Syncer implements it.
+// Store is where changes go. *routesync.Syncer implements it.
 type Store interface {
 	// Update applies fn to a copy of the replicated configuration and
 	// stores the result, validated, with optimistic concurrency. fn may run

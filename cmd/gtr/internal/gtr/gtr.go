@@ -27,11 +27,11 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer tel.Close(ctx)
-	store, err := kvsync.Start(kvsync.Config{
+	store, err := routesync.Start(routesync.Config{
 		State: st,
 		Seed: func() (state.Doc, error) {
 			spec, err := config.Load(cfg.ConfigFile)
