@@ -180,6 +180,10 @@ func New(cfg Config) (*Notifier, error) {
 	return &Notifier{cfg: cfg, client: client}, nil
 }
 
+// SetMetrics sets the notifier's Metrics (built from Backlog, so after
+// New); call it before Run.
+func (n *Notifier) SetMetrics(m Metrics) { n.cfg.Metrics = m }
+
 // Backlog is the last sample of the outbox: pending and dead rows, and the
 // age of the oldest pending one. It never blocks.
 func (n *Notifier) Backlog() (pending, dead int64, oldest time.Duration) {

@@ -228,11 +228,15 @@ func TestRetries(t *testing.T) {
 	}
 
 	// 429 with Retry-After: 1 s, longer than the schedule's steps.
-	r.Behave(func(n int) cbrecv.Behaviour { return cbrecv.Behaviour{Status: http.StatusTooManyRequests, RetryAfter: "1"} })
+	r.Behave(func(n int) cbrecv.Behaviour {
+		return cbrecv.Behaviour{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+	})
 	total := len(f.rows(store.CallbackDelivered))
 	start := time.Now()
 	f.final("t-429", 1)
-	testutil.Eventually(t, 5*time.Second, "throttled once", func() bool { return r.Calls() > 0 && len(f.rows(store.CallbackPending)) == 1 && f.rows(store.CallbackPending)[0].Attempts == 1 })
+	testutil.Eventually(t, 5*time.Second, "throttled once", func() bool {
+		return r.Calls() > 0 && len(f.rows(store.CallbackPending)) == 1 && f.rows(store.CallbackPending)[0].Attempts == 1
+	})
 	r.Behave(nil)
 	testutil.Eventually(t, 10*time.Second, "served after Retry-After", delivered(f, total+1))
 	if d := time.Since(start); d < time.Second {

@@ -48,6 +48,9 @@ type Config struct {
 	Partners PartnerStore
 	// ReplicaID names this replica in ListCells answers.
 	ReplicaID string
+	// Cells reaches the cells' outboxes for the callback RPCs; optional
+	// (without it they answer UNIMPLEMENTED).
+	Cells Cells
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
 	// traffic shares; default 10000.
 	ShareSamples int

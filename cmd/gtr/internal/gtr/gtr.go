@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Log: cfg.Log})
+		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
