@@ -76,6 +76,11 @@ type Config struct {
 	Metrics       bool
 	NATSServerBin string
 	RefDataSource string
+	// CallbackAddr, when set, runs the sample callback receiver there (in
+	// this process, HTTPS with the development CA), and the sample
+	// partners' callbacks go to it. Cells verify callback endpoints with
+	// the development CA either way.
+	CallbackAddr string
 }
 
 // DefaultCells are the cells of a local platform.
@@ -186,6 +191,8 @@ type Platform struct {
 	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
 	stop   sync.Once
 	errs   error
+	// stopReceiver stops the sample callback receiver; nil without one.
+	stopReceiver func()
 }
 
 // Start starts Postgres for every cell, the issuer simulator, the cells and
@@ -244,12 +251,18 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-database-url", p.dbURLs[cell.ID],
 			"-issuer", cfg.IssuerAddr,
 			"-refdata", cfg.RefData,
-			"-pan-key-file", panKey)
+			"-pan-key-file", panKey,
+			"-callback-ca-file", p.CAFile(),
+			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
 		p.procs[cell.ID].args = append(p.procs[cell.ID].args, p.metricsArgs(cell.Addr)...)
 	}
 	if err := p.provisionTrust(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
+	}
+	if err := p.startReceiver(); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: sample callback receiver: %w", err)
 	}
 	certFile, keyFile := p.GTRCertFiles()
 	p.add(GTR, cfg.GTRAddr, "gtr", "-listen", cfg.GTRAddr, "-admin-listen", cfg.AdminAddr, "-config", cfg.GTRConfig,
@@ -375,6 +388,9 @@ func (p *Platform) Stop() error {
 		}
 		for _, f := range p.pgLogs {
 			f.Close()
+		}
+		if p.stopReceiver != nil {
+			p.stopReceiver()
 		}
 		p.errs = errors.Join(errs...)
 	})

@@ -29,7 +29,7 @@ func main() {
 	panKey := fs.String("pan-key-file", "", "")
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
-	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file", "partners"} {
+	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file", "partners", "callback-ca-file", "partners-state-file"} {
 		fs.String(name, "", "")
 	}
 	fs.Bool("reflection", false, "")
