@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-callbacks bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -89,6 +89,10 @@ bench-trust:
 ## bench-refdata: reference data lag at 100 updates/s and throughput while 10k snapshots apply.
 bench-refdata:
 	CELLPAY_REFDATA_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestRefdataBenchmark$$' -v ./test/e2e/
+
+## bench-callbacks: transactions with callbacks delivered and without, side by side, and delivery lag (BENCHMARKS.md).
+bench-callbacks:
+	CELLPAY_CALLBACK_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestCallbackBenchmark$$' -v ./test/e2e/
 
 ## soak: the fault tests (kill, Postgres stop, freeze, issuer) at a higher rate for longer.
 soak:

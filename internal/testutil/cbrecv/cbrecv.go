@@ -38,8 +38,9 @@ type Receiver struct {
 
 	mu     sync.Mutex
 	srv    *http.Server
-	calls  int
-	events []client.Callback
+	calls   int
+	events  []client.Callback
+	arrived []time.Time // when each event was handled
 	behave func(n int) Behaviour
 }
 
@@ -146,6 +147,7 @@ func (r *Receiver) handle(_ context.Context, cb client.Callback) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, cb)
+	r.arrived = append(r.arrived, time.Now())
 	return nil
 }
 
@@ -161,4 +163,16 @@ func (r *Receiver) Events() []client.Callback {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]client.Callback(nil), r.events...)
+}
+
+// Lags are, for each event handled, the time from its outcome's record to
+// its arrival here.
+func (r *Receiver) Lags() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, len(r.events))
+	for i, ev := range r.events {
+		out[i] = r.arrived[i].Sub(ev.Recorded)
+	}
+	return out
 }

@@ -93,8 +93,8 @@ type Config struct {
 	// Lease is how long a claimed row is this instance's; default long
 	// enough for a pass over the most endpoints a partner may have.
 	Lease time.Duration
-	// Batch is how many rows one claim takes [32]; Parallel how many are
-	// delivered at once [8]; Idle the pause when nothing is due [200ms].
+	// Batch is how many rows one claim takes [64]; Parallel how many are
+	// delivered at once [16]; Idle the pause when nothing is due [100ms].
 	Batch, Parallel int
 	Idle            time.Duration
 	// MaxRetryAfter caps how far a 429/503's Retry-After pushes the next
@@ -124,13 +124,13 @@ func (c *Config) validate() error {
 		c.Lease = time.Duration(partners.MaxEndpoints+1)*c.Timeout + 5*time.Second
 	}
 	if c.Batch <= 0 {
-		c.Batch = 32
+		c.Batch = 64
 	}
 	if c.Parallel <= 0 {
-		c.Parallel = 8
+		c.Parallel = 16
 	}
 	if c.Idle <= 0 {
-		c.Idle = 200 * time.Millisecond
+		c.Idle = 100 * time.Millisecond
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = time.Hour
