@@ -36,12 +36,12 @@ type Receiver struct {
 	tlsCfg  *tls.Config
 	handler http.Handler
 
-	mu     sync.Mutex
-	srv    *http.Server
+	mu      sync.Mutex
+	srv     *http.Server
 	calls   int
 	events  []client.Callback
 	arrived []time.Time // when each event was handled
-	behave func(n int) Behaviour
+	behave  func(n int) Behaviour
 }
 
 // Start serves on a free loopback port with the certificate in
