@@ -34,12 +34,6 @@ func TestCallbackBenchmark(t *testing.T) {
 		t.Fatal(err)
 	}
 	const perRound = 1500
-	type row struct {
-		name       string
-		throughput float64
-		p50, p99   float64
-	}
-	var rows []row
 	for round := range 6 {
 		p, name := off, "off"
 		if round%2 == 1 {
@@ -53,7 +47,6 @@ func TestCallbackBenchmark(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows = append(rows, row{name, rep.Throughput, rep.Latency.P50, rep.Latency.P99})
 		t.Logf("round %d callbacks %-3s: %d completed, %.0f tx/s, p50 %.1f ms, p99 %.1f ms", round+1, name, rep.Completed, rep.Throughput, rep.Latency.P50, rep.Latency.P99)
 	}
 	testutil.Eventually(t, 2*time.Minute, "every callback delivered", func() bool { return len(r.Events()) >= 3*perRound*95/100 })
