@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -32,12 +32,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/issuersim
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/partnerstate
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/partnerstate
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReport$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/refwatch
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRoutingEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/kvsync
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadStateFile$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/kvsync
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRoutingEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/routesync
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadStateFile$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/routesync
 	$(GO) test -run '^$$' -fuzz '^FuzzProcessStreamOrder$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
@@ -108,6 +108,10 @@ bench-trust:
 ## bench-refdata: reference data lag at 100 updates/s and throughput while 10k snapshots apply.
 bench-refdata:
 	CELLPAY_REFDATA_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestRefdataBenchmark$$' -v ./test/e2e/
+
+## bench-callbacks: transactions with callbacks delivered and without, side by side, and delivery lag (BENCHMARKS.md).
+bench-callbacks:
+	CELLPAY_CALLBACK_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestCallbackBenchmark$$' -v ./test/e2e/
 
 ## soak: the fault tests (kill, Postgres stop, freeze, issuer) at a higher rate for longer.
 soak:

@@ -11,7 +11,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/internal/logging"
 )
@@ -43,9 +45,18 @@ func env(name, def string) string {
 	return def
 }
 
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
 func configure() (cell.Config, error) {
 	var c cell.Config
-	var keyFile string
+	var keyFile, schedule string
 	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
 	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
 	flag.StringVar(&c.DatabaseURL, "database-url", env("CELL_DATABASE_URL", ""), "the cell's Postgres URL (env CELL_DATABASE_URL)")
@@ -54,7 +65,17 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.NATSURL, "nats-url", env("CELL_NATS_URL", ""), "NATS server the reference data comes from; \"\" for none (env CELL_NATS_URL)")
 	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for Prometheus /metrics (transactions, issuer latency, reference data, gRPC), e.g. 127.0.0.1:9081; \"\" for none (env CELL_METRICS_LISTEN). Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the hex PAN hashing key, 32+ bytes (env CELL_PAN_KEY_FILE)")
+	flag.StringVar(&c.PartnersStateFile, "partners-state-file", env("CELL_PARTNERS_STATE_FILE", ""), "file keeping the last-known partner registry (callback settings, followed read-only from NATS); it holds signing secrets and is written 0600; \"\" for none (env CELL_PARTNERS_STATE_FILE)")
+	flag.BoolVar(&c.Callbacks.Off, "callbacks-off", env("CELL_CALLBACKS_OFF", "") == "1", "do not deliver callbacks (the outbox is still written with every final outcome) (env CELL_CALLBACKS_OFF=1)")
+	flag.StringVar(&schedule, "callback-schedule", env("CELL_CALLBACK_SCHEDULE", callback.DefaultSchedule.String()), "delay before each callback attempt, comma-separated; after the last a dead letter. The default is Svix's schedule compressed for local runs; production: "+callback.SvixSchedule.String()+" (env CELL_CALLBACK_SCHEDULE)")
+	flag.DurationVar(&c.Callbacks.Timeout, "callback-timeout", envDuration("CELL_CALLBACK_TIMEOUT", 10*time.Second), "timeout of one callback endpoint call (env CELL_CALLBACK_TIMEOUT)")
+	flag.StringVar(&c.Callbacks.CAFile, "callback-ca-file", env("CELL_CALLBACK_CA_FILE", ""), "CA certificate that callback endpoints are verified with; \"\" for the system roots (env CELL_CALLBACK_CA_FILE)")
 	flag.Parse()
+	sched, err := callback.ParseSchedule(schedule)
+	if err != nil {
+		return c, fmt.Errorf("-callback-schedule: %w", err)
+	}
+	c.Callbacks.Schedule = sched
 	if keyFile == "" {
 		return c, fmt.Errorf("-pan-key-file is required")
 	}

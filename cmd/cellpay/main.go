@@ -86,6 +86,7 @@ func configure(args []string) (platform.Config, error) {
 	fs.StringVar(&cfg.NATSAddr, "nats-addr", env("CELLPAY_NATS_ADDR", platform.DefaultNATSAddr), "NATS listen address (CELLPAY_NATS_ADDR)")
 	fs.StringVar(&cfg.RefDataSource, "refdata-source", env("CELLPAY_REFDATA_SOURCE", "config/refdata"), "reference data folder the replicator publishes (CELLPAY_REFDATA_SOURCE)")
 	fs.BoolVar(&cfg.Metrics, "metrics", envBool("CELLPAY_METRICS", true), "serve /metrics beside each component, on its port + 2000 (CELLPAY_METRICS)")
+	fs.StringVar(&cfg.CallbackAddr, "callback-addr", env("CELLPAY_CALLBACK_ADDR", platform.DefaultCallbackAddr), "sample callback receiver (HTTPS) the sample partners' callbacks go to; \"\" for none (CELLPAY_CALLBACK_ADDR)")
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -133,6 +134,9 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	if cfg.Metrics {
 		fmt.Fprintf(w, "  metrics            http://%s/metrics (GTR), http://%s/metrics (cell-a), ... port + 2000 of each\n",
 			platform.MetricsAddr(cfg.GTRAddr), platform.MetricsAddr(cfg.Cells[0].Addr))
+	}
+	if cfg.CallbackAddr != "" {
+		fmt.Fprintf(w, "  callbacks          %s (sample receiver; every event it takes in %s)\n", p.CallbackURL("<partner>"), p.CallbackLog())
 	}
 	fmt.Fprintf(w, "  logs               %s\n\n", p.LogDir())
 	wd, _ := os.Getwd()

@@ -145,7 +145,7 @@ func commands() []command {
 				}
 				return c.printApply(resp)
 			}},
-	}, partnerCommands()...)
+	}, append(partnerCommands(), callbackCommands()...)...)
 }
 
 func dur(d time.Duration) *durationpb.Duration {

@@ -85,6 +85,11 @@ type Config struct {
 	Metrics       bool
 	NATSServerBin string
 	RefDataSource string
+	// CallbackAddr, when set, runs the sample callback receiver there (in
+	// this process, HTTPS with the development CA), and the sample
+	// partners' callbacks go to it. Cells verify callback endpoints with
+	// the development CA either way.
+	CallbackAddr string
 }
 
 // DefaultCells are the cells of a local platform.
@@ -206,6 +211,8 @@ type Platform struct {
 	runMu  sync.Mutex                    // serialises writes of run.json
 	stop   sync.Once
 	errs   error
+	// stopReceiver stops the sample callback receiver; nil without one.
+	stopReceiver func()
 }
 
 // Start starts Postgres for every cell, the issuer simulator, the cells and
@@ -264,12 +271,18 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-database-url", p.dbURLs[cell.ID],
 			"-issuer", cfg.IssuerAddr,
 			"-refdata", cfg.RefData,
-			"-pan-key-file", panKey)
+			"-pan-key-file", panKey,
+			"-callback-ca-file", p.CAFile(),
+			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
 		p.procs[cell.ID].args = append(p.procs[cell.ID].args, p.metricsArgs(cell.Addr)...)
 	}
 	if err := p.provisionTrust(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
+	}
+	if err := p.startReceiver(); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: sample callback receiver: %w", err)
 	}
 	creds, err := p.gtrTLS()
 	if err != nil {
@@ -428,6 +441,9 @@ func (p *Platform) Stop() error {
 		}
 		for _, f := range p.pgLogs {
 			f.Close()
+		}
+		if p.stopReceiver != nil {
+			p.stopReceiver()
 		}
 		p.errs = errors.Join(errs...)
 	})

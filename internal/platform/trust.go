@@ -60,18 +60,29 @@ func (p *Platform) provisionTrust() error {
 	if err := ca.EnsureCert(gtrCertName, hosts, pki.Server); err != nil {
 		return err
 	}
-	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners)
+	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners, p.cfg.CallbackAddr)
 }
 
 // ensurePartners keeps the registry file and key files when every partner
-// has a key file whose key the registry authenticates, and writes new ones
-// otherwise.
-func ensurePartners(keyDir, regFile string, ids []string) error {
+// has a key file whose key the registry authenticates (and, with a sample
+// callback receiver at callbackAddr, callbacks to it signed with the
+// secret in its file), and writes new ones otherwise.
+func ensurePartners(keyDir, regFile string, ids []string, callbackAddr string) error {
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return err
 	}
+	callbacks := func(id string) (partners.Callbacks, error) {
+		if callbackAddr == "" {
+			return partners.Callbacks{}, nil
+		}
+		secret, err := sampleSecret(keyDir, id)
+		if err != nil {
+			return partners.Callbacks{}, err
+		}
+		return partners.Callbacks{Mode: partners.ModeOrdered, Endpoints: []string{callbackURL(callbackAddr, id)}, Secrets: []string{secret}}, nil
+	}
 	if reg, err := partners.Load(regFile); err == nil {
-		if ix, err := partners.Compile(reg); err == nil && allAuthenticate(ix, keyDir, ids) {
+		if ix, err := partners.Compile(reg); err == nil && allAuthenticate(ix, keyDir, ids) && sameCallbacks(ix, ids, callbacks) {
 			return nil
 		}
 	}
@@ -85,14 +96,34 @@ func ensurePartners(keyDir, regFile string, ids []string) error {
 		if err := partners.WriteKeyFile(partners.KeyFile(keyDir, id), plain); err != nil {
 			return err
 		}
-		reg.Partners = append(reg.Partners, partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}})
+		cb, err := callbacks(id)
+		if err != nil {
+			return err
+		}
+		reg.Partners = append(reg.Partners, partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}, Callbacks: cb})
 	}
 	b, err := yaml.Marshal(reg)
 	if err != nil {
 		return err
 	}
-	b = append([]byte("# The sample partners of a local platform, written by cellpay: API key hashes\n# only. Their keys are in partners/<id>.key beside this file.\n"), b...)
-	return os.WriteFile(regFile, b, 0o644)
+	b = append([]byte("# The sample partners of a local platform, written by cellpay: API key hashes\n# only (their keys are in partners/<id>.key beside this file), and their\n# callback signing secrets (also in partners/<id>.whsec): mode 0600.\n"), b...)
+	if err := os.WriteFile(regFile, b, 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(regFile, 0o600) // an older file was 0644
+}
+
+// sameCallbacks reports whether every partner's callbacks are what want
+// makes.
+func sameCallbacks(ix *partners.Index, ids []string, want func(string) (partners.Callbacks, error)) bool {
+	for _, id := range ids {
+		p, ok := ix.Partner(id)
+		w, err := want(id)
+		if !ok || err != nil || p.Callbacks.Mode != w.Mode || !slices.Equal(p.Callbacks.Endpoints, w.Endpoints) || !slices.Equal(p.Callbacks.Secrets, w.Secrets) {
+			return false
+		}
+	}
+	return true
 }
 
 func allAuthenticate(ix *partners.Index, keyDir string, ids []string) bool {

@@ -17,6 +17,7 @@
 package adminproto
 
 import (
+	cellproto "github.com/cellpay/cellpay/pkg/cellproto"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -2529,11 +2530,377 @@ func (x *RevokeKeyRequest) GetForce() bool {
 	return false
 }
 
+type SetCallbacksRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// mode: random, ordered or reverse (empty: ordered).
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// endpoints: up to 8 https:// URLs.
+	Endpoints []string `protobuf:"bytes,3,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// public is the endpoint used when every private one fails; optional.
+	Public        string `protobuf:"bytes,4,opt,name=public,proto3" json:"public,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCallbacksRequest) Reset() {
+	*x = SetCallbacksRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCallbacksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCallbacksRequest) ProtoMessage() {}
+
+func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
+func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SetCallbacksRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *SetCallbacksRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *SetCallbacksRequest) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *SetCallbacksRequest) GetPublic() string {
+	if x != nil {
+		return x.Public
+	}
+	return ""
+}
+
+type AddCallbackSecretRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// drop_older keeps only the new secret.
+	DropOlder     bool `protobuf:"varint,2,opt,name=drop_older,json=dropOlder,proto3" json:"drop_older,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddCallbackSecretRequest) Reset() {
+	*x = AddCallbackSecretRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddCallbackSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddCallbackSecretRequest) ProtoMessage() {}
+
+func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
+func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *AddCallbackSecretRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *AddCallbackSecretRequest) GetDropOlder() bool {
+	if x != nil {
+		return x.DropOlder
+	}
+	return false
+}
+
+type AddCallbackSecretResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Partner *Partner               `protobuf:"bytes,1,opt,name=partner,proto3" json:"partner,omitempty"`
+	// secret is the new signing secret (whsec_...), shown this once.
+	Secret          string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	RegistryVersion uint64 `protobuf:"varint,3,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AddCallbackSecretResponse) Reset() {
+	*x = AddCallbackSecretResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddCallbackSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddCallbackSecretResponse) ProtoMessage() {}
+
+func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
+func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AddCallbackSecretResponse) GetPartner() *Partner {
+	if x != nil {
+		return x.Partner
+	}
+	return nil
+}
+
+func (x *AddCallbackSecretResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *AddCallbackSecretResponse) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+type CellCallbacks struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	CellId          string                 `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	RegistryVersion uint64                 `protobuf:"varint,2,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	Pending         int64                  `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Dead            int64                  `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	// error is why the cell did not answer; empty when it did.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CellCallbacks) Reset() {
+	*x = CellCallbacks{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CellCallbacks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CellCallbacks) ProtoMessage() {}
+
+func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
+func (*CellCallbacks) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CellCallbacks) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *CellCallbacks) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+func (x *CellCallbacks) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *CellCallbacks) GetDead() int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *CellCallbacks) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ListCallbacksResponse struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Events        []*cellproto.CallbackEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Cells         []*CellCallbacks           `protobuf:"bytes,2,rep,name=cells,proto3" json:"cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCallbacksResponse) Reset() {
+	*x = ListCallbacksResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCallbacksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCallbacksResponse) ProtoMessage() {}
+
+func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
+func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListCallbacksResponse) GetCells() []*CellCallbacks {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+type ReplayCallbacksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replayed      int64                  `protobuf:"varint,1,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Cells         []*CellCallbacks       `protobuf:"bytes,2,rep,name=cells,proto3" json:"cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayCallbacksResponse) Reset() {
+	*x = ReplayCallbacksResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayCallbacksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayCallbacksResponse) ProtoMessage() {}
+
+func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
+func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReplayCallbacksResponse) GetReplayed() int64 {
+	if x != nil {
+		return x.Replayed
+	}
+	return 0
+}
+
+func (x *ReplayCallbacksResponse) GetCells() []*CellCallbacks {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
 var File_cellpay_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccellpay/admin/v1/admin.proto\x12\x10cellpay.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x1ccellpay/admin/v1/admin.proto\x12\x10cellpay.admin.v1\x1a\x1acellpay/cell/v1/cell.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10ListCellsRequest\"\xae\x01\n" +
 	"\x11ListCellsResponse\x12#\n" +
 	"\rtable_version\x18\x01 \x01(\x04R\ftableVersion\x122\n" +
@@ -2712,7 +3079,34 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force*@\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"~\n" +
+	"\x13SetCallbacksRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x1c\n" +
+	"\tendpoints\x18\x03 \x03(\tR\tendpoints\x12\x16\n" +
+	"\x06public\x18\x04 \x01(\tR\x06public\"X\n" +
+	"\x18AddCallbackSecretRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x1d\n" +
+	"\n" +
+	"drop_older\x18\x02 \x01(\bR\tdropOlder\"\x93\x01\n" +
+	"\x19AddCallbackSecretResponse\x123\n" +
+	"\apartner\x18\x01 \x01(\v2\x19.cellpay.admin.v1.PartnerR\apartner\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12)\n" +
+	"\x10registry_version\x18\x03 \x01(\x04R\x0fregistryVersion\"\x97\x01\n" +
+	"\rCellCallbacks\x12\x17\n" +
+	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12)\n" +
+	"\x10registry_version\x18\x02 \x01(\x04R\x0fregistryVersion\x12\x18\n" +
+	"\apending\x18\x03 \x01(\x03R\apending\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x03R\x04dead\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x86\x01\n" +
+	"\x15ListCallbacksResponse\x126\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.cellpay.cell.v1.CallbackEventR\x06events\x125\n" +
+	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"l\n" +
+	"\x17ReplayCallbacksResponse\x12\x1a\n" +
+	"\breplayed\x18\x01 \x01(\x03R\breplayed\x125\n" +
+	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells*@\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_UP\x10\x01\x12\x0f\n" +
@@ -2720,7 +3114,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x92\t\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xa0\f\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -2737,7 +3131,11 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eSuspendPartner\x12'.cellpay.admin.v1.SuspendPartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12X\n" +
 	"\rResumePartner\x12&.cellpay.admin.v1.ResumePartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12K\n" +
 	"\x06AddKey\x12\x1f.cellpay.admin.v1.AddKeyRequest\x1a .cellpay.admin.v1.AddKeyResponse\x12P\n" +
-	"\tRevokeKey\x12\".cellpay.admin.v1.RevokeKeyRequest\x1a\x1f.cellpay.admin.v1.PartnerChangeB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
+	"\tRevokeKey\x12\".cellpay.admin.v1.RevokeKeyRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12V\n" +
+	"\fSetCallbacks\x12%.cellpay.admin.v1.SetCallbacksRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12l\n" +
+	"\x11AddCallbackSecret\x12*.cellpay.admin.v1.AddCallbackSecretRequest\x1a+.cellpay.admin.v1.AddCallbackSecretResponse\x12_\n" +
+	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
+	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
 var (
 	file_cellpay_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -2752,59 +3150,68 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
-	(Health)(0),                   // 0: cellpay.admin.v1.Health
-	(PartnerStatus)(0),            // 1: cellpay.admin.v1.PartnerStatus
-	(*ListCellsRequest)(nil),      // 2: cellpay.admin.v1.ListCellsRequest
-	(*ListCellsResponse)(nil),     // 3: cellpay.admin.v1.ListCellsResponse
-	(*CellStatus)(nil),            // 4: cellpay.admin.v1.CellStatus
-	(*Ramp)(nil),                  // 5: cellpay.admin.v1.Ramp
-	(*SetWeightRequest)(nil),      // 6: cellpay.admin.v1.SetWeightRequest
-	(*DrainRequest)(nil),          // 7: cellpay.admin.v1.DrainRequest
-	(*RestoreRequest)(nil),        // 8: cellpay.admin.v1.RestoreRequest
-	(*Attrs)(nil),                 // 9: cellpay.admin.v1.Attrs
-	(*ExplainRequest)(nil),        // 10: cellpay.admin.v1.ExplainRequest
-	(*ExplainResponse)(nil),       // 11: cellpay.admin.v1.ExplainResponse
-	(*RuleMiss)(nil),              // 12: cellpay.admin.v1.RuleMiss
-	(*CellVerdict)(nil),           // 13: cellpay.admin.v1.CellVerdict
-	(*RouteKeysRequest)(nil),      // 14: cellpay.admin.v1.RouteKeysRequest
-	(*RouteKeysResponse)(nil),     // 15: cellpay.admin.v1.RouteKeysResponse
-	(*GetTableRequest)(nil),       // 16: cellpay.admin.v1.GetTableRequest
-	(*Table)(nil),                 // 17: cellpay.admin.v1.Table
-	(*Cell)(nil),                  // 18: cellpay.admin.v1.Cell
-	(*Rule)(nil),                  // 19: cellpay.admin.v1.Rule
-	(*ApplyTableRequest)(nil),     // 20: cellpay.admin.v1.ApplyTableRequest
-	(*ApplyTableResponse)(nil),    // 21: cellpay.admin.v1.ApplyTableResponse
-	(*Move)(nil),                  // 22: cellpay.admin.v1.Move
-	(*ListPartnersRequest)(nil),   // 23: cellpay.admin.v1.ListPartnersRequest
-	(*ListPartnersResponse)(nil),  // 24: cellpay.admin.v1.ListPartnersResponse
-	(*Partner)(nil),               // 25: cellpay.admin.v1.Partner
-	(*PartnerKey)(nil),            // 26: cellpay.admin.v1.PartnerKey
-	(*PartnerLimits)(nil),         // 27: cellpay.admin.v1.PartnerLimits
-	(*PartnerCallbacks)(nil),      // 28: cellpay.admin.v1.PartnerCallbacks
-	(*NewKey)(nil),                // 29: cellpay.admin.v1.NewKey
-	(*AddPartnerRequest)(nil),     // 30: cellpay.admin.v1.AddPartnerRequest
-	(*AddPartnerResponse)(nil),    // 31: cellpay.admin.v1.AddPartnerResponse
-	(*SuspendPartnerRequest)(nil), // 32: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),  // 33: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),         // 34: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),         // 35: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),        // 36: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),      // 37: cellpay.admin.v1.RevokeKeyRequest
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 39: google.protobuf.Duration
+	(Health)(0),                              // 0: cellpay.admin.v1.Health
+	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
+	(*ListCellsRequest)(nil),                 // 2: cellpay.admin.v1.ListCellsRequest
+	(*ListCellsResponse)(nil),                // 3: cellpay.admin.v1.ListCellsResponse
+	(*CellStatus)(nil),                       // 4: cellpay.admin.v1.CellStatus
+	(*Ramp)(nil),                             // 5: cellpay.admin.v1.Ramp
+	(*SetWeightRequest)(nil),                 // 6: cellpay.admin.v1.SetWeightRequest
+	(*DrainRequest)(nil),                     // 7: cellpay.admin.v1.DrainRequest
+	(*RestoreRequest)(nil),                   // 8: cellpay.admin.v1.RestoreRequest
+	(*Attrs)(nil),                            // 9: cellpay.admin.v1.Attrs
+	(*ExplainRequest)(nil),                   // 10: cellpay.admin.v1.ExplainRequest
+	(*ExplainResponse)(nil),                  // 11: cellpay.admin.v1.ExplainResponse
+	(*RuleMiss)(nil),                         // 12: cellpay.admin.v1.RuleMiss
+	(*CellVerdict)(nil),                      // 13: cellpay.admin.v1.CellVerdict
+	(*RouteKeysRequest)(nil),                 // 14: cellpay.admin.v1.RouteKeysRequest
+	(*RouteKeysResponse)(nil),                // 15: cellpay.admin.v1.RouteKeysResponse
+	(*GetTableRequest)(nil),                  // 16: cellpay.admin.v1.GetTableRequest
+	(*Table)(nil),                            // 17: cellpay.admin.v1.Table
+	(*Cell)(nil),                             // 18: cellpay.admin.v1.Cell
+	(*Rule)(nil),                             // 19: cellpay.admin.v1.Rule
+	(*ApplyTableRequest)(nil),                // 20: cellpay.admin.v1.ApplyTableRequest
+	(*ApplyTableResponse)(nil),               // 21: cellpay.admin.v1.ApplyTableResponse
+	(*Move)(nil),                             // 22: cellpay.admin.v1.Move
+	(*ListPartnersRequest)(nil),              // 23: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),             // 24: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),                          // 25: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),                       // 26: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),                    // 27: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),                 // 28: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                           // 29: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),                // 30: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),               // 31: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil),            // 32: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),             // 33: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 34: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 35: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 36: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 37: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 38: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 39: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 40: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 41: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 42: cellpay.admin.v1.ListCallbacksResponse
+	(*ReplayCallbacksResponse)(nil),          // 43: cellpay.admin.v1.ReplayCallbacksResponse
+	(*timestamppb.Timestamp)(nil),            // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 45: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 46: cellpay.cell.v1.CallbackEvent
+	(*cellproto.ListCallbacksRequest)(nil),   // 47: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 48: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	5,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	38, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	38, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	38, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	39, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	39, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	39, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	44, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	44, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	44, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	45, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	45, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	45, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	9,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	12, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	13, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -2819,47 +3226,59 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	27, // 20: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	27, // 21: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	28, // 22: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	38, // 23: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	38, // 24: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	44, // 23: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	44, // 24: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	27, // 25: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	25, // 26: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	29, // 27: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
 	25, // 28: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
 	25, // 29: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	29, // 30: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
-	2,  // 31: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	6,  // 32: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	7,  // 33: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	8,  // 34: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	10, // 35: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	14, // 36: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	16, // 37: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	20, // 38: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	23, // 39: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	30, // 40: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	32, // 41: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	33, // 42: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	35, // 43: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	37, // 44: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	3,  // 45: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 46: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 47: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 48: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	11, // 49: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	15, // 50: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	17, // 51: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	21, // 52: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	24, // 53: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	31, // 54: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	34, // 55: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	34, // 56: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	36, // 57: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	34, // 58: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	45, // [45:59] is the sub-list for method output_type
-	31, // [31:45] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	25, // 31: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
+	46, // 32: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	41, // 33: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	41, // 34: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	2,  // 35: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	6,  // 36: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	7,  // 37: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	8,  // 38: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	10, // 39: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	14, // 40: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	16, // 41: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	20, // 42: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	23, // 43: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	30, // 44: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	32, // 45: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	33, // 46: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	35, // 47: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	37, // 48: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	38, // 49: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	39, // 50: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	47, // 51: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	48, // 52: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	3,  // 53: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 54: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 55: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 56: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	11, // 57: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	15, // 58: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	17, // 59: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	21, // 60: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	24, // 61: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	31, // 62: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	34, // 63: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	34, // 64: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	36, // 65: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	34, // 66: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	34, // 67: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	40, // 68: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	42, // 69: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	43, // 70: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	53, // [53:71] is the sub-list for method output_type
+	35, // [35:53] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -2873,7 +3292,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

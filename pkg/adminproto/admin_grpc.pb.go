@@ -18,6 +18,7 @@ package adminproto
 
 import (
 	context "context"
+	cellproto "github.com/cellpay/cellpay/pkg/cellproto"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -29,20 +30,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListCells_FullMethodName      = "/cellpay.admin.v1.Admin/ListCells"
-	Admin_SetWeight_FullMethodName      = "/cellpay.admin.v1.Admin/SetWeight"
-	Admin_Drain_FullMethodName          = "/cellpay.admin.v1.Admin/Drain"
-	Admin_Restore_FullMethodName        = "/cellpay.admin.v1.Admin/Restore"
-	Admin_Explain_FullMethodName        = "/cellpay.admin.v1.Admin/Explain"
-	Admin_RouteKeys_FullMethodName      = "/cellpay.admin.v1.Admin/RouteKeys"
-	Admin_GetTable_FullMethodName       = "/cellpay.admin.v1.Admin/GetTable"
-	Admin_ApplyTable_FullMethodName     = "/cellpay.admin.v1.Admin/ApplyTable"
-	Admin_ListPartners_FullMethodName   = "/cellpay.admin.v1.Admin/ListPartners"
-	Admin_AddPartner_FullMethodName     = "/cellpay.admin.v1.Admin/AddPartner"
-	Admin_SuspendPartner_FullMethodName = "/cellpay.admin.v1.Admin/SuspendPartner"
-	Admin_ResumePartner_FullMethodName  = "/cellpay.admin.v1.Admin/ResumePartner"
-	Admin_AddKey_FullMethodName         = "/cellpay.admin.v1.Admin/AddKey"
-	Admin_RevokeKey_FullMethodName      = "/cellpay.admin.v1.Admin/RevokeKey"
+	Admin_ListCells_FullMethodName         = "/cellpay.admin.v1.Admin/ListCells"
+	Admin_SetWeight_FullMethodName         = "/cellpay.admin.v1.Admin/SetWeight"
+	Admin_Drain_FullMethodName             = "/cellpay.admin.v1.Admin/Drain"
+	Admin_Restore_FullMethodName           = "/cellpay.admin.v1.Admin/Restore"
+	Admin_Explain_FullMethodName           = "/cellpay.admin.v1.Admin/Explain"
+	Admin_RouteKeys_FullMethodName         = "/cellpay.admin.v1.Admin/RouteKeys"
+	Admin_GetTable_FullMethodName          = "/cellpay.admin.v1.Admin/GetTable"
+	Admin_ApplyTable_FullMethodName        = "/cellpay.admin.v1.Admin/ApplyTable"
+	Admin_ListPartners_FullMethodName      = "/cellpay.admin.v1.Admin/ListPartners"
+	Admin_AddPartner_FullMethodName        = "/cellpay.admin.v1.Admin/AddPartner"
+	Admin_SuspendPartner_FullMethodName    = "/cellpay.admin.v1.Admin/SuspendPartner"
+	Admin_ResumePartner_FullMethodName     = "/cellpay.admin.v1.Admin/ResumePartner"
+	Admin_AddKey_FullMethodName            = "/cellpay.admin.v1.Admin/AddKey"
+	Admin_RevokeKey_FullMethodName         = "/cellpay.admin.v1.Admin/RevokeKey"
+	Admin_SetCallbacks_FullMethodName      = "/cellpay.admin.v1.Admin/SetCallbacks"
+	Admin_AddCallbackSecret_FullMethodName = "/cellpay.admin.v1.Admin/AddCallbackSecret"
+	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
+	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
 )
 
 // AdminClient is the client API for Admin service.
@@ -95,6 +100,22 @@ type AdminClient interface {
 	// from then on. Revoking the partner's last key needs force.
 	// Errors also: FAILED_PRECONDITION (the last key, without force).
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*PartnerChange, error)
+	// SetCallbacks sets a partner's callback mode, private endpoints and
+	// public endpoint (its signing secrets stay).
+	SetCallbacks(ctx context.Context, in *SetCallbacksRequest, opts ...grpc.CallOption) (*PartnerChange, error)
+	// AddCallbackSecret makes a new signing secret, newest first; the cells
+	// sign with every secret the partner has, so a partner rotates by adding
+	// one, moving its receiver to it, then dropping the older ones
+	// (drop_older). The secret is in the answer this once and never shown
+	// again. Errors also: FAILED_PRECONDITION (the most secrets allowed).
+	AddCallbackSecret(ctx context.Context, in *AddCallbackSecretRequest, opts ...grpc.CallOption) (*AddCallbackSecretResponse, error)
+	// ListCallbacks lists the callback events of every cell, with each
+	// cell's outbox counts. A cell that does not answer is named in cells
+	// with its error; the others' events are still listed.
+	ListCallbacks(ctx context.Context, in *cellproto.ListCallbacksRequest, opts ...grpc.CallOption) (*ListCallbacksResponse, error)
+	// ReplayCallbacks replays a partner's events in every cell (one, or all
+	// dead and pending from a time).
+	ReplayCallbacks(ctx context.Context, in *cellproto.ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error)
 }
 
 type adminClient struct {
@@ -245,6 +266,46 @@ func (c *adminClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) SetCallbacks(ctx context.Context, in *SetCallbacksRequest, opts ...grpc.CallOption) (*PartnerChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartnerChange)
+	err := c.cc.Invoke(ctx, Admin_SetCallbacks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AddCallbackSecret(ctx context.Context, in *AddCallbackSecretRequest, opts ...grpc.CallOption) (*AddCallbackSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddCallbackSecretResponse)
+	err := c.cc.Invoke(ctx, Admin_AddCallbackSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListCallbacks(ctx context.Context, in *cellproto.ListCallbacksRequest, opts ...grpc.CallOption) (*ListCallbacksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCallbacksResponse)
+	err := c.cc.Invoke(ctx, Admin_ListCallbacks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReplayCallbacks(ctx context.Context, in *cellproto.ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayCallbacksResponse)
+	err := c.cc.Invoke(ctx, Admin_ReplayCallbacks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -295,6 +356,22 @@ type AdminServer interface {
 	// from then on. Revoking the partner's last key needs force.
 	// Errors also: FAILED_PRECONDITION (the last key, without force).
 	RevokeKey(context.Context, *RevokeKeyRequest) (*PartnerChange, error)
+	// SetCallbacks sets a partner's callback mode, private endpoints and
+	// public endpoint (its signing secrets stay).
+	SetCallbacks(context.Context, *SetCallbacksRequest) (*PartnerChange, error)
+	// AddCallbackSecret makes a new signing secret, newest first; the cells
+	// sign with every secret the partner has, so a partner rotates by adding
+	// one, moving its receiver to it, then dropping the older ones
+	// (drop_older). The secret is in the answer this once and never shown
+	// again. Errors also: FAILED_PRECONDITION (the most secrets allowed).
+	AddCallbackSecret(context.Context, *AddCallbackSecretRequest) (*AddCallbackSecretResponse, error)
+	// ListCallbacks lists the callback events of every cell, with each
+	// cell's outbox counts. A cell that does not answer is named in cells
+	// with its error; the others' events are still listed.
+	ListCallbacks(context.Context, *cellproto.ListCallbacksRequest) (*ListCallbacksResponse, error)
+	// ReplayCallbacks replays a partner's events in every cell (one, or all
+	// dead and pending from a time).
+	ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -346,6 +423,18 @@ func (UnimplementedAdminServer) AddKey(context.Context, *AddKeyRequest) (*AddKey
 }
 func (UnimplementedAdminServer) RevokeKey(context.Context, *RevokeKeyRequest) (*PartnerChange, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
+}
+func (UnimplementedAdminServer) SetCallbacks(context.Context, *SetCallbacksRequest) (*PartnerChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetCallbacks not implemented")
+}
+func (UnimplementedAdminServer) AddCallbackSecret(context.Context, *AddCallbackSecretRequest) (*AddCallbackSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddCallbackSecret not implemented")
+}
+func (UnimplementedAdminServer) ListCallbacks(context.Context, *cellproto.ListCallbacksRequest) (*ListCallbacksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCallbacks not implemented")
+}
+func (UnimplementedAdminServer) ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayCallbacks not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -620,6 +709,78 @@ func _Admin_RevokeKey_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetCallbacks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetCallbacksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetCallbacks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetCallbacks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetCallbacks(ctx, req.(*SetCallbacksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AddCallbackSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddCallbackSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddCallbackSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddCallbackSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddCallbackSecret(ctx, req.(*AddCallbackSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListCallbacks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cellproto.ListCallbacksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListCallbacks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListCallbacks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListCallbacks(ctx, req.(*cellproto.ListCallbacksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReplayCallbacks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cellproto.ReplayCallbacksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReplayCallbacks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReplayCallbacks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReplayCallbacks(ctx, req.(*cellproto.ReplayCallbacksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -682,6 +843,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeKey",
 			Handler:    _Admin_RevokeKey_Handler,
+		},
+		{
+			MethodName: "SetCallbacks",
+			Handler:    _Admin_SetCallbacks_Handler,
+		},
+		{
+			MethodName: "AddCallbackSecret",
+			Handler:    _Admin_AddCallbackSecret_Handler,
+		},
+		{
+			MethodName: "ListCallbacks",
+			Handler:    _Admin_ListCallbacks_Handler,
+		},
+		{
+			MethodName: "ReplayCallbacks",
+			Handler:    _Admin_ReplayCallbacks_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -12,6 +12,7 @@ import (
 	cellpayv1 "github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -23,6 +24,405 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type ListCallbacksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partner_id selects one partner's events; empty for every partner.
+	PartnerId string `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// statuses: pending, delivered, dead; empty for all.
+	Statuses []string `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// failed keeps only events with a failed attempt that are not delivered.
+	Failed bool                   `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	Since  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// limit: at most 1000 (the default).
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCallbacksRequest) Reset() {
+	*x = ListCallbacksRequest{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCallbacksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCallbacksRequest) ProtoMessage() {}
+
+func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCallbacksRequest.ProtoReflect.Descriptor instead.
+func (*ListCallbacksRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListCallbacksRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *ListCallbacksRequest) GetStatuses() []string {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListCallbacksRequest) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
+func (x *ListCallbacksRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListCallbacksRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type CallbackEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	PartnerId     string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string                 `protobuf:"bytes,3,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// status: pending, delivered or dead.
+	Status         string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Attempts       int32                  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	NextAttemptAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	LastError      string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastHttpStatus int32                  `protobuf:"varint,8,opt,name=last_http_status,json=lastHttpStatus,proto3" json:"last_http_status,omitempty"`
+	LastEndpoint   string                 `protobuf:"bytes,9,opt,name=last_endpoint,json=lastEndpoint,proto3" json:"last_endpoint,omitempty"`
+	DeliveredTo    string                 `protobuf:"bytes,10,opt,name=delivered_to,json=deliveredTo,proto3" json:"delivered_to,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DeliveredAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	CellId         string                 `protobuf:"bytes,13,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CallbackEvent) Reset() {
+	*x = CallbackEvent{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallbackEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallbackEvent) ProtoMessage() {}
+
+func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallbackEvent.ProtoReflect.Descriptor instead.
+func (*CallbackEvent) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallbackEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *CallbackEvent) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *CallbackEvent) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetLastHttpStatus() int32 {
+	if x != nil {
+		return x.LastHttpStatus
+	}
+	return 0
+}
+
+func (x *CallbackEvent) GetLastEndpoint() string {
+	if x != nil {
+		return x.LastEndpoint
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetDeliveredTo() string {
+	if x != nil {
+		return x.DeliveredTo
+	}
+	return ""
+}
+
+func (x *CallbackEvent) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *CallbackEvent) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *CallbackEvent) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+type ListCallbacksResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*CallbackEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// registry_version is the partner registry version the cell's notifier
+	// follows.
+	RegistryVersion uint64 `protobuf:"varint,2,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	// pending and dead count the whole outbox's rows.
+	Pending       int64 `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Dead          int64 `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCallbacksResponse) Reset() {
+	*x = ListCallbacksResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCallbacksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCallbacksResponse) ProtoMessage() {}
+
+func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
+func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListCallbacksResponse) GetEvents() []*CallbackEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListCallbacksResponse) GetRegistryVersion() uint64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
+}
+
+func (x *ListCallbacksResponse) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ListCallbacksResponse) GetDead() int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+type ReplayCallbacksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partner_id is required.
+	PartnerId string `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// event_id replays one event; empty replays every dead or pending event
+	// created at or after since.
+	EventId       string                 `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayCallbacksRequest) Reset() {
+	*x = ReplayCallbacksRequest{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayCallbacksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayCallbacksRequest) ProtoMessage() {}
+
+func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayCallbacksRequest.ProtoReflect.Descriptor instead.
+func (*ReplayCallbacksRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReplayCallbacksRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *ReplayCallbacksRequest) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ReplayCallbacksRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+type ReplayCallbacksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replayed      int64                  `protobuf:"varint,1,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayCallbacksResponse) Reset() {
+	*x = ReplayCallbacksResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayCallbacksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayCallbacksResponse) ProtoMessage() {}
+
+func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
+func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReplayCallbacksResponse) GetReplayed() int64 {
+	if x != nil {
+		return x.Replayed
+	}
+	return 0
+}
 
 // ProcessInput is what the GTR sends on a Process stream.
 type ProcessInput struct {
@@ -38,7 +438,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +450,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +463,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProcessInput) GetInput() isProcessInput_Input {
@@ -118,7 +518,7 @@ type Proceed struct {
 
 func (x *Proceed) Reset() {
 	*x = Proceed{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +530,7 @@ func (x *Proceed) String() string {
 func (*Proceed) ProtoMessage() {}
 
 func (x *Proceed) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +543,7 @@ func (x *Proceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
 func (*Proceed) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 type ProcessRequest struct {
@@ -165,7 +565,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +577,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +590,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -235,7 +635,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +647,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +660,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -330,7 +730,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +742,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +755,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -392,7 +792,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +804,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +817,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -445,7 +845,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +857,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +870,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -491,7 +891,44 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\"\x86\x01\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"\x14ListCallbacksRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x1a\n" +
+	"\bstatuses\x18\x02 \x03(\tR\bstatuses\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\bR\x06failed\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\x8c\x04\n" +
+	"\rCallbackEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x03 \x01(\tR\rtransactionId\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts\x12B\n" +
+	"\x0fnext_attempt_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12(\n" +
+	"\x10last_http_status\x18\b \x01(\x05R\x0elastHttpStatus\x12#\n" +
+	"\rlast_endpoint\x18\t \x01(\tR\flastEndpoint\x12!\n" +
+	"\fdelivered_to\x18\n" +
+	" \x01(\tR\vdeliveredTo\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
+	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12\x17\n" +
+	"\acell_id\x18\r \x01(\tR\x06cellId\"\xa8\x01\n" +
+	"\x15ListCallbacksResponse\x126\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.cellpay.cell.v1.CallbackEventR\x06events\x12)\n" +
+	"\x10registry_version\x18\x02 \x01(\x04R\x0fregistryVersion\x12\x18\n" +
+	"\apending\x18\x03 \x01(\x03R\apending\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x03R\x04dead\"\x84\x01\n" +
+	"\x16ReplayCallbacksRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"5\n" +
+	"\x17ReplayCallbacksResponse\x12\x1a\n" +
+	"\breplayed\x18\x01 \x01(\x03R\breplayed\"\x86\x01\n" +
 	"\fProcessInput\x127\n" +
 	"\x05start\x18\x01 \x01(\v2\x1f.cellpay.cell.v1.ProcessRequestH\x00R\x05start\x124\n" +
 	"\aproceed\x18\x02 \x01(\v2\x18.cellpay.cell.v1.ProceedH\x00R\aproceedB\a\n" +
@@ -524,10 +961,12 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId2\x90\x01\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xd6\x02\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
-	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.TransactionB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
+	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.Transaction\x12^\n" +
+	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a&.cellpay.cell.v1.ListCallbacksResponse\x12d\n" +
+	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
 	file_cellpay_cell_v1_cell_proto_rawDescOnce sync.Once
@@ -541,34 +980,50 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*ProcessInput)(nil),                       // 0: cellpay.cell.v1.ProcessInput
-	(*Proceed)(nil),                            // 1: cellpay.cell.v1.Proceed
-	(*ProcessRequest)(nil),                     // 2: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 3: cellpay.cell.v1.ProcessEvent
-	(*PointOfNoReturn)(nil),                    // 4: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 5: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 6: cellpay.cell.v1.GetRequest
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 7: cellpay.v1.SubmitTransactionRequest
-	(*cellpayv1.Transaction)(nil),              // 8: cellpay.v1.Transaction
+	(*ListCallbacksRequest)(nil),               // 0: cellpay.cell.v1.ListCallbacksRequest
+	(*CallbackEvent)(nil),                      // 1: cellpay.cell.v1.CallbackEvent
+	(*ListCallbacksResponse)(nil),              // 2: cellpay.cell.v1.ListCallbacksResponse
+	(*ReplayCallbacksRequest)(nil),             // 3: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplayCallbacksResponse)(nil),            // 4: cellpay.cell.v1.ReplayCallbacksResponse
+	(*ProcessInput)(nil),                       // 5: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 6: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 7: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 8: cellpay.cell.v1.ProcessEvent
+	(*PointOfNoReturn)(nil),                    // 9: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 10: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 11: cellpay.cell.v1.GetRequest
+	(*timestamppb.Timestamp)(nil),              // 12: google.protobuf.Timestamp
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 13: cellpay.v1.SubmitTransactionRequest
+	(*cellpayv1.Transaction)(nil),              // 14: cellpay.v1.Transaction
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	2, // 0: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
-	1, // 1: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	7, // 2: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	4, // 3: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	8, // 4: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	5, // 5: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	0, // 6: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	6, // 7: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	3, // 8: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	8, // 9: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	12, // 0: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	12, // 1: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	12, // 2: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	12, // 3: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	1,  // 4: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	12, // 5: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	7,  // 6: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	6,  // 7: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	13, // 8: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	9,  // 9: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	14, // 10: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	10, // 11: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	5,  // 12: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	11, // 13: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	0,  // 14: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	3,  // 15: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	8,  // 16: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	14, // 17: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	2,  // 18: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	4,  // 19: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -576,11 +1031,11 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[0].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[5].OneofWrappers = []any{
 		(*ProcessInput_Start)(nil),
 		(*ProcessInput_Proceed)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[3].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[8].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -591,7 +1046,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,8 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Cell_Process_FullMethodName = "/cellpay.cell.v1.Cell/Process"
-	Cell_Get_FullMethodName     = "/cellpay.cell.v1.Cell/Get"
+	Cell_Process_FullMethodName         = "/cellpay.cell.v1.Cell/Process"
+	Cell_Get_FullMethodName             = "/cellpay.cell.v1.Cell/Get"
+	Cell_ListCallbacks_FullMethodName   = "/cellpay.cell.v1.Cell/ListCallbacks"
+	Cell_ReplayCallbacks_FullMethodName = "/cellpay.cell.v1.Cell/ReplayCallbacks"
 )
 
 // CellClient is the client API for Cell service.
@@ -51,6 +53,15 @@ type CellClient interface {
 	// or NOT_FOUND; another partner's transaction with the same ID is
 	// NOT_FOUND too.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*cellpayv1.Transaction, error)
+	// ListCallbacks lists the cell's callback outbox: the events of its final
+	// outcomes, with their delivery state, oldest first. It never shows an
+	// event's body or a signing secret.
+	ListCallbacks(ctx context.Context, in *ListCallbacksRequest, opts ...grpc.CallOption) (*ListCallbacksResponse, error)
+	// ReplayCallbacks makes a partner's events due again with a fresh retry
+	// schedule: one event by ID (whatever its state), or every dead or
+	// pending one created at or after since. It re-enables the partner's
+	// endpoints that a 410 disabled.
+	ReplayCallbacks(ctx context.Context, in *ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error)
 }
 
 type cellClient struct {
@@ -84,6 +95,26 @@ func (c *cellClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallO
 	return out, nil
 }
 
+func (c *cellClient) ListCallbacks(ctx context.Context, in *ListCallbacksRequest, opts ...grpc.CallOption) (*ListCallbacksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCallbacksResponse)
+	err := c.cc.Invoke(ctx, Cell_ListCallbacks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *cellClient) ReplayCallbacks(ctx context.Context, in *ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayCallbacksResponse)
+	err := c.cc.Invoke(ctx, Cell_ReplayCallbacks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CellServer is the server API for Cell service.
 // All implementations must embed UnimplementedCellServer
 // for forward compatibility.
@@ -109,6 +140,15 @@ type CellServer interface {
 	// or NOT_FOUND; another partner's transaction with the same ID is
 	// NOT_FOUND too.
 	Get(context.Context, *GetRequest) (*cellpayv1.Transaction, error)
+	// ListCallbacks lists the cell's callback outbox: the events of its final
+	// outcomes, with their delivery state, oldest first. It never shows an
+	// event's body or a signing secret.
+	ListCallbacks(context.Context, *ListCallbacksRequest) (*ListCallbacksResponse, error)
+	// ReplayCallbacks makes a partner's events due again with a fresh retry
+	// schedule: one event by ID (whatever its state), or every dead or
+	// pending one created at or after since. It re-enables the partner's
+	// endpoints that a 410 disabled.
+	ReplayCallbacks(context.Context, *ReplayCallbacksRequest) (*ReplayCallbacksResponse, error)
 	mustEmbedUnimplementedCellServer()
 }
 
@@ -124,6 +164,12 @@ func (UnimplementedCellServer) Process(grpc.BidiStreamingServer[ProcessInput, Pr
 }
 func (UnimplementedCellServer) Get(context.Context, *GetRequest) (*cellpayv1.Transaction, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedCellServer) ListCallbacks(context.Context, *ListCallbacksRequest) (*ListCallbacksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCallbacks not implemented")
+}
+func (UnimplementedCellServer) ReplayCallbacks(context.Context, *ReplayCallbacksRequest) (*ReplayCallbacksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayCallbacks not implemented")
 }
 func (UnimplementedCellServer) mustEmbedUnimplementedCellServer() {}
 func (UnimplementedCellServer) testEmbeddedByValue()              {}
@@ -171,6 +217,42 @@ func _Cell_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cell_ListCallbacks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCallbacksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).ListCallbacks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_ListCallbacks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).ListCallbacks(ctx, req.(*ListCallbacksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cell_ReplayCallbacks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayCallbacksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).ReplayCallbacks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_ReplayCallbacks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).ReplayCallbacks(ctx, req.(*ReplayCallbacksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cell_ServiceDesc is the grpc.ServiceDesc for Cell service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -181,6 +263,14 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _Cell_Get_Handler,
+		},
+		{
+			MethodName: "ListCallbacks",
+			Handler:    _Cell_ListCallbacks_Handler,
+		},
+		{
+			MethodName: "ReplayCallbacks",
+			Handler:    _Cell_ReplayCallbacks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

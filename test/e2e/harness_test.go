@@ -111,7 +111,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
-	natsPort, err := freePorts(1)
+	natsPort, err := freePorts(2)
 	if err != nil {
 		return err
 	}
@@ -133,6 +133,12 @@ func startPlatform(ctx context.Context, tmp string) error {
 		NATS:          platform.FindNATSServer() != "",
 		NATSAddr:      addr(natsPort[0]),
 		RefDataSource: filepath.Join(env.root, "config", "refdata"),
+		// The sample partners' callbacks go to the sample receiver; the
+		// callbacks tests register partners of their own with receivers
+		// of their own. A compressed schedule and a short timeout keep
+		// retries and dead letters within a test's time.
+		CallbackAddr: addr(natsPort[1]),
+		Env:          []string{"CELL_CALLBACK_SCHEDULE=0s,250ms,500ms,1s,2s", "CELL_CALLBACK_TIMEOUT=1s"},
 	})
 	if err != nil {
 		return err

@@ -17,12 +17,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
+	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/partnerstate"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -50,7 +54,28 @@ type Config struct {
 	StartTimeout time.Duration
 	// ShutdownTimeout bounds finishing in-flight work; default 15s.
 	ShutdownTimeout time.Duration
-	Log             *slog.Logger
+	// PartnersStateFile keeps the last-known partner registry (followed
+	// read-only from NATSURL, for callback settings); "" keeps none. It
+	// holds signing secrets, so it is written 0600.
+	PartnersStateFile string
+	// Callbacks configures the notifier.
+	Callbacks Callbacks
+	Log       *slog.Logger
+}
+
+// Callbacks configures a cell's notifier (package notifier).
+type Callbacks struct {
+	// Off stops delivering (the outbox is still written with every final
+	// outcome, and delivered once the notifier runs again).
+	Off bool
+	// Schedule is the delay before each attempt; empty for
+	// callback.DefaultSchedule.
+	Schedule callback.Schedule
+	// Timeout bounds one endpoint call; default 10s.
+	Timeout time.Duration
+	// CAFile is the CA that endpoints' certificates are verified with; ""
+	// for the system roots (production).
+	CAFile string
 }
 
 func (c *Config) validate() error {
@@ -125,15 +150,23 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer conn.Close()
 	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
+	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, StateFile: cfg.PartnersStateFile,
+		ReplicaID: cfg.ID, ReadOnly: true, Log: log})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
 	srv, err := server.New(server.Config{
-		CellID:  cfg.ID,
-		Store:   st,
-		Issuer:  issuer,
-		Metrics: metrics,
-		RefData: func() orchestrator.RefData { return ref.View() },
-		Policy:  policy,
-		Secret:  cfg.Secret,
-		Log:     log,
+		CellID:          cfg.ID,
+		Store:           st,
+		Issuer:          issuer,
+		Metrics:         metrics,
+		RefData:         func() orchestrator.RefData { return ref.View() },
+		Policy:          policy,
+		Secret:          cfg.Secret,
+		Outbox:          st,
+		RegistryVersion: func() uint64 { return reg.Index().Version() },
+		Log:             log,
 	})
 	if err != nil {
 		return err
@@ -167,6 +200,13 @@ func Run(ctx context.Context, cfg Config) error {
 	reconciled := make(chan struct{})
 	go func() { rec.Run(watchCtx); close(reconciled) }()
 	defer func() { stopWatch(); <-reconciled }()
+	if !cfg.Callbacks.Off {
+		stopNotifier, err := startNotifier(watchCtx, cfg, st, reg, tel, log)
+		if err != nil {
+			return err
+		}
+		defer stopNotifier()
+	}
 	go func() {
 		if ref.WaitServing(watchCtx) == nil {
 			ready(st.Ping(watchCtx) == nil)
@@ -193,6 +233,38 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("cell stopped")
 	return nil
+}
+
+// startNotifier runs the callback notifier until ctx ends or the returned
+// func, which stops it and waits for it, is called.
+func startNotifier(ctx context.Context, cfg Config, st *store.Store, reg *partnerstate.Store, tel *telemetry.Telemetry, log *slog.Logger) (func(), error) {
+	ncfg := notifier.Config{Store: st, Registry: reg, CellID: cfg.ID, Schedule: cfg.Callbacks.Schedule,
+		Timeout: cfg.Callbacks.Timeout, Log: log}
+	if cfg.Callbacks.CAFile != "" {
+		roots, err := pki.CertPool(cfg.Callbacks.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("cell: callback CA: %w", err)
+		}
+		ncfg.RootCAs = roots
+	}
+	n, err := notifier.New(ncfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := telemetry.NewCallbacks(tel.Meter(meterName), n.Backlog)
+	if err != nil {
+		return nil, err
+	}
+	n.SetMetrics(m)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	sched := cfg.Callbacks.Schedule
+	if len(sched) == 0 {
+		sched = callback.DefaultSchedule
+	}
+	log.Info("callback notifier started", "schedule", sched.String(), "timeout", ncfg.Timeout, "system_roots", cfg.Callbacks.CAFile == "")
+	return func() { cancel(); <-done }, nil
 }
 
 // meterName is the instrumentation scope of a cell's own metrics.

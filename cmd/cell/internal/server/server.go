@@ -87,9 +87,14 @@ type Config struct {
 	// and 3.
 	StoreTimeout time.Duration
 	StoreTries   int
-	Metrics      Metrics          // optional
-	Now          func() time.Time // default time.Now
-	Log          *slog.Logger     // default slog.Default()
+	Metrics      Metrics // optional
+	// Outbox serves ListCallbacks and ReplayCallbacks; optional (without
+	// it they answer UNIMPLEMENTED). RegistryVersion reports the partner
+	// registry version the notifier follows; optional.
+	Outbox          Outbox
+	RegistryVersion func() uint64
+	Now             func() time.Time // default time.Now
+	Log             *slog.Logger     // default slog.Default()
 }
 
 func (c *Config) validate() error {

@@ -1,9 +1,11 @@
-// Package store is a cell's Postgres: its transactions and its risk limits.
+// Package store is a cell's Postgres: its transactions, its risk limits
+// and its callback outbox.
 // A transaction is keyed by (partner ID, transaction ID): transaction IDs
 // are a namespace per partner, and every query that finds a transaction
 // names both. The schema is embedded and migrated on Open. Every write that the
 // orchestrator depends on is a single statement in its own transaction, so
-// it is durable (synchronous commit) when it returns.
+// it is durable (synchronous commit) when it returns; a final outcome's
+// statement writes its outbox row too.
 //
 // The store never sees a full card number: rows carry the masked PAN and a
 // keyed hash only.
@@ -230,8 +232,13 @@ func (s *Store) Get(ctx context.Context, k idempotency.Key) (*orchestrator.Recor
 
 // Persist writes r's outcome (state, decline reason, auth code, update
 // time) to the record of r's key if the stored state is still from;
-// otherwise ErrStateChanged.
+// otherwise ErrStateChanged. A final outcome (r.State.Terminal()) writes
+// its callback event to the outbox in the same statement: the outcome and
+// its event commit together or not at all.
 func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+	if r.State.Terminal() {
+		return s.persistFinal(ctx, r, from)
+	}
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions
 		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6
 		WHERE partner_id = $1 AND transaction_id = $2 AND state = $7`,
@@ -240,6 +247,35 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 		return fmt.Errorf("store: persist: %w", err)
 	}
 	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
+	}
+	return nil
+}
+
+// persistFinal is Persist of a final outcome: one statement (so one round
+// trip, and atomic without an explicit transaction) that updates the
+// record and, only if it did, inserts the outbox row.
+func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+	ev, err := newEvent(r)
+	if err != nil {
+		return fmt.Errorf("store: persist: %w", err)
+	}
+	var n int
+	err = s.pool.QueryRow(ctx, `WITH u AS (
+			UPDATE transactions SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6
+			WHERE partner_id = $1 AND transaction_id = $2 AND state = $7 RETURNING 1
+		), o AS (
+			INSERT INTO outbox (event_id, partner_id, transaction_id, event_type, body, next_attempt_at, created_at, updated_at)
+			SELECT $8, $1, $2, $9, $10, $6, $6, $6 FROM u
+			ON CONFLICT (event_id) DO NOTHING
+		)
+		SELECT count(*) FROM u`,
+		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from),
+		ev.id, ev.typ, ev.body).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("store: persist: %w", err)
+	}
+	if n != 1 {
 		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
 	}
 	return nil

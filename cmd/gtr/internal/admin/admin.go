@@ -28,7 +28,7 @@ import (
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
-// Store is where changes go. *kvsync.Syncer implements it.
+// Store is where changes go. *routesync.Syncer implements it.
 type Store interface {
 	// Update applies fn to a copy of the replicated configuration and
 	// stores the result, validated, with optimistic concurrency. fn may run
@@ -48,6 +48,9 @@ type Config struct {
 	Partners PartnerStore
 	// ReplicaID names this replica in ListCells answers.
 	ReplicaID string
+	// Cells reaches the cells' outboxes for the callback RPCs; optional
+	// (without it they answer UNIMPLEMENTED).
+	Cells Cells
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
 	// traffic shares; default 10000.
 	ShareSamples int

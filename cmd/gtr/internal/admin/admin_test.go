@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -64,7 +64,7 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sy, err := kvsync.Start(kvsync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
+	sy, err := routesync.Start(routesync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -27,7 +27,7 @@ func fuzzServer(tb testing.TB) (*Server, *state.State, func()) {
 		tb.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sy, err := kvsync.Start(kvsync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
+	sy, err := routesync.Start(routesync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}

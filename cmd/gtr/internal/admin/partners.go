@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )

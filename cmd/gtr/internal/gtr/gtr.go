@@ -29,12 +29,12 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/edge"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/partnerstate"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer tel.Close(ctx)
-	store, err := kvsync.Start(kvsync.Config{
+	store, err := routesync.Start(routesync.Config{
 		State: st,
 		Seed: func() (state.Doc, error) {
 			spec, err := config.Load(cfg.ConfigFile)
@@ -228,7 +228,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Log: cfg.Log})
+		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err

@@ -1,4 +1,4 @@
-package kvsync
+package routesync
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -125,9 +126,10 @@ func drain(id string, pct int) func(*state.Doc) error {
 func TestSeedAndConverge(t *testing.T) {
 	ns := startNATS(t)
 	r1 := startReplica(t, ns.url(), filepath.Join(t.TempDir(), "r1.json"))
-	r2 := startReplica(t, ns.url(), filepath.Join(t.TempDir(), "r2.json"))
+	r2file := filepath.Join(t.TempDir(), "r2.json")
+	r2 := startReplica(t, ns.url(), r2file)
 	testutil.Eventually(t, 5*time.Second, "both connected", func() bool {
-		return r1.sy.Status() == StatusConnected && r2.sy.Status() == StatusConnected
+		return r1.sy.Status() == kvsync.StatusConnected && r2.sy.Status() == kvsync.StatusConnected
 	})
 	if _, err := r1.sy.Update(ctxFor(t), drain("cell-b", 30)); err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func TestSeedAndConverge(t *testing.T) {
 		t.Fatalf("replicas disagree: v%d rev %d vs v%d rev %d", d1.Version, rev1, d2.Version, rev2)
 	}
 	// The state file follows.
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(r2.sy.cfg.StateFile), "r2.json"))
+	b, err := os.ReadFile(r2file)
 	if err != nil || len(b) == 0 {
 		t.Fatalf("state file: %v", err)
 	}
@@ -154,7 +156,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 	ns := startNATS(t)
 	rs := []replica{startReplica(t, ns.url(), ""), startReplica(t, ns.url(), "")}
 	testutil.Eventually(t, 5*time.Second, "connected", func() bool {
-		return rs[0].sy.Status() == StatusConnected && rs[1].sy.Status() == StatusConnected
+		return rs[0].sy.Status() == kvsync.StatusConnected && rs[1].sy.Status() == kvsync.StatusConnected
 	})
 	const each = 10
 	var wg sync.WaitGroup
@@ -165,7 +167,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 				_, err := r.sy.Update(ctxFor(t), func(d *state.Doc) error {
 					return d.SetWeight("cell-c", i, time.Now(), 0)
 				})
-				if errors.Is(err, ErrConflict) {
+				if errors.Is(err, kvsync.ErrConflict) {
 					continue // allowed under heavy contention; counted below
 				}
 				if err != nil {
@@ -241,7 +243,7 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	r1 := startReplica(t, ns.url(), file1)
 	r2 := startReplica(t, ns.url(), filepath.Join(dir, "r2.json"))
 	testutil.Eventually(t, 5*time.Second, "connected", func() bool {
-		return r1.sy.Status() == StatusConnected && r2.sy.Status() == StatusConnected
+		return r1.sy.Status() == kvsync.StatusConnected && r2.sy.Status() == kvsync.StatusConnected
 	})
 	if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 50)); err != nil {
 		t.Fatal(err)
@@ -249,11 +251,11 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	testutil.Eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-a") == 50 })
 
 	ns.stop()
-	testutil.Eventually(t, 5*time.Second, "disconnected", func() bool { return r1.sy.Status() == StatusDisconnected })
+	testutil.Eventually(t, 5*time.Second, "disconnected", func() bool { return r1.sy.Status() == kvsync.StatusDisconnected })
 	before := r1.st.Table()
 	start := time.Now()
-	if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 10)); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("update with NATS down: %v, want ErrUnavailable", err)
+	if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 10)); !errors.Is(err, kvsync.ErrUnavailable) {
+		t.Fatalf("update with NATS down: %v, want kvsync.ErrUnavailable", err)
 	}
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Fatalf("a write with NATS down took %v; it must fail fast", d)
@@ -272,14 +274,14 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	if w := weight(r3.st, "cell-a"); w != 50 {
 		t.Fatalf("restarted replica has weight %d for cell-a, want 50 from its file", w)
 	}
-	if r3.sy.Status() != StatusDisconnected {
+	if r3.sy.Status() != kvsync.StatusDisconnected {
 		t.Fatalf("status %q", r3.sy.Status())
 	}
 
 	// NATS comes back with its store: both converge on new changes.
 	ns.start()
 	testutil.Eventually(t, 10*time.Second, "reconnected", func() bool {
-		return r2.sy.Status() == StatusConnected && r3.sy.Status() == StatusConnected
+		return r2.sy.Status() == kvsync.StatusConnected && r3.sy.Status() == kvsync.StatusConnected
 	})
 	if _, err := r2.sy.Update(ctxFor(t), drain("cell-a", 0)); err != nil {
 		t.Fatal(err)
@@ -295,12 +297,12 @@ func TestStartWithoutFileWhileNATSDown(t *testing.T) {
 	if r.st.Table() == nil || r.st.Table().Version() != 1 {
 		t.Fatal("did not start from the seed")
 	}
-	if _, err := r.sy.Update(ctxFor(t), drain("cell-a", 10)); !errors.Is(err, ErrUnavailable) {
+	if _, err := r.sy.Update(ctxFor(t), drain("cell-a", 10)); !errors.Is(err, kvsync.ErrUnavailable) {
 		t.Fatalf("update: %v", err)
 	}
 	// When NATS arrives with an empty bucket, the seed is written.
 	ns.start()
-	testutil.Eventually(t, 10*time.Second, "connected", func() bool { return r.sy.Status() == StatusConnected })
+	testutil.Eventually(t, 10*time.Second, "connected", func() bool { return r.sy.Status() == kvsync.StatusConnected })
 	if _, err := r.sy.Update(ctxFor(t), drain("cell-a", 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +314,7 @@ func TestStartWithoutFileWhileNATSDown(t *testing.T) {
 func TestStandalone(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "state.json")
 	r := startReplica(t, "", file)
-	if r.sy.Status() != StatusStandalone {
+	if r.sy.Status() != kvsync.StatusStandalone {
 		t.Fatal(r.sy.Status())
 	}
 	if _, err := r.sy.Update(ctxFor(t), drain("cell-c", 100)); err != nil {

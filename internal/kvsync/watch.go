@@ -38,9 +38,14 @@ func (r *Replica[D]) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-		kv, err := js.CreateOrUpdateKeyValue(octx, bucketConfig(r.cfg.Bucket))
+		var kv jetstream.KeyValue
+		if r.cfg.ReadOnly {
+			kv, err = js.KeyValue(octx, r.cfg.Bucket)
+		} else {
+			kv, err = js.CreateOrUpdateKeyValue(octx, bucketConfig(r.cfg.Bucket))
+		}
 		cancel()
-		if err == nil {
+		if err == nil && !r.cfg.ReadOnly {
 			err = r.seed(ctx, kv)
 		}
 		if err == nil {

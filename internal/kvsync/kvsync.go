@@ -1,7 +1,10 @@
 // Package kvsync keeps a document converged across every GTR replica
 // through one key of a NATS KV bucket, and keeps the last-known copy in a
-// local file. The routing table (Syncer, key "routing") and the partner
-// registry (key "partners") are two instances of the one Replica.
+// local file. The routing table (cmd/gtr/internal/routesync, key
+// "routing") and the partner registry (internal/partnerstate, key
+// "partners") are two instances of the one Replica. A read-only Replica
+// (ReplicaConfig.ReadOnly) follows an entry without ever writing it: cells
+// follow the partner registry that way, for their callback settings.
 //
 // The KV entry is the source of truth. Each replica watches it (and polls
 // it as a safety net for missed updates) and applies every newer revision
@@ -40,6 +43,8 @@ var (
 	// ErrConflict means other writers kept changing the entry while Update
 	// retried.
 	ErrConflict = errors.New("kvsync: concurrent updates, try again")
+	// ErrReadOnly: Update on a read-only Replica.
+	ErrReadOnly = errors.New("kvsync: read-only replica")
 )
 
 // Store states, as Status reports them.
@@ -101,7 +106,13 @@ type ReplicaConfig[D any] struct {
 	PollInterval time.Duration
 	// OpTimeout bounds each KV operation; default 2s.
 	OpTimeout time.Duration
-	Log       *slog.Logger
+	// ReadOnly follows the entry only: the replica never creates the
+	// bucket or the entry (it waits for them), Seed is only what it starts
+	// from without a state file, and Update answers ErrReadOnly. A
+	// component that must never change the document (a cell reading the
+	// partner registry) runs this way.
+	ReadOnly bool
+	Log      *slog.Logger
 }
 
 func (c *ReplicaConfig[D]) validate() error {
@@ -168,7 +179,7 @@ func StartReplica[D any](cfg ReplicaConfig[D]) (*Replica[D], error) {
 		return r, nil
 	}
 	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("gtr "+cfg.ReplicaID+" "+cfg.Key),
+		nats.Name("cellpay "+cfg.ReplicaID+" "+cfg.Key),
 		nats.RetryOnFailedConnect(true), // do not wait for NATS at start
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -270,6 +281,9 @@ func (r *Replica[D]) applyLocked(d D, rev uint64) {
 // replica at once, and reaches the others through their watches.
 func (r *Replica[D]) Update(ctx context.Context, fn func(*D) error) (D, error) {
 	var zero D
+	if r.cfg.ReadOnly {
+		return zero, ErrReadOnly
+	}
 	if r.nc == nil {
 		return r.updateLocal(fn)
 	}

@@ -1,4 +1,4 @@
-// Package partnerstate holds this GTR replica's partner registry: the
+// Package partnerstate holds this process's partner registry: the
 // partners.Registry replicated through the config store's "partners" key
 // (kvsync, beside the routing table), compiled into a partners.Index and
 // published through an atomic pointer.
@@ -10,8 +10,12 @@
 // last-known registry (also kept in its own state file, which it starts
 // from), and Update fails fast with ErrUnavailable.
 //
-// This package never logs a key or a hash: kvsync logs versions and
-// revisions only.
+// A cell runs it read-only (Config.ReadOnly) to follow partners' callback
+// settings: it never writes the registry, and nothing of a transaction's
+// path reads it.
+//
+// This package never logs a key, a hash or a signing secret: kvsync logs
+// versions and revisions only.
 package partnerstate
 
 import (
@@ -21,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
 )
 
@@ -57,7 +61,12 @@ type Config struct {
 	ReplicaID string
 	// PollInterval and OpTimeout: see kvsync.ReplicaConfig.
 	PollInterval, OpTimeout time.Duration
-	Log                     *slog.Logger
+	// ReadOnly follows the registry without ever writing it: it never
+	// creates the bucket or seeds the entry (File is only what it starts
+	// from without a state file), and Update answers kvsync.ErrReadOnly.
+	// Cells run this way: they read partners' callback settings.
+	ReadOnly bool
+	Log      *slog.Logger
 }
 
 // Store is this replica's partner registry. Its methods are safe for
@@ -85,7 +94,7 @@ func Start(cfg Config) (*Store, error) {
 	rep, err := kvsync.StartReplica(kvsync.ReplicaConfig[partners.Registry]{
 		Target: target{s}, Seed: seed(cfg.File), What: "partner registry", Key: Key,
 		NATSURL: cfg.NATSURL, Bucket: cfg.Bucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
-		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Log: cfg.Log,
+		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, ReadOnly: cfg.ReadOnly, Log: cfg.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -1,4 +1,7 @@
-package kvsync
+// Package routesync keeps the routing configuration (state.Doc) converged
+// across every GTR replica: the generic kvsync.Replica under the config
+// store's "routing" key, applied to the replica's state.State.
+package routesync
 
 import (
 	"encoding/json"
@@ -7,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/kvsync"
 )
 
 // Config configures the routing table's Syncer.
@@ -18,7 +22,7 @@ type Config struct {
 	// NATSURL is the NATS server; "" runs standalone: changes stay on this
 	// replica (and in its state file).
 	NATSURL string
-	// Bucket and Key name the KV entry; defaults DefaultBucket, "routing".
+	// Bucket and Key name the KV entry; defaults kvsync.DefaultBucket, "routing".
 	Bucket, Key string
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
@@ -34,7 +38,7 @@ type Config struct {
 
 // Syncer keeps the routing configuration (state.Doc) converged into a
 // state.State.
-type Syncer = Replica[state.Doc]
+type Syncer = kvsync.Replica[state.Doc]
 
 // Start publishes the last-known routing configuration (the state file,
 // else Seed) to cfg.State and, with a NATS URL, starts syncing in the
@@ -46,7 +50,7 @@ func Start(cfg Config) (*Syncer, error) {
 	if cfg.Key == "" {
 		cfg.Key = "routing"
 	}
-	return StartReplica(ReplicaConfig[state.Doc]{
+	return kvsync.StartReplica(kvsync.ReplicaConfig[state.Doc]{
 		Target: routingTarget{cfg.State}, Seed: cfg.Seed, What: "routing table",
 		NATSURL: cfg.NATSURL, Bucket: cfg.Bucket, Key: cfg.Key, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
 		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Log: cfg.Log,

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/kvsync"
+	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/internal/testutil/natstest"
@@ -47,6 +47,7 @@ func (l *logBuffer) String() string {
 type opts struct {
 	url, file, stateFile string
 	log                  io.Writer
+	readOnly             bool
 }
 
 func start(t *testing.T, o opts) *Store {
@@ -55,7 +56,7 @@ func start(t *testing.T, o opts) *Store {
 		o.log = io.Discard
 	}
 	s, err := Start(Config{File: o.file, NATSURL: o.url, StateFile: o.stateFile, ReplicaID: t.Name(),
-		PollInterval: 100 * time.Millisecond, OpTimeout: time.Second,
+		PollInterval: 100 * time.Millisecond, OpTimeout: time.Second, ReadOnly: o.readOnly,
 		Log: slog.New(slog.NewTextHandler(o.log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +126,41 @@ func TestConverge(t *testing.T) {
 		_, err := r1.Index().Authenticate(key)
 		return errors.Is(err, partners.ErrSuspended)
 	})
+}
+
+// TestReadOnlyFollows: a read-only store (a cell's) waits for the bucket
+// and the entry without creating either, follows every change the writers
+// make, keeps its last-known registry in its state file, and refuses to
+// write.
+func TestReadOnlyFollows(t *testing.T) {
+	ns := natstest.Start(t)
+	file := filepath.Join(t.TempDir(), "cell-partners.json")
+	ro := start(t, opts{url: ns.URL(), stateFile: file, readOnly: true})
+	time.Sleep(300 * time.Millisecond)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(ctxFor(t), kvsync.DefaultBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("a read-only store touched the bucket: %v", err)
+	}
+	w := start(t, opts{url: ns.URL()})
+	testutil.Eventually(t, 5*time.Second, "both connected", connected(w, ro))
+	key := addPartner(t, w, "p-001")
+	testutil.Eventually(t, 3*time.Second, "the read-only store follows", func() bool { return authenticates(ro, key, "p-001") })
+	if err := ro.Update(ctxFor(t), func(*partners.Registry) error { return nil }); !errors.Is(err, kvsync.ErrReadOnly) {
+		t.Fatalf("read-only Update: %v, want ErrReadOnly", err)
+	}
+	ro.Close()
+	again := start(t, opts{stateFile: file, readOnly: true})
+	if !authenticates(again, key, "p-001") {
+		t.Fatal("a read-only store does not start from its state file")
+	}
 }
 
 func TestNATSDownAndRestartFromFile(t *testing.T) {

@@ -1,4 +1,4 @@
-package kvsync
+package routesync
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/testutil"
 )
 
@@ -53,7 +54,7 @@ func startCounting(t *testing.T, url string, log io.Writer) (*countingTarget, *S
 		t.Fatal(err)
 	}
 	ct := &countingTarget{routingTarget: routingTarget{st}}
-	r, err := StartReplica(ReplicaConfig[state.Doc]{
+	r, err := kvsync.StartReplica(kvsync.ReplicaConfig[state.Doc]{
 		Target: ct, Seed: func() (state.Doc, error) { return seedDoc(), nil }, What: "routing table", Key: "routing",
 		NATSURL: url, ReplicaID: t.Name(), PollInterval: 20 * time.Millisecond, OpTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(log, nil)),
@@ -72,10 +73,10 @@ func TestOnlyNewerRevisionsDecoded(t *testing.T) {
 	ns := startNATS(t)
 	var log syncBuffer
 	ct, r := startCounting(t, ns.url(), &log)
-	testutil.Eventually(t, 5*time.Second, "synced", func() bool { return r.Status() == StatusConnected && ct.decodes.Load() > 0 })
+	testutil.Eventually(t, 5*time.Second, "synced", func() bool { return r.Status() == kvsync.StatusConnected && ct.decodes.Load() > 0 })
 	testutil.Eventually(t, 2*time.Second, "applied", func() bool { _, rev, _ := ct.st.Doc(); return rev > 0 })
 	n := ct.decodes.Load()
-	time.Sleep(10 * r.cfg.PollInterval)
+	time.Sleep(10 * (20 * time.Millisecond))
 	if got := ct.decodes.Load(); got != n {
 		t.Fatalf("%d decodes of an entry already applied over 10 polls", got-n)
 	}
@@ -86,7 +87,7 @@ func TestOnlyNewerRevisionsDecoded(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctxFor(t), DefaultBucket)
+	kv, err := js.KeyValue(ctxFor(t), kvsync.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestOnlyNewerRevisionsDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 2*time.Second, "the garbage entry seen", func() bool { return ct.decodes.Load() == n+1 })
-	time.Sleep(10 * r.cfg.PollInterval)
+	time.Sleep(10 * (20 * time.Millisecond))
 	if got := ct.decodes.Load(); got != n+1 {
 		t.Fatalf("a refused entry decoded %d times", got-n)
 	}
@@ -116,7 +117,7 @@ func TestBucketRecreatedWhileRunning(t *testing.T) {
 	r1 := startReplica(t, ns.url(), "")
 	r2 := startReplica(t, ns.url(), "")
 	testutil.Eventually(t, 5*time.Second, "connected", func() bool {
-		return r1.sy.Status() == StatusConnected && r2.sy.Status() == StatusConnected
+		return r1.sy.Status() == kvsync.StatusConnected && r2.sy.Status() == kvsync.StatusConnected
 	})
 	for pct := range 5 {
 		if _, err := r1.sy.Update(ctxFor(t), drain("cell-a", 10+pct)); err != nil {
@@ -131,11 +132,11 @@ func TestBucketRecreatedWhileRunning(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if err := js.DeleteKeyValue(ctxFor(t), DefaultBucket); err != nil {
+	if err := js.DeleteKeyValue(ctxFor(t), kvsync.DefaultBucket); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 5*time.Second, "reseeded", func() bool {
-		kv, err := js.KeyValue(ctxFor(t), DefaultBucket)
+		kv, err := js.KeyValue(ctxFor(t), kvsync.DefaultBucket)
 		if err != nil {
 			return false
 		}

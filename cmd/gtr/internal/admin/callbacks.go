@@ -1,0 +1,166 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/webhook"
+)
+
+// Cells gives the client of a cell; *cellconn.Pool implements it.
+type Cells interface {
+	Client(id, addr string) (cellproto.CellClient, error)
+}
+
+// cellCallTimeout bounds one cell's answer to a fanned-out callbacks RPC.
+const cellCallTimeout = 5 * time.Second
+
+// The callback RPCs set a partner's callback settings in the registry and
+// reach the cells' outboxes. AddCallbackSecret's answer carries a signing
+// secret, once; neither it nor any request is logged, and the audit lines
+// name the partner and how many secrets it has.
+
+func (s *Server) SetCallbacks(ctx context.Context, req *adminproto.SetCallbacksRequest) (*adminproto.PartnerChange, error) {
+	id := req.GetPartnerId()
+	if err := checkPartnerID(id); err != nil {
+		return nil, err
+	}
+	out, version, err := s.changePartner(ctx, id, func(r *partners.Registry) error {
+		p, err := r.Get(id)
+		if err != nil {
+			return err
+		}
+		p.Callbacks.Mode, p.Callbacks.Endpoints, p.Callbacks.Public = req.GetMode(), slices.Clone(req.GetEndpoints()), req.GetPublic()
+		return p.Validate()
+	})
+	if err != nil {
+		return nil, partnerStatus(err)
+	}
+	s.cfg.Log.Info("admin: partner callbacks set", "partner", id, "mode", out.Callbacks.Mode,
+		"endpoints", len(out.Callbacks.Endpoints), "public", out.Callbacks.Public != "", "registry_version", version)
+	return &adminproto.PartnerChange{Partner: partnerToProto(out), RegistryVersion: version}, nil
+}
+
+func (s *Server) AddCallbackSecret(ctx context.Context, req *adminproto.AddCallbackSecretRequest) (*adminproto.AddCallbackSecretResponse, error) {
+	id := req.GetPartnerId()
+	if err := checkPartnerID(id); err != nil {
+		return nil, err
+	}
+	secret, err := webhook.NewSecret(nil)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out, version, err := s.changePartner(ctx, id, func(r *partners.Registry) error {
+		p, err := r.Get(id)
+		if err != nil {
+			return err
+		}
+		if req.GetDropOlder() {
+			p.Callbacks.Secrets = nil
+		}
+		if len(p.Callbacks.Secrets) >= partners.MaxCallbackSecrets {
+			return fmt.Errorf("%w: partner %q has %d signing secrets, at most %d; add with drop_older", errTooManySecrets, id, len(p.Callbacks.Secrets), partners.MaxCallbackSecrets)
+		}
+		p.Callbacks.Secrets = append([]string{secret}, p.Callbacks.Secrets...)
+		return nil
+	})
+	if errors.Is(err, errTooManySecrets) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err != nil {
+		return nil, partnerStatus(err)
+	}
+	s.cfg.Log.Info("admin: partner callback signing secret added", "partner", id, "secrets", len(out.Callbacks.Secrets),
+		"dropped_older", req.GetDropOlder(), "registry_version", version)
+	return &adminproto.AddCallbackSecretResponse{Partner: partnerToProto(out), Secret: secret, RegistryVersion: version}, nil
+}
+
+var errTooManySecrets = errors.New("too many signing secrets")
+
+// eachCell calls fn for every cell of the table at once, each bounded by
+// cellCallTimeout, and returns the cells' reports in the table's order.
+func (s *Server) eachCell(ctx context.Context, fn func(ctx context.Context, c cellproto.CellClient, rep *adminproto.CellCallbacks) error) ([]*adminproto.CellCallbacks, error) {
+	if s.cfg.Cells == nil {
+		return nil, status.Error(codes.Unimplemented, "this replica reaches no cells")
+	}
+	tbl := s.cfg.State.Table()
+	if tbl == nil {
+		return nil, errNoTable()
+	}
+	cells := tbl.Spec().Cells
+	reps := make([]*adminproto.CellCallbacks, len(cells))
+	var wg sync.WaitGroup
+	for i, c := range cells {
+		reps[i] = &adminproto.CellCallbacks{CellId: c.ID}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, cellCallTimeout)
+			defer cancel()
+			client, err := s.cfg.Cells.Client(c.ID, c.Addr)
+			if err == nil {
+				err = fn(cctx, client, reps[i])
+			}
+			if err != nil {
+				reps[i].Error = status.Convert(err).Message()
+			}
+		})
+	}
+	wg.Wait()
+	return reps, nil
+}
+
+func (s *Server) ListCallbacks(ctx context.Context, req *cellproto.ListCallbacksRequest) (*adminproto.ListCallbacksResponse, error) {
+	var mu sync.Mutex
+	var events []*cellproto.CallbackEvent
+	reps, err := s.eachCell(ctx, func(ctx context.Context, c cellproto.CellClient, rep *adminproto.CellCallbacks) error {
+		resp, err := c.ListCallbacks(ctx, req)
+		if err != nil {
+			return err
+		}
+		rep.RegistryVersion, rep.Pending, rep.Dead = resp.GetRegistryVersion(), resp.GetPending(), resp.GetDead()
+		mu.Lock()
+		events = append(events, resp.GetEvents()...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(events, func(i, j int) bool {
+		return events[i].GetCreatedAt().AsTime().Before(events[j].GetCreatedAt().AsTime())
+	})
+	return &adminproto.ListCallbacksResponse{Events: events, Cells: reps}, nil
+}
+
+func (s *Server) ReplayCallbacks(ctx context.Context, req *cellproto.ReplayCallbacksRequest) (*adminproto.ReplayCallbacksResponse, error) {
+	if err := checkPartnerID(req.GetPartnerId()); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var total int64
+	reps, err := s.eachCell(ctx, func(ctx context.Context, c cellproto.CellClient, rep *adminproto.CellCallbacks) error {
+		resp, err := c.ReplayCallbacks(ctx, req)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		total += resp.GetReplayed()
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Log.Info("admin: callbacks replayed", "partner", req.GetPartnerId(), "event_id", req.GetEventId(), "replayed", total)
+	return &adminproto.ReplayCallbacksResponse{Replayed: total, Cells: reps}, nil
+}
