@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// logBuffer is a log sink safe for the stores' goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 type opts struct {
 	url, file, stateFile string
@@ -226,7 +207,7 @@ func TestNATSDownAndRestartFromFile(t *testing.T) {
 // the registry in force stays.
 func TestBadEntriesRefused(t *testing.T) {
 	ns := natstest.Start(t)
-	var log logBuffer
+	var log testutil.Buffer
 	r := start(t, opts{url: ns.URL(), log: &log})
 	testutil.Eventually(t, 5*time.Second, "connected", connected(r))
 	key := addPartner(t, r, "p-001")

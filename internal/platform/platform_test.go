@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func TestPlatformWithFakes(t *testing.T) {
 		}
 	}
 	cfg := localConfig(t, bin, filepath.Join(conf, "gtr.yaml"), filepath.Join(conf, "refdata.json"))
-	var out syncBuffer
+	var out testutil.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &out
 
 	p := exercise(t, ctx, cfg)
@@ -353,23 +352,6 @@ func consecutiveFreePorts(t *testing.T, n int) int {
 	}
 	t.Fatalf("no %d consecutive free ports", n)
 	return 0
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // answers reports whether addr answers a gRPC health check within d.

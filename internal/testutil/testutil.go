@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -57,4 +58,25 @@ func ProcState(pid int) (byte, error) {
 func Stopped(pid int) bool {
 	s, err := ProcState(pid)
 	return err == nil && (s == 'T' || s == 't')
+}
+
+// Buffer is a bytes.Buffer safe for concurrent writers and readers: a log
+// handler's output that a test reads while the code under test writes.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

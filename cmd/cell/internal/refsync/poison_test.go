@@ -1,13 +1,11 @@
 package refsync
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +19,6 @@ import (
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/internal/testutil/natstest"
 )
-
-// syncBuffer is a log sink a test reads while the syncer writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestPoisonedVersionsAreRefusedAndLaterVersionsApply is issue 12's
 // poisoned reference data version, with a real NATS and a real Postgres:
@@ -56,7 +36,7 @@ func TestPoisonedVersionsAreRefusedAndLaterVersionsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	s, err := New(ctx, Config{CellID: "cell-p", Store: st, NATSURL: srv.URL(), Log: log, StatusInterval: 50 * time.Millisecond})
 	if err != nil {

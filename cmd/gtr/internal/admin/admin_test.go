@@ -21,6 +21,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/partnerstate"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -33,7 +34,7 @@ type fixture struct {
 	st   *state.State
 	ps   *partnerstate.Store
 	addr string
-	log  *logBuffer // everything the admin server logged
+	log  *testutil.Buffer // everything the admin server logged
 }
 
 func seed() state.Doc {
@@ -69,7 +70,7 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(sy.Close)
-	buf := &logBuffer{}
+	buf := &testutil.Buffer{}
 	log := slog.New(slog.NewTextHandler(buf, nil))
 	pc.Log = log
 	ps, err := partnerstate.Start(pc)

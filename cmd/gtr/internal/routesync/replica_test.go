@@ -1,11 +1,9 @@
 package routesync
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,24 +25,6 @@ type countingTarget struct {
 func (c *countingTarget) Decode(b []byte) (state.Doc, error) {
 	c.decodes.Add(1)
 	return c.routingTarget.Decode(b)
-}
-
-// syncBuffer is a log sink safe for the replica's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startCounting(t *testing.T, url string, log io.Writer) (*countingTarget, *Syncer) {
@@ -71,7 +51,7 @@ func startCounting(t *testing.T, url string, log io.Writer) (*countingTarget, *S
 // polled.
 func TestOnlyNewerRevisionsDecoded(t *testing.T) {
 	ns := startNATS(t)
-	var log syncBuffer
+	var log testutil.Buffer
 	ct, r := startCounting(t, ns.url(), &log)
 	testutil.Eventually(t, 5*time.Second, "synced", func() bool { return r.Status() == kvsync.StatusConnected && ct.decodes.Load() > 0 })
 	testutil.Eventually(t, 2*time.Second, "applied", func() bool { _, rev, _ := ct.st.Doc(); return rev > 0 })
