@@ -39,7 +39,7 @@ func TestPartnerAuthentication(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := dialRaw(t)
-	req := request("auth-1", approvedPAN) // partner p-001
+	req := request("auth-1", freshPAN()) // partner p-001
 	wrong := keys["p-001"][:len(keys["p-001"])-64] + strings.Repeat("0", 64)
 
 	for _, c := range []struct {
@@ -98,7 +98,7 @@ func TestPartnerAuthentication(t *testing.T) {
 	defer plain.Close()
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if _, err := cellpayv1.NewPaymentsClient(plain).SubmitTransaction(withKey(short, keys["p-001"]), request("auth-plain", approvedPAN)); err == nil {
+	if _, err := cellpayv1.NewPaymentsClient(plain).SubmitTransaction(withKey(short, keys["p-001"]), request("auth-plain", freshPAN())); err == nil {
 		t.Fatal("a plaintext call to the TLS listener succeeded")
 	}
 	if _, err := healthpb.NewHealthClient(plain).Check(short, &healthpb.HealthCheckRequest{}); err == nil {
@@ -168,7 +168,7 @@ func TestSuspendedPartner(t *testing.T) {
 	n := 0
 	next := func() *cellpayv1.SubmitTransactionRequest {
 		n++
-		r := request(fmt.Sprintf("susp-%d", n), approvedPAN)
+		r := request(fmt.Sprintf("susp-%d", n), freshPAN())
 		r.PartnerId = id
 		return r
 	}
@@ -206,7 +206,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 	probe := 0
 	try := func(key string) codes.Code {
 		probe++
-		r := request(fmt.Sprintf("rot-probe-%d", probe), approvedPAN)
+		r := request(fmt.Sprintf("rot-probe-%d", probe), freshPAN())
 		r.PartnerId = id
 		return submitAs(ctx, raw, key, r)
 	}

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
@@ -345,19 +344,7 @@ func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, keys []*admi
 // drainPAN returns a Luhn-valid test card per transaction, so that the
 // drain test's traffic never trips a card's velocity limit, in this test or
 // in the others sharing the cells.
-var panSeq struct {
-	sync.Mutex
-	n int
-}
-
-func drainPAN(int) string {
-	panSeq.Lock()
-	panSeq.n++
-	n := panSeq.n
-	panSeq.Unlock()
-	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
-	return body + string(card.CheckDigit(body))
-}
+func drainPAN(int) string { return freshPAN() }
 
 func equal(a, b []string) bool {
 	if len(a) != len(b) {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -263,4 +265,21 @@ func request(suffix, pan string) *cellpayv1.SubmitTransactionRequest {
 		Merchant:      &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
 		Card:          &cellpayv1.Card{Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030},
 	}
+}
+
+var panSeq struct {
+	sync.Mutex
+	n int
+}
+
+// freshPAN returns a Luhn-valid card number used by no other call of this
+// run, so that a test's transactions never count against another's
+// per-card velocity limit (approvedPAN is shared, and its budget is small).
+func freshPAN() string {
+	panSeq.Lock()
+	panSeq.n++
+	n := panSeq.n
+	panSeq.Unlock()
+	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
+	return body + string(card.CheckDigit(body))
 }

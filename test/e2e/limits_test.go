@@ -20,7 +20,7 @@ import (
 // servesStill: the GTR answers a real transaction.
 func servesStill(t *testing.T, ctx context.Context, what string) {
 	t.Helper()
-	got, err := env.payments.SubmitTransaction(ctx, request("limits-"+what+"-"+time.Now().Format("150405.000000"), approvedPAN))
+	got, err := env.payments.SubmitTransaction(ctx, request("limits-"+what+"-"+time.Now().Format("150405.000000"), freshPAN()))
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
 		t.Fatalf("after %s, a transaction: %v, %v", what, got, err)
 	}
@@ -30,7 +30,7 @@ func servesStill(t *testing.T, ctx context.Context, what string) {
 // RESOURCE_EXHAUSTED before it is decoded, and nothing was processed.
 func TestOversizedRequestRefused(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	r := request("limits-5mb", approvedPAN)
+	r := request("limits-5mb", freshPAN())
 	r.Merchant.Id = strings.Repeat("m", 5<<20)
 	_, err := env.payments.SubmitTransaction(ctx, r)
 	if status.Code(err) != codes.ResourceExhausted {
