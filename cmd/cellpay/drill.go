@@ -135,7 +135,10 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Target: load.TargetGTR, Endpoints: []string{ri.GTRAddr, ri.BackupGTRAddr}, DialOptions: opts,
 		Mode: load.ModeOpen, Rate: o.rate, Concurrency: 512, Seed: uint64(time.Now().UnixNano()),
 		RunID: fmt.Sprintf("drill-%d", time.Now().Unix()), PerRequestTimeout: 15 * time.Second,
-		Client: client.Config{Failover: o.fo, ProbeTimeout: o.probeTO, CallTimeout: o.callTO},
+		// MaxAttempts: retries (same ID, safe) outlast a transaction that a
+		// cut catches mid-handshake, which its cell holds until it stops
+		// waiting for Proceed (10 s); PerRequestTimeout bounds them.
+		Client: client.Config{Failover: o.fo, ProbeTimeout: o.probeTO, CallTimeout: o.callTO, MaxAttempts: 30},
 	}
 	if keys, err := partners.ReadKeyDir(filepath.Join(o.data, "partners")); err == nil {
 		for p := range keys {

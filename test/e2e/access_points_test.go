@@ -38,7 +38,11 @@ func accessPointLoad(name string, fo failover.Config, rate float64) load.Config 
 		Target: load.TargetGTR, Endpoints: []string{env.gtrAddr, env.backupAddr}, DialOptions: env.gtrOpts,
 		Mode: load.ModeOpen, Rate: rate, Concurrency: 256, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + name,
 		PerRequestTimeout: 12 * time.Second,
-		Client:            client.Config{Failover: fo, ProbeTimeout: probeTimeout, CallTimeout: callTimeout},
+		// Enough attempts to outlast a transaction caught by the cut in the
+		// middle of its point-of-no-return handshake: its cell holds it until
+		// it stops waiting for the frozen GTR's Proceed (10 s), and the
+		// partner's retries (same ID, safe) must still be going then.
+		Client: client.Config{Failover: fo, ProbeTimeout: probeTimeout, CallTimeout: callTimeout, MaxAttempts: 30},
 	}
 }
 
