@@ -97,7 +97,7 @@ func (p *cbPartner) set(t *testing.T, mode string, endpoints []string, public st
 
 func (p *cbPartner) submit(t *testing.T, ctx context.Context, suffix string) *cellpayv1.Transaction {
 	t.Helper()
-	r := request(suffix, "4242424242424242")
+	r := request(suffix, freshPAN())
 	r.PartnerId = p.id
 	got, err := p.payments.SubmitTransaction(ctx, r)
 	if err != nil {
