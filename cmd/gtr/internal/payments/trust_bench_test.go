@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,14 +171,7 @@ func TestTrustCostBenchmark(t *testing.T) {
 		}
 	}
 	med := func(v []float64) float64 {
-		s := append([]float64(nil), v...)
-		for i := range s {
-			for j := i + 1; j < len(s); j++ {
-				if s[j] < s[i] {
-					s[i], s[j] = s[j], s[i]
-				}
-			}
-		}
+		s := slices.Sorted(slices.Values(v))
 		return s[len(s)/2]
 	}
 	base := res["plaintext"]

@@ -139,20 +139,6 @@ func (s *State) Apply(d Doc, rev uint64) error {
 	return s.applyLocked(d, rev)
 }
 
-// ApplyNewer is Apply when rev is greater than the revision applied last,
-// and otherwise does nothing; it reports whether it applied d.
-func (s *State) ApplyNewer(d Doc, rev uint64) (bool, error) {
-	if err := d.Validate(); err != nil {
-		return false, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, cur, ok := s.docTxn(s.db.Txn(false)); ok && rev <= cur {
-		return false, nil
-	}
-	return true, s.applyLocked(d, rev)
-}
-
 func (s *State) applyLocked(d Doc, rev uint64) error {
 	d = d.Clone()
 	txn := s.db.Txn(true)

@@ -106,21 +106,6 @@ func TestApplyRefusesBadDocWhole(t *testing.T) {
 	}
 }
 
-func TestApplyNewer(t *testing.T) {
-	s, _ := newState(t)
-	d := testDoc()
-	d.Version = 5
-	if ok, err := s.ApplyNewer(d, 1); ok || err != nil {
-		t.Fatalf("same revision: applied %v, %v", ok, err)
-	}
-	if ok, err := s.ApplyNewer(d, 2); !ok || err != nil {
-		t.Fatalf("newer revision: applied %v, %v", ok, err)
-	}
-	if s.Table().Version() != 5 {
-		t.Fatalf("version %d, want 5", s.Table().Version())
-	}
-}
-
 func TestSetHealth(t *testing.T) {
 	s, _ := newState(t)
 	before := s.Table()
