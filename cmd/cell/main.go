@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
+	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/internal/logging"
 )
 
@@ -70,6 +71,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&schedule, "callback-schedule", env("CELL_CALLBACK_SCHEDULE", callback.DefaultSchedule.String()), "delay before each callback attempt, comma-separated; after the last a dead letter. The default is Svix's schedule compressed for local runs; production: "+callback.SvixSchedule.String()+" (env CELL_CALLBACK_SCHEDULE)")
 	flag.DurationVar(&c.Callbacks.Timeout, "callback-timeout", envDuration("CELL_CALLBACK_TIMEOUT", 10*time.Second), "timeout of one callback endpoint call (env CELL_CALLBACK_TIMEOUT)")
 	flag.StringVar(&c.Callbacks.CAFile, "callback-ca-file", env("CELL_CALLBACK_CA_FILE", ""), "CA certificate that callback endpoints are verified with; \"\" for the system roots (env CELL_CALLBACK_CA_FILE)")
+	flag.BoolVar(&c.NoDirectory, "no-directory", env("CELL_NO_DIRECTORY", "") == "1", "do not claim transactions in the transaction directory (NATS bucket "+directory.DefaultBucket+"): the cell then decides from its own records alone, and a transaction sent to two cells may get two answers; for benchmarks and a lone cell (env CELL_NO_DIRECTORY=1)")
 	flag.Parse()
 	sched, err := callback.ParseSchedule(schedule)
 	if err != nil {

@@ -19,6 +19,7 @@ type Cell struct {
 	pnr        metric.Int64Counter
 	issuer     metric.Float64Histogram
 	reconciled metric.Int64Counter
+	directory  metric.Int64Counter
 	state      *attrCache // state
 	result     *attrCache // result
 	call       *attrCache // method, code
@@ -30,9 +31,10 @@ type Cell struct {
 //	cellpay_cell_pnr_total{result}                         points of no return the GTR confirmed or refused
 //	cellpay_cell_issuer_duration_seconds{method,code}      issuer calls (authorize, inquire)
 //	cellpay_cell_reconciled_total{state}                   transactions the reconciler resolved, by the state recorded
+//	cellpay_cell_directory_total{result}                   directory claims: claimed, taken_over, held, unclaimed (decided at home without one), unavailable
 func NewCell(m metric.Meter) (*Cell, error) {
 	c := &Cell{state: newAttrCache("state", ""), result: newAttrCache("result", ""), call: newAttrCache("method", "code")}
-	var errs [4]error
+	var errs [5]error
 	c.txns, errs[0] = m.Int64Counter("cellpay.cell.transactions",
 		metric.WithDescription("Attempts the cell answered, by the state answered, or reroutable or rejected."))
 	c.pnr, errs[1] = m.Int64Counter("cellpay.cell.pnr",
@@ -42,10 +44,17 @@ func NewCell(m metric.Meter) (*Cell, error) {
 		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	c.reconciled, errs[3] = m.Int64Counter("cellpay.cell.reconciled",
 		metric.WithDescription("Transactions past their point of no return the reconciler resolved, by the state recorded."))
+	c.directory, errs[4] = m.Int64Counter("cellpay.cell.directory",
+		metric.WithDescription("Transaction directory claims, by result: claimed, taken_over, held (another cell's), unclaimed (decided at the natural home without a claim), unavailable."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Directory counts a transaction directory claim's result.
+func (c *Cell) Directory(result string) {
+	c.directory.Add(context.Background(), 1, c.result.of(result, "").add...)
 }
 
 // Finished counts an attempt's answer: a record's state ("sending" is

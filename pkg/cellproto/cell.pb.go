@@ -558,7 +558,18 @@ type ProcessRequest struct {
 	// no return, then restarted) restarts it only as a last resort; otherwise
 	// it answers Reroutable, so that a transaction that moved on is found on
 	// the cell that completed it.
-	LastResort    bool `protobuf:"varint,4,opt,name=last_resort,json=lastResort,proto3" json:"last_resort,omitempty"`
+	LastResort bool `protobuf:"varint,4,opt,name=last_resort,json=lastResort,proto3" json:"last_resort,omitempty"`
+	// call_id names the GTR call (the partner's SubmitTransaction) this
+	// attempt belongs to, unique per call: a later attempt of the same call
+	// may take over the transaction directory entry of an earlier one, which
+	// the GTR gave up before its Proceed
+	// (docs/design/transaction-directory.md). At most 64 bytes.
+	CallId string `protobuf:"bytes,5,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// home is true when this cell is the transaction's natural home (the
+	// first cell of its rendezvous ranking, before weights and health): the
+	// only cell that takes it without a directory claim while the directory
+	// is unavailable.
+	Home          bool `protobuf:"varint,6,opt,name=home,proto3" json:"home,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +628,20 @@ func (x *ProcessRequest) GetRouteRule() string {
 func (x *ProcessRequest) GetLastResort() bool {
 	if x != nil {
 		return x.LastResort
+	}
+	return false
+}
+
+func (x *ProcessRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ProcessRequest) GetHome() bool {
+	if x != nil {
+		return x.Home
 	}
 	return false
 }
@@ -785,7 +810,10 @@ type Reroutable struct {
 	// cell_healthy is true when the cell itself is fine and the transaction
 	// merely belongs elsewhere (see last_resort); the GTR does not count it
 	// against the cell's health.
-	CellHealthy   bool `protobuf:"varint,2,opt,name=cell_healthy,json=cellHealthy,proto3" json:"cell_healthy,omitempty"`
+	CellHealthy bool `protobuf:"varint,2,opt,name=cell_healthy,json=cellHealthy,proto3" json:"cell_healthy,omitempty"`
+	// owner_cell, when set, is the cell that owns the transaction in the
+	// transaction directory: the GTR's next attempt goes there.
+	OwnerCell     string `protobuf:"bytes,3,opt,name=owner_cell,json=ownerCell,proto3" json:"owner_cell,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -832,6 +860,13 @@ func (x *Reroutable) GetCellHealthy() bool {
 		return x.CellHealthy
 	}
 	return false
+}
+
+func (x *Reroutable) GetOwnerCell() string {
+	if x != nil {
+		return x.OwnerCell
+	}
+	return ""
 }
 
 type GetRequest struct {
@@ -933,14 +968,16 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1f.cellpay.cell.v1.ProcessRequestH\x00R\x05start\x124\n" +
 	"\aproceed\x18\x02 \x01(\v2\x18.cellpay.cell.v1.ProceedH\x00R\aproceedB\a\n" +
 	"\x05input\"\t\n" +
-	"\aProceed\"\xaa\x01\n" +
+	"\aProceed\"\xd7\x01\n" +
 	"\x0eProcessRequest\x12>\n" +
 	"\arequest\x18\x01 \x01(\v2$.cellpay.v1.SubmitTransactionRequestR\arequest\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
 	"route_rule\x18\x03 \x01(\tR\trouteRule\x12\x1f\n" +
 	"\vlast_resort\x18\x04 \x01(\bR\n" +
-	"lastResort\"\xda\x01\n" +
+	"lastResort\x12\x17\n" +
+	"\acall_id\x18\x05 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04home\x18\x06 \x01(\bR\x04home\"\xda\x01\n" +
 	"\fProcessEvent\x12O\n" +
 	"\x12point_of_no_return\x18\x01 \x01(\v2 .cellpay.cell.v1.PointOfNoReturnH\x00R\x0fpointOfNoReturn\x121\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12=\n" +
@@ -952,11 +989,13 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x17\n" +
 	"\acell_id\x18\x02 \x01(\tR\x06cellId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x03 \x01(\tR\tpartnerId\"G\n" +
+	"partner_id\x18\x03 \x01(\tR\tpartnerId\"f\n" +
 	"\n" +
 	"Reroutable\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n" +
-	"\fcell_healthy\x18\x02 \x01(\bR\vcellHealthy\"R\n" +
+	"\fcell_healthy\x18\x02 \x01(\bR\vcellHealthy\x12\x1d\n" +
+	"\n" +
+	"owner_cell\x18\x03 \x01(\tR\townerCell\"R\n" +
 	"\n" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +

@@ -27,6 +27,12 @@ type Choice struct {
 type Result struct {
 	Rule   *Rule    // the matched rule, pointing into the Table; nil on ErrNoRule
 	Ranked []Choice // the cells to try, in order; Ranked[0] is the key's home
+	// Home is the key's natural home: the first cell of its rendezvous
+	// ranking over the whole pool, before weights, health and reference
+	// data. It names the cell that may take a transaction without a
+	// transaction directory claim (docs/design/transaction-directory.md);
+	// it is not necessarily in Ranked. Nil on ErrNoRule.
+	Home *Cell
 }
 
 // Route finds the first rule (in Spec order) matching a's partner, market
@@ -51,8 +57,13 @@ func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
 	}
 	kh := xxhash.Sum64String(r.rule.HashOn.key(a))
 	accepted := 0 // dst[:accepted] accept the key, dst[accepted:] are fallbacks
+	var home *Cell
+	var homeScore uint64
 	for i := range r.pool {
 		pc := &r.pool[i]
+		if sc := pc.score(kh); home == nil || ranksBefore(sc, pc.cell.ID, homeScore, home.ID) {
+			home, homeScore = pc.cell, sc
+		}
 		if !pc.eligible || pc.refdata < r.minRef {
 			continue
 		}
@@ -65,9 +76,9 @@ func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
 		}
 	}
 	if len(dst) == 0 {
-		return Result{Rule: r.rule, Ranked: dst}, ErrNoCell
+		return Result{Rule: r.rule, Ranked: dst, Home: home}, ErrNoCell
 	}
-	return Result{Rule: r.rule, Ranked: dst}, nil
+	return Result{Rule: r.rule, Ranked: dst, Home: home}, nil
 }
 
 // insert puts c into its place in dst[lo:hi], which is ordered best first,

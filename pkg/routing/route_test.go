@@ -3,6 +3,7 @@ package routing
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -308,6 +309,51 @@ func TestImports(t *testing.T) {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			if !allowed[p] {
 				t.Errorf("%s imports %q; routing must stay pure (see the package doc)", f, p)
+			}
+		}
+	}
+}
+
+// Home is the first cell of the key's ranking over the whole pool, the
+// same whatever the cells' weights and health: drained or down, the home
+// stays the home.
+func TestRouteHome(t *testing.T) {
+	spec := Spec{Version: 1, Cells: []Cell{
+		{ID: "cell-a", Addr: "127.0.0.1:1", Pool: "p", Weight: 100},
+		{ID: "cell-b", Addr: "127.0.0.1:2", Pool: "p", Weight: 100},
+		{ID: "cell-c", Addr: "127.0.0.1:3", Pool: "p", Weight: 100},
+	}, Rules: []Rule{{Name: "all", Pool: "p"}}}
+	homes := map[string]string{}
+	for i := range 200 {
+		a := &Attrs{PartnerID: fmt.Sprintf("p-%03d", i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+		tbl, err := Compile(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tbl.Route(a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Home == nil || res.Home.ID != res.Ranked[0].Cell.ID {
+			t.Fatalf("%s: home %v, all cells up at full weight rank %s first", a.PartnerID, res.Home, res.Ranked[0].Cell.ID)
+		}
+		homes[a.PartnerID] = res.Home.ID
+	}
+	for _, change := range []func(*Spec){
+		func(s *Spec) { s.Cells[0].Weight = 0 },
+		func(s *Spec) { s.Cells[1].State = CellDown },
+		func(s *Spec) { s.Cells[2].Weight = 30 },
+	} {
+		s := spec.clone()
+		change(&s)
+		tbl, err := Compile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range homes {
+			res, _ := tbl.Route(&Attrs{PartnerID: p, Market: "GB", PaymentType: "CARD_AUTHORIZATION"}, nil)
+			if res.Home == nil || res.Home.ID != want {
+				t.Fatalf("%s: home %v after a weight or health change, want %s", p, res.Home, want)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
+	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
@@ -60,6 +61,10 @@ type Config struct {
 	PartnersStateFile string
 	// Callbacks configures the notifier.
 	Callbacks Callbacks
+	// NoDirectory: do not claim transactions in the transaction directory
+	// (which lives on NATSURL; with no NATSURL there is none either). The
+	// cell then decides from its own records alone.
+	NoDirectory bool
 	Log       *slog.Logger
 }
 
@@ -156,7 +161,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer reg.Close()
-	srv, err := server.New(server.Config{
+	dir, closeDir, err := openDirectory(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeDir()
+	scfg := server.Config{
 		CellID:          cfg.ID,
 		Store:           st,
 		Issuer:          issuer,
@@ -167,7 +177,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Outbox:          st,
 		RegistryVersion: func() uint64 { return reg.Index().Version() },
 		Log:             log,
-	})
+	}
+	rcfg := reconcile.Config{Store: resolutions{st, metrics}, Issuer: issuer, Log: log}
+	if dir != nil {
+		scfg.Directory = dir
+		rcfg.Directory, rcfg.CellID, rcfg.ErrNotOwner = dir, cfg.ID, directory.ErrNotOwner
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -193,7 +209,8 @@ func Run(ctx context.Context, cfg Config) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchDatabase(watchCtx, st, ready, log)
-	rec, err := reconcile.New(reconcile.Config{Store: resolutions{st, metrics}, Issuer: issuer, Busy: srv.Busy, Log: log})
+	rcfg.Busy = srv.Busy
+	rec, err := reconcile.New(rcfg)
 	if err != nil {
 		return err
 	}
@@ -233,6 +250,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("cell stopped")
 	return nil
+}
+
+// openDirectory opens the transaction directory, unless the cell has no
+// NATS or is told not to; the func closes it.
+func openDirectory(cfg Config, log *slog.Logger) (*directory.Directory, func(), error) {
+	if cfg.NATSURL == "" || cfg.NoDirectory {
+		log.Warn("no transaction directory: this cell decides from its own records alone")
+		return nil, func() {}, nil
+	}
+	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, CellID: cfg.ID, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, d.Close, nil
 }
 
 // startNotifier runs the callback notifier until ctx ends or the returned

@@ -12,6 +12,20 @@ import (
 // the events its comment lists.
 type Action interface{ isAction() }
 
+// Claim makes this cell the transaction's owner in the transaction
+// directory, before anything is written: Create of Entry, or, when Revision
+// is set, a takeover of the entry read at that revision. Answer: Claimed
+// when the entry is this cell's (new, taken over, or already its own);
+// Held with the entry when another cell holds it; ClaimFailed when the
+// directory did not answer.
+type Claim struct {
+	Key   idempotency.Key
+	Entry Entry
+	// Revision, when not zero, makes the claim a takeover of the entry at
+	// that revision.
+	Revision uint64
+}
+
 // Insert records a new transaction in state received. Answer: Inserted;
 // Existing when its Key (partner and transaction ID) is already recorded;
 // StoreFailed.
@@ -60,6 +74,10 @@ type Authorize struct {
 // Reply ends the attempt with Record's outcome.
 type Reply struct{ Record *Record }
 
+// ReplyEntry ends the attempt with the answer another cell, the
+// transaction's owner, recorded in the directory.
+type ReplyEntry struct{ Entry Entry }
+
 // Reject ends the attempt with an error for the caller: a
 // *validate.FieldError, idempotency.ErrConflict or ErrInProgress.
 type Reject struct{ Err error }
@@ -71,8 +89,13 @@ type Reroute struct {
 	// CellHealthy: nothing is wrong with this cell; the transaction belongs
 	// elsewhere.
 	CellHealthy bool
+	// Owner, when set, is the cell that owns the transaction: the GTR's
+	// next attempt goes there.
+	Owner string
 }
 
+func (Claim) isAction()         {}
+func (ReplyEntry) isAction()    {}
 func (Insert) isAction()        {}
 func (Reclaim) isAction()       {}
 func (Wait) isAction()          {}
@@ -87,7 +110,7 @@ func (Reroute) isAction()       {}
 // Done reports whether a ends the attempt.
 func Done(a Action) bool {
 	switch a.(type) {
-	case Reply, Reject, Reroute:
+	case Reply, ReplyEntry, Reject, Reroute:
 		return true
 	}
 	return false
@@ -95,6 +118,21 @@ func Done(a Action) bool {
 
 // Event is the outcome of an action, fed back through Machine.Step.
 type Event interface{ isEvent() }
+
+// Claimed: the directory entry is this cell's, as Entry (with its
+// revision). Active is true when another attempt at the transaction is
+// still running in this cell process.
+type Claimed struct {
+	Entry  Entry
+	Active bool
+}
+
+// Held: another cell holds the transaction's directory entry, as Entry.
+type Held struct{ Entry Entry }
+
+// ClaimFailed: the directory did not answer; nothing is known of the
+// entry.
+type ClaimFailed struct{ Err error }
 
 // Inserted: the record was written.
 type Inserted struct{}
@@ -132,6 +170,9 @@ type IssuerUnknown struct{ Err error }
 // StoreFailed: a store action failed.
 type StoreFailed struct{ Err error }
 
+func (Claimed) isEvent()        {}
+func (Held) isEvent()           {}
+func (ClaimFailed) isEvent()    {}
 func (Inserted) isEvent()       {}
 func (Existing) isEvent()       {}
 func (Velocity) isEvent()       {}

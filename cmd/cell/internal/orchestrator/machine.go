@@ -70,12 +70,22 @@ type Input struct {
 	CellID      string
 	// LastResort: the GTR has no other cell to try (see Existing).
 	LastResort bool
+	// Directory: the cell claims transactions in the transaction directory
+	// (see Claim) before it writes anything; without it the machine decides
+	// from the cell's own records alone.
+	Directory bool
+	// Call names the GTR call the attempt belongs to, unique per call.
+	Call string
+	// Home: this cell is the transaction's natural home, the only cell
+	// that may take it without a claim while the directory is unavailable.
+	Home bool
 }
 
 type phase uint8
 
 const (
 	phaseStart phase = iota
+	phaseClaim
 	phaseInsert
 	phaseRisk
 	phaseMarkSending
@@ -86,7 +96,7 @@ const (
 	phaseDone
 )
 
-var phaseNames = [...]string{"start", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "done"}
+var phaseNames = [...]string{"start", "claim", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "done"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -105,7 +115,17 @@ type Machine struct {
 	decided   State
 	reason    string
 	riskClass string
+	// claim is the directory entry this attempt holds, once Claimed; nil
+	// while it holds none. unclaimed: the attempt went on without one
+	// (the directory was unavailable at the transaction's natural home).
+	claim     *Entry
+	claims    int
+	unclaimed bool
 }
+
+// maxClaims bounds the claim steps of one attempt (a claim, then takeovers
+// lost to other cells' races).
+const maxClaims = 4
 
 // New returns a machine for one attempt. now is its clock.
 func New(in Input, policy Policy, ref RefData, now func() time.Time) *Machine {
@@ -128,8 +148,80 @@ func (m *Machine) Start() Action {
 	}
 	m.rec = m.newRecord(now)
 	m.enrich()
+	if m.in.Directory {
+		return m.claimEntry(0)
+	}
 	m.phase = phaseInsert
 	return Insert{Record: m.rec}
+}
+
+// Claimed returns the directory entry the attempt holds, if any.
+func (m *Machine) Claimed() (Entry, bool) {
+	if m.claim == nil {
+		return Entry{}, false
+	}
+	return *m.claim, true
+}
+
+// Unclaimed reports whether the attempt went on without a directory claim.
+func (m *Machine) Unclaimed() bool { return m.unclaimed }
+
+// claimEntry claims the transaction for this attempt: a new entry, or a
+// takeover of the one read at revision rev.
+func (m *Machine) claimEntry(rev uint64) Action {
+	m.claims++
+	if m.claims > maxClaims {
+		m.phase = phaseDone
+		return Reject{Err: ErrInProgress}
+	}
+	m.phase = phaseClaim
+	return Claim{Key: m.rec.Key(), Revision: rev, Entry: Entry{
+		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint, State: EntryOwned,
+	}}
+}
+
+// afterClaim applies the directory's rules (docs/design/transaction-directory.md):
+// a cell decides a transaction only while it owns its entry.
+func (m *Machine) afterClaim(ev Event) Action {
+	switch ev := ev.(type) {
+	case Claimed:
+		e := ev.Entry
+		if e.State == EntryAbandoned || e.State == EntryOwned && !e.SameAttempt(m.in.Call, m.in.Attempt) && !ev.Active {
+			// This cell's entry, for an attempt that stopped or is gone:
+			// take it for this one, so that no other cell takes over
+			// while it works (abandoned) and so that this call's later
+			// attempts may (owned).
+			return m.claimEntry(e.Revision)
+		}
+		m.claim = &e
+		m.phase = phaseInsert
+		return Insert{Record: m.rec}
+	case Held:
+		e := ev.Entry
+		switch {
+		case idempotency.Check(e.Fingerprint, m.in.Fingerprint) != nil:
+			m.phase = phaseDone
+			return Reject{Err: idempotency.ErrConflict}
+		case e.State == EntryFinal:
+			m.phase = phaseDone
+			return ReplyEntry{Entry: e}
+		case e.mayTakeOver(m.in.Call, m.in.Attempt):
+			return m.claimEntry(e.Revision)
+		}
+		m.phase = phaseDone
+		return Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner}
+	case ClaimFailed:
+		if m.in.Home && m.claims == 1 {
+			// Payments go on at home through a directory outage; failover
+			// waits for it (see the design note's remaining window).
+			m.unclaimed = true
+			m.phase = phaseInsert
+			return Insert{Record: m.rec}
+		}
+		m.phase = phaseDone
+		return Reroute{Reason: "transaction directory unavailable: " + ev.Err.Error(), CellHealthy: true}
+	}
+	return m.unexpected(ev)
 }
 
 func (m *Machine) newRecord(now time.Time) *Record {
@@ -198,6 +290,8 @@ func (m *Machine) decide(s State, reason string) {
 // Step feeds the outcome of the last action and returns the next one.
 func (m *Machine) Step(ev Event) Action {
 	switch m.phase {
+	case phaseClaim:
+		return m.afterClaim(ev)
 	case phaseInsert:
 		return m.afterInsert(ev)
 	case phaseRisk:
@@ -277,6 +371,10 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		m.phase = phaseDone
 		m.rec = prev
 		return Reply{Record: prev}
+	case prev.State == StateAbandoned && m.claim != nil:
+		// The directory entry is this attempt's: no other cell completed
+		// the transaction (it would own the entry), so restart it here.
+		return Reclaim{Record: m.rec}
 	case prev.State == StateAbandoned && !m.in.LastResort:
 		// An attempt here stopped before its point of no return; the GTR
 		// may have completed the transaction on another cell since. Send it

@@ -122,6 +122,9 @@ func runTranscript(t *testing.T, script string) string {
 				RouteRule:   "default",
 				CellID:      "cell-a",
 				LastResort:  args["last-resort"] == "true",
+				Directory:   args["directory"] == "true",
+				Call:        args["call"],
+				Home:        args["home"] == "true",
 			}, testPolicy, testRef, now)
 			a = m.Start()
 		case "event":
@@ -203,6 +206,23 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 			PartnerID: partner, TransactionID: req.GetTransactionId(), Fingerprint: fp.Of(other), State: State(args["state"]),
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
 		}, Active: args["active"] == "true"}
+	case "claimed", "held":
+		other := testRequest()
+		if args["payload"] == "other" {
+			other.Amount.MinorUnits++
+		}
+		e := Entry{Owner: args["owner"], Call: args["call"], Attempt: int32(atoi(t, args["attempt"], 1)),
+			Fingerprint: fp.Of(other), State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1))}
+		if e.State == EntryFinal {
+			e.Answer = &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED,
+				AuthCode: args["auth"], CellId: e.Owner}
+		}
+		if name == "held" {
+			return Held{Entry: e}
+		}
+		return Claimed{Entry: e, Active: args["active"] == "true"}
+	case "claim-failed":
+		return ClaimFailed{Err: errors.New("nats: timeout")}
 	case "velocity":
 		return Velocity{Count: atoi(t, args["count"], 0), Amount: atoi(t, args["amount"], 0)}
 	case "persisted":
@@ -250,6 +270,15 @@ func formatKey(k idempotency.Key) string {
 
 func formatAction(a Action) string {
 	switch a := a.(type) {
+	case Claim:
+		e := a.Entry
+		s := fmt.Sprintf("Claim %s owner=%s call=%s attempt=%d state=%s", formatKey(a.Key), e.Owner, e.Call, e.Attempt, e.State)
+		if a.Revision != 0 {
+			s += fmt.Sprintf(" takeover-of-rev=%d", a.Revision)
+		}
+		return s
+	case ReplyEntry:
+		return fmt.Sprintf("ReplyEntry owner=%s status=%s auth=%s", a.Entry.Owner, a.Entry.Answer.GetStatus(), a.Entry.Answer.GetAuthCode())
 	case Insert:
 		return "Insert " + formatRecord(a.Record)
 	case Reclaim:
@@ -269,6 +298,9 @@ func formatAction(a Action) string {
 	case Reject:
 		return "Reject " + a.Err.Error()
 	case Reroute:
+		if a.Owner != "" {
+			return "Reroute " + a.Reason + " (to its owner " + a.Owner + ")"
+		}
 		return "Reroute " + a.Reason
 	}
 	return fmt.Sprintf("unknown action %T", a)

@@ -8,7 +8,8 @@
 // An inquiry that finds nothing means the issuer never applied the
 // transaction. Once the record is older than NotFoundAfter (longer than any
 // issuer call can still be under way), it is recorded FAILED with reason
-// "issuer_not_reached".
+// "issuer_not_reached" — but only once the transaction directory says so
+// too (see Directory): a FAILED recorded here is final everywhere.
 package reconcile
 
 import (
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -45,6 +47,16 @@ type Issuer interface {
 	Inquire(ctx context.Context, in *issuerproto.InquireRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
 }
 
+// Directory is the transaction directory (docs/design/transaction-directory.md);
+// *directory.Directory implements it.
+type Directory interface {
+	// Finalize records owner's answer for k. It fails with an error
+	// matching ErrNotOwner when another cell owns k's entry.
+	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, answer *cellpayv1.Transaction) error
+	// Later runs fn in the background, bounded; it may drop it.
+	Later(fn func(ctx context.Context) error, what string)
+}
+
 // Config configures a Reconciler.
 type Config struct {
 	Store  Store
@@ -52,6 +64,17 @@ type Config struct {
 	// Busy reports whether this process is still working on transaction
 	// k; such records are left alone. Optional.
 	Busy func(k idempotency.Key) bool
+	// Directory, CellID and ErrNotOwner: the transaction directory this
+	// cell claims transactions in. Optional: without it FAILED is recorded
+	// from the inquiry alone. With it, FAILED issuer_not_reached is
+	// recorded only after the directory took it (so that no other cell
+	// decides the transaction otherwise later); a record whose entry
+	// another cell owns is marked abandoned (that cell took it over, which
+	// the directory's rules allow only from an attempt that never had the
+	// GTR's Proceed, so nothing of this record reached the issuer).
+	Directory   Directory
+	CellID      string
+	ErrNotOwner error
 	// Interval between rounds [2s]; MinAge: records younger than this are
 	// left to their attempt [1s]; Batch per round [500]. NotFoundAfter
 	// [20s] must exceed the longest an issuer call can still arrive after
@@ -166,11 +189,26 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 			return false, nil // the send may still be on its way
 		}
 		out.State, out.DeclineReason = orchestrator.StateFailed, ReasonNotReached
+		if d := r.cfg.Directory; d != nil {
+			err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, out.Transaction())
+			switch {
+			case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
+				out.State, out.DeclineReason = orchestrator.StateAbandoned, ""
+			case err != nil:
+				return false, err // stays PENDING; tried again next round
+			}
+		}
 	default:
 		return false, err
 	}
 	if err := r.cfg.Store.Persist(ctx, &out, orchestrator.StateSending); err != nil {
 		return false, err
+	}
+	if d := r.cfg.Directory; d != nil && out.State.Terminal() && out.State != orchestrator.StateFailed {
+		txn := out.Transaction()
+		d.Later(func(ctx context.Context) error {
+			return d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, txn)
+		}, "finalize")
 	}
 	return true, nil
 }

@@ -48,6 +48,23 @@ type Issuer interface {
 	Authorize(ctx context.Context, in *issuerproto.AuthorizeRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
 }
 
+// Directory is the transaction directory; *directory.Directory implements
+// it (see that package and docs/design/transaction-directory.md).
+type Directory interface {
+	// Claim creates k's entry as e; it returns the entry that holds k and
+	// whether it is e.Owner's.
+	Claim(ctx context.Context, k idempotency.Key, e orchestrator.Entry) (orchestrator.Entry, bool, error)
+	// Take replaces k's entry, read at revision rev, with e; it returns the
+	// entry that holds k and whether it is now e.
+	Take(ctx context.Context, k idempotency.Key, e orchestrator.Entry, rev uint64) (orchestrator.Entry, bool, error)
+	// Finalize records owner's answer for k; Abandon marks k's entry
+	// abandoned if it is still the claim of call's attempt at owner.
+	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, answer *cellpayv1.Transaction) error
+	Abandon(ctx context.Context, k idempotency.Key, owner, call string, attempt int32) error
+	// Later runs fn in the background, bounded; it may drop it.
+	Later(fn func(ctx context.Context) error, what string)
+}
+
 // Metrics counts how attempts end; *telemetry.Cell implements it. Its
 // methods must not block.
 type Metrics interface {
@@ -56,6 +73,8 @@ type Metrics interface {
 	Finished(state string)
 	// PNR records a point of no return the GTR confirmed, or refused.
 	PNR(confirmed bool)
+	// Directory records a directory claim's result.
+	Directory(result string)
 }
 
 // Config configures a Server. Every field is required unless it says
@@ -64,6 +83,9 @@ type Config struct {
 	CellID string
 	Store  Store
 	Issuer Issuer
+	// Directory is the transaction directory; optional: without it the
+	// cell decides from its own records alone (tests, a lone cell).
+	Directory Directory
 	// RefData returns the reference data to use now.
 	RefData func() orchestrator.RefData
 	Policy  orchestrator.Policy
@@ -219,6 +241,9 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		RouteRule:  req.GetRouteRule(),
 		CellID:     s.cfg.CellID,
 		LastResort: req.GetLastResort(),
+		Directory:  s.cfg.Directory != nil,
+		Call:       req.GetCallId(),
+		Home:       req.GetHome(),
 	}
 	if r != nil {
 		in.Fingerprint = s.fp.Of(r)
@@ -235,7 +260,40 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		ev, ctx = s.perform(ctx, stream, a)
 		a = m.Step(ev)
 	}
+	s.settleEntry(m, in, a)
 	return s.finish(stream, a)
+}
+
+// settleEntry brings the transaction's directory entry up to date with
+// how the attempt ended, in the background (best effort: no rule depends
+// on it, it lets other cells answer without the owner): a final answer of
+// this cell's, recorded; a claim of this attempt's given up before its
+// point of no return, abandoned.
+func (s *Server) settleEntry(m *orchestrator.Machine, in orchestrator.Input, a orchestrator.Action) {
+	d := s.cfg.Directory
+	if d == nil {
+		return
+	}
+	e, claimed := m.Claimed()
+	if m.Unclaimed() && s.cfg.Metrics != nil {
+		s.cfg.Metrics.Directory("unclaimed")
+	}
+	if !claimed && !m.Unclaimed() {
+		return
+	}
+	k := idempotency.KeyOf(in.Request)
+	switch a := a.(type) {
+	case orchestrator.Reply:
+		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID {
+			return
+		}
+		txn, fp := a.Record.Transaction(), a.Record.Fingerprint
+		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, txn) }, "finalize")
+	case orchestrator.Reroute:
+		if claimed && e.SameAttempt(in.Call, in.Attempt) {
+			d.Later(func(ctx context.Context) error { return d.Abandon(ctx, k, s.cfg.CellID, in.Call, in.Attempt) }, "abandon")
+		}
+	}
 }
 
 // processStream is the cell's side of a Process stream.
@@ -245,6 +303,8 @@ type processStream = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.
 // for the actions after it.
 func (s *Server) perform(ctx context.Context, stream processStream, a orchestrator.Action) (orchestrator.Event, context.Context) {
 	switch a := a.(type) {
+	case orchestrator.Claim:
+		return s.claim(ctx, a), ctx
 	case orchestrator.Insert:
 		return s.existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
 	case orchestrator.Reclaim:
@@ -369,6 +429,39 @@ func (s *Server) persistAfterIssuer(ctx context.Context, r *orchestrator.Record,
 	return err
 }
 
+// claim performs a directory claim or takeover.
+func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.Event {
+	var (
+		e    orchestrator.Entry
+		ours bool
+		err  error
+	)
+	if a.Revision == 0 {
+		e, ours, err = s.cfg.Directory.Claim(ctx, a.Key, a.Entry)
+	} else {
+		e, ours, err = s.cfg.Directory.Take(ctx, a.Key, a.Entry, a.Revision)
+	}
+	result := "claimed"
+	switch {
+	case err != nil:
+		result = "unavailable"
+	case !ours:
+		result = "held"
+	case a.Revision != 0:
+		result = "taken_over"
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Directory(result)
+	}
+	switch {
+	case err != nil:
+		return orchestrator.ClaimFailed{Err: err}
+	case !ours:
+		return orchestrator.Held{Entry: e}
+	}
+	return orchestrator.Claimed{Entry: e, Active: s.othersBusy(a.Key)}
+}
+
 func (s *Server) existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
 	switch {
 	case err != nil:
@@ -448,10 +541,12 @@ func (s *Server) finish(stream processStream, a orchestrator.Action) error {
 	switch a := a.(type) {
 	case orchestrator.Reply:
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Record.Transaction()}})
+	case orchestrator.ReplyEntry:
+		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Entry.Answer}})
 	case orchestrator.Reroute:
-		s.cfg.Log.Warn("attempt re-routable", "reason", a.Reason)
+		s.cfg.Log.Warn("attempt re-routable", "reason", a.Reason, "owner", a.Owner)
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{
-			Reroutable: &cellproto.Reroutable{Reason: a.Reason, CellHealthy: a.CellHealthy},
+			Reroutable: &cellproto.Reroutable{Reason: a.Reason, CellHealthy: a.CellHealthy, OwnerCell: a.Owner},
 		}})
 	case orchestrator.Reject:
 		return rejectStatus(a.Err)
@@ -464,6 +559,8 @@ func finishedAs(a orchestrator.Action) string {
 	switch a := a.(type) {
 	case orchestrator.Reply:
 		return string(a.Record.State)
+	case orchestrator.ReplyEntry:
+		return "from_directory"
 	case orchestrator.Reroute:
 		return "reroutable"
 	}

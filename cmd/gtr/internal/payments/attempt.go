@@ -25,6 +25,7 @@ type outcome struct {
 	final       error
 	reroute     error
 	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
+	owner       string // with reroute: the cell that owns the transaction, to try next
 	slow        bool // with reroute: the attempt's own timer ended it before the PNR
 	released    bool // the attempt's slot of the cell's limit was given back at the PNR
 }
@@ -51,6 +52,14 @@ func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) 
 	return total, admission.Served
 }
 
+// callInfo is what every attempt of one call tells its cell about the
+// call: its ID (a later attempt may take over an earlier one's directory
+// claim) and whether the cell is the transaction's natural home.
+type callInfo struct {
+	id   string
+	home bool
+}
+
 // attempt runs the transaction on one cell: the Process stream, with the
 // point-of-no-return handshake. It re-routes (returns outcome.reroute) only
 // while it has not sent Proceed.
@@ -58,7 +67,7 @@ func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) 
 // atPNR gives back the slots the attempt holds in the adaptive limits (the
 // cell's, the GTR's) at the PNR, where the cell's own work ends (what
 // follows is the issuer's), with the latency up to it.
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, atPNR func(time.Duration)) (out outcome) {
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) (out outcome) {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
 		return outcome{reroute: err}
@@ -91,7 +100,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		return outcome{reroute: err}
 	}
 	start := &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
-		Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort,
+		Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort, CallId: call.id, Home: call.home,
 	}}}
 	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
 		return outcome{reroute: err}
@@ -151,7 +160,8 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 				// does, trust the PNR and do not re-route.
 				return s.pending(cell, req)
 			}
-			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy()}
+			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy(),
+				owner: e.Reroutable.GetOwnerCell()}
 		}
 	}
 }

@@ -17,6 +17,7 @@ package payments
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -278,7 +279,9 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		}
 		return admission.Shed(ctx, what, 100*time.Millisecond)
 	}
-	for i := range attempts {
+	callID := newCallID()
+	redirected := false
+	for i := 0; i < attempts; i++ {
 		if i > 0 && !retrying {
 			if !s.mayRetry() {
 				if busy {
@@ -308,7 +311,8 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		tried = i + 1
 		sent = true
 		began := time.Now()
-		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, func(toPNR time.Duration) {
+		call := callInfo{id: callID, home: res.Home != nil && cell.ID == res.Home.ID}
+		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, call, func(toPNR time.Duration) {
 			lim.Release(toPNR, admission.Served)
 			gtrSlot.release(admission.Served)
 		})
@@ -328,6 +332,17 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Rerouted(cell.ID, out.reroute, out.cellHealthy)
 		}
+		if out.owner != "" && out.owner != cell.ID && !redirected {
+			// The transaction directory names the cell that owns the
+			// transaction: its state is there, so the next attempt goes
+			// there, whatever its weight (a drained cell still answers for
+			// what it owns). Once per call.
+			if owner, ok := table.Cell(out.owner); ok {
+				redirected = true
+				ranked = redirect(ranked, i+1, &owner)
+				attempts = min(len(ranked), s.cfg.MaxAttempts+1)
+			}
+		}
 		s.cfg.Log.Warn("re-routing before the point of no return",
 			"partner_id", req.GetPartnerId(), "transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
 		if ctx.Err() != nil {
@@ -338,6 +353,28 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		return nil, shed()
 	}
 	return nil, status.Errorf(codes.Unavailable, "no cell could take the transaction: %v", last)
+}
+
+// redirect returns ranked with owner as the attempt after the first next
+// ones, and owner's place further down dropped. It copies: ranked may be a
+// stack buffer of the caller's.
+func redirect(ranked []routing.Choice, next int, owner *routing.Cell) []routing.Choice {
+	out := make([]routing.Choice, 0, len(ranked)+1)
+	out = append(out, ranked[:next]...)
+	out = append(out, routing.Choice{Cell: owner})
+	for _, c := range ranked[next:] {
+		if c.Cell.ID != owner.ID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// newCallID names one SubmitTransaction call, uniquely: 128 random bits.
+func newCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // slot is a transaction's place in the GTR-wide adaptive limit, given

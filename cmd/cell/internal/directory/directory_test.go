@@ -1,0 +1,210 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/testutil/natstest"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+func open(t *testing.T, url, cell string) *Directory {
+	t.Helper()
+	d, err := Open(Config{NATSURL: url, CellID: cell, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	testutil.Eventually(t, 10*time.Second, "directory ready", d.Ready)
+	return d
+}
+
+var (
+	key = idempotency.Key{PartnerID: "p-001", TransactionID: "t-1"}
+	fpA = idempotency.Fingerprint{1}
+	fpB = idempotency.Fingerprint{2}
+)
+
+func owned(cell, call string, attempt int32, fp idempotency.Fingerprint) Entry {
+	return Entry{Owner: cell, Call: call, Attempt: attempt, Fingerprint: fp, State: Owned}
+}
+
+// Claims over a real NATS server: the first claim wins, a second cell
+// reads the winner's entry, a takeover is conditional on the revision
+// read, and a lost takeover returns the winner.
+func TestClaimAndTakeOver(t *testing.T) {
+	ns := natstest.Start(t)
+	a, b, c := open(t, ns.URL(), "cell-a"), open(t, ns.URL(), "cell-b"), open(t, ns.URL(), "cell-c")
+	ctx := context.Background()
+
+	got, ours, err := a.Claim(ctx, key, owned("cell-a", "c1", 1, fpA))
+	if err != nil || !ours || got.Revision == 0 {
+		t.Fatalf("first claim: %+v ours=%v err=%v", got, ours, err)
+	}
+	held, ours, err := b.Claim(ctx, key, owned("cell-b", "c1", 2, fpA))
+	if err != nil || ours || held.Owner != "cell-a" || held.Call != "c1" || held.Attempt != 1 || held.Revision != got.Revision {
+		t.Fatalf("second claim: %+v ours=%v err=%v", held, ours, err)
+	}
+	again, ours, err := a.Claim(ctx, key, owned("cell-a", "c2", 1, fpA))
+	if err != nil || !ours || again.Call != "c1" {
+		t.Fatalf("the owner's own claim again: %+v ours=%v err=%v (want the entry as it is, ours)", again, ours, err)
+	}
+
+	// b and c race to take over at the same revision: exactly one wins,
+	// and the loser is handed the winner's entry.
+	var wg sync.WaitGroup
+	res := make([]Entry, 2)
+	won := make([]bool, 2)
+	for i, d := range []*Directory{b, c} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			res[i], won[i], err = d.Take(ctx, key, owned(d.cfg.CellID, "c1", 2, fpA), held.Revision)
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won[0] == won[1] {
+		t.Fatalf("takeover race: won %v, want exactly one", won)
+	}
+	winner := res[0]
+	if won[1] {
+		winner = res[1]
+	}
+	for i := range res {
+		if res[i].Owner != winner.Owner {
+			t.Errorf("takeover %d: sees owner %s, the winner is %s", i, res[i].Owner, winner.Owner)
+		}
+	}
+	if cur, ok, err := a.Get(ctx, key); err != nil || !ok || cur.Owner != winner.Owner {
+		t.Fatalf("after the takeover: %+v %v %v", cur, ok, err)
+	}
+	// The old owner can no longer finalize or abandon.
+	if err := a.Finalize(ctx, key, "cell-a", fpA, &cellpayv1.Transaction{TransactionId: "t-1"}); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("finalize by the old owner: %v, want ErrNotOwner", err)
+	}
+	if err := a.Abandon(ctx, key, "cell-a", "c1", 1); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("abandon by the old owner: %v, want ErrNotOwner", err)
+	}
+}
+
+// Finalize and Abandon by the owner; Finalize of a transaction decided
+// without a claim creates its entry; a final entry is never rewritten.
+func TestFinalizeAndAbandon(t *testing.T) {
+	ns := natstest.Start(t)
+	a := open(t, ns.URL(), "cell-a")
+	ctx := context.Background()
+	if _, _, err := a.Claim(ctx, key, owned("cell-a", "c1", 1, fpA)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Abandon(ctx, key, "cell-a", "c9", 1); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("abandon for another call: %v, want ErrNotOwner", err)
+	}
+	if err := a.Abandon(ctx, key, "cell-a", "c1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, _ := a.Get(ctx, key); cur.State != Abandoned || cur.Owner != "cell-a" {
+		t.Fatalf("after abandon: %+v", cur)
+	}
+	approved := &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "A1"}
+	if err := a.Finalize(ctx, key, "cell-a", fpA, approved); err != nil {
+		t.Fatal(err)
+	}
+	declined := &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_DECLINED}
+	if err := a.Finalize(ctx, key, "cell-a", fpA, declined); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, _ := a.Get(ctx, key); cur.State != Final || cur.Answer.GetAuthCode() != "A1" {
+		t.Fatalf("final entry rewritten: %+v", cur)
+	}
+	k2 := idempotency.Key{PartnerID: "p-001", TransactionID: "unclaimed"}
+	if err := a.Finalize(ctx, k2, "cell-a", fpB, approved); err != nil {
+		t.Fatal(err)
+	}
+	if cur, ok, _ := a.Get(ctx, k2); !ok || cur.State != Final || cur.Fingerprint != fpB {
+		t.Fatalf("finalize without a claim: %+v %v", cur, ok)
+	}
+}
+
+// With NATS gone, every operation fails fast with ErrUnavailable (never
+// "no entry"), and the directory comes back with NATS.
+func TestUnavailable(t *testing.T) {
+	ns := natstest.Start(t)
+	a := open(t, ns.URL(), "cell-a")
+	ns.Stop()
+	testutil.Eventually(t, 10*time.Second, "directory sees NATS gone", func() bool { return !a.Ready() })
+	start := time.Now()
+	if _, _, err := a.Claim(context.Background(), key, owned("cell-a", "c1", 1, fpA)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("claim with NATS down: %v, want ErrUnavailable", err)
+	}
+	if _, _, err := a.Get(context.Background(), key); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("get with NATS down: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("failing took %v; the bound is OpTimeout", d)
+	}
+	ns.Restart()
+	testutil.Eventually(t, 20*time.Second, "directory back", a.Ready)
+	if _, ours, err := a.Claim(context.Background(), key, owned("cell-a", "c1", 1, fpA)); err != nil || !ours {
+		t.Fatalf("claim after NATS returned: ours=%v err=%v", ours, err)
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	e := Entry{Owner: "cell-a", Call: "c1", Attempt: 2, Fingerprint: fpA, State: Final,
+		Answer: &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, MaskedPan: "424242******4242"}}
+	b, err := Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || got.Owner != e.Owner || got.Call != e.Call || got.Attempt != 2 || got.Fingerprint != fpA ||
+		got.State != Final || got.Answer.GetMaskedPan() != "424242******4242" {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range []string{
+		`{}`, `{"v":2}`, `{"v":1,"owner":"a","fp":"AQ==","state":"owned"}`,
+		`{"v":1,"owner":"","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`,
+		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"final"}`,
+		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"weird"}`,
+		`{"v":1,"owner":"a","attempt":-1,"fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`,
+	} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%s) accepted", bad)
+		}
+	}
+}
+
+// FuzzDecode: whatever is in the bucket, Decode refuses it with an error
+// or returns an entry that encodes again to one that decodes the same.
+func FuzzDecode(f *testing.F) {
+	b, _ := Encode(Entry{Owner: "cell-a", Call: "c1", Attempt: 1, Fingerprint: fpA, State: Owned})
+	f.Add(b)
+	b, _ = Encode(Entry{Owner: "cell-b", Fingerprint: fpB, State: Final, Answer: &cellpayv1.Transaction{TransactionId: "x"}})
+	f.Add(b)
+	f.Add([]byte(`{"v":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := Decode(data)
+		if err != nil {
+			return
+		}
+		again, err := Encode(e)
+		if err != nil {
+			t.Fatalf("decoded entry does not encode: %v", err)
+		}
+		e2, err := Decode(again)
+		if err != nil || e2.Owner != e.Owner || e2.State != e.State || e2.Fingerprint != e.Fingerprint {
+			t.Fatalf("re-decode: %+v %v", e2, err)
+		}
+	})
+}
