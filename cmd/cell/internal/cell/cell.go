@@ -65,7 +65,7 @@ type Config struct {
 	// (which lives on NATSURL; with no NATSURL there is none either). The
 	// cell then decides from its own records alone.
 	NoDirectory bool
-	Log       *slog.Logger
+	Log         *slog.Logger
 }
 
 // Callbacks configures a cell's notifier (package notifier).

@@ -24,10 +24,10 @@ type outcome struct {
 	txn         *cellpayv1.Transaction
 	final       error
 	reroute     error
-	cellHealthy bool // with reroute: the cell is fine, the transaction is not its
+	cellHealthy bool   // with reroute: the cell is fine, the transaction is not its
 	owner       string // with reroute: the cell that owns the transaction, to try next
-	slow        bool // with reroute: the attempt's own timer ended it before the PNR
-	released    bool // the attempt's slot of the cell's limit was given back at the PNR
+	slow        bool   // with reroute: the attempt's own timer ended it before the PNR
+	released    bool   // the attempt's slot of the cell's limit was given back at the PNR
 }
 
 // failed reports whether the attempt counts against the cell's health: it
