@@ -555,9 +555,11 @@ type ProcessRequest struct {
 	RouteRule string `protobuf:"bytes,3,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
 	// last_resort is true when the GTR has no further cell to try. A cell
 	// that holds this transaction abandoned (it stopped before its point of
-	// no return, then restarted) restarts it only as a last resort; otherwise
-	// it answers Reroutable, so that a transaction that moved on is found on
-	// the cell that completed it.
+	// no return, then restarted) and owns its transaction directory entry
+	// restarts it at once (no other cell completed it: that cell would own
+	// the entry). Without the directory it restarts it only as a last
+	// resort, and otherwise answers Reroutable, so that a transaction that
+	// moved on is found on the cell that completed it.
 	LastResort bool `protobuf:"varint,4,opt,name=last_resort,json=lastResort,proto3" json:"last_resort,omitempty"`
 	// call_id names the GTR call (the partner's SubmitTransaction) this
 	// attempt belongs to, unique per call: a later attempt of the same call

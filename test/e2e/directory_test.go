@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+)
+
+// otherPayload is req with another amount: the same transaction ID, a
+// different payload.
+func otherPayload(req *cellpayv1.SubmitTransactionRequest) *cellpayv1.SubmitTransactionRequest {
+	out := proto.Clone(req).(*cellpayv1.SubmitTransactionRequest)
+	out.Amount.MinorUnits++
+	return out
+}
+
+// sameAnswer fails unless got is the answer first recorded: the status,
+// codes and the cell that decided it.
+func sameAnswer(t *testing.T, what string, first, got *cellpayv1.Transaction, err error) {
+	t.Helper()
+	switch {
+	case err != nil:
+		t.Errorf("%s: %v, want the recorded answer %s from %s", what, err, first.GetStatus(), first.GetCellId())
+	case got.GetStatus() != first.GetStatus() || got.GetAuthCode() != first.GetAuthCode() ||
+		got.GetDeclineReason() != first.GetDeclineReason() || got.GetCellId() != first.GetCellId():
+		t.Errorf("%s: %s %q %q from %s, want the recorded %s %q %q from %s", what,
+			got.GetStatus(), got.GetAuthCode(), got.GetDeclineReason(), got.GetCellId(),
+			first.GetStatus(), first.GetAuthCode(), first.GetDeclineReason(), first.GetCellId())
+	}
+}
+
+// TestDirectoryDrainReplays: transactions decided on cell-b, which is then
+// drained to 0%, are resent through two GTR replicas that never saw them.
+// The replays now route to other cells; the transaction directory sends
+// them to their owner's answer: the same payload gets the recorded answer
+// (from cell-b), another payload ALREADY_EXISTS. Without it, the next cell
+// processed each replay as new.
+func TestDirectoryDrainReplays(t *testing.T) {
+	ctx := ctxFor(t, 90*time.Second)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns := startNATS(t, filepath.Join(dir, "nats"))
+	cfg := drainConfig(t, dir)
+	g1 := newGTR(t, dir, "dir-gtr-1", cfg, ns.URL, drainToken)
+	g2 := newGTR(t, dir, "dir-gtr-2", cfg, ns.URL, drainToken)
+	g1.Start(t)
+	g2.Start(t)
+	a1, a2 := adminClient(t, g1.AdminAddr), adminClient(t, g2.AdminAddr)
+
+	keys := make([]*adminproto.Attrs, 200)
+	for i := range keys {
+		keys[i] = &adminproto.Attrs{PartnerId: "p-001", MerchantId: fmt.Sprintf("dir-%s-%d", runID, i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	}
+	homes, err := a1.RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onB []*adminproto.Attrs
+	for i, h := range homes.Home {
+		if h == "cell-b" && len(onB) < 10 {
+			onB = append(onB, keys[i])
+		}
+	}
+	if len(onB) < 10 {
+		t.Fatalf("only %d of %d keys homed on cell-b", len(onB), len(keys))
+	}
+	var answers []checker.Answer
+	record := func(req *cellpayv1.SubmitTransactionRequest, txn *cellpayv1.Transaction, err error) {
+		answers = append(answers, checker.AnswerOf(req.GetPartnerId(), req.GetTransactionId(), txn, err))
+	}
+	reqs := make([]*cellpayv1.SubmitTransactionRequest, len(onB))
+	first := make([]*cellpayv1.Transaction, len(onB))
+	for i, k := range onB {
+		reqs[i] = request(fmt.Sprintf("dir-drain-%d", i), freshPAN())
+		reqs[i].Merchant.Id = k.MerchantId
+		first[i], err = g1.payments.SubmitTransaction(ctx, reqs[i])
+		record(reqs[i], first[i], err)
+		if err != nil || first[i].GetCellId() != "cell-b" {
+			t.Fatalf("txn %d: %v on %s, want an answer from its home cell-b", i, err, first[i].GetCellId())
+		}
+	}
+
+	if _, err := a1.Drain(ctx, &adminproto.DrainRequest{CellId: "cell-b", Percent: 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []adminproto.AdminClient{a1, a2} {
+		testutil.Eventually(t, 10*time.Second, "cell-b drained on both replicas", func() bool {
+			r, err := a.RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: onB})
+			if err != nil {
+				return false
+			}
+			for _, h := range r.Home {
+				if h == "cell-b" {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	for i, req := range reqs {
+		for _, g := range []*gtrProc{g1, g2} {
+			txn, err := g.payments.SubmitTransaction(ctx, req)
+			record(req, txn, err)
+			sameAnswer(t, fmt.Sprintf("txn %d, same payload again through %s after the drain", i, g.ID), first[i], txn, err)
+			other := otherPayload(req)
+			txn, err = g.payments.SubmitTransaction(ctx, other)
+			if status.Code(err) != codes.AlreadyExists {
+				t.Errorf("txn %d, another payload through %s after the drain: %v %v, want ALREADY_EXISTS", i, g.ID, txn.GetStatus(), err)
+			}
+		}
+	}
+	// New transactions of the drained keys go elsewhere.
+	fresh := request("dir-drain-new", freshPAN())
+	fresh.Merchant.Id = onB[0].MerchantId
+	txn, err := g2.payments.SubmitTransaction(ctx, fresh)
+	record(fresh, txn, err)
+	if err != nil || txn.GetCellId() == "cell-b" {
+		t.Fatalf("a new transaction of a drained key: %v on %s, want another cell", err, txn.GetCellId())
+	}
+
+	ccfg := checkerConfig()
+	ccfg.Payments = g1.payments
+	report, err := checker.Check(ctx, ccfg, answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK() {
+		t.Fatalf("invariants broken:\n%s", report.String())
+	}
+}
+
+// TestDirectoryFailedNotReached: a cell records a transaction as sending
+// and dies before the GTR's Proceed (the test plays the GTR on the cell's
+// own Process stream, so the moment is exact). Restarted, its reconciler
+// records FAILED issuer_not_reached once the grace period has passed. The
+// partner then retries through the other GTR replica while that cell is
+// down: the retry reaches another cell, which answers the recorded FAILED
+// from the transaction directory instead of approving it. One answer
+// everywhere, no issuer effect, and the checker agrees.
+func TestDirectoryFailedNotReached(t *testing.T) {
+	ctx := ctxFor(t, 150*time.Second)
+	probe := request("dir-probe", freshPAN())
+	txn, err := env.payments.SubmitTransaction(ctx, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := txn.GetCellId() // the platform's table hashes on the partner
+	req := request("dir-notreached", freshPAN())
+
+	conn, err := grpc.NewClient(cellAddr(t, home), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := cellproto.NewCellClient(conn).Process(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+		Request: req, Attempt: 1, RouteRule: "everything", CallId: "e2e-" + runID, Home: true,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := stream.Recv()
+	if err != nil || ev.GetPointOfNoReturn() == nil {
+		t.Fatalf("want the cell's point of no return event, got %v %v", ev, err)
+	}
+	// Sending is durable at the cell; no Proceed will come. Kill it now.
+	if err := env.p.Process(home).Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitCellDown(t, home, "killed between sending and Proceed")
+	cancel()
+	restartCell(t, ctx, home)
+
+	db := cellDB(t, ctx, home)
+	testutil.Eventually(t, 90*time.Second, "the reconciler records FAILED issuer_not_reached", func() bool {
+		var state, reason string
+		err := db.QueryRow(ctx, `SELECT state, decline_reason FROM transactions WHERE partner_id = $1 AND transaction_id = $2`,
+			req.GetPartnerId(), req.GetTransactionId()).Scan(&state, &reason)
+		return err == nil && state == "failed" && reason == "issuer_not_reached"
+	})
+
+	// The partner retries while the cell is down, through the replica it
+	// never used: the retry goes to the next cell.
+	if err := env.p.Process(home).Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitCellDown(t, home, "killed again")
+	var answers []checker.Answer
+	backup := cellpayv1.NewPaymentsClient(dialGTR(env.backupAddr))
+	for _, g := range []struct {
+		name string
+		c    cellpayv1.PaymentsClient
+	}{{"the backup replica", backup}, {"the primary replica", env.payments}} {
+		txn, err := g.c.SubmitTransaction(ctx, req)
+		answers = append(answers, checker.AnswerOf(req.GetPartnerId(), req.GetTransactionId(), txn, err))
+		if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_FAILED || txn.GetDeclineReason() != "issuer_not_reached" {
+			t.Errorf("retry through %s with %s down: %s %s %v, want the recorded FAILED issuer_not_reached",
+				g.name, home, txn.GetStatus(), txn.GetDeclineReason(), err)
+		}
+		if txn.GetCellId() != "" && txn.GetCellId() != home {
+			t.Errorf("retry through %s: answered as decided by %s, want %s, its owner", g.name, txn.GetCellId(), home)
+		}
+	}
+	restartCell(t, ctx, home)
+	for _, g := range []cellpayv1.PaymentsClient{backup, env.payments} {
+		got, err := g.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: req.GetTransactionId(), PartnerId: req.GetPartnerId()})
+		if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_FAILED {
+			t.Errorf("GetTransaction after the retries: %s %v, want FAILED", got.GetStatus(), err)
+		}
+	}
+	if eff, _ := effects(t, ctx, req.GetPartnerId(), req.GetTransactionId()); eff != 0 {
+		t.Errorf("the issuer applied the transaction %d times, want 0", eff)
+	}
+	report, err := checker.Check(ctx, checkerConfig(), answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK() {
+		t.Fatalf("invariants broken:\n%s", strings.TrimSpace(report.String()))
+	}
+}
