@@ -33,13 +33,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const token = "s3cret-admin-token"
 
 type fixture struct {
-	st   *state.State
-	mon  *gtrhealth.Monitor
+	st  *state.State
+	mon *gtrhealth.Monitor
 	// clock is the monitor's: moving it ends ejection back-offs.
 	clock *fakeClock
-	ps   *partnerstate.Store
-	addr string
-	log  *testutil.Buffer // everything the admin server logged
+	ps    *partnerstate.Store
+	addr  string
+	log   *testutil.Buffer // everything the admin server logged
 }
 
 func seed() state.Doc {
