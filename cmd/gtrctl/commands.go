@@ -24,6 +24,7 @@ func commands() []command {
 		dryRun               bool
 		samples              int
 		expected             uint64
+		effective            bool
 	)
 	rampFlags := func(fs *flag.FlagSet) {
 		fs.DurationVar(&over, "over", 0, "ramp the change over this duration (default: now)")
@@ -102,13 +103,23 @@ func commands() []command {
 				}
 				return c.printExplain(resp)
 			}},
-		{name: "table get", help: "print the routing table in force (YAML, or -o json)",
+		{name: "table get", help: "print the operator's table, configured weights (YAML, or -o json), to edit and apply; --effective: this replica's compiled view",
+			flags: func(fs *flag.FlagSet) {
+				fs.BoolVar(&effective, "effective", false, "print the effective view of the answering replica instead: weights scaled by its health shares and moved along ramps, as routing uses them (not a table to apply)")
+			},
 			run: func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 0 {
 					return errUsage
 				}
 				cctx, cancel := c.call(ctx)
 				defer cancel()
+				if effective {
+					e, err := c.client.GetEffectiveTable(cctx, &adminproto.GetEffectiveTableRequest{})
+					if err != nil {
+						return err
+					}
+					return c.printEffective(e)
+				}
 				t, err := c.client.GetTable(cctx, &adminproto.GetTableRequest{})
 				if err != nil {
 					return err

@@ -8,8 +8,10 @@
 //	gtrctl restore cell-b --over 10m
 //	gtrctl weight cell-c 50
 //	gtrctl explain --partner p-001 --market GB --type CARD_AUTHORIZATION
-//	gtrctl table get > table.yaml
+//	gtrctl table get > table.yaml           # the operator's table
+//	gtrctl table get -o json > table.json   # the same, as JSON; apply takes either
 //	gtrctl table apply -f table.yaml --dry-run
+//	gtrctl table get --effective            # this replica's compiled view
 //	gtrctl partners list
 //	gtrctl partners add p-004 --currency EUR --markets GB,DE --key-out p-004.key
 //	gtrctl partners suspend p-004

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -223,9 +224,14 @@ type tableRule struct {
 	MinRefdataVersion uint64 `yaml:"min_refdata_version,omitempty" json:"min_refdata_version,omitempty"`
 }
 
-// parseTable reads a table file: YAML (JSON being YAML too), strictly, so a
-// misspelt key is an error rather than a silently missing field.
+// parseTable reads a table file strictly, so a misspelt key is an error
+// rather than a silently missing field: JSON (what table get -o json
+// prints, or the same with snake_case names) as the API's Table, anything
+// else as YAML. A cell without a weight takes 100 in either.
 func parseTable(b []byte) (*adminproto.Table, error) {
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		return parseTableJSON(t)
+	}
 	var f tableFile
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -250,6 +256,44 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 	return t, nil
 }
 
+func parseTableJSON(b []byte) (*adminproto.Table, error) {
+	t := &adminproto.Table{}
+	if err := protojson.Unmarshal(b, t); err != nil {
+		return nil, err
+	}
+	// protojson cannot tell a weight left out from a weight of 0.
+	var raw struct {
+		Cells []map[string]json.RawMessage `json:"cells"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	for i, c := range raw.Cells {
+		if _, ok := c["weight"]; !ok && i < len(t.Cells) {
+			t.Cells[i].Weight = 100
+		}
+	}
+	return t, nil
+}
+
+// printEffective prints a replica's effective view, labelled as such, so
+// that nobody mistakes it for a table to apply.
+func (c *cli) printEffective(e *adminproto.EffectiveTable) error {
+	if c.json() {
+		return c.printJSON(e)
+	}
+	fmt.Fprintf(c.out, "EFFECTIVE view of replica %s, table version %d: weights as routing uses them on this replica\n", e.GetReplicaId(), e.GetVersion())
+	fmt.Fprintln(c.out, "(derived from health and ramps; not a table to apply: gtrctl table get prints the operator's table)")
+	fmt.Fprintln(c.out)
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CELL\tPOOL\tCONFIGURED\tRAMP-NOW\tHEALTH\tEFFECTIVE\tSTATE\tREFDATA")
+	for _, ec := range e.GetCells() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d%%\t%d\t%s\tv%d\n", ec.GetId(), ec.GetPool(), ec.GetConfiguredWeight(), ec.GetRampWeight(),
+			ec.GetHealthShare(), ec.GetEffectiveWeight(), ec.GetState(), ec.GetRefdataVersion())
+	}
+	return tw.Flush()
+}
+
 func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 	f := tableFile{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
@@ -260,7 +304,7 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),
 			PaymentTypes: r.GetPaymentTypes(), Pool: r.GetPool(), HashOn: r.GetHashOn(), MinRefdataVersion: r.GetMinRefdataVersion()})
 	}
-	fmt.Fprintln(w, "# Routing table in force. Raise version, edit, then: gtrctl table apply -f FILE --dry-run")
+	fmt.Fprintln(w, "# The operator's routing table (configured weights, not this replica's health). Raise version, edit, then: gtrctl table apply -f FILE --dry-run")
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(f); err != nil {

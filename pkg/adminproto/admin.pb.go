@@ -1252,7 +1252,8 @@ type Cell struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	Pool  string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	// weight is 0..100; in GetTable it is the weight in force.
+	// weight is 0..100; in GetTable it is the configured weight, never
+	// scaled by health (GetEffectiveTable has that).
 	Weight        int32 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1316,6 +1317,228 @@ func (x *Cell) GetWeight() int32 {
 	return 0
 }
 
+type GetEffectiveTableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEffectiveTableRequest) Reset() {
+	*x = GetEffectiveTableRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEffectiveTableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEffectiveTableRequest) ProtoMessage() {}
+
+func (x *GetEffectiveTableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEffectiveTableRequest.ProtoReflect.Descriptor instead.
+func (*GetEffectiveTableRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+// EffectiveTable is one replica's derived view of the table in force.
+type EffectiveTable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the operator's table version it was compiled from.
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// replica_id names the GTR replica whose view this is.
+	ReplicaId     string           `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Cells         []*EffectiveCell `protobuf:"bytes,3,rep,name=cells,proto3" json:"cells,omitempty"`
+	Rules         []*Rule          `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectiveTable) Reset() {
+	*x = EffectiveTable{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectiveTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectiveTable) ProtoMessage() {}
+
+func (x *EffectiveTable) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectiveTable.ProtoReflect.Descriptor instead.
+func (*EffectiveTable) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *EffectiveTable) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EffectiveTable) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *EffectiveTable) GetCells() []*EffectiveCell {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+func (x *EffectiveTable) GetRules() []*Rule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type EffectiveCell struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Pool  string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// configured_weight is the operator's, as GetTable shows it.
+	ConfiguredWeight int32 `protobuf:"varint,4,opt,name=configured_weight,json=configuredWeight,proto3" json:"configured_weight,omitempty"`
+	// ramp_weight is the operator's weight now, along any ramp.
+	RampWeight int32 `protobuf:"varint,5,opt,name=ramp_weight,json=rampWeight,proto3" json:"ramp_weight,omitempty"`
+	// health_share is this replica's health verdict now, 0..100.
+	HealthShare int32 `protobuf:"varint,6,opt,name=health_share,json=healthShare,proto3" json:"health_share,omitempty"`
+	// effective_weight is the weight routing uses: the compiled table's,
+	// ramp_weight scaled by the health share when it was compiled.
+	EffectiveWeight int32 `protobuf:"varint,7,opt,name=effective_weight,json=effectiveWeight,proto3" json:"effective_weight,omitempty"`
+	// state in the compiled table: "up" or "down".
+	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// refdata_version the compiled table has for the cell (0: unknown).
+	RefdataVersion uint64 `protobuf:"varint,9,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EffectiveCell) Reset() {
+	*x = EffectiveCell{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectiveCell) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectiveCell) ProtoMessage() {}
+
+func (x *EffectiveCell) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectiveCell.ProtoReflect.Descriptor instead.
+func (*EffectiveCell) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *EffectiveCell) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EffectiveCell) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *EffectiveCell) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *EffectiveCell) GetConfiguredWeight() int32 {
+	if x != nil {
+		return x.ConfiguredWeight
+	}
+	return 0
+}
+
+func (x *EffectiveCell) GetRampWeight() int32 {
+	if x != nil {
+		return x.RampWeight
+	}
+	return 0
+}
+
+func (x *EffectiveCell) GetHealthShare() int32 {
+	if x != nil {
+		return x.HealthShare
+	}
+	return 0
+}
+
+func (x *EffectiveCell) GetEffectiveWeight() int32 {
+	if x != nil {
+		return x.EffectiveWeight
+	}
+	return 0
+}
+
+func (x *EffectiveCell) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *EffectiveCell) GetRefdataVersion() uint64 {
+	if x != nil {
+		return x.RefdataVersion
+	}
+	return 0
+}
+
 type Rule struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1335,7 +1558,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1570,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1583,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Rule) GetName() string {
@@ -1427,7 +1650,7 @@ type ApplyTableRequest struct {
 
 func (x *ApplyTableRequest) Reset() {
 	*x = ApplyTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1662,7 @@ func (x *ApplyTableRequest) String() string {
 func (*ApplyTableRequest) ProtoMessage() {}
 
 func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1675,7 @@ func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableRequest.ProtoReflect.Descriptor instead.
 func (*ApplyTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyTableRequest) GetTable() *Table {
@@ -1497,7 +1720,7 @@ type ApplyTableResponse struct {
 
 func (x *ApplyTableResponse) Reset() {
 	*x = ApplyTableResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1732,7 @@ func (x *ApplyTableResponse) String() string {
 func (*ApplyTableResponse) ProtoMessage() {}
 
 func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1745,7 @@ func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTableResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyTableResponse) GetVersion() uint64 {
@@ -1565,7 +1788,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1800,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1813,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Move) GetFromCell() string {
@@ -1629,7 +1852,7 @@ type ListPartnersRequest struct {
 
 func (x *ListPartnersRequest) Reset() {
 	*x = ListPartnersRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1864,7 @@ func (x *ListPartnersRequest) String() string {
 func (*ListPartnersRequest) ProtoMessage() {}
 
 func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1877,7 @@ func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersRequest.ProtoReflect.Descriptor instead.
 func (*ListPartnersRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 type ListPartnersResponse struct {
@@ -1670,7 +1893,7 @@ type ListPartnersResponse struct {
 
 func (x *ListPartnersResponse) Reset() {
 	*x = ListPartnersResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1905,7 @@ func (x *ListPartnersResponse) String() string {
 func (*ListPartnersResponse) ProtoMessage() {}
 
 func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1918,7 @@ func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersResponse.ProtoReflect.Descriptor instead.
 func (*ListPartnersResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListPartnersResponse) GetRegistryVersion() uint64 {
@@ -1750,7 +1973,7 @@ type Partner struct {
 
 func (x *Partner) Reset() {
 	*x = Partner{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1985,7 @@ func (x *Partner) String() string {
 func (*Partner) ProtoMessage() {}
 
 func (x *Partner) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1998,7 @@ func (x *Partner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partner.ProtoReflect.Descriptor instead.
 func (*Partner) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Partner) GetId() string {
@@ -1851,7 +2074,7 @@ type PartnerKey struct {
 
 func (x *PartnerKey) Reset() {
 	*x = PartnerKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2086,7 @@ func (x *PartnerKey) String() string {
 func (*PartnerKey) ProtoMessage() {}
 
 func (x *PartnerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2099,7 @@ func (x *PartnerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerKey.ProtoReflect.Descriptor instead.
 func (*PartnerKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartnerKey) GetKeyId() string {
@@ -1904,7 +2127,7 @@ type PartnerLimits struct {
 
 func (x *PartnerLimits) Reset() {
 	*x = PartnerLimits{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2139,7 @@ func (x *PartnerLimits) String() string {
 func (*PartnerLimits) ProtoMessage() {}
 
 func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2152,7 @@ func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerLimits.ProtoReflect.Descriptor instead.
 func (*PartnerLimits) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PartnerLimits) GetRatePerSecond() float64 {
@@ -1968,7 +2191,7 @@ type PartnerCallbacks struct {
 
 func (x *PartnerCallbacks) Reset() {
 	*x = PartnerCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2203,7 @@ func (x *PartnerCallbacks) String() string {
 func (*PartnerCallbacks) ProtoMessage() {}
 
 func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2216,7 @@ func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerCallbacks.ProtoReflect.Descriptor instead.
 func (*PartnerCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PartnerCallbacks) GetMode() string {
@@ -2036,7 +2259,7 @@ type NewKey struct {
 
 func (x *NewKey) Reset() {
 	*x = NewKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2271,7 @@ func (x *NewKey) String() string {
 func (*NewKey) ProtoMessage() {}
 
 func (x *NewKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2284,7 @@ func (x *NewKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewKey.ProtoReflect.Descriptor instead.
 func (*NewKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NewKey) GetKeyId() string {
@@ -2099,7 +2322,7 @@ type AddPartnerRequest struct {
 
 func (x *AddPartnerRequest) Reset() {
 	*x = AddPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2334,7 @@ func (x *AddPartnerRequest) String() string {
 func (*AddPartnerRequest) ProtoMessage() {}
 
 func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2347,7 @@ func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerRequest.ProtoReflect.Descriptor instead.
 func (*AddPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddPartnerRequest) GetPartnerId() string {
@@ -2173,7 +2396,7 @@ type AddPartnerResponse struct {
 
 func (x *AddPartnerResponse) Reset() {
 	*x = AddPartnerResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2408,7 @@ func (x *AddPartnerResponse) String() string {
 func (*AddPartnerResponse) ProtoMessage() {}
 
 func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2421,7 @@ func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerResponse.ProtoReflect.Descriptor instead.
 func (*AddPartnerResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddPartnerResponse) GetPartner() *Partner {
@@ -2231,7 +2454,7 @@ type SuspendPartnerRequest struct {
 
 func (x *SuspendPartnerRequest) Reset() {
 	*x = SuspendPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2466,7 @@ func (x *SuspendPartnerRequest) String() string {
 func (*SuspendPartnerRequest) ProtoMessage() {}
 
 func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2479,7 @@ func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPartnerRequest.ProtoReflect.Descriptor instead.
 func (*SuspendPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SuspendPartnerRequest) GetPartnerId() string {
@@ -2275,7 +2498,7 @@ type ResumePartnerRequest struct {
 
 func (x *ResumePartnerRequest) Reset() {
 	*x = ResumePartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2510,7 @@ func (x *ResumePartnerRequest) String() string {
 func (*ResumePartnerRequest) ProtoMessage() {}
 
 func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2523,7 @@ func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
 func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResumePartnerRequest) GetPartnerId() string {
@@ -2322,7 +2545,7 @@ type PartnerChange struct {
 
 func (x *PartnerChange) Reset() {
 	*x = PartnerChange{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2557,7 @@ func (x *PartnerChange) String() string {
 func (*PartnerChange) ProtoMessage() {}
 
 func (x *PartnerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2570,7 @@ func (x *PartnerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
 func (*PartnerChange) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PartnerChange) GetPartner() *Partner {
@@ -2373,7 +2596,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2608,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2621,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddKeyRequest) GetPartnerId() string {
@@ -2419,7 +2642,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2654,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2667,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddKeyResponse) GetPartner() *Partner {
@@ -2481,7 +2704,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2716,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2729,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeKeyRequest) GetPartnerId() string {
@@ -2545,7 +2768,7 @@ type SetCallbacksRequest struct {
 
 func (x *SetCallbacksRequest) Reset() {
 	*x = SetCallbacksRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2780,7 @@ func (x *SetCallbacksRequest) String() string {
 func (*SetCallbacksRequest) ProtoMessage() {}
 
 func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2793,7 @@ func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetCallbacksRequest) GetPartnerId() string {
@@ -2612,7 +2835,7 @@ type AddCallbackSecretRequest struct {
 
 func (x *AddCallbackSecretRequest) Reset() {
 	*x = AddCallbackSecretRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2847,7 @@ func (x *AddCallbackSecretRequest) String() string {
 func (*AddCallbackSecretRequest) ProtoMessage() {}
 
 func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2860,7 @@ func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AddCallbackSecretRequest) GetPartnerId() string {
@@ -2666,7 +2889,7 @@ type AddCallbackSecretResponse struct {
 
 func (x *AddCallbackSecretResponse) Reset() {
 	*x = AddCallbackSecretResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2901,7 @@ func (x *AddCallbackSecretResponse) String() string {
 func (*AddCallbackSecretResponse) ProtoMessage() {}
 
 func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2914,7 @@ func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddCallbackSecretResponse) GetPartner() *Partner {
@@ -2729,7 +2952,7 @@ type CellCallbacks struct {
 
 func (x *CellCallbacks) Reset() {
 	*x = CellCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2964,7 @@ func (x *CellCallbacks) String() string {
 func (*CellCallbacks) ProtoMessage() {}
 
 func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2977,7 @@ func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
 func (*CellCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CellCallbacks) GetCellId() string {
@@ -2802,7 +3025,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +3037,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3050,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
@@ -2854,7 +3077,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3089,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3102,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -2990,7 +3213,25 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x16\n" +
-	"\x06weight\x18\x04 \x01(\x05R\x06weight\"\xd2\x01\n" +
+	"\x06weight\x18\x04 \x01(\x05R\x06weight\"\x1a\n" +
+	"\x18GetEffectiveTableRequest\"\xae\x01\n" +
+	"\x0eEffectiveTable\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x125\n" +
+	"\x05cells\x18\x03 \x03(\v2\x1f.cellpay.admin.v1.EffectiveCellR\x05cells\x12,\n" +
+	"\x05rules\x18\x04 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\"\xa2\x02\n" +
+	"\rEffectiveCell\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12+\n" +
+	"\x11configured_weight\x18\x04 \x01(\x05R\x10configuredWeight\x12\x1f\n" +
+	"\vramp_weight\x18\x05 \x01(\x05R\n" +
+	"rampWeight\x12!\n" +
+	"\fhealth_share\x18\x06 \x01(\x05R\vhealthShare\x12)\n" +
+	"\x10effective_weight\x18\a \x01(\x05R\x0feffectiveWeight\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12'\n" +
+	"\x0frefdata_version\x18\t \x01(\x04R\x0erefdataVersion\"\xd2\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bpartners\x18\x02 \x03(\tR\bpartners\x12\x18\n" +
@@ -3114,7 +3355,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xa0\f\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x83\r\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -3122,7 +3363,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\aRestore\x12 .cellpay.admin.v1.RestoreRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12N\n" +
 	"\aExplain\x12 .cellpay.admin.v1.ExplainRequest\x1a!.cellpay.admin.v1.ExplainResponse\x12T\n" +
 	"\tRouteKeys\x12\".cellpay.admin.v1.RouteKeysRequest\x1a#.cellpay.admin.v1.RouteKeysResponse\x12F\n" +
-	"\bGetTable\x12!.cellpay.admin.v1.GetTableRequest\x1a\x17.cellpay.admin.v1.Table\x12W\n" +
+	"\bGetTable\x12!.cellpay.admin.v1.GetTableRequest\x1a\x17.cellpay.admin.v1.Table\x12a\n" +
+	"\x11GetEffectiveTable\x12*.cellpay.admin.v1.GetEffectiveTableRequest\x1a .cellpay.admin.v1.EffectiveTable\x12W\n" +
 	"\n" +
 	"ApplyTable\x12#.cellpay.admin.v1.ApplyTableRequest\x1a$.cellpay.admin.v1.ApplyTableResponse\x12]\n" +
 	"\fListPartners\x12%.cellpay.admin.v1.ListPartnersRequest\x1a&.cellpay.admin.v1.ListPartnersResponse\x12W\n" +
@@ -3150,7 +3392,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -3171,114 +3413,121 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*GetTableRequest)(nil),                  // 16: cellpay.admin.v1.GetTableRequest
 	(*Table)(nil),                            // 17: cellpay.admin.v1.Table
 	(*Cell)(nil),                             // 18: cellpay.admin.v1.Cell
-	(*Rule)(nil),                             // 19: cellpay.admin.v1.Rule
-	(*ApplyTableRequest)(nil),                // 20: cellpay.admin.v1.ApplyTableRequest
-	(*ApplyTableResponse)(nil),               // 21: cellpay.admin.v1.ApplyTableResponse
-	(*Move)(nil),                             // 22: cellpay.admin.v1.Move
-	(*ListPartnersRequest)(nil),              // 23: cellpay.admin.v1.ListPartnersRequest
-	(*ListPartnersResponse)(nil),             // 24: cellpay.admin.v1.ListPartnersResponse
-	(*Partner)(nil),                          // 25: cellpay.admin.v1.Partner
-	(*PartnerKey)(nil),                       // 26: cellpay.admin.v1.PartnerKey
-	(*PartnerLimits)(nil),                    // 27: cellpay.admin.v1.PartnerLimits
-	(*PartnerCallbacks)(nil),                 // 28: cellpay.admin.v1.PartnerCallbacks
-	(*NewKey)(nil),                           // 29: cellpay.admin.v1.NewKey
-	(*AddPartnerRequest)(nil),                // 30: cellpay.admin.v1.AddPartnerRequest
-	(*AddPartnerResponse)(nil),               // 31: cellpay.admin.v1.AddPartnerResponse
-	(*SuspendPartnerRequest)(nil),            // 32: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),             // 33: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),                    // 34: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),                    // 35: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),                   // 36: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),                 // 37: cellpay.admin.v1.RevokeKeyRequest
-	(*SetCallbacksRequest)(nil),              // 38: cellpay.admin.v1.SetCallbacksRequest
-	(*AddCallbackSecretRequest)(nil),         // 39: cellpay.admin.v1.AddCallbackSecretRequest
-	(*AddCallbackSecretResponse)(nil),        // 40: cellpay.admin.v1.AddCallbackSecretResponse
-	(*CellCallbacks)(nil),                    // 41: cellpay.admin.v1.CellCallbacks
-	(*ListCallbacksResponse)(nil),            // 42: cellpay.admin.v1.ListCallbacksResponse
-	(*ReplayCallbacksResponse)(nil),          // 43: cellpay.admin.v1.ReplayCallbacksResponse
-	(*timestamppb.Timestamp)(nil),            // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 45: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 46: cellpay.cell.v1.CallbackEvent
-	(*cellproto.ListCallbacksRequest)(nil),   // 47: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 48: cellpay.cell.v1.ReplayCallbacksRequest
+	(*GetEffectiveTableRequest)(nil),         // 19: cellpay.admin.v1.GetEffectiveTableRequest
+	(*EffectiveTable)(nil),                   // 20: cellpay.admin.v1.EffectiveTable
+	(*EffectiveCell)(nil),                    // 21: cellpay.admin.v1.EffectiveCell
+	(*Rule)(nil),                             // 22: cellpay.admin.v1.Rule
+	(*ApplyTableRequest)(nil),                // 23: cellpay.admin.v1.ApplyTableRequest
+	(*ApplyTableResponse)(nil),               // 24: cellpay.admin.v1.ApplyTableResponse
+	(*Move)(nil),                             // 25: cellpay.admin.v1.Move
+	(*ListPartnersRequest)(nil),              // 26: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),             // 27: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),                          // 28: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),                       // 29: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),                    // 30: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),                 // 31: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                           // 32: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),                // 33: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),               // 34: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil),            // 35: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),             // 36: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 37: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 38: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 39: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 40: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 41: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 42: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 43: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 44: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 45: cellpay.admin.v1.ListCallbacksResponse
+	(*ReplayCallbacksResponse)(nil),          // 46: cellpay.admin.v1.ReplayCallbacksResponse
+	(*timestamppb.Timestamp)(nil),            // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 49: cellpay.cell.v1.CallbackEvent
+	(*cellproto.ListCallbacksRequest)(nil),   // 50: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 51: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	5,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	44, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	44, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	44, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	45, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	45, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	45, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	47, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	47, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	47, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	48, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	48, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	48, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	9,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	12, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	13, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
 	9,  // 12: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	18, // 13: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
-	19, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
-	17, // 15: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
-	22, // 16: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	25, // 17: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
-	1,  // 18: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
-	26, // 19: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
-	27, // 20: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	27, // 21: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
-	28, // 22: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	44, // 23: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	44, // 24: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
-	27, // 25: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	25, // 26: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
-	29, // 27: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
-	25, // 28: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
-	25, // 29: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
-	29, // 30: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
-	25, // 31: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	46, // 32: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	41, // 33: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	41, // 34: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	2,  // 35: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	6,  // 36: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	7,  // 37: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	8,  // 38: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	10, // 39: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	14, // 40: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	16, // 41: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	20, // 42: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	23, // 43: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	30, // 44: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	32, // 45: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	33, // 46: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	35, // 47: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	37, // 48: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	38, // 49: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	39, // 50: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	47, // 51: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	48, // 52: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	3,  // 53: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 54: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 55: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 56: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	11, // 57: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	15, // 58: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	17, // 59: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	21, // 60: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	24, // 61: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	31, // 62: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	34, // 63: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	34, // 64: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	36, // 65: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	34, // 66: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	34, // 67: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	40, // 68: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	42, // 69: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	43, // 70: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	53, // [53:71] is the sub-list for method output_type
-	35, // [35:53] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	22, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
+	21, // 15: cellpay.admin.v1.EffectiveTable.cells:type_name -> cellpay.admin.v1.EffectiveCell
+	22, // 16: cellpay.admin.v1.EffectiveTable.rules:type_name -> cellpay.admin.v1.Rule
+	17, // 17: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
+	25, // 18: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
+	28, // 19: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
+	1,  // 20: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
+	29, // 21: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
+	30, // 22: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	30, // 23: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
+	31, // 24: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
+	47, // 25: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	47, // 26: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	30, // 27: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	28, // 28: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
+	32, // 29: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
+	28, // 30: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
+	28, // 31: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
+	32, // 32: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
+	28, // 33: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
+	49, // 34: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	44, // 35: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	44, // 36: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	2,  // 37: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	6,  // 38: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	7,  // 39: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	8,  // 40: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	10, // 41: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	14, // 42: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	16, // 43: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	19, // 44: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	23, // 45: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	26, // 46: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	33, // 47: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	35, // 48: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	36, // 49: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	38, // 50: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	40, // 51: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	41, // 52: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	42, // 53: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	50, // 54: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	51, // 55: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	3,  // 56: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 57: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 58: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 59: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	11, // 60: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	15, // 61: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	17, // 62: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	20, // 63: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	24, // 64: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	27, // 65: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	34, // 66: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	37, // 67: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	37, // 68: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 69: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	37, // 70: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	37, // 71: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	43, // 72: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	45, // 73: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	46, // 74: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	56, // [56:75] is the sub-list for method output_type
+	37, // [37:56] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -3292,7 +3541,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	Admin_Explain_FullMethodName           = "/cellpay.admin.v1.Admin/Explain"
 	Admin_RouteKeys_FullMethodName         = "/cellpay.admin.v1.Admin/RouteKeys"
 	Admin_GetTable_FullMethodName          = "/cellpay.admin.v1.Admin/GetTable"
+	Admin_GetEffectiveTable_FullMethodName = "/cellpay.admin.v1.Admin/GetEffectiveTable"
 	Admin_ApplyTable_FullMethodName        = "/cellpay.admin.v1.Admin/ApplyTable"
 	Admin_ListPartners_FullMethodName      = "/cellpay.admin.v1.Admin/ListPartners"
 	Admin_AddPartner_FullMethodName        = "/cellpay.admin.v1.Admin/AddPartner"
@@ -74,8 +75,17 @@ type AdminClient interface {
 	// RouteKeys routes many attribute sets through the table in force and
 	// returns each one's home cell: a dry run for checking shares.
 	RouteKeys(ctx context.Context, in *RouteKeysRequest, opts ...grpc.CallOption) (*RouteKeysResponse, error)
-	// GetTable returns the table in force.
+	// GetTable returns the operator's table: the version, cells and rules in
+	// force as the operator made them, each cell at its configured weight
+	// (where any ramp ends; a drained cell at its drained weight). It never
+	// carries this replica's health shares or ramp positions, so applying it
+	// back (version raised) changes no configured weight.
 	GetTable(ctx context.Context, in *GetTableRequest, opts ...grpc.CallOption) (*Table, error)
+	// GetEffectiveTable returns the effective view of the answering replica:
+	// the compiled table it routes by, derived from the operator's table, the
+	// ramps' positions, its health shares and the cells' reference data
+	// versions. It is a view, not a table to apply.
+	GetEffectiveTable(ctx context.Context, in *GetEffectiveTableRequest, opts ...grpc.CallOption) (*EffectiveTable, error)
 	// ApplyTable validates and replaces the table. A bad table is refused
 	// whole (INVALID_ARGUMENT naming every field at fault) and the old one
 	// stays. With dry_run it changes nothing and reports which share of
@@ -190,6 +200,16 @@ func (c *adminClient) GetTable(ctx context.Context, in *GetTableRequest, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Table)
 	err := c.cc.Invoke(ctx, Admin_GetTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetEffectiveTable(ctx context.Context, in *GetEffectiveTableRequest, opts ...grpc.CallOption) (*EffectiveTable, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EffectiveTable)
+	err := c.cc.Invoke(ctx, Admin_GetEffectiveTable_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -330,8 +350,17 @@ type AdminServer interface {
 	// RouteKeys routes many attribute sets through the table in force and
 	// returns each one's home cell: a dry run for checking shares.
 	RouteKeys(context.Context, *RouteKeysRequest) (*RouteKeysResponse, error)
-	// GetTable returns the table in force.
+	// GetTable returns the operator's table: the version, cells and rules in
+	// force as the operator made them, each cell at its configured weight
+	// (where any ramp ends; a drained cell at its drained weight). It never
+	// carries this replica's health shares or ramp positions, so applying it
+	// back (version raised) changes no configured weight.
 	GetTable(context.Context, *GetTableRequest) (*Table, error)
+	// GetEffectiveTable returns the effective view of the answering replica:
+	// the compiled table it routes by, derived from the operator's table, the
+	// ramps' positions, its health shares and the cells' reference data
+	// versions. It is a view, not a table to apply.
+	GetEffectiveTable(context.Context, *GetEffectiveTableRequest) (*EffectiveTable, error)
 	// ApplyTable validates and replaces the table. A bad table is refused
 	// whole (INVALID_ARGUMENT naming every field at fault) and the old one
 	// stays. With dry_run it changes nothing and reports which share of
@@ -402,6 +431,9 @@ func (UnimplementedAdminServer) RouteKeys(context.Context, *RouteKeysRequest) (*
 }
 func (UnimplementedAdminServer) GetTable(context.Context, *GetTableRequest) (*Table, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTable not implemented")
+}
+func (UnimplementedAdminServer) GetEffectiveTable(context.Context, *GetEffectiveTableRequest) (*EffectiveTable, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEffectiveTable not implemented")
 }
 func (UnimplementedAdminServer) ApplyTable(context.Context, *ApplyTableRequest) (*ApplyTableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyTable not implemented")
@@ -579,6 +611,24 @@ func _Admin_GetTable_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).GetTable(ctx, req.(*GetTableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetEffectiveTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEffectiveTableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetEffectiveTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetEffectiveTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetEffectiveTable(ctx, req.(*GetEffectiveTableRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -815,6 +865,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetTable",
 			Handler:    _Admin_GetTable_Handler,
+		},
+		{
+			MethodName: "GetEffectiveTable",
+			Handler:    _Admin_GetEffectiveTable_Handler,
 		},
 		{
 			MethodName: "ApplyTable",

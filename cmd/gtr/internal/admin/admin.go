@@ -5,7 +5,10 @@
 // table, and manage the partner registry (list, add, suspend, resume, add
 // and revoke API keys).
 //
-// It reads the state.State of this replica and writes through a Store (the
+// It reads the state.State and the health monitor of this replica, and
+// labels what it shows: GetTable is the operator's table (configured
+// weights), GetEffectiveTable the derived view this replica routes by
+// (health shares, ramp positions, compiled weights). It writes through a Store (the
 // NATS KV sync); partners are read and changed through a PartnerStore
 // (replicated the same way), so a change made on any replica reaches all
 // of them. It is served on the admin listener only, behind Auth; it must
@@ -23,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -39,10 +43,20 @@ type Store interface {
 	Status() string
 }
 
+// Health is this replica's view of the cells' health. *health.Monitor
+// implements it; it owns health, and the admin API only reads it.
+type Health interface {
+	// Share is the cell's health share, 0 (down) to 100.
+	Share(cellID string) int
+	// Stats is the cell's outcome window: the one that ejects it.
+	Stats(cellID string) health.CellStats
+}
+
 // Config configures a Server.
 type Config struct {
-	State *state.State // required
-	Store Store        // required
+	State  *state.State // required
+	Health Health       // required
+	Store  Store        // required
 	// Partners is the partner registry the partner RPCs read and change.
 	// Required.
 	Partners PartnerStore
@@ -58,8 +72,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.State == nil || c.Store == nil || c.Partners == nil {
-		return errors.New("admin: State, Store and Partners are required")
+	if c.State == nil || c.Health == nil || c.Store == nil || c.Partners == nil {
+		return errors.New("admin: State, Health, Store and Partners are required")
 	}
 	if c.ShareSamples <= 0 {
 		c.ShareSamples = 10000
@@ -116,17 +130,19 @@ func (s *Server) ListCells(_ context.Context, _ *adminproto.ListCellsRequest) (*
 }
 
 func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *adminproto.CellStatus {
-	health := adminproto.Health_HEALTH_UP
-	if !s.cfg.State.Healthy(c.ID) {
-		health = adminproto.Health_HEALTH_DOWN
+	hs := s.cfg.Health.Share(c.ID)
+	h := adminproto.Health_HEALTH_UP
+	if hs <= 0 {
+		h = adminproto.Health_HEALTH_DOWN
 	}
-	stats := s.cfg.State.Stats(c.ID)
+	// The success rate is the monitor's window, the one that ejects.
+	outcomes := s.cfg.Health.Stats(c.ID)
 	cs := &adminproto.CellStatus{
-		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Health: health,
+		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Health: h,
 		// Weight is the operator's, before this replica's health scaling.
 		Weight: int32(c.WeightAt(now)), TargetWeight: int32(c.Weight), TableWeight: int32(c.TableWeight),
-		InFlight: stats.InFlight, SuccessRate: stats.SuccessRate, RecentRequests: int64(stats.Recent),
-		TrafficShare: share, HealthShare: int32(s.cfg.State.HealthShare(c.ID)),
+		InFlight: s.cfg.State.Stats(c.ID).InFlight, SuccessRate: outcomes.SuccessRate, RecentRequests: int64(outcomes.Recent),
+		TrafficShare: share, HealthShare: int32(hs),
 	}
 	if v, since := s.cfg.State.RefdataVersion(c.ID); !since.IsZero() {
 		cs.RefdataVersion, cs.RefdataSince = v, timestamppb.New(since)
@@ -234,12 +250,35 @@ func (s *Server) RouteKeys(_ context.Context, req *adminproto.RouteKeysRequest) 
 	return &adminproto.RouteKeysResponse{TableVersion: tbl.Version(), Home: homes(tbl, attrs)}, nil
 }
 
+// GetTable returns the operator's table, the Doc in force: configured
+// weights, never this replica's compiled ones.
 func (s *Server) GetTable(_ context.Context, _ *adminproto.GetTableRequest) (*adminproto.Table, error) {
-	tbl := s.cfg.State.Table()
-	if tbl == nil {
+	d, _, ok := s.cfg.State.Doc()
+	if !ok {
 		return nil, errNoTable()
 	}
-	return tableToProto(tbl.Spec()), nil
+	return docToProto(d), nil
+}
+
+// GetEffectiveTable returns this replica's compiled table beside the
+// configured weights and health shares it was derived from.
+func (s *Server) GetEffectiveTable(_ context.Context, _ *adminproto.GetEffectiveTableRequest) (*adminproto.EffectiveTable, error) {
+	tbl := s.cfg.State.Table()
+	d, _, ok := s.cfg.State.Doc()
+	if tbl == nil || !ok {
+		return nil, errNoTable()
+	}
+	spec, now := tbl.Spec(), s.cfg.State.Now()
+	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules)}
+	for _, c := range spec.Cells {
+		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
+			State: c.State.String(), RefdataVersion: c.RefdataVersion, HealthShare: int32(s.cfg.Health.Share(c.ID))}
+		if dc := d.Cell(c.ID); dc != nil {
+			ec.ConfiguredWeight, ec.RampWeight = int32(dc.Weight), int32(dc.WeightAt(now))
+		}
+		resp.Cells = append(resp.Cells, ec)
+	}
+	return resp, nil
 }
 
 func attrsFromProto(a *adminproto.Attrs) routing.Attrs {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/partnerstate"
@@ -31,10 +33,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const token = "s3cret-admin-token"
 
 type fixture struct {
-	st   *state.State
-	ps   *partnerstate.Store
-	addr string
-	log  *testutil.Buffer // everything the admin server logged
+	st  *state.State
+	mon *gtrhealth.Monitor
+	// clock is the monitor's: moving it ends ejection back-offs.
+	clock *fakeClock
+	ps    *partnerstate.Store
+	addr  string
+	log   *testutil.Buffer // everything the admin server logged
 }
 
 func seed() state.Doc {
@@ -60,11 +65,8 @@ func start(t *testing.T, tok string) fixture {
 // unless pc names a NATS server).
 func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	t.Helper()
-	st, err := state.New(state.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, mon, clock := startHealth(t, quiet)
 	sy, err := routesync.Start(routesync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +80,8 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(ps.Close)
-	srv, err := New(Config{State: st, Store: sy, Partners: ps, ReplicaID: "test", Log: log})
+	followCells(t, st, mon)
+	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,74 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return fixture{st: st, ps: ps, addr: lis.Addr().String(), log: buf}
+	return fixture{st: st, mon: mon, clock: clock, ps: ps, addr: lis.Addr().String(), log: buf}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// startHealth wires a state and a real health monitor as the GTR does (the
+// monitor's ejections signal the state's compiler) and runs both until
+// the test ends. The monitor runs on a fake clock and re-admits a cell on
+// 10% of its traffic, where it stays (its ramp steps are an hour apart).
+func startHealth(t *testing.T, log *slog.Logger) (*state.State, *gtrhealth.Monitor, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	var st *state.State
+	mon, err := gtrhealth.New(gtrhealth.Config{Now: clock.Now, Interval: 10 * time.Millisecond, RampStep: time.Hour,
+		OnChange: func(id string, share int) { st.HealthChanged(id, share) }, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = state.New(state.Config{Health: mon}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { st.Run(ctx) })
+	wg.Go(func() { mon.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return st, mon, clock
+}
+
+// followCells has the monitor watch the state's cells, every one checked
+// against one gRPC health server on loopback that answers SERVING.
+func followCells(t *testing.T, st *state.State, mon *gtrhealth.Monitor) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	d, _, ok := st.Doc()
+	if !ok {
+		t.Fatal("no table")
+	}
+	var cells []gtrhealth.Cell
+	for _, c := range d.Cells {
+		cells = append(cells, gtrhealth.Cell{ID: c.ID, Addr: lis.Addr().String(), Pool: c.Pool})
+	}
+	mon.SetCells(cells)
+}
+
+// eject fails cell id's requests until the monitor ejects it.
+func (f fixture) eject(t *testing.T, id string) {
+	t.Helper()
+	for range 3 { // the default run of consecutive failures
+		f.mon.Observe(id, false)
+	}
+	if f.mon.Share(id) != 0 {
+		t.Fatalf("%s not ejected", id)
+	}
 }
 
 func client(t *testing.T, addr, tok string) adminproto.AdminClient {
@@ -202,8 +272,9 @@ func TestDrainListRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.st.InFlight("cell-a", 1)
-	f.st.Outcome("cell-a", true)
-	f.st.SetHealth("cell-c", false)
+	f.mon.Observe("cell-a", true)
+	f.mon.Observe("cell-c", true) // reset by the ejection: not listed
+	f.eject(t, "cell-c")
 	list, _ := c.ListCells(ctx, &adminproto.ListCellsRequest{})
 	if a := list.Cells[0]; a.InFlight != 1 || a.SuccessRate != 1 || a.RecentRequests != 1 || a.Health != adminproto.Health_HEALTH_UP {
 		t.Fatalf("cell-a: %v", a)

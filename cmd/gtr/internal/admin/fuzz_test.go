@@ -6,12 +6,12 @@ import (
 	"log/slog"
 	"strconv"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/partnerstate"
@@ -35,7 +35,11 @@ func fuzzServer(tb testing.TB) (*Server, *state.State, func()) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(Config{State: st, Store: sy, Partners: ps, ReplicaID: "fuzz", Log: quiet, ShareSamples: 100})
+	mon, err := gtrhealth.New(gtrhealth.Config{OnChange: st.HealthChanged, Log: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "fuzz", Log: quiet, ShareSamples: 100})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -55,7 +59,7 @@ func FuzzApplyTable(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	good := tableToProto(seed().Spec(time.Time{}, nil))
+	good := docToProto(seed())
 	good.Version = 2
 	add(&adminproto.ApplyTableRequest{Table: good})
 	add(&adminproto.ApplyTableRequest{Table: good, DryRun: true, Samples: 50})

@@ -43,25 +43,26 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 	if err := routing.Validate(spec); err != nil {
 		return nil, toStatus(err)
 	}
-	next := state.FromSpec(spec)
 	// The authoritative version checks run in the store against the entry
 	// being replaced; this one answers early from what this replica has.
 	check := func(cur uint64) error {
 		if e := req.GetExpectedVersion(); e != 0 && e != cur {
 			return fmt.Errorf("%w: expected_version %d, the version in force is %d", errStaleVersion, e, cur)
 		}
-		if next.Version <= cur {
-			return &state.FieldError{Field: "table.version", Reason: fmt.Sprintf("%d must be greater than the version in force, %d", next.Version, cur)}
+		if spec.Version <= cur {
+			return &state.FieldError{Field: "table.version", Reason: fmt.Sprintf("%d must be greater than the version in force, %d", spec.Version, cur)}
 		}
 		return nil
 	}
 	cur := s.cfg.State.Table()
-	if cur == nil {
+	have, _, ok := s.cfg.State.Doc()
+	if cur == nil || !ok {
 		return nil, errNoTable()
 	}
 	if err := check(cur.Version()); err != nil {
 		return nil, toStatus(err)
 	}
+	next := have.WithTable(spec)
 	resp := &adminproto.ApplyTableResponse{Version: next.Version}
 	if req.GetDryRun() {
 		nt, err := routing.Compile(s.cfg.State.SpecFor(next))
@@ -76,7 +77,8 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 		if err := check(d.Version); err != nil {
 			return err
 		}
-		*d = next.Clone()
+		// Over the entry being replaced: a drain made meanwhile is kept.
+		*d = d.WithTable(spec)
 		return nil
 	}); err != nil {
 		return nil, toStatus(err)
@@ -127,18 +129,25 @@ func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 	return s, nil
 }
 
-func tableToProto(s routing.Spec) *adminproto.Table {
-	t := &adminproto.Table{Version: s.Version}
-	for _, c := range s.Cells {
+// docToProto is the operator's table as the API shows it: each cell at its
+// configured weight (where any ramp ends).
+func docToProto(d state.Doc) *adminproto.Table {
+	t := &adminproto.Table{Version: d.Version, Rules: rulesToProto(d.Rules)}
+	for _, c := range d.Cells {
 		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: int32(c.Weight)})
 	}
-	for _, r := range s.Rules {
-		t.Rules = append(t.Rules, &adminproto.Rule{
+	return t
+}
+
+func rulesToProto(rules []routing.Rule) []*adminproto.Rule {
+	var out []*adminproto.Rule
+	for _, r := range rules {
+		out = append(out, &adminproto.Rule{
 			Name: r.Name, Partners: r.Partners, Markets: r.Markets, PaymentTypes: r.PaymentTypes,
 			Pool: r.Pool, HashOn: r.HashOn.String(), MinRefdataVersion: r.MinRefdataVersion,
 		})
 	}
-	return t
+	return out
 }
 
 // duration reads an optional ramp duration.

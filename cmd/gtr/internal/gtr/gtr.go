@@ -1,6 +1,6 @@
 // Package gtr assembles the Global Transaction Router: the routing state
 // (go-memdb, converged across replicas through NATS KV), the health
-// monitor, the reference data versions cells report (over NATS, when
+// monitor (the one owner of health, which the state's compiler reads), the reference data versions cells report (over NATS, when
 // configured), the connections to cells, the public Payments API on the
 // partners' listener and the Admin API on the operators' listener, each
 // with gRPC health; reflection on both (the admin one behind the token).
@@ -110,7 +110,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	st, err := state.New(state.Config{})
+	// The health monitor owns health; the state reads its shares when it
+	// compiles, and an ejection only signals the state's compiler (st is
+	// set before the monitor watches any cell, so before OnChange runs).
+	var st *state.State
+	mon, err := health.New(health.Config{OnChange: func(id string, share int) { st.HealthChanged(id, share) }, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	st, err = state.New(state.Config{Health: mon})
 	if err != nil {
 		return err
 	}
@@ -156,10 +164,6 @@ func Run(ctx context.Context, cfg Config) error {
 	defer wg.Wait()
 	defer stopBG()
 	wg.Go(func() { st.Run(bg) })
-	mon, err := health.New(health.Config{OnChange: st.SetHealthShare, Log: cfg.Log})
-	if err != nil {
-		return err
-	}
 	followCells(st, mon)
 	wg.Go(func() { mon.Run(bg) })
 	wg.Go(func() {
@@ -179,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
 		for _, c := range st.Table().Spec().Cells {
-			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: st.HealthShare(c.ID), InFlight: st.Stats(c.ID).InFlight,
+			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
 				Limit: cellLimits.Cell(c.ID).Limit()}) {
 				return
 			}
@@ -191,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	pay, err := payments.New(payments.Config{
 		Table:    st.Table,
 		Cells:    pool,
-		Health:   observers{mon, st},
+		Health:   mon,
 		InFlight: st.InFlight,
 		Metrics:  metrics,
 		Limits:   cellLimits,
@@ -228,7 +232,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		adm, err := admin.New(admin.Config{State: st, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool, Log: cfg.Log})
+		adm, err := admin.New(admin.Config{State: st, Health: mon, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
@@ -279,9 +283,9 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// followCells points the health monitor at the table's cells, and the
-// state at the monitor's verdicts (a cell the monitor forgot and learns
-// again starts at its share, which OnChange would not report).
+// followCells points the health monitor at the table's cells, and has the
+// state recompile from the monitor's verdicts (a cell the monitor forgot
+// and learns again starts at 100, which OnChange does not report).
 func followCells(st *state.State, mon *health.Monitor) {
 	d, _, ok := st.Doc()
 	if !ok {
@@ -292,19 +296,5 @@ func followCells(st *state.State, mon *health.Monitor) {
 		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool})
 	}
 	mon.SetCells(cells)
-	for _, c := range d.Cells {
-		st.SetHealthShare(c.ID, mon.Share(c.ID))
-	}
-}
-
-// observers tells both the health monitor (ejection) and the state (the
-// success rate the admin API lists) the outcome of every attempt.
-type observers struct {
-	mon *health.Monitor
-	st  *state.State
-}
-
-func (o observers) Observe(cellID string, ok bool) {
-	o.mon.Observe(cellID, ok)
-	o.st.Outcome(cellID, ok)
+	st.HealthChanged("", 0)
 }

@@ -12,9 +12,12 @@
 // healthy. The last cell of a pool with a share above zero is never ejected:
 // a sick pool keeps its least sick cell rather than refusing everything.
 //
-// Observe is on the request path: it takes one short per-cell lock and never
-// blocks on I/O. Share changes are reported through OnChange, outside any
-// lock of the caller's.
+// Observe is on the request path: it takes one short per-cell lock (no
+// monitor-wide lock unless it ejects) and never blocks on I/O or compiles.
+// Share changes are reported through OnChange, outside every lock. The
+// monitor is the only owner of health: the routing state reads Share when
+// it compiles, and Stats is the outcome window that ejects, which the admin
+// API lists.
 package health
 
 import (
@@ -22,6 +25,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,7 +61,11 @@ type Config struct {
 	RampStep            time.Duration // share doubles every RampStep [1s]
 	Now                 func() time.Time
 	Log                 *slog.Logger
-	// OnChange receives every change of a cell's share. Required.
+	// OnChange receives every change of a cell's share, outside the
+	// monitor's locks, possibly on a payment's goroutine (an ejection by
+	// Observe): it must not block, nor compile. The GTR passes the routing
+	// state's HealthChanged, which signals its background compiler.
+	// Required.
 	OnChange func(cellID string, share int)
 }
 
@@ -112,13 +120,21 @@ type Cell struct {
 }
 
 // Monitor tracks every cell's health share. It is safe for concurrent use.
+// It is the only owner of health in the GTR: the routing state reads
+// shares from it (Share) when it compiles, and the admin API reads the
+// outcome window that ejects (Stats); nothing keeps a copy.
+//
+// Lock order: mu, then a cellState's mu. Observe, the payment path's
+// call, takes no monitor-wide lock: one atomic load of the cell map, then
+// that cell's own mu. Only an ejection (rare) takes mu, because deciding
+// that a cell is not the last of its pool reads its peers.
 type Monitor struct {
 	cfg Config
 
-	mu    sync.Mutex // guards cells and every cellState's fields
-	cells map[string]*cellState
-	// pending holds share changes to report once mu is released.
-	pending []change
+	mu sync.Mutex // serialises SetCells, ejections and active checks
+	// cells is copy-on-write: replaced whole under mu, read with one atomic
+	// load and never modified once published.
+	cells atomic.Pointer[map[string]*cellState]
 }
 
 type change struct {
@@ -131,15 +147,21 @@ type cellState struct {
 	conn  *grpc.ClientConn
 	check healthpb.HealthClient
 
-	share      int
+	// share is written with mu of the cell held, read without it.
+	share atomic.Int32
+
+	mu         sync.Mutex // guards the fields below
 	ejectedAt  time.Time
 	ejectFor   time.Duration
 	ejections  int
 	rampedAt   time.Time
 	consecFail int
 	slowChecks int // active checks in a row that timed out
-	window     *outcomeWindow
-	recent     *ring
+	// window and recent are the cell's one outcome window: the failure
+	// rate over the last FailureWindow and the success rate over the last
+	// SuccessWindow requests, both reset on ejection. Stats reports them.
+	window *outcomeWindow
+	recent *ring
 }
 
 // New returns a monitor; Run starts its active checks.
@@ -147,18 +169,26 @@ func New(cfg Config) (*Monitor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Monitor{cfg: cfg, cells: map[string]*cellState{}}, nil
+	m := &Monitor{cfg: cfg}
+	m.cells.Store(&map[string]*cellState{})
+	return m, nil
 }
+
+func (m *Monitor) cell(id string) *cellState { return (*m.cells.Load())[id] }
 
 // SetCells replaces the watched cells. New cells start at share 100: a
 // cell named in the table is trusted until it fails a check or a request.
 func (m *Monitor) SetCells(cells []Cell) {
 	m.mu.Lock()
-	keep := map[string]bool{}
+	defer m.mu.Unlock()
+	old := *m.cells.Load()
+	next := make(map[string]*cellState, len(cells))
 	for _, c := range cells {
-		keep[c.ID] = true
-		if s, ok := m.cells[c.ID]; ok && s.Addr == c.Addr {
-			s.Pool = c.Pool
+		if s, ok := old[c.ID]; ok && s.Addr == c.Addr {
+			if s.Pool != c.Pool { // Pool is read without s.mu: replace, never write
+				s = s.withPool(c.Pool)
+			}
+			next[c.ID] = s
 			continue
 		} else if ok {
 			s.conn.Close()
@@ -168,57 +198,120 @@ func (m *Monitor) SetCells(cells []Cell) {
 			m.cfg.Log.Error("health: cannot watch cell", "cell", c.ID, "error", err)
 			continue
 		}
-		m.cells[c.ID] = &cellState{
-			Cell: c, conn: conn, check: healthpb.NewHealthClient(conn), share: 100,
-			window: newOutcomeWindow(m.cfg.FailureWindow), recent: newRing(m.cfg.SuccessWindow),
-		}
+		s := &cellState{Cell: c, conn: conn, check: healthpb.NewHealthClient(conn),
+			window: newOutcomeWindow(m.cfg.FailureWindow), recent: newRing(m.cfg.SuccessWindow)}
+		s.share.Store(100)
+		next[c.ID] = s
 	}
-	for id, s := range m.cells {
-		if !keep[id] {
+	for id, s := range old {
+		if _, ok := next[id]; !ok {
 			s.conn.Close()
-			delete(m.cells, id)
 		}
 	}
-	m.mu.Unlock()
+	m.cells.Store(&next)
+}
+
+// withPool is a copy of s in another pool, with the same connection and
+// verdicts. Called with m.mu held, which every writer of s's verdict
+// fields holds too, except Observe, whose later observations go to the
+// copy once it is published.
+func (s *cellState) withPool(pool string) *cellState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := &cellState{Cell: s.Cell, conn: s.conn, check: s.check,
+		ejectedAt: s.ejectedAt, ejectFor: s.ejectFor, ejections: s.ejections, rampedAt: s.rampedAt,
+		consecFail: s.consecFail, slowChecks: s.slowChecks, window: s.window.clone(), recent: s.recent.clone()}
+	n.Pool = pool
+	n.share.Store(s.share.Load())
+	return n
 }
 
 // Share returns a cell's current share (100 for a cell it does not know).
+// It takes no lock: the routing state's compiler calls it for every cell.
 func (m *Monitor) Share(cellID string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok := m.cells[cellID]; ok {
-		return s.share
+	if s := m.cell(cellID); s != nil {
+		return int(s.share.Load())
 	}
 	return 100
 }
 
+// CellStats is a cell's outcome window on this replica: the one whose
+// rates eject it, reset when it is ejected.
+type CellStats struct {
+	// Recent is how many outcomes SuccessRate covers (at most
+	// SuccessWindow).
+	Recent int
+	// SuccessRate is the share of Recent that were ok; -1 when Recent is 0.
+	SuccessRate float64
+	// WindowRequests and WindowFailures are the outcomes seen in the last
+	// FailureWindow.
+	WindowRequests, WindowFailures int
+}
+
+// Stats returns the cell's outcome window (empty for a cell it does not
+// know).
+func (m *Monitor) Stats(cellID string) CellStats {
+	st := CellStats{SuccessRate: -1}
+	s := m.cell(cellID)
+	if s == nil {
+		return st
+	}
+	now := m.cfg.Now()
+	s.mu.Lock()
+	n, ok := s.recent.counts()
+	st.WindowRequests, st.WindowFailures = s.window.counts(now)
+	s.mu.Unlock()
+	st.Recent = n
+	if n > 0 {
+		st.SuccessRate = float64(ok) / float64(n)
+	}
+	return st
+}
+
 // Observe records the outcome of one request sent to a cell: ok is false
 // for a failure of the cell (connection refused, timeout, a re-routable
-// answer), true for any answer about the transaction itself.
+// answer), true for any answer about the transaction itself. It is on the
+// payment path: it takes the cell's own lock only, never the monitor's,
+// unless the failure ejects the cell; it never compiles anything, and an
+// ejection is reported to OnChange, which must not block either.
 func (m *Monitor) Observe(cellID string, ok bool) {
-	m.mu.Lock()
-	s, found := m.cells[cellID]
-	if !found {
-		m.mu.Unlock()
+	s := m.cell(cellID)
+	if s == nil {
 		return
 	}
 	now := m.cfg.Now()
+	s.mu.Lock()
 	s.window.add(now, ok)
 	s.recent.add(ok)
+	reason := ""
 	if ok {
 		s.consecFail = 0
 	} else {
 		s.consecFail++
-	}
-	if s.share > 0 && !ok {
-		if reason := m.outlier(s, now); reason != "" {
-			m.eject(s, now, reason)
+		if s.share.Load() > 0 {
+			reason = m.outlier(s, now)
 		}
 	}
-	m.flush()
+	s.mu.Unlock()
+	if reason != "" {
+		m.tryEject(s, now, reason)
+	}
 }
 
-// outlier says why s should be ejected now, or "".
+// tryEject ejects s if it is still an outlier once mu is held.
+func (m *Monitor) tryEject(s *cellState, now time.Time, reason string) {
+	m.mu.Lock()
+	var pending []change
+	s.mu.Lock()
+	if s.share.Load() > 0 && m.cell(s.ID) == s && m.outlier(s, now) != "" {
+		pending = m.eject(s, now, reason, pending)
+	}
+	s.mu.Unlock()
+	m.mu.Unlock()
+	m.report(pending)
+}
+
+// outlier says why s should be ejected now, or "". Called with s.mu held.
 func (m *Monitor) outlier(s *cellState, now time.Time) string {
 	if s.consecFail >= m.cfg.ConsecutiveFailures {
 		return "consecutive failures"
@@ -233,10 +326,11 @@ func (m *Monitor) outlier(s *cellState, now time.Time) string {
 }
 
 // eject sets s's share to 0 unless it is the last cell of its pool still
-// taking traffic. Called with mu held.
-func (m *Monitor) eject(s *cellState, now time.Time, reason string) {
-	for _, o := range m.cells {
-		if o != s && o.Pool == s.Pool && o.share > 0 {
+// taking traffic, and resets its outcome window. Called with m.mu and
+// s.mu held (so no peer is ejected meanwhile).
+func (m *Monitor) eject(s *cellState, now time.Time, reason string, pending []change) []change {
+	for _, o := range *m.cells.Load() {
+		if o != s && o.Pool == s.Pool && o.share.Load() > 0 {
 			s.ejections++
 			s.ejectFor = min(m.cfg.BaseEjection<<min(s.ejections-1, 16), m.cfg.MaxEjection)
 			s.ejectedAt = now
@@ -244,25 +338,24 @@ func (m *Monitor) eject(s *cellState, now time.Time, reason string) {
 			s.window.reset()
 			s.recent.reset()
 			m.cfg.Log.Warn("health: cell ejected", "cell", s.ID, "reason", reason, "for", s.ejectFor.String())
-			m.set(s, 0)
-			return
+			return set(s, 0, pending)
 		}
 	}
+	return pending
 }
 
-func (m *Monitor) set(s *cellState, share int) {
-	if s.share != share {
-		s.share = share
-		m.pending = append(m.pending, change{s.ID, share})
+// set moves s's share, noting the change for report. Called with s.mu held.
+func set(s *cellState, share int, pending []change) []change {
+	if int(s.share.Load()) != share {
+		s.share.Store(int32(share))
+		pending = append(pending, change{s.ID, share})
 	}
+	return pending
 }
 
-// flush releases mu and reports pending changes.
-func (m *Monitor) flush() {
-	p := m.pending
-	m.pending = nil
-	m.mu.Unlock()
-	for _, c := range p {
+// report tells OnChange about changes, outside every lock.
+func (m *Monitor) report(pending []change) {
+	for _, c := range pending {
 		m.cfg.OnChange(c.id, c.share)
 	}
 }
@@ -285,19 +378,18 @@ func (m *Monitor) Run(ctx context.Context) {
 func (m *Monitor) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, s := range m.cells {
+	for _, s := range *m.cells.Load() {
 		s.conn.Close()
-		delete(m.cells, id)
 	}
+	m.cells.Store(&map[string]*cellState{})
 }
 
 func (m *Monitor) checkAll(ctx context.Context) {
-	m.mu.Lock()
-	targets := make([]*cellState, 0, len(m.cells))
-	for _, s := range m.cells {
+	cells := *m.cells.Load()
+	targets := make([]*cellState, 0, len(cells))
+	for _, s := range cells {
 		targets = append(targets, s)
 	}
-	m.mu.Unlock()
 	results := make([]checkResult, len(targets))
 	var wg sync.WaitGroup
 	for i, s := range targets {
@@ -323,22 +415,17 @@ func (m *Monitor) checkAll(ctx context.Context) {
 	}
 	m.mu.Lock()
 	now := m.cfg.Now()
+	var pending []change
 	for i, s := range targets {
-		if m.cells[s.ID] != s {
+		if m.cell(s.ID) != s {
 			continue // replaced meanwhile
 		}
-		serving := results[i] == checkServing
-		switch results[i] {
-		case checkSlow:
-			if s.slowChecks++; s.slowChecks < m.cfg.SlowChecks {
-				continue // late, not yet down
-			}
-		default:
-			s.slowChecks = 0
-		}
-		m.applyCheck(s, serving, now)
+		s.mu.Lock()
+		pending = m.applyCheck(s, results[i], now, pending)
+		s.mu.Unlock()
 	}
-	m.flush()
+	m.mu.Unlock()
+	m.report(pending)
 }
 
 // checkResult is what one active check found.
@@ -350,23 +437,35 @@ const (
 	checkDown                // NOT_SERVING, or no connection
 )
 
-// applyCheck moves s along eject → re-admit → ramp. Called with mu held.
-func (m *Monitor) applyCheck(s *cellState, serving bool, now time.Time) {
+// applyCheck moves s along eject → re-admit → ramp. Called with m.mu and
+// s.mu held.
+func (m *Monitor) applyCheck(s *cellState, res checkResult, now time.Time, pending []change) []change {
+	switch res {
+	case checkSlow:
+		if s.slowChecks++; s.slowChecks < m.cfg.SlowChecks {
+			return pending // late, not yet down
+		}
+	default:
+		s.slowChecks = 0
+	}
+	serving := res == checkServing
+	share := int(s.share.Load())
 	switch {
-	case !serving && s.share > 0:
-		m.eject(s, now, "health check")
+	case !serving && share > 0:
+		return m.eject(s, now, "health check", pending)
 	case !serving:
 		// Stays out; the back-off restarts from the last failure.
 		s.ejectedAt = now
-	case s.share == 0 && now.Sub(s.ejectedAt) >= s.ejectFor:
+	case share == 0 && now.Sub(s.ejectedAt) >= s.ejectFor:
 		s.rampedAt = now
 		m.cfg.Log.Info("health: cell re-admitted", "cell", s.ID, "share", m.cfg.RampStart)
-		m.set(s, m.cfg.RampStart)
-	case s.share > 0 && s.share < 100 && now.Sub(s.rampedAt) >= m.cfg.RampStep:
+		return set(s, m.cfg.RampStart, pending)
+	case share > 0 && share < 100 && now.Sub(s.rampedAt) >= m.cfg.RampStep:
 		s.rampedAt = now
-		m.set(s, min(100, s.share*2))
-		if s.share == 100 {
+		if share*2 >= 100 {
 			s.ejections = 0 // fully healthy again: the back-off starts over
 		}
+		return set(s, min(100, share*2), pending)
 	}
+	return pending
 }

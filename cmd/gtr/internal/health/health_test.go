@@ -341,3 +341,81 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 		t.Fatalf("share %d after 3 silent checks in a row, want ejected", m.Share("a"))
 	}
 }
+
+// TestStatsIsTheWindowThatEjects: the success rate Stats reports (what
+// gtrctl cells shows) is the one the ejection decides on, and an ejection
+// resets it, so a cell ramping back is not judged by the failures that
+// took it out.
+func TestStatsIsTheWindowThatEjects(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Now: clock.Now, OnChange: rec.on, SuccessWindow: 20, SuccessRate: 0.9, FailureRate: 1, MinRequests: 1000,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{"a", "127.0.0.1:1", "p"}, {"b", "127.0.0.1:2", "p"}})
+	t.Cleanup(m.close)
+	if st := m.Stats("a"); st.Recent != 0 || st.SuccessRate != -1 {
+		t.Fatalf("fresh cell: %+v", st)
+	}
+	// Failures at 1 and 11, never two in a row: 18 of 20, exactly 90%.
+	for i := range 20 {
+		m.Observe("a", i%10 != 1)
+		clock.Add(time.Second)
+	}
+	if st := m.Stats("a"); st.Recent != 20 || st.SuccessRate != 0.9 || m.Share("a") != 100 {
+		t.Fatalf("at the threshold: %+v, share %d", st, m.Share("a"))
+	}
+	// One more failure pushes out an ok: 17 of 20 is below 90%, by the
+	// same window Stats reports.
+	m.Observe("a", false)
+	if m.Share("a") != 0 {
+		t.Fatalf("not ejected at 85%% success (stats %+v)", m.Stats("a"))
+	}
+	if st := m.Stats("a"); st.Recent != 0 || st.SuccessRate != -1 || st.WindowRequests != 0 {
+		t.Fatalf("window not reset on ejection: %+v", st)
+	}
+	if got := rec.shares("a"); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("reported %v", got)
+	}
+}
+
+// TestObserveConcurrentWithChecks runs the payment path's observations
+// against active checks and cell changes, for the race detector, and
+// checks that a pool never loses its last cell.
+func TestObserveConcurrentWithChecks(t *testing.T) {
+	addr, _ := healthServer(t)
+	rec := &recorder{}
+	m, err := New(Config{OnChange: rec.on, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := []Cell{{"a", addr, "p"}, {"b", addr, "p"}, {"c", addr, "p"}}
+	m.SetCells(cells)
+	t.Cleanup(m.close)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				m.Observe(cells[(g+i)%3].ID, false)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 5 {
+			m.checkAll(ctxT(t))
+			m.SetCells(cells)
+		}
+	})
+	wg.Wait()
+	up := 0
+	for _, c := range cells {
+		if m.Share(c.ID) > 0 {
+			up++
+		}
+	}
+	if up == 0 {
+		t.Fatal("every cell of the pool ejected")
+	}
+}

@@ -81,3 +81,11 @@ func (r *ring) counts() (n, ok int) {
 }
 
 func (r *ring) reset() { *r = ring{ok: make([]bool, len(r.ok))} }
+
+func (w *outcomeWindow) clone() *outcomeWindow { c := *w; return &c }
+
+func (r *ring) clone() *ring {
+	c := *r
+	c.ok = append([]bool(nil), r.ok...)
+	return &c
+}

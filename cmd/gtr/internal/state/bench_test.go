@@ -8,7 +8,7 @@ import (
 )
 
 // benchState is the shape of pkg/routing's benchmark: 10 rules, 10 cells.
-func benchState(b *testing.B) (*State, []routing.Attrs) {
+func benchState(b *testing.B) (*State, *fakeHealth, []routing.Attrs) {
 	s := routing.Spec{Version: 1}
 	for i := range 10 {
 		s.Cells = append(s.Cells, routing.Cell{ID: "cell-" + strconv.Itoa(i), Addr: "10.0.0.1:7000", Pool: "main", Weight: 100 - 25*(i%3)})
@@ -18,7 +18,8 @@ func benchState(b *testing.B) (*State, []routing.Attrs) {
 		s.Rules = append(s.Rules, routing.Rule{Name: "rule-" + strconv.Itoa(i), Markets: []string{m}, Pool: "main", HashOn: routing.HashField(i % 4)})
 	}
 	s.Rules = append(s.Rules, routing.Rule{Name: "default", Pool: "main"})
-	st, err := New(Config{})
+	h := &fakeHealth{}
+	st, err := New(Config{Health: h})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,13 +31,13 @@ func benchState(b *testing.B) (*State, []routing.Attrs) {
 		attrs[i] = routing.Attrs{TransactionID: "t-" + strconv.Itoa(i), PartnerID: "p-" + strconv.Itoa(i%37),
 			Market: []string{"DE", "FR", "GB", "US"}[i%4], PaymentType: routing.PaymentCardAuthorization, MerchantID: "m-" + strconv.Itoa(i%101)}
 	}
-	return st, attrs
+	return st, h, attrs
 }
 
 // BenchmarkRoute compares routing on a table held directly with routing
 // through State.Table's atomic load: the load should cost next to nothing.
 func BenchmarkRoute(b *testing.B) {
-	st, attrs := benchState(b)
+	st, h, attrs := benchState(b)
 	dst := make([]routing.Choice, 0, 16)
 	b.Run("direct", func(b *testing.B) {
 		tbl := st.Table()
@@ -58,14 +59,14 @@ func BenchmarkRoute(b *testing.B) {
 	b.Run("state.Table/parallel-with-writer", func(b *testing.B) {
 		stop := make(chan struct{})
 		done := make(chan struct{})
-		go func() { // a health flapper republishing as fast as it can
+		go func() { // a health flapper, compiled as fast as it can
 			defer close(done)
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
 				default:
-					st.SetHealth("cell-1", i%2 == 0)
+					h.set(st, "cell-1", up(i%2 == 0))
 				}
 			}
 		}()

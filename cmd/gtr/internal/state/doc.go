@@ -11,9 +11,16 @@ import (
 // MaxRamp bounds how long a weight ramp may run.
 const MaxRamp = 24 * time.Hour
 
-// Doc is the replicated routing configuration: what every GTR replica must
-// agree on. It travels as JSON through the NATS KV bucket and the local
-// state file. Health is not in it: health is each replica's own view.
+// Doc is the operator's table: what the operator applied (a table, and
+// the weight changes, drains and ramps made since), and what every GTR
+// replica must agree on. It is one value, stored whole, and it travels as
+// JSON through the NATS KV bucket and the local state file. It holds
+// configured weights only. Health is not in it (the health monitor of each
+// replica owns that), nor is a compiled weight: the table a replica routes
+// by is derived from a Doc, the clock (ramp positions), the monitor's
+// health shares and the cells' reference data versions, and is the
+// effective view, never a Doc. The admin API's GetTable returns the Doc;
+// GetEffectiveTable returns the derived view, labelled as such.
 type Doc struct {
 	// Version rises with every change (a table apply or any weight change).
 	Version uint64         `json:"version"`
@@ -120,6 +127,27 @@ func (d Doc) Spec(t time.Time, health func(cellID string) int) routing.Spec {
 		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w, State: st})
 	}
 	return s
+}
+
+// WithTable is the Doc that applying table s over d makes: s's version,
+// cells and rules. A cell whose weight in s is its configured weight in d
+// (Weight, where any ramp ends) keeps its table weight and ramp, so that
+// applying exactly what GetTable returned, with the version raised,
+// changes no configured weight, drained or ramping cells included. Any
+// other cell takes s's weight as its table weight, with no ramp.
+func (d Doc) WithTable(s routing.Spec) Doc {
+	next := FromSpec(s)
+	for i := range next.Cells {
+		c := &next.Cells[i]
+		if old := d.Cell(c.ID); old != nil && old.Weight == c.Weight {
+			c.TableWeight = old.TableWeight
+			if old.Ramp != nil {
+				r := *old.Ramp
+				c.Ramp = &r
+			}
+		}
+	}
+	return next
 }
 
 // FromSpec builds a Doc from a routing spec (the YAML config, an applied

@@ -31,7 +31,7 @@ func ranking(t *testing.T, tbl *routing.Table, partner string) ([]string, error)
 }
 
 func TestSetRefdataVersionGates(t *testing.T) {
-	s, clk := newState(t)
+	s, clk, h := newStateH(t)
 	if err := s.Apply(gatedDoc(), 2); err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +91,11 @@ func TestSetRefdataVersionGates(t *testing.T) {
 	}
 
 	// Health still applies: a fresh cell that is down is skipped.
-	s.SetHealth("cell-b", false)
+	h.set(s, "cell-b", 0)
 	if got, err := ranking(t, s.Table(), "p-fresh"); !errors.Is(err, routing.ErrNoCell) {
 		t.Fatalf("only fresh cell down: %v, %v", got, err)
 	}
-	s.SetHealth("cell-b", true)
+	h.set(s, "cell-b", 100)
 
 	// A ramp tick does not lose the versions.
 	if err := s.Apply(func() Doc {

@@ -1,24 +1,34 @@
-// Package state holds the GTR's routing state in go-memdb (cells, rules,
-// weights, health, the reference data version each cell reports) and
-// publishes it, compiled into an immutable
-// routing.Table, through an atomic pointer.
+// Package state holds the GTR's routing state and publishes it, compiled
+// into an immutable routing.Table, through an atomic pointer.
 //
-// Writers (the config sync applying a replicated Doc, the health checker,
-// the reference data watcher, the ramp ticker) take s.mu, write memdb in one transaction, compile and
-// publish. Readers on the payment hot path call Table, which is one atomic
-// load: it never takes a lock and never waits on a writer. This package
-// must never be called from Route's path with anything but Table, InFlight
-// and Outcome, which are lock-free.
+// Each piece has one owner. The operator's table (a Doc: cells with their
+// configured weights and ramps, rules, version) is one immutable value in
+// go-memdb, replaced whole by Apply; it is what the admin API's GetTable
+// returns. The reference data version each cell reports is a memdb table
+// of its own. Health is not here: the health monitor owns it, and the
+// compiler reads each cell's share from it (Config.Health) when it builds a
+// table. The compiled table, with weights scaled by health and moved along
+// ramps, is derived from those three and never written back: it is the
+// effective view, which the admin API labels as such.
+//
+// Writers that are off the payment path (the config sync's Apply, the
+// reference data watcher) compile on their own goroutine. A health change
+// may be reported on a payment's goroutine (an ejection by Observe), so
+// HealthChanged only signals; the compiler in Run rebuilds the table and
+// publishes it, as it does when a ramp moves a weight. Readers on the
+// payment hot path call Table, which is one atomic load: it never takes a
+// lock and never waits on a writer. This package must never be called
+// from Route's path with anything but Table, InFlight and HealthChanged,
+// which are lock-free.
 //
 // Lock order: s.mu, then memdb's own writer lock. Nothing else is held
-// while compiling.
+// while compiling (Health.Share takes no lock of ours).
 package state
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,59 +40,38 @@ import (
 
 // Table names in memdb.
 const (
-	tCells   = "cells"
-	tRules   = "rules"
-	tWeights = "weights"
-	tHealth  = "health"
+	tDoc     = "doc"
 	tRefdata = "refdata"
-	tMeta    = "meta"
 )
 
-type cellRow struct {
-	ID    string
-	Order int
-	Addr  string
-	Pool  string
-}
-
-type ruleRow struct {
-	Order int
-	Rule  routing.Rule
-}
-
-type weightRow struct {
-	CellID      string
-	TableWeight int
-	Weight      int
-	Ramp        *Ramp // immutable once stored
-}
-
-type healthRow struct {
-	CellID string
-	Share  int // 0 (down) .. 100 (fully healthy)
-	Since  time.Time
-}
-
-type metaRow struct {
-	Key      string // always metaKey
-	Version  uint64
+// docRow is the operator's table: one value, replaced whole, never
+// modified once stored.
+type docRow struct {
+	Key      string // always docKey
+	Doc      Doc
 	Revision uint64
 }
 
-const metaKey = "doc"
+const docKey = "doc"
 
 func schema() *memdb.DBSchema {
 	id := func(idx memdb.Indexer) map[string]*memdb.IndexSchema {
 		return map[string]*memdb.IndexSchema{"id": {Name: "id", Unique: true, Indexer: idx}}
 	}
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
-		tCells:   {Name: tCells, Indexes: id(&memdb.StringFieldIndex{Field: "ID"})},
-		tRules:   {Name: tRules, Indexes: id(&memdb.IntFieldIndex{Field: "Order"})},
-		tWeights: {Name: tWeights, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
-		tHealth:  {Name: tHealth, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
+		tDoc:     {Name: tDoc, Indexes: id(&memdb.StringFieldIndex{Field: "Key"})},
 		tRefdata: {Name: tRefdata, Indexes: id(&memdb.StringFieldIndex{Field: "CellID"})},
-		tMeta:    {Name: tMeta, Indexes: id(&memdb.StringFieldIndex{Field: "Key"})},
 	}}
+}
+
+// Health is where the compiler reads the cells' health on this replica.
+// *health.Monitor implements it.
+type Health interface {
+	// Share is the cell's health share, 0 (down) to 100 (fully healthy),
+	// and 100 for a cell it does not know. It must not block or take a lock
+	// a writer of ours may hold: the compiler calls it for every cell of
+	// every table it builds.
+	Share(cellID string) int
 }
 
 // Config configures a State.
@@ -91,16 +80,22 @@ type Config struct {
 	Now func() time.Time
 	// RampTick is how often Run recomputes ramping weights; default 50ms.
 	RampTick time.Duration
+	// Health gives the cells' health shares; nil: every cell is fully
+	// healthy. Tell the state of a change with HealthChanged.
+	Health Health
 }
 
 // State is the GTR's routing state. Its methods are safe for concurrent use.
 type State struct {
 	now      func() time.Time
 	rampTick time.Duration
+	health   Health
 	db       *memdb.MemDB
 	table    atomic.Pointer[routing.Table]
 	stats    stats
 	changed  chan struct{} // signalled after every replicated change
+	dirty    chan struct{} // HealthChanged's signal to the compiler in Run
+	compiles atomic.Uint64 // tables compiled and published, for tests
 
 	mu sync.Mutex // serialises writers: memdb write, compile, publish
 }
@@ -120,7 +115,8 @@ func New(cfg Config) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	return &State{now: cfg.Now, rampTick: cfg.RampTick, db: db, changed: make(chan struct{}, 1)}, nil
+	return &State{now: cfg.Now, rampTick: cfg.RampTick, health: cfg.Health, db: db,
+		changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}, nil
 }
 
 // Table returns the routing table in force: one atomic load, never a lock,
@@ -140,28 +136,9 @@ func (s *State) Apply(d Doc, rev uint64) error {
 }
 
 func (s *State) applyLocked(d Doc, rev uint64) error {
-	d = d.Clone()
 	txn := s.db.Txn(true)
 	defer txn.Abort()
-	for _, t := range []string{tCells, tRules, tWeights} {
-		if _, err := txn.DeleteAll(t, "id"); err != nil {
-			return fmt.Errorf("state: %w", err)
-		}
-	}
-	for i, c := range d.Cells {
-		if err := txn.Insert(tCells, &cellRow{ID: c.ID, Order: i, Addr: c.Addr, Pool: c.Pool}); err != nil {
-			return fmt.Errorf("state: %w", err)
-		}
-		if err := txn.Insert(tWeights, &weightRow{CellID: c.ID, TableWeight: c.TableWeight, Weight: c.Weight, Ramp: c.Ramp}); err != nil {
-			return fmt.Errorf("state: %w", err)
-		}
-	}
-	for i, r := range d.Rules {
-		if err := txn.Insert(tRules, &ruleRow{Order: i, Rule: r}); err != nil {
-			return fmt.Errorf("state: %w", err)
-		}
-	}
-	if err := txn.Insert(tMeta, &metaRow{Key: metaKey, Version: d.Version, Revision: rev}); err != nil {
+	if err := txn.Insert(tDoc, &docRow{Key: docKey, Doc: d.Clone(), Revision: rev}); err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
 	tbl, err := s.compile(txn)
@@ -169,12 +146,17 @@ func (s *State) applyLocked(d Doc, rev uint64) error {
 		return err
 	}
 	txn.Commit()
-	s.table.Store(tbl)
+	s.publish(tbl)
 	select {
 	case s.changed <- struct{}{}:
 	default: // a signal is already pending
 	}
 	return nil
+}
+
+func (s *State) publish(tbl *routing.Table) {
+	s.table.Store(tbl)
+	s.compiles.Add(1)
 }
 
 // Changed is signalled (coalesced: one pending signal at most) after every
@@ -183,34 +165,22 @@ func (s *State) applyLocked(d Doc, rev uint64) error {
 // receiving; the signal carries nothing.
 func (s *State) Changed() <-chan struct{} { return s.changed }
 
-// SetHealth records this replica's view of a cell's health and publishes a
-// table in which an unhealthy cell is routing.CellDown. It is
-// SetHealthShare(cellID, 100) or SetHealthShare(cellID, 0).
-func (s *State) SetHealth(cellID string, up bool) {
-	share := 0
-	if up {
-		share = 100
+// HealthChanged tells the state that a cell's health share changed (it is
+// health.Monitor's OnChange; the arguments are not kept, since the
+// monitor owns health and the compiler asks it). It only signals the
+// compiler in Run, coalescing with any signal pending, and returns at
+// once: it never compiles, so it may be called on a payment's goroutine.
+func (s *State) HealthChanged(string, int) {
+	select {
+	case s.dirty <- struct{}{}:
+	default: // a recompile is already due
 	}
-	s.SetHealthShare(cellID, share)
-}
-
-// SetHealthShare records this replica's health share of a cell, 0..100
-// (health.Monitor's OnChange), and publishes the recompiled table: at 0
-// the cell is routing.CellDown, below 100 its weight is scaled by the
-// share. It is for the health checker: it compiles on the caller's
-// goroutine (off the hot path) and does nothing when the share did not
-// change. Health is local to the replica and never replicated. Cells with
-// no health record are fully healthy (100).
-func (s *State) SetHealthShare(cellID string, share int) {
-	share = min(max(share, 0), 100)
-	s.setLocal(func(txn *memdb.Txn) bool { return healthShare(txn, cellID) == share },
-		tHealth, &healthRow{CellID: cellID, Share: share, Since: s.now()})
 }
 
 // setLocal writes row to the replica-local table unless unchanged says it
 // holds that value already, and publishes the recompiled table. Local
-// state (health, reference data versions) is never replicated; it is
-// remembered even before a routing table arrives.
+// state (reference data versions) is never replicated; it is remembered
+// even before a routing table arrives.
 func (s *State) setLocal(unchanged func(*memdb.Txn) bool, table string, row any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -231,65 +201,35 @@ func (s *State) setLocal(unchanged func(*memdb.Txn) bool, table string, row any)
 		return // the doc validated when applied; local state cannot invalidate it
 	}
 	txn.Commit()
-	s.table.Store(tbl)
+	s.publish(tbl)
 }
 
-func healthShare(txn *memdb.Txn, cellID string) int {
-	raw, err := txn.First(tHealth, "id", cellID)
-	if err != nil || raw == nil {
+// healthShare is the health monitor's share of a cell, 100 without one.
+func (s *State) healthShare(cellID string) int {
+	if s.health == nil {
 		return 100
 	}
-	return raw.(*healthRow).Share
+	return s.health.Share(cellID)
 }
-
-// Healthy reports this replica's view of a cell's health: share above 0.
-func (s *State) Healthy(cellID string) bool { return s.HealthShare(cellID) > 0 }
-
-// HealthShare is this replica's health share of a cell, 0..100.
-func (s *State) HealthShare(cellID string) int { return healthShare(s.db.Txn(false), cellID) }
 
 // Doc returns the replicated configuration in force and the KV revision it
 // came from. ok is false before the first Apply.
 func (s *State) Doc() (d Doc, rev uint64, ok bool) { return s.docTxn(s.db.Txn(false)) }
 
 func (s *State) docTxn(txn *memdb.Txn) (Doc, uint64, bool) {
-	raw, err := txn.First(tMeta, "id", metaKey)
+	raw, err := txn.First(tDoc, "id", docKey)
 	if err != nil || raw == nil {
 		return Doc{}, 0, false
 	}
-	m := raw.(*metaRow)
-	d := Doc{Version: m.Version}
-	it, _ := txn.Get(tCells, "id")
-	var cells []*cellRow
-	for o := it.Next(); o != nil; o = it.Next() {
-		cells = append(cells, o.(*cellRow))
-	}
-	slices.SortFunc(cells, func(a, b *cellRow) int { return a.Order - b.Order })
-	for _, c := range cells {
-		cc := CellConfig{ID: c.ID, Addr: c.Addr, Pool: c.Pool}
-		if raw, err := txn.First(tWeights, "id", c.ID); err == nil && raw != nil {
-			w := raw.(*weightRow)
-			cc.TableWeight, cc.Weight, cc.Ramp = w.TableWeight, w.Weight, w.Ramp
-		}
-		d.Cells = append(d.Cells, cc)
-	}
-	it, _ = txn.Get(tRules, "id")
-	var rules []*ruleRow
-	for o := it.Next(); o != nil; o = it.Next() {
-		rules = append(rules, o.(*ruleRow))
-	}
-	slices.SortFunc(rules, func(a, b *ruleRow) int { return a.Order - b.Order })
-	for _, r := range rules {
-		d.Rules = append(d.Rules, r.Rule)
-	}
-	return d.Clone(), m.Revision, true
+	r := raw.(*docRow)
+	return r.Doc.Clone(), r.Revision, true
 }
 
 // localSpec is the spec d describes at s.now() as this replica sees it:
-// weights scaled by its health shares, and each cell's reference data
-// version as reported to it.
+// weights scaled by the health monitor's shares, and each cell's reference
+// data version as reported to it.
 func (s *State) localSpec(txn *memdb.Txn, d Doc) routing.Spec {
-	spec := d.Spec(s.now(), func(id string) int { return healthShare(txn, id) })
+	spec := d.Spec(s.now(), s.healthShare)
 	for i := range spec.Cells {
 		spec.Cells[i].RefdataVersion = refdataVersion(txn, spec.Cells[i].ID)
 	}
@@ -298,7 +238,8 @@ func (s *State) localSpec(txn *memdb.Txn, d Doc) routing.Spec {
 
 // SpecFor is the routing spec this replica would compile if d were
 // applied now: d's weights with this replica's health shares and
-// reported reference data versions. The admin API's dry runs use it.
+// reported reference data versions. The admin API's dry runs use it. It
+// is an effective view, never a Doc to apply.
 func (s *State) SpecFor(d Doc) routing.Spec { return s.localSpec(s.db.Txn(false), d) }
 
 // compile builds the table txn describes at s.now().
@@ -314,8 +255,10 @@ func (s *State) compile(txn *memdb.Txn) (*routing.Table, error) {
 	return tbl, nil
 }
 
-// Refresh republishes the table if a ramp has moved any weight since the
-// last publish, and reports whether it did. Run calls it on a ticker.
+// Refresh republishes the table if what it is compiled from moved since
+// the last publish (a ramp's weight, a health share), and reports whether
+// it did. It compiles on the caller's goroutine: Run calls it, on a ticker
+// and on HealthChanged's signal.
 func (s *State) Refresh() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -328,26 +271,31 @@ func (s *State) Refresh() bool {
 	if !ok {
 		return false
 	}
-	spec := s.localSpec(txn, d)
-	changed := false
-	for _, c := range spec.Cells {
-		if pub, ok := cur.Cell(c.ID); !ok || pub.Weight != c.Weight {
-			changed = true
-			break
-		}
-	}
-	if !changed {
+	if !moved(cur, s.localSpec(txn, d)) {
 		return false
 	}
 	tbl, err := s.compile(txn)
 	if err != nil {
 		return false
 	}
-	s.table.Store(tbl)
+	s.publish(tbl)
 	return true
 }
 
-// Run keeps ramping weights moving until ctx ends.
+// moved reports whether spec's cells differ from tbl's in what health,
+// ramps or reference data change.
+func moved(tbl *routing.Table, spec routing.Spec) bool {
+	for _, c := range spec.Cells {
+		if pub, ok := tbl.Cell(c.ID); !ok || pub.Weight != c.Weight || pub.State != c.State || pub.RefdataVersion != c.RefdataVersion {
+			return true
+		}
+	}
+	return false
+}
+
+// Run is the compiler: until ctx ends it rebuilds and publishes the table
+// when HealthChanged signals and when a ramp moves a weight. It is the
+// only place a health change is compiled.
 func (s *State) Run(ctx context.Context) {
 	t := time.NewTicker(s.rampTick)
 	defer t.Stop()
@@ -356,8 +304,9 @@ func (s *State) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.Refresh()
+		case <-s.dirty:
 		}
+		s.Refresh()
 	}
 }
 

@@ -6,21 +6,11 @@ import (
 	"sync/atomic"
 )
 
-// window is how many recent attempts per cell the success rate covers.
-const window = 100
-
-// Outcome slot values in a cell's window.
-const (
-	slotEmpty uint32 = iota
-	slotOK
-	slotFailed
-)
-
-// counters are one cell's lock-free traffic counters.
+// counters are one cell's lock-free traffic counters. Outcomes are not
+// here: the health monitor keeps the one outcome window per cell, the one
+// that ejects it.
 type counters struct {
 	inFlight atomic.Int64
-	next     atomic.Uint64
-	recent   [window]atomic.Uint32
 }
 
 // stats maps cell IDs to counters. The map is copy-on-write: readers load
@@ -63,44 +53,12 @@ func (st *stats) get(id string) *counters {
 // (see cmd/gtr/internal/gtr); the admin API's ListCells reports it.
 func (s *State) InFlight(cellID string, delta int) { s.stats.get(cellID).inFlight.Add(int64(delta)) }
 
-// Outcome records how an attempt on the cell ended: ok is false when the
-// cell failed it (an error or a re-routable answer), true when the cell
-// answered (approved or declined alike). The success rate ListCells
-// reports covers the last 100 outcomes. Lock-free, like InFlight.
-func (s *State) Outcome(cellID string, ok bool) {
-	c := s.stats.get(cellID)
-	v := slotFailed
-	if ok {
-		v = slotOK
-	}
-	c.recent[c.next.Add(1)%window].Store(v)
-}
-
 // CellStats are a cell's traffic counters on this replica.
 type CellStats struct {
 	InFlight int64
-	// Recent is how many outcomes SuccessRate covers (at most 100).
-	Recent int
-	// SuccessRate is the share of Recent that were ok; -1 when Recent is 0.
-	SuccessRate float64
 }
 
 // Stats returns the cell's counters.
 func (s *State) Stats(cellID string) CellStats {
-	c := s.stats.get(cellID)
-	st := CellStats{InFlight: c.inFlight.Load(), SuccessRate: -1}
-	ok := 0
-	for i := range c.recent {
-		switch c.recent[i].Load() {
-		case slotOK:
-			ok++
-			st.Recent++
-		case slotFailed:
-			st.Recent++
-		}
-	}
-	if st.Recent > 0 {
-		st.SuccessRate = float64(ok) / float64(st.Recent)
-	}
-	return st
+	return CellStats{InFlight: s.stats.get(cellID).inFlight.Load()}
 }
