@@ -236,13 +236,7 @@ func TestScripted(t *testing.T) {
 	home := ranking("t0")[0]
 	next := ranking("t0")[1]
 	last := ranking("t0")[2]
-	tests := []struct {
-		name    string
-		rules   Rules
-		script  func(m *model)
-		wantErr string // empty: every invariant holds
-		after   func(t *testing.T, m *model)
-	}{
+	runScripts(t, []scripted{
 		{"crash before the PNR re-routes", Rules{}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
@@ -582,7 +576,22 @@ func TestScripted(t *testing.T) {
 			m.heal()
 			m.submit(0, "t0", 3)
 		}, "ALREADY_EXISTS", nil},
-	}
+	})
+}
+
+// scripted is one hand-written sequence: with rules, after script (and,
+// if no invariant broke yet, healing), the first invariant broken must
+// contain wantErr (empty: none may break); after checks the end state.
+type scripted struct {
+	name    string
+	rules   Rules
+	script  func(m *model)
+	wantErr string
+	after   func(t *testing.T, m *model)
+}
+
+func runScripts(t *testing.T, tests []scripted) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newModel(tt.rules)
@@ -642,6 +651,29 @@ func (m *model) drain() {
 	for len(m.pool) > 0 {
 		m.deliver(m.deliverable()[0])
 	}
+}
+
+// deliverOf delivers the oldest deliverable message of kind k of GTR call
+// n.
+func (m *model) deliverOf(k msgKind, n int) {
+	for _, i := range m.deliverable() {
+		if x := m.pool[i]; x.kind == k && x.call == n {
+			m.deliver(i)
+			return
+		}
+	}
+	panic(fmt.Sprintf("no %s message of call %d in flight; pool %v", kindNames[k], n, m.pool))
+}
+
+// loseOf loses the oldest message of kind k of GTR call n.
+func (m *model) loseOf(k msgKind, n int) {
+	for i, x := range m.pool {
+		if x.kind == k && x.call == n {
+			m.lose(i)
+			return
+		}
+	}
+	panic(fmt.Sprintf("no %s message of call %d in flight", kindNames[k], n))
 }
 
 // deliverKind delivers the oldest deliverable message of kind k; scripts
