@@ -171,8 +171,11 @@ func (m *model) live(ok func(*call) bool) []*call {
 
 // TestProtocol is the model check: protocolChecks cases from a fixed seed,
 // so that go test is deterministic. To explore further, give a seed and a
-// number of cases: -rapid.seed=N -rapid.checks=M (300,000 cases from
-// random seeds pass).
+// number of cases: -rapid.seed=N -rapid.checks=M. With the directory,
+// 300,000 cases from the random seed 1397413795 pass (-run 'TestProtocol$'
+// -rapid.checks=300000, about a minute), and 100,000 each from seeds 777
+// and 4242; seed 777 found, within 16,000 cases, the leftover PENDING
+// that the entry's pin now covers (knob NoPin).
 func TestProtocol(t *testing.T) {
 	pinSearch(t, protocolChecks)
 	done := withTimeout(t)
@@ -194,8 +197,10 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 		{"issuer called without Proceed", Rules{IssuerWithoutProceed: true}, "no issuer call without Proceed"},
 		{"reconciler resends", Rules{ReconcilerResends: true}, "no issuer call without Proceed: the reconciler"},
 		// With the directory, one attempt per ID calls the issuer: the
-		// issuer's dedupe shows only without it.
-		{"issuer without dedupe", Rules{IssuerNoDedupe: true, NoDirectory: true}, "at most one issuer effect"},
+		// issuer's dedupe shows only without it, where the gaps the
+		// directory closes show too, and shrinking may end on either
+		// (TestScripted's "issuer without dedupe" pins the effect).
+		{"issuer without dedupe", Rules{IssuerNoDedupe: true, NoDirectory: true}, "at most one issuer effect|same ID, other payload|issuer_not_reached is final"},
 		{"payload ignored", Rules{IgnorePayload: true}, "ALREADY_EXISTS"},
 		{"cancel after Proceed", Rules{CancelAfterProceed: true}, "no step back after Proceed"},
 		{"no wait on a sending record", Rules{NoWaitOnSending: true}, "no PENDING from an unconfirmed sending record"},
@@ -742,17 +747,19 @@ func (r *recorder) Log(args ...any) { r.Logf("%s", fmt.Sprint(args...)) }
 // the test expects, and makes the search for them deterministic and
 // thorough: a fixed seed (unless -rapid.seed or RAPID_SEED gives one), and
 // up to expectedFailureChecks cases (a search stops at its first failure;
-// a run of the model takes microseconds). Over 200 random seeds the
-// hardest searches (the known gap of issuer_not_reached, a cancellation
-// after Proceed) needed at most 8,324 and 4,659 cases, the others at most
-// 600.
+// a run of the model takes microseconds). Over 10 random seeds, with the
+// directory, the hardest searches needed at most 24,714 cases (NoPin, and
+// one seed found nothing in 30,000), 19,797 (ReconcilerNoClaim) and 2,869
+// (CancelAfterProceed), the others at most 450; the fixed seed finds every
+// one, and TestDirectory's scripts pin the directory's knobs without
+// rapid.
 func noFailFile(t *testing.T) {
 	t.Helper()
 	setFlag(t, "rapid.nofailfile", "true")
 	pinSearch(t, expectedFailureChecks)
 	// Minimizing an expected counterexample is only for its log: bound it
 	// so that a loaded machine does not stretch the package's run.
-	setFlag(t, "rapid.shrinktime", "500ms")
+	setFlag(t, "rapid.shrinktime", "250ms")
 }
 
 const (
