@@ -43,6 +43,34 @@ type Rules struct {
 	// its handshake possibly open (Machine.existing and Server.wait before
 	// they looked at othersBusy).
 	NoWaitOnSending bool
+
+	// The transaction directory's rules
+	// (docs/design/transaction-directory.md).
+
+	// NoDirectory: cells skip the claim and the directory altogether (the
+	// protocol before it): an abandoned record is re-routable unless
+	// last_resort, and the reconciler records FAILED issuer_not_reached on
+	// its own.
+	NoDirectory bool
+	// ReconcilerNoClaim: the reconciler records FAILED issuer_not_reached
+	// without the synchronous entry update, and without looking at who
+	// owns the entry.
+	ReconcilerNoClaim bool
+	// TakeoverAnyCall: a cell takes over an entry owned by another cell
+	// for any call, not only an abandoned one or one held by an earlier
+	// attempt of the same call.
+	TakeoverAnyCall bool
+	// IgnoreOwner: a cell processes an ID whose entry another cell holds
+	// (not final, same payload) with its own rules, instead of answering
+	// re-routable to the owner.
+	IgnoreOwner bool
+	// AnswerEntryAnyPayload: a cell answers from a final entry without
+	// comparing the request's payload with the entry's.
+	AnswerEntryAnyPayload bool
+	// NoPin: the owner answers PENDING from a leftover sending record
+	// without pinning its entry, so a later attempt of the entry's call
+	// may still take it over (the design note as first written).
+	NoPin bool
 }
 
 const (
@@ -103,6 +131,9 @@ type record struct {
 	// attempt is the attempt that wrote the record (Insert or Reclaim):
 	// the reconciler's grace waits for that attempt's issuer request.
 	attempt attemptKey
+	// rev is the directory revision that attempt's claim wrote (0: none),
+	// at which its best-effort entry updates apply.
+	rev int
 }
 
 func (r *record) result() result {
@@ -207,9 +238,10 @@ const (
 	mReroutable                // cell -> GTR on the attempt's stream
 	mIssuerReq                 // cell -> issuer
 	mIssuerResp                // issuer -> cell
+	mDirUpdate                 // cell -> directory: a best-effort entry update
 )
 
-var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response"}
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update"}
 
 type msg struct {
 	kind       msgKind
@@ -223,11 +255,21 @@ type msg struct {
 	res        result
 	// recPayload is the payload of the record a result was read from.
 	recPayload payload
+	// owner, with redirect, is the cell a re-routable names: the owner
+	// of the ID's directory entry.
+	owner    int
+	redirect bool
+	// rev and dirState are a directory update's revision and new state.
+	rev      int
+	dirState entryState
 }
 
 func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
 
 func (x msg) String() string {
+	if x.kind == mDirUpdate {
+		return fmt.Sprintf("%s(%s cell %d rev %d %s)", kindNames[x.kind], x.id, x.cell, x.rev, x.dirState)
+	}
 	return fmt.Sprintf("%s(%s call %d attempt %d cell %d)", kindNames[x.kind], x.id, x.call, x.attempt, x.cell)
 }
 
@@ -255,27 +297,16 @@ type model struct {
 	// property of the stream, not of the cell's memory).
 	proceeded map[attemptKey]bool
 	cancelled map[attemptKey]bool
-	// contradicted: IDs the issuer applied, on an attempt of another GTR
-	// call, after a cell had recorded them FAILED issuer_not_reached
-	// (TestKnownGaps, gap 2).
-	contradicted map[string]bool
+	// dir is the transaction directory, shared by all cells.
+	dir map[string]*entry
 	// violations are rule breaks seen as they happen; check reports them.
 	violations []string
 	log        []string
-
-	// Known gaps (TestKnownGaps), tolerated by default where they happen.
-	// strictReuse checks ALREADY_EXISTS across cells: no two payloads of
-	// one ID ever both get a non-error answer. strictNotReached: a FAILED
-	// issuer_not_reached record is never contradicted by a later issuer
-	// effect, not even one of another GTR call (a contradiction by an
-	// attempt of the record's own call is always a violation).
-	strictReuse      bool
-	strictNotReached bool
 }
 
 func newModel(rules Rules) *model {
 	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
-		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, contradicted: map[string]bool{}}
+		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{}}
 	for i := range m.cells {
 		m.cells[i] = &cell{up: true, db: map[string]*record{}, awaiting: map[attemptKey]string{}, issuerWait: map[attemptKey]string{}}
 	}
@@ -305,7 +336,12 @@ func ranking(id string) []int {
 // --- GTR ---
 
 // submit is a partner's SubmitTransaction at GTR replica r.
-func (m *model) submit(r int, id string, p payload) {
+func (m *model) submit(r int, id string, p payload) { m.submitDrained(r, id, p, -1) }
+
+// submitDrained is submit with cell drained (-1: none) at replica r: the
+// call's ranking skips it, as a cell at weight 0 is skipped. A drained
+// cell still answers for what it owns: a redirect reaches it.
+func (m *model) submitDrained(r int, id string, p payload, drained int) {
 	for _, c := range m.calls {
 		if c.replica == r && c.id == id && c.payload == p && !c.done {
 			c.joined++ // singleflight on ID and payload: answered when c is
@@ -313,9 +349,10 @@ func (m *model) submit(r int, id string, p payload) {
 			return
 		}
 	}
-	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: m.replicas[r].promote(id, ranking(id))}
+	rk := slices.DeleteFunc(m.replicas[r].promote(id, ranking(id)), func(c int) bool { return c == drained })
+	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk}
 	m.calls = append(m.calls, c)
-	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v", id, p, r, c.n, c.ranking)
+	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v (drained %d)", id, p, r, c.n, c.ranking, drained)
 	m.startAttempt(c)
 }
 
@@ -342,13 +379,30 @@ func (m *model) current(x msg) (*call, bool) {
 
 // broken is the GTR's rule for an attempt that ended without an outcome:
 // after Proceed the cell owns it (PENDING); before, the next cell.
-func (m *model) broken(c *call, why string) {
+func (m *model) broken(c *call, why string) { m.reroute(c, why, -1) }
+
+// reroute is broken with a redirect: owner >= 0 is the cell a re-routable
+// answer named as the owner of the ID's directory entry, tried next
+// whatever its place in the ranking (or its weight); a call that already
+// tried it ends UNAVAILABLE. A ranking never repeats a cell, so a call has
+// at most numCells attempts.
+func (m *model) reroute(c *call, why string, owner int) {
 	if c.pnr && !m.rules.RerouteAfterPNR {
 		m.finish(c, result{status: "PENDING"})
 		return
 	}
 	if c.pnr {
 		m.violate("no re-route after a PNR: call %d (%s) re-routed after Proceed (%s)", c.n, c.id, why)
+	}
+	if owner >= 0 {
+		if slices.Contains(c.ranking[:c.attempt+1], owner) {
+			m.logf("call %d (%s): owner cell %d already tried", c.n, c.id, owner)
+			m.finish(c, result{status: "UNAVAILABLE"})
+			return
+		}
+		rest := slices.DeleteFunc(slices.Clone(c.ranking[c.attempt+1:]), func(i int) bool { return i == owner })
+		c.ranking = append(append(slices.Clone(c.ranking[:c.attempt+1]), owner), rest...)
+		why += fmt.Sprintf(", redirected to owner cell %d", owner)
 	}
 	c.attempt++
 	c.pnr = false
@@ -497,8 +551,14 @@ func (m *model) deliver(i int) {
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
-			m.broken(c, "cell said re-routable")
+			owner := -1
+			if x.redirect {
+				owner = x.owner
+			}
+			m.reroute(c, "cell said re-routable", owner)
 		}
+	case mDirUpdate:
+		m.applyUpdate(x)
 	}
 }
 
@@ -509,25 +569,47 @@ func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
 }
 
 func (m *model) process(x msg) {
-	cl := m.cells[x.cell]
 	if m.cancelled[x.key()] {
-		m.reply(x, mReroutable, result{}, 0) // Insert under a cancelled context
+		m.reply(x, mReroutable, result{}, 0) // a claim or an Insert under a cancelled context
 		return
 	}
-	if rec, ok := cl.db[x.id]; ok && !m.existing(x, rec) {
+	m.start(x)
+}
+
+// start is the claim in the directory, then the cell's own rules on its
+// record: insert, or the rules on an existing record.
+func (m *model) start(x msg) {
+	cl := m.cells[x.cell]
+	how, rev := m.claim(x)
+	if how == replied {
 		return
 	}
-	cl.db[x.id] = &record{state: received, payload: x.payload, attempt: x.key()} // Insert, or Reclaim
+	if rec, ok := cl.db[x.id]; ok && !m.existing(x, rec, how) {
+		return
+	}
+	if how == owns && rev == 0 {
+		rev = m.own(x, "reclaimed") // the entry is this cell's already: take it for this attempt
+	}
+	cl.db[x.id] = &record{state: received, payload: x.payload, attempt: x.key(), rev: rev} // Insert, or Reclaim
 	m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id, payload: x.payload})
 }
 
 // existing is Machine.existing: it answers from a record the cell has, and
 // reports whether the attempt reclaims an abandoned record instead. It is
 // called with the attempt's own work off the pool, so busy is othersBusy.
-func (m *model) existing(x msg, rec *record) (reclaim bool) {
+//
+// An abandoned record is reclaimed here when the entry is this cell's:
+// the old reason to send it away (the GTR may have completed it
+// elsewhere) is answered by the directory, since a completion elsewhere
+// would own the entry. Without the directory: re-routable unless
+// last_resort.
+func (m *model) existing(x msg, rec *record, how claimed) (reclaim bool) {
 	switch {
 	case rec.payload != x.payload && !m.rules.IgnorePayload:
 		m.reply(x, mResult, result{status: "ALREADY_EXISTS"}, x.payload)
+	case rec.state == abandoned && how == owns:
+		m.logf("cell %d: %s reclaimed", x.cell, x.id)
+		return true
 	case rec.state == abandoned && !x.lastResort:
 		m.reply(x, mReroutable, result{}, 0) // cell_healthy: it may have completed elsewhere
 	case rec.state == abandoned:
@@ -539,6 +621,9 @@ func (m *model) existing(x msg, rec *record) (reclaim bool) {
 		if rec.state == sending && slices.Contains(slices.Collect(maps.Values(m.cells[x.cell].awaiting)), x.id) {
 			m.violate("no PENDING from an unconfirmed sending record: cell %d answered %s (call %d attempt %d) while call %d attempt %d waits for Proceed",
 				x.cell, x.id, x.call, x.attempt, rec.attempt.call, rec.attempt.attempt)
+		}
+		if rec.state == sending && how == owns && !m.rules.NoPin {
+			m.pin(x, rec)
 		}
 		m.reply(x, mResult, rec.result(), rec.payload)
 	}
@@ -562,10 +647,10 @@ func (m *model) waited(x msg) {
 		m.reply(x, mResult, result{status: "ABORTED"}, x.payload)
 		return
 	}
-	if m.existing(x, rec) {
-		m.cells[x.cell].db[x.id] = &record{state: received, payload: x.payload, attempt: x.key()}
-		m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, payload: x.payload})
-	}
+	// The claim read before the wait is stale: the entry may have been
+	// abandoned and taken over meanwhile. Claim again (in the code: the
+	// reclaim's CAS at the revision read fails, and the cell reads again).
+	m.start(x)
 }
 
 // markSending is the persist from received: a decline decided before the
@@ -575,11 +660,15 @@ func (m *model) markSending(x msg) {
 	cl := m.cells[x.cell]
 	rec := cl.db[x.id]
 	if m.cancelled[x.key()] || rec.state != received || rec.attempt != x.key() {
+		if rec.state == received && rec.attempt == x.key() {
+			m.update(x.cell, x.id, rec.rev, entryAbandoned, result{}) // a step back before the PNR
+		}
 		m.reply(x, mReroutable, result{}, 0) // the record stays received until a restart
 		return
 	}
 	if x.payload%3 == 2 {
 		rec.state, rec.reason = declined, "amount_limit"
+		m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
 		m.reply(x, mResult, rec.result(), rec.payload)
 		return
 	}
@@ -603,6 +692,7 @@ func (m *model) refused(x msg) {
 	delete(cl.awaiting, x.key())
 	if rec := cl.db[x.id]; rec.state == sending {
 		rec.state = abandoned
+		m.update(x.cell, x.id, rec.rev, entryAbandoned, result{})
 	}
 	m.logf("cell %d: %s not confirmed, abandoned", x.cell, x.id)
 	m.reply(x, mReroutable, result{}, 0)
@@ -611,6 +701,9 @@ func (m *model) refused(x msg) {
 func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
 	if !m.proceeded[k] {
 		m.violate("no issuer call without Proceed: cell %d called the issuer for %s (call %d attempt %d) unconfirmed", i, id, k.call, k.attempt)
+	}
+	if e := m.dir[id]; !m.rules.NoDirectory && (e == nil || e.owner != i || e.by != k || e.state != entryOwned) {
+		m.violate("the issuer is called by the owner only: cell %d called the issuer for %s (call %d attempt %d), entry %+v", i, id, k.call, k.attempt, e)
 	}
 	m.cells[i].issuerWait[k] = id
 	m.send(msg{kind: mIssuerReq, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: id, payload: p})
@@ -626,6 +719,7 @@ func (m *model) persistOutcome(x msg) {
 		return
 	}
 	settle(rec, x.res)
+	m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
 	m.reply(x, mResult, rec.result(), rec.payload)
 }
 
@@ -650,7 +744,8 @@ func (m *model) issuerTimeout(i int, k attemptKey) {
 	m.send(msg{kind: mResult, call: k.call, attempt: k.attempt, cell: i, id: id, res: result{status: "PENDING"}, recPayload: cl.db[id].payload})
 }
 
-// lose drops an issuer request or response in the network.
+// lose drops an issuer request or response, or a directory update, in the
+// network.
 func (m *model) lose(i int) {
 	m.logf("lost %v", m.pool[i])
 	m.pool = slices.Delete(m.pool, i, i+1)
@@ -720,16 +815,44 @@ func (m *model) reconcile(i int) {
 		}
 		if r, ok := m.outcome[id]; ok {
 			settle(rec, r)
+			m.update(i, id, m.entryRev(i, id), entryFinal, rec.result())
 		} else if m.rules.ReconcilerResends {
 			m.callIssuerDirect(i, id, rec.payload)
 			settle(rec, m.outcome[id])
 		} else if m.mayReachIssuer(rec.attempt.call) {
 			continue // a send may still be on its way
 		} else {
-			rec.state, rec.reason = failed, reasonNotReached
+			m.notReached(i, id, rec)
 		}
 		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
 	}
+}
+
+// notReached is the reconciler's FAILED issuer_not_reached. With the
+// directory it is written to the entry first, synchronously, and only if
+// the entry is this cell's; an entry another cell holds was taken over,
+// which the claim allows only from an attempt that never had Proceed, so
+// nothing of this record reached the issuer: it is abandoned instead.
+func (m *model) notReached(i int, id string, rec *record) {
+	fail := result{status: "FAILED", reason: reasonNotReached}
+	if e := m.dir[id]; !m.rules.NoDirectory && !m.rules.ReconcilerNoClaim {
+		switch {
+		case e == nil || e.owner != i:
+			if m.proceeded[rec.attempt] {
+				m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
+					i, id, rec.attempt.call, rec.attempt.attempt)
+			}
+			rec.state = abandoned
+			return
+		case e.state == entryFinal:
+			m.violate("a final entry has a final owner record: cell %d reconciles %s, sending, entry %+v", i, id, *e)
+			return
+		}
+		e.rev++
+		e.state, e.res = entryFinal, fail
+		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
+	}
+	rec.state, rec.reason = failed, reasonNotReached
 }
 
 // mayReachIssuer reports whether an attempt of GTR call n can still reach
@@ -764,16 +887,12 @@ func (m *model) authorize(k attemptKey, id string, p payload) result {
 		if rec == nil || !rec.pastPNR() || !rec.result().notReached() {
 			continue
 		}
-		switch {
-		case k != noAttempt && k.call == rec.attempt.call:
+		if k != noAttempt && k.call == rec.attempt.call {
 			m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d attempt %d) after cell %d recorded it not reached for the same call",
 				id, k.call, k.attempt, i)
-		default: // gap 2: another call
-			m.contradicted[id] = true
-			if m.strictNotReached {
-				m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d) after cell %d recorded it not reached for call %d",
-					id, k.call, i, rec.attempt.call)
-			}
+		} else {
+			m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d) after cell %d recorded it not reached for call %d",
+				id, k.call, i, rec.attempt.call)
 		}
 	}
 	r := result{status: "APPROVED", auth: "A-" + id}
@@ -787,13 +906,6 @@ func (m *model) authorize(k attemptKey, id string, p payload) result {
 }
 
 // --- invariants ---
-
-// tolerated reports whether a is an answer or record the default checks
-// leave to TestKnownGaps: FAILED issuer_not_reached for an ID the issuer
-// applied afterwards on an attempt of another GTR call (gap 2).
-func (m *model) tolerated(id string, r result) bool {
-	return !m.strictNotReached && m.contradicted[id] && r.notReached()
-}
 
 // check returns the first invariant broken so far, if any.
 func (m *model) check() error {
@@ -810,7 +922,7 @@ func (m *model) check() error {
 		var first *answered
 		for i := range as {
 			a := &as[i]
-			if a.res.isError() || m.tolerated(id, a.res) {
+			if a.res.isError() {
 				continue
 			}
 			if first == nil {
@@ -818,11 +930,8 @@ func (m *model) check() error {
 				continue
 			}
 			if a.payload != first.payload {
-				if m.strictReuse {
-					return fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s answered %v for payload %d and %v for payload %d",
-						id, first.res, first.payload, a.res, a.payload)
-				}
-				continue
+				return fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s answered %v for payload %d and %v for payload %d",
+					id, first.res, first.payload, a.res, a.payload)
 			}
 			if first.res.final() && a.res.final() && a.res != first.res {
 				return fmt.Errorf("same ID and payload, same answer: %s answered %v and %v", id, first.res, a.res)
@@ -867,9 +976,10 @@ func cmpKey(a, b attemptKey) int {
 }
 
 // checkHealed checks what must hold once faults heal: every call
-// answered, every accepted transaction final in every cell past its PNR,
-// those cells agreeing, and every answer equal to the record (a PENDING
-// answer having resolved).
+// answered, every transaction past its PNR final in every cell that holds
+// it, for one payload per ID, those cells agreeing, the directory's final
+// answers agreeing with them, and every answer equal to the record (a
+// PENDING answer having resolved).
 func (m *model) checkHealed() error {
 	if err := m.check(); err != nil {
 		return err
@@ -884,17 +994,29 @@ func (m *model) checkHealed() error {
 			return fmt.Errorf("cell %d still waits for Proceed: %v", i, cl.awaiting)
 		}
 	}
+	seen := maps.Clone(m.dir)
+	for _, cl := range m.cells {
+		for id := range cl.db {
+			seen[id] = nil
+		}
+	}
+	records := map[string]*result{}
+	for _, id := range slices.Sorted(maps.Keys(seen)) {
+		rec, err := m.agreedRecord(id)
+		if err != nil {
+			return err
+		}
+		records[id] = rec
+		if e := m.dir[id]; e != nil && e.state == entryFinal && (rec == nil || e.res != *rec) {
+			return fmt.Errorf("the directory agrees with the records: %s is %v in the directory, records %v", id, e.res, rec)
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
 		for _, a := range m.answers[id] {
-			if a.res.isError() || m.tolerated(id, a.res) {
+			if a.res.isError() {
 				continue
 			}
-			// Records of the answered payload only: another payload's
-			// record in another cell is the known gap of TestKnownGaps.
-			rec, err := m.agreedRecord(id, a.payload)
-			switch {
-			case err != nil:
-				return err
+			switch rec := records[id]; {
 			case rec == nil:
 				return fmt.Errorf("lost: %s answered %v, no record past its PNR", id, a.res)
 			case a.res.final() && a.res != *rec:
@@ -905,32 +1027,28 @@ func (m *model) checkHealed() error {
 	return nil
 }
 
-// agreedRecord is the outcome of id's records of payload p past their
-// PNR, which must all be final and agree; nil when there are none.
-func (m *model) agreedRecord(id string, p payload) (*result, error) {
-	var rec, notReached *result
+// agreedRecord is the outcome of id's records past their PNR, which must
+// all be of one payload, final, and agree; nil when there are none.
+func (m *model) agreedRecord(id string) (*result, error) {
+	var rec *result
+	at := -1
 	for i := range m.cells {
 		r, ok := m.cells[i].db[id]
-		if !ok || !r.pastPNR() || r.payload != p {
+		if !ok || !r.pastPNR() {
 			continue
 		}
 		res := r.result()
-		if m.tolerated(id, res) {
-			if notReached == nil {
-				notReached = &res
-			}
-			continue
-		}
 		if !res.final() {
 			return nil, fmt.Errorf("every accepted transaction is final: %s is %s in cell %d", id, r.state, i)
 		}
-		if rec != nil && *rec != res {
-			return nil, fmt.Errorf("records agree: %s is %v in one cell and %v in cell %d", id, *rec, res, i)
+		if at >= 0 && m.cells[at].db[id].payload != r.payload {
+			return nil, fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s recorded %v for payload %d in cell %d and %v for payload %d in cell %d",
+				id, *rec, m.cells[at].db[id].payload, at, res, r.payload, i)
 		}
-		rec = &res
-	}
-	if rec == nil {
-		return notReached, nil
+		if rec != nil && *rec != res {
+			return nil, fmt.Errorf("records agree: %s is %v in cell %d and %v in cell %d", id, *rec, at, res, i)
+		}
+		rec, at = &res, i
 	}
 	return rec, nil
 }
