@@ -64,6 +64,7 @@ type wire struct {
 	Attempt     int32  `json:"attempt,omitempty"`
 	Fingerprint []byte `json:"fp"`
 	State       State  `json:"state"`
+	Pinned      bool   `json:"pinned,omitempty"`
 	Answer      []byte `json:"answer,omitempty"` // cellpay.v1.Transaction, binary
 }
 
@@ -72,7 +73,7 @@ func Encode(e Entry) ([]byte, error) {
 	if err := check(e); err != nil {
 		return nil, err
 	}
-	w := wire{V: 1, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:], State: e.State}
+	w := wire{V: 1, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:], State: e.State, Pinned: e.Pinned}
 	if e.Answer != nil {
 		b, err := proto.Marshal(e.Answer)
 		if err != nil {
@@ -99,7 +100,7 @@ func Decode(b []byte) (Entry, error) {
 	if len(w.Fingerprint) != len(idempotency.Fingerprint{}) {
 		return Entry{}, fmt.Errorf("directory: fp: %d bytes, want %d", len(w.Fingerprint), len(idempotency.Fingerprint{}))
 	}
-	e := Entry{Owner: w.Owner, Call: w.Call, Attempt: w.Attempt, State: w.State}
+	e := Entry{Owner: w.Owner, Call: w.Call, Attempt: w.Attempt, State: w.State, Pinned: w.Pinned}
 	copy(e.Fingerprint[:], w.Fingerprint)
 	if len(w.Answer) > 0 {
 		if len(w.Answer) > maxAnswerLen {

@@ -38,6 +38,12 @@ type Entry struct {
 	// Answer is the owner's recorded answer when final: the transaction as
 	// partners see it (masked card, no PAN).
 	Answer *cellpayv1.Transaction
+	// Pinned: the owner answered PENDING from a sending record that no
+	// attempt of its was working on (a crash's leftover, whose attempt the
+	// GTR may have given up). That answer promises the owner resolves it,
+	// so a later attempt of Call no longer takes the entry over. A new
+	// claim of the entry clears it.
+	Pinned bool
 	// Revision is the entry's revision in the directory; a takeover is
 	// conditional on it.
 	Revision uint64
@@ -58,7 +64,7 @@ func (e Entry) mayTakeOver(call string, attempt int32) bool {
 	case EntryAbandoned:
 		return true
 	case EntryOwned:
-		return call != "" && e.Call == call && e.Attempt < attempt
+		return !e.Pinned && call != "" && e.Call == call && e.Attempt < attempt
 	}
 	return false
 }

@@ -115,13 +115,38 @@ type Machine struct {
 	decided   State
 	reason    string
 	riskClass string
-	// claim is the directory entry this attempt holds, once Claimed; nil
-	// while it holds none. unclaimed: the attempt went on without one
-	// (the directory was unavailable at the transaction's natural home).
+	// claim is the transaction's directory entry as this attempt last
+	// read or wrote it, when it is this cell's; nil while the attempt holds
+	// none. unclaimed: the attempt went on without one (the directory was
+	// unavailable at the transaction's natural home). next is what follows
+	// the claim step in progress; pending, the record a pinned PENDING
+	// answers with; waited: the attempt waited on a concurrent one, so the
+	// entry it read is stale.
 	claim     *Entry
 	claims    int
 	unclaimed bool
+	next      afterClaimStep
+	pending   *Record
+	waited    bool
 }
+
+// afterClaimStep is what an attempt does once a claim step made the entry
+// what it needs.
+type afterClaimStep uint8
+
+const (
+	// thenInsert: the first claim; the entry is this cell's (new or not).
+	thenInsert afterClaimStep = iota
+	// thenGoOn: the record was inserted under an entry of another attempt
+	// of this cell; the entry is now this attempt's: go on to risk.
+	thenGoOn
+	// thenReclaim: the abandoned record is restarted under this attempt's
+	// entry.
+	thenReclaim
+	// thenPin: the entry is pinned, and the sending record answers
+	// PENDING.
+	thenPin
+)
 
 // maxClaims bounds the claim steps of one attempt (a claim, then takeovers
 // lost to other cells' races).
@@ -149,7 +174,7 @@ func (m *Machine) Start() Action {
 	m.rec = m.newRecord(now)
 	m.enrich()
 	if m.in.Directory {
-		return m.claimEntry(0)
+		return m.claimEntry(0, thenInsert)
 	}
 	m.phase = phaseInsert
 	return Insert{Record: m.rec}
@@ -166,18 +191,45 @@ func (m *Machine) Claimed() (Entry, bool) {
 // Unclaimed reports whether the attempt went on without a directory claim.
 func (m *Machine) Unclaimed() bool { return m.unclaimed }
 
-// claimEntry claims the transaction for this attempt: a new entry, or a
-// takeover of the one read at revision rev.
-func (m *Machine) claimEntry(rev uint64) Action {
+// claimEntry writes the directory entry for this attempt, next to follow:
+// a Create, or when rev is set an Update of the entry read at rev (a
+// takeover, or this cell's entry taken for this attempt).
+func (m *Machine) claimEntry(rev uint64, next afterClaimStep) Action {
+	return m.claimAs(rev, next, Entry{
+		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint, State: EntryOwned,
+	})
+}
+
+func (m *Machine) claimAs(rev uint64, next afterClaimStep, e Entry) Action {
 	m.claims++
 	if m.claims > maxClaims {
-		m.phase = phaseDone
-		return Reject{Err: ErrInProgress}
+		return m.giveUp(Reject{Err: ErrInProgress})
 	}
-	m.phase = phaseClaim
-	return Claim{Key: m.rec.Key(), Revision: rev, Entry: Entry{
-		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint, State: EntryOwned,
-	}}
+	m.phase, m.next = phaseClaim, next
+	return Claim{Key: m.rec.Key(), Revision: rev, Entry: e}
+}
+
+// pin writes this cell's entry e back pinned: the sending record about to
+// answer PENDING is a promise that this cell resolves it, so a later
+// attempt of the entry's call must no longer take it over.
+func (m *Machine) pin(e Entry) Action {
+	p := e
+	p.State, p.Pinned, p.Answer = EntryOwned, true, nil
+	return m.claimAs(e.Revision, thenPin, p)
+}
+
+// giveUp ends the attempt with a; a record this attempt inserted and still
+// holds in state received steps back to abandoned first.
+func (m *Machine) giveUp(a Action) Action {
+	if m.next == thenGoOn && m.rec.State == StateReceived {
+		m.phase = phaseRevert
+		m.reason = "transaction directory: the entry went to another attempt"
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateReceived}
+	}
+	m.phase = phaseDone
+	return a
 }
 
 // afterClaim applies the directory's rules (docs/design/transaction-directory.md):
@@ -186,30 +238,48 @@ func (m *Machine) afterClaim(ev Event) Action {
 	switch ev := ev.(type) {
 	case Claimed:
 		e := ev.Entry
-		if e.State == EntryAbandoned || e.State == EntryOwned && !e.SameAttempt(m.in.Call, m.in.Attempt) && !ev.Active {
-			// This cell's entry, for an attempt that stopped or is gone:
-			// take it for this one, so that no other cell takes over
-			// while it works (abandoned) and so that this call's later
-			// attempts may (owned).
-			return m.claimEntry(e.Revision)
-		}
 		m.claim = &e
-		m.phase = phaseInsert
-		return Insert{Record: m.rec}
+		switch m.next {
+		case thenInsert:
+			if e.State == EntryAbandoned {
+				// This cell stopped it before its point of no return: take
+				// the entry for this attempt before anything else, so that
+				// no other cell takes it over meanwhile.
+				return m.claimEntry(e.Revision, thenInsert)
+			}
+			m.phase = phaseInsert
+			return Insert{Record: m.rec}
+		case thenPin:
+			if !e.Pinned && e.State != EntryFinal {
+				return m.pin(e)
+			}
+			m.phase = phaseDone
+			return Reply{Record: m.pending}
+		}
+		if !e.SameAttempt(m.in.Call, m.in.Attempt) {
+			if e.State == EntryFinal {
+				return m.giveUp(Reject{Err: ErrInProgress})
+			}
+			return m.claimEntry(e.Revision, m.next)
+		}
+		if m.next == thenReclaim {
+			m.phase = phaseInsert
+			return Reclaim{Record: m.rec}
+		}
+		return m.checkRisk()
 	case Held:
 		e := ev.Entry
 		switch {
 		case idempotency.Check(e.Fingerprint, m.in.Fingerprint) != nil:
-			m.phase = phaseDone
-			return Reject{Err: idempotency.ErrConflict}
+			return m.giveUp(Reject{Err: idempotency.ErrConflict})
 		case e.State == EntryFinal:
-			m.phase = phaseDone
-			return ReplyEntry{Entry: e}
-		case e.mayTakeOver(m.in.Call, m.in.Attempt):
-			return m.claimEntry(e.Revision)
+			return m.giveUp(ReplyEntry{Entry: e})
+		case e.mayTakeOver(m.in.Call, m.in.Attempt) && m.next != thenGoOn:
+			// With thenPin, this cell's sending record answers PENDING
+			// under the new claim, pinned.
+			return m.claimEntry(e.Revision, m.next)
 		}
-		m.phase = phaseDone
-		return Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner}
+		return m.giveUp(Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner})
 	case ClaimFailed:
 		if m.in.Home && m.claims == 1 {
 			// Payments go on at home through a directory outage; failover
@@ -218,8 +288,10 @@ func (m *Machine) afterClaim(ev Event) Action {
 			m.phase = phaseInsert
 			return Insert{Record: m.rec}
 		}
-		m.phase = phaseDone
-		return Reroute{Reason: "transaction directory unavailable: " + ev.Err.Error(), CellHealthy: true}
+		if m.next == thenPin {
+			return m.giveUp(Reject{Err: ErrInProgress})
+		}
+		return m.giveUp(Reroute{Reason: "transaction directory unavailable: " + ev.Err.Error(), CellHealthy: true})
 	}
 	return m.unexpected(ev)
 }
@@ -334,8 +406,19 @@ func (m *Machine) Step(ev Event) Action {
 func (m *Machine) afterInsert(ev Event) Action {
 	switch ev := ev.(type) {
 	case Inserted:
+		if m.claim != nil && !m.claim.SameAttempt(m.in.Call, m.in.Attempt) {
+			// Recorded under this cell's entry of another attempt (one
+			// gone): take the entry for this one before going on.
+			return m.claimEntry(m.claim.Revision, thenGoOn)
+		}
 		return m.checkRisk()
 	case Existing:
+		if m.waited && m.claim != nil {
+			// The entry read before the wait is stale: it may have been
+			// abandoned and taken over meanwhile. Claim again.
+			m.waited = false
+			return m.claimEntry(0, thenInsert)
+		}
 		return m.existing(ev.Record, ev.Active)
 	case StoreFailed:
 		m.phase = phaseDone
@@ -366,15 +449,23 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// Another attempt here is between its durable sending state and
 		// the GTR's confirmation: it may yet step back to abandoned, and a
 		// PENDING answer now might never resolve. Wait for it.
+		m.waited = true
 		return Wait{Key: prev.Key()}
+	case prev.State == StateSending && m.claim != nil && !m.claim.Pinned && m.claim.State != EntryFinal:
+		// PENDING from a record no attempt here works on promises that
+		// this cell resolves it: pin the entry first.
+		m.rec, m.pending = prev, prev
+		return m.pin(*m.claim)
 	case prev.State.Terminal(), prev.State == StateSending:
 		m.phase = phaseDone
 		m.rec = prev
 		return Reply{Record: prev}
-	case prev.State == StateAbandoned && m.claim != nil:
+	case prev.State == StateAbandoned && m.claim != nil && m.claim.SameAttempt(m.in.Call, m.in.Attempt):
 		// The directory entry is this attempt's: no other cell completed
 		// the transaction (it would own the entry), so restart it here.
 		return Reclaim{Record: m.rec}
+	case prev.State == StateAbandoned && m.claim != nil:
+		return m.claimEntry(m.claim.Revision, thenReclaim)
 	case prev.State == StateAbandoned && !m.in.LastResort:
 		// An attempt here stopped before its point of no return; the GTR
 		// may have completed the transaction on another cell since. Send it
@@ -386,6 +477,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// so this attempt starts over from the request as if new.
 		return Reclaim{Record: m.rec}
 	default:
+		m.waited = true
 		return Wait{Key: prev.Key()}
 	}
 }

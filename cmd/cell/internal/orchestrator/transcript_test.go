@@ -212,7 +212,8 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 			other.Amount.MinorUnits++
 		}
 		e := Entry{Owner: args["owner"], Call: args["call"], Attempt: int32(atoi(t, args["attempt"], 1)),
-			Fingerprint: fp.Of(other), State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1))}
+			Fingerprint: fp.Of(other), State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1)),
+			Pinned: args["pinned"] == "true"}
 		if e.State == EntryFinal {
 			e.Answer = &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED,
 				AuthCode: args["auth"], CellId: e.Owner}
@@ -273,8 +274,11 @@ func formatAction(a Action) string {
 	case Claim:
 		e := a.Entry
 		s := fmt.Sprintf("Claim %s owner=%s call=%s attempt=%d state=%s", formatKey(a.Key), e.Owner, e.Call, e.Attempt, e.State)
+		if e.Pinned {
+			s += " pinned"
+		}
 		if a.Revision != 0 {
-			s += fmt.Sprintf(" takeover-of-rev=%d", a.Revision)
+			s += fmt.Sprintf(" at-rev=%d", a.Revision)
 		}
 		return s
 	case ReplyEntry:

@@ -439,7 +439,10 @@ func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.E
 	if a.Revision == 0 {
 		e, ours, err = s.cfg.Directory.Claim(ctx, a.Key, a.Entry)
 	} else {
+		// A lost takeover hands back the entry that won, which may be
+		// this cell's all the same (another attempt here wrote it).
 		e, ours, err = s.cfg.Directory.Take(ctx, a.Key, a.Entry, a.Revision)
+		ours = ours || err == nil && e.Owner == s.cfg.CellID
 	}
 	result := "claimed"
 	switch {
