@@ -73,7 +73,7 @@ proto-check: proto
 
 ## bench: Go benchmarks (routing hot path and friends).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./cmd/cell/internal/orchestrator/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./internal/orchestrator/
 
 ## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
 bench-e2e:
