@@ -23,7 +23,8 @@ test: test-unit fuzz k8s-test
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# A few seconds of each fuzz target over the decoders and validators.
+# A few seconds of each fuzz target over the decoders, validators and
+# protocol machines.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/validate
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) ./pkg/idempotency
@@ -42,6 +43,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/directory
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
+	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/gtrattempt
 
 test-e2e:
 	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...
@@ -72,7 +74,7 @@ proto-check: proto
 
 ## bench: Go benchmarks (routing hot path and friends).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./cmd/cell/internal/orchestrator/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./internal/orchestrator/
 
 ## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
 bench-e2e:

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"pgregory.net/rapid"
 
-	"github.com/cellpay/cellpay/cmd/cell/internal/orchestrator"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/internal/refdata"
 )

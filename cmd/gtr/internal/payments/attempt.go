@@ -3,16 +3,14 @@ package payments
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/internal/gtrattempt"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -62,12 +60,14 @@ type callInfo struct {
 
 // attempt runs the transaction on one cell: the Process stream, with the
 // point-of-no-return handshake. It re-routes (returns outcome.reroute) only
-// while it has not sent Proceed.
+// while it has not sent Proceed. What to do is gtrattempt's decision; this
+// is its driver, performing the machine's actions on the stream, the
+// attempt timer and the caller's context.
 //
 // atPNR gives back the slots the attempt holds in the adaptive limits (the
 // cell's, the GTR's) at the PNR, where the cell's own work ends (what
 // follows is the issuer's), with the latency up to it.
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) (out outcome) {
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) outcome {
 	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
 	if err != nil {
 		return outcome{reroute: err}
@@ -76,93 +76,148 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		s.cfg.InFlight(cell.ID, 1)
 		defer s.cfg.InFlight(cell.ID, -1)
 	}
-	// The stream's own context. Before the point of no return it ends when
-	// the attempt timer fires or the caller goes away, so that a slow cell
-	// stops short of it. After Proceed it must not end that way: the
-	// cancellation could overtake the Proceed on its way to the cell, which
-	// would then step back from a point of no return the GTR has already
-	// promised. From Proceed on, the stream lives until the cell's answer
-	// (bounded by afterPNRBound); a caller whose deadline comes first is
-	// answered PENDING, and the rest is read in the background.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), afterPNRBound)
-	owned := true // this call cancels the stream when it returns
-	defer func() {
-		if owned {
-			scancel()
-		}
-	}()
-	timer := time.AfterFunc(s.cfg.AttemptTimeout, scancel)
-	defer timer.Stop()
-	stopWatch := context.AfterFunc(ctx, scancel)
-	defer stopWatch()
-	stream, err := client.Process(sctx)
-	if err != nil {
-		return outcome{reroute: err}
-	}
-	start := &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
-		Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort, CallId: call.id, Home: call.home,
-	}}}
-	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
-		return outcome{reroute: err}
-	} // on io.EOF the stream's status comes from Recv
-	events := receive(sctx, stream)
-	began := time.Now()
-	var toPNR time.Duration
-	pnr := false
-	var callerGone <-chan struct{} // armed at the PNR
+	// Past afterPNRBound the stream is cut anyway: an attempt timer beyond
+	// it would never fire first.
+	m := gtrattempt.New(gtrattempt.Config{CellID: cell.ID, AttemptTimeout: min(s.cfg.AttemptTimeout, afterPNRBound)})
+	d := driver{ctx: ctx, owned: true}
+	defer d.close()
+	// Each case performs the action and steps the machine with what
+	// happened, in place: an event that goes no further than Step stays
+	// off the heap.
+	a := m.Start(time.Now())
 	for {
+		switch act := a.(type) {
+		case gtrattempt.Open:
+			a = d.open(m, client, act.CancelAt, &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+				Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort, CallId: call.id, Home: call.home,
+			}}})
+		case gtrattempt.Read:
+			a = d.read(m)
+		case gtrattempt.Disarm:
+			if d.timer.Stop() && d.stopWatch() {
+				a = m.Step(gtrattempt.Disarmed{})
+			} else {
+				a = m.Step(gtrattempt.DisarmFailed{})
+			}
+		case gtrattempt.SendProceed:
+			if err := d.stream.Send(proceed); err != nil {
+				a = m.Step(gtrattempt.ProceedFailed{Err: err})
+			} else {
+				a = m.Step(gtrattempt.ProceedSent{Now: time.Now()})
+			}
+		case gtrattempt.ReleaseSlot:
+			atPNR(act.Latency)
+			a = m.Step(gtrattempt.Released{})
+		case gtrattempt.Answer:
+			return d.finish(s, cell, req, act)
+		}
+	}
+}
+
+var proceed = &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}
+
+// driver holds the I/O of one attempt: the stream, its context and the
+// standing orders that cancel it (the attempt timer, the caller's watch).
+type driver struct {
+	ctx context.Context // the caller's
+	// sctx is the stream's own context. Before the point of no return it
+	// ends when the attempt timer fires or the caller goes away, so that a
+	// slow cell stops short of it. After Proceed it must not end that way:
+	// the cancellation could overtake the Proceed on its way to the cell,
+	// which would then step back from a point of no return the GTR has
+	// already promised. From Proceed on, the stream lives until the cell's
+	// answer (bounded by afterPNRBound); a caller whose deadline comes
+	// first is answered PENDING, and the rest is read in the background.
+	sctx      context.Context
+	scancel   context.CancelFunc
+	timer     *time.Timer
+	stopWatch func() bool
+	stream    grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent]
+	events    <-chan received
+	// callerDone is the caller's Done until CallerGone is told. ended: the
+	// stream's end (endErr) was read but not yet told, CallerGone first.
+	callerDone <-chan struct{}
+	ended      bool
+	endErr     error
+	owned      bool // close cancels the stream
+}
+
+func (d *driver) open(m *gtrattempt.Machine, client cellproto.CellClient, cancelAt time.Time, start *cellproto.ProcessInput) gtrattempt.Action {
+	d.sctx, d.scancel = context.WithTimeout(context.WithoutCancel(d.ctx), afterPNRBound)
+	d.timer = time.AfterFunc(time.Until(cancelAt), d.scancel)
+	d.stopWatch = context.AfterFunc(d.ctx, d.scancel)
+	d.callerDone = d.ctx.Done()
+	stream, err := client.Process(d.sctx)
+	if err != nil {
+		return m.Step(gtrattempt.OpenFailed{Err: err})
+	}
+	d.stream = stream
+	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
+		return m.Step(gtrattempt.OpenFailed{Err: err})
+	} // on io.EOF the stream's status comes from Recv
+	d.events = receive(d.sctx, stream)
+	return m.Step(gtrattempt.Opened{Now: time.Now()})
+}
+
+// read waits for what the machine's Read asks for, and steps m with it.
+func (d *driver) read(m *gtrattempt.Machine) gtrattempt.Action {
+	for {
+		if d.ended {
+			d.ended = false
+			return m.Step(gtrattempt.StreamEnded{Now: time.Now(), Err: d.endErr})
+		}
 		var r received
 		select {
-		case r = <-events:
-		case <-callerGone:
-			owned = false
-			go drain(events, sctx, scancel)
-			return s.pending(cell, req)
+		case r = <-d.events:
+		case <-d.callerDone:
+			d.callerDone = nil
+			return m.Step(gtrattempt.CallerGone{})
 		}
 		if r.err != nil {
-			if errors.Is(r.err, io.EOF) {
-				r.err = errors.New("cell closed the stream without an outcome")
+			if d.callerDone != nil && d.ctx.Err() != nil {
+				// The caller left (and so, likely, the stream ended): say so
+				// first, so that the machine does not take it for slowness.
+				d.callerDone, d.ended, d.endErr = nil, true, r.err
+				return m.Step(gtrattempt.CallerGone{})
 			}
-			o := s.broken(cell, req, pnr, r.err)
-			// The attempt's own timer ended it, not the caller and not the
-			// cell: the cell is slow, which its limit answers; whether it
-			// is dead, health decides.
-			o.slow = o.reroute != nil && ctx.Err() == nil && sctx.Err() != nil
-			return o
+			return m.Step(gtrattempt.StreamEnded{Now: time.Now(), Err: r.err})
 		}
 		switch e := r.ev.GetEvent().(type) {
 		case *cellproto.ProcessEvent_PointOfNoReturn:
-			if pnr {
-				continue
-			}
-			// The handshake: confirm only if this attempt is still ours. A
-			// timer that fired, or a caller that left, has given the
-			// attempt up, and the cell, hearing nothing, will not call the
-			// issuer.
-			if !timer.Stop() || !stopWatch() {
-				return outcome{reroute: fmt.Errorf("cell %s: point of no return after the attempt was given up", cell.ID)}
-			}
-			if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
-				// Not delivered: the cell cannot have gone past its PNR.
-				return outcome{reroute: fmt.Errorf("cell %s: confirming the point of no return: %w", cell.ID, err)}
-			}
-			// From here the transaction belongs to this cell.
-			pnr = true
-			toPNR = time.Since(began)
-			atPNR(toPNR)
-			defer func() { out.released = true }()
-			callerGone = ctx.Done()
+			return m.Step(gtrattempt.PNR{Now: time.Now()})
 		case *cellproto.ProcessEvent_Result:
-			return outcome{txn: e.Result}
+			return m.Step(gtrattempt.Result{Now: time.Now(), Txn: e.Result})
 		case *cellproto.ProcessEvent_Reroutable:
-			if pnr {
-				// A cell must never say this after a confirmed PNR; if one
-				// does, trust the PNR and do not re-route.
-				return s.pending(cell, req)
-			}
-			return outcome{reroute: fmt.Errorf("cell %s: %s", cell.ID, e.Reroutable.GetReason()), cellHealthy: e.Reroutable.GetCellHealthy(),
-				owner: e.Reroutable.GetOwnerCell()}
+			return m.Step(gtrattempt.Reroutable{Now: time.Now(), Reason: e.Reroutable.GetReason(), CellHealthy: e.Reroutable.GetCellHealthy(),
+				Owner: e.Reroutable.GetOwnerCell()})
 		}
+		// A kind of message this GTR does not know: read on.
+	}
+}
+
+// finish turns the machine's answer into the attempt's outcome.
+func (d *driver) finish(s *Server, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, a gtrattempt.Answer) outcome {
+	o := outcome{txn: a.Txn, final: a.Final, reroute: a.Reroute, cellHealthy: a.CellHealthy, owner: a.Owner, slow: a.Slow, released: a.Released}
+	if a.Pending {
+		o.txn = s.pending(cell, req).txn
+	}
+	if a.Detach && d.events != nil && !d.ended {
+		d.owned = false
+		go drain(d.events, d.sctx, d.scancel)
+	}
+	return o
+}
+
+// close stops the standing orders and, unless the stream was detached,
+// ends it.
+func (d *driver) close() {
+	if d.timer == nil {
+		return // never opened
+	}
+	d.timer.Stop()
+	d.stopWatch()
+	if d.owned {
+		d.scancel()
 	}
 }
 
@@ -220,19 +275,6 @@ func drain(events <-chan received, ctx context.Context, cancel context.CancelFun
 			return
 		}
 	}
-}
-
-// broken handles a stream that ended without a terminal event.
-func (s *Server) broken(cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, pnr bool, err error) outcome {
-	if pnr {
-		return s.pending(cell, req)
-	}
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.AlreadyExists, codes.Aborted:
-		// The cell's answer about the request itself: the same anywhere.
-		return outcome{final: err}
-	}
-	return outcome{reroute: fmt.Errorf("cell %s: %w", cell.ID, err)}
 }
 
 // pending answers for a transaction past its PNR whose outcome this GTR

@@ -11,6 +11,10 @@
 // and the GTR may restart the transaction elsewhere; after it, the
 // transaction belongs to this cell and failures end in PENDING, never in a
 // resend.
+//
+// It lives under internal/, not cmd/cell/internal, so that a model of the
+// protocol (internal/model) can drive it beside the GTR's half,
+// internal/gtrattempt; only the cell performs its actions.
 package orchestrator
 
 import (
