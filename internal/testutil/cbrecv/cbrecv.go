@@ -70,11 +70,16 @@ func Start(t testing.TB, name, certFile, keyFile string, secrets func() []string
 }
 
 func (r *Receiver) serve(l net.Listener) {
-	srv := &http.Server{Handler: http.HandlerFunc(r.serveHTTP), TLSConfig: r.tlsCfg, ReadHeaderTimeout: 5 * time.Second}
+	// HTTP/1.1 over a TLS listener made here, and no lazy HTTP/2 setup
+	// inside the serving goroutine: that setup writes the server's fields
+	// unlocked, racing a Down that shuts the server down at once.
+	srv := &http.Server{Handler: http.HandlerFunc(r.serveHTTP), ReadHeaderTimeout: 5 * time.Second,
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
 	r.mu.Lock()
 	r.srv = srv
 	r.mu.Unlock()
-	go func() { _ = srv.ServeTLS(l, "", "") }()
+	tl := tls.NewListener(l, r.tlsCfg)
+	go func() { _ = srv.Serve(tl) }()
 }
 
 // Down stops serving: calls are refused until Up.
