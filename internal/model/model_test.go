@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/cellpay/cellpay/internal/orchestrator"
 )
 
 // Rules are test-only knobs, each breaking one rule of the protocol. The
@@ -131,9 +133,6 @@ type record struct {
 	// attempt is the attempt that wrote the record (Insert or Reclaim):
 	// the reconciler's grace waits for that attempt's issuer request.
 	attempt attemptKey
-	// rev is the directory revision that attempt's claim wrote (0: none),
-	// at which its best-effort entry updates apply.
-	rev int
 }
 
 func (r *record) result() result {
@@ -173,6 +172,10 @@ type cell struct {
 	awaiting map[attemptKey]string
 	// issuerWait: attempts waiting for the issuer's answer, by ID.
 	issuerWait map[attemptKey]string
+	// runs: the attempts in progress in the process, each its machine;
+	// persisting: their persists from received, waiting for mMarkSend.
+	runs       map[attemptKey]*run
+	persisting map[attemptKey]orchestrator.Persist
 }
 
 // replica is one GTR process.
@@ -308,7 +311,8 @@ func newModel(rules Rules) *model {
 	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
 		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{}}
 	for i := range m.cells {
-		m.cells[i] = &cell{up: true, db: map[string]*record{}, awaiting: map[attemptKey]string{}, issuerWait: map[attemptKey]string{}}
+		m.cells[i] = &cell{up: true, db: map[string]*record{}}
+		m.cells[i].forget()
 	}
 	for i := range m.replicas {
 		m.replicas[i] = &replica{moved: map[string]int{}}
@@ -510,27 +514,28 @@ func (m *model) deliver(i int) {
 	case mCancel:
 		m.cancelled[x.key()] = true
 		if _, ok := cl.awaiting[x.key()]; ok && cl.up {
-			m.refused(x)
+			m.refused(cl.runs[x.key()])
 		}
 	case mProceed:
 		if _, ok := cl.awaiting[x.key()]; ok && cl.up && cl.epoch == x.epoch {
 			delete(cl.awaiting, x.key())
 			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
-			m.callIssuer(x.cell, x.key(), x.id, cl.db[x.id].payload)
+			m.resume(cl.runs[x.key()], orchestrator.PNRConfirmed{})
 		}
 	case mMarkSend, mWait, mIssuerResp:
-		if !cl.up || cl.epoch != x.epoch {
+		r, ok := m.runOf(x)
+		if !ok || cl.epoch != x.epoch {
 			return // in the memory of a process that is gone
 		}
 		switch x.kind {
 		case mMarkSend:
-			m.markSending(x)
+			m.markSending(r)
 		case mWait:
-			m.waited(x)
+			m.waited(r)
 		default:
 			if _, ok := cl.issuerWait[x.key()]; ok {
 				delete(cl.issuerWait, x.key())
-				m.persistOutcome(x)
+				m.issuerAnswered(r, x.res)
 			}
 		}
 	case mIssuerReq:
@@ -568,136 +573,6 @@ func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
 	m.send(msg{kind: kind, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: r, recPayload: recPayload})
 }
 
-func (m *model) process(x msg) {
-	if m.cancelled[x.key()] {
-		m.reply(x, mReroutable, result{}, 0) // a claim or an Insert under a cancelled context
-		return
-	}
-	m.start(x)
-}
-
-// start is the claim in the directory, then the cell's own rules on its
-// record: insert, or the rules on an existing record.
-func (m *model) start(x msg) {
-	cl := m.cells[x.cell]
-	how, rev := m.claim(x)
-	if how == replied {
-		return
-	}
-	if rec, ok := cl.db[x.id]; ok && !m.existing(x, rec, how) {
-		return
-	}
-	if how == owns && rev == 0 {
-		rev = m.own(x, "reclaimed") // the entry is this cell's already: take it for this attempt
-	}
-	cl.db[x.id] = &record{state: received, payload: x.payload, attempt: x.key(), rev: rev} // Insert, or Reclaim
-	m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id, payload: x.payload})
-}
-
-// existing is Machine.existing: it answers from a record the cell has, and
-// reports whether the attempt reclaims an abandoned record instead. It is
-// called with the attempt's own work off the pool, so busy is othersBusy.
-//
-// An abandoned record is reclaimed here when the entry is this cell's:
-// the old reason to send it away (the GTR may have completed it
-// elsewhere) is answered by the directory, since a completion elsewhere
-// would own the entry. Without the directory: re-routable unless
-// last_resort.
-func (m *model) existing(x msg, rec *record, how claimed) (reclaim bool) {
-	switch {
-	case rec.payload != x.payload && !m.rules.IgnorePayload:
-		m.reply(x, mResult, result{status: "ALREADY_EXISTS"}, x.payload)
-	case rec.state == abandoned && how == owns:
-		m.logf("cell %d: %s reclaimed", x.cell, x.id)
-		return true
-	case rec.state == abandoned && !x.lastResort:
-		m.reply(x, mReroutable, result{}, 0) // cell_healthy: it may have completed elsewhere
-	case rec.state == abandoned:
-		m.logf("cell %d: %s reclaimed (last resort)", x.cell, x.id)
-		return true
-	case rec.state == received, m.unsettled(x, rec):
-		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: m.cells[x.cell].epoch, id: x.id, payload: x.payload, lastResort: x.lastResort})
-	default:
-		if rec.state == sending && slices.Contains(slices.Collect(maps.Values(m.cells[x.cell].awaiting)), x.id) {
-			m.violate("no PENDING from an unconfirmed sending record: cell %d answered %s (call %d attempt %d) while call %d attempt %d waits for Proceed",
-				x.cell, x.id, x.call, x.attempt, rec.attempt.call, rec.attempt.attempt)
-		}
-		if rec.state == sending && how == owns && !m.rules.NoPin {
-			m.pin(x, rec)
-		}
-		m.reply(x, mResult, rec.result(), rec.payload)
-	}
-	return false
-}
-
-// unsettled reports whether rec is sending while another attempt at its ID
-// runs in the cell's process (Existing.Active): that attempt may be between
-// its sending state and the GTR's Proceed, and step back to abandoned, so a
-// PENDING answered now might never resolve. The duplicate waits.
-func (m *model) unsettled(x msg, rec *record) bool {
-	return rec.state == sending && !m.rules.NoWaitOnSending && m.busy(x.cell, x.id)
-}
-
-// waited ends a Wait: the record settled (left received, and is not
-// sending while another attempt here runs), or the wait timed out
-// (ABORTED, in progress; the GTR passes it to the caller).
-func (m *model) waited(x msg) {
-	rec := m.cells[x.cell].db[x.id]
-	if rec.state == received || m.unsettled(x, rec) || m.cancelled[x.key()] {
-		m.reply(x, mResult, result{status: "ABORTED"}, x.payload)
-		return
-	}
-	// The claim read before the wait is stale: the entry may have been
-	// abandoned and taken over meanwhile. Claim again (in the code: the
-	// reclaim's CAS at the revision read fails, and the cell reads again).
-	m.start(x)
-}
-
-// markSending is the persist from received: a decline decided before the
-// PNR, or the durable sending record followed by the PNR event. A cell
-// whose stream is cancelled persists nothing from received.
-func (m *model) markSending(x msg) {
-	cl := m.cells[x.cell]
-	rec := cl.db[x.id]
-	if m.cancelled[x.key()] || rec.state != received || rec.attempt != x.key() {
-		if rec.state == received && rec.attempt == x.key() {
-			m.update(x.cell, x.id, rec.rev, entryAbandoned, result{}) // a step back before the PNR
-		}
-		m.reply(x, mReroutable, result{}, 0) // the record stays received until a restart
-		return
-	}
-	if x.payload%3 == 2 {
-		rec.state, rec.reason = declined, "amount_limit"
-		m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
-		m.reply(x, mResult, rec.result(), rec.payload)
-		return
-	}
-	rec.state = sending // durable
-	m.send(msg{kind: mPNR, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
-	if m.rules.IssuerWithoutProceed {
-		m.callIssuer(x.cell, x.key(), x.id, x.payload)
-		return
-	}
-	cl.awaiting[x.key()] = x.id
-}
-
-// refused is PNRRefused: the stream ended without Proceed. Nothing was
-// sent; the record steps back to abandoned and the attempt is re-routable.
-func (m *model) refused(x msg) {
-	if m.proceeded[x.key()] {
-		m.violate("no step back after Proceed: cell %d reverted %s (call %d attempt %d) to abandoned after the GTR confirmed it",
-			x.cell, x.id, x.call, x.attempt)
-	}
-	cl := m.cells[x.cell]
-	delete(cl.awaiting, x.key())
-	if rec := cl.db[x.id]; rec.state == sending {
-		rec.state = abandoned
-		m.update(x.cell, x.id, rec.rev, entryAbandoned, result{})
-	}
-	m.logf("cell %d: %s not confirmed, abandoned", x.cell, x.id)
-	m.reply(x, mReroutable, result{}, 0)
-}
-
 func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
 	if !m.proceeded[k] {
 		m.violate("no issuer call without Proceed: cell %d called the issuer for %s (call %d attempt %d) unconfirmed", i, id, k.call, k.attempt)
@@ -707,20 +582,6 @@ func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
 	}
 	m.cells[i].issuerWait[k] = id
 	m.send(msg{kind: mIssuerReq, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: id, payload: p})
-}
-
-// persistOutcome records the issuer's answer if the record is still
-// sending, and replies with the record; if it is not (a reconciler got
-// there first), the machine answers PENDING, as its Persist failed.
-func (m *model) persistOutcome(x msg) {
-	rec := m.cells[x.cell].db[x.id]
-	if rec.state != sending {
-		m.reply(x, mResult, result{status: "PENDING"}, rec.payload)
-		return
-	}
-	settle(rec, x.res)
-	m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
-	m.reply(x, mResult, rec.result(), rec.payload)
 }
 
 func settle(rec *record, r result) {
@@ -734,14 +595,14 @@ func settle(rec *record, r result) {
 	}
 }
 
-// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout) and
-// answers PENDING. The request or response stays where it is.
+// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout):
+// IssuerUnknown. The request or response stays where it is.
 func (m *model) issuerTimeout(i int, k attemptKey) {
 	cl := m.cells[i]
 	id := cl.issuerWait[k]
 	delete(cl.issuerWait, k)
 	m.logf("cell %d: issuer timeout for %s", i, id)
-	m.send(msg{kind: mResult, call: k.call, attempt: k.attempt, cell: i, id: id, res: result{status: "PENDING"}, recPayload: cl.db[id].payload})
+	m.resume(cl.runs[k], orchestrator.IssuerUnknown{Err: errors.New("issuer timeout")})
 }
 
 // lose drops an issuer request or response, or a directory update, in the
@@ -755,8 +616,7 @@ func (m *model) crash(i int) {
 	cl := m.cells[i]
 	cl.up = false
 	cl.epoch++
-	cl.awaiting = map[attemptKey]string{}
-	cl.issuerWait = map[attemptKey]string{}
+	cl.forget()
 	// Whatever the cell had not yet put on the wire to the GTR is gone.
 	m.pool = slices.DeleteFunc(m.pool, func(x msg) bool { return x.stream() && x.cell == i })
 	m.logf("crash cell %d", i)
@@ -786,15 +646,12 @@ func (m *model) restart(i int) {
 	m.logf("restart cell %d", i)
 }
 
-// busy is server.Busy: an attempt at id is in progress in cell i's process.
-func (m *model) busy(i int, id string) bool {
-	cl := m.cells[i]
-	if slices.Contains(slices.Collect(maps.Values(cl.awaiting)), id) || slices.Contains(slices.Collect(maps.Values(cl.issuerWait)), id) {
-		return true
-	}
-	return slices.ContainsFunc(m.pool, func(x msg) bool {
-		return x.cell == i && x.id == id && x.epoch == cl.epoch && (x.kind == mMarkSend || x.kind == mWait)
-	})
+// forget drops what lives in the cell's process memory.
+func (cl *cell) forget() {
+	cl.awaiting = map[attemptKey]string{}
+	cl.issuerWait = map[attemptKey]string{}
+	cl.runs = map[attemptKey]*run{}
+	cl.persisting = map[attemptKey]orchestrator.Persist{}
 }
 
 // reconcile is one reconciler round in cell i: for each sending record not
@@ -815,7 +672,9 @@ func (m *model) reconcile(i int) {
 		}
 		if r, ok := m.outcome[id]; ok {
 			settle(rec, r)
-			m.update(i, id, m.entryRev(i, id), entryFinal, rec.result())
+			if rec.state != failed {
+				m.finalizeLater(i, id, rec.payload, rec.result())
+			}
 		} else if m.rules.ReconcilerResends {
 			m.callIssuerDirect(i, id, rec.payload)
 			settle(rec, m.outcome[id])
@@ -849,7 +708,7 @@ func (m *model) notReached(i int, id string, rec *record) {
 			return
 		}
 		e.rev++
-		e.state, e.res = entryFinal, fail
+		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
 		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
 	}
 	rec.state, rec.reason = failed, reasonNotReached
