@@ -36,8 +36,8 @@ var modelPolicy = orchestrator.Policy{LimitCurrency: "EUR", MaxAmount: map[strin
 // merchant as low risk: the model's payloads decide outcomes.
 type modelRef struct{}
 
-func (modelRef) Version() string                                { return "model" }
-func (modelRef) SettlementCurrency(string) string               { return "EUR" }
+func (modelRef) Version() string                                 { return "model" }
+func (modelRef) SettlementCurrency(string) string                { return "EUR" }
 func (modelRef) Convert(minor int64, _, _ string) (int64, error) { return minor, nil }
 func (modelRef) MCC(string) (refdata.MCC, bool) {
 	return refdata.MCC{Category: "grocery", Risk: refdata.RiskLow}, true
@@ -67,7 +67,9 @@ func request(id string, p payload) *cellpayv1.SubmitTransactionRequest {
 	}
 }
 
-func fingerprint(id string, p payload) idempotency.Fingerprint { return fingerprints.Of(request(id, p)) }
+func fingerprint(id string, p payload) idempotency.Fingerprint {
+	return fingerprints.Of(request(id, p))
+}
 
 // payloadOf is the payload whose fingerprint under id is fp.
 func payloadOf(id string, fp idempotency.Fingerprint) payload {
