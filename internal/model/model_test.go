@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
+	"github.com/cellpay/cellpay/internal/gtrattempt"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 )
 
@@ -224,6 +226,11 @@ type call struct {
 	done    bool
 	answer  result
 	joined  int // coalesced duplicates answered with this call
+	// gm is the current attempt's machine; now is the call's clock, and
+	// deadlineAt the current attempt timer's.
+	gm         *gtrattempt.Machine
+	now        time.Time
+	deadlineAt time.Time
 }
 
 func (c *call) key() attemptKey { return attemptKey{c.n, c.attempt} }
@@ -354,15 +361,10 @@ func (m *model) submitDrained(r int, id string, p payload, drained int) {
 		}
 	}
 	rk := slices.DeleteFunc(m.replicas[r].promote(id, ranking(id)), func(c int) bool { return c == drained })
-	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk}
+	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk, now: modelTime}
 	m.calls = append(m.calls, c)
 	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v (drained %d)", id, p, r, c.n, c.ranking, drained)
 	m.startAttempt(c)
-}
-
-func (m *model) startAttempt(c *call) {
-	m.send(msg{kind: mProcess, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id, payload: c.payload,
-		lastResort: c.attempt == len(c.ranking)-1})
 }
 
 func (m *model) send(x msg) { m.pool = append(m.pool, x) }
@@ -379,99 +381,6 @@ func (m *model) finish(c *call, r result) {
 func (m *model) current(x msg) (*call, bool) {
 	c := m.calls[x.call]
 	return c, !c.done && c.attempt == x.attempt
-}
-
-// broken is the GTR's rule for an attempt that ended without an outcome:
-// after Proceed the cell owns it (PENDING); before, the next cell.
-func (m *model) broken(c *call, why string) { m.reroute(c, why, -1) }
-
-// reroute is broken with a redirect: owner >= 0 is the cell a re-routable
-// answer named as the owner of the ID's directory entry, tried next
-// whatever its place in the ranking (or its weight); a call that already
-// tried it ends UNAVAILABLE. A ranking never repeats a cell, so a call has
-// at most numCells attempts.
-func (m *model) reroute(c *call, why string, owner int) {
-	if c.pnr && !m.rules.RerouteAfterPNR {
-		m.finish(c, result{status: "PENDING"})
-		return
-	}
-	if c.pnr {
-		m.violate("no re-route after a PNR: call %d (%s) re-routed after Proceed (%s)", c.n, c.id, why)
-	}
-	if owner >= 0 {
-		if slices.Contains(c.ranking[:c.attempt+1], owner) {
-			m.logf("call %d (%s): owner cell %d already tried", c.n, c.id, owner)
-			m.finish(c, result{status: "UNAVAILABLE"})
-			return
-		}
-		rest := slices.DeleteFunc(slices.Clone(c.ranking[c.attempt+1:]), func(i int) bool { return i == owner })
-		c.ranking = append(append(slices.Clone(c.ranking[:c.attempt+1]), owner), rest...)
-		why += fmt.Sprintf(", redirected to owner cell %d", owner)
-	}
-	c.attempt++
-	c.pnr = false
-	if c.attempt == len(c.ranking) {
-		m.finish(c, result{status: "UNAVAILABLE"})
-		return
-	}
-	m.logf("call %d (%s) re-routed to cell %d: %s", c.n, c.id, c.ranking[c.attempt], why)
-	m.startAttempt(c)
-}
-
-// cancel cancels the stream of c's current attempt.
-func (m *model) cancel(c *call) {
-	m.send(msg{kind: mCancel, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id})
-}
-
-// attemptTimeout fires the attempt timer of a live call that has not sent
-// Proceed (Proceed stops it): cancel, and try the next cell.
-func (m *model) attemptTimeout(c *call) {
-	m.cancel(c)
-	m.broken(c, "attempt timeout")
-}
-
-// deadline is the caller's deadline passing for a live call. Before
-// Proceed: DEADLINE_EXCEEDED, and the stream is cancelled (the cell stops
-// short of its PNR; a PNR still on its way gets no Proceed). After
-// Proceed: PENDING, and the stream is left alone: the GTR reads it to its
-// result in the background (payments.go drain), so no cancellation can
-// overtake the Proceed.
-func (m *model) deadline(c *call) {
-	if !c.pnr {
-		m.cancel(c)
-		m.finish(c, result{status: "DEADLINE_EXCEEDED"})
-		return
-	}
-	if m.rules.CancelAfterProceed {
-		m.cancel(c)
-	}
-	m.finish(c, result{status: "PENDING"})
-}
-
-// onPNR is the handshake at the GTR: Proceed only for the live attempt.
-func (m *model) onPNR(x msg) {
-	c, ok := m.current(x)
-	switch {
-	case ok && !c.pnr:
-		c.pnr = true // the attempt timer is stopped: never re-routed now
-	case ok:
-		return // a duplicate event
-	case !m.rules.ProceedAfterTimeout:
-		m.logf("call %d: PNR of an attempt given up, no Proceed", x.call)
-		return
-	}
-	k := x.key()
-	if !ok {
-		m.violate("no Proceed for an attempt given up: call %d (%s) attempt %d at cell %d confirmed after the GTR gave it up",
-			x.call, x.id, x.attempt, x.cell)
-	}
-	for p := range m.proceeded {
-		if p.call == k.call && p != k {
-			m.violate("one Proceed per call: call %d (%s) confirmed attempts %d and %d", k.call, x.id, p.attempt, k.attempt)
-		}
-	}
-	m.proceeded[k] = true
-	m.send(msg{kind: mProceed, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
 }
 
 // --- delivery ---
@@ -549,18 +458,15 @@ func (m *model) deliver(i int) {
 				m.violate("same ID, other payload, ALREADY_EXISTS: cell %d answered %s payload %d from a record of payload %d",
 					x.cell, c.id, c.payload, x.recPayload)
 			}
-			if !x.res.isError() && c.attempt > 0 {
-				m.replicas[c.replica].remember(c.id, x.cell)
-			}
-			m.finish(c, x.res)
+			m.onResult(c, x)
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
-			owner := -1
+			ev := gtrattempt.Reroutable{Now: c.now, Reason: "cell said re-routable"}
 			if x.redirect {
-				owner = x.owner
+				ev.Owner = cellName(x.owner)
 			}
-			m.reroute(c, "cell said re-routable", owner)
+			m.gtrStep(c, ev)
 		}
 	case mDirUpdate:
 		m.applyUpdate(x)
