@@ -8,10 +8,13 @@ import (
 )
 
 // The transaction directory (docs/design/transaction-directory.md): one
-// entry per ID, shared by all cells, each write a compare-and-set at the
-// revision read. The model's directory is a map, and its operations are
-// atomic steps: a JetStream KV bucket is linearizable per key, and the
-// model assumes NATS is always reachable (the design note's NATS-outage
+// entry per ID, shared by all cells, the store of
+// cmd/cell/internal/directory written by hand: Claim (a Create) and Take
+// (an Update at the revision read), and the best-effort Finalize and
+// Abandon, which check the entry's owner and claim rather than a
+// revision. The model's directory is a map, and its operations are atomic
+// steps: a JetStream KV bucket is linearizable per key, and the model
+// assumes NATS is always reachable (the design note's NATS-outage
 // fallback, natural homes going on without a claim, is not modelled).
 
 type entryState string

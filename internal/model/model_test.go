@@ -13,19 +13,21 @@ import (
 
 // Rules are test-only knobs, each breaking one rule of the protocol. The
 // zero value is the protocol as designed; the knob tests check that the
-// invariants catch each break.
+// invariants catch each break. A rule the real machines keep is broken by
+// their drivers (cell_test.go, gtr_test.go, directory_test.go), which
+// perturb an action or an event; the machines are never changed.
 type Rules struct {
-	// RerouteAfterPNR: the GTR restarts an attempt on the next cell when
-	// its stream breaks (or the cell says re-routable) after it sent
-	// Proceed.
+	// RerouteAfterPNR: the GTR's call loop restarts an attempt on the
+	// next cell when the machine answers PENDING for a stream that broke
+	// (or said re-routable) after Proceed.
 	RerouteAfterPNR bool
-	// ProceedAfterTimeout: the GTR answers a PointOfNoReturn with Proceed
-	// even for an attempt it has already given up (its timer fired, it
-	// re-routed, or the caller's deadline passed): payments.go ignoring
-	// timer.Stop()'s result.
+	// ProceedAfterTimeout: the GTR's driver sends Proceed for a PNR of an
+	// attempt it has already given up (its timer fired, it re-routed, or
+	// the caller's deadline passed): payments.go ignoring timer.Stop()'s
+	// result.
 	ProceedAfterTimeout bool
-	// IssuerWithoutProceed: the cell calls the issuer as soon as it has
-	// recorded sending, without waiting for the GTR's Proceed (the
+	// IssuerWithoutProceed: the cell's driver answers EmitPNR with
+	// PNRConfirmed at once, without waiting for the GTR's Proceed (the
 	// protocol before the handshake).
 	IssuerWithoutProceed bool
 	// ReconcilerResends: the reconciler sends the authorization again when
@@ -34,46 +36,53 @@ type Rules struct {
 	ReconcilerResends bool
 	// IssuerNoDedupe: the issuer applies every request, not one per ID.
 	IssuerNoDedupe bool
-	// IgnorePayload: a cell answers a replay from its record without
-	// comparing payloads.
+	// IgnorePayload: the cell's store hands the machine an existing record
+	// with the request's fingerprint, so it answers a replay from its
+	// record without telling the payloads apart.
 	IgnorePayload bool
-	// CancelAfterProceed: the caller's deadline cancels the cell's stream
-	// even after Proceed, and grpc-go's server Recv may return that
-	// cancellation before the Proceed sent ahead of it (payments.go before
-	// the stream was detached from the caller's context at the PNR).
+	// CancelAfterProceed: the GTR's driver cancels the stream on the
+	// caller's deadline even after Proceed (ignoring the machine's
+	// Detach), and grpc-go's server Recv may return that cancellation
+	// before the Proceed sent ahead of it (payments.go before the stream
+	// was detached from the caller's context at the PNR).
 	CancelAfterProceed bool
-	// NoWaitOnSending: a duplicate answers PENDING from a sending record
-	// while another attempt at the ID still runs in the cell's process,
-	// its handshake possibly open (Machine.existing and Server.wait before
-	// they looked at othersBusy).
+	// NoWaitOnSending: the cell's driver tells the machine that no other
+	// attempt at the ID runs in the process (Existing.Active and
+	// Claimed.Active false), so a duplicate answers PENDING from a sending
+	// record whose handshake may still be open (Machine.existing and
+	// Server.wait before they looked at othersBusy).
 	NoWaitOnSending bool
 
 	// The transaction directory's rules
 	// (docs/design/transaction-directory.md).
 
-	// NoDirectory: cells skip the claim and the directory altogether (the
-	// protocol before it): an abandoned record is re-routable unless
-	// last_resort, and the reconciler records FAILED issuer_not_reached on
-	// its own.
+	// NoDirectory: cells run without the directory (Input.Directory
+	// false: the protocol before it): an abandoned record is re-routable
+	// unless last_resort, and the reconciler records FAILED
+	// issuer_not_reached on its own.
 	NoDirectory bool
 	// ReconcilerNoClaim: the reconciler records FAILED issuer_not_reached
 	// without the synchronous entry update, and without looking at who
 	// owns the entry.
 	ReconcilerNoClaim bool
-	// TakeoverAnyCall: a cell takes over an entry owned by another cell
-	// for any call, not only an abandoned one or one held by an earlier
-	// attempt of the same call.
+	// TakeoverAnyCall: the directory shows a cell another cell's owned
+	// entry (same payload) as claimed by an earlier attempt of the cell's
+	// own call, unpinned, so the machine takes it over for any call.
 	TakeoverAnyCall bool
-	// IgnoreOwner: a cell processes an ID whose entry another cell holds
-	// (not final, same payload) with its own rules, instead of answering
-	// re-routable to the owner.
+	// IgnoreOwner: where the machine would answer re-routable to the
+	// owner of another cell's entry (not final, same payload), the
+	// directory answers its first claim as unavailable and the cell goes
+	// on without a claim, with its own rules (Input.Home is set).
 	IgnoreOwner bool
-	// AnswerEntryAnyPayload: a cell answers from a final entry without
-	// comparing the request's payload with the entry's.
+	// AnswerEntryAnyPayload: the directory shows a cell a final entry
+	// with the request's fingerprint, so the machine answers from it
+	// whatever the payload.
 	AnswerEntryAnyPayload bool
-	// NoPin: the owner answers PENDING from a leftover sending record
-	// without pinning its entry, so a later attempt of the entry's call
-	// may still take it over (the design note as first written).
+	// NoPin: the directory answers the machine's pin (a Claim of its own
+	// entry, pinned) as written without writing it, so the owner answers
+	// PENDING from a leftover sending record and a later attempt of the
+	// entry's call may still take it over (the design note as first
+	// written).
 	NoPin bool
 }
 
