@@ -1,12 +1,20 @@
 package model
 
-import "fmt"
+import (
+	"errors"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/orchestrator"
+)
 
 // The transaction directory (docs/design/transaction-directory.md): one
-// entry per ID, shared by all cells, each write a compare-and-set at the
-// revision read. The model's directory is a map, and its operations are
-// atomic steps: a JetStream KV bucket is linearizable per key, and the
-// model assumes NATS is always reachable (the design note's NATS-outage
+// entry per ID, shared by all cells, the store of
+// cmd/cell/internal/directory written by hand: Claim (a Create) and Take
+// (an Update at the revision read), and the best-effort Finalize and
+// Abandon, which check the entry's owner and claim rather than a
+// revision. The model's directory is a map, and its operations are atomic
+// steps: a JetStream KV bucket is linearizable per key, and the model
+// assumes NATS is always reachable (the design note's NATS-outage
 // fallback, natural homes going on without a claim, is not modelled).
 
 type entryState string
@@ -33,112 +41,140 @@ type entry struct {
 	pinned bool
 }
 
-// claimed is what the claim step tells the cell.
-type claimed int
-
-const (
-	// replied: the claim answered the attempt itself (ALREADY_EXISTS, a
-	// final entry's answer, or re-routable to the owner).
-	replied claimed = iota
-	// owns: the entry is this cell's (new, taken over, or already), so
-	// the cell's own idempotency rules go on, and a reclaim of its
-	// abandoned record writes the entry.
-	owns
-	// unclaimed: the local rules of the protocol before the directory
-	// (NoDirectory, or IgnoreOwner processing another cell's entry).
-	unclaimed
-)
-
-// claim is the directory step of a cell starting an attempt, before any
-// durable write. It returns how the cell goes on and, when it wrote the
-// entry (Create, or a takeover's Update), the revision it holds.
-func (m *model) claim(x msg) (claimed, int) {
-	if m.rules.NoDirectory {
-		return unclaimed, 0
+// claim performs a directory claim or takeover for r, as server.claim:
+// Create when a.Revision is zero, else Update at that revision; the entry
+// is the cell's when it wrote it, or when the entry that holds the key is
+// this cell's already (a lost takeover included).
+func (m *model) claim(r *run, a orchestrator.Claim) orchestrator.Event {
+	r.claims++
+	if m.rules.NoPin && a.Entry.Pinned {
+		m.logf("cell %d: %s answered PENDING without the pin", r.x.cell, r.x.id)
+		e := a.Entry
+		e.Revision = a.Revision
+		return orchestrator.Claimed{Entry: e, Active: m.active(r)}
 	}
-	e := m.dir[x.id]
+	var (
+		e    orchestrator.Entry
+		ours bool
+	)
+	if a.Revision == 0 {
+		e, ours = m.create(r, a.Entry)
+	} else {
+		e, ours = m.take(r, a.Entry, a.Revision)
+		ours = ours || e.Owner == r.in.CellID
+	}
+	if ours {
+		return orchestrator.Claimed{Entry: e, Active: m.active(r)}
+	}
+	return m.held(r, e)
+}
+
+// held is the Held answer with e, another cell's entry, perturbed by the
+// directory's knobs.
+func (m *model) held(r *run, e orchestrator.Entry) orchestrator.Event {
+	sameFP := e.Fingerprint == r.in.Fingerprint
 	switch {
-	case e == nil:
-		return owns, m.own(x, "created")
-	case e.owner == x.cell:
-		return owns, 0
-	case e.payload != x.payload && !(m.rules.AnswerEntryAnyPayload && e.state == entryFinal):
-		m.reply(x, mResult, result{status: "ALREADY_EXISTS"}, x.payload)
-	case e.state == entryFinal:
-		m.logf("cell %d: %s answered from the directory (owner cell %d)", x.cell, x.id, e.owner)
-		m.reply(x, mResult, e.res, e.payload)
-	case e.state == entryAbandoned, !e.pinned && e.by.call == x.call && e.by.attempt < x.attempt, m.rules.TakeoverAnyCall:
-		// The GTR moves a call on only before it sent Proceed to the
-		// earlier attempt, and an abandoned entry's owner stepped back
-		// before its PNR: the owner will never call the issuer for it.
-		if m.proceeded[e.by] {
-			m.violate("takeover only from an attempt without Proceed: cell %d took %s (call %d attempt %d) from cell %d, whose call %d attempt %d was confirmed",
-				x.cell, x.id, x.call, x.attempt, e.owner, e.by.call, e.by.attempt)
+	case m.rules.AnswerEntryAnyPayload && e.State == orchestrator.EntryFinal && !sameFP:
+		r.truePayload[r.in.Fingerprint] = payloadOf(r.x.id, e.Fingerprint)
+		e.Fingerprint = r.in.Fingerprint
+	case m.rules.TakeoverAnyCall && e.State == orchestrator.EntryOwned && sameFP:
+		e.Call, e.Attempt, e.Pinned = r.in.Call, -1, false // seen as an earlier attempt of this call
+	case m.rules.IgnoreOwner && r.claims == 1:
+		// The machine's own answer to Held, from a probe: re-routable to
+		// the owner is ignored, and the attempt goes on without a claim
+		// (as the natural home does when the directory is unavailable).
+		p := orchestrator.New(r.in, modelPolicy, modelRef{}, func() time.Time { return modelTime })
+		p.Start()
+		if rr, ok := p.Step(orchestrator.Held{Entry: e}).(orchestrator.Reroute); ok && rr.Owner != "" {
+			m.logf("cell %d: %s owned by %s, processed all the same", r.x.cell, r.x.id, e.Owner)
+			return orchestrator.ClaimFailed{Err: errors.New("owner ignored")}
 		}
-		return owns, m.own(x, fmt.Sprintf("taken over from cell %d (%s)", e.owner, e.state))
-	case m.rules.IgnoreOwner:
-		return unclaimed, 0
-	default:
-		m.logf("cell %d: %s owned by cell %d (call %d attempt %d): re-routable to it", x.cell, x.id, e.owner, e.by.call, e.by.attempt)
-		m.send(msg{kind: mReroutable, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, owner: e.owner, redirect: true})
 	}
-	return replied, 0
+	return orchestrator.Held{Entry: e}
 }
 
-// own writes the entry of x.id as x's: owner x.cell, claimed by x's
-// attempt, state owned (a Create, or an Update at the revision just read).
-func (m *model) own(x msg, how string) int {
-	e := m.dir[x.id]
-	if e == nil {
-		e = &entry{payload: x.payload}
-		m.dir[x.id] = e
+// create is the directory's Claim: Create of e, or the entry that holds
+// the key and whether it is e.Owner's.
+func (m *model) create(r *run, e orchestrator.Entry) (orchestrator.Entry, bool) {
+	cur := m.dir[r.x.id]
+	if cur == nil {
+		cur = fromEntry(r.x.id, e)
+		cur.rev = 1
+		m.dir[r.x.id] = cur
+		m.logf("directory: %s created by cell %d (call %d attempt %d), rev %d", r.x.id, r.x.cell, r.x.call, r.x.attempt, cur.rev)
+		return toEntry(r.x.id, cur), true
 	}
-	e.rev++
-	e.owner, e.by, e.state, e.res, e.pinned = x.cell, x.key(), entryOwned, result{}, false
-	m.logf("directory: %s %s by cell %d (call %d attempt %d), rev %d", x.id, how, x.cell, x.call, x.attempt, e.rev)
-	return e.rev
+	return toEntry(r.x.id, cur), cellName(cur.owner) == e.Owner
 }
 
-// update is a best-effort entry update by the owner, sent as a message:
-// it may be delayed, reordered, lost, or never delivered, and applies
-// only at the revision rev of the owner's claim (a CAS), so a stale one
-// changes nothing. Nothing relies on it arriving.
-func (m *model) update(cl int, id string, rev int, s entryState, r result) {
-	if m.rules.NoDirectory || rev == 0 {
-		return
+// take is the directory's Take: Update of the entry read at rev with e,
+// or on a lost race the entry that won.
+func (m *model) take(r *run, e orchestrator.Entry, rev uint64) (orchestrator.Entry, bool) {
+	cur := m.dir[r.x.id]
+	switch {
+	case cur == nil:
+		return m.create(r, e)
+	case uint64(cur.rev) != rev:
+		return toEntry(r.x.id, cur), false
 	}
-	m.send(msg{kind: mDirUpdate, cell: cl, id: id, rev: rev, dirState: s, res: r})
+	next := fromEntry(r.x.id, e)
+	if cur.owner != next.owner && cur.state == entryOwned && m.proceeded[cur.by] {
+		m.violate("takeover only from an attempt without Proceed: cell %d took %s (call %d attempt %d) from cell %d, whose call %d attempt %d was confirmed",
+			r.x.cell, r.x.id, r.x.call, r.x.attempt, cur.owner, cur.by.call, cur.by.attempt)
+	}
+	next.rev = cur.rev + 1
+	m.dir[r.x.id] = next
+	m.logf("directory: %s taken by cell %d (call %d attempt %d) from cell %d (%s, call %d attempt %d), pinned %v, rev %d",
+		r.x.id, r.x.cell, r.x.call, r.x.attempt, cur.owner, cur.state, cur.by.call, cur.by.attempt, next.pinned, next.rev)
+	return toEntry(r.x.id, next), true
 }
 
+func toEntry(id string, e *entry) orchestrator.Entry {
+	out := orchestrator.Entry{Owner: cellName(e.owner), Call: callName(e.by.call), Attempt: int32(e.by.attempt),
+		Fingerprint: fingerprint(id, e.payload), State: orchestrator.EntryState(e.state), Pinned: e.pinned, Revision: uint64(e.rev)}
+	if e.state == entryFinal {
+		out.Answer = answerOf(id, e.res)
+	}
+	return out
+}
+
+func fromEntry(id string, e orchestrator.Entry) *entry {
+	out := &entry{owner: cellIndex(e.Owner), by: attemptKey{callIndex(e.Call), int(e.Attempt)}, payload: payloadOf(id, e.Fingerprint),
+		state: entryState(e.State), pinned: e.Pinned, rev: int(e.Revision)}
+	if e.Call == "" {
+		out.by = noAttempt
+	}
+	if e.State == orchestrator.EntryFinal {
+		out.res = resultOf(e.Answer)
+	}
+	return out
+}
+
+// applyUpdate is a best-effort update arriving at the directory:
+// directory.Finalize (the cell's answer, if the entry is the cell's or
+// missing, and not final yet) or directory.Abandon (if the entry is still
+// the claim of the attempt that stepped back).
 func (m *model) applyUpdate(x msg) {
 	e := m.dir[x.id]
-	if e == nil || e.rev != x.rev || e.owner != x.cell {
-		m.logf("directory: %s update to %s by cell %d at rev %d refused", x.id, x.dirState, x.cell, x.rev)
-		return
+	switch x.dirState {
+	case entryFinal:
+		switch {
+		case e == nil:
+			e = &entry{}
+			m.dir[x.id] = e
+		case e.owner != x.cell || e.state == entryFinal:
+			m.logf("directory: %s final by cell %d refused", x.id, x.cell)
+			return
+		}
+		e.rev++
+		e.owner, e.by, e.payload, e.state, e.res, e.pinned = x.cell, noAttempt, x.payload, entryFinal, x.res, false
+	case entryAbandoned:
+		if e == nil || e.owner != x.cell || e.state != entryOwned || e.by != x.key() {
+			m.logf("directory: %s abandoned by cell %d (call %d attempt %d) refused", x.id, x.cell, x.call, x.attempt)
+			return
+		}
+		e.rev++
+		e.state = entryAbandoned
 	}
-	e.rev++
-	e.state, e.res = x.dirState, x.res
 	m.logf("directory: %s %s (%v), rev %d", x.id, e.state, e.res, e.rev)
-}
-
-// entryRev is the revision a record's attempt holds of its entry: 0 when
-// the entry is not this cell's.
-func (m *model) entryRev(cl int, id string) int {
-	if e := m.dir[id]; e != nil && e.owner == cl {
-		return e.rev
-	}
-	return 0
-}
-
-// pin is the owner's Update before it answers PENDING from a sending
-// record no attempt in its process works on (see entry.pinned).
-func (m *model) pin(x msg, rec *record) {
-	e := m.dir[x.id]
-	if e.pinned {
-		return
-	}
-	e.rev++
-	e.pinned = true
-	rec.rev = e.rev
-	m.logf("directory: %s pinned by cell %d answering call %d, rev %d", x.id, x.cell, x.call, e.rev)
 }

@@ -5,23 +5,29 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/gtrattempt"
+	"github.com/cellpay/cellpay/internal/orchestrator"
 )
 
 // Rules are test-only knobs, each breaking one rule of the protocol. The
 // zero value is the protocol as designed; the knob tests check that the
-// invariants catch each break.
+// invariants catch each break. A rule the real machines keep is broken by
+// their drivers (cell_test.go, gtr_test.go, directory_test.go), which
+// perturb an action or an event; the machines are never changed.
 type Rules struct {
-	// RerouteAfterPNR: the GTR restarts an attempt on the next cell when
-	// its stream breaks (or the cell says re-routable) after it sent
-	// Proceed.
+	// RerouteAfterPNR: the GTR's call loop restarts an attempt on the
+	// next cell when the machine answers PENDING for a stream that broke
+	// (or said re-routable) after Proceed.
 	RerouteAfterPNR bool
-	// ProceedAfterTimeout: the GTR answers a PointOfNoReturn with Proceed
-	// even for an attempt it has already given up (its timer fired, it
-	// re-routed, or the caller's deadline passed): payments.go ignoring
-	// timer.Stop()'s result.
+	// ProceedAfterTimeout: the GTR's driver sends Proceed for a PNR of an
+	// attempt it has already given up (its timer fired, it re-routed, or
+	// the caller's deadline passed): payments.go ignoring timer.Stop()'s
+	// result.
 	ProceedAfterTimeout bool
-	// IssuerWithoutProceed: the cell calls the issuer as soon as it has
-	// recorded sending, without waiting for the GTR's Proceed (the
+	// IssuerWithoutProceed: the cell's driver answers EmitPNR with
+	// PNRConfirmed at once, without waiting for the GTR's Proceed (the
 	// protocol before the handshake).
 	IssuerWithoutProceed bool
 	// ReconcilerResends: the reconciler sends the authorization again when
@@ -30,46 +36,53 @@ type Rules struct {
 	ReconcilerResends bool
 	// IssuerNoDedupe: the issuer applies every request, not one per ID.
 	IssuerNoDedupe bool
-	// IgnorePayload: a cell answers a replay from its record without
-	// comparing payloads.
+	// IgnorePayload: the cell's store hands the machine an existing record
+	// with the request's fingerprint, so it answers a replay from its
+	// record without telling the payloads apart.
 	IgnorePayload bool
-	// CancelAfterProceed: the caller's deadline cancels the cell's stream
-	// even after Proceed, and grpc-go's server Recv may return that
-	// cancellation before the Proceed sent ahead of it (payments.go before
-	// the stream was detached from the caller's context at the PNR).
+	// CancelAfterProceed: the GTR's driver cancels the stream on the
+	// caller's deadline even after Proceed (ignoring the machine's
+	// Detach), and grpc-go's server Recv may return that cancellation
+	// before the Proceed sent ahead of it (payments.go before the stream
+	// was detached from the caller's context at the PNR).
 	CancelAfterProceed bool
-	// NoWaitOnSending: a duplicate answers PENDING from a sending record
-	// while another attempt at the ID still runs in the cell's process,
-	// its handshake possibly open (Machine.existing and Server.wait before
-	// they looked at othersBusy).
+	// NoWaitOnSending: the cell's driver tells the machine that no other
+	// attempt at the ID runs in the process (Existing.Active and
+	// Claimed.Active false), so a duplicate answers PENDING from a sending
+	// record whose handshake may still be open (Machine.existing and
+	// Server.wait before they looked at othersBusy).
 	NoWaitOnSending bool
 
 	// The transaction directory's rules
 	// (docs/design/transaction-directory.md).
 
-	// NoDirectory: cells skip the claim and the directory altogether (the
-	// protocol before it): an abandoned record is re-routable unless
-	// last_resort, and the reconciler records FAILED issuer_not_reached on
-	// its own.
+	// NoDirectory: cells run without the directory (Input.Directory
+	// false: the protocol before it): an abandoned record is re-routable
+	// unless last_resort, and the reconciler records FAILED
+	// issuer_not_reached on its own.
 	NoDirectory bool
 	// ReconcilerNoClaim: the reconciler records FAILED issuer_not_reached
 	// without the synchronous entry update, and without looking at who
 	// owns the entry.
 	ReconcilerNoClaim bool
-	// TakeoverAnyCall: a cell takes over an entry owned by another cell
-	// for any call, not only an abandoned one or one held by an earlier
-	// attempt of the same call.
+	// TakeoverAnyCall: the directory shows a cell another cell's owned
+	// entry (same payload) as claimed by an earlier attempt of the cell's
+	// own call, unpinned, so the machine takes it over for any call.
 	TakeoverAnyCall bool
-	// IgnoreOwner: a cell processes an ID whose entry another cell holds
-	// (not final, same payload) with its own rules, instead of answering
-	// re-routable to the owner.
+	// IgnoreOwner: where the machine would answer re-routable to the
+	// owner of another cell's entry (not final, same payload), the
+	// directory answers its first claim as unavailable and the cell goes
+	// on without a claim, with its own rules (Input.Home is set).
 	IgnoreOwner bool
-	// AnswerEntryAnyPayload: a cell answers from a final entry without
-	// comparing the request's payload with the entry's.
+	// AnswerEntryAnyPayload: the directory shows a cell a final entry
+	// with the request's fingerprint, so the machine answers from it
+	// whatever the payload.
 	AnswerEntryAnyPayload bool
-	// NoPin: the owner answers PENDING from a leftover sending record
-	// without pinning its entry, so a later attempt of the entry's call
-	// may still take it over (the design note as first written).
+	// NoPin: the directory answers the machine's pin (a Claim of its own
+	// entry, pinned) as written without writing it, so the owner answers
+	// PENDING from a leftover sending record and a later attempt of the
+	// entry's call may still take it over (the design note as first
+	// written).
 	NoPin bool
 }
 
@@ -131,9 +144,6 @@ type record struct {
 	// attempt is the attempt that wrote the record (Insert or Reclaim):
 	// the reconciler's grace waits for that attempt's issuer request.
 	attempt attemptKey
-	// rev is the directory revision that attempt's claim wrote (0: none),
-	// at which its best-effort entry updates apply.
-	rev int
 }
 
 func (r *record) result() result {
@@ -173,6 +183,10 @@ type cell struct {
 	awaiting map[attemptKey]string
 	// issuerWait: attempts waiting for the issuer's answer, by ID.
 	issuerWait map[attemptKey]string
+	// runs: the attempts in progress in the process, each its machine;
+	// persisting: their persists from received, waiting for mMarkSend.
+	runs       map[attemptKey]*run
+	persisting map[attemptKey]orchestrator.Persist
 }
 
 // replica is one GTR process.
@@ -221,6 +235,11 @@ type call struct {
 	done    bool
 	answer  result
 	joined  int // coalesced duplicates answered with this call
+	// gm is the current attempt's machine; now is the call's clock, and
+	// deadlineAt the current attempt timer's.
+	gm         *gtrattempt.Machine
+	now        time.Time
+	deadlineAt time.Time
 }
 
 func (c *call) key() attemptKey { return attemptKey{c.n, c.attempt} }
@@ -308,7 +327,8 @@ func newModel(rules Rules) *model {
 	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
 		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{}}
 	for i := range m.cells {
-		m.cells[i] = &cell{up: true, db: map[string]*record{}, awaiting: map[attemptKey]string{}, issuerWait: map[attemptKey]string{}}
+		m.cells[i] = &cell{up: true, db: map[string]*record{}}
+		m.cells[i].forget()
 	}
 	for i := range m.replicas {
 		m.replicas[i] = &replica{moved: map[string]int{}}
@@ -350,15 +370,10 @@ func (m *model) submitDrained(r int, id string, p payload, drained int) {
 		}
 	}
 	rk := slices.DeleteFunc(m.replicas[r].promote(id, ranking(id)), func(c int) bool { return c == drained })
-	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk}
+	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk, now: modelTime}
 	m.calls = append(m.calls, c)
 	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v (drained %d)", id, p, r, c.n, c.ranking, drained)
 	m.startAttempt(c)
-}
-
-func (m *model) startAttempt(c *call) {
-	m.send(msg{kind: mProcess, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id, payload: c.payload,
-		lastResort: c.attempt == len(c.ranking)-1})
 }
 
 func (m *model) send(x msg) { m.pool = append(m.pool, x) }
@@ -375,99 +390,6 @@ func (m *model) finish(c *call, r result) {
 func (m *model) current(x msg) (*call, bool) {
 	c := m.calls[x.call]
 	return c, !c.done && c.attempt == x.attempt
-}
-
-// broken is the GTR's rule for an attempt that ended without an outcome:
-// after Proceed the cell owns it (PENDING); before, the next cell.
-func (m *model) broken(c *call, why string) { m.reroute(c, why, -1) }
-
-// reroute is broken with a redirect: owner >= 0 is the cell a re-routable
-// answer named as the owner of the ID's directory entry, tried next
-// whatever its place in the ranking (or its weight); a call that already
-// tried it ends UNAVAILABLE. A ranking never repeats a cell, so a call has
-// at most numCells attempts.
-func (m *model) reroute(c *call, why string, owner int) {
-	if c.pnr && !m.rules.RerouteAfterPNR {
-		m.finish(c, result{status: "PENDING"})
-		return
-	}
-	if c.pnr {
-		m.violate("no re-route after a PNR: call %d (%s) re-routed after Proceed (%s)", c.n, c.id, why)
-	}
-	if owner >= 0 {
-		if slices.Contains(c.ranking[:c.attempt+1], owner) {
-			m.logf("call %d (%s): owner cell %d already tried", c.n, c.id, owner)
-			m.finish(c, result{status: "UNAVAILABLE"})
-			return
-		}
-		rest := slices.DeleteFunc(slices.Clone(c.ranking[c.attempt+1:]), func(i int) bool { return i == owner })
-		c.ranking = append(append(slices.Clone(c.ranking[:c.attempt+1]), owner), rest...)
-		why += fmt.Sprintf(", redirected to owner cell %d", owner)
-	}
-	c.attempt++
-	c.pnr = false
-	if c.attempt == len(c.ranking) {
-		m.finish(c, result{status: "UNAVAILABLE"})
-		return
-	}
-	m.logf("call %d (%s) re-routed to cell %d: %s", c.n, c.id, c.ranking[c.attempt], why)
-	m.startAttempt(c)
-}
-
-// cancel cancels the stream of c's current attempt.
-func (m *model) cancel(c *call) {
-	m.send(msg{kind: mCancel, call: c.n, attempt: c.attempt, cell: c.ranking[c.attempt], id: c.id})
-}
-
-// attemptTimeout fires the attempt timer of a live call that has not sent
-// Proceed (Proceed stops it): cancel, and try the next cell.
-func (m *model) attemptTimeout(c *call) {
-	m.cancel(c)
-	m.broken(c, "attempt timeout")
-}
-
-// deadline is the caller's deadline passing for a live call. Before
-// Proceed: DEADLINE_EXCEEDED, and the stream is cancelled (the cell stops
-// short of its PNR; a PNR still on its way gets no Proceed). After
-// Proceed: PENDING, and the stream is left alone: the GTR reads it to its
-// result in the background (payments.go drain), so no cancellation can
-// overtake the Proceed.
-func (m *model) deadline(c *call) {
-	if !c.pnr {
-		m.cancel(c)
-		m.finish(c, result{status: "DEADLINE_EXCEEDED"})
-		return
-	}
-	if m.rules.CancelAfterProceed {
-		m.cancel(c)
-	}
-	m.finish(c, result{status: "PENDING"})
-}
-
-// onPNR is the handshake at the GTR: Proceed only for the live attempt.
-func (m *model) onPNR(x msg) {
-	c, ok := m.current(x)
-	switch {
-	case ok && !c.pnr:
-		c.pnr = true // the attempt timer is stopped: never re-routed now
-	case ok:
-		return // a duplicate event
-	case !m.rules.ProceedAfterTimeout:
-		m.logf("call %d: PNR of an attempt given up, no Proceed", x.call)
-		return
-	}
-	k := x.key()
-	if !ok {
-		m.violate("no Proceed for an attempt given up: call %d (%s) attempt %d at cell %d confirmed after the GTR gave it up",
-			x.call, x.id, x.attempt, x.cell)
-	}
-	for p := range m.proceeded {
-		if p.call == k.call && p != k {
-			m.violate("one Proceed per call: call %d (%s) confirmed attempts %d and %d", k.call, x.id, p.attempt, k.attempt)
-		}
-	}
-	m.proceeded[k] = true
-	m.send(msg{kind: mProceed, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
 }
 
 // --- delivery ---
@@ -510,27 +432,28 @@ func (m *model) deliver(i int) {
 	case mCancel:
 		m.cancelled[x.key()] = true
 		if _, ok := cl.awaiting[x.key()]; ok && cl.up {
-			m.refused(x)
+			m.refused(cl.runs[x.key()])
 		}
 	case mProceed:
 		if _, ok := cl.awaiting[x.key()]; ok && cl.up && cl.epoch == x.epoch {
 			delete(cl.awaiting, x.key())
 			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
-			m.callIssuer(x.cell, x.key(), x.id, cl.db[x.id].payload)
+			m.resume(cl.runs[x.key()], orchestrator.PNRConfirmed{})
 		}
 	case mMarkSend, mWait, mIssuerResp:
-		if !cl.up || cl.epoch != x.epoch {
+		r, ok := m.runOf(x)
+		if !ok || cl.epoch != x.epoch {
 			return // in the memory of a process that is gone
 		}
 		switch x.kind {
 		case mMarkSend:
-			m.markSending(x)
+			m.markSending(r)
 		case mWait:
-			m.waited(x)
+			m.waited(r)
 		default:
 			if _, ok := cl.issuerWait[x.key()]; ok {
 				delete(cl.issuerWait, x.key())
-				m.persistOutcome(x)
+				m.issuerAnswered(r, x.res)
 			}
 		}
 	case mIssuerReq:
@@ -544,18 +467,15 @@ func (m *model) deliver(i int) {
 				m.violate("same ID, other payload, ALREADY_EXISTS: cell %d answered %s payload %d from a record of payload %d",
 					x.cell, c.id, c.payload, x.recPayload)
 			}
-			if !x.res.isError() && c.attempt > 0 {
-				m.replicas[c.replica].remember(c.id, x.cell)
-			}
-			m.finish(c, x.res)
+			m.onResult(c, x)
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
-			owner := -1
+			ev := gtrattempt.Reroutable{Now: c.now, Reason: "cell said re-routable"}
 			if x.redirect {
-				owner = x.owner
+				ev.Owner = cellName(x.owner)
 			}
-			m.reroute(c, "cell said re-routable", owner)
+			m.gtrStep(c, ev)
 		}
 	case mDirUpdate:
 		m.applyUpdate(x)
@@ -566,136 +486,6 @@ func (m *model) deliver(i int) {
 
 func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
 	m.send(msg{kind: kind, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: r, recPayload: recPayload})
-}
-
-func (m *model) process(x msg) {
-	if m.cancelled[x.key()] {
-		m.reply(x, mReroutable, result{}, 0) // a claim or an Insert under a cancelled context
-		return
-	}
-	m.start(x)
-}
-
-// start is the claim in the directory, then the cell's own rules on its
-// record: insert, or the rules on an existing record.
-func (m *model) start(x msg) {
-	cl := m.cells[x.cell]
-	how, rev := m.claim(x)
-	if how == replied {
-		return
-	}
-	if rec, ok := cl.db[x.id]; ok && !m.existing(x, rec, how) {
-		return
-	}
-	if how == owns && rev == 0 {
-		rev = m.own(x, "reclaimed") // the entry is this cell's already: take it for this attempt
-	}
-	cl.db[x.id] = &record{state: received, payload: x.payload, attempt: x.key(), rev: rev} // Insert, or Reclaim
-	m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id, payload: x.payload})
-}
-
-// existing is Machine.existing: it answers from a record the cell has, and
-// reports whether the attempt reclaims an abandoned record instead. It is
-// called with the attempt's own work off the pool, so busy is othersBusy.
-//
-// An abandoned record is reclaimed here when the entry is this cell's:
-// the old reason to send it away (the GTR may have completed it
-// elsewhere) is answered by the directory, since a completion elsewhere
-// would own the entry. Without the directory: re-routable unless
-// last_resort.
-func (m *model) existing(x msg, rec *record, how claimed) (reclaim bool) {
-	switch {
-	case rec.payload != x.payload && !m.rules.IgnorePayload:
-		m.reply(x, mResult, result{status: "ALREADY_EXISTS"}, x.payload)
-	case rec.state == abandoned && how == owns:
-		m.logf("cell %d: %s reclaimed", x.cell, x.id)
-		return true
-	case rec.state == abandoned && !x.lastResort:
-		m.reply(x, mReroutable, result{}, 0) // cell_healthy: it may have completed elsewhere
-	case rec.state == abandoned:
-		m.logf("cell %d: %s reclaimed (last resort)", x.cell, x.id)
-		return true
-	case rec.state == received, m.unsettled(x, rec):
-		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: m.cells[x.cell].epoch, id: x.id, payload: x.payload, lastResort: x.lastResort})
-	default:
-		if rec.state == sending && slices.Contains(slices.Collect(maps.Values(m.cells[x.cell].awaiting)), x.id) {
-			m.violate("no PENDING from an unconfirmed sending record: cell %d answered %s (call %d attempt %d) while call %d attempt %d waits for Proceed",
-				x.cell, x.id, x.call, x.attempt, rec.attempt.call, rec.attempt.attempt)
-		}
-		if rec.state == sending && how == owns && !m.rules.NoPin {
-			m.pin(x, rec)
-		}
-		m.reply(x, mResult, rec.result(), rec.payload)
-	}
-	return false
-}
-
-// unsettled reports whether rec is sending while another attempt at its ID
-// runs in the cell's process (Existing.Active): that attempt may be between
-// its sending state and the GTR's Proceed, and step back to abandoned, so a
-// PENDING answered now might never resolve. The duplicate waits.
-func (m *model) unsettled(x msg, rec *record) bool {
-	return rec.state == sending && !m.rules.NoWaitOnSending && m.busy(x.cell, x.id)
-}
-
-// waited ends a Wait: the record settled (left received, and is not
-// sending while another attempt here runs), or the wait timed out
-// (ABORTED, in progress; the GTR passes it to the caller).
-func (m *model) waited(x msg) {
-	rec := m.cells[x.cell].db[x.id]
-	if rec.state == received || m.unsettled(x, rec) || m.cancelled[x.key()] {
-		m.reply(x, mResult, result{status: "ABORTED"}, x.payload)
-		return
-	}
-	// The claim read before the wait is stale: the entry may have been
-	// abandoned and taken over meanwhile. Claim again (in the code: the
-	// reclaim's CAS at the revision read fails, and the cell reads again).
-	m.start(x)
-}
-
-// markSending is the persist from received: a decline decided before the
-// PNR, or the durable sending record followed by the PNR event. A cell
-// whose stream is cancelled persists nothing from received.
-func (m *model) markSending(x msg) {
-	cl := m.cells[x.cell]
-	rec := cl.db[x.id]
-	if m.cancelled[x.key()] || rec.state != received || rec.attempt != x.key() {
-		if rec.state == received && rec.attempt == x.key() {
-			m.update(x.cell, x.id, rec.rev, entryAbandoned, result{}) // a step back before the PNR
-		}
-		m.reply(x, mReroutable, result{}, 0) // the record stays received until a restart
-		return
-	}
-	if x.payload%3 == 2 {
-		rec.state, rec.reason = declined, "amount_limit"
-		m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
-		m.reply(x, mResult, rec.result(), rec.payload)
-		return
-	}
-	rec.state = sending // durable
-	m.send(msg{kind: mPNR, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id})
-	if m.rules.IssuerWithoutProceed {
-		m.callIssuer(x.cell, x.key(), x.id, x.payload)
-		return
-	}
-	cl.awaiting[x.key()] = x.id
-}
-
-// refused is PNRRefused: the stream ended without Proceed. Nothing was
-// sent; the record steps back to abandoned and the attempt is re-routable.
-func (m *model) refused(x msg) {
-	if m.proceeded[x.key()] {
-		m.violate("no step back after Proceed: cell %d reverted %s (call %d attempt %d) to abandoned after the GTR confirmed it",
-			x.cell, x.id, x.call, x.attempt)
-	}
-	cl := m.cells[x.cell]
-	delete(cl.awaiting, x.key())
-	if rec := cl.db[x.id]; rec.state == sending {
-		rec.state = abandoned
-		m.update(x.cell, x.id, rec.rev, entryAbandoned, result{})
-	}
-	m.logf("cell %d: %s not confirmed, abandoned", x.cell, x.id)
-	m.reply(x, mReroutable, result{}, 0)
 }
 
 func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
@@ -709,20 +499,6 @@ func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
 	m.send(msg{kind: mIssuerReq, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: id, payload: p})
 }
 
-// persistOutcome records the issuer's answer if the record is still
-// sending, and replies with the record; if it is not (a reconciler got
-// there first), the machine answers PENDING, as its Persist failed.
-func (m *model) persistOutcome(x msg) {
-	rec := m.cells[x.cell].db[x.id]
-	if rec.state != sending {
-		m.reply(x, mResult, result{status: "PENDING"}, rec.payload)
-		return
-	}
-	settle(rec, x.res)
-	m.update(x.cell, x.id, rec.rev, entryFinal, rec.result())
-	m.reply(x, mResult, rec.result(), rec.payload)
-}
-
 func settle(rec *record, r result) {
 	switch r.status {
 	case "APPROVED":
@@ -734,14 +510,14 @@ func settle(rec *record, r result) {
 	}
 }
 
-// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout) and
-// answers PENDING. The request or response stays where it is.
+// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout):
+// IssuerUnknown. The request or response stays where it is.
 func (m *model) issuerTimeout(i int, k attemptKey) {
 	cl := m.cells[i]
 	id := cl.issuerWait[k]
 	delete(cl.issuerWait, k)
 	m.logf("cell %d: issuer timeout for %s", i, id)
-	m.send(msg{kind: mResult, call: k.call, attempt: k.attempt, cell: i, id: id, res: result{status: "PENDING"}, recPayload: cl.db[id].payload})
+	m.resume(cl.runs[k], orchestrator.IssuerUnknown{Err: errors.New("issuer timeout")})
 }
 
 // lose drops an issuer request or response, or a directory update, in the
@@ -755,8 +531,7 @@ func (m *model) crash(i int) {
 	cl := m.cells[i]
 	cl.up = false
 	cl.epoch++
-	cl.awaiting = map[attemptKey]string{}
-	cl.issuerWait = map[attemptKey]string{}
+	cl.forget()
 	// Whatever the cell had not yet put on the wire to the GTR is gone.
 	m.pool = slices.DeleteFunc(m.pool, func(x msg) bool { return x.stream() && x.cell == i })
 	m.logf("crash cell %d", i)
@@ -786,15 +561,12 @@ func (m *model) restart(i int) {
 	m.logf("restart cell %d", i)
 }
 
-// busy is server.Busy: an attempt at id is in progress in cell i's process.
-func (m *model) busy(i int, id string) bool {
-	cl := m.cells[i]
-	if slices.Contains(slices.Collect(maps.Values(cl.awaiting)), id) || slices.Contains(slices.Collect(maps.Values(cl.issuerWait)), id) {
-		return true
-	}
-	return slices.ContainsFunc(m.pool, func(x msg) bool {
-		return x.cell == i && x.id == id && x.epoch == cl.epoch && (x.kind == mMarkSend || x.kind == mWait)
-	})
+// forget drops what lives in the cell's process memory.
+func (cl *cell) forget() {
+	cl.awaiting = map[attemptKey]string{}
+	cl.issuerWait = map[attemptKey]string{}
+	cl.runs = map[attemptKey]*run{}
+	cl.persisting = map[attemptKey]orchestrator.Persist{}
 }
 
 // reconcile is one reconciler round in cell i: for each sending record not
@@ -815,7 +587,9 @@ func (m *model) reconcile(i int) {
 		}
 		if r, ok := m.outcome[id]; ok {
 			settle(rec, r)
-			m.update(i, id, m.entryRev(i, id), entryFinal, rec.result())
+			if rec.state != failed {
+				m.finalizeLater(i, id, rec.payload, rec.result())
+			}
 		} else if m.rules.ReconcilerResends {
 			m.callIssuerDirect(i, id, rec.payload)
 			settle(rec, m.outcome[id])
@@ -849,7 +623,7 @@ func (m *model) notReached(i int, id string, rec *record) {
 			return
 		}
 		e.rev++
-		e.state, e.res = entryFinal, fail
+		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
 		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
 	}
 	rec.state, rec.reason = failed, reasonNotReached

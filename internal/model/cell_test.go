@@ -1,0 +1,445 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+// The cell's side of the protocol is the real machine,
+// orchestrator.Machine, one per attempt; this file is its driver, as
+// cmd/cell/internal/server (perform, claim, settleEntry) is in the cell,
+// performing each action against the model's state: the records (db), the
+// directory (dir), the message pool (the stream to the GTR, the issuer,
+// the best-effort directory updates). An action whose answer comes from
+// elsewhere (the GTR's Proceed, the issuer, a concurrent attempt, or one
+// that may be overtaken by a cancellation) parks the attempt until its
+// message is delivered; the rest are answered at once.
+
+// partner is the model's one partner (see doc.go).
+const partner = "p1"
+
+// limit is the policy's largest amount: a payload%3 == 2 asks for more
+// (amount_limit, a decline before the PNR).
+const limit = 1_000_000
+
+var modelPolicy = orchestrator.Policy{LimitCurrency: "EUR", MaxAmount: map[string]int64{refdata.RiskLow: limit}}
+
+// modelRef is reference data that prices nothing and classifies every
+// merchant as low risk: the model's payloads decide outcomes.
+type modelRef struct{}
+
+func (modelRef) Version() string                                 { return "model" }
+func (modelRef) SettlementCurrency(string) string                { return "EUR" }
+func (modelRef) Convert(minor int64, _, _ string) (int64, error) { return minor, nil }
+func (modelRef) MCC(string) (refdata.MCC, bool) {
+	return refdata.MCC{Category: "grocery", Risk: refdata.RiskLow}, true
+}
+func (modelRef) Blocked(string) bool { return false }
+
+// modelTime is every cell's clock: nothing in the machine depends on it
+// but the records' timestamps.
+var modelTime = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+var fingerprints = idempotency.NewFingerprinter([]byte("model"))
+
+// request is the SubmitTransaction of id with payload p: a bank transfer
+// (no card, so no velocity check), whose amount decides the risk limit.
+func request(id string, p payload) *cellpayv1.SubmitTransactionRequest {
+	amount := int64(100 + p)
+	if p%3 == 2 {
+		amount = limit + 1 + int64(p)
+	}
+	return &cellpayv1.SubmitTransactionRequest{
+		TransactionId: id,
+		PaymentType:   cellpayv1.PaymentType_BANK_TRANSFER,
+		PartnerId:     partner,
+		Market:        "GB",
+		Amount:        &cellpayv1.Money{MinorUnits: amount, Currency: "EUR"},
+		Merchant:      &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
+	}
+}
+
+func fingerprint(id string, p payload) idempotency.Fingerprint {
+	return fingerprints.Of(request(id, p))
+}
+
+// payloadOf is the payload whose fingerprint under id is fp.
+func payloadOf(id string, fp idempotency.Fingerprint) payload {
+	for p := range payload(6) {
+		if fingerprint(id, p) == fp {
+			return p
+		}
+	}
+	panic(fmt.Sprintf("no payload of %s has fingerprint %x", id, fp[:4]))
+}
+
+func cellName(i int) string { return "cell-" + strconv.Itoa(i) }
+
+func cellIndex(name string) int {
+	i, err := strconv.Atoi(name[len("cell-"):])
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+func callName(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
+}
+
+func callIndex(s string) int {
+	if s == "" {
+		return -1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// run is one attempt in a cell's process: its machine, and what the
+// driver keeps beside it.
+type run struct {
+	x  msg // the attempt's process message
+	in orchestrator.Input
+	m  *orchestrator.Machine
+	// truePayload: records and entries the driver handed the machine
+	// with the request's fingerprint (knobs IgnorePayload and
+	// AnswerEntryAnyPayload), with the payload they really hold.
+	truePayload map[any]payload
+	// claims counts the attempt's claim steps.
+	claims int
+}
+
+func (r *run) key() attemptKey { return r.x.key() }
+
+// process starts an attempt: its machine, driven until it waits on a
+// message or ends.
+func (m *model) process(x msg) {
+	in := orchestrator.Input{
+		Request:     request(x.id, x.payload),
+		Fingerprint: fingerprint(x.id, x.payload),
+		Attempt:     int32(x.attempt),
+		CellID:      cellName(x.cell),
+		LastResort:  x.lastResort,
+		Directory:   !m.rules.NoDirectory,
+		Call:        callName(x.call),
+		Home:        ranking(x.id)[0] == x.cell || m.rules.IgnoreOwner,
+	}
+	r := &run{x: x, in: in, m: orchestrator.New(in, modelPolicy, modelRef{}, func() time.Time { return modelTime }),
+		truePayload: map[any]payload{}}
+	r.x.epoch = m.cells[x.cell].epoch
+	m.cells[x.cell].runs[x.key()] = r
+	m.drive(r, r.m.Start())
+}
+
+// drive performs a and the actions after it until one waits on a message
+// or the attempt ends.
+func (m *model) drive(r *run, a orchestrator.Action) {
+	for !orchestrator.Done(a) {
+		ev, ok := m.perform(r, a)
+		if !ok {
+			return
+		}
+		a = r.m.Step(ev)
+	}
+	m.finishRun(r, a)
+}
+
+// resume feeds ev to r's machine and drives it on.
+func (m *model) resume(r *run, ev orchestrator.Event) { m.drive(r, r.m.Step(ev)) }
+
+// perform carries out a, as the server's perform: the event at once, or
+// false when the answer comes with a message.
+func (m *model) perform(r *run, a orchestrator.Action) (orchestrator.Event, bool) {
+	x := r.x
+	cl := m.cells[x.cell]
+	switch a := a.(type) {
+	case orchestrator.Claim:
+		if m.cancelled[x.key()] {
+			return orchestrator.ClaimFailed{Err: errors.New("stream cancelled")}, true
+		}
+		return m.claim(r, a), true
+	case orchestrator.Insert:
+		if m.cancelled[x.key()] {
+			return orchestrator.StoreFailed{Err: errors.New("stream cancelled")}, true
+		}
+		if rec, ok := cl.db[x.id]; ok {
+			return m.existingEvent(r, rec), true
+		}
+		cl.db[x.id] = m.stored(a.Record, x.key())
+		return orchestrator.Inserted{}, true
+	case orchestrator.Reclaim:
+		if m.cancelled[x.key()] {
+			return orchestrator.StoreFailed{Err: errors.New("stream cancelled")}, true
+		}
+		if rec := cl.db[x.id]; rec.state != abandoned {
+			return m.existingEvent(r, rec), true
+		}
+		how := "reclaimed"
+		if !r.in.Directory && r.in.LastResort {
+			how += " (last resort)"
+		}
+		m.logf("cell %d: %s %s", x.cell, x.id, how)
+		cl.db[x.id] = m.stored(a.Record, x.key())
+		return orchestrator.Inserted{}, true
+	case orchestrator.Wait:
+		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
+		return nil, false
+	case orchestrator.CheckVelocity:
+		return orchestrator.Velocity{}, true
+	case orchestrator.Persist:
+		if a.From == orchestrator.StateReceived {
+			// The persist from received (a decline, or the sending
+			// record): a cancellation may overtake it.
+			m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
+			cl.persisting[x.key()] = a
+			return nil, false
+		}
+		return m.persist(x, a), true
+	case orchestrator.EmitPNR:
+		m.send(msg{kind: mPNR, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
+		if m.rules.IssuerWithoutProceed {
+			return orchestrator.PNRConfirmed{}, true // the driver does not wait for Proceed
+		}
+		cl.awaiting[x.key()] = x.id
+		return nil, false
+	case orchestrator.Authorize:
+		m.callIssuer(x.cell, x.key(), x.id, x.payload)
+		return nil, false
+	}
+	panic(fmt.Sprintf("no driver for action %T", a))
+}
+
+// stored is the store's copy of rec, written by attempt k.
+func (m *model) stored(rec *orchestrator.Record, k attemptKey) *record {
+	return &record{state: state(rec.State), payload: payloadOf(rec.TransactionID, rec.Fingerprint),
+		auth: rec.AuthCode, reason: rec.DeclineReason, attempt: k}
+}
+
+// orchestratorRecord is the store's read of rec, held by cell i.
+func orchestratorRecord(i int, id string, rec *record) *orchestrator.Record {
+	return &orchestrator.Record{TransactionID: id, PartnerID: partner, Fingerprint: fingerprint(id, rec.payload),
+		State: orchestrator.State(rec.state), AuthCode: rec.auth, DeclineReason: rec.reason,
+		Attempt: int32(rec.attempt.attempt), CellID: cellName(i), CreatedAt: modelTime, UpdatedAt: modelTime}
+}
+
+// existingEvent is the store's Existing answer with rec, and whether
+// another attempt at the ID runs in the process.
+func (m *model) existingEvent(r *run, rec *record) orchestrator.Event {
+	prev := orchestratorRecord(r.x.cell, r.x.id, rec)
+	if m.rules.IgnorePayload && rec.payload != r.x.payload {
+		prev.Fingerprint = r.in.Fingerprint // the cell does not compare payloads
+		r.truePayload[prev] = rec.payload
+	}
+	return orchestrator.Existing{Record: prev, Active: m.active(r)}
+}
+
+// active is the server's othersBusy: another attempt at r's ID runs in
+// its cell's process. NoWaitOnSending has the driver answer false.
+func (m *model) active(r *run) bool {
+	if m.rules.NoWaitOnSending {
+		return false
+	}
+	for k, o := range m.cells[r.x.cell].runs {
+		if k != r.key() && o.x.id == r.x.id {
+			return true
+		}
+	}
+	return false
+}
+
+// persist is the store's conditional write of a.Record, from a.From.
+func (m *model) persist(x msg, a orchestrator.Persist) orchestrator.Event {
+	rec := m.cells[x.cell].db[x.id]
+	if rec == nil || rec.state != state(a.From) {
+		return orchestrator.StoreFailed{Err: errors.New("store: record is not in the expected state")}
+	}
+	rec.state, rec.auth, rec.reason = state(a.Record.State), a.Record.AuthCode, a.Record.DeclineReason
+	return orchestrator.Persisted{}
+}
+
+// markSending delivers a parked persist from received: nothing is
+// persisted from received once the stream is cancelled (server.perform).
+func (m *model) markSending(r *run) {
+	cl := m.cells[r.x.cell]
+	a := cl.persisting[r.key()]
+	delete(cl.persisting, r.key())
+	if m.cancelled[r.key()] {
+		m.resume(r, orchestrator.StoreFailed{Err: errors.New("caller gone before the point of no return")})
+		return
+	}
+	m.resume(r, m.persist(r.x, a))
+}
+
+// waited ends a Wait: the record settled (left received, and is not
+// sending while another attempt here runs), or the wait timed out
+// (StoreFailed with ErrInProgress: ABORTED, which the GTR passes on).
+func (m *model) waited(r *run) {
+	rec := m.cells[r.x.cell].db[r.x.id]
+	active := m.active(r)
+	if m.cancelled[r.key()] || rec.state == received || rec.state == sending && active {
+		m.resume(r, orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)})
+		return
+	}
+	ev := m.existingEvent(r, rec).(orchestrator.Existing)
+	ev.Active = active
+	m.resume(r, ev)
+}
+
+// refused is PNRRefused: the stream ended without Proceed.
+func (m *model) refused(r *run) {
+	if m.proceeded[r.key()] {
+		m.violate("no step back after Proceed: cell %d reverted %s (call %d attempt %d) to abandoned after the GTR confirmed it",
+			r.x.cell, r.x.id, r.x.call, r.x.attempt)
+	}
+	delete(m.cells[r.x.cell].awaiting, r.key())
+	m.logf("cell %d: %s not confirmed", r.x.cell, r.x.id)
+	m.resume(r, orchestrator.PNRRefused{Err: errors.New("stream cancelled")})
+}
+
+// issuerAnswered feeds the issuer's answer to the attempt waiting on it.
+func (m *model) issuerAnswered(r *run, res result) {
+	m.resume(r, orchestrator.IssuerAnswered{Approved: res.status == "APPROVED", AuthCode: res.auth, DeclineReason: res.reason})
+}
+
+// finishRun sends the attempt's last action to the GTR, and brings the
+// directory entry up to date in the background (server.settleEntry).
+func (m *model) finishRun(r *run, a orchestrator.Action) {
+	x := r.x
+	cl := m.cells[x.cell]
+	delete(cl.runs, r.key())
+	switch a := a.(type) {
+	case orchestrator.Reply:
+		rec := &record{state: state(a.Record.State), auth: a.Record.AuthCode, reason: a.Record.DeclineReason,
+			payload: payloadOf(x.id, a.Record.Fingerprint)}
+		if p, ok := r.truePayload[a.Record]; ok {
+			rec.payload = p
+		}
+		if rec.state == sending {
+			for k, id := range cl.awaiting {
+				if id == x.id && k != x.key() {
+					m.violate("no PENDING from an unconfirmed sending record: cell %d answered %s (call %d attempt %d) while call %d attempt %d waits for Proceed",
+						x.cell, x.id, x.call, x.attempt, k.call, k.attempt)
+				}
+			}
+		}
+		m.reply(x, mResult, rec.result(), rec.payload)
+	case orchestrator.ReplyEntry:
+		p := payloadOf(x.id, a.Entry.Fingerprint)
+		if tp, ok := r.truePayload[a.Entry.Fingerprint]; ok {
+			p = tp
+		}
+		m.logf("cell %d: %s answered from the directory (owner %s)", x.cell, x.id, a.Entry.Owner)
+		m.reply(x, mResult, resultOf(a.Entry.Answer), p)
+	case orchestrator.Reject:
+		res := result{status: "INVALID_ARGUMENT"}
+		switch {
+		case errors.Is(a.Err, idempotency.ErrConflict):
+			res.status = "ALREADY_EXISTS"
+		case errors.Is(a.Err, orchestrator.ErrInProgress):
+			res.status = "ABORTED"
+		}
+		m.reply(x, mResult, res, x.payload)
+	case orchestrator.Reroute:
+		m.logf("cell %d: %s re-routable: %s", x.cell, x.id, a.Reason)
+		out := msg{kind: mReroutable, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id}
+		if a.Owner != "" {
+			out.owner, out.redirect = cellIndex(a.Owner), true
+		}
+		m.send(out)
+	}
+	m.settleEntry(r, a)
+}
+
+// settleEntry is server.settleEntry: a final answer of this cell's
+// recorded, a claim of this attempt's given up before its PNR abandoned;
+// both best effort, as messages that may be delayed, reordered or lost.
+func (m *model) settleEntry(r *run, a orchestrator.Action) {
+	if m.rules.NoDirectory {
+		return
+	}
+	e, claimed := r.m.Claimed()
+	if !claimed && !r.m.Unclaimed() {
+		return
+	}
+	switch a := a.(type) {
+	case orchestrator.Reply:
+		if a.Record.State.Terminal() && a.Record.CellID == r.in.CellID {
+			p := payloadOf(r.x.id, a.Record.Fingerprint)
+			if tp, ok := r.truePayload[a.Record]; ok {
+				p = tp
+			}
+			m.finalizeLater(r.x.cell, r.x.id, p, resultOf(a.Record.Transaction()))
+		}
+	case orchestrator.Reroute:
+		if claimed && e.SameAttempt(r.in.Call, r.in.Attempt) {
+			m.send(msg{kind: mDirUpdate, cell: r.x.cell, id: r.x.id, call: r.x.call, attempt: r.x.attempt, dirState: entryAbandoned})
+		}
+	}
+}
+
+// finalizeLater is a best-effort Finalize of cell i's answer res for id.
+func (m *model) finalizeLater(i int, id string, p payload, res result) {
+	if m.rules.NoDirectory {
+		return
+	}
+	m.send(msg{kind: mDirUpdate, cell: i, id: id, payload: p, dirState: entryFinal, res: res})
+}
+
+// resultOf is what a partner is told of txn.
+func resultOf(txn *cellpayv1.Transaction) result {
+	switch txn.GetStatus() {
+	case cellpayv1.TransactionStatus_APPROVED:
+		return result{status: "APPROVED", auth: txn.GetAuthCode()}
+	case cellpayv1.TransactionStatus_DECLINED:
+		return result{status: "DECLINED", reason: txn.GetDeclineReason()}
+	case cellpayv1.TransactionStatus_FAILED:
+		return result{status: "FAILED", reason: txn.GetDeclineReason()}
+	case cellpayv1.TransactionStatus_PENDING:
+		return result{status: "PENDING"}
+	}
+	return result{status: "INTERNAL"}
+}
+
+// answerOf is the partner's view of res, as an entry records it.
+func answerOf(id string, res result) *cellpayv1.Transaction {
+	st := cellpayv1.TransactionStatus_value[res.status]
+	return &cellpayv1.Transaction{TransactionId: id, PartnerId: partner, Status: cellpayv1.TransactionStatus(st),
+		AuthCode: res.auth, DeclineReason: res.reason}
+}
+
+// runOf is the attempt x names if it still runs in its cell's process.
+func (m *model) runOf(x msg) (*run, bool) {
+	cl := m.cells[x.cell]
+	r, ok := cl.runs[x.key()]
+	if !ok || !cl.up || cl.epoch != r.x.epoch {
+		return nil, false
+	}
+	return r, true
+}
+
+// busy is server.Busy: an attempt at id is in progress in cell i's process.
+func (m *model) busy(i int, id string) bool {
+	return slices.ContainsFunc(mapsValues(m.cells[i].runs), func(r *run) bool { return r.x.id == id })
+}
+
+func mapsValues[K comparable, V any](mp map[K]V) []V {
+	out := make([]V, 0, len(mp))
+	for _, v := range mp {
+		out = append(out, v)
+	}
+	return out
+}
