@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/testutil/golden"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -30,28 +29,7 @@ var base = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // and blank lines are kept as they are. With -update the files are
 // regenerated; review the diff before committing it.
 func TestTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := runTranscript(t, string(want))
-			if *update {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if got != string(want) {
-				t.Errorf("transcript differs (run with -update to accept):\n--- want\n%s\n--- got\n%s", want, got)
-			}
-		})
-	}
+	golden.Transcripts(t, "testdata/*.txt", *update, "update", runTranscript)
 }
 
 func runTranscript(t *testing.T, script string) string {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/testutil/golden"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -25,28 +24,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts in testdata/ 
 // the action the machine returned. With -rewrite the files are regenerated;
 // review the diff before committing it.
 func TestTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := runTranscript(t, string(want))
-			if *rewrite {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if got != string(want) {
-				t.Errorf("transcript differs (run with -rewrite to accept):\n--- want\n%s\n--- got\n%s", want, got)
-			}
-		})
-	}
+	golden.Transcripts(t, "testdata/*.txt", *rewrite, "rewrite", runTranscript)
 }
 
 var testRef = func() *refdata.Snapshot {

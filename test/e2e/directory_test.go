@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,17 +51,9 @@ func sameAnswer(t *testing.T, what string, first, got *cellpayv1.Transaction, er
 // processed each replay as new.
 func TestDirectoryDrainReplays(t *testing.T) {
 	ctx := ctxFor(t, 90*time.Second)
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ns := startNATS(t, filepath.Join(dir, "nats"))
-	cfg := drainConfig(t, dir)
-	g1 := newGTR(t, dir, "dir-gtr-1", cfg, ns.URL, drainToken)
-	g2 := newGTR(t, dir, "dir-gtr-2", cfg, ns.URL, drainToken)
-	g1.Start(t)
-	g2.Start(t)
-	a1, a2 := adminClient(t, g1.AdminAddr), adminClient(t, g2.AdminAddr)
+	_, _, gtrs, admins := twoReplicas(t, "dir-gtr")
+	g1, g2 := gtrs[0], gtrs[1]
+	a1, a2 := admins[0], admins[1]
 
 	keys := make([]*adminproto.Attrs, 200)
 	for i := range keys {

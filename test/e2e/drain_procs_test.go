@@ -15,6 +15,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -217,4 +218,23 @@ func drainConfig(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// twoReplicas starts NATS and two GTR replicas of their own (IDs
+// prefix-1 and prefix-2) over the shared cells, with the drain table
+// (hashing on the merchant), and returns them with their admin clients.
+func twoReplicas(t *testing.T, prefix string) (dir string, ns *natsProc, gtrs [2]*gtrProc, admins [2]adminproto.AdminClient) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns = startNATS(t, filepath.Join(dir, "nats"))
+	cfg := drainConfig(t, dir)
+	for i := range gtrs {
+		gtrs[i] = newGTR(t, dir, fmt.Sprintf("%s-%d", prefix, i+1), cfg, ns.URL, drainToken)
+		gtrs[i].Start(t)
+		admins[i] = adminClient(t, gtrs[i].AdminAddr)
+	}
+	return dir, ns, gtrs, admins
 }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -58,17 +56,9 @@ func drainKeys(n int) []*adminproto.Attrs {
 // routing and admin reads carry on, and a replica restarts from its file.
 func TestDrain(t *testing.T) {
 	ctx := ctxFor(t, 90*time.Second)
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ns := startNATS(t, filepath.Join(dir, "nats"))
-	cfg := drainConfig(t, dir)
-	g1 := newGTR(t, dir, "gtr-1", cfg, ns.URL, drainToken)
-	g2 := newGTR(t, dir, "gtr-2", cfg, ns.URL, drainToken)
-	g1.Start(t)
-	g2.Start(t)
-	a1, a2 := adminClient(t, g1.AdminAddr), adminClient(t, g2.AdminAddr)
+	_, ns, gtrs, admins2 := twoReplicas(t, "gtr")
+	g1, g2 := gtrs[0], gtrs[1]
+	a1, a2 := admins2[0], admins2[1]
 	admins := []adminproto.AdminClient{a1, a2}
 	for _, a := range admins {
 		testutil.Eventually(t, 10*time.Second, "replica connected to NATS", func() bool {

@@ -179,30 +179,9 @@ func unavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, 
 // Claim creates k's entry as e. It returns the entry that holds k and
 // whether it is this cell's (a new entry, or one e.Owner already owns).
 func (d *Directory) Claim(ctx context.Context, k idempotency.Key, e Entry) (Entry, bool, error) {
-	kv, err := d.bucket()
-	if err != nil {
-		return Entry{}, false, err
-	}
-	b, err := Encode(e)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
-	defer cancel()
-	rev, err := kv.Create(ctx, Key(k), b)
-	switch {
-	case err == nil:
-		e.Revision = rev
-		return e, true, nil
-	case !errors.Is(err, jetstream.ErrKeyExists):
-		return Entry{}, false, unavailable(err)
-	}
-	cur, found, err := d.get(ctx, kv, k)
-	switch {
-	case err != nil:
-		return Entry{}, false, err
-	case !found: // expired or purged between the two calls: claim again
-		return d.Claim(ctx, k, e)
+	cur, ok, err := d.write(ctx, k, e, 0)
+	if err != nil || ok {
+		return cur, ok, err
 	}
 	return cur, cur.Owner == e.Owner, nil
 }
@@ -211,6 +190,13 @@ func (d *Directory) Claim(ctx context.Context, k idempotency.Key, e Entry) (Entr
 // reclaim. It returns the entry that holds k and whether e is now it; on
 // a lost race, the winner's entry.
 func (d *Directory) Take(ctx context.Context, k idempotency.Key, e Entry, rev uint64) (Entry, bool, error) {
+	return d.write(ctx, k, e, rev)
+}
+
+// write creates k's entry as e (rev 0) or updates it at rev. It returns e
+// and true when written; else the entry that holds k. An entry gone
+// between the write and the read (expired, purged) is created again.
+func (d *Directory) write(ctx context.Context, k idempotency.Key, e Entry, rev uint64) (Entry, bool, error) {
 	kv, err := d.bucket()
 	if err != nil {
 		return Entry{}, false, err
@@ -221,12 +207,17 @@ func (d *Directory) Take(ctx context.Context, k idempotency.Key, e Entry, rev ui
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
 	defer cancel()
-	nrev, err := kv.Update(ctx, Key(k), b, rev)
+	var n uint64
+	if rev == 0 {
+		n, err = kv.Create(ctx, Key(k), b)
+	} else {
+		n, err = kv.Update(ctx, Key(k), b, rev)
+	}
 	switch {
 	case err == nil:
-		e.Revision = nrev
+		e.Revision = n
 		return e, true, nil
-	case !errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+	case !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 		return Entry{}, false, unavailable(err)
 	}
 	cur, found, err := d.get(ctx, kv, k)
@@ -234,7 +225,7 @@ func (d *Directory) Take(ctx context.Context, k idempotency.Key, e Entry, rev ui
 	case err != nil:
 		return Entry{}, false, err
 	case !found:
-		return d.Claim(ctx, k, e)
+		return d.write(ctx, k, e, 0)
 	}
 	return cur, false, nil
 }
