@@ -5,7 +5,7 @@ GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 5s
 
-.PHONY: bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -79,6 +79,9 @@ bench:
 ## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
 bench-e2e:
 	./scripts/bench-e2e.sh
+
+bench-directory:
+	./scripts/bench-directory.sh
 
 ## k8s-test: render every overlay, decode strictly, check probes, limits, policies (deploy/k8s/check).
 k8s-test:
