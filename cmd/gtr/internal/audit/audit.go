@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,8 +92,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Replica == "" || !validToken(c.Replica) {
-		return fmt.Errorf("audit: Replica %q: want a non-empty NATS subject token", c.Replica)
+	if c.Replica == "" {
+		return errors.New("audit: Replica is required")
 	}
 	if c.Stream == "" {
 		c.Stream = DefaultStream
@@ -115,13 +116,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func validToken(s string) bool {
-	for _, r := range s {
+// subjectToken makes a replica ID a NATS subject token (a host name has
+// dots).
+func subjectToken(s string) string {
+	return strings.Map(func(r rune) rune {
 		if r <= ' ' || r == '.' || r == '*' || r == '>' {
-			return false
+			return '_'
 		}
-	}
-	return true
+		return r
+	}, s)
 }
 
 // Log is the audit log of one replica. Its methods are safe for
@@ -289,7 +292,7 @@ func (l *Log) publish(ctx context.Context, id string, b []byte) error {
 	if err := l.ensureStream(ctx); err != nil {
 		return err
 	}
-	_, err := l.js.Publish(ctx, SubjectPrefix+l.cfg.Replica, b, jetstream.WithMsgID(id))
+	_, err := l.js.Publish(ctx, SubjectPrefix+subjectToken(l.cfg.Replica), b, jetstream.WithMsgID(id))
 	return err
 }
 
