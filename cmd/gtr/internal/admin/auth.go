@@ -40,7 +40,7 @@ func OperatorFrom(ctx context.Context) (operators.Operator, bool) {
 	return op, ok
 }
 
-func (a *Auth) check(ctx context.Context, method string) (context.Context, error) {
+func (a *Auth) check(ctx context.Context, method string, req any) (context.Context, error) {
 	need, open := required(method)
 	if open {
 		return ctx, nil
@@ -61,7 +61,7 @@ func (a *Auth) check(ctx context.Context, method string) (context.Context, error
 	if op.Role < need {
 		err := status.Error(codes.PermissionDenied, deniedMessage(method, need, op))
 		if a.denied != nil {
-			a.denied(ctx, audit.Record{Actor: op.ID, Role: op.Role.String(), Method: shortName(method),
+			a.denied(ctx, audit.Record{Actor: op.ID, Role: op.Role.String(), Method: shortName(method), Request: requestJSON(req),
 				Outcome: codes.PermissionDenied.String(), Error: status.Convert(err).Message()})
 		}
 		return nil, err
@@ -78,7 +78,7 @@ func deniedMessage(method string, need operators.Role, op operators.Operator) st
 
 // Unary is the unary server interceptor.
 func (a *Auth) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := a.check(ctx, info.FullMethod)
+	ctx, err := a.check(ctx, info.FullMethod, req)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (a *Auth) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 
 // Stream is the stream server interceptor (health Watch, reflection).
 func (a *Auth) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if _, err := a.check(ss.Context(), info.FullMethod); err != nil {
+	if _, err := a.check(ss.Context(), info.FullMethod, nil); err != nil {
 		return err
 	}
 	return handler(srv, ss)
