@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/platform"
 )
 
@@ -130,7 +131,7 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	} else {
 		fmt.Fprintf(w, "  NATS               off: cells serve the reference data file, changes stay in this GTR\n")
 	}
-	fmt.Fprintf(w, "  admin token        %s\n", p.AdminTokenFile())
+	fmt.Fprintf(w, "  operator tokens    %s (viewer, operator, admin; gtrctl uses admin.token by default)\n", filepath.Dir(p.AdminTokenFile()))
 	if cfg.Metrics {
 		fmt.Fprintf(w, "  metrics            http://%s/metrics (GTR), http://%s/metrics (cell-a), ... port + 2000 of each\n",
 			platform.MetricsAddr(cfg.GTRAddr), platform.MetricsAddr(cfg.Cells[0].Addr))
@@ -146,7 +147,8 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	for _, line := range p.TryCommands(filepath.Join(cfg.BinDir, "grpcurl"), wd) {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
-	fmt.Fprintf(w, "  GTR_ADMIN_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n\n", p.AdminTokenFile(), cfg.AdminAddr)
+	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n", p.OperatorTokenFile(operators.RoleViewer), cfg.AdminAddr)
+	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl --addr %s audit\n\n", p.AdminTokenFile(), cfg.AdminAddr)
 }
 
 func parseCells(s string) ([]platform.CellSpec, error) {

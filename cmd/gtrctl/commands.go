@@ -156,7 +156,7 @@ func commands() []command {
 				}
 				return c.printApply(resp)
 			}},
-	}, append(partnerCommands(), callbackCommands()...)...)
+	}, append(append(partnerCommands(), callbackCommands()...), auditCommands()...)...)
 }
 
 func dur(d time.Duration) *durationpb.Duration {

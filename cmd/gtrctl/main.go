@@ -17,10 +17,16 @@
 //	gtrctl partners suspend p-004
 //	gtrctl partners add-key p-004
 //	gtrctl partners revoke-key p-004 KEY_ID
+//	gtrctl audit --since 1h --limit 50     # who changed what, before -> after
 //
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
-// (GTR_ADMIN_TOKEN_FILE), -o table|json, --timeout.
+// (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), -o table|json, --timeout.
+//
+// The credential is an operator's token (cpo_<operator>_<secret>; its role
+// decides what it may do): --token-file, else --token, else, when neither
+// is given, the admin operator's token of a local platform
+// ($CELLPAY_DATA or .cellpay, operators/admin.token) if it is there.
 package main
 
 import (
@@ -58,8 +64,9 @@ type globals struct {
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "addr", envOr("GTR_ADMIN_ADDR", defaultAddr), "GTR admin API address (env GTR_ADMIN_ADDR)")
-	fs.StringVar(&g.token, "token", os.Getenv("GTR_ADMIN_TOKEN"), "admin token (env GTR_ADMIN_TOKEN)")
-	fs.StringVar(&g.tokenFile, "token-file", os.Getenv("GTR_ADMIN_TOKEN_FILE"), "file holding the admin token (env GTR_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&g.token, "token", os.Getenv("GTR_ADMIN_TOKEN"), "operator token (env GTR_ADMIN_TOKEN); prefer --token-file: command lines are visible to every user")
+	fs.StringVar(&g.tokenFile, "token-file", envOr("GTRCTL_TOKEN_FILE", os.Getenv("GTR_ADMIN_TOKEN_FILE")),
+		"file holding the operator token (env GTRCTL_TOKEN_FILE or GTR_ADMIN_TOKEN_FILE; default .cellpay/operators/admin.token when present)")
 	fs.StringVar(&g.output, "o", "table", "output: table (for people) or json (for scripts)")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 }
@@ -183,13 +190,15 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func (c *cli) dial() (*grpc.ClientConn, error) {
-	tok := c.g.token
-	if c.g.tokenFile != "" {
-		b, err := os.ReadFile(c.g.tokenFile)
-		if err != nil {
+	tok, file := c.g.token, c.g.tokenFile
+	if tok == "" && file == "" {
+		file = defaultTokenFile()
+	}
+	if file != "" {
+		var err error
+		if tok, err = readToken(file); err != nil {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
-		tok = strings.TrimSpace(string(b))
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if tok != "" {

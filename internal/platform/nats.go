@@ -28,9 +28,6 @@ func (p *Platform) NATSURL() string {
 	return "nats://" + p.cfg.NATSAddr
 }
 
-// AdminTokenFile is the file holding the GTR's admin token.
-func (p *Platform) AdminTokenFile() string { return filepath.Join(p.cfg.DataDir, "admin.token") }
-
 // startNATS starts the NATS server, points the cells and the GTR at it, and
 // publishes the reference data snapshot.
 func (p *Platform) startNATS(ctx context.Context) error {

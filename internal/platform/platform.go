@@ -252,10 +252,6 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 
-	adminToken, err := ensureSecret(filepath.Join(cfg.DataDir, "admin.token"))
-	if err != nil {
-		return nil, fmt.Errorf("platform: %w", err)
-	}
 	if cfg.NATS {
 		if err := p.startNATS(ctx); err != nil {
 			p.Stop()
@@ -289,9 +285,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, adminToken, "gtr", creds)
+	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, "gtr", creds)
 	if !cfg.NoBackupGTR {
-		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, adminToken, "gtr-backup", creds)
+		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, "gtr-backup", creds)
 	}
 
 	for _, proc := range p.order {
@@ -316,14 +312,15 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 }
 
 // addGTR adds a GTR replica, an access point: its own listeners, replica
-// ID and state files (gtr-state.json, gtr-partners-state.json for the
-// primary; <name>-... for the others), the shared config, seeds and
-// certificate.
-func (p *Platform) addGTR(name, addr, adminAddr, adminToken, stateName string, creds credentials.TransportCredentials) {
+// ID and state files (gtr-state.json, gtr-partners-state.json and the
+// audit spool gtr-audit.jsonl for the primary; <name>-... for the others),
+// the shared config, seeds, operators and certificate.
+func (p *Platform) addGTR(name, addr, adminAddr, stateName string, creds credentials.TransportCredentials) {
 	cfg := p.cfg
 	certFile, keyFile := p.GTRCertFiles()
 	p.add(name, addr, "gtr", "-listen", addr, "-admin-listen", adminAddr, "-config", cfg.GTRConfig,
-		"-admin-token-file", adminToken, "-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
+		"-operators", p.OperatorsFile(), "-audit-file", filepath.Join(cfg.DataDir, stateName+"-audit.jsonl"),
+		"-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
 		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
 		"-partners-state-file", filepath.Join(cfg.DataDir, stateName+"-partners-state.json"), "-reflection",
 		"-replica-id", name)

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 )
@@ -87,6 +88,36 @@ func checkTrust(t *testing.T, p *platform.Platform) {
 		if bytes.Contains(reg, []byte(k)) || bytes.Contains(reg, []byte(k[len(k)-20:])) {
 			t.Errorf("the registry file holds %s's API key", id)
 		}
+	}
+	// An operator token per role (0600), authenticating with its role by
+	// the operators file, which holds only hashes.
+	f, err := operators.Load(p.OperatorsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := operators.Compile(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsFile, _ := os.ReadFile(p.OperatorsFile())
+	for _, role := range platform.SampleOperators {
+		path := p.OperatorTokenFile(role)
+		tok, err := operators.ReadTokenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v", path, fi, err)
+		}
+		if op, err := ix.Authenticate(tok); err != nil || op.Role != role {
+			t.Errorf("%s token: %+v, %v", role, op, err)
+		}
+		if bytes.Contains(opsFile, []byte(tok[len(tok)-20:])) {
+			t.Errorf("the operators file holds the %s token", role)
+		}
+	}
+	if p.AdminTokenFile() != p.OperatorTokenFile(operators.RoleAdmin) {
+		t.Errorf("AdminTokenFile %s", p.AdminTokenFile())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"gopkg.in/yaml.v3"
 
+	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -34,12 +35,20 @@ var SamplePartners = func() []string {
 //	pki/gtr.crt, pki/gtr.key   the GTR partners' listener certificate
 //	partners/<partner>.key     each sample partner's API key (mode 0600)
 //	partners.yaml              the partner registry the GTR starts from (hashes only)
+//	operators/<role>.token     an admin API token per role, operator ID = role (mode 0600)
+//	operators.yaml             the GTR's operators file (hashes only)
 const (
-	pkiDir       = "pki"
-	partnersDir  = "partners"
-	partnersFile = "partners.yaml"
-	gtrCertName  = "gtr"
+	pkiDir        = "pki"
+	partnersDir   = "partners"
+	partnersFile  = "partners.yaml"
+	operatorsDir  = "operators"
+	operatorsFile = "operators.yaml"
+	gtrCertName   = "gtr"
 )
+
+// SampleOperators are a local platform's operators: one per role, each
+// named after its role.
+var SampleOperators = []operators.Role{operators.RoleViewer, operators.RoleOperator, operators.RoleAdmin}
 
 // provisionTrust makes the development CA, the GTR's certificate and the
 // sample partners' keys and registry, keeping whatever is already there
@@ -60,8 +69,57 @@ func (p *Platform) provisionTrust() error {
 	if err := ca.EnsureCert(gtrCertName, hosts, pki.Server); err != nil {
 		return err
 	}
+	if err := ensureOperators(filepath.Join(dir, operatorsDir), p.OperatorsFile()); err != nil {
+		return err
+	}
 	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners, p.cfg.CallbackAddr)
 }
+
+// ensureOperators keeps the operators file and token files when every
+// sample operator's token authenticates with its role, and writes new
+// ones otherwise.
+func ensureOperators(tokenDir, file string) error {
+	if err := os.MkdirAll(tokenDir, 0o700); err != nil {
+		return err
+	}
+	if f, err := operators.Load(file); err == nil {
+		if ix, err := operators.Compile(f, ""); err == nil && ix.Len() == len(SampleOperators) {
+			ok := true
+			for _, role := range SampleOperators {
+				tok, err := operators.ReadTokenFile(filepath.Join(tokenDir, role.String()+".token"))
+				op, aerr := ix.Authenticate(tok)
+				ok = ok && err == nil && aerr == nil && op.Role == role
+			}
+			if ok {
+				return nil
+			}
+		}
+	}
+	var f operators.File
+	for _, role := range SampleOperators {
+		tok, op, err := operators.NewToken(nil, role.String(), role)
+		if err != nil {
+			return err
+		}
+		if err := operators.WriteTokenFile(filepath.Join(tokenDir, role.String()+".token"), tok); err != nil {
+			return err
+		}
+		f.Operators = append(f.Operators, op)
+	}
+	return operators.WriteFile(file, &f)
+}
+
+// OperatorsFile is the GTR's operators file.
+func (p *Platform) OperatorsFile() string { return filepath.Join(p.cfg.DataDir, operatorsFile) }
+
+// OperatorTokenFile is the token file of the sample operator with role.
+func (p *Platform) OperatorTokenFile(role operators.Role) string {
+	return filepath.Join(p.cfg.DataDir, operatorsDir, role.String()+".token")
+}
+
+// AdminTokenFile is the admin operator's token file, the one gtrctl uses
+// by default.
+func (p *Platform) AdminTokenFile() string { return p.OperatorTokenFile(operators.RoleAdmin) }
 
 // ensurePartners keeps the registry file and key files when every partner
 // has a key file whose key the registry authenticates (and, with a sample

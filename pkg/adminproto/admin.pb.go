@@ -1,7 +1,14 @@
 // The GTR's operator API. It is served on the GTR's admin listener only,
-// never on the partners' port, and every call needs the admin token in the
-// "authorization" metadata ("Bearer <token>"); a missing or wrong token is
-// UNAUTHENTICATED.
+// never on the partners' port, and every call needs an operator's token in
+// the "authorization" metadata ("Bearer cpo_<operator>_<secret>"); a
+// missing or unknown token is UNAUTHENTICATED. Each operator has a role:
+// viewer (the reads and ListAudit), operator (also Drain, Restore,
+// SetWeight, ReplayCallbacks) or admin (everything); a call the role does
+// not allow is PERMISSION_DENIED, naming the role it needs.
+//
+// Every call that changes something (and every refused one) is written to
+// the audit log (ListAudit) before it answers; when the audit log cannot
+// take a record the change is refused with UNAVAILABLE and nothing changes.
 //
 // Changes made through any GTR replica are written to a shared NATS KV
 // bucket with optimistic concurrency and reach every replica. When NATS is
@@ -3119,6 +3126,250 @@ func (x *ReplayCallbacksResponse) GetCells() []*CellCallbacks {
 	return nil
 }
 
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since, when set, skips older records.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// limit is the most records answered, the newest; default 100, at most
+	// 10000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// AuditRecord is one admin call as the audit log keeps it.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is unique per call (the JetStream message ID).
+	Id   string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// actor is the operator ID; role the role it had.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Role  string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// method is the RPC's short name, e.g. "Drain".
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// request, before and after are JSON: the request (never a key or
+	// secret), and the state it changes as this replica saw it before and
+	// after (a cell's weights, the table version, a partner).
+	Request string `protobuf:"bytes,6,opt,name=request,proto3" json:"request,omitempty"`
+	Before  string `protobuf:"bytes,7,opt,name=before,proto3" json:"before,omitempty"`
+	After   string `protobuf:"bytes,8,opt,name=after,proto3" json:"after,omitempty"`
+	// outcome is "OK" or the gRPC code the call ended with (e.g.
+	// "PermissionDenied"); error its message.
+	Outcome string `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Error   string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// replica is the GTR replica that served the call.
+	Replica       string `protobuf:"bytes,11,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *AuditRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRequest() string {
+	if x != nil {
+		return x.Request
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetBefore() string {
+	if x != nil {
+		return x.Before
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// pending counts this replica's records kept in its local spool because
+	// the stream was unreachable; they are listed too, and moved to the
+	// stream when it is back.
+	Pending       int32 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListAuditResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditResponse) GetPending() int32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 var File_cellpay_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
@@ -3347,7 +3598,26 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"l\n" +
 	"\x17ReplayCallbacksResponse\x12\x1a\n" +
 	"\breplayed\x18\x01 \x01(\x03R\breplayed\x125\n" +
-	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells*@\n" +
+	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"Z\n" +
+	"\x10ListAuditRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xa1\x02\n" +
+	"\vAuditRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12\x18\n" +
+	"\arequest\x18\x06 \x01(\tR\arequest\x12\x16\n" +
+	"\x06before\x18\a \x01(\tR\x06before\x12\x14\n" +
+	"\x05after\x18\b \x01(\tR\x05after\x12\x18\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\x12\x18\n" +
+	"\areplica\x18\v \x01(\tR\areplica\"f\n" +
+	"\x11ListAuditResponse\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.cellpay.admin.v1.AuditRecordR\arecords\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x05R\apending*@\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_UP\x10\x01\x12\x0f\n" +
@@ -3355,7 +3625,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x83\r\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xd9\r\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -3377,7 +3647,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\fSetCallbacks\x12%.cellpay.admin.v1.SetCallbacksRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12l\n" +
 	"\x11AddCallbackSecret\x12*.cellpay.admin.v1.AddCallbackSecretRequest\x1a+.cellpay.admin.v1.AddCallbackSecretResponse\x12_\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
-	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
+	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12T\n" +
+	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
 var (
 	file_cellpay_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -3392,7 +3663,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -3441,22 +3712,25 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*CellCallbacks)(nil),                    // 44: cellpay.admin.v1.CellCallbacks
 	(*ListCallbacksResponse)(nil),            // 45: cellpay.admin.v1.ListCallbacksResponse
 	(*ReplayCallbacksResponse)(nil),          // 46: cellpay.admin.v1.ReplayCallbacksResponse
-	(*timestamppb.Timestamp)(nil),            // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 49: cellpay.cell.v1.CallbackEvent
-	(*cellproto.ListCallbacksRequest)(nil),   // 50: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 51: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ListAuditRequest)(nil),                 // 47: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 48: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 49: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 51: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 52: cellpay.cell.v1.CallbackEvent
+	(*cellproto.ListCallbacksRequest)(nil),   // 53: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 54: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	5,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	47, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	47, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	47, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	48, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	48, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	48, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	50, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	50, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	50, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	51, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	51, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	51, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	9,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	12, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	13, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -3473,8 +3747,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 22: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	30, // 23: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	31, // 24: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	47, // 25: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	47, // 26: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	50, // 25: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	50, // 26: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	30, // 27: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	28, // 28: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	32, // 29: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -3482,52 +3756,57 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	28, // 31: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	32, // 32: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	28, // 33: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	49, // 34: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	52, // 34: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	44, // 35: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
 	44, // 36: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	2,  // 37: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	6,  // 38: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	7,  // 39: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	8,  // 40: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	10, // 41: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	14, // 42: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	16, // 43: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	19, // 44: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	23, // 45: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	26, // 46: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	33, // 47: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	35, // 48: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	36, // 49: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	38, // 50: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	40, // 51: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	41, // 52: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	42, // 53: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	50, // 54: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	51, // 55: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	3,  // 56: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 57: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 58: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 59: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	11, // 60: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	15, // 61: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	17, // 62: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	20, // 63: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	24, // 64: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	27, // 65: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	34, // 66: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	37, // 67: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	37, // 68: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 69: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	37, // 70: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	37, // 71: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	43, // 72: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	45, // 73: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	46, // 74: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	56, // [56:75] is the sub-list for method output_type
-	37, // [37:56] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	50, // 37: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 38: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	48, // 39: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 40: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	6,  // 41: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	7,  // 42: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	8,  // 43: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	10, // 44: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	14, // 45: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	16, // 46: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	19, // 47: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	23, // 48: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	26, // 49: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	33, // 50: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	35, // 51: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	36, // 52: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	38, // 53: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	40, // 54: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	41, // 55: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	42, // 56: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	53, // 57: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	54, // 58: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	47, // 59: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	3,  // 60: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 61: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 62: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 63: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	11, // 64: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	15, // 65: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	17, // 66: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	20, // 67: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	24, // 68: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	27, // 69: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	34, // 70: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	37, // 71: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	37, // 72: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 73: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	37, // 74: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	37, // 75: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	43, // 76: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	45, // 77: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	46, // 78: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	49, // 79: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	60, // [60:80] is the sub-list for method output_type
+	40, // [40:60] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -3541,7 +3820,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,7 +1,14 @@
 // The GTR's operator API. It is served on the GTR's admin listener only,
-// never on the partners' port, and every call needs the admin token in the
-// "authorization" metadata ("Bearer <token>"); a missing or wrong token is
-// UNAUTHENTICATED.
+// never on the partners' port, and every call needs an operator's token in
+// the "authorization" metadata ("Bearer cpo_<operator>_<secret>"); a
+// missing or unknown token is UNAUTHENTICATED. Each operator has a role:
+// viewer (the reads and ListAudit), operator (also Drain, Restore,
+// SetWeight, ReplayCallbacks) or admin (everything); a call the role does
+// not allow is PERMISSION_DENIED, naming the role it needs.
+//
+// Every call that changes something (and every refused one) is written to
+// the audit log (ListAudit) before it answers; when the audit log cannot
+// take a record the change is refused with UNAVAILABLE and nothing changes.
 //
 // Changes made through any GTR replica are written to a shared NATS KV
 // bucket with optimistic concurrency and reach every replica. When NATS is
@@ -49,6 +56,7 @@ const (
 	Admin_AddCallbackSecret_FullMethodName = "/cellpay.admin.v1.Admin/AddCallbackSecret"
 	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
 	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
+	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
 )
 
 // AdminClient is the client API for Admin service.
@@ -126,6 +134,10 @@ type AdminClient interface {
 	// ReplayCallbacks replays a partner's events in every cell (one, or all
 	// dead and pending from a time).
 	ReplayCallbacks(ctx context.Context, in *cellproto.ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error)
+	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
+	// replicas, and this replica's records not yet in it): the newest limit
+	// records at or after since, oldest first.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminClient struct {
@@ -326,6 +338,16 @@ func (c *adminClient) ReplayCallbacks(ctx context.Context, in *cellproto.ReplayC
 	return out, nil
 }
 
+func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, Admin_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -401,6 +423,10 @@ type AdminServer interface {
 	// ReplayCallbacks replays a partner's events in every cell (one, or all
 	// dead and pending from a time).
 	ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error)
+	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
+	// replicas, and this replica's records not yet in it): the newest limit
+	// records at or after since, oldest first.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -467,6 +493,9 @@ func (UnimplementedAdminServer) ListCallbacks(context.Context, *cellproto.ListCa
 }
 func (UnimplementedAdminServer) ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplayCallbacks not implemented")
+}
+func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -831,6 +860,24 @@ func _Admin_ReplayCallbacks_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -913,6 +960,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayCallbacks",
 			Handler:    _Admin_ReplayCallbacks_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _Admin_ListAudit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

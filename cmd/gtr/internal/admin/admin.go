@@ -11,7 +11,9 @@
 // (health shares, ramp positions, compiled weights). It writes through a Store (the
 // NATS KV sync); partners are read and changed through a PartnerStore
 // (replicated the same way), so a change made on any replica reaches all
-// of them. It is served on the admin listener only, behind Auth; it must
+// of them. It is served on the admin listener only, behind Auth (each
+// operator's token and role, by the policy table of policy.go) and the
+// audit of every change (audit.go, to cmd/gtr/internal/audit); it must
 // never be registered on the partners' server. Nothing here is on the
 // payment path.
 package admin
@@ -68,7 +70,11 @@ type Config struct {
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
 	// traffic shares; default 10000.
 	ShareSamples int
-	Log          *slog.Logger
+	// Audit keeps a record of every change, written before the change
+	// answers; without one (nil) every change is refused, since it could
+	// not be audited. The gRPC interceptors of ServerOptions write it.
+	Audit AuditLog
+	Log   *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -80,6 +86,9 @@ func (c *Config) validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.Audit == nil {
+		c.Audit = noAudit{}
 	}
 	return nil
 }
@@ -99,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Register registers the Admin service on gs, which must be the admin
-// listener's server with Auth's interceptors.
+// listener's server with s.ServerOptions' interceptors (auth and audit).
 func (s *Server) Register(gs *grpc.Server) { adminproto.RegisterAdminServer(gs, s) }
 
 // Limits on request sizes.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +20,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
 	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
@@ -65,6 +68,25 @@ func start(t *testing.T, tok string) fixture {
 // unless pc names a NATS server).
 func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	t.Helper()
+	ix, err := operators.Compile(nil, tok) // tok acts as legacy-admin
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := audit.Open(audit.Config{Replica: "test", File: filepath.Join(t.TempDir(), "audit.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(al.Close)
+	buf := &testutil.Buffer{}
+	f := startServer(t, ix, al, slog.New(slog.NewTextHandler(buf, nil)), pc)
+	f.log = buf
+	return f
+}
+
+// startServer serves the admin API for the operators of ix, auditing to
+// al and logging to log.
+func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logger, pc partnerstate.Config) fixture {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, mon, clock := startHealth(t, quiet)
 	sy, err := routesync.Start(routesync.Config{State: st, Seed: func() (state.Doc, error) { return seed(), nil }, Log: quiet})
@@ -72,8 +94,6 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(sy.Close)
-	buf := &testutil.Buffer{}
-	log := slog.New(slog.NewTextHandler(buf, nil))
 	pc.Log = log
 	ps, err := partnerstate.Start(pc)
 	if err != nil {
@@ -81,11 +101,11 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	}
 	t.Cleanup(ps.Close)
 	followCells(t, st, mon)
-	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Log: log})
+	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Audit: al, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(NewAuth(tok).ServerOptions()...)
+	gs := grpc.NewServer(srv.ServerOptions(NewAuth(ix))...)
 	srv.Register(gs)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -94,7 +114,7 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return fixture{st: st, mon: mon, clock: clock, ps: ps, addr: lis.Addr().String(), log: buf}
+	return fixture{st: st, mon: mon, clock: clock, ps: ps, addr: lis.Addr().String()}
 }
 
 type fakeClock struct {

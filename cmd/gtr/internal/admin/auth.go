@@ -2,60 +2,84 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"fmt"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
+	"github.com/cellpay/cellpay/internal/operators"
 )
 
 // TokenHeader is the metadata key carrying "Bearer <token>".
 const TokenHeader = "authorization"
 
-// healthPrefix is the one service on the admin listener reachable without
-// the token, so that probes need no secret.
-const healthPrefix = "/grpc.health.v1.Health/"
-
-// Auth checks the admin token on every call except gRPC health. With an
-// empty token nothing is allowed: a GTR started without a token serves no
-// admin call at all. Tokens are compared in constant time (over their
-// SHA-256, so that neither content nor length leaks through timing).
+// Auth authenticates every call on the admin listener against the
+// operators' credentials and authorizes it against the policy table: a
+// missing or unknown token is UNAUTHENTICATED, a role below the method's
+// PERMISSION_DENIED (naming the role needed, never the token), a method
+// not in the policy PERMISSION_DENIED for everyone. gRPC health is the one
+// service reachable without a token, so that probes need no secret.
 type Auth struct {
-	want [sha256.Size]byte
-	set  bool
+	ix *operators.Index
+	// denied, if set, records refused calls in the audit log.
+	denied func(ctx context.Context, rec audit.Record)
 }
 
-// NewAuth returns an Auth for token; "" refuses every call.
-func NewAuth(token string) *Auth {
-	return &Auth{want: sha256.Sum256([]byte(token)), set: token != ""}
+// NewAuth returns an Auth for ix; nil or empty refuses every call.
+func NewAuth(ix *operators.Index) *Auth { return &Auth{ix: ix} }
+
+type operatorKey struct{}
+
+// OperatorFrom is the operator a call authenticated as.
+func OperatorFrom(ctx context.Context) (operators.Operator, bool) {
+	op, ok := ctx.Value(operatorKey{}).(operators.Operator)
+	return op, ok
 }
 
-func (a *Auth) check(ctx context.Context, method string) error {
-	if strings.HasPrefix(method, healthPrefix) {
-		return nil
+func (a *Auth) check(ctx context.Context, method string, req any) (context.Context, error) {
+	need, open := required(method)
+	if open {
+		return ctx, nil
 	}
-	if !a.set {
-		return status.Error(codes.Unauthenticated, "admin API disabled: this GTR has no admin token configured")
+	if a.ix == nil || a.ix.Len() == 0 {
+		return nil, status.Error(codes.Unauthenticated, "admin API disabled: this GTR has no operators configured")
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(TokenHeader)
 	if len(vals) != 1 {
-		return status.Error(codes.Unauthenticated, "missing admin token (authorization: Bearer <token>)")
+		return nil, status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	got := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(got[:], a.want[:]) != 1 || !ok {
-		return status.Error(codes.Unauthenticated, "invalid admin token")
+	op, err := a.ix.Authenticate(tok)
+	if err != nil || !ok {
+		return nil, status.Error(codes.Unauthenticated, "invalid operator token")
 	}
-	return nil
+	if op.Role < need {
+		err := status.Error(codes.PermissionDenied, deniedMessage(method, need, op))
+		if a.denied != nil {
+			a.denied(ctx, audit.Record{Actor: op.ID, Role: op.Role.String(), Method: shortName(method), Request: requestJSON(req),
+				Outcome: codes.PermissionDenied.String(), Error: status.Convert(err).Message()})
+		}
+		return nil, err
+	}
+	return context.WithValue(ctx, operatorKey{}, op), nil
+}
+
+func deniedMessage(method string, need operators.Role, op operators.Operator) string {
+	if need > operators.RoleAdmin {
+		return fmt.Sprintf("%s is not in the admin API's policy: nobody may call it", method)
+	}
+	return fmt.Sprintf("%s needs role %s; operator %q has role %s", shortName(method), need, op.ID, op.Role)
 }
 
 // Unary is the unary server interceptor.
 func (a *Auth) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.check(ctx, info.FullMethod); err != nil {
+	ctx, err := a.check(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -63,13 +87,14 @@ func (a *Auth) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 
 // Stream is the stream server interceptor (health Watch, reflection).
 func (a *Auth) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := a.check(ss.Context(), info.FullMethod); err != nil {
+	if _, err := a.check(ss.Context(), info.FullMethod, nil); err != nil {
 		return err
 	}
 	return handler(srv, ss)
 }
 
-// ServerOptions install the interceptors.
+// ServerOptions install the interceptors of authentication alone, for a
+// listener without the Admin service; Server.ServerOptions adds the audit.
 func (a *Auth) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.Unary), grpc.ChainStreamInterceptor(a.Stream)}
 }

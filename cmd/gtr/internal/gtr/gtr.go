@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
@@ -34,6 +36,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
@@ -47,9 +50,19 @@ type Config struct {
 	// ConfigFile is the routing table (YAML): where a replica starts when
 	// it has no state file, and what seeds an empty KV bucket.
 	ConfigFile string
-	// AdminToken guards the Admin API; "" disables it (every call
-	// UNAUTHENTICATED; health still answers).
-	AdminToken string
+	// OperatorsFile lists the operators who may call the Admin API, each
+	// with a role and its token's SHA-256 (internal/operators). AdminToken,
+	// the old single token, if set acts as operator "legacy-admin" with
+	// role admin. With neither, every admin call is UNAUTHENTICATED
+	// (health still answers).
+	OperatorsFile string
+	AdminToken    string
+	// AuditFile is the audit log's local spool (with NATS; the records
+	// reach the CELLPAY_AUDIT stream once it takes them) or the audit log
+	// itself (standalone). Default: beside StateFile, <state>.audit.jsonl;
+	// with neither it nor NATS every admin change is refused, since it
+	// could not be audited.
+	AuditFile string
 	// NATSURL is the NATS server holding the shared routing configuration
 	// and carrying the cells' reference data status reports; "" runs this
 	// replica standalone (admin changes stay local, and no cell's reference
@@ -97,6 +110,9 @@ func (c *Config) validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.AuditFile == "" && c.StateFile != "" {
+		c.AuditFile = strings.TrimSuffix(c.StateFile, ".json") + ".audit.jsonl"
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -232,7 +248,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listeners := []net.Listener{lis}
 	if cfg.AdminListen != "" {
-		adm, err := admin.New(admin.Config{State: st, Health: mon, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool, Log: cfg.Log})
+		ops, err := loadOperators(cfg.OperatorsFile, cfg.AdminToken)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer auditLog.Close()
+		adm, err := admin.New(admin.Config{State: st, Health: mon, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool,
+			Audit: auditLog, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
@@ -242,14 +270,17 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
-		as := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), admin.NewAuth(cfg.AdminToken).ServerOptions()...), tel.ServerOptions()...)...)
+		as := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(admin.NewAuth(ops))...), tel.ServerOptions()...)...)
 		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)
 		servers = append(servers, as)
 		listeners = append(listeners, alis)
-		if cfg.AdminToken == "" {
-			cfg.Log.Warn("no admin token configured: the admin API refuses every call")
+		if ops.Len() == 0 {
+			cfg.Log.Warn("no operators configured: the admin API refuses every call")
+		}
+		if cfg.AuditFile == "" && cfg.NATSURL == "" {
+			cfg.Log.Warn("no audit log (neither NATS nor an audit file): the admin API refuses every change")
 		}
 	}
 	errc := make(chan error, len(servers))
@@ -281,6 +312,23 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.Info("gtr stopped")
 	return nil
+}
+
+// loadOperators reads the operators file (if any) and adds the legacy
+// token (if any).
+func loadOperators(file, legacy string) (*operators.Index, error) {
+	var f *operators.File
+	if file != "" {
+		var err error
+		if f, err = operators.Load(file); err != nil {
+			return nil, fmt.Errorf("gtr: %w", err)
+		}
+	}
+	ix, err := operators.Compile(f, legacy)
+	if err != nil {
+		return nil, fmt.Errorf("gtr: %w", err)
+	}
+	return ix, nil
 }
 
 // followCells points the health monitor at the table's cells, and has the

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestPartnersWired(t *testing.T) {
 	tlsCert, tlsKey, caFile := testTLS(t)
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
 		TLSCertFile: tlsCert, TLSKeyFile: tlsKey, PartnersFile: partnersFile, PartnersStateFile: filepath.Join(dir, "partners-state.json"),
-		ReplicaID: "r1", ShutdownTimeout: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		AuditFile: filepath.Join(dir, "audit.jsonl"), ReplicaID: "r1", ShutdownTimeout: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer ccancel()
 
@@ -89,6 +90,15 @@ func TestPartnersWired(t *testing.T) {
 			t.Fatal(err)
 		}
 		key = ak.GetKey().GetApiKey()
+		// The change is audited, as legacy-admin, and the audit never
+		// holds the key the answer carried.
+		au, err := adm.ListAudit(cctx, &adminproto.ListAuditRequest{})
+		if err != nil || len(au.GetRecords()) != 1 || au.GetRecords()[0].GetMethod() != "AddKey" || au.GetRecords()[0].GetActor() != "legacy-admin" {
+			t.Fatalf("audit: %v, %v", au, err)
+		}
+		if b, _ := os.ReadFile(cfg.AuditFile); !strings.Contains(string(b), partners.KeyID(key)) || strings.Contains(string(b), key) {
+			t.Fatalf("audit file: want the key ID and never the key:\n%s", b)
+		}
 	})
 	// The restart starts from the state file, not from -partners.
 	run(func(adm, _ adminproto.AdminClient) {

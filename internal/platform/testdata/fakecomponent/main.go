@@ -29,7 +29,7 @@ func main() {
 	panKey := fs.String("pan-key-file", "", "")
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
-	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "admin-token-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id"} {
+	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "operators", "audit-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id"} {
 		fs.String(name, "", "")
 	}
 	fs.Bool("reflection", false, "")
