@@ -138,13 +138,13 @@ func runTranscript(t *testing.T, script string) string {
 				PANHash:          []byte{0xca, 0xfe},
 				PANHashKeyID:     "pan-cur",
 				OtherPANHashes:   others,
-				Attempt:     int32(atoi(t, args["attempt"], 1)),
-				RouteRule:   "default",
-				CellID:      "cell-a",
-				LastResort:  args["last-resort"] == "true",
-				Directory:   args["directory"] == "true",
-				Call:        args["call"],
-				Home:        args["home"] == "true",
+				Attempt:          int32(atoi(t, args["attempt"], 1)),
+				RouteRule:        "default",
+				CellID:           "cell-a",
+				LastResort:       args["last-resort"] == "true",
+				Directory:        args["directory"] == "true",
+				Call:             args["call"],
+				Home:             args["home"] == "true",
 			}, testPolicy, testRef, now)
 			a = m.Start()
 		case "event":
