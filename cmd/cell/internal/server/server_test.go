@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -78,7 +80,16 @@ func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orche
 	return nil
 }
 
-func (m *memStore) Velocity(context.Context, []byte, time.Time, idempotency.Key) (int64, int64, error) {
+// testKeys is the servers' card data key ring in tests.
+var testKeys = func() *cardkeys.Ring {
+	r, err := cardkeys.New(make([]byte, 32))
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
+func (m *memStore) Velocity(context.Context, []card.KeyedHash, time.Time, idempotency.Key) (int64, int64, error) {
 	return 0, 0, nil
 }
 
@@ -126,7 +137,7 @@ func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
 		CellID: "cell-t", Store: st, Issuer: iss,
 		RefData: func() orchestrator.RefData { return ref },
 		Policy:  orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
-		Secret:  make([]byte, 32), WaitTimeout: 5 * time.Second,
+		Keys:    testKeys, WaitTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
