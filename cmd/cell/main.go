@@ -4,18 +4,17 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/logging"
 )
 
@@ -65,7 +64,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.RefDataFile, "refdata", env("CELL_REFDATA_FILE", "config/refdata.json"), "reference data file that bootstraps a cell with no stored version, as version 0; \"\" for none (env CELL_REFDATA_FILE)")
 	flag.StringVar(&c.NATSURL, "nats-url", env("CELL_NATS_URL", ""), "NATS server the reference data comes from; \"\" for none (env CELL_NATS_URL)")
 	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for Prometheus /metrics (transactions, issuer latency, reference data, gRPC), e.g. 127.0.0.1:9081; \"\" for none (env CELL_METRICS_LISTEN). Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
-	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the hex PAN hashing key, 32+ bytes (env CELL_PAN_KEY_FILE)")
+	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the card data master secrets, one hex secret of 32+ bytes a line: the current one first, then previous ones newest first (kept while their rows are within the velocity and idempotency windows); the PAN hash and fingerprint keys are derived from them (env CELL_PAN_KEY_FILE)")
 	flag.StringVar(&c.PartnersStateFile, "partners-state-file", env("CELL_PARTNERS_STATE_FILE", ""), "file keeping the last-known partner registry (callback settings, followed read-only from NATS); it holds signing secrets and is written 0600; \"\" for none (env CELL_PARTNERS_STATE_FILE)")
 	flag.BoolVar(&c.Callbacks.Off, "callbacks-off", env("CELL_CALLBACKS_OFF", "") == "1", "do not deliver callbacks (the outbox is still written with every final outcome) (env CELL_CALLBACKS_OFF=1)")
 	flag.StringVar(&schedule, "callback-schedule", env("CELL_CALLBACK_SCHEDULE", callback.DefaultSchedule.String()), "delay before each callback attempt, comma-separated; after the last a dead letter. The default is Svix's schedule compressed for local runs; production: "+callback.SvixSchedule.String()+" (env CELL_CALLBACK_SCHEDULE)")
@@ -85,8 +84,12 @@ func configure() (cell.Config, error) {
 	if err != nil {
 		return c, err
 	}
-	if c.Secret, err = hex.DecodeString(strings.TrimSpace(string(raw))); err != nil {
-		return c, fmt.Errorf("-pan-key-file: not hex: %w", err)
+	masters, err := cardkeys.Parse(raw)
+	if err != nil {
+		return c, fmt.Errorf("-pan-key-file: %w", err)
+	}
+	if c.Keys, err = cardkeys.New(masters...); err != nil {
+		return c, fmt.Errorf("-pan-key-file: %w", err)
 	}
 	return c, nil
 }

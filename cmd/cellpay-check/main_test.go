@@ -142,9 +142,9 @@ func cellDatabase(ctx context.Context, t *testing.T) string {
 	if _, err := conn.Exec(ctx, `INSERT INTO transactions (transaction_id, fingerprint, state, auth_code,
 		payment_type, partner_id, market, amount, currency, settlement_amount, settlement_currency, risk_amount,
 		merchant_id, mcc, merchant_country, masked_pan, refdata_version, route_rule, attempt, cell_id,
-		created_at, updated_at)
+		created_at, updated_at, pan_hash_key_id, fingerprint_key_id)
 		VALUES ('t-1', '\x00', 'approved', $1, 1, 'p', 'DE', 100, 'EUR', 100, 'EUR', 100, 'm', '5411', 'DE',
-		'', '1', 'r', 1, 'cell-a', now(), now())`, issuersim.AuthCode("p", "t-1")); err != nil {
+		'', '1', 'r', 1, 'cell-a', now(), now(), 'pan-test', 'fp-test')`, issuersim.AuthCode("p", "t-1")); err != nil {
 		t.Fatal(err)
 	}
 	return url

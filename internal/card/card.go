@@ -1,5 +1,6 @@
 // Package card handles primary account numbers (PANs) so that nothing else
-// has to: the Luhn check, masking to first 6 and last 4, and a keyed hash for
+// has to: the Luhn check, masking (first 6 and last 4 at most, fewer for a PAN
+// shorter than 16 digits: see Mask), and a keyed hash for
 // per-card risk checks. A full PAN must never leave this package in a log,
 // error, metric, event or database row; callers keep only Mask and Hash.
 package card
@@ -52,20 +53,39 @@ func CheckDigit(body string) byte {
 	return byte('0' + (10-sum%10)%10)
 }
 
-// Mask keeps the first 6 and last 4 digits of pan and replaces the rest with
-// '*'. A string of 10 characters or fewer is masked whole, so that a short or
-// malformed input can never be returned as it came.
+// Mask hides the middle of pan with '*'. A PAN of 16 digits or more keeps
+// its first 6 and last 4 (the most PCI DSS allows); a shorter one shows
+// fewer, so that at least 6 digits are always hidden: n-6 digits are shown,
+// at most 10, of which at most 6 first and the rest last.
+//
+//	length  12  13  14  15  16..19
+//	first    4   5   6   6   6
+//	last     2   2   2   3   4
+//
+// A string of 11 characters or fewer (shorter than any PAN the API
+// accepts) is masked whole, so that a short or malformed input can never
+// be returned as it came.
 func Mask(pan string) string {
 	n := len(pan)
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = '*'
 	}
-	if n > 10 {
-		copy(b, pan[:6])
-		copy(b[n-4:], pan[n-4:])
-	}
+	first, last := MaskShown(n)
+	copy(b, pan[:first])
+	copy(b[n-last:], pan[n-last:])
 	return string(b)
+}
+
+// MaskShown returns how many leading and trailing characters Mask leaves
+// visible in a string of n characters.
+func MaskShown(n int) (first, last int) {
+	if n < 12 {
+		return 0, 0
+	}
+	shown := min(10, n-6)
+	first = min(6, shown-2)
+	return first, shown - first
 }
 
 // Hasher computes keyed hashes of PANs. The key keeps the hash from being
@@ -85,4 +105,11 @@ func (h *Hasher) Hash(pan string) []byte {
 	m := hmac.New(sha256.New, h.key)
 	m.Write([]byte(pan))
 	return m.Sum(nil)
+}
+
+// KeyedHash is a PAN's hash under one key, with the ID of that key (never
+// the key itself), as rows store it: velocity checks match both.
+type KeyedHash struct {
+	KeyID string
+	Sum   []byte
 }

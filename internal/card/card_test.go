@@ -30,8 +30,12 @@ func TestLuhn(t *testing.T) {
 func TestMask(t *testing.T) {
 	cases := []struct{ pan, want string }{
 		{"4242424242424242", "424242******4242"},
-		{"378282246310005", "378282*****0005"},
-		{"123456789012", "123456**9012"},
+		{"378282246310005", "378282******005"},
+		{"123456789012", "1234******12"},
+		{"1234567890123", "12345******23"},
+		{"12345678901234", "123456******34"},
+		{"1234567890123456789", "123456*********6789"},
+		{"12345678901", "***********"},
 		{"1234567890", "**********"},
 		{"", ""},
 	}
@@ -64,14 +68,17 @@ func FuzzMask(f *testing.F) {
 		if len(m) != len(pan) {
 			t.Fatalf("Mask changed the length: %d -> %d", len(pan), len(m))
 		}
-		keep := 0
-		if len(pan) > 10 {
-			keep = 6
+		first, last := MaskShown(len(pan))
+		if first+last > 0 && (first > 6 || last > 4 || len(pan)-first-last < 6) {
+			t.Fatalf("Mask shows %d+%d of %d", first, last, len(pan))
 		}
-		for i := keep; i < len(m)-min(keep, 4); i++ {
+		for i := first; i < len(m)-last; i++ {
 			if m[i] != '*' {
 				t.Fatalf("Mask left byte %d of %d visible", i, len(m))
 			}
+		}
+		if m[:first] != pan[:first] || m[len(m)-last:] != pan[len(pan)-last:] {
+			t.Fatalf("Mask(%q) = %q: not the PAN's own first and last digits", pan, m)
 		}
 	})
 }
@@ -84,5 +91,28 @@ func TestCheckDigit(t *testing.T) {
 	}
 	if CheckDigit("424242424242424") != '2' {
 		t.Error("CheckDigit(424242424242424) != 2")
+	}
+}
+
+// TestMaskEveryLength: for every PAN length the API accepts, at least 6
+// digits are hidden, at most the first 6 and last 4 are shown, 16 digits
+// and more show exactly 6 and 4, and the result matches the transactions
+// table's CHECK (migration 006) for that length.
+func TestMaskEveryLength(t *testing.T) {
+	want := map[int][2]int{12: {4, 2}, 13: {5, 2}, 14: {6, 2}, 15: {6, 3}, 16: {6, 4}, 17: {6, 4}, 18: {6, 4}, 19: {6, 4}}
+	for n := 12; n <= 19; n++ {
+		pan := strings.Repeat("7", n-1)
+		pan += string(CheckDigit(pan))
+		m := Mask(pan)
+		first, last := MaskShown(n)
+		if [2]int{first, last} != want[n] {
+			t.Errorf("length %d: shows first %d last %d, want %v", n, first, last, want[n])
+		}
+		if hidden := strings.Count(m, "*"); hidden < 6 || hidden != n-first-last {
+			t.Errorf("length %d: %q hides %d digits", n, m, hidden)
+		}
+		if m[:first] != pan[:first] || m[n-last:] != pan[n-last:] || len(m) != n {
+			t.Errorf("length %d: Mask = %q", n, m)
+		}
 	}
 }

@@ -79,9 +79,9 @@ func insertRows(ctx context.Context, t *testing.T, urls map[string]string, rows 
 		_, err = conn.Exec(ctx, `INSERT INTO transactions (transaction_id, fingerprint, state, decline_reason,
 			auth_code, payment_type, partner_id, market, amount, currency, settlement_amount, settlement_currency,
 			risk_amount, merchant_id, mcc, merchant_country, masked_pan, refdata_version, route_rule, attempt,
-			cell_id, created_at, updated_at)
+			cell_id, created_at, updated_at, pan_hash_key_id, fingerprint_key_id)
 			VALUES ($1, '\x00', $2, $3, $4, 1, $8, 'DE', 1000, 'EUR', 1000, 'EUR', 1000, 'm-1', '5411', 'DE',
-			'', '1', 'everything', $5, $6, $7, $7)`,
+			'', '1', 'everything', $5, $6, $7, $7, 'pan-test', 'fp-test')`,
 			r.id, r.state, r.reason, r.auth, max(r.attempt, 1), r.cell, now, r.key().PartnerID)
 		conn.Close(ctx)
 		if err != nil {

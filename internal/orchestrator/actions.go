@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"time"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -43,11 +44,13 @@ type Wait struct{ Key idempotency.Key }
 
 // CheckVelocity sums this card's transactions since Since that were not
 // declined, failed or abandoned, leaving the transaction Exclude out. A card
-// is counted across partners. Answer: Velocity; StoreFailed.
+// is counted across partners, and under every key of the cell: a row
+// counts when its (key ID, hash) pair is one of PANHashes (the current key
+// first). Answer: Velocity; StoreFailed.
 type CheckVelocity struct {
-	PANHash []byte
-	Since   time.Time
-	Exclude idempotency.Key
+	PANHashes []card.KeyedHash
+	Since     time.Time
+	Exclude   idempotency.Key
 }
 
 // Persist durably writes Record, only if the stored state is still From.

@@ -31,10 +31,12 @@ type Entry struct {
 	// since the GTR moves on only before it confirmed the earlier one.
 	Call    string
 	Attempt int32
-	// Fingerprint is the payload's (every cell must use the same key for
-	// fingerprints to compare).
-	Fingerprint idempotency.Fingerprint
-	State       EntryState
+	// Fingerprint is the payload's, under the key FingerprintKeyID names
+	// (every cell derives the same fingerprint keys from the same master,
+	// so that fingerprints compare across cells).
+	Fingerprint      idempotency.Fingerprint
+	FingerprintKeyID string
+	State            EntryState
 	// Answer is the owner's recorded answer when final: the transaction as
 	// partners see it (masked card, no PAN).
 	Answer *cellpayv1.Transaction

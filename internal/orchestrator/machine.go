@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -65,13 +66,27 @@ type Policy struct {
 
 // Input is what the cell knows about one attempt when it starts.
 type Input struct {
-	Request     *cellpayv1.SubmitTransactionRequest
-	Fingerprint idempotency.Fingerprint
-	MaskedPAN   string
-	PANHash     []byte
-	Attempt     int32
-	RouteRule   string
-	CellID      string
+	Request *cellpayv1.SubmitTransactionRequest
+	// Fingerprint is the request's under the current fingerprint key,
+	// named FingerprintKeyID.
+	Fingerprint      idempotency.Fingerprint
+	FingerprintKeyID string
+	// FingerprintUnder returns the request's fingerprint under the key
+	// named keyID, false when the cell no longer has that key: a record or
+	// entry written under an earlier key is compared under its own. It
+	// must be a pure function of keyID (a keyed hash, no I/O); nil means
+	// the cell has no key but the current one.
+	FingerprintUnder func(keyID string) (idempotency.Fingerprint, bool)
+	MaskedPAN        string
+	// PANHash is the card's hash under the current PAN key, named
+	// PANHashKeyID; OtherPANHashes, its hashes under the cell's other keys,
+	// which velocity counts too.
+	PANHash        []byte
+	PANHashKeyID   string
+	OtherPANHashes []card.KeyedHash
+	Attempt        int32
+	RouteRule      string
+	CellID         string
 	// LastResort: the GTR has no other cell to try (see Existing).
 	LastResort bool
 	// Directory: the cell claims transactions in the transaction directory
@@ -200,7 +215,8 @@ func (m *Machine) Unclaimed() bool { return m.unclaimed }
 // takeover, or this cell's entry taken for this attempt).
 func (m *Machine) claimEntry(rev uint64, next afterClaimStep) Action {
 	return m.claimAs(rev, next, Entry{
-		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint, State: EntryOwned,
+		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint,
+		FingerprintKeyID: m.in.FingerprintKeyID, State: EntryOwned,
 	})
 }
 
@@ -274,7 +290,7 @@ func (m *Machine) afterClaim(ev Event) Action {
 	case Held:
 		e := ev.Entry
 		switch {
-		case idempotency.Check(e.Fingerprint, m.in.Fingerprint) != nil:
+		case m.checkPayload(e.FingerprintKeyID, e.Fingerprint) != nil:
 			return m.giveUp(Reject{Err: idempotency.ErrConflict})
 		case e.State == EntryFinal:
 			return m.giveUp(ReplyEntry{Entry: e})
@@ -303,25 +319,27 @@ func (m *Machine) afterClaim(ev Event) Action {
 func (m *Machine) newRecord(now time.Time) *Record {
 	r := m.in.Request
 	return &Record{
-		TransactionID:   r.GetTransactionId(),
-		Fingerprint:     m.in.Fingerprint,
-		State:           StateReceived,
-		PaymentType:     r.GetPaymentType(),
-		PartnerID:       r.GetPartnerId(),
-		Market:          r.GetMarket(),
-		Amount:          r.GetAmount().GetMinorUnits(),
-		Currency:        r.GetAmount().GetCurrency(),
-		MerchantID:      r.GetMerchant().GetId(),
-		MCC:             r.GetMerchant().GetMcc(),
-		MerchantCountry: r.GetMerchant().GetCountry(),
-		MaskedPAN:       m.in.MaskedPAN,
-		PANHash:         m.in.PANHash,
-		RefdataVersion:  m.ref.Version(),
-		RouteRule:       m.in.RouteRule,
-		Attempt:         m.in.Attempt,
-		CellID:          m.in.CellID,
-		CreatedAt:       now,
-		UpdatedAt:       now,
+		TransactionID:    r.GetTransactionId(),
+		Fingerprint:      m.in.Fingerprint,
+		FingerprintKeyID: m.in.FingerprintKeyID,
+		State:            StateReceived,
+		PaymentType:      r.GetPaymentType(),
+		PartnerID:        r.GetPartnerId(),
+		Market:           r.GetMarket(),
+		Amount:           r.GetAmount().GetMinorUnits(),
+		Currency:         r.GetAmount().GetCurrency(),
+		MerchantID:       r.GetMerchant().GetId(),
+		MCC:              r.GetMerchant().GetMcc(),
+		MerchantCountry:  r.GetMerchant().GetCountry(),
+		MaskedPAN:        m.in.MaskedPAN,
+		PANHash:          m.in.PANHash,
+		PANHashKeyID:     m.in.PANHashKeyID,
+		RefdataVersion:   m.ref.Version(),
+		RouteRule:        m.in.RouteRule,
+		Attempt:          m.in.Attempt,
+		CellID:           m.in.CellID,
+		CreatedAt:        now,
+		UpdatedAt:        now,
 	}
 }
 
@@ -444,7 +462,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// mixed two namespaces, and no rule below may apply to it.
 		return m.internal(fmt.Errorf("existing record %s is not the transaction %s", prev.Key(), m.rec.Key()))
 	}
-	if err := idempotency.Check(prev.Fingerprint, m.in.Fingerprint); err != nil {
+	if err := m.checkPayload(prev.FingerprintKeyID, prev.Fingerprint); err != nil {
 		m.phase = phaseDone
 		return Reject{Err: err}
 	}
@@ -486,6 +504,24 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 	}
 }
 
+// checkPayload applies the conflict rule to a first payload fingerprinted
+// under keyID: the request is compared under the same key. A key the cell
+// no longer has cannot show the payloads equal, so it is a conflict: a
+// recorded answer is never given to a payload not shown to be the same.
+func (m *Machine) checkPayload(keyID string, first idempotency.Fingerprint) error {
+	fp := m.in.Fingerprint
+	if keyID != m.in.FingerprintKeyID {
+		var ok bool
+		if m.in.FingerprintUnder != nil {
+			fp, ok = m.in.FingerprintUnder(keyID)
+		}
+		if !ok {
+			return idempotency.ErrConflict
+		}
+	}
+	return idempotency.Check(first, fp)
+}
+
 func (m *Machine) checkRisk() Action {
 	if m.decided != "" {
 		return m.finishBeforePNR()
@@ -499,9 +535,9 @@ func (m *Machine) checkRisk() Action {
 	}
 	m.phase = phaseRisk
 	return CheckVelocity{
-		PANHash: m.in.PANHash,
-		Since:   m.rec.CreatedAt.Add(-m.policy.VelocityWindow),
-		Exclude: m.rec.Key(),
+		PANHashes: append([]card.KeyedHash{{KeyID: m.in.PANHashKeyID, Sum: m.in.PANHash}}, m.in.OtherPANHashes...),
+		Since:     m.rec.CreatedAt.Add(-m.policy.VelocityWindow),
+		Exclude:   m.rec.Key(),
 	}
 }
 

@@ -55,8 +55,11 @@ func (s State) Status() cellpayv1.TransactionStatus {
 // and transaction ID). It never holds a full card number: only the masked
 // PAN and a keyed hash.
 type Record struct {
-	TransactionID      string
-	Fingerprint        idempotency.Fingerprint
+	TransactionID string
+	Fingerprint   idempotency.Fingerprint
+	// FingerprintKeyID names the key Fingerprint was computed under (a
+	// key ID, never the key): a replay is compared under that key.
+	FingerprintKeyID   string
 	State              State
 	DeclineReason      string
 	AuthCode           string
@@ -74,12 +77,14 @@ type Record struct {
 	MerchantCountry string
 	MaskedPAN       string
 	PANHash         []byte
-	RefdataVersion  string
-	RouteRule       string
-	Attempt         int32
-	CellID          string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// PANHashKeyID names the key PANHash was computed under.
+	PANHashKeyID   string
+	RefdataVersion string
+	RouteRule      string
+	Attempt        int32
+	CellID         string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 // Key identifies the transaction: transaction IDs are a namespace per

@@ -65,7 +65,41 @@ func testRequest() *cellpayv1.SubmitTransactionRequest {
 	}
 }
 
-var fp = idempotency.NewFingerprinter([]byte("test-key"))
+// fp is the current fingerprint key, "fp-cur"; oldFP, a previous key the
+// cell still has, "fp-old"; goneFP, a key it no longer has, "fp-gone".
+var (
+	fp     = idempotency.NewFingerprinter([]byte("test-key"))
+	oldFP  = idempotency.NewFingerprinter([]byte("old-test-key"))
+	goneFP = idempotency.NewFingerprinter([]byte("gone-test-key"))
+)
+
+// fingerprintUnder is the transcripts' Input.FingerprintUnder.
+func fingerprintUnder(req *cellpayv1.SubmitTransactionRequest) func(string) (idempotency.Fingerprint, bool) {
+	return func(keyID string) (idempotency.Fingerprint, bool) {
+		switch keyID {
+		case "fp-cur":
+			return fp.Of(req), true
+		case "fp-old":
+			return oldFP.Of(req), true
+		}
+		return idempotency.Fingerprint{}, false
+	}
+}
+
+// storedFingerprint is the fingerprint of a stored record or entry of
+// payload p under the key key= names: cur (the default), old or gone.
+func storedFingerprint(t *testing.T, args map[string]string, p *cellpayv1.SubmitTransactionRequest) (string, idempotency.Fingerprint) {
+	switch args["key"] {
+	case "", "cur":
+		return "fp-cur", fp.Of(p)
+	case "old":
+		return "fp-old", oldFP.Of(p)
+	case "gone":
+		return "fp-gone", goneFP.Of(p)
+	}
+	t.Fatalf("unknown key %q", args["key"])
+	return "", idempotency.Fingerprint{}
+}
 
 func runTranscript(t *testing.T, script string) string {
 	var out strings.Builder
@@ -91,18 +125,26 @@ func runTranscript(t *testing.T, script string) string {
 			applyRequest(t, req, args)
 			continue
 		case "start":
+			var others []card.KeyedHash
+			if args["keys"] == "rotated" {
+				others = []card.KeyedHash{{KeyID: "pan-old", Sum: []byte{0xbe, 0xef}}}
+			}
 			m = New(Input{
-				Request:     req,
-				Fingerprint: fp.Of(req),
-				MaskedPAN:   card.Mask(req.GetCard().GetPan()),
-				PANHash:     []byte{0xca, 0xfe},
-				Attempt:     int32(atoi(t, args["attempt"], 1)),
-				RouteRule:   "default",
-				CellID:      "cell-a",
-				LastResort:  args["last-resort"] == "true",
-				Directory:   args["directory"] == "true",
-				Call:        args["call"],
-				Home:        args["home"] == "true",
+				Request:          req,
+				Fingerprint:      fp.Of(req),
+				FingerprintKeyID: "fp-cur",
+				FingerprintUnder: fingerprintUnder(req),
+				MaskedPAN:        card.Mask(req.GetCard().GetPan()),
+				PANHash:          []byte{0xca, 0xfe},
+				PANHashKeyID:     "pan-cur",
+				OtherPANHashes:   others,
+				Attempt:          int32(atoi(t, args["attempt"], 1)),
+				RouteRule:        "default",
+				CellID:           "cell-a",
+				LastResort:       args["last-resort"] == "true",
+				Directory:        args["directory"] == "true",
+				Call:             args["call"],
+				Home:             args["home"] == "true",
 			}, testPolicy, testRef, now)
 			a = m.Start()
 		case "event":
@@ -180,8 +222,9 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 		if p, ok := args["partner"]; ok {
 			partner = p
 		}
+		keyID, f := storedFingerprint(t, args, other)
 		return Existing{Record: &Record{
-			PartnerID: partner, TransactionID: req.GetTransactionId(), Fingerprint: fp.Of(other), State: State(args["state"]),
+			PartnerID: partner, TransactionID: req.GetTransactionId(), Fingerprint: f, FingerprintKeyID: keyID, State: State(args["state"]),
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
 		}, Active: args["active"] == "true"}
 	case "claimed", "held":
@@ -189,8 +232,9 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 		if args["payload"] == "other" {
 			other.Amount.MinorUnits++
 		}
+		keyID, f := storedFingerprint(t, args, other)
 		e := Entry{Owner: args["owner"], Call: args["call"], Attempt: int32(atoi(t, args["attempt"], 1)),
-			Fingerprint: fp.Of(other), State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1)),
+			Fingerprint: f, FingerprintKeyID: keyID, State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1)),
 			Pinned: args["pinned"] == "true"}
 		if e.State == EntryFinal {
 			e.Answer = &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED,
@@ -268,7 +312,15 @@ func formatAction(a Action) string {
 	case Wait:
 		return "Wait " + formatKey(a.Key)
 	case CheckVelocity:
-		return fmt.Sprintf("CheckVelocity since=%s exclude=%s", a.Since.Format(time.RFC3339Nano), a.Exclude)
+		s := fmt.Sprintf("CheckVelocity since=%s exclude=%s", a.Since.Format(time.RFC3339Nano), a.Exclude)
+		if len(a.PANHashes) > 1 {
+			ids := make([]string, len(a.PANHashes))
+			for i, h := range a.PANHashes {
+				ids[i] = h.KeyID
+			}
+			s += " keys=" + strings.Join(ids, ",")
+		}
+		return s
 	case Persist:
 		return fmt.Sprintf("Persist from=%s %s", a.From, formatRecord(a.Record))
 	case EmitPNR:

@@ -478,7 +478,9 @@ type Transaction struct {
 	SettlementAmount *Money `protobuf:"bytes,8,opt,name=settlement_amount,json=settlementAmount,proto3" json:"settlement_amount,omitempty"`
 	RefdataVersion   string `protobuf:"bytes,9,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
 	RouteRule        string `protobuf:"bytes,10,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
-	// masked_pan keeps the first 6 and last 4 digits.
+	// masked_pan keeps the first 6 and last 4 digits of a PAN of 16 digits or
+	// more; a shorter PAN shows fewer, at least 6 hidden (12: first 4, last 2;
+	// 13: 5 and 2; 14: 6 and 2; 15: 6 and 3).
 	MaskedPan     string                 `protobuf:"bytes,11,opt,name=masked_pan,json=maskedPan,proto3" json:"masked_pan,omitempty"`
 	PaymentType   PaymentType            `protobuf:"varint,12,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
 	PartnerId     string                 `protobuf:"bytes,13,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`

@@ -24,6 +24,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/partnerstate"
@@ -47,8 +48,8 @@ type Config struct {
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
 	MetricsListen string
-	// Secret keys PAN hashes and payload fingerprints; at least 32 bytes.
-	Secret []byte
+	// Keys computes PAN hashes and payload fingerprints (internal/cardkeys).
+	Keys *cardkeys.Ring
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
 	MaxConns int32
 	// StartTimeout bounds waiting for Postgres at start; default 60s.
@@ -91,8 +92,8 @@ func (c *Config) validate() error {
 	if c.Listen == "" || c.DatabaseURL == "" || c.IssuerAddr == "" {
 		errs = append(errs, errors.New("cell: listen, database URL and issuer address are required"))
 	}
-	if len(c.Secret) < 32 {
-		errs = append(errs, errors.New("cell: the PAN key must be at least 32 bytes"))
+	if c.Keys == nil {
+		errs = append(errs, errors.New("cell: the card data keys are required"))
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 60 * time.Second
@@ -173,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Metrics:         metrics,
 		RefData:         func() orchestrator.RefData { return ref.View() },
 		Policy:          policy,
-		Secret:          cfg.Secret,
+		Keys:            cfg.Keys,
 		Outbox:          st,
 		RegistryVersion: func() uint64 { return reg.Index().Version() },
 		Log:             log,

@@ -230,11 +230,12 @@ func (d *Directory) write(ctx context.Context, k idempotency.Key, e Entry, rev u
 	return cur, false, nil
 }
 
-// Finalize records answer as k's outcome, for owner. It succeeds when the
+// Finalize records answer as k's outcome, for owner, with the payload's
+// fingerprint fp under the key named fpKeyID. It succeeds when the
 // entry is owner's (or missing: a transaction decided without a claim) and
 // fails with ErrNotOwner when another cell owns it.
-func (d *Directory) Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, answer *cellpayv1.Transaction) error {
-	final := Entry{Owner: owner, Fingerprint: fp, State: Final, Answer: answer}
+func (d *Directory) Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error {
+	final := Entry{Owner: owner, Fingerprint: fp, FingerprintKeyID: fpKeyID, State: Final, Answer: answer}
 	return d.update(ctx, k, final, func(cur Entry) (bool, error) {
 		switch {
 		case cur.Owner != owner:

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/internal/testutil/natstest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -90,7 +92,7 @@ func TestClaimAndTakeOver(t *testing.T) {
 		t.Fatalf("after the takeover: %+v %v %v", cur, ok, err)
 	}
 	// The old owner can no longer finalize or abandon.
-	if err := a.Finalize(ctx, key, "cell-a", fpA, &cellpayv1.Transaction{TransactionId: "t-1"}); !errors.Is(err, ErrNotOwner) {
+	if err := a.Finalize(ctx, key, "cell-a", fpA, "fp-1", &cellpayv1.Transaction{TransactionId: "t-1"}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("finalize by the old owner: %v, want ErrNotOwner", err)
 	}
 	if err := a.Abandon(ctx, key, "cell-a", "c1", 1); !errors.Is(err, ErrNotOwner) {
@@ -117,18 +119,18 @@ func TestFinalizeAndAbandon(t *testing.T) {
 		t.Fatalf("after abandon: %+v", cur)
 	}
 	approved := &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "A1"}
-	if err := a.Finalize(ctx, key, "cell-a", fpA, approved); err != nil {
+	if err := a.Finalize(ctx, key, "cell-a", fpA, "fp-1", approved); err != nil {
 		t.Fatal(err)
 	}
 	declined := &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_DECLINED}
-	if err := a.Finalize(ctx, key, "cell-a", fpA, declined); err != nil {
+	if err := a.Finalize(ctx, key, "cell-a", fpA, "fp-1", declined); err != nil {
 		t.Fatal(err)
 	}
 	if cur, _, _ := a.Get(ctx, key); cur.State != Final || cur.Answer.GetAuthCode() != "A1" {
 		t.Fatalf("final entry rewritten: %+v", cur)
 	}
 	k2 := idempotency.Key{PartnerID: "p-001", TransactionID: "unclaimed"}
-	if err := a.Finalize(ctx, k2, "cell-a", fpB, approved); err != nil {
+	if err := a.Finalize(ctx, k2, "cell-a", fpB, "fp-1", approved); err != nil {
 		t.Fatal(err)
 	}
 	if cur, ok, _ := a.Get(ctx, k2); !ok || cur.State != Final || cur.Fingerprint != fpB {
@@ -161,7 +163,7 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestEncodeDecode(t *testing.T) {
-	e := Entry{Owner: "cell-a", Call: "c1", Attempt: 2, Fingerprint: fpA, State: Final,
+	e := Entry{Owner: "cell-a", Call: "c1", Attempt: 2, Fingerprint: fpA, FingerprintKeyID: "fp-0a1b2c3d", State: Final,
 		Answer: &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, MaskedPan: "424242******4242"}}
 	b, err := Encode(e)
 	if err != nil {
@@ -169,10 +171,17 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	got, err := Decode(b)
 	if err != nil || got.Owner != e.Owner || got.Call != e.Call || got.Attempt != 2 || got.Fingerprint != fpA ||
-		got.State != Final || got.Answer.GetMaskedPan() != "424242******4242" {
+		got.FingerprintKeyID != "fp-0a1b2c3d" || got.State != Final || got.Answer.GetMaskedPan() != "424242******4242" {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
+	// An entry written before key IDs names none: its fingerprint is under
+	// the legacy key.
+	old, err := Decode([]byte(`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`))
+	if err != nil || old.FingerprintKeyID != cardkeys.LegacyKeyID {
+		t.Fatalf("entry without fk: key ID %q, %v", old.FingerprintKeyID, err)
+	}
 	for _, bad := range []string{
+		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","fk":"` + strings.Repeat("k", 65) + `","state":"owned"}`,
 		`{}`, `{"v":2}`, `{"v":1,"owner":"a","fp":"AQ==","state":"owned"}`,
 		`{"v":1,"owner":"","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`,
 		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"final"}`,
@@ -203,7 +212,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded entry does not encode: %v", err)
 		}
 		e2, err := Decode(again)
-		if err != nil || e2.Owner != e.Owner || e2.State != e.State || e2.Fingerprint != e.Fingerprint {
+		if err != nil || e2.Owner != e.Owner || e2.State != e.State || e2.Fingerprint != e.Fingerprint || e2.FingerprintKeyID != e.FingerprintKeyID {
 			t.Fatalf("re-decode: %+v %v", e2, err)
 		}
 	})

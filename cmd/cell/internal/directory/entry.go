@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -63,9 +64,12 @@ type wire struct {
 	Call        string `json:"call,omitempty"`
 	Attempt     int32  `json:"attempt,omitempty"`
 	Fingerprint []byte `json:"fp"`
-	State       State  `json:"state"`
-	Pinned      bool   `json:"pinned,omitempty"`
-	Answer      []byte `json:"answer,omitempty"` // cellpay.v1.Transaction, binary
+	// FingerprintKey names the key fp was computed under; an entry written
+	// before key IDs has none, and its fp is under the legacy key.
+	FingerprintKey string `json:"fk,omitempty"`
+	State          State  `json:"state"`
+	Pinned         bool   `json:"pinned,omitempty"`
+	Answer         []byte `json:"answer,omitempty"` // cellpay.v1.Transaction, binary
 }
 
 // Encode renders e for the bucket.
@@ -73,7 +77,8 @@ func Encode(e Entry) ([]byte, error) {
 	if err := check(e); err != nil {
 		return nil, err
 	}
-	w := wire{V: 1, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:], State: e.State, Pinned: e.Pinned}
+	w := wire{V: 1, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:],
+		FingerprintKey: e.FingerprintKeyID, State: e.State, Pinned: e.Pinned}
 	if e.Answer != nil {
 		b, err := proto.Marshal(e.Answer)
 		if err != nil {
@@ -100,7 +105,10 @@ func Decode(b []byte) (Entry, error) {
 	if len(w.Fingerprint) != len(idempotency.Fingerprint{}) {
 		return Entry{}, fmt.Errorf("directory: fp: %d bytes, want %d", len(w.Fingerprint), len(idempotency.Fingerprint{}))
 	}
-	e := Entry{Owner: w.Owner, Call: w.Call, Attempt: w.Attempt, State: w.State, Pinned: w.Pinned}
+	e := Entry{Owner: w.Owner, Call: w.Call, Attempt: w.Attempt, FingerprintKeyID: w.FingerprintKey, State: w.State, Pinned: w.Pinned}
+	if e.FingerprintKeyID == "" {
+		e.FingerprintKeyID = cardkeys.LegacyKeyID
+	}
 	copy(e.Fingerprint[:], w.Fingerprint)
 	if len(w.Answer) > 0 {
 		if len(w.Answer) > maxAnswerLen {
@@ -123,6 +131,8 @@ func check(e Entry) error {
 		return fmt.Errorf("directory: owner: %q is not a cell ID (1 to %d bytes)", e.Owner, maxIDLen)
 	case len(e.Call) > maxIDLen:
 		return fmt.Errorf("directory: call: longer than %d bytes", maxIDLen)
+	case len(e.FingerprintKeyID) > maxIDLen:
+		return fmt.Errorf("directory: fk: longer than %d bytes", maxIDLen)
 	case e.Attempt < 0:
 		return fmt.Errorf("directory: attempt: %d is negative", e.Attempt)
 	}

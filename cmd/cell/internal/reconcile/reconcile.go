@@ -52,7 +52,7 @@ type Issuer interface {
 type Directory interface {
 	// Finalize records owner's answer for k. It fails with an error
 	// matching ErrNotOwner when another cell owns k's entry.
-	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, answer *cellpayv1.Transaction) error
+	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
 	// Later runs fn in the background, bounded; it may drop it.
 	Later(fn func(ctx context.Context) error, what string)
 }
@@ -190,7 +190,7 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 		}
 		out.State, out.DeclineReason = orchestrator.StateFailed, ReasonNotReached
 		if d := r.cfg.Directory; d != nil {
-			err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, out.Transaction())
+			err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
 			switch {
 			case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
 				out.State, out.DeclineReason = orchestrator.StateAbandoned, ""
@@ -207,7 +207,7 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 	if d := r.cfg.Directory; d != nil && out.State.Terminal() && out.State != orchestrator.StateFailed {
 		txn := out.Transaction()
 		d.Later(func(ctx context.Context) error {
-			return d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, txn)
+			return d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, txn)
 		}, "finalize")
 	}
 	return true, nil

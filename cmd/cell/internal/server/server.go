@@ -23,6 +23,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -38,7 +39,7 @@ type Store interface {
 	Reclaim(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
 	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
 	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
-	Velocity(ctx context.Context, panHash []byte, since time.Time, exclude idempotency.Key) (int64, int64, error)
+	Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (int64, int64, error)
 }
 
 // Issuer sends authorizations; issuerproto.IssuerClient implements it. An
@@ -59,7 +60,7 @@ type Directory interface {
 	Take(ctx context.Context, k idempotency.Key, e orchestrator.Entry, rev uint64) (orchestrator.Entry, bool, error)
 	// Finalize records owner's answer for k; Abandon marks k's entry
 	// abandoned if it is still the claim of call's attempt at owner.
-	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, answer *cellpayv1.Transaction) error
+	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
 	Abandon(ctx context.Context, k idempotency.Key, owner, call string, attempt int32) error
 	// Later runs fn in the background, bounded; it may drop it.
 	Later(fn func(ctx context.Context) error, what string)
@@ -89,8 +90,9 @@ type Config struct {
 	// RefData returns the reference data to use now.
 	RefData func() orchestrator.RefData
 	Policy  orchestrator.Policy
-	// Secret keys the PAN hash and the payload fingerprint (32+ bytes).
-	Secret []byte
+	// Keys computes the PAN hash and the payload fingerprint, under keys
+	// derived from the cell's master secrets (internal/cardkeys).
+	Keys *cardkeys.Ring
 	// IssuerTimeout bounds one issuer call; default 5s.
 	IssuerTimeout time.Duration
 	// WaitTimeout bounds waiting for a concurrent attempt at the same
@@ -125,8 +127,8 @@ func (c *Config) validate() error {
 		return errors.New("server: CellID is required")
 	case c.Store == nil, c.Issuer == nil, c.RefData == nil:
 		return errors.New("server: Store, Issuer and RefData are required")
-	case len(c.Secret) < 32:
-		return errors.New("server: Secret must be at least 32 bytes")
+	case c.Keys == nil:
+		return errors.New("server: Keys is required")
 	case c.Policy.LimitCurrency == "":
 		return errors.New("server: Policy is required")
 	}
@@ -161,8 +163,6 @@ func (c *Config) validate() error {
 type Server struct {
 	cellproto.UnimplementedCellServer
 	cfg Config
-	pan *card.Hasher
-	fp  *idempotency.Fingerprinter
 	// busy counts the attempts in progress per transaction (partner and
 	// transaction ID), so that the reconciler leaves them to finish.
 	busyMu sync.Mutex
@@ -192,8 +192,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg:  cfg,
-		pan:  card.NewHasher(cfg.Secret),
-		fp:   idempotency.NewFingerprinter(cfg.Secret),
 		busy: map[idempotency.Key]int{},
 	}, nil
 }
@@ -246,10 +244,13 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		Home:       req.GetHome(),
 	}
 	if r != nil {
-		in.Fingerprint = s.fp.Of(r)
+		keys := s.cfg.Keys
+		in.Fingerprint, in.FingerprintKeyID = keys.Fingerprint(r), keys.FingerprintKeyID()
+		in.FingerprintUnder = func(id string) (idempotency.Fingerprint, bool) { return keys.FingerprintUnder(id, r) }
 		if pan := r.GetCard().GetPan(); pan != "" {
 			in.MaskedPAN = card.Mask(pan)
-			in.PANHash = s.pan.Hash(pan)
+			hashes := keys.PANHashes(pan)
+			in.PANHash, in.PANHashKeyID, in.OtherPANHashes = hashes[0].Sum, hashes[0].KeyID, hashes[1:]
 		}
 	}
 	m := orchestrator.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
@@ -287,8 +288,8 @@ func (s *Server) settleEntry(m *orchestrator.Machine, in orchestrator.Input, a o
 		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID {
 			return
 		}
-		txn, fp := a.Record.Transaction(), a.Record.Fingerprint
-		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, txn) }, "finalize")
+		txn, fp, fpKey := a.Record.Transaction(), a.Record.Fingerprint, a.Record.FingerprintKeyID
+		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn) }, "finalize")
 	case orchestrator.Reroute:
 		if claimed && e.SameAttempt(in.Call, in.Attempt) {
 			d.Later(func(ctx context.Context) error { return d.Abandon(ctx, k, s.cfg.CellID, in.Call, in.Attempt) }, "abandon")
@@ -312,7 +313,7 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 	case orchestrator.Wait:
 		return s.wait(ctx, a.Key), ctx
 	case orchestrator.CheckVelocity:
-		n, amt, err := s.cfg.Store.Velocity(ctx, a.PANHash, a.Since, a.Exclude)
+		n, amt, err := s.cfg.Store.Velocity(ctx, a.PANHashes, a.Since, a.Exclude)
 		if err != nil {
 			return orchestrator.StoreFailed{Err: err}, ctx
 		}

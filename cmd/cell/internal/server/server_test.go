@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -78,7 +81,16 @@ func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orche
 	return nil
 }
 
-func (m *memStore) Velocity(context.Context, []byte, time.Time, idempotency.Key) (int64, int64, error) {
+// testKeys is the servers' card data key ring in tests.
+var testKeys = func() *cardkeys.Ring {
+	r, err := cardkeys.New(make([]byte, 32))
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
+func (m *memStore) Velocity(context.Context, []card.KeyedHash, time.Time, idempotency.Key) (int64, int64, error) {
 	return 0, 0, nil
 }
 
@@ -116,17 +128,22 @@ func (c *countingIssuer) callsFor(k idempotency.Key) int {
 
 func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
 	t.Helper()
+	return startWith(t, testKeys, &memStore{recs: map[idempotency.Key]orchestrator.Record{}})
+}
+
+// startWith starts a server with card data keys and store st.
+func startWith(t *testing.T, keys *cardkeys.Ring, st *memStore) (cellproto.CellClient, *memStore, *countingIssuer) {
+	t.Helper()
 	ref, err := refdata.Load("../../../../config/refdata.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}}
 	iss := &countingIssuer{}
 	srv, err := New(Config{
 		CellID: "cell-t", Store: st, Issuer: iss,
 		RefData: func() orchestrator.RefData { return ref },
 		Policy:  orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
-		Secret:  make([]byte, 32), WaitTimeout: 5 * time.Second,
+		Keys:    keys, WaitTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -310,5 +327,55 @@ func TestTransactionsBelongToPartners(t *testing.T) {
 	if _, err := c.Get(ctx, &cellproto.GetRequest{TransactionId: "t-shared"}); status.Code(err) != codes.InvalidArgument ||
 		!strings.Contains(err.Error(), "partner_id") {
 		t.Fatalf("Get without a partner: %v, want INVALID_ARGUMENT naming partner_id", err)
+	}
+}
+
+// TestKeyRotationKeepsReplays: a transaction recorded before the cell's
+// master changed is replayed by the rotated cell (its record names the old
+// fingerprint key, which the driver recomputes the request under): the
+// same payload gets the recorded answer without a second issuer call,
+// another payload ALREADY_EXISTS. New records use the new key IDs.
+func TestKeyRotationKeepsReplays(t *testing.T) {
+	oldMaster, newMaster := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
+	before, err := cardkeys.New(oldMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := cardkeys.New(newMaster, oldMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, st, iss := startWith(t, before, &memStore{recs: map[idempotency.Key]orchestrator.Record{}})
+	first := proceed(t, open(t, ctxT(t), c1, "t-rot"))
+	k := idempotency.Key{PartnerID: "p-001", TransactionID: "t-rot"}
+	if rec, _ := st.Get(ctxT(t), k); rec.FingerprintKeyID != before.FingerprintKeyID() || rec.PANHashKeyID != before.PANHashKeyID() {
+		t.Fatalf("record names keys %q, %q", rec.FingerprintKeyID, rec.PANHashKeyID)
+	}
+	c2, _, iss2 := startWith(t, after, st)
+	replay := func(r *cellpayv1.SubmitTransactionRequest) (*cellproto.ProcessEvent, error) {
+		s, err := c2.Process(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: r, Attempt: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		return s.Recv()
+	}
+	ev, err := replay(request("t-rot"))
+	if err != nil || !proto.Equal(ev.GetResult(), first) {
+		t.Fatalf("replay after rotation: %v, %v; want %v", ev, err, first)
+	}
+	other := request("t-rot")
+	other.Amount.MinorUnits++
+	if _, err := replay(other); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("other payload after rotation: %v, want ALREADY_EXISTS", err)
+	}
+	if iss.calls.Load()+iss2.calls.Load() != 1 {
+		t.Fatalf("issuer calls %d, want 1", iss.calls.Load()+iss2.calls.Load())
+	}
+	proceed(t, open(t, ctxT(t), c2, "t-new"))
+	if rec, _ := st.Get(ctxT(t), idempotency.Key{PartnerID: "p-001", TransactionID: "t-new"}); rec.FingerprintKeyID != after.FingerprintKeyID() {
+		t.Fatalf("new record names key %q, want %q", rec.FingerprintKeyID, after.FingerprintKeyID())
 	}
 }

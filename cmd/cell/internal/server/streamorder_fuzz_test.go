@@ -60,7 +60,7 @@ func startWithIssuer(t *testing.T, iss Issuer) cellproto.CellClient {
 		CellID: "cell-t", Store: &memStore{recs: map[idempotency.Key]orchestrator.Record{}}, Issuer: iss,
 		RefData: func() orchestrator.RefData { return ref },
 		Policy:  orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
-		Secret:  make([]byte, 32),
+		Keys:    testKeys,
 		// Short waits: every input must finish well within the fuzzing
 		// engine's patience (a worker still busy when -fuzztime ends fails
 		// the run), and the order, not the clock, is what is fuzzed.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -68,7 +69,7 @@ func TestTwoPartnersOneID(t *testing.T) {
 
 	// Velocity leaves out only the transaction named; the same card's
 	// other-partner transaction with the same ID counts.
-	n, amt, err := s.Velocity(ctx, a.PANHash, t0.Add(-time.Minute), a.Key())
+	n, amt, err := s.Velocity(ctx, []card.KeyedHash{{KeyID: a.PANHashKeyID, Sum: a.PANHash}}, t0.Add(-time.Minute), a.Key())
 	if err != nil || n != 1 || amt != b.RiskAmount {
 		t.Fatalf("Velocity excluding %s = %d, %d, %v; want p-002's one", a.Key(), n, amt, err)
 	}
@@ -118,9 +119,9 @@ func TestMigrationFrom002KeepsRows(t *testing.T) {
 	old["old-approved"].State, old["old-approved"].AuthCode = orchestrator.StateApproved, "A1B2C3"
 	old["old-sending"].State = orchestrator.StateSending
 	for _, r := range old {
-		if _, err := conn.Exec(ctx, `INSERT INTO transactions (`+columns+`)
+		if _, err := conn.Exec(ctx, `INSERT INTO transactions (`+columns004+`)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
-			ON CONFLICT (transaction_id) DO NOTHING`, args(r)...); err != nil {
+			ON CONFLICT (transaction_id) DO NOTHING`, args(r)[:24]...); err != nil {
 			t.Fatalf("insert under 002: %v", err)
 		}
 	}

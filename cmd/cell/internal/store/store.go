@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -146,13 +147,14 @@ func (s *Store) Ping(ctx context.Context) error {
 
 const columns = `transaction_id, fingerprint, state, decline_reason, auth_code, payment_type, partner_id, market,
 	amount, currency, settlement_amount, settlement_currency, risk_amount, merchant_id, mcc, merchant_country,
-	masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at`
+	masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at,
+	pan_hash_key_id, fingerprint_key_id`
 
 func args(r *orchestrator.Record) []any {
 	return []any{r.TransactionID, r.Fingerprint[:], string(r.State), r.DeclineReason, r.AuthCode, int16(r.PaymentType),
 		r.PartnerID, r.Market, r.Amount, r.Currency, r.SettlementAmount, r.SettlementCurrency, r.RiskAmount,
 		r.MerchantID, r.MCC, r.MerchantCountry, r.MaskedPAN, r.PANHash, r.RefdataVersion, r.RouteRule,
-		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt}
+		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt, r.PANHashKeyID, r.FingerprintKeyID}
 }
 
 func scan(row pgx.Row) (*orchestrator.Record, error) {
@@ -163,7 +165,7 @@ func scan(row pgx.Row) (*orchestrator.Record, error) {
 	err := row.Scan(&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
 		&r.Amount, &r.Currency, &r.SettlementAmount, &r.SettlementCurrency, &r.RiskAmount, &r.MerchantID, &r.MCC,
 		&r.MerchantCountry, &r.MaskedPAN, &r.PANHash, &r.RefdataVersion, &r.RouteRule, &r.Attempt, &r.CellID,
-		&r.CreatedAt, &r.UpdatedAt)
+		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -183,7 +185,7 @@ func scan(row pgx.Row) (*orchestrator.Record, error) {
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
 		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, args(r)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
@@ -204,7 +206,7 @@ func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bo
 func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
 	a := args(r)
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`) =
-		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
+		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
@@ -284,11 +286,20 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 // Velocity counts and sums (risk amount) a card's transactions created at
 // or after since that could still be charged, leaving out the transaction
 // exclude. A card is counted across partners: another partner's transaction
-// with exclude's ID counts.
-func (s *Store) Velocity(ctx context.Context, panHash []byte, since time.Time, exclude idempotency.Key) (count, amount int64, err error) {
+// with exclude's ID counts. The card is the rows whose (key ID, hash) pair
+// is one of hashes: its hashes under every key of the cell, so that rows
+// written under an earlier key still count after a rotation.
+func (s *Store) Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (count, amount int64, err error) {
+	ids, sums := make([]string, len(hashes)), make([][]byte, len(hashes))
+	for i, h := range hashes {
+		ids[i], sums[i] = h.KeyID, h.Sum
+	}
+	// pan_hash = ANY keeps the velocity index in use; the pair match makes
+	// a hash count only under the key it was computed with.
 	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(risk_amount), 0)::bigint FROM transactions
-		WHERE pan_hash = $1 AND created_at >= $2 AND (partner_id, transaction_id) <> ($3, $4)
-		AND state IN ('received', 'sending', 'approved')`, panHash, since, exclude.PartnerID, exclude.TransactionID).Scan(&count, &amount)
+		WHERE pan_hash = ANY($2) AND (pan_hash_key_id, pan_hash) IN (SELECT * FROM unnest($1::text[], $2::bytea[]))
+		AND created_at >= $3 AND (partner_id, transaction_id) <> ($4, $5)
+		AND state IN ('received', 'sending', 'approved')`, ids, sums, since, exclude.PartnerID, exclude.TransactionID).Scan(&count, &amount)
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: velocity: %w", err)
 	}

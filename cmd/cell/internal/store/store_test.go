@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/pgtest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -49,7 +50,7 @@ func record(id string) *orchestrator.Record {
 		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerID: "p-001", Market: "GB",
 		Amount: 1250, Currency: "GBP", SettlementAmount: 1250, SettlementCurrency: "GBP", RiskAmount: 1486,
 		MerchantID: "m-1", MCC: "5411", MerchantCountry: "GB", MaskedPAN: "424242******4242",
-		PANHash: []byte{0xca, 0xfe}, RefdataVersion: "rd-1", RouteRule: "default", Attempt: 1, CellID: "cell-a",
+		PANHash: []byte{0xca, 0xfe}, PANHashKeyID: "pan-cur", FingerprintKeyID: "fp-cur", RefdataVersion: "rd-1", RouteRule: "default", Attempt: 1, CellID: "cell-a",
 		CreatedAt: t0, UpdatedAt: t0,
 	}
 }
@@ -147,7 +148,7 @@ func TestVelocity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, amt, err := s.Velocity(ctx, []byte{0xca, 0xfe}, t0.Add(-time.Minute), key("v-received"))
+	n, amt, err := s.Velocity(ctx, []card.KeyedHash{{KeyID: "pan-cur", Sum: []byte{0xca, 0xfe}}}, t0.Add(-time.Minute), key("v-received"))
 	if err != nil {
 		t.Fatal(err)
 	}
