@@ -198,3 +198,45 @@ func TestMutualServerRefusesOtherCAs(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureCertReissuesForUsageAndURI: a certificate that lacks a usage
+// or a URI SAN it is now asked for (the GTR's, server-only before the
+// internal hops) is reissued; one that has them is kept.
+func TestEnsureCertReissuesForUsageAndURI(t *testing.T) {
+	ca, err := EnsureCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serialOf := func() string {
+		c, err := readCert(CertFile(ca.Dir, "gtr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.SerialNumber.String()
+	}
+	if err := ca.EnsureCert("gtr", []string{"127.0.0.1"}, Server); err != nil {
+		t.Fatal(err)
+	}
+	first := serialOf()
+	const id = "spiffe://cellpay.internal/gtr"
+	if err := ca.EnsureCert("gtr", []string{"127.0.0.1", id}, Server); err != nil {
+		t.Fatal(err)
+	}
+	second := serialOf()
+	if second == first {
+		t.Fatal("kept a certificate without the URI asked for")
+	}
+	if err := ca.EnsureCert("gtr", []string{"127.0.0.1", id}, Server|Client); err != nil {
+		t.Fatal(err)
+	}
+	third := serialOf()
+	if third == second {
+		t.Fatal("kept a server-only certificate asked for client use too")
+	}
+	if err := ca.EnsureCert("gtr", []string{"127.0.0.1", id}, Server|Client); err != nil {
+		t.Fatal(err)
+	}
+	if serialOf() != third {
+		t.Fatal("reissued a certificate that covers what is asked")
+	}
+}
