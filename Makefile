@@ -10,7 +10,7 @@ BIN      ?= bin
 # FuzzProcessStreamOrder, on the CI machine.
 FUZZTIME ?= 20000x
 
-.PHONY: bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -110,6 +110,10 @@ bench-overload:
 ## bench-access-points: the client's failover between the access points, by strategy: loss to the backup's first answer, calls that waited for the retry.
 bench-access-points:
 	CELLPAY_AP_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestAccessPointBenchmark$$' -v ./test/e2e/
+
+## bench-hops: the cost of mutual TLS and the cell's policy on GTR→cell, side by side (in-process GTR, fake cell).
+bench-hops:
+	$(GO) test -run '^$$' -bench '^BenchmarkSubmitOverMTLS$$' -benchmem -benchtime 3s -count 5 ./cmd/gtr/internal/payments/
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust:

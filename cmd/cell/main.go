@@ -71,6 +71,9 @@ func configure() (cell.Config, error) {
 	flag.DurationVar(&c.Callbacks.Timeout, "callback-timeout", envDuration("CELL_CALLBACK_TIMEOUT", 10*time.Second), "timeout of one callback endpoint call (env CELL_CALLBACK_TIMEOUT)")
 	flag.StringVar(&c.Callbacks.CAFile, "callback-ca-file", env("CELL_CALLBACK_CA_FILE", ""), "CA certificate that callback endpoints are verified with; \"\" for the system roots (env CELL_CALLBACK_CA_FILE)")
 	flag.BoolVar(&c.NoDirectory, "no-directory", env("CELL_NO_DIRECTORY", "") == "1", "do not claim transactions in the transaction directory (NATS bucket "+directory.DefaultBucket+"): the cell then decides from its own records alone, and a transaction sent to two cells may get two answers; for benchmarks and a lone cell (env CELL_NO_DIRECTORY=1)")
+	flag.StringVar(&c.TLS.Cert, "tls-cert", env("CELL_TLS_CERT", ""), "the cell's certificate, PEM (identity spiffe://cellpay.internal/cell/<id>), served to the GTR and presented to the issuer, reloaded when it changes (env CELL_TLS_CERT); with -tls-key and -tls-ca the Cell API takes only the GTR's certificate. \"\" for plaintext with no authorization: benchmarks only")
+	flag.StringVar(&c.TLS.Key, "tls-key", env("CELL_TLS_KEY", ""), "the cell's private key, PEM (env CELL_TLS_KEY)")
+	flag.StringVar(&c.TLS.CA, "tls-ca", env("CELL_TLS_CA", ""), "CA that the GTR's and the issuer's certificates must chain to (env CELL_TLS_CA)")
 	flag.Parse()
 	sched, err := callback.ParseSchedule(schedule)
 	if err != nil {

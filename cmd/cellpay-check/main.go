@@ -15,6 +15,11 @@
 //	                    its partner_id and id (required)
 //	-gtr ADDR           GTR partner API (default 127.0.0.1:7070)
 //	-issuer ADDR        issuer simulator (default 127.0.0.1:7090)
+//	-ca, -cert, -key    the CA of the GTR's and the issuer's certificates, and
+//	                    the client certificate towards the issuer (default
+//	                    .cellpay/pki/ca.crt, and ops.crt, ops.key beside it:
+//	                    make run's)
+//	-plaintext          no TLS to either (test servers only)
 //	-cell ID=URL        a cell's database; repeat for every cell (required)
 //	-wait DURATION      first wait up to this long until no transaction is PENDING
 //	-concurrency N      GetTransaction calls in flight (default 32)
@@ -27,6 +32,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,11 +41,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -84,7 +95,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cfg.GTRAddr, "gtr", "127.0.0.1:7070", "GTR partner API address")
 	ca := fs.String("ca", ".cellpay/pki/ca.crt", "CA certificate of the GTR's TLS certificate")
 	keys := fs.String("keys", ".cellpay/partners", "folder of <partner>.key API key files: reads go out as each answer's partner")
-	plaintext := fs.Bool("plaintext", false, "talk to the GTR in plaintext without keys (a test server only)")
+	plaintext := fs.Bool("plaintext", false, "talk to the GTR and the issuer in plaintext without keys or certificates (test servers only)")
+	cert := fs.String("cert", "", "client certificate towards the issuer (identity spiffe://cellpay.internal/ops, which alone may read its effect counters), checked against -ca (default ops.crt beside -ca, as make run writes it)")
+	key := fs.String("key", "", "private key of -cert (default ops.key beside -ca)")
 	fs.StringVar(&o.cfg.IssuerAddr, "issuer", "127.0.0.1:7090", "issuer simulator address")
 	fs.Var(&cells, "cell", "a cell's database as ID=URL; repeat for every cell (required)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait up to this long for PENDING transactions to resolve first")
@@ -116,6 +129,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 		o.cfg.GTRDialOptions = opts
+		dir := filepath.Dir(*ca)
+		files := pki.Files{Cert: cmp.Or(*cert, filepath.Join(dir, "ops.crt")), Key: cmp.Or(*key, filepath.Join(dir, "ops.key")), CA: *ca}
+		issuer, _, err := hop.DialOption(files) // reloads until the process exits
+		if err != nil {
+			fmt.Fprintf(stderr, "cellpay-check: issuer credentials: %v\n", err)
+			return o, err
+		}
+		o.cfg.IssuerDialOptions = []grpc.DialOption{issuer}
 	}
 	return o, nil
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/drill"
@@ -118,16 +117,22 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "cellpay drill: %v\n", err)
 		return 2
 	}
+	opsTLS, err := platform.ClientTLS(o.data, platform.OpsCertName)
+	if err != nil {
+		fmt.Fprintf(stderr, "cellpay drill: %v\n", err)
+		return 2
+	}
 	var targets []drill.Target
 	for _, name := range o.targets {
-		t, err := freezeTarget(ri, name, gtrTLS)
+		t, err := freezeTarget(ri, name, gtrTLS, opsTLS)
 		if err != nil {
 			fmt.Fprintf(stderr, "cellpay drill: -cut %s: %v\n", name, err)
 			return 2
 		}
 		targets = append(targets, t)
 	}
-	ccfg := checker.Config{GTRAddr: ri.GTRAddr, GTRDialOptions: opts, IssuerAddr: ri.IssuerAddr}
+	ccfg := checker.Config{GTRAddr: ri.GTRAddr, GTRDialOptions: opts, IssuerAddr: ri.IssuerAddr,
+		IssuerDialOptions: []grpc.DialOption{opsTLS}}
 	for _, c := range ri.Cells {
 		ccfg.Cells = append(ccfg.Cells, checker.Cell{ID: c.ID, DatabaseURL: c.DatabaseURL})
 	}
@@ -176,10 +181,11 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // freezeTarget cuts name (primary, backup or a cell ID) of the running
 // platform by SIGSTOP of its process group, and restores it by SIGCONT,
-// waiting for its gRPC health (over TLS for an access point).
-func freezeTarget(ri platform.RunInfo, name string, gtrTLS grpc.DialOption) (drill.Target, error) {
+// waiting for its gRPC health (over TLS for an access point, mutual TLS
+// as the tools' identity for a cell).
+func freezeTarget(ri platform.RunInfo, name string, gtrTLS, opsTLS grpc.DialOption) (drill.Target, error) {
 	proc, addr, endpoint := "", "", ""
-	health := grpc.WithTransportCredentials(insecure.NewCredentials())
+	health := opsTLS
 	switch name {
 	case "primary":
 		proc, addr, endpoint, health = platform.GTR, ri.GTRAddr, ri.GTRAddr, gtrTLS

@@ -42,10 +42,16 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", env("GTR_METRICS_LISTEN", ""), "address for Prometheus /metrics, e.g. 127.0.0.1:9070 (env GTR_METRICS_LISTEN); \"\" for none. Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&cfg.TLSCertFile, "tls-cert", env("GTR_TLS_CERT", ""), "partners' listener certificate, PEM, reloaded when it changes (env GTR_TLS_CERT); required")
 	flag.StringVar(&cfg.TLSKeyFile, "tls-key", env("GTR_TLS_KEY", ""), "partners' listener private key, PEM (env GTR_TLS_KEY); required")
+	flag.StringVar(&cfg.CellTLS.CA, "cell-ca", env("GTR_CELL_CA", ""), "CA that the cells' certificates chain to; with it the GTR dials cells over mutual TLS as spiffe://cellpay.internal/gtr (env GTR_CELL_CA); \"\" for plaintext: benchmarks only")
+	flag.StringVar(&cfg.CellTLS.Cert, "cell-tls-cert", env("GTR_CELL_TLS_CERT", ""), "client certificate towards the cells, PEM, reloaded when it changes (env GTR_CELL_TLS_CERT); default -tls-cert when -cell-ca is set")
+	flag.StringVar(&cfg.CellTLS.Key, "cell-tls-key", env("GTR_CELL_TLS_KEY", ""), "its private key, PEM (env GTR_CELL_TLS_KEY); default -tls-key when -cell-ca is set")
 	flag.BoolVar(&cfg.NoAdmission, "no-admission", env("GTR_NO_ADMISSION", "") == "1", "turn admission control off: no partner limits, no adaptive cell limits (env GTR_NO_ADMISSION=1); for measuring only")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
 	flag.Parse()
+	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
+		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
+	}
 	log, closeLog := logging.New(os.Stderr)
 	cfg.Log = log.With("replica", cfg.ReplicaID)
 	tok, err := adminToken(tokenFile)

@@ -5,6 +5,13 @@
 //
 //	-listen          ISSUERSIM_LISTEN          address to serve on (default 127.0.0.1:7090)
 //	-metrics-listen  ISSUERSIM_METRICS_LISTEN  address for Prometheus /metrics (default: none)
+//	-tls-cert        ISSUERSIM_TLS_CERT        its certificate (identity spiffe://cellpay.internal/issuer), PEM
+//	-tls-key         ISSUERSIM_TLS_KEY         its private key, PEM
+//	-tls-ca          ISSUERSIM_TLS_CA          CA that callers' certificates must chain to
+//
+// With the three TLS files it serves mutual TLS only, and package hop's
+// IssuerPolicy: Authorize and Inquire for cells, Effects and SetFaults for
+// operators' tools; without them, plaintext to anyone.
 //
 // Traces are exported over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
 package main
@@ -17,12 +24,15 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/logging"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
@@ -41,10 +51,14 @@ func main() {
 		"address to serve gRPC on (env ISSUERSIM_LISTEN)")
 	metricsListen := flag.String("metrics-listen", envOr("ISSUERSIM_METRICS_LISTEN", ""),
 		"address for Prometheus /metrics, e.g. 127.0.0.1:9090 (env ISSUERSIM_METRICS_LISTEN); \"\" for none")
+	var files pki.Files
+	flag.StringVar(&files.Cert, "tls-cert", envOr("ISSUERSIM_TLS_CERT", ""), "certificate, PEM, reloaded when it changes (env ISSUERSIM_TLS_CERT); \"\" for plaintext")
+	flag.StringVar(&files.Key, "tls-key", envOr("ISSUERSIM_TLS_KEY", ""), "private key, PEM (env ISSUERSIM_TLS_KEY)")
+	flag.StringVar(&files.CA, "tls-ca", envOr("ISSUERSIM_TLS_CA", ""), "CA that callers' certificates must chain to (env ISSUERSIM_TLS_CA)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := serve(ctx, log, *listen, *metricsListen)
+	err := serve(ctx, log, *listen, *metricsListen, files)
 	stop()
 	if err != nil {
 		log.Error("issuersim failed", "err", err)
@@ -56,10 +70,13 @@ func main() {
 }
 
 // run serves until ctx ends, then stops gracefully within shutdownGrace.
-func run(ctx context.Context, log *slog.Logger, addr string) error { return serve(ctx, log, addr, "") }
+func run(ctx context.Context, log *slog.Logger, addr string) error {
+	return serve(ctx, log, addr, "", pki.Files{})
+}
 
-// serve is run with Prometheus metrics at metricsAddr ("" for none).
-func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string) error {
+// serve is run with Prometheus metrics at metricsAddr ("" for none) and
+// mutual TLS with files (none for plaintext).
+func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string, files pki.Files) error {
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "issuersim", Instance: addr, MetricsListen: metricsAddr, Log: log})
 	if err != nil {
 		return err
@@ -69,7 +86,13 @@ func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string) erro
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	gs := grpc.NewServer(append(grpclimits.Internal.ServerOptions(), tel.ServerOptions()...)...)
+	hopOpts, stopHop, err := hop.ServerOptions(files, hop.IssuerPolicy)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer stopHop()
+	gs := grpc.NewServer(slices.Concat(grpclimits.Internal.ServerOptions(), tel.ServerOptions(), hopOpts)...)
 	issuerproto.RegisterIssuerServer(gs, issuersim.New(issuersim.Config{Seed: 1, Logger: log}))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

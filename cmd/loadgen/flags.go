@@ -1,17 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )
@@ -33,6 +37,7 @@ type options struct {
 	json      bool
 	progress  bool
 	ca, keys  string
+	cert, key string
 	plaintext bool
 	answers   string
 }
@@ -56,7 +61,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.PerRequestTimeout, "timeout", 5*time.Second, "timeout of each request")
 	fs.StringVar(&o.ca, "ca", defaultCA, "CA certificate the GTR's TLS certificate is checked against (gtr target)")
 	fs.StringVar(&o.keys, "keys", defaultKeys, "folder of <partner>.key API key files; the load spreads over these partners (gtr target)")
-	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys (a cell today, or a test server); never the GTR")
+	fs.StringVar(&o.cert, "cert", "", "client certificate for the cell target, checked by the cell against -ca: the GTR's, the only identity a cell serves Process to (default gtr.crt beside -ca, as make run writes it)")
+	fs.StringVar(&o.key, "key", "", "private key of -cert (cell target; default gtr.key beside -ca)")
+	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys or certificates (a cell with no TLS files, or a test server); never the GTR")
 	fs.StringVar(&o.answers, "answers", "", "write one JSON line per call to FILE: the checker's answers format (partner_id, id, status, ...) plus the endpoint that answered")
 	fo := &c.Client.Failover
 	strategy := fs.String("failover", "", "failover strategy between two access points: probe, success-rate or both (default both)")
@@ -95,10 +102,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			c.Addr = defaultCellAddr
 		}
 	}
-	if c.Target == load.TargetCell {
-		o.plaintext = true // cells serve plaintext to the GTR's network only
-	}
-	if !o.plaintext {
+	if c.Target == load.TargetCell && !o.plaintext {
+		// A cell serves Process to the GTR's identity only: play it.
+		cert, key := cmp.Or(o.cert, filepath.Join(filepath.Dir(o.ca), "gtr.crt")), cmp.Or(o.key, filepath.Join(filepath.Dir(o.ca), "gtr.key"))
+		opt, _, err := hop.DialOption(pki.Files{Cert: cert, Key: key, CA: o.ca}) // reloads until the process exits
+		if err != nil {
+			return o, usageError(fs, stderr, "cell TLS: %v (make run writes the GTR's certificate; or -cert, -key, -ca)", err)
+		}
+		c.DialOptions = []grpc.DialOption{opt}
+	} else if !o.plaintext {
 		keys, err := partners.ReadKeyDir(o.keys)
 		if err != nil {
 			return o, usageError(fs, stderr, "API keys: %v (make run writes them; or -keys DIR)", err)

@@ -122,6 +122,7 @@ func TestExitCodes(t *testing.T) {
 		{"nothing completed", []string{"-plaintext", "-addr", deadAddr, "-n", "5", "-timeout", "2s"}, 1},
 		{"no API keys for the GTR", []string{"-keys", t.TempDir(), "-n", "5"}, 2},
 		{"API key folder missing", []string{"-keys", "/nonexistent/cellpay", "-n", "5"}, 2},
+		{"cell target without the GTR's certificate", []string{"-target", "cell", "-ca", "/nonexistent/pki/ca.crt", "-n", "5"}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,6 +57,10 @@ type Config struct {
 	// IssuerAddr is the issuer simulator (host:port). Ignored when Issuer
 	// is set.
 	IssuerAddr string
+	// IssuerDialOptions connect to IssuerAddr: mutual TLS as the tools'
+	// identity (hop.Ops), which alone may read Effects; plaintext when
+	// empty.
+	IssuerDialOptions []grpc.DialOption
 	// Payments and Issuer, when set, are used instead of dialing GTRAddr
 	// and IssuerAddr (tests that already hold clients).
 	Payments cellpayv1.PaymentsClient

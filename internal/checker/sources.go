@@ -64,7 +64,7 @@ func dial(cfg Config) (*clients, error) {
 		c.payments = cellpayv1.NewPaymentsClient(conn)
 	}
 	if c.issuer == nil {
-		conn, err := newConn(cfg.IssuerAddr)
+		conn, err := newConn(cfg.IssuerAddr, cfg.IssuerDialOptions...)
 		if err != nil {
 			c.close()
 			return nil, fmt.Errorf("checker: dial issuer: %w", err)

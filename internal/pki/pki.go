@@ -22,8 +22,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -114,12 +117,13 @@ const (
 )
 
 // EnsureCert makes sure CertFile(ca.Dir, name) holds a certificate of this
-// CA for hosts (DNS names or IP addresses; the common name is name) with
+// CA for hosts (DNS names, IP addresses, or URIs such as the SPIFFE IDs of
+// package hop; the common name is name) with
 // usage, issuing a new one when there is none, it expires within 30 days,
-// it was issued by another CA, or it does not cover hosts.
+// it was issued by another CA, or it does not cover hosts and usage.
 func (ca *CA) EnsureCert(name string, hosts []string, usage Usage) error {
 	certPath, keyPath := CertFile(ca.Dir, name), KeyFile(ca.Dir, name)
-	if cert, err := readCert(certPath); err == nil && ca.covers(cert, name, hosts) {
+	if cert, err := readCert(certPath); err == nil && ca.covers(cert, name, hosts, usage) {
 		if _, err := readKey(keyPath); err == nil {
 			return nil
 		}
@@ -127,15 +131,23 @@ func (ca *CA) EnsureCert(name string, hosts []string, usage Usage) error {
 	return ca.Issue(name, hosts, usage)
 }
 
-func (ca *CA) covers(cert *x509.Certificate, name string, hosts []string) bool {
+func (ca *CA) covers(cert *x509.Certificate, name string, hosts []string, usage Usage) bool {
 	if time.Until(cert.NotAfter) < renewBefore || cert.Subject.CommonName != name {
+		return false
+	}
+	if usage&Server != 0 && !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth) ||
+		usage&Client != 0 && !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		return false
 	}
 	if err := cert.CheckSignatureFrom(ca.cert); err != nil {
 		return false
 	}
 	for _, h := range hosts {
-		if cert.VerifyHostname(h) != nil {
+		if strings.Contains(h, "://") {
+			if !slices.ContainsFunc(cert.URIs, func(u *url.URL) bool { return u.String() == h }) {
+				return false
+			}
+		} else if cert.VerifyHostname(h) != nil {
 			return false
 		}
 	}
@@ -165,7 +177,13 @@ func (ca *CA) Issue(name string, hosts []string, usage Usage) error {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
 	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
+		if strings.Contains(h, "://") {
+			u, err := url.Parse(h)
+			if err != nil {
+				return fmt.Errorf("pki: issue %s: %w", name, err)
+			}
+			tmpl.URIs = append(tmpl.URIs, u)
+		} else if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)

@@ -78,3 +78,70 @@ func CertPool(caFile string) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// Files are the PEM files of a component's identity on an internal hop:
+// its certificate and key, and the CA that its peers' certificates must
+// chain to. cert-manager's Secrets hold the same three (tls.crt, tls.key,
+// ca.crt).
+type Files struct {
+	Cert, Key, CA string
+}
+
+// Set reports whether any of the files is named; a component with none
+// serves and dials without TLS.
+func (f Files) Set() bool { return f.Cert != "" || f.Key != "" || f.CA != "" }
+
+func (f Files) validate() error {
+	if f.Cert == "" || f.Key == "" || f.CA == "" {
+		return errors.New("pki: mutual TLS needs a certificate, a key and a CA file")
+	}
+	return nil
+}
+
+// MutualServerConfig is ServerConfig that also requires every client to
+// present a certificate of the CA in f.CA (tls.RequireAndVerifyClientCert).
+// The certificate and key are reloaded every refresh; the CA is read once.
+func MutualServerConfig(f Files, refresh time.Duration) (*tls.Config, func(), error) {
+	if err := f.validate(); err != nil {
+		return nil, nil, err
+	}
+	pool, err := CertPool(f.CA)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, stop, err := ServerConfig(f.Cert, f.Key, refresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	cfg.ClientCAs = pool
+	return cfg, stop, nil
+}
+
+// MutualClientConfig is a TLS 1.2+ client configuration that trusts only
+// the CA in f.CA and presents the certificate in f.Cert and f.Key,
+// reloaded from them every refresh (DefaultRefresh when 0) as
+// ServerConfig's is. Close stops the reloading.
+func MutualClientConfig(f Files, refresh time.Duration) (*tls.Config, func(), error) {
+	if err := f.validate(); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := ClientConfig(f.CA)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := tls.LoadX509KeyPair(f.Cert, f.Key); err != nil {
+		return nil, nil, fmt.Errorf("pki: client certificate %s: %w", f.Cert, err)
+	}
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
+	prov, err := pemfile.NewProvider(pemfile.Options{CertFile: f.Cert, KeyFile: f.Key, RefreshDuration: refresh})
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
+	cfg.GetClientCertificate = func(info *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return identity(info.Context(), prov)
+	}
+	return cfg, prov.Close, nil
+}

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/cellpay/cellpay/internal/pgcluster"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // CellSpec names a cell and the address its internal API listens on.
@@ -259,7 +261,8 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		}
 	}
 
-	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", append([]string{"-listen", cfg.IssuerAddr}, p.metricsArgs(cfg.IssuerAddr)...)...)
+	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", slices.Concat([]string{"-listen", cfg.IssuerAddr},
+		tlsArgs(p.TLSFiles(IssuerCertName)), p.metricsArgs(cfg.IssuerAddr))...)
 	for _, cell := range cfg.Cells {
 		p.add(cell.ID, cell.Addr, "cell",
 			"-id", cell.ID,
@@ -270,11 +273,22 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-pan-key-file", panKey,
 			"-callback-ca-file", p.CAFile(),
 			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
-		p.procs[cell.ID].args = append(p.procs[cell.ID].args, p.metricsArgs(cell.Addr)...)
+		p.procs[cell.ID].args = slices.Concat(p.procs[cell.ID].args, tlsArgs(p.TLSFiles(cell.ID)), p.metricsArgs(cell.Addr))
 	}
 	if err := p.provisionTrust(); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
+	}
+	// The launcher checks the cells' and the issuer's health as the tools'
+	// identity: their servers take only verified clients.
+	opsTLS, err := p.opsTLS()
+	if err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("platform: %w", err)
+	}
+	p.procs[IssuerSim].creds = opsTLS
+	for _, cell := range cfg.Cells {
+		p.procs[cell.ID].creds = opsTLS
 	}
 	if err := p.startReceiver(); err != nil {
 		p.Stop()
@@ -323,9 +337,14 @@ func (p *Platform) addGTR(name, addr, adminAddr, stateName string, creds credent
 		"-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
 		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
 		"-partners-state-file", filepath.Join(cfg.DataDir, stateName+"-partners-state.json"), "-reflection",
-		"-replica-id", name)
+		"-replica-id", name, "-cell-ca", p.CAFile())
 	p.procs[name].creds = creds
 	p.procs[name].args = append(p.procs[name].args, p.metricsArgs(addr)...)
+}
+
+// tlsArgs are a cell's or the issuer's flags for its certificate files.
+func tlsArgs(f pki.Files) []string {
+	return []string{"-tls-cert", f.Cert, "-tls-key", f.Key, "-tls-ca", f.CA}
 }
 
 func (p *Platform) add(name, addr, bin string, args ...string) {

@@ -226,12 +226,12 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		t.Fatal("cell still running after Kill")
 	}
 	testutil.Eventually(t, 10*time.Second, "the killed cell stops answering its health check", func() bool {
-		return !answers(ctx, cell.Addr, 300*time.Millisecond)
+		return !answers(ctx, cell, 300*time.Millisecond)
 	})
 	if err := cell.Restart(ctx); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
-	if cell.Pid() == oldPid || platform.CheckHealth(ctx, cell.Addr) != nil {
+	if cell.Pid() == oldPid || cell.CheckHealth(ctx) != nil {
 		t.Fatalf("cell not back after Restart (pid %d, was %d)", cell.Pid(), oldPid)
 	}
 
@@ -241,13 +241,13 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the cell stopped after SIGSTOP", func() bool { return testutil.Stopped(paused.Pid()) })
-	if answers(ctx, paused.Addr, 300*time.Millisecond) {
+	if answers(ctx, paused, 300*time.Millisecond) {
 		t.Error("a paused cell answered its health check")
 	}
 	if err := paused.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if err := platform.CheckHealth(ctx, paused.Addr); err != nil {
+	if err := paused.CheckHealth(ctx); err != nil {
 		t.Errorf("cell after SIGCONT: %v", err)
 	}
 
@@ -385,9 +385,9 @@ func consecutiveFreePorts(t *testing.T, n int) int {
 	return 0
 }
 
-// answers reports whether addr answers a gRPC health check within d.
-func answers(ctx context.Context, addr string, d time.Duration) bool {
+// answers reports whether proc answers a gRPC health check within d.
+func answers(ctx context.Context, proc *platform.Proc, d time.Duration) bool {
 	short, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return platform.CheckHealth(short, addr) == nil
+	return proc.CheckHealth(short) == nil
 }

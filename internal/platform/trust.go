@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"gopkg.in/yaml.v3"
 
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/pki"
@@ -32,7 +34,12 @@ var SamplePartners = func() []string {
 // Where a local platform keeps its trust material, under DataDir:
 //
 //	pki/ca.crt                 the development CA, for clients to trust
-//	pki/gtr.crt, pki/gtr.key   the GTR partners' listener certificate
+//	pki/gtr.crt, pki/gtr.key   the GTR's certificate: partners' listener, and its
+//	                           client identity towards the cells (hop.GTR)
+//	pki/<cell>.crt, .key       each cell's (hop.Cell(id)): server and client to the issuer
+//	pki/issuer.crt, .key       the issuer simulator's (hop.Issuer)
+//	pki/ops.crt, .key          operators' and tests' tools (hop.Ops): the launcher's
+//	                           health checks, the checker's Effects
 //	partners/<partner>.key     each sample partner's API key (mode 0600)
 //	partners.yaml              the partner registry the GTR starts from (hashes only)
 //	operators/<role>.token     an admin API token per role, operator ID = role (mode 0600)
@@ -44,6 +51,11 @@ const (
 	operatorsDir  = "operators"
 	operatorsFile = "operators.yaml"
 	gtrCertName   = "gtr"
+	// IssuerCertName and OpsCertName name the issuer's and the tools'
+	// certificates for TLSFiles; a cell's is named by its ID, the GTR's
+	// by GTR.
+	IssuerCertName = "issuer"
+	OpsCertName    = "ops"
 )
 
 // SampleOperators are a local platform's operators: one per role, each
@@ -66,13 +78,39 @@ func (p *Platform) provisionTrust() error {
 			hosts = append(hosts, h)
 		}
 	}
-	if err := ca.EnsureCert(gtrCertName, hosts, pki.Server); err != nil {
+	if err := ca.EnsureCert(gtrCertName, append(hosts, hop.GTR), pki.Server|pki.Client); err != nil {
+		return err
+	}
+	if err := ensureHopCerts(ca, p.cfg); err != nil {
 		return err
 	}
 	if err := ensureOperators(filepath.Join(dir, operatorsDir), p.OperatorsFile()); err != nil {
 		return err
 	}
 	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners, p.cfg.CallbackAddr)
+}
+
+// ensureHopCerts issues the certificates of the internal hops: each cell's
+// and the issuer's for their addresses (and a cell's for its name in the
+// domain, cell-a.cellpay.internal), and the tools' client identity.
+func ensureHopCerts(ca *pki.CA, cfg Config) error {
+	loopback := []string{"127.0.0.1", "::1", "localhost"}
+	withHost := func(addr string, more ...string) []string {
+		hosts := append(slices.Clone(loopback), more...)
+		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+		return hosts
+	}
+	for _, c := range cfg.Cells {
+		if err := ca.EnsureCert(c.ID, withHost(c.Addr, hop.CellHost(c.ID), hop.Cell(c.ID)), pki.Server|pki.Client); err != nil {
+			return err
+		}
+	}
+	if err := ca.EnsureCert(IssuerCertName, withHost(cfg.IssuerAddr, hop.Issuer), pki.Server); err != nil {
+		return err
+	}
+	return ca.EnsureCert(OpsCertName, []string{hop.Ops}, pki.Client)
 }
 
 // ensureOperators keeps the operators file and token files when every
@@ -208,6 +246,50 @@ func (p *Platform) GTRCertFiles() (cert, key string) {
 	return pki.CertFile(dir, gtrCertName), pki.KeyFile(dir, gtrCertName)
 }
 
+// TLSFiles are the certificate, key and CA of name on the internal hops:
+// GTR, a cell's ID, IssuerCertName or OpsCertName.
+func (p *Platform) TLSFiles(name string) pki.Files { return TLSFiles(p.cfg.DataDir, name) }
+
+// TLSFiles is Platform.TLSFiles for the platform whose data folder is
+// dataDir (a tool outside the launcher's process).
+func TLSFiles(dataDir, name string) pki.Files {
+	dir := filepath.Join(dataDir, pkiDir)
+	if name == GTR {
+		name = gtrCertName
+	}
+	return pki.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: filepath.Join(dir, pki.CAFile)}
+}
+
+// ClientTLS dials a cell or the issuer as name (see TLSFiles): a test
+// that plays the GTR on a cell's stream dials as GTR, the checker as
+// OpsCertName. The certificate is read once; it is not reloaded.
+func (p *Platform) ClientTLS(name string) (grpc.DialOption, error) {
+	return ClientTLS(p.cfg.DataDir, name)
+}
+
+// ClientTLS is Platform.ClientTLS for the platform on dataDir.
+func ClientTLS(dataDir, name string) (grpc.DialOption, error) {
+	creds, err := clientCreds(dataDir, name)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.WithTransportCredentials(creds), nil
+}
+
+func clientCreds(dataDir, name string) (credentials.TransportCredentials, error) {
+	f := TLSFiles(dataDir, name)
+	cfg, err := pki.ClientConfig(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("platform: %s's certificate: %w", name, err)
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return credentials.NewTLS(cfg), nil
+}
+
 // PartnersFile is the partner registry the GTR starts from.
 func (p *Platform) PartnersFile() string { return filepath.Join(p.cfg.DataDir, partnersFile) }
 
@@ -248,6 +330,11 @@ func (p *Platform) gtrTLS() (credentials.TransportCredentials, error) {
 		return nil, err
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// opsTLS are the tools' credentials (OpsCertName), read once.
+func (p *Platform) opsTLS() (credentials.TransportCredentials, error) {
+	return clientCreds(p.cfg.DataDir, OpsCertName)
 }
 
 // DemoTransaction is the sample request the launcher's "Try" lines send.

@@ -9,11 +9,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -156,7 +156,11 @@ func TestDirectoryFailedNotReached(t *testing.T) {
 	home := txn.GetCellId() // the platform's table hashes on the partner
 	req := request("dir-notreached", freshPAN())
 
-	conn, err := grpc.NewClient(cellAddr(t, home), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	asGTR, err := env.p.ClientTLS(platform.GTR) // a cell serves Process to the GTR's identity only
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cellAddr(t, home), asGTR)
 	if err != nil {
 		t.Fatal(err)
 	}

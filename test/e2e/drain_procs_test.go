@@ -140,11 +140,18 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 	g.args = []string{"-listen", g.Addr, "-admin-listen", g.AdminAddr, "-config", configFile,
 		"-nats-url", natsURL, "-state-file", filepath.Join(dir, id+".state.json"), "-replica-id", id}
 	cert, key := env.p.GTRCertFiles()
-	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-partners", env.p.PartnersFile())
+	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-cell-ca", env.p.CAFile(), "-partners", env.p.PartnersFile())
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
 	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))
 	t.Cleanup(g.Stop)
 	return g
+}
+
+// cellsOf makes g front the cells of p, a platform other than env.p: it
+// trusts p's CA for them and presents p's GTR certificate.
+func (g *gtrProc) cellsOf(p *platform.Platform) {
+	f := p.TLSFiles(platform.GTR)
+	g.args = append(g.args, "-cell-ca", f.CA, "-cell-tls-cert", f.Cert, "-cell-tls-key", f.Key)
 }
 
 // Start runs the binary and waits for its health check.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -162,25 +161,25 @@ func restartCell(t *testing.T, ctx context.Context, id string) {
 // starts from there rather than from the moment the signal was sent.
 func waitCellDown(t *testing.T, id, why string) {
 	t.Helper()
-	addr := cellAddr(t, id)
 	testutil.Eventually(t, 15*time.Second, id+" not serving after it was "+why, func() bool {
-		return !serving(addr, 300*time.Millisecond)
+		return !serving(id, 300*time.Millisecond)
 	})
 }
 
 // waitCellUp waits, with a bound, until the cell answers SERVING again.
 func waitCellUp(t *testing.T, id, why string) {
 	t.Helper()
-	addr := cellAddr(t, id)
 	testutil.Eventually(t, 30*time.Second, id+" serving again after it was "+why, func() bool {
-		return serving(addr, time.Second)
+		return serving(id, time.Second)
 	})
 }
 
-func serving(addr string, d time.Duration) bool {
+// serving checks the platform's component id (a cell) as the launcher
+// does: over mutual TLS as the tools' identity.
+func serving(id string, d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return platform.CheckHealth(ctx, addr) == nil
+	return env.p.Process(id).CheckHealth(ctx) == nil
 }
 
 func cellAddr(t *testing.T, id string) string {

@@ -45,6 +45,7 @@ func TestFreshnessGating(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGTR(t, e.dir, "gtr-fresh", cfg, e.natsURL, drainToken)
+	g.cellsOf(e.p)
 	g.Start(t)
 	adm := adminClient(t, g.AdminAddr)
 

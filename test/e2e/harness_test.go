@@ -20,7 +20,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/platform"
@@ -150,12 +149,18 @@ func startPlatform(ctx context.Context, tmp string) error {
 		return err
 	}
 	env.payments = cellpayv1.NewPaymentsClient(dialGTR(env.gtrAddr))
-	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr))
+	// The checker reads the issuer's effect counters as the tools'
+	// identity, the only one the issuer serves them to.
+	opsTLS, err := env.p.ClientTLS(platform.OpsCertName)
+	if err != nil {
+		return err
+	}
+	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr, opsTLS))
 	return nil
 }
 
-func dial(addr string) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func dial(addr string, creds grpc.DialOption) *grpc.ClientConn {
+	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		panic(err) // only on a malformed target, which is ours
 	}

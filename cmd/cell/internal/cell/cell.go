@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -26,6 +26,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
@@ -66,7 +67,13 @@ type Config struct {
 	// (which lives on NATSURL; with no NATSURL there is none either). The
 	// cell then decides from its own records alone.
 	NoDirectory bool
-	Log         *slog.Logger
+	// TLS is the cell's identity (hop.Cell(ID)) on its hops: its server
+	// requires the GTR's client certificate for the Cell API (package
+	// hop's CellPolicy), and it presents it to the issuer. With no files
+	// both hops are plaintext and every caller is served: a lone cell in
+	// a benchmark only.
+	TLS pki.Files
+	Log *slog.Logger
 }
 
 // Callbacks configures a cell's notifier (package notifier).
@@ -150,7 +157,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if !cfg.TLS.Set() {
+		log.Warn("no TLS files: plaintext to the issuer and from every caller, none authorized")
+	}
+	issuerCreds, stopIssuerCreds, err := hop.DialOption(cfg.TLS)
+	if err != nil {
+		return fmt.Errorf("cell: issuer TLS: %w", err)
+	}
+	defer stopIssuerCreds()
+	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), issuerCreds)...)
 	if err != nil {
 		return fmt.Errorf("cell: issuer client: %w", err)
 	}
@@ -192,7 +207,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cell: listen: %w", err)
 	}
-	gs := grpc.NewServer(append(grpclimits.Internal.ServerOptions(), tel.ServerOptions()...)...)
+	hopOpts, stopHop, err := hop.ServerOptions(cfg.TLS, hop.CellPolicy)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("cell: TLS: %w", err)
+	}
+	defer stopHop()
+	gs := grpc.NewServer(slices.Concat(grpclimits.Internal.ServerOptions(), tel.ServerOptions(), hopOpts)...)
 	cellproto.RegisterCellServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

@@ -28,7 +28,8 @@ type entry struct {
 }
 
 // New returns an empty pool whose connections get opts besides the pool's
-// own (telemetry's stats handler, say).
+// own (telemetry's stats handler, say). Connections are plaintext unless
+// opts carry transport credentials (the GTR's mutual TLS, package hop).
 func New(opts ...grpc.DialOption) *Pool { return &Pool{conns: map[string]entry{}, opts: opts} }
 
 // Client returns the client for cell id at addr.

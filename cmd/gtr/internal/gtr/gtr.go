@@ -36,6 +36,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
@@ -77,6 +78,10 @@ type Config struct {
 	// certificate is served without a restart. Required: partners' calls
 	// carry API keys, which never cross the network in the clear.
 	TLSCertFile, TLSKeyFile string
+	// CellTLS is the GTR's identity towards the cells (hop.GTR): its client
+	// certificate and key, and the CA the cells' certificates chain to.
+	// Empty: plaintext to the cells, which then serve anyone (benchmarks).
+	CellTLS pki.Files
 	// PartnersFile is the partner registry (YAML) that seeds an empty KV
 	// bucket, and that a replica without a partners state file starts
 	// from; "" is an empty registry: every partner call is refused.
@@ -130,7 +135,15 @@ func Run(ctx context.Context, cfg Config) error {
 	// compiles, and an ejection only signals the state's compiler (st is
 	// set before the monitor watches any cell, so before OnChange runs).
 	var st *state.State
-	mon, err := health.New(health.Config{OnChange: func(id string, share int) { st.HealthChanged(id, share) }, Log: cfg.Log})
+	cellDial, stopCellTLS, err := hop.DialOption(cfg.CellTLS)
+	if err != nil {
+		return fmt.Errorf("gtr: cells' TLS: %w", err)
+	}
+	defer stopCellTLS()
+	if !cfg.CellTLS.Set() {
+		cfg.Log.Warn("no cell TLS files: plaintext to the cells")
+	}
+	mon, err := health.New(health.Config{OnChange: func(id string, share int) { st.HealthChanged(id, share) }, Dial: cellDial, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -193,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	pool := cellconn.New(tel.DialOptions()...)
+	pool := cellconn.New(append(tel.DialOptions(), cellDial)...)
 	defer pool.Close()
 	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)

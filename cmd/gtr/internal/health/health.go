@@ -67,6 +67,9 @@ type Config struct {
 	// state's HealthChanged, which signals its background compiler.
 	// Required.
 	OnChange func(cellID string, share int)
+	// Dial is the transport of the active checks' connections (the GTR's
+	// mutual TLS, package hop); nil for plaintext.
+	Dial grpc.DialOption
 }
 
 func (c *Config) validate() error {
@@ -193,7 +196,11 @@ func (m *Monitor) SetCells(cells []Cell) {
 		} else if ok {
 			s.conn.Close()
 		}
-		conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		dial := m.cfg.Dial
+		if dial == nil {
+			dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+		}
+		conn, err := grpc.NewClient(c.Addr, dial)
 		if err != nil {
 			m.cfg.Log.Error("health: cannot watch cell", "cell", c.ID, "error", err)
 			continue

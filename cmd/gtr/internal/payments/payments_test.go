@@ -59,13 +59,13 @@ func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1
 	return f.get(idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
 }
 
-func serve(t testing.TB, f *fakeCell) string {
+func serve(t testing.TB, f *fakeCell, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(opts...)
 	cellproto.RegisterCellServer(s, f)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)

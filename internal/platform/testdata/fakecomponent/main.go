@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net"
@@ -29,7 +30,8 @@ func main() {
 	panKey := fs.String("pan-key-file", "", "")
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
-	for _, name := range []string{"id", "issuer", "refdata", "admin-listen", "config", "operators", "audit-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id"} {
+	tlsCA := fs.String("tls-ca", "", "")
+	for _, name := range []string{"cell-ca", "id", "issuer", "refdata", "admin-listen", "config", "operators", "audit-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id"} {
 		fs.String(name, "", "")
 	}
 	fs.Bool("reflection", false, "")
@@ -66,7 +68,18 @@ func main() {
 			fmt.Fprintln(os.Stderr, "tls:", err)
 			os.Exit(1)
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})))
+		cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
+		if *tlsCA != "" { // mutual TLS, as a cell and the issuer serve it
+			b, err := os.ReadFile(*tlsCA)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "tls:", err)
+				os.Exit(1)
+			}
+			cfg.ClientCAs = x509.NewCertPool()
+			cfg.ClientCAs.AppendCertsFromPEM(b)
+			cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
