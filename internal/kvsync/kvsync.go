@@ -33,6 +33,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellpay/cellpay/internal/natsconn"
 )
 
 // Errors Update returns; callers branch on them.
@@ -178,14 +180,7 @@ func StartReplica[D any](cfg ReplicaConfig[D]) (*Replica[D], error) {
 		close(r.done)
 		return r, nil
 	}
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("cellpay "+cfg.ReplicaID+" "+cfg.Key),
-		nats.RetryOnFailedConnect(true), // do not wait for NATS at start
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(time.Second),
-		nats.NoCallbacksAfterClientClose(),
-	)
+	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.ReplicaID+" "+cfg.Key, nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("kvsync: nats: %w", err)

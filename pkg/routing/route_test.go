@@ -324,12 +324,12 @@ func TestRouteHome(t *testing.T) {
 		{ID: "cell-c", Addr: "127.0.0.1:3", Pool: "p", Weight: 100},
 	}, Rules: []Rule{{Name: "all", Pool: "p"}}}
 	homes := map[string]string{}
+	tbl, err := Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 200 {
 		a := &Attrs{PartnerID: fmt.Sprintf("p-%03d", i), Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
-		tbl, err := Compile(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
 		res, err := tbl.Route(a, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -94,14 +95,7 @@ func Open(cfg Config) (*Directory, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("cellpay "+cfg.CellID+" directory"),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(time.Second),
-		nats.NoCallbacksAfterClientClose(),
-	)
+	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		return nil, fmt.Errorf("directory: nats: %w", err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 )
@@ -269,11 +270,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	nc, err := nats.Connect(s.cfg.NATSURL,
-		nats.Name("cellpay-"+s.cfg.CellID),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+	nc, err := natsconn.Connect(s.cfg.NATSURL, "cellpay-"+s.cfg.CellID,
 		nats.ConnectHandler(func(*nats.Conn) { s.connected.Store(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) { s.connected.Store(true) }),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { s.connected.Store(false) }),

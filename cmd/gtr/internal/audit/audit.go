@@ -38,6 +38,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellpay/cellpay/internal/natsconn"
 )
 
 // Record is one audited call.
@@ -173,8 +175,7 @@ func Open(cfg Config) (*Log, error) {
 		close(l.done)
 		return l, nil
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("gtr audit "+cfg.Replica),
-		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := natsconn.Connect(cfg.NATSURL, "gtr audit "+cfg.Replica)
 	if err != nil {
 		return nil, fmt.Errorf("audit: nats: %w", err)
 	}

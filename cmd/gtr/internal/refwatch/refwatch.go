@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -79,14 +80,8 @@ func Start(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, closed: make(chan struct{})}
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name(cfg.Name),
-		nats.RetryOnFailedConnect(true), // do not wait for NATS at start
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(time.Second),
-		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }),
-	)
+	nc, err := natsconn.Connect(cfg.NATSURL, cfg.Name,
+		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }))
 	if err != nil {
 		return nil, fmt.Errorf("refwatch: %w", err)
 	}
