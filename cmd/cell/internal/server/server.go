@@ -285,8 +285,8 @@ func (s *Server) settleEntry(m *orchestrator.Machine, in orchestrator.Input, a o
 	k := idempotency.KeyOf(in.Request)
 	switch a := a.(type) {
 	case orchestrator.Reply:
-		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID {
-			return
+		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID || claimed && e.State == orchestrator.EntryFinal {
+			return // not final, not this cell's, or a replay whose entry has the answer already
 		}
 		txn, fp, fpKey := a.Record.Transaction(), a.Record.Fingerprint, a.Record.FingerprintKeyID
 		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn) }, "finalize")
