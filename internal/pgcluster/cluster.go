@@ -4,8 +4,13 @@
 // The server runs as a child process, never daemonised: it is in its own
 // process group (a terminal's Ctrl-C reaches us, and we shut it down in
 // order) and gets a fast-shutdown signal if we die, so a crashed test binary
-// does not leave a postmaster behind. It listens on 127.0.0.1 only, with
-// trust authentication: it must never be exposed beyond loopback.
+// does not leave a postmaster behind. It listens on 127.0.0.1 only.
+//
+// Without Config.TLS it trusts every connection (tests' throwaway
+// clusters): it must never be exposed beyond loopback. With it, TCP takes
+// only TLS and SCRAM passwords (EnsureRoles makes the roles that have
+// them), and the superuser has no password: it connects by the Unix
+// socket in a directory only we can reach, and never over TCP.
 package pgcluster
 
 import (
@@ -49,6 +54,15 @@ type Config struct {
 	// initdb --no-sync, and fsync and synchronous_commit off in the server.
 	// Leave it false whenever a crash must not lose committed data.
 	NoSync bool
+	// TLS, when set, turns on TLS and password authentication (see the
+	// package doc). The files are copied into the data dir on every Start,
+	// so a renewed certificate is served from the next one.
+	TLS *TLS
+}
+
+// TLS names the server's certificate and private key, PEM files.
+type TLS struct {
+	CertFile, KeyFile string
 }
 
 func (c Config) validate() error {
@@ -58,7 +72,14 @@ func (c Config) validate() error {
 	if c.Port < 0 || c.Port > 65535 {
 		return fmt.Errorf("port %d out of range", c.Port)
 	}
-	for _, k := range []string{"port", "listen_addresses", "unix_socket_directories"} {
+	managed := []string{"port", "listen_addresses", "unix_socket_directories"}
+	if c.TLS != nil {
+		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
+			return errors.New("TLS: CertFile and KeyFile are required")
+		}
+		managed = append(managed, tlsManaged...)
+	}
+	for _, k := range managed {
 		if _, ok := c.Settings[k]; ok {
 			return fmt.Errorf("setting %q is managed by pgcluster", k)
 		}
@@ -80,6 +101,7 @@ type Cluster struct {
 	binDir  string
 	port    int
 	cred    *syscall.Credential // nil: run as ourselves
+	tls     bool                // Config.TLS was set: the superuser uses the socket
 	args    []string            // postgres command line after the binary
 	log     logSink
 
@@ -102,6 +124,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if err := c.prepareSocketDir(); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	if cfg.TLS != nil {
+		if err := c.prepareTLS(*cfg.TLS); err != nil {
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
 	}
 
 	// A port picked by us can be taken by someone else before the server
@@ -152,6 +179,7 @@ func newCluster(cfg Config) (*Cluster, error) {
 		binDir:  binDir,
 		port:    cfg.Port,
 		cred:    cred,
+		tls:     cfg.TLS != nil,
 		log:     newLogSink(cfg.Log, filepath.Join(dataDir, "postgres.log")),
 	}, nil
 }
@@ -171,9 +199,14 @@ func serverArgs(dataDir string, port int, cfg Config) []string {
 	for k, v := range cfg.Settings {
 		settings[k] = v
 	}
+	if cfg.TLS != nil {
+		for k, v := range tlsSettings(dataDir) {
+			settings[k] = v
+		}
+	}
 	settings["port"] = strconv.Itoa(port)
 	settings["listen_addresses"] = "127.0.0.1"
-	settings["unix_socket_directories"] = socketDirSetting(dataDir)
+	settings["unix_socket_directories"] = socketDir(dataDir)
 
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
@@ -193,8 +226,14 @@ func (c *Cluster) Port() int { return c.port }
 // DataDir returns the absolute data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
-// URL returns a connection URL for database as the superuser.
+// URL returns a connection URL for database as the superuser: over TCP
+// without TLS, or, when the cluster has TLS, over its Unix socket (which
+// only we can reach).
 func (c *Cluster) URL(database string) string {
+	if c.tls {
+		q := url.Values{"host": {socketDir(c.dataDir)}, "port": {strconv.Itoa(c.port)}, "sslmode": {"disable"}}
+		return (&url.URL{Scheme: "postgres", User: url.User(Superuser), Path: "/" + database, RawQuery: q.Encode()}).String()
+	}
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(Superuser),

@@ -3,6 +3,8 @@ package pgcluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,22 +160,38 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 // maxSocketPath is the room in sockaddr_un.sun_path, less its NUL.
 const maxSocketPath = 107
 
-func socketDir(dataDir string) string { return filepath.Join(dataDir, "sock") }
-
-// socketDirSetting is the unix_socket_directories value: a directory inside
-// the data dir, or none when its path is too long for a socket address (the
-// cluster is reached over TCP anyway; the socket is a convenience for psql).
-func socketDirSetting(dataDir string) string {
-	dir := socketDir(dataDir)
-	if len(dir)+len("/.s.PGSQL.65535.lock") > maxSocketPath {
-		return ""
+// socketDir is the directory of the server's Unix socket: sock inside the
+// data dir, or, when that path is too long for a socket address, a
+// directory of its own in the system's temporary directory named after a
+// hash of the data dir (the same on every start). Either is mode 0700:
+// only we (and the server user) reach the socket, which with TLS is how
+// the superuser connects.
+func socketDir(dataDir string) string {
+	dir := filepath.Join(dataDir, "sock")
+	if len(dir)+len("/.s.PGSQL.65535.lock") <= maxSocketPath {
+		return dir
 	}
-	return dir
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(os.TempDir(), "pgcluster-"+hex.EncodeToString(sum[:8]))
 }
 
 func (c *Cluster) prepareSocketDir() error {
 	dir := socketDir(c.dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	// A directory outside the data dir may have been made by someone else
+	// (a shared /tmp): take it only if it is a directory of ours or the
+	// server user's.
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || (int(st.Uid) != os.Geteuid() && (c.cred == nil || st.Uid != c.cred.Uid)) {
+		return fmt.Errorf("socket dir %s: not a directory owned by us or the server user", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("socket dir: %w", err)
 	}
 	if c.cred != nil {

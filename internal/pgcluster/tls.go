@@ -1,0 +1,109 @@
+package pgcluster
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Files a cluster with TLS keeps in its data dir, written on every Start.
+const (
+	tlsCertFile = "cellpay-server.crt"
+	tlsKeyFile  = "cellpay-server.key"
+	hbaFile     = "cellpay_hba.conf"
+)
+
+// tlsManaged are the settings a cluster with TLS owns.
+var tlsManaged = []string{"ssl", "ssl_cert_file", "ssl_key_file", "hba_file", "password_encryption"}
+
+// hbaConf is the client authentication of a cluster with TLS, in order of
+// precedence: the superuser by the socket only; everyone else over TCP
+// with TLS and a SCRAM password; anything else refused. (initdb's
+// pg_hba.conf, which trusts everyone, is left unused: hba_file points here.)
+const hbaConf = `# Written by pgcluster on every start; edits are lost.
+# TYPE    DATABASE  USER      ADDRESS        METHOD
+local     all       postgres                 trust
+local     all       all                      reject
+hostssl   all       postgres  all            reject
+hostssl   all       all       127.0.0.1/32   scram-sha-256
+hostssl   all       all       ::1/128        scram-sha-256
+hostnossl all       all       all            reject
+`
+
+// tlsSettings are the server settings of a cluster with TLS on dataDir.
+func tlsSettings(dataDir string) map[string]string {
+	return map[string]string{
+		"ssl":                 "on",
+		"ssl_cert_file":       filepath.Join(dataDir, tlsCertFile),
+		"ssl_key_file":        filepath.Join(dataDir, tlsKeyFile),
+		"hba_file":            filepath.Join(dataDir, hbaFile),
+		"password_encryption": "scram-sha-256",
+	}
+}
+
+// prepareTLS copies the certificate and key into the data dir, owned by
+// the server user (postgres refuses a key that others can read, or that
+// it does not own unless root does), and writes the hba file.
+func (c *Cluster) prepareTLS(t TLS) error {
+	for _, f := range []struct {
+		src, name string
+		mode      os.FileMode
+	}{
+		{t.CertFile, tlsCertFile, 0o644},
+		{t.KeyFile, tlsKeyFile, 0o600},
+	} {
+		b, err := os.ReadFile(f.src)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		if err := c.writeOwned(f.name, b, f.mode); err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
+	if err := c.writeOwned(hbaFile, []byte(hbaConf), 0o600); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	return nil
+}
+
+// writeOwned replaces the data dir's file name with b, atomically, with
+// mode and owned by the server user.
+func (c *Cluster) writeOwned(name string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(c.dataDir, "."+name+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	err = tmp.Chmod(mode)
+	if err == nil && c.cred != nil {
+		err = tmp.Chown(int(c.cred.Uid), int(c.cred.Gid))
+	}
+	if err == nil {
+		_, err = tmp.Write(b)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(c.dataDir, name))
+}
+
+// TLSURL returns a URL for database as user with password, over TCP and
+// TLS, verifying the server's certificate for 127.0.0.1 against caFile
+// (sslmode=verify-full). It is what a role made by EnsureRoles connects
+// with to a cluster with TLS.
+func (c *Cluster) TLSURL(user, password, database, caFile string) string {
+	q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {caFile}}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(user, password),
+		Host:     "127.0.0.1:" + strconv.Itoa(c.port),
+		Path:     "/" + database,
+		RawQuery: q.Encode(),
+	}
+	return u.String()
+}
