@@ -60,6 +60,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
 	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
 	flag.StringVar(&c.DatabaseURL, "database-url", env("CELL_DATABASE_URL", ""), "the cell's Postgres URL (env CELL_DATABASE_URL)")
+	flag.StringVar(&c.MigrateDatabaseURL, "migrate-database-url", env("CELL_MIGRATE_DATABASE_URL", ""), "the schema owner's Postgres URL: migrations run over it, and -database-url's role only reads and writes rows; \"\" migrates over -database-url (env CELL_MIGRATE_DATABASE_URL)")
 	flag.StringVar(&c.IssuerAddr, "issuer", env("CELL_ISSUER_ADDR", "127.0.0.1:7090"), "issuer address (env CELL_ISSUER_ADDR)")
 	flag.StringVar(&c.RefDataFile, "refdata", env("CELL_REFDATA_FILE", "config/refdata.json"), "reference data file that bootstraps a cell with no stored version, as version 0; \"\" for none (env CELL_REFDATA_FILE)")
 	flag.StringVar(&c.NATSURL, "nats-url", env("CELL_NATS_URL", ""), "NATS server the reference data comes from; \"\" for none (env CELL_NATS_URL)")

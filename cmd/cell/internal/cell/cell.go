@@ -40,7 +40,11 @@ type Config struct {
 	ID          string
 	Listen      string // host:port for the Cell service and gRPC health
 	DatabaseURL string
-	IssuerAddr  string
+	// MigrateDatabaseURL, if set, is the schema owner's URL the migrations
+	// run over, and DatabaseURL's role (which may only read and write
+	// rows) serves; "" runs the migrations over DatabaseURL.
+	MigrateDatabaseURL string
+	IssuerAddr         string
 	// RefDataFile optionally bootstraps a cell with no stored reference
 	// data; NATSURL ("" for none) is the source of truth.
 	RefDataFile string
@@ -342,7 +346,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
-		st, err := store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
+		st, err := connectStore(ctx, cfg)
 		if err == nil {
 			return st, nil
 		}
@@ -353,6 +357,18 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 		case <-time.After(delay):
 		}
 	}
+}
+
+// connectStore migrates and connects, as one role or as the owner then
+// the application role.
+func connectStore(ctx context.Context, cfg Config) (*store.Store, error) {
+	if cfg.MigrateDatabaseURL == "" {
+		return store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
+	}
+	if err := store.Migrate(ctx, cfg.MigrateDatabaseURL); err != nil {
+		return nil, err
+	}
+	return store.Connect(ctx, cfg.DatabaseURL, cfg.MaxConns)
 }
 
 // downAfter is how many failed database checks in a row (every 500 ms)

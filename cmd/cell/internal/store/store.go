@@ -2,8 +2,10 @@
 // and its callback outbox.
 // A transaction is keyed by (partner ID, transaction ID): transaction IDs
 // are a namespace per partner, and every query that finds a transaction
-// names both. The schema is embedded and migrated on Open. Every write that the
-// orchestrator depends on is a single statement in its own transaction, so
+// names both. The schema is embedded and migrated on Open, or by Migrate as
+// the schema's owner before Connect as a role that can only read and write
+// rows (package pgcluster's Roles). Every write that the orchestrator
+// depends on is a single statement in its own transaction, so
 // it is durable (synchronous commit) when it returns; a final outcome's
 // statement writes its outbox row too.
 //
@@ -59,8 +61,40 @@ type Store struct {
 // on a lock or a sick disk.
 const DefaultStatementTimeout = "5s"
 
-// Open connects to url, applies any pending migrations and returns the store.
+// Open connects to url, applies any pending migrations over it and returns
+// the store: one role that both owns the schema and serves (tests, and
+// setups without separate roles).
 func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
+	st, err := Connect(ctx, url, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrateUp(ctx, st.pool); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Migrate applies any pending migrations to the database at url, as the
+// role url names (the schema's owner), on a connection of its own.
+func Migrate(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return runMigrations(ctx, conn)
+}
+
+// Connect connects to url and returns the store without migrating: for a
+// role that may only read and write rows, once Migrate has run as the
+// owner.
+func Connect(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -75,9 +109,10 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	if err := migrateUp(ctx, pool); err != nil {
+	// pgxpool connects lazily: fail here, not on the first transaction.
+	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	return &Store{pool: pool, healthCfg: cfg.ConnConfig.Copy()}, nil
 }
@@ -88,7 +123,11 @@ func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
 	defer conn.Release()
-	m, err := newMigrator(ctx, conn.Conn())
+	return runMigrations(ctx, conn.Conn())
+}
+
+func runMigrations(ctx context.Context, conn *pgx.Conn) error {
+	m, err := newMigrator(ctx, conn)
 	if err != nil {
 		return err
 	}
