@@ -123,7 +123,7 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 		fmt.Fprintf(w, "  backup GTR         %s   (backup access point; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupAdminAddr)
 	}
 	for _, c := range cfg.Cells {
-		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, p.CellDatabaseURL(c.ID))
+		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, platform.RedactURL(p.CellDatabaseURL(c.ID)))
 	}
 	fmt.Fprintf(w, "  issuer simulator   %s\n", cfg.IssuerAddr)
 	if url := p.NATSURL(); url != "" {

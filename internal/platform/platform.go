@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +41,8 @@ type CellSpec struct {
 type Config struct {
 	// BinDir holds the gtr, cell and issuersim binaries. Required.
 	BinDir string
-	// DataDir holds the Postgres clusters (pg/<cell>), logs (logs/<name>.log)
+	// DataDir holds the Postgres clusters (pg/<cell>) and their roles'
+	// passwords (pgroles/<cell>/<role>.password), logs (logs/<name>.log)
 	// and the PAN key (pan.key). Required; created if missing.
 	DataDir string
 	// GTRConfig is the GTR's routing config file (YAML). Required.
@@ -50,7 +50,9 @@ type Config struct {
 	// RefData is the reference data file the cells load. Required.
 	RefData string
 	// DatabaseURL, if set, names an existing server: each cell gets its own
-	// database on it (cellpay_cell_a, ...) instead of a private cluster.
+	// database on it (cellpay_cell_a, ...) instead of a private cluster,
+	// and connects with DatabaseURL's role as it is (no TLS or roles are
+	// provisioned there; see startDatabases).
 	DatabaseURL string
 	// PGBinDir holds the Postgres server binaries; "" lets pgcluster find them.
 	PGBinDir string
@@ -207,7 +209,7 @@ type Platform struct {
 	procs  map[string]*Proc              // by name; fixed after Start
 	order  []*Proc                       // start order
 	pgs    map[string]*pgcluster.Cluster // by cell ID; empty with DatabaseURL
-	dbURLs map[string]string             // by cell ID
+	dbURLs map[string]string             // by cell ID: the application role's
 	pgLogs []*os.File                    // the clusters' log files, closed by Stop
 	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
 	runMu  sync.Mutex                    // serialises writes of run.json
@@ -215,6 +217,8 @@ type Platform struct {
 	errs   error
 	// stopReceiver stops the sample callback receiver; nil without one.
 	stopReceiver func()
+	// migrateURLs are the schema owner's, by cell ID; empty with DatabaseURL.
+	migrateURLs map[string]string
 }
 
 // Start starts Postgres for every cell, the issuer simulator, the cells and
@@ -242,6 +246,7 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		pgs:    map[string]*pgcluster.Cluster{},
 		dbURLs: map[string]string{},
 	}
+	p.migrateURLs = map[string]string{}
 	if err := os.MkdirAll(p.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("platform: %w", err)
 	}
@@ -273,6 +278,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 			"-pan-key-file", panKey,
 			"-callback-ca-file", p.CAFile(),
 			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
+		if u := p.migrateURLs[cell.ID]; u != "" {
+			p.procs[cell.ID].args = append(p.procs[cell.ID].args, "-migrate-database-url", u)
+		}
 		p.procs[cell.ID].args = slices.Concat(p.procs[cell.ID].args, tlsArgs(p.TLSFiles(cell.ID)), p.metricsArgs(cell.Addr))
 	}
 	if err := p.provisionTrust(); err != nil {
@@ -362,66 +370,6 @@ func (p *Platform) add(name, addr, bin string, args ...string) {
 	p.order = append(p.order, proc)
 }
 
-// startDatabases gives every cell a database: its own private cluster (in
-// parallel, initdb being the slow part), or its own database on DatabaseURL.
-func (p *Platform) startDatabases(ctx context.Context) error {
-	if p.cfg.DatabaseURL != "" {
-		for _, cell := range p.cfg.Cells {
-			name := "cellpay_" + sanitize(cell.ID)
-			if err := pgcluster.CreateDatabase(ctx, p.cfg.DatabaseURL, name); err != nil {
-				return fmt.Errorf("platform: database for %s: %w", cell.ID, err)
-			}
-			u, err := withDatabase(p.cfg.DatabaseURL, name)
-			if err != nil {
-				return fmt.Errorf("platform: DatabaseURL: %w", err)
-			}
-			p.dbURLs[cell.ID] = u
-		}
-		return nil
-	}
-
-	type result struct {
-		cell string
-		c    *pgcluster.Cluster
-		err  error
-	}
-	results := make(chan result, len(p.cfg.Cells))
-	for i, cell := range p.cfg.Cells {
-		name := "postgres-" + cell.ID
-		logf, err := os.OpenFile(filepath.Join(p.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return fmt.Errorf("platform: %s: %w", name, err)
-		}
-		p.pgLogs = append(p.pgLogs, logf)
-		cfg := pgcluster.Config{
-			DataDir: filepath.Join(p.cfg.DataDir, "pg", cell.ID),
-			Port:    p.cfg.PGBasePort + i,
-			BinDir:  p.cfg.PGBinDir,
-			Log:     logf,
-		}
-		go func() {
-			c, err := pgcluster.Start(ctx, cfg)
-			if err == nil {
-				err = c.CreateDatabase(ctx, databaseName)
-			}
-			if err != nil {
-				err = fmt.Errorf("platform: %s: %w", name, err)
-			}
-			results <- result{cell.ID, c, err}
-		}()
-	}
-	var errs []error
-	for range p.cfg.Cells {
-		r := <-results
-		if r.c != nil {
-			p.pgs[r.cell] = r.c
-			p.dbURLs[r.cell] = r.c.URL(databaseName)
-		}
-		errs = append(errs, r.err)
-	}
-	return errors.Join(errs...)
-}
-
 // Stop stops the GTR replicas first (no new traffic), then the cells, then the issuer
 // simulator (SIGTERM, then SIGKILL after 10s), then Postgres. It reports
 // every component that did not stop cleanly. Later calls return the first
@@ -477,9 +425,6 @@ func (p *Platform) Processes() []*Proc { return append([]*Proc(nil), p.order...)
 // uses DatabaseURL.
 func (p *Platform) Postgres(cellID string) *pgcluster.Cluster { return p.pgs[cellID] }
 
-// CellDatabaseURL returns the database URL cellID was given.
-func (p *Platform) CellDatabaseURL(cellID string) string { return p.dbURLs[cellID] }
-
 // Config returns the configuration the platform runs with, defaults filled in.
 func (p *Platform) Config() Config { return p.cfg }
 
@@ -514,31 +459,6 @@ func ensureSecret(path string) (string, error) {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	return path, nil
-}
-
-// sanitize maps a cell ID to identifier characters: cell-a -> cell_a.
-func sanitize(id string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r - 'A' + 'a'
-		default:
-			return '_'
-		}
-	}, id)
-}
-
-// withDatabase returns serverURL naming database name instead.
-func withDatabase(serverURL, name string) (string, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", err
-	}
-	u.Path = "/" + name
-	u.RawPath = ""
-	return u.String(), nil
 }
 
 // stopTimeout is how long a component gets to exit after SIGTERM.

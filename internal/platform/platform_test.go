@@ -47,7 +47,9 @@ func TestPlatformWithFakes(t *testing.T) {
 	var out testutil.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &out
 
-	p := exercise(t, ctx, cfg)
+	// cell-a's data dir was made before the database roles existed.
+	makeLegacyDatabase(t, ctx, cfg, 0)
+	p := exercise(t, ctx, cfg, cfg.Cells[0].ID)
 
 	if !strings.Contains(out.String(), "[cell-a] serving on "+cfg.Cells[0].Addr) {
 		t.Errorf("children's output is not prefixed with their names:\n%s", out.String())
@@ -60,6 +62,20 @@ func TestPlatformWithFakes(t *testing.T) {
 		t.Errorf("pan.key: %v, %v", fi, err)
 	}
 	checkTrust(t, p)
+
+	// A restart keeps the roles' passwords.
+	p2, err := platform.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	for _, c := range cfg.Cells {
+		if p2.CellDatabaseURL(c.ID) != p.CellDatabaseURL(c.ID) || p2.CellMigrateDatabaseURL(c.ID) != p.CellMigrateDatabaseURL(c.ID) {
+			t.Errorf("%s: the database URLs changed on a restart", c.ID)
+		}
+	}
+	if err := p2.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
 }
 
 // checkTrust: the platform provisioned a CA, a key file (0600) for every
@@ -172,12 +188,13 @@ func TestPlatformEndToEnd(t *testing.T) {
 
 	cfg := localConfig(t, bin, "", filepath.Join(root, "config", "refdata.json"))
 	cfg.GTRConfig = rewriteAddrs(t, filepath.Join(root, "config", "gtr.yaml"), cfg)
-	exercise(t, ctx, cfg)
+	exercise(t, ctx, cfg, "")
 }
 
-// exercise starts the platform, checks every component, kills and restarts a
+// exercise starts the platform, checks every component and database
+// (legacyCell's made by makeLegacyDatabase, or ""), kills and restarts a
 // cell, pauses another, stops everything and checks nothing is left.
-func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.Platform {
+func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell string) *platform.Platform {
 	t.Helper()
 	p, err := platform.Start(ctx, cfg)
 	if err != nil {
@@ -211,10 +228,8 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config) *platform.
 		if pg == nil || pg.Port() != cfg.PGBasePort+i {
 			t.Fatalf("Postgres(%s) = %v, want a cluster on port %d", c.ID, pg, cfg.PGBasePort+i)
 		}
-		if got, want := p.CellDatabaseURL(c.ID), pg.URL("cellpay"); got != want {
-			t.Errorf("CellDatabaseURL(%s) = %s, want %s", c.ID, got, want)
-		}
 	}
+	checkDatabases(t, ctx, p, legacyCell)
 
 	// A crash, then a restart with the same arguments.
 	cell := p.Process(cfg.Cells[1].ID)

@@ -38,6 +38,8 @@ var SamplePartners = func() []string {
 //	                           client identity towards the cells (hop.GTR)
 //	pki/<cell>.crt, .key       each cell's (hop.Cell(id)): server and client to the issuer
 //	pki/issuer.crt, .key       the issuer simulator's (hop.Issuer)
+//	pki/postgres-<cell>.crt, .key  each cell's private Postgres server, for loopback
+//	                           (pgcluster copies them into the cluster, owned by its user)
 //	pki/ops.crt, .key          operators' and tests' tools (hop.Ops): the launcher's
 //	                           health checks, the checker's Effects
 //	partners/<partner>.key     each sample partner's API key (mode 0600)
@@ -111,6 +113,21 @@ func ensureHopCerts(ca *pki.CA, cfg Config) error {
 		return err
 	}
 	return ca.EnsureCert(OpsCertName, []string{hop.Ops}, pki.Client)
+}
+
+// ensurePostgresCert issues the server certificate name of a cell's
+// private Postgres, for the loopback addresses (cells verify it with
+// sslmode=verify-full). It runs before provisionTrust: the databases start
+// first.
+func ensurePostgresCert(dataDir, name string) (pki.Files, error) {
+	ca, err := pki.EnsureCA(filepath.Join(dataDir, pkiDir))
+	if err != nil {
+		return pki.Files{}, err
+	}
+	if err := ca.EnsureCert(name, []string{"127.0.0.1", "::1", "localhost"}, pki.Server); err != nil {
+		return pki.Files{}, err
+	}
+	return TLSFiles(dataDir, name), nil
 }
 
 // ensureOperators keeps the operators file and token files when every

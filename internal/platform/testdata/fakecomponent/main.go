@@ -1,6 +1,6 @@
 // Command fakecomponent stands in for gtr, cell and issuersim in the
 // platform's own tests: it takes their flags, checks what it was given
-// (the database answers, the PAN key is readable), serves gRPC health as
+// (the databases answer, the PAN key is readable), serves gRPC health as
 // SERVING on -listen, and exits 0 on SIGTERM.
 package main
 
@@ -27,6 +27,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	listen := fs.String("listen", "", "")
 	dbURL := fs.String("database-url", "", "")
+	migrateURL := fs.String("migrate-database-url", "", "")
 	panKey := fs.String("pan-key-file", "", "")
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
@@ -37,9 +38,12 @@ func main() {
 	fs.Bool("reflection", false, "")
 	fs.Parse(os.Args[1:])
 
-	if *dbURL != "" {
+	for _, u := range []string{*migrateURL, *dbURL} {
+		if u == "" {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		conn, err := pgx.Connect(ctx, *dbURL)
+		conn, err := pgx.Connect(ctx, u)
 		if err == nil {
 			err = conn.Ping(ctx)
 			conn.Close(ctx)
