@@ -59,7 +59,9 @@ for i in 1 2; do
 done
 
 echo "== pgbench: the cell's SQL against cell-a's Postgres, c=32"
-pgbench -n -h 127.0.0.1 -p 7431 -U postgres -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
+# As the cell itself connects: its application role, over verified TLS.
+PGPASSWORD=$(cat "$work/data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=verify-full PGSSLROOTCERT="$work/data/pki/ca.crt" \
+  pgbench -n -h 127.0.0.1 -p 7431 -U cellpay_app -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
 
 python3 - "$out" <<'PY'
 import json, sys, glob, re, os
