@@ -41,6 +41,10 @@ func TestOwnerMigratesAppServes(t *testing.T) {
 	}
 	ownerURL, appURL := as(roles.Owner, roles.OwnerPassword), as(roles.App, roles.AppPassword)
 
+	var pgErr *pgconn.PgError
+	if err := Migrate(ctx, appURL); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Fatalf("Migrate as the app: %v, want insufficient_privilege", err)
+	}
 	if err := Migrate(ctx, ownerURL); err != nil {
 		t.Fatalf("Migrate as the owner: %v", err)
 	}
@@ -82,7 +86,6 @@ func TestOwnerMigratesAppServes(t *testing.T) {
 		t.Errorf("outbox rows: %d, %v; want 1", n, err)
 	}
 	for _, sql := range []string{"DROP TABLE transactions", "TRUNCATE outbox", "ALTER TABLE transactions DROP COLUMN masked_pan", "CREATE TABLE x (id int)", "DROP TABLE schema_version"} {
-		var pgErr *pgconn.PgError
 		if _, err := app.Exec(ctx, sql); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 			t.Errorf("app: %s: %v, want insufficient_privilege", sql, err)
 		}

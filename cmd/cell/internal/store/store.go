@@ -77,11 +77,17 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 }
 
 // Migrate applies any pending migrations to the database at url, as the
-// role url names (the schema's owner), on a connection of its own.
+// role url names (the schema's owner), on a connection of its own. Its
+// statements are bounded as the pool's are (DefaultStatementTimeout): a
+// migration waiting for a lock that serving cells hold would otherwise
+// queue every query behind it.
 func Migrate(ctx context.Context, url string) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
+		cfg.RuntimeParams["statement_timeout"] = DefaultStatementTimeout
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
