@@ -225,3 +225,19 @@ func TestEnsureRolesConverges(t *testing.T) {
 		t.Errorf("owner: ALTER an old table: %v", err)
 	}
 }
+
+// TestTLSLongDataDir: a data dir too deep for a socket inside it still
+// gets one (elsewhere), which is the superuser's only way in with TLS.
+func TestTLSLongDataDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 40), "data")
+	cfg, _ := tlsConfig(t, dir)
+	c := startCluster(t, ctx, cfg)
+	if strings.Contains(c.URL("postgres"), url.QueryEscape(dir)) {
+		t.Fatalf("the socket is in the data dir %s, too long for a socket address", dir)
+	}
+	if err := c.CreateDatabase(ctx, "app"); err != nil {
+		t.Fatalf("the superuser by the socket: %v", err)
+	}
+}
