@@ -122,9 +122,6 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.initdb(ctx, cfg.NoSync); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
-	if err := c.prepareSocketDir(); err != nil {
-		return nil, fmt.Errorf("pgcluster: %w", err)
-	}
 	if cfg.TLS != nil {
 		if err := c.prepareTLS(*cfg.TLS); err != nil {
 			return nil, fmt.Errorf("pgcluster: %w", err)
@@ -326,6 +323,7 @@ func (c *Cluster) stop() error {
 	}
 	_ = c.srv.signal(syscall.SIGINT)
 	if c.srv.wait(stopTimeout) {
+		c.removeSocketDir()
 		if err := c.srv.err; err != nil {
 			return fmt.Errorf("pgcluster: stop: postgres exited: %w%s", err, c.log.tailSection())
 		}
@@ -386,6 +384,9 @@ func (c *Cluster) Restart(ctx context.Context) error {
 
 // start runs postgres and waits until it answers. c.mu must be held.
 func (c *Cluster) start(ctx context.Context) error {
+	if err := c.prepareSocketDir(); err != nil {
+		return err
+	}
 	out, closeOut, err := c.log.writer()
 	if err != nil {
 		return err

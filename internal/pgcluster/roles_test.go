@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -239,5 +240,19 @@ func TestTLSLongDataDir(t *testing.T) {
 	}
 	if err := c.CreateDatabase(ctx, "app"); err != nil {
 		t.Fatalf("the superuser by the socket: %v", err)
+	}
+	u, err := url.Parse(c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := u.Query().Get("host")
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket dir %s after a clean stop: %v, want it removed", sock, err)
 	}
 }

@@ -163,7 +163,8 @@ const maxSocketPath = 107
 // socketDir is the directory of the server's Unix socket: sock inside the
 // data dir, or, when that path is too long for a socket address, a
 // directory of its own in the system's temporary directory named after a
-// hash of the data dir (the same on every start). Either is mode 0700:
+// hash of the data dir (the same on every start, removed on a clean
+// stop). Either is mode 0700:
 // only we (and the server user) reach the socket, which with TLS is how
 // the superuser connects.
 func socketDir(dataDir string) string {
@@ -200,6 +201,15 @@ func (c *Cluster) prepareSocketDir() error {
 		}
 	}
 	return nil
+}
+
+// removeSocketDir removes a socket directory outside the data dir once the
+// server has removed its socket (a clean stop); the next start makes it
+// again.
+func (c *Cluster) removeSocketDir() {
+	if dir := socketDir(c.dataDir); filepath.Dir(dir) != c.dataDir {
+		_ = os.Remove(dir) // fails, harmlessly, when not empty
+	}
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
