@@ -272,15 +272,16 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		p.add(cell.ID, cell.Addr, "cell",
 			"-id", cell.ID,
 			"-listen", cell.Addr,
-			"-database-url", p.dbURLs[cell.ID],
 			"-issuer", cfg.IssuerAddr,
 			"-refdata", cfg.RefData,
 			"-pan-key-file", panKey,
 			"-callback-ca-file", p.CAFile(),
 			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
-		if u := p.migrateURLs[cell.ID]; u != "" {
-			p.procs[cell.ID].args = append(p.procs[cell.ID].args, "-migrate-database-url", u)
-		}
+		// The URLs hold passwords: in the environment, which only our user
+		// reads, rather than on a command line that anyone's ps shows and
+		// the component's log records.
+		p.procs[cell.ID].env = append(p.procs[cell.ID].env,
+			"CELL_DATABASE_URL="+p.dbURLs[cell.ID], "CELL_MIGRATE_DATABASE_URL="+p.migrateURLs[cell.ID])
 		p.procs[cell.ID].args = slices.Concat(p.procs[cell.ID].args, tlsArgs(p.TLSFiles(cell.ID)), p.metricsArgs(cell.Addr))
 	}
 	if err := p.provisionTrust(); err != nil {

@@ -84,8 +84,14 @@ func checkDatabases(t *testing.T, ctx context.Context, p *platform.Platform, leg
 		if userOf(t, ownerURL) != platform.OwnerRole {
 			t.Errorf("%s: CellMigrateDatabaseURL %s, want %s", c.ID, platform.RedactURL(ownerURL), platform.OwnerRole)
 		}
-		if pw, _ := u.User.Password(); strings.Contains(platform.RedactURL(appURL), pw) {
+		pw, _ := u.User.Password()
+		if strings.Contains(platform.RedactURL(appURL), pw) {
 			t.Errorf("RedactURL keeps the password: %s", platform.RedactURL(appURL))
+		}
+		// The passwords are not on the cell's command line (which its log
+		// records, and ps shows).
+		if log, err := os.ReadFile(p.Process(c.ID).LogPath()); err != nil || !strings.Contains(string(log), "-listen") || strings.Contains(string(log), pw) {
+			t.Errorf("%s's log holds its command line with a database password, or no command line (%v)", c.ID, err)
 		}
 		for _, role := range []string{platform.OwnerRole, platform.AppRole} {
 			path := filepath.Join(p.Config().DataDir, "pgroles", c.ID, role+".password")

@@ -26,8 +26,8 @@ import (
 func main() {
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	listen := fs.String("listen", "", "")
-	dbURL := fs.String("database-url", "", "")
-	migrateURL := fs.String("migrate-database-url", "", "")
+	dbURL := fs.String("database-url", os.Getenv("CELL_DATABASE_URL"), "")
+	migrateURL := fs.String("migrate-database-url", os.Getenv("CELL_MIGRATE_DATABASE_URL"), "")
 	panKey := fs.String("pan-key-file", "", "")
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
