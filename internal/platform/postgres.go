@@ -126,6 +126,9 @@ func ensureRolePasswords(dir string) (pgcluster.Roles, error) {
 		if err != nil {
 			return r, err
 		}
+		if err := os.Chmod(path, 0o600); err != nil { // a copied file may have lost its mode
+			return r, err
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return r, err
