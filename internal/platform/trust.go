@@ -40,6 +40,10 @@ var SamplePartners = func() []string {
 //	pki/issuer.crt, .key       the issuer simulator's (hop.Issuer)
 //	pki/ops.crt, .key          operators' and tests' tools (hop.Ops): the launcher's
 //	                           health checks, the checker's Effects
+//	pki/nats.crt, .key         the NATS server's (TLS only, for its address)
+//	pki/replicator.crt, .key   the replicator's NATS identity (hop.Replicator)
+//	pki/nats-admin.crt, .key   NATS's administrator (hop.NATSAdmin): launcher, tests
+//	nats.conf                  NATS's configuration: TLS and a user per identity (natsauth)
 //	partners/<partner>.key     each sample partner's API key (mode 0600)
 //	partners.yaml              the partner registry the GTR starts from (hashes only)
 //	operators/<role>.token     an admin API token per role, operator ID = role (mode 0600)

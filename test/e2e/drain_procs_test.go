@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -141,6 +142,9 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 		"-nats-url", natsURL, "-state-file", filepath.Join(dir, id+".state.json"), "-replica-id", id}
 	cert, key := env.p.GTRCertFiles()
 	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-cell-ca", env.p.CAFile(), "-partners", env.p.PartnersFile())
+	if strings.HasPrefix(natsURL, "tls://") {
+		g.args = append(g.args, "-nats-ca", env.p.CAFile())
+	}
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
 	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))
 	t.Cleanup(g.Stop)

@@ -158,7 +158,11 @@ func TestOperatorRolesAndAudit(t *testing.T) {
 	}
 
 	// The records are in the durable stream, not just in the GTR.
-	nc, err := nats.Connect(env.p.NATSURL())
+	natsOpts, err := env.p.NATSOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(env.p.NATSURL(), natsOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,9 @@ type Config struct {
 	// data version is known, so rules with a minimum route nothing).
 	NATSURL    string
 	NATSBucket string // KV bucket; default "cellpay_gtr"
+	// NATSTLS is the GTR's NATS identity (hop.GTR); zero for plaintext
+	// NATS without authentication.
+	NATSTLS pki.Files
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
@@ -162,7 +165,7 @@ func Run(ctx context.Context, cfg Config) error {
 			spec, err := config.Load(cfg.ConfigFile)
 			return state.FromSpec(spec), err
 		},
-		NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
 		Log: cfg.Log,
 	})
 	if err != nil {
@@ -172,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// partnerStore is the partner registry; partnerStore.Index is what
 	// authenticates partners' calls.
 	partnerStore, err := partnerstate.Start(partnerstate.Config{
-		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
+		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
 		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
 	})
 	if err != nil {
@@ -181,7 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer partnerStore.Close()
 	if cfg.NATSURL != "" {
 		// Cells' reference data versions, for rules that need a minimum.
-		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
+		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
 		if err != nil {
 			return err
 		}
@@ -266,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return err
 		}
-		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
+		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
