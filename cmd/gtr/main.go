@@ -31,7 +31,8 @@ func main() {
 	var tokenFile, natsCA string
 	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
-	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.HealthListen, "health-listen", env("GTR_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot speak TLS such as kubelet's (env GTR_HEALTH_LISTEN); \"\" for none")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
 	flag.StringVar(&cfg.OperatorsFile, "operators", env("GTR_OPERATORS", ""), "operators file (YAML: id, role viewer|operator|admin, token_sha256 of each operator's cpo_ token) of the admin API (env GTR_OPERATORS); without it or a legacy token the admin API refuses every call")
 	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "legacy: file holding one shared admin token, which acts as operator legacy-admin with role admin (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN)")

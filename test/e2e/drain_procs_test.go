@@ -179,7 +179,7 @@ func (g *gtrProc) Start(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		if err := platform.CheckHealth(ctx, g.AdminAddr); err == nil {
+		if err := platform.CheckHealth(ctx, g.AdminAddr, env.adminTLS); err == nil {
 			return
 		}
 		select {
