@@ -16,6 +16,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/logging"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 func main() {
@@ -56,7 +57,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 
 func configure() (cell.Config, error) {
 	var c cell.Config
-	var keyFile, schedule string
+	var keyFile, schedule, natsCA string
 	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
 	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
 	flag.StringVar(&c.DatabaseURL, "database-url", env("CELL_DATABASE_URL", ""), "the cell's Postgres URL (env CELL_DATABASE_URL)")
@@ -75,12 +76,19 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.TLS.Cert, "tls-cert", env("CELL_TLS_CERT", ""), "the cell's certificate, PEM (identity spiffe://cellpay.internal/cell/<id>), served to the GTR and presented to the issuer, reloaded when it changes (env CELL_TLS_CERT); with -tls-key and -tls-ca the Cell API takes only the GTR's certificate. \"\" for plaintext with no authorization: benchmarks only")
 	flag.StringVar(&c.TLS.Key, "tls-key", env("CELL_TLS_KEY", ""), "the cell's private key, PEM (env CELL_TLS_KEY)")
 	flag.StringVar(&c.TLS.CA, "tls-ca", env("CELL_TLS_CA", ""), "CA that the GTR's and the issuer's certificates must chain to (env CELL_TLS_CA)")
+	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); \"\" for plaintext NATS without authentication")
 	flag.Parse()
 	sched, err := callback.ParseSchedule(schedule)
 	if err != nil {
 		return c, fmt.Errorf("-callback-schedule: %w", err)
 	}
 	c.Callbacks.Schedule = sched
+	if natsCA != "" {
+		if c.TLS.Cert == "" || c.TLS.Key == "" {
+			return c, fmt.Errorf("-nats-ca needs -tls-cert and -tls-key: the certificate is the cell's NATS identity")
+		}
+		c.NATSTLS = pki.Files{Cert: c.TLS.Cert, Key: c.TLS.Key, CA: natsCA}
+	}
 	if keyFile == "" {
 		return c, fmt.Errorf("-pan-key-file is required")
 	}

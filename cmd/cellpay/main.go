@@ -147,8 +147,8 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	for _, line := range p.TryCommands(filepath.Join(cfg.BinDir, "grpcurl"), wd) {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
-	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl --addr %s cells\n", p.OperatorTokenFile(operators.RoleViewer), cfg.AdminAddr)
-	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl --addr %s audit\n\n", p.AdminTokenFile(), cfg.AdminAddr)
+	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl cells --addr %s\n", p.OperatorTokenFile(operators.RoleViewer), cfg.AdminAddr)
+	fmt.Fprintf(w, "  GTRCTL_TOKEN_FILE=%s bin/gtrctl audit --addr %s\n\n", p.AdminTokenFile(), cfg.AdminAddr)
 }
 
 func parseCells(s string) ([]platform.CellSpec, error) {

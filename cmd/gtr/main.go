@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
 	"github.com/cellpay/cellpay/internal/logging"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 func env(name, def string) string {
@@ -26,10 +28,11 @@ func env(name, def string) string {
 
 func main() {
 	var cfg gtr.Config
-	var tokenFile string
+	var tokenFile, natsCA string
 	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
-	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.HealthListen, "health-listen", env("GTR_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot speak TLS such as kubelet's (env GTR_HEALTH_LISTEN); \"\" for none")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
 	flag.StringVar(&cfg.OperatorsFile, "operators", env("GTR_OPERATORS", ""), "operators file (YAML: id, role viewer|operator|admin, token_sha256 of each operator's cpo_ token) of the admin API (env GTR_OPERATORS); without it or a legacy token the admin API refuses every call")
 	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "legacy: file holding one shared admin token, which acts as operator legacy-admin with role admin (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN)")
@@ -48,7 +51,11 @@ func main() {
 	flag.BoolVar(&cfg.NoAdmission, "no-admission", env("GTR_NO_ADMISSION", "") == "1", "turn admission control off: no partner limits, no adaptive cell limits (env GTR_NO_ADMISSION=1); for measuring only")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
+	flag.StringVar(&natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); \"\" for plaintext NATS without authentication")
 	flag.Parse()
+	if natsCA != "" {
+		cfg.NATSTLS = pki.Files{Cert: cmp.Or(cfg.CellTLS.Cert, cfg.TLSCertFile), Key: cmp.Or(cfg.CellTLS.Key, cfg.TLSKeyFile), CA: natsCA}
+	}
 	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
 		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
 	}

@@ -91,6 +91,15 @@ func defaultTokenFile() string {
 	return path
 }
 
+// defaultCAFile is a local platform's development CA, when there is one.
+func defaultCAFile() string {
+	path := filepath.Join(envOr("CELLPAY_DATA", ".cellpay"), "pki", "ca.crt")
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
+}
+
 // readToken reads a token file.
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/pkg/adminproto"
@@ -70,13 +68,5 @@ func TestFreshnessOutput(t *testing.T) {
 
 func serveWith(t *testing.T, srv adminproto.AdminServer) string {
 	t.Helper()
-	gs := grpc.NewServer()
-	adminproto.RegisterAdminServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return serveOn(t, tlsServer(t), srv)
 }

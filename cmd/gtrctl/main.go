@@ -21,7 +21,12 @@
 //
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
-// (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), -o table|json, --timeout.
+// (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), --ca (GTRCTL_CA),
+// -o table|json, --timeout.
+//
+// The admin API speaks TLS only; its certificate is verified with --ca,
+// else a local platform's development CA ($CELLPAY_DATA or .cellpay,
+// pki/ca.crt) if it is there, else the system's roots.
 //
 // The credential is an operator's token (cpo_<operator>_<secret>; its role
 // decides what it may do): --token-file, else --token, else, when neither
@@ -31,6 +36,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,9 +48,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
@@ -58,8 +65,8 @@ func main() {
 
 // globals are the flags every command takes.
 type globals struct {
-	addr, token, tokenFile, output string
-	timeout                        time.Duration
+	addr, token, tokenFile, ca, output string
+	timeout                            time.Duration
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
@@ -67,6 +74,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.token, "token", os.Getenv("GTR_ADMIN_TOKEN"), "operator token (env GTR_ADMIN_TOKEN); prefer --token-file: command lines are visible to every user")
 	fs.StringVar(&g.tokenFile, "token-file", envOr("GTRCTL_TOKEN_FILE", os.Getenv("GTR_ADMIN_TOKEN_FILE")),
 		"file holding the operator token (env GTRCTL_TOKEN_FILE or GTR_ADMIN_TOKEN_FILE; default .cellpay/operators/admin.token when present)")
+	fs.StringVar(&g.ca, "ca", os.Getenv("GTRCTL_CA"), "CA certificate the admin API's certificate is verified with (env GTRCTL_CA; default .cellpay/pki/ca.crt when present, else the system's roots)")
 	fs.StringVar(&g.output, "o", "table", "output: table (for people) or json (for scripts)")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 }
@@ -200,7 +208,19 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	caFile := c.g.ca
+	if caFile == "" {
+		caFile = defaultCAFile()
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := pki.CertPool(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
 	if tok != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
 	}
@@ -214,7 +234,7 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
 
-func (bearer) RequireTransportSecurity() bool { return false }
+func (bearer) RequireTransportSecurity() bool { return true }
 
 func (c *cli) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.g.timeout)

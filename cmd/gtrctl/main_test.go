@@ -87,21 +87,29 @@ func (f *fakeAdmin) ApplyTable(ctx context.Context, req *adminproto.ApplyTableRe
 func serve(t *testing.T) (*fakeAdmin, string) {
 	t.Helper()
 	f := &fakeAdmin{}
-	gs := grpc.NewServer()
-	adminproto.RegisterAdminServer(gs, f)
+	return f, serveOn(t, tlsServer(t), f)
+}
+
+// serveOn serves srv as the admin API on gs, on a loopback port.
+func serveOn(t *testing.T, gs *grpc.Server, srv adminproto.AdminServer) string {
+	t.Helper()
+	adminproto.RegisterAdminServer(gs, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return f, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 func gtrctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if testCA.ca != "" {
+		t.Setenv("GTRCTL_CA", testCA.ca)
+	}
 	var out, errb bytes.Buffer
 	code = run(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()

@@ -14,11 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 )
 
-var commands = map[string]func(ctx context.Context, natsURL string, args []string) error{
+var commands = map[string]func(ctx context.Context, target natsTarget, args []string) error{
 	"snapshot": snapshotCmd,
 	"update":   updateCmd,
 	"watch":    watchCmd,
@@ -28,10 +30,21 @@ var commands = map[string]func(ctx context.Context, natsURL string, args []strin
 // opTimeout bounds one publish or status read.
 const opTimeout = 15 * time.Second
 
-func connect(natsURL string) (*nats.Conn, *refnats.Publisher, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("cellpay-replicator"), nats.Timeout(5*time.Second))
+// natsTarget is the NATS server and the replicator's identity there
+// (TLS zero: plaintext, no authentication).
+type natsTarget struct {
+	URL string
+	TLS pki.Files
+}
+
+func connect(target natsTarget) (*nats.Conn, *refnats.Publisher, error) {
+	tlsOpts, err := natsconn.TLSOptions(target.TLS)
 	if err != nil {
-		return nil, nil, fmt.Errorf("nats %s: %w", natsURL, err)
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(target.URL, append([]nats.Option{nats.Name("cellpay-replicator"), nats.Timeout(5 * time.Second)}, tlsOpts...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats %s: %w", target.URL, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -41,7 +54,7 @@ func connect(natsURL string) (*nats.Conn, *refnats.Publisher, error) {
 	return nc, &refnats.Publisher{JS: js}, nil
 }
 
-func snapshotCmd(ctx context.Context, natsURL string, args []string) error {
+func snapshotCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	source := fs.String("source", "config/refdata", "reference data directory or JSON file")
 	unchecked := fs.Bool("unchecked", false, "publish without validating (to test the cells' refusal; never in production)")
@@ -53,7 +66,7 @@ func snapshotCmd(ctx context.Context, natsURL string, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, pub, err := connect(natsURL)
+	nc, pub, err := connect(target)
 	if err != nil {
 		return err
 	}
@@ -73,7 +86,7 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-func updateCmd(ctx context.Context, natsURL string, args []string) error {
+func updateCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("update", flag.ContinueOnError)
 	var rates, mccs multi
 	fs.Var(&rates, "rate", "CUR=RATE: units of CUR per base unit, an exact decimal (repeatable)")
@@ -104,7 +117,7 @@ func updateCmd(ctx context.Context, natsURL string, args []string) error {
 		}
 		u.MCC[code] = refdata.MCC{Category: cat, Risk: risk}
 	}
-	nc, pub, err := connect(natsURL)
+	nc, pub, err := connect(target)
 	if err != nil {
 		return err
 	}
@@ -137,14 +150,14 @@ func report(res refnats.Result, kind string, asJSON bool) error {
 // changes. Polling by content hash, not file events: an editor's rename
 // dance or a half-written file is read again at the next tick, and a file
 // that does not validate is reported and skipped.
-func watchCmd(ctx context.Context, natsURL string, args []string) error {
+func watchCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	source := fs.String("source", "config/refdata", "reference data directory or JSON file")
 	interval := fs.Duration("interval", time.Second, "how often to read the source")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	nc, pub, err := connect(natsURL)
+	nc, pub, err := connect(target)
 	if err != nil {
 		return err
 	}
@@ -174,14 +187,14 @@ func watchCmd(ctx context.Context, natsURL string, args []string) error {
 	}
 }
 
-func statusCmd(ctx context.Context, natsURL string, args []string) error {
+func statusCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	wait := fs.Duration("wait", refdata.StatusInterval*5/2, "how long to listen for the cells' reports")
 	asJSON := fs.Bool("json", false, "print as JSON")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	nc, pub, err := connect(natsURL)
+	nc, pub, err := connect(target)
 	if err != nil {
 		return err
 	}

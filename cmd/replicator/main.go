@@ -2,7 +2,7 @@
 // merchant category codes) to NATS JetStream as numbered versions, and shows
 // which version each cell serves.
 //
-//	replicator [-nats-url URL] snapshot [-source DIR|FILE] [-unchecked] [-json]
+//	replicator [-nats-url URL] [-tls-cert F -tls-key F -tls-ca F] snapshot [-source DIR|FILE] [-unchecked] [-json]
 //	replicator [-nats-url URL] update [-rate CUR=RATE]... [-mcc CODE=CATEGORY:RISK]... [-json]
 //	replicator [-nats-url URL] watch [-source DIR|FILE] [-interval 1s]
 //	replicator [-nats-url URL] status [-wait 2.5s] [-json]
@@ -39,7 +39,11 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replicator", flag.ContinueOnError)
-	natsURL := fs.String("nats-url", env("REPLICATOR_NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env REPLICATOR_NATS_URL)")
+	var target natsTarget
+	fs.StringVar(&target.URL, "nats-url", env("REPLICATOR_NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env REPLICATOR_NATS_URL)")
+	fs.StringVar(&target.TLS.Cert, "tls-cert", env("REPLICATOR_TLS_CERT", ""), "the replicator's certificate (identity spiffe://cellpay.internal/replicator), its NATS identity (env REPLICATOR_TLS_CERT); with -tls-key and -tls-ca the replicator speaks TLS to NATS; \"\" for plaintext NATS without authentication")
+	fs.StringVar(&target.TLS.Key, "tls-key", env("REPLICATOR_TLS_KEY", ""), "its private key (env REPLICATOR_TLS_KEY)")
+	fs.StringVar(&target.TLS.CA, "tls-ca", env("REPLICATOR_TLS_CA", ""), "CA of the NATS server's certificate (env REPLICATOR_TLS_CA)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -50,7 +54,7 @@ func run(ctx context.Context, args []string) error {
 	if !ok {
 		return usageError{fmt.Errorf("unknown command %q: want snapshot, update, watch or status", fs.Arg(0))}
 	}
-	return cmd(ctx, *natsURL, fs.Args()[1:])
+	return cmd(ctx, target, fs.Args()[1:])
 }
 
 func env(name, def string) string {

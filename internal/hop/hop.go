@@ -9,6 +9,10 @@
 //	spiffe://cellpay.internal/cell/<cell ID> a cell
 //	spiffe://cellpay.internal/issuer         the issuer (simulator)
 //	spiffe://cellpay.internal/ops            operators' and tests' tools
+//	spiffe://cellpay.internal/replicator     the reference data replicator (NATS only)
+//	spiffe://cellpay.internal/nats-admin     NATS's administrator: the launcher, tests
+//
+// NATS maps the same identities to its users (package natsauth).
 //
 // The policy is checked in an interceptor before any handler runs, and it
 // denies what it does not name: a method added to a service is closed
@@ -35,6 +39,10 @@ const (
 	Issuer = prefix + "issuer"
 	Ops    = prefix + "ops"
 	cells  = prefix + "cell/"
+	// Replicator publishes reference data; NATSAdmin may do anything on
+	// NATS. Neither is served by a gRPC hop.
+	Replicator = prefix + "replicator"
+	NATSAdmin  = prefix + "nats-admin"
 )
 
 // Cell is the identity of the cell id.
@@ -62,6 +70,18 @@ func Identity(ctx context.Context) string {
 		return ""
 	}
 	return certIdentity(info.State.VerifiedChains[0][0])
+}
+
+// CertIdentity is the identity in the certificate c (its first URI SAN in
+// this domain), or "" when it has none.
+func CertIdentity(c *x509.Certificate) string { return certIdentity(c) }
+
+// CellID is the cell ID in a cell's identity, or "" for another identity.
+func CellID(identity string) string {
+	if !IsCell(identity) {
+		return ""
+	}
+	return identity[len(cells):]
 }
 
 func certIdentity(c *x509.Certificate) string {

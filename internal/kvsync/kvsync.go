@@ -34,7 +34,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // Errors Update returns; callers branch on them.
@@ -57,7 +59,7 @@ const (
 )
 
 // DefaultBucket is the KV bucket every GTR document lives in.
-const DefaultBucket = "cellpay_gtr"
+const DefaultBucket = natsauth.GTRBucket
 
 // Target is one kind of replicated document, D, and its holder on this
 // replica. A Replica calls its methods one at a time (under its own lock),
@@ -96,6 +98,9 @@ type ReplicaConfig[D any] struct {
 	// NATSURL is the NATS server; "" runs standalone: changes stay on this
 	// replica (and in its state file).
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// Bucket and Key name the KV entry; Bucket defaults to DefaultBucket,
 	// Key is required.
 	Bucket, Key string
@@ -180,7 +185,7 @@ func StartReplica[D any](cfg ReplicaConfig[D]) (*Replica[D], error) {
 		close(r.done)
 		return r, nil
 	}
-	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.ReplicaID+" "+cfg.Key, nats.NoCallbacksAfterClientClose())
+	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.ReplicaID+" "+cfg.Key, cfg.NATSTLS, nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("kvsync: nats: %w", err)

@@ -1,26 +1,75 @@
-// Package natsconn opens the NATS connection of a long-lived component
-// (a cell's reference data consumer and transaction directory, the GTR's
-// KV replicas, report watcher and audit log), with the options they all
-// need: start without waiting for NATS, reconnect forever, fail fast.
-// It is the one place a component's NATS credentials and TLS will go.
+// Package natsconn opens the NATS connection of a component (a cell's
+// reference data consumer and transaction directory, the GTR's KV
+// replicas, report watcher and audit log, the replicator), with the
+// options they all need: start without waiting for NATS, reconnect
+// forever, fail fast, and, with TLS files, the component's certificate as
+// its NATS identity (package natsauth).
 package natsconn
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/natsauth"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // Connect connects to url as name. It returns at once even when NATS is
 // down (the connection retries in the background, without end, every
-// 250 ms); each request times out after a second. opts come after the
-// defaults, so they may override them.
-func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
-	return nats.Connect(url, append([]nats.Option{
+// 250 ms); each request times out after a second. With files set, it
+// speaks TLS, trusting only files.CA, and presents files.Cert, read again
+// at every (re)connect, so that a renewed certificate is used from the
+// next connection on; its replies come to the certificate identity's own
+// inbox prefix. opts come after the defaults, so they may override them.
+func Connect(url, name string, files pki.Files, opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(time.Second),
-	}, opts...)...)
+	}
+	tlsOpts, err := TLSOptions(files)
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(url, append(append(base, tlsOpts...), opts...)...)
+}
+
+// TLSOptions are the options that make a connection present files.Cert
+// (reloaded at every connect) and trust only files.CA, with the inbox
+// prefix of the certificate's identity; none when files are not set.
+func TLSOptions(files pki.Files) ([]nats.Option, error) {
+	if !files.Set() {
+		return nil, nil
+	}
+	if files.Cert == "" || files.Key == "" || files.CA == "" {
+		return nil, fmt.Errorf("natsconn: TLS needs a certificate, a key and a CA file")
+	}
+	pair, err := tls.LoadX509KeyPair(files.Cert, files.Key)
+	if err != nil {
+		return nil, fmt.Errorf("natsconn: certificate %s: %w", files.Cert, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("natsconn: certificate %s: %w", files.Cert, err)
+	}
+	id := hop.CertIdentity(leaf)
+	if id == "" {
+		return nil, fmt.Errorf("natsconn: certificate %s has no identity in %s", files.Cert, hop.Domain)
+	}
+	if _, err := pki.CertPool(files.CA); err != nil {
+		return nil, err
+	}
+	return []nats.Option{
+		nats.ClientTLSConfig(
+			func() (tls.Certificate, error) { return tls.LoadX509KeyPair(files.Cert, files.Key) },
+			func() (*x509.CertPool, error) { return pki.CertPool(files.CA) }),
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(id)),
+	}, nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // Key is the registry's key in the config store's bucket.
@@ -52,6 +53,9 @@ type Config struct {
 	// NATSURL is the NATS server holding the config store; "" runs
 	// standalone (changes stay on this replica and in its state file).
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// Bucket is the config store's KV bucket; default kvsync.DefaultBucket.
 	Bucket string
 	// StateFile keeps the last-known registry; "" keeps none. It holds
@@ -93,7 +97,7 @@ func Start(cfg Config) (*Store, error) {
 	s.ix.Store(empty)
 	rep, err := kvsync.StartReplica(kvsync.ReplicaConfig[partners.Registry]{
 		Target: target{s}, Seed: seed(cfg.File), What: "partner registry", Key: Key,
-		NATSURL: cfg.NATSURL, Bucket: cfg.Bucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.Bucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
 		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, ReadOnly: cfg.ReadOnly, Log: cfg.Log,
 	})
 	if err != nil {

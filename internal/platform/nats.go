@@ -7,6 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/natsauth"
+	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // FindNATSServer returns the path of a nats-server binary, or "".
@@ -21,11 +31,75 @@ func FindNATSServer() string {
 }
 
 // NATSURL is the platform's NATS URL, or "" when it runs without NATS.
+// NATS speaks TLS only, and takes only clients with a certificate of the
+// development CA whose identity is one of natsauth.Users: dial it with
+// NATSOptions.
 func (p *Platform) NATSURL() string {
 	if !p.cfg.NATS {
 		return ""
 	}
-	return "nats://" + p.cfg.NATSAddr
+	return "tls://" + p.cfg.NATSAddr
+}
+
+// NATS certificates, under DataDir/pki: the server's, the replicator's
+// (hop.Replicator) and NATS's administrator's (hop.NATSAdmin: the
+// launcher's and tests' tools).
+const (
+	natsCertName = "nats"
+	// ReplicatorCertName and NATSAdminCertName name the replicator's and
+	// NATS's administrator's certificates for TLSFiles.
+	ReplicatorCertName = "replicator"
+	NATSAdminCertName  = "nats-admin"
+)
+
+// NATSOptions are the options of a NATS client with NATS's administrator
+// identity (hop.NATSAdmin), which may do anything: for tests and tools.
+func (p *Platform) NATSOptions() ([]nats.Option, error) {
+	return natsconn.TLSOptions(p.TLSFiles(NATSAdminCertName))
+}
+
+// ReplicatorArgs are the replicator's flags for this platform's NATS, as
+// the replicator (hop.Replicator), before its command.
+func (p *Platform) ReplicatorArgs() []string {
+	f := p.TLSFiles(ReplicatorCertName)
+	return []string{"-nats-url", p.NATSURL(), "-tls-cert", f.Cert, "-tls-key", f.Key, "-tls-ca", f.CA}
+}
+
+// writeNATSConfig issues NATS's certificates and writes its configuration
+// (package natsauth: TLS, a user per component) to DataDir/nats.conf.
+func (p *Platform) writeNATSConfig(host string, port int, store string) (string, error) {
+	ca, err := pki.EnsureCA(filepath.Join(p.cfg.DataDir, pkiDir))
+	if err != nil {
+		return "", err
+	}
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	if !slices.Contains(hosts, host) {
+		hosts = append(hosts, host)
+	}
+	for _, c := range []struct {
+		name  string
+		hosts []string
+		usage pki.Usage
+	}{
+		{natsCertName, hosts, pki.Server},
+		{ReplicatorCertName, []string{hop.Replicator}, pki.Client},
+		{NATSAdminCertName, []string{hop.NATSAdmin}, pki.Client},
+	} {
+		if err := ca.EnsureCert(c.name, c.hosts, c.usage); err != nil {
+			return "", err
+		}
+	}
+	cells := make([]string, len(p.cfg.Cells))
+	for i, c := range p.cfg.Cells {
+		cells[i] = c.ID
+	}
+	srv := natsauth.Server{Host: host, Port: port, StoreDir: store,
+		Cert: pki.CertFile(ca.Dir, natsCertName), Key: pki.KeyFile(ca.Dir, natsCertName), CA: ca.CertFile(), Cells: cells}
+	conf := filepath.Join(p.cfg.DataDir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(srv.Config()), 0o600); err != nil {
+		return "", err
+	}
+	return conf, nil
 }
 
 // startNATS starts the NATS server, points the cells and the GTR at it, and
@@ -35,19 +109,24 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("platform: NATSAddr: %w", err)
 	}
-	store := filepath.Join(p.cfg.DataDir, "nats")
+	portN, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("platform: NATSAddr: %w", err)
+	}
+	conf, err := p.writeNATSConfig(host, portN, filepath.Join(p.cfg.DataDir, "nats"))
+	if err != nil {
+		return fmt.Errorf("platform: NATS: %w", err)
+	}
 	proc := &Proc{
 		Name:    NATS,
 		Addr:    p.cfg.NATSAddr,
 		path:    p.cfg.NATSServerBin,
-		args:    []string{"-js", "-a", host, "-p", port, "-sd", store},
+		args:    []string{"-c", conf},
 		env:     os.Environ(),
 		logPath: filepath.Join(p.logDir, NATS+".log"),
 		stdout:  newPrefixWriter(NATS, p.cfg.Stdout, &p.outMu),
 		stderr:  newPrefixWriter(NATS, p.cfg.Stderr, &p.outMu),
-		ready: func(ctx context.Context, exited <-chan struct{}) error {
-			return waitTCP(ctx, p.cfg.NATSAddr, exited)
-		},
+		ready:   p.waitNATS,
 	}
 	p.procs[NATS] = proc
 	p.order = append(p.order, proc)
@@ -55,7 +134,8 @@ func (p *Platform) startNATS(ctx context.Context) error {
 		return fmt.Errorf("platform: %w", err)
 	}
 	url := p.NATSURL()
-	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url)
+	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url,
+		"CELL_NATS_CA="+p.CAFile(), "GTR_NATS_CA="+p.CAFile())
 	if p.cfg.RefDataSource == "" {
 		return nil
 	}
@@ -63,10 +143,34 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("platform: replicator: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin, "-nats-url", url, "snapshot", "-source", p.cfg.RefDataSource)
+	cmd := exec.CommandContext(ctx, bin, append(p.ReplicatorArgs(), "snapshot", "-source", p.cfg.RefDataSource)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
 	}
 	return nil
+}
+
+// waitNATS waits until NATS takes a connection of its administrator (so
+// that TLS and authorization are up, not just the port), or it exits.
+func (p *Platform) waitNATS(ctx context.Context, exited <-chan struct{}) error {
+	opts, err := p.NATSOptions()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, nats.Name("cellpay launcher"), nats.Timeout(time.Second))
+	for {
+		nc, err := nats.Connect(p.NATSURL(), opts...)
+		if err == nil {
+			nc.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last connect: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

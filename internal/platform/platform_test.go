@@ -20,6 +20,7 @@ import (
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // TestPlatformWithFakes runs the launcher against a stand-in binary for
@@ -220,8 +221,12 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 			t.Errorf("%s health: %v", name, err)
 		}
 	}
-	if err := platform.CheckHealth(ctx, cfg.AdminAddr); err != nil {
-		t.Logf("admin API at %s has no gRPC health service: %v", cfg.AdminAddr, err)
+	adminTLS, err := client.TLS(p.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := platform.CheckHealth(ctx, cfg.AdminAddr, adminTLS); err != nil {
+		t.Logf("admin API at %s has no gRPC health service over TLS: %v", cfg.AdminAddr, err)
 	}
 	for i, c := range cfg.Cells {
 		pg := p.Postgres(c.ID)

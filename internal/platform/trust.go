@@ -42,6 +42,10 @@ var SamplePartners = func() []string {
 //	                           (pgcluster copies them into the cluster, owned by its user)
 //	pki/ops.crt, .key          operators' and tests' tools (hop.Ops): the launcher's
 //	                           health checks, the checker's Effects
+//	pki/nats.crt, .key         the NATS server's (TLS only, for its address)
+//	pki/replicator.crt, .key   the replicator's NATS identity (hop.Replicator)
+//	pki/nats-admin.crt, .key   NATS's administrator (hop.NATSAdmin): launcher, tests
+//	nats.conf                  NATS's configuration: TLS and a user per identity (natsauth)
 //	partners/<partner>.key     each sample partner's API key (mode 0600)
 //	partners.yaml              the partner registry the GTR starts from (hashes only)
 //	operators/<role>.token     an admin API token per role, operator ID = role (mode 0600)
@@ -74,17 +78,10 @@ func (p *Platform) provisionTrust() error {
 	if err != nil {
 		return err
 	}
-	hosts := []string{"127.0.0.1", "::1", "localhost"}
-	for _, addr := range []string{p.cfg.GTRAddr, p.cfg.BackupGTRAddr} {
-		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
+	for _, c := range hopCerts(p.cfg) {
+		if err := ca.EnsureCert(c.name, c.hosts, c.usage); err != nil {
+			return err
 		}
-	}
-	if err := ca.EnsureCert(gtrCertName, append(hosts, hop.GTR), pki.Server|pki.Client); err != nil {
-		return err
-	}
-	if err := ensureHopCerts(ca, p.cfg); err != nil {
-		return err
 	}
 	if err := ensureOperators(filepath.Join(dir, operatorsDir), p.OperatorsFile()); err != nil {
 		return err
@@ -92,27 +89,54 @@ func (p *Platform) provisionTrust() error {
 	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners, p.cfg.CallbackAddr)
 }
 
-// ensureHopCerts issues the certificates of the internal hops: each cell's
-// and the issuer's for their addresses (and a cell's for its name in the
-// domain, cell-a.cellpay.internal), and the tools' client identity.
-func ensureHopCerts(ca *pki.CA, cfg Config) error {
-	loopback := []string{"127.0.0.1", "::1", "localhost"}
-	withHost := func(addr string, more ...string) []string {
-		hosts := append(slices.Clone(loopback), more...)
-		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
-		}
-		return hosts
+// RotateCertificates issues every component's certificate of the internal
+// hops and the partners' listener again, with new keys, in place (each
+// file replaced by a rename, as cert-manager's Secret updates are). The
+// running components pick them up within pki.DefaultRefresh, without a
+// restart.
+func (p *Platform) RotateCertificates() error {
+	ca, err := pki.EnsureCA(filepath.Join(p.cfg.DataDir, pkiDir))
+	if err != nil {
+		return err
 	}
-	for _, c := range cfg.Cells {
-		if err := ca.EnsureCert(c.ID, withHost(c.Addr, hop.CellHost(c.ID), hop.Cell(c.ID)), pki.Server|pki.Client); err != nil {
+	for _, c := range hopCerts(p.cfg) {
+		if err := ca.Issue(c.name, c.hosts, c.usage); err != nil {
 			return err
 		}
 	}
-	if err := ca.EnsureCert(IssuerCertName, withHost(cfg.IssuerAddr, hop.Issuer), pki.Server); err != nil {
-		return err
+	return nil
+}
+
+// certSpec is a certificate to issue: its file name, hosts (DNS names,
+// addresses, identity URIs) and usage.
+type certSpec struct {
+	name  string
+	hosts []string
+	usage pki.Usage
+}
+
+// hopCerts are the certificates of the GTR (partners' listener and client
+// to the cells, for the access points' hosts), of each cell and the issuer
+// for their addresses (and a cell's for its name in the domain,
+// cell-a.cellpay.internal), and the tools' client identity.
+func hopCerts(cfg Config) []certSpec {
+	loopback := []string{"127.0.0.1", "::1", "localhost"}
+	withHost := func(addrs []string, more ...string) []string {
+		hosts := append(slices.Clone(loopback), more...)
+		for _, addr := range addrs {
+			if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+		return hosts
 	}
-	return ca.EnsureCert(OpsCertName, []string{hop.Ops}, pki.Client)
+	certs := []certSpec{{gtrCertName, withHost([]string{cfg.GTRAddr, cfg.BackupGTRAddr}, hop.GTR), pki.Server | pki.Client}}
+	for _, c := range cfg.Cells {
+		certs = append(certs, certSpec{c.ID, withHost([]string{c.Addr}, hop.CellHost(c.ID), hop.Cell(c.ID)), pki.Server | pki.Client})
+	}
+	return append(certs,
+		certSpec{IssuerCertName, withHost([]string{cfg.IssuerAddr}, hop.Issuer), pki.Server},
+		certSpec{OpsCertName, []string{hop.Ops}, pki.Client})
 }
 
 // ensurePostgresCert issues the server certificate name of a cell's

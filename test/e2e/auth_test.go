@@ -139,13 +139,7 @@ func platformAdmin(t *testing.T) adminproto.AdminClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(env.p.Config().AdminAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearerToken(strings.TrimSpace(string(tok)))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return adminproto.NewAdminClient(conn)
+	return adminClientFor(t, env.p.Config().AdminAddr, strings.TrimSpace(string(tok)))
 }
 
 // submitAs sends req as partner with key, and returns the gRPC code.

@@ -297,7 +297,7 @@ func TestCallbackDeadLetterReplayed(t *testing.T) {
 	})
 	gtrctl := func(args ...string) string {
 		cmd := exec.CommandContext(ctx, env.bin+"/gtrctl", args...)
-		cmd.Env = append(os.Environ(), "GTR_ADMIN_ADDR="+env.p.Config().AdminAddr, "GTR_ADMIN_TOKEN_FILE="+env.p.AdminTokenFile())
+		cmd.Env = append(os.Environ(), "GTR_ADMIN_ADDR="+env.p.Config().AdminAddr, "GTR_ADMIN_TOKEN_FILE="+env.p.AdminTokenFile(), "GTRCTL_CA="+env.p.CAFile())
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("gtrctl %v: %v\n%s", args, err, out)

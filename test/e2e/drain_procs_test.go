@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -141,6 +142,9 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 		"-nats-url", natsURL, "-state-file", filepath.Join(dir, id+".state.json"), "-replica-id", id}
 	cert, key := env.p.GTRCertFiles()
 	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-cell-ca", env.p.CAFile(), "-partners", env.p.PartnersFile())
+	if strings.HasPrefix(natsURL, "tls://") {
+		g.args = append(g.args, "-nats-ca", env.p.CAFile())
+	}
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
 	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))
 	t.Cleanup(g.Stop)
@@ -175,7 +179,7 @@ func (g *gtrProc) Start(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		if err := platform.CheckHealth(ctx, g.AdminAddr); err == nil {
+		if err := platform.CheckHealth(ctx, g.AdminAddr, env.adminTLS); err == nil {
 			return
 		}
 		select {

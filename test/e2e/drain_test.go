@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -25,16 +23,11 @@ type bearerToken string
 func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
-func (bearerToken) RequireTransportSecurity() bool { return false }
+func (bearerToken) RequireTransportSecurity() bool { return true }
 
 func adminClient(t *testing.T, addr string) adminproto.AdminClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(drainToken)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return adminproto.NewAdminClient(conn)
+	return adminClientFor(t, addr, drainToken)
 }
 
 // drainKeys are the attributes of the share check: one synthetic merchant

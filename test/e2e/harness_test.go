@@ -24,6 +24,7 @@ import (
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -42,6 +43,8 @@ var env struct {
 	// gtrOpts dial the GTR as the sample partners do: TLS trusting the
 	// platform's CA, each call with its partner's API key.
 	gtrOpts []grpc.DialOption
+	// adminTLS dials a GTR's admin API: TLS trusting the platform's CA.
+	adminTLS grpc.DialOption
 }
 
 func TestMain(m *testing.M) {
@@ -146,6 +149,9 @@ func startPlatform(ctx context.Context, tmp string) error {
 	}
 	env.backupAddr = addr(adminPorts[1])
 	if env.gtrOpts, err = env.p.GTRDialOptions(); err != nil {
+		return err
+	}
+	if env.adminTLS, err = client.TLS(env.p.CAFile()); err != nil {
 		return err
 	}
 	env.payments = cellpayv1.NewPaymentsClient(dialGTR(env.gtrAddr))

@@ -29,7 +29,7 @@ func gtrctlAs(t *testing.T, role operators.Role, args ...string) (int, string, s
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "GTR_ADMIN_ADDR="+env.p.Config().AdminAddr)
+	cmd.Env = append(cmd.Env, "GTR_ADMIN_ADDR="+env.p.Config().AdminAddr, "GTRCTL_CA="+env.p.CAFile())
 	if role != operators.RoleNone {
 		cmd.Env = append(cmd.Env, "GTRCTL_TOKEN_FILE="+env.p.OperatorTokenFile(role))
 	}
@@ -158,7 +158,11 @@ func TestOperatorRolesAndAudit(t *testing.T) {
 	}
 
 	// The records are in the durable stream, not just in the GTR.
-	nc, err := nats.Connect(env.p.NATSURL())
+	natsOpts, err := env.p.NATSOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(env.p.NATSURL(), natsOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/load"
@@ -145,10 +144,12 @@ func TestOverloadBenchmark(t *testing.T) {
 	}
 }
 
-// adminClientFor is an Admin API client of a GTR replica started by newGTR.
+// adminClientFor is an Admin API client of a GTR replica (the platform's,
+// or one started by newGTR; all serve the platform's GTR certificate) with
+// token.
 func adminClientFor(t *testing.T, addr, token string) adminproto.AdminClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerToken(token)))
+	conn, err := grpc.NewClient(addr, env.adminTLS, grpc.WithPerRPCCredentials(bearerToken(token)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,9 @@ type Config struct {
 	// data; NATSURL ("" for none) is the source of truth.
 	RefDataFile string
 	NATSURL     string
+	// NATSTLS is the cell's NATS identity (hop.Cell(ID)); zero for
+	// plaintext NATS without authentication.
+	NATSTLS pki.Files
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -145,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if n > 0 {
 		log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
 	}
-	ref, err := refsync.New(ctx, refsync.Config{CellID: cfg.ID, Store: st, NATSURL: cfg.NATSURL,
+	ref, err := refsync.New(ctx, refsync.Config{CellID: cfg.ID, Store: st, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS,
 		BootstrapFile: cfg.RefDataFile, Log: log})
 	if err != nil {
 		return err
@@ -175,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer conn.Close()
 	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
-	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, StateFile: cfg.PartnersStateFile,
+	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, StateFile: cfg.PartnersStateFile,
 		ReplicaID: cfg.ID, ReadOnly: true, Log: log})
 	if err != nil {
 		return err
@@ -285,7 +288,7 @@ func openDirectory(cfg Config, log *slog.Logger) (*directory.Directory, func(), 
 		log.Warn("no transaction directory: this cell decides from its own records alone")
 		return nil, func() {}, nil
 	}
-	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, CellID: cfg.ID, Log: log})
+	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, CellID: cfg.ID, Log: log})
 	if err != nil {
 		return nil, nil, err
 	}

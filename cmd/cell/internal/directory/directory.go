@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -29,6 +31,9 @@ var (
 // Config configures a Directory.
 type Config struct {
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// CellID is this cell: the owner it writes.
 	CellID string
 	// Bucket is the key-value bucket; default "cellpay_txn".
@@ -49,7 +54,7 @@ type Config struct {
 }
 
 // DefaultBucket is the directory's bucket name.
-const DefaultBucket = "cellpay_txn"
+const DefaultBucket = natsauth.DirectoryBucket
 
 func (c *Config) defaults() error {
 	if c.NATSURL == "" || c.CellID == "" {
@@ -95,7 +100,7 @@ func Open(cfg Config) (*Directory, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", nats.NoCallbacksAfterClientClose())
+	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", cfg.NATSTLS, nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		return nil, fmt.Errorf("directory: nats: %w", err)
 	}

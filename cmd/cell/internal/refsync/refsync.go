@@ -39,6 +39,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 )
@@ -72,6 +73,9 @@ type Config struct {
 	// NATSURL is the NATS server; "" runs without NATS (stored or
 	// bootstrap data only).
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// BootstrapFile, if set, is served as version 0 by a cell that has no
 	// stored version.
 	BootstrapFile string
@@ -270,7 +274,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	nc, err := natsconn.Connect(s.cfg.NATSURL, "cellpay-"+s.cfg.CellID,
+	nc, err := natsconn.Connect(s.cfg.NATSURL, "cellpay-"+s.cfg.CellID, s.cfg.NATSTLS,
 		nats.ConnectHandler(func(*nats.Conn) { s.connected.Store(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) { s.connected.Store(true) }),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { s.connected.Store(false) }),

@@ -39,7 +39,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // Record is one audited call.
@@ -65,8 +67,8 @@ var ErrUnavailable = errors.New("audit: log unavailable")
 
 // Defaults.
 const (
-	DefaultStream   = "CELLPAY_AUDIT"
-	SubjectPrefix   = "cellpay.audit."
+	DefaultStream   = natsauth.AuditStream
+	SubjectPrefix   = natsauth.AuditSubjectPrefix
 	defaultMaxSpool = 10000
 )
 
@@ -74,6 +76,9 @@ const (
 type Config struct {
 	// NATSURL is where the stream lives; "" keeps the log in File only.
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// Stream names the stream; default CELLPAY_AUDIT. StreamReplicas is
 	// its replica count in a NATS cluster; default 1.
 	Stream         string
@@ -175,7 +180,7 @@ func Open(cfg Config) (*Log, error) {
 		close(l.done)
 		return l, nil
 	}
-	nc, err := natsconn.Connect(cfg.NATSURL, "gtr audit "+cfg.Replica)
+	nc, err := natsconn.Connect(cfg.NATSURL, "gtr audit "+cfg.Replica, cfg.NATSTLS)
 	if err != nil {
 		return nil, fmt.Errorf("audit: nats: %w", err)
 	}

@@ -47,7 +47,10 @@ import (
 // Config is everything the GTR needs to run.
 type Config struct {
 	Listen      string // partners' Payments API
-	AdminListen string // operators' listener; never the partners' port
+	AdminListen string // operators' listener (TLS with the partners' certificate); never the partners' port
+	// HealthListen, if set, serves gRPC health alone, in plaintext, for
+	// probes that cannot speak TLS (kubelet's); nothing else is served there.
+	HealthListen string
 	// ConfigFile is the routing table (YAML): where a replica starts when
 	// it has no state file, and what seeds an empty KV bucket.
 	ConfigFile string
@@ -70,6 +73,9 @@ type Config struct {
 	// data version is known, so rules with a minimum route nothing).
 	NATSURL    string
 	NATSBucket string // KV bucket; default "cellpay_gtr"
+	// NATSTLS is the GTR's NATS identity (hop.GTR); zero for plaintext
+	// NATS without authentication.
+	NATSTLS pki.Files
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
@@ -106,6 +112,9 @@ type Config struct {
 func (c *Config) validate() error {
 	if c.Listen == "" || c.ConfigFile == "" {
 		return errors.New("gtr: listen address and config file are required")
+	}
+	if c.HealthListen != "" && (c.HealthListen == c.Listen || c.HealthListen == c.AdminListen) {
+		return errors.New("gtr: the health listener must be an address of its own")
 	}
 	if c.AdminListen != "" && c.AdminListen == c.Listen {
 		return errors.New("gtr: the admin listener must not be the partners' address")
@@ -162,7 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 			spec, err := config.Load(cfg.ConfigFile)
 			return state.FromSpec(spec), err
 		},
-		NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
 		Log: cfg.Log,
 	})
 	if err != nil {
@@ -172,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// partnerStore is the partner registry; partnerStore.Index is what
 	// authenticates partners' calls.
 	partnerStore, err := partnerstate.Start(partnerstate.Config{
-		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
+		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
 		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
 	})
 	if err != nil {
@@ -181,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer partnerStore.Close()
 	if cfg.NATSURL != "" {
 		// Cells' reference data versions, for rules that need a minimum.
-		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
+		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
 		if err != nil {
 			return err
 		}
@@ -266,7 +275,7 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return err
 		}
-		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
+		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
@@ -283,7 +292,10 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
-		as := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(admin.NewAuth(ops))...), tel.ServerOptions()...)...)
+		// TLS with the partners' certificate: operators' tokens never
+		// cross the network in the clear either.
+		asOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, grpclimits.Admin.ServerOptions()...)
+		as := grpc.NewServer(append(append(asOpts, adm.ServerOptions(admin.NewAuth(ops))...), tel.ServerOptions()...)...)
 		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)
@@ -295,6 +307,19 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.AuditFile == "" && cfg.NATSURL == "" {
 			cfg.Log.Warn("no audit log (neither NATS nor an audit file): the admin API refuses every change")
 		}
+	}
+	if cfg.HealthListen != "" {
+		hlis, err := net.Listen("tcp", cfg.HealthListen)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("gtr: health listen: %w", err)
+		}
+		hsrv := grpc.NewServer(grpclimits.Admin.ServerOptions()...)
+		healthpb.RegisterHealthServer(hsrv, hs)
+		servers = append(servers, hsrv)
+		listeners = append(listeners, hlis)
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {

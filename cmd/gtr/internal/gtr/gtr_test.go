@@ -20,6 +20,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 )
 
@@ -47,7 +48,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestAdminOnlyOnAdminListener: the partners' port does not serve Admin,
-// the admin port does, behind the token.
+// the admin port does, over TLS only, behind the token; the health port
+// serves health alone, in plaintext.
 func TestAdminOnlyOnAdminListener(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "gtr.yaml")
@@ -55,7 +57,7 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
-	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
+	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), HealthListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -78,11 +80,7 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	dial := func(addr string) *grpc.ClientConn {
-		transport := grpc.WithTransportCredentials(insecure.NewCredentials())
-		if addr == cfg.Listen {
-			transport = tlsOpt
-		}
-		conn, err := grpc.NewClient(addr, transport, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+		conn, err := grpc.NewClient(addr, tlsOpt, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,5 +104,29 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	}
 	if list.ReplicaId != "r1" || list.ConfigStore != "standalone" || len(list.Cells) != 1 {
 		t.Fatalf("list: %v", list)
+	}
+
+	plain := func(addr string) *grpc.ClientConn {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	short, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	if _, err := adminproto.NewAdminClient(plain(cfg.AdminListen)).ListCells(short, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("plaintext Admin call: %v, want Unavailable (no TLS, no service)", err)
+	}
+	health := plain(cfg.HealthListen)
+	if r, err := healthpb.NewHealthClient(health).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health port: %v, %v", r, err)
+	}
+	if _, err := adminproto.NewAdminClient(health).ListCells(cctx, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Admin on the health port: %v, want Unimplemented", err)
+	}
+	if _, err := cellpayv1.NewPaymentsClient(health).GetTransaction(cctx, &cellpayv1.GetTransactionRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Payments on the health port: %v, want Unimplemented", err)
 	}
 }

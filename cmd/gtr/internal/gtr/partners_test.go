@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -44,15 +43,11 @@ func TestPartnersWired(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- Run(ctx, cfg) }()
 		dial := func(addr string) *grpc.ClientConn {
-			transport := grpc.WithTransportCredentials(insecure.NewCredentials())
-			if addr == cfg.Listen {
-				tlsOpt, err := client.TLS(caFile)
-				if err != nil {
-					t.Fatal(err)
-				}
-				transport = tlsOpt
+			tlsOpt, err := client.TLS(caFile)
+			if err != nil {
+				t.Fatal(err)
 			}
-			conn, err := grpc.NewClient(addr, transport, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+			conn, err := grpc.NewClient(addr, tlsOpt, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,11 +15,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 // TestRefdataVersionsFromNATS: with a NATS URL the GTR follows the cells'
@@ -48,7 +48,7 @@ func TestRefdataVersionsFromNATS(t *testing.T) {
 		"rules:\n  - {name: fresh, pool: main, min_refdata_version: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cert, key, _ := testTLS(t)
+	cert, key, ca := testTLS(t)
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
 		TLSCertFile: cert, TLSKeyFile: key, NATSURL: url, ReplicaID: "r1", ShutdownTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -66,7 +66,11 @@ func TestRefdataVersionsFromNATS(t *testing.T) {
 			t.Error("Run did not return")
 		}
 	}()
-	conn, err := grpc.NewClient(cfg.AdminListen, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+	tlsOpt, err := client.TLS(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cfg.AdminListen, tlsOpt, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -35,14 +36,18 @@ type Sink interface {
 	// SetRefdataVersion records that cell cellID reports serving reference
 	// data version v (0: none, or a bootstrap file). It is called once per
 	// report, from one goroutine, in the order reports arrive; it must be
-	// cheap when v did not change and must not block on I/O.
-	SetRefdataVersion(cellID string, v uint64)
+	// cheap when v did not change and must not block on I/O. It returns
+	// false for a cell it does not know (one not in the routing table).
+	SetRefdataVersion(cellID string, v uint64) bool
 }
 
 // Config configures a Watcher.
 type Config struct {
 	NATSURL string // required
-	Sink    Sink   // required
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
+	Sink    Sink // required
 	// Name names the NATS connection (e.g. "gtr <replica>").
 	Name string
 	Log  *slog.Logger
@@ -70,6 +75,7 @@ type Watcher struct {
 
 	reports atomic.Uint64 // reports handed to the Sink
 	dropped atomic.Uint64 // reports that could not be read
+	unknown atomic.Uint64 // reports of cells the Sink does not know
 }
 
 // Start subscribes to every cell's status reports. It never waits for
@@ -80,7 +86,7 @@ func Start(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, closed: make(chan struct{})}
-	nc, err := natsconn.Connect(cfg.NATSURL, cfg.Name,
+	nc, err := natsconn.Connect(cfg.NATSURL, cfg.Name, cfg.NATSTLS,
 		nats.ClosedHandler(func(*nats.Conn) { close(w.closed) }))
 	if err != nil {
 		return nil, fmt.Errorf("refwatch: %w", err)
@@ -137,7 +143,12 @@ func (w *Watcher) handle(m *nats.Msg) {
 		}
 		return
 	}
-	w.cfg.Sink.SetRefdataVersion(cell, version)
+	if !w.cfg.Sink.SetRefdataVersion(cell, version) {
+		if n := w.unknown.Add(1); n == 1 || n%100 == 0 {
+			w.cfg.Log.Warn("refwatch: status of a cell not in the routing table dropped", "cell", cell, "dropped", n)
+		}
+		return
+	}
 	w.reports.Add(1)
 }
 
@@ -145,11 +156,12 @@ func (w *Watcher) handle(m *nats.Msg) {
 type Stats struct {
 	Reports uint64 // reports handed to the Sink
 	Dropped uint64 // reports that could not be read
+	Unknown uint64 // reports of cells the Sink does not know
 }
 
 // Stats returns the counters.
 func (w *Watcher) Stats() Stats {
-	return Stats{Reports: w.reports.Load(), Dropped: w.dropped.Load()}
+	return Stats{Reports: w.reports.Load(), Dropped: w.dropped.Load(), Unknown: w.unknown.Load()}
 }
 
 // Close stops the subscription, letting a report being handled finish.

@@ -75,13 +75,17 @@ type fakeSink struct {
 	v  map[string]uint64
 }
 
-func (f *fakeSink) SetRefdataVersion(cell string, v uint64) {
+func (f *fakeSink) SetRefdataVersion(cell string, v uint64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if cell == "not-routed" {
+		return false
+	}
 	if f.v == nil {
 		f.v = map[string]uint64{}
 	}
 	f.v[cell] = v
+	return true
 }
 
 func (f *fakeSink) get(cell string) (uint64, bool) {
@@ -172,6 +176,9 @@ func TestReportsReachTheSink(t *testing.T) {
 	if v, _ := sink.get("cell-b"); v != 0 {
 		t.Fatalf("a report on cell-a's subject moved cell-b to v%d", v)
 	}
+	// A cell the sink does not route to is counted apart, and not kept.
+	pub.report("not-routed", 5)
+	testutil.Eventually(t, 5*time.Second, "one unknown", func() bool { return w.Stats().Unknown == 1 })
 	if st := w.Stats(); st.Reports != 3 {
 		t.Fatalf("stats %+v, want 3 reports", st)
 	}
@@ -257,6 +264,12 @@ func TestGatesTheRoutingState(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "cell-b alone", func() bool { ids, err := route(); return err == nil && len(ids) == 1 && ids[0] == "cell-b" })
 	pub.report("cell-a", 3)
 	testutil.Eventually(t, 5*time.Second, "both cells", func() bool { ids, err := route(); return err == nil && len(ids) == 2 })
+	// A cell not in the table: the state keeps nothing for it.
+	pub.report("cell-z", 7)
+	testutil.Eventually(t, 5*time.Second, "cell-z refused", func() bool { return w.Stats().Unknown == 1 })
+	if v, since := st.RefdataVersion("cell-z"); v != 0 || !since.IsZero() {
+		t.Fatalf("cell-z, not in the table, recorded at v%d", v)
+	}
 }
 
 func TestConfig(t *testing.T) {

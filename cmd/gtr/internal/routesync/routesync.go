@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/kvsync"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // Config configures the routing table's Syncer.
@@ -22,6 +23,9 @@ type Config struct {
 	// NATSURL is the NATS server; "" runs standalone: changes stay on this
 	// replica (and in its state file).
 	NATSURL string
+	// NATSTLS is the component's certificate as its NATS identity; zero
+	// for plaintext NATS without authentication (tests, benchmarks).
+	NATSTLS pki.Files
 	// Bucket and Key name the KV entry; defaults kvsync.DefaultBucket, "routing".
 	Bucket, Key string
 	// StateFile keeps the last-known configuration; "" keeps none.
@@ -52,7 +56,7 @@ func Start(cfg Config) (*Syncer, error) {
 	}
 	return kvsync.StartReplica(kvsync.ReplicaConfig[state.Doc]{
 		Target: routingTarget{cfg.State}, Seed: cfg.Seed, What: "routing table",
-		NATSURL: cfg.NATSURL, Bucket: cfg.Bucket, Key: cfg.Key, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.Bucket, Key: cfg.Key, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
 		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Log: cfg.Log,
 	})
 }

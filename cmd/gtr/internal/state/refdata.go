@@ -25,11 +25,21 @@ type refdataRow struct {
 // evidence of staleness, and NATS being away must not take every cell out
 // of gated rules. A cell that never reported has version 0 (unknown), which
 // every gated rule skips. Like health, versions are local to the replica
-// and never replicated; cells not in the table are remembered for when
-// they are added.
-func (s *State) SetRefdataVersion(cellID string, v uint64) {
+// and never replicated.
+//
+// Only cells in the table in force are recorded (ok false for any other):
+// a report names its cell by its subject, and the GTR keeps no state for
+// names it does not route to. A cell added later reports again within a
+// second.
+func (s *State) SetRefdataVersion(cellID string, v uint64) (ok bool) {
+	if t := s.Table(); t == nil {
+		return false
+	} else if _, ok := t.Cell(cellID); !ok {
+		return false
+	}
 	s.setLocal(func(txn *memdb.Txn) bool { return refdataVersion(txn, cellID) == v },
 		tRefdata, &refdataRow{CellID: cellID, Version: v, Since: s.now()})
+	return true
 }
 
 // RefdataVersion is the reference data version cell cellID last reported

@@ -133,17 +133,34 @@ func TestSetRefdataVersionGates(t *testing.T) {
 	}
 }
 
-func TestRefdataBeforeTable(t *testing.T) {
+// TestRefdataOnlyForCellsInTheTable: before the first table, and for a
+// cell not in it, a report is refused and nothing is kept (a cell reports
+// again every second).
+func TestRefdataOnlyForCellsInTheTable(t *testing.T) {
 	s, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetRefdataVersion("cell-a", 4)
+	if s.SetRefdataVersion("cell-a", 4) {
+		t.Fatal("a version was recorded before any table")
+	}
 	if s.Table() != nil {
 		t.Fatal("a version published a table before any Apply")
 	}
 	if err := s.Apply(gatedDoc(), 1); err != nil {
 		t.Fatal(err)
+	}
+	if got, err := ranking(t, s.Table(), "p-fresh"); !errors.Is(err, routing.ErrNoCell) {
+		t.Fatalf("a version reported before the table counted: %v, %v", got, err)
+	}
+	if s.SetRefdataVersion("cell-z", 4) {
+		t.Fatal("cell-z, not in the table, was recorded")
+	}
+	if v, _ := s.RefdataVersion("cell-z"); v != 0 {
+		t.Fatalf("cell-z kept at v%d", v)
+	}
+	if !s.SetRefdataVersion("cell-a", 4) {
+		t.Fatal("cell-a, in the table, was refused")
 	}
 	if got, err := ranking(t, s.Table(), "p-fresh"); err != nil || !slices.Equal(got, []string{"cell-a"}) {
 		t.Fatalf("remembered version: %v, %v", got, err)

@@ -1,0 +1,205 @@
+// Package natsauth is the platform's NATS authorization: who may connect,
+// and what each identity may publish and subscribe to.
+//
+// NATS authenticates a client by its TLS certificate (verify_and_map): the
+// user is the certificate's SPIFFE URI SAN, the same identity package hop
+// checks on the gRPC hops (spiffe://cellpay.internal/cell/cell-a, ...). A
+// client without a certificate of the platform's CA fails the handshake;
+// one whose identity is not a user here is refused at CONNECT. There is no
+// anonymous user and no password.
+//
+// Each identity gets what its code uses, and nothing else:
+//
+//	cell <id>   reads reference data through its own durable consumer
+//	            (cell-<id>), publishes its own status subject only, reads
+//	            the GTR's KV bucket (partners' callback settings), and
+//	            uses the transaction directory's bucket
+//	gtr         uses its KV bucket (routing table, partners) and the audit
+//	            stream, and reads every cell's status subject
+//	replicator  publishes reference data and reads the cells' status
+//	nats-admin  everything: the launcher and tests
+//
+// Replies come to an inbox prefix of the identity's own (InboxPrefix), so
+// that no client can read another's replies. The permissions are written
+// against the platform's default stream and bucket names; a component
+// started with other names is refused by NATS, loudly.
+package natsauth
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cellpay/cellpay/internal/hop"
+)
+
+// The streams, buckets and subjects the permissions name: the defaults of
+// kvsync, the cell's directory and the GTR's audit log are these; refdata's
+// are repeated here, and TestNamesMatch holds them equal.
+const (
+	RefdataStream      = "CELLPAY_REFDATA"
+	RefdataSubject     = "cellpay.refdata.versions"
+	StatusPrefix       = "cellpay.refdata.status."
+	GTRBucket          = "cellpay_gtr"
+	DirectoryBucket    = "cellpay_txn"
+	AuditStream        = "CELLPAY_AUDIT"
+	AuditSubjectPrefix = "cellpay.audit."
+)
+
+// User is one identity's permissions: the subjects it may publish to and
+// subscribe to (NATS wildcards).
+type User struct {
+	Identity  string
+	Publish   []string
+	Subscribe []string
+}
+
+// InboxPrefix is the reply inbox prefix of identity: _INBOX.<last path
+// segments of the identity>, e.g. _INBOX.cell.cell-a, _INBOX.gtr.
+func InboxPrefix(identity string) string {
+	path := strings.TrimPrefix(identity, "spiffe://"+hop.Domain+"/")
+	return "_INBOX." + strings.ReplaceAll(path, "/", ".")
+}
+
+// jsAPI is the JetStream API.
+const jsAPI = "$JS.API."
+
+// readStream lets a client read stream: look it up, get messages, and
+// read through consumers named consumer ("*" for any; KV watches make
+// ephemeral ones), acknowledging and answering flow control.
+func readStream(stream, consumer string) []string {
+	c := "." + consumer
+	return []string{
+		jsAPI + "STREAM.INFO." + stream,
+		jsAPI + "STREAM.MSG.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream + ".>",
+		jsAPI + "CONSUMER.CREATE." + stream + c,
+		jsAPI + "CONSUMER.CREATE." + stream + c + ".>",
+		jsAPI + "CONSUMER.DURABLE.CREATE." + stream + c,
+		jsAPI + "CONSUMER.INFO." + stream + c,
+		jsAPI + "CONSUMER.DELETE." + stream + c,
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + c,
+		"$JS.ACK." + stream + c + ".>",
+		"$JS.FC." + stream + ".>",
+	}
+}
+
+// ownStream adds making and reconfiguring stream (never deleting or
+// purging it) to readStream(stream, "*"), and publishing to subjects.
+func ownStream(stream string, subjects ...string) []string {
+	p := append(readStream(stream, "*"),
+		jsAPI+"STREAM.CREATE."+stream,
+		jsAPI+"STREAM.UPDATE."+stream,
+		// Ephemeral consumers (ordered consumers, KV watches) are
+		// created with the stream-only subject by some clients.
+		jsAPI+"CONSUMER.CREATE."+stream)
+	return append(p, subjects...)
+}
+
+// kv is the stream behind key-value bucket b, and its subjects.
+func kv(b string) (stream, subjects string) { return "KV_" + b, "$KV." + b + ".>" }
+
+// Cell is the user of cell id.
+func Cell(id string) User {
+	identity := hop.Cell(id)
+	gtrStream, _ := kv(GTRBucket)
+	dirStream, dirSubjects := kv(DirectoryBucket)
+	pub := []string{jsAPI + "INFO", StatusPrefix + id}
+	// Its own reference data consumer only, and the stream's creation
+	// (with the code's configuration) so that a cell may start before
+	// the replicator has published; never an update, purge or delete.
+	pub = append(pub, readStream(RefdataStream, "cell-"+id)...)
+	pub = append(pub, jsAPI+"STREAM.CREATE."+RefdataStream)
+	// The partners' callback settings: read-only.
+	pub = append(pub, readStream(gtrStream, "*")...)
+	pub = append(pub, jsAPI+"CONSUMER.CREATE."+gtrStream)
+	pub = append(pub, ownStream(dirStream, dirSubjects)...)
+	return User{Identity: identity, Publish: dedupe(pub), Subscribe: []string{InboxPrefix(identity) + ".>"}}
+}
+
+// GTR is the user of every GTR replica.
+func GTR() User {
+	gtrStream, gtrSubjects := kv(GTRBucket)
+	pub := []string{jsAPI + "INFO"}
+	pub = append(pub, ownStream(gtrStream, gtrSubjects)...)
+	pub = append(pub, ownStream(AuditStream, AuditSubjectPrefix+">")...)
+	return User{Identity: hop.GTR, Publish: dedupe(pub),
+		Subscribe: []string{InboxPrefix(hop.GTR) + ".>", StatusPrefix + "*"}}
+}
+
+// Replicator is the reference data publisher's user.
+func Replicator() User {
+	pub := []string{jsAPI + "INFO"}
+	pub = append(pub, ownStream(RefdataStream, RefdataSubject)...)
+	return User{Identity: hop.Replicator, Publish: dedupe(pub),
+		Subscribe: []string{InboxPrefix(hop.Replicator) + ".>", StatusPrefix + "*"}}
+}
+
+// Admin may do anything.
+func Admin() User {
+	return User{Identity: hop.NATSAdmin, Publish: []string{">"}, Subscribe: []string{">"}}
+}
+
+// Users are the users of a platform with these cells.
+func Users(cells []string) []User {
+	u := []User{GTR(), Replicator(), Admin()}
+	for _, c := range cells {
+		u = append(u, Cell(c))
+	}
+	return u
+}
+
+func dedupe(s []string) []string {
+	out := make([]string, 0, len(s))
+	for _, v := range s {
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Authorization renders users as a nats-server configuration block.
+func Authorization(users []User) string {
+	var b strings.Builder
+	b.WriteString("authorization {\n  users = [\n")
+	for _, u := range users {
+		fmt.Fprintf(&b, "    {user: %s, permissions: {\n      publish: {allow: %s}\n      subscribe: {allow: %s}\n    }}\n",
+			strconv.Quote(u.Identity), list(u.Publish), list(u.Subscribe))
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+func list(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// Server is a nats-server configuration for a local platform.
+type Server struct {
+	Host     string
+	Port     int
+	StoreDir string
+	// Cert, Key: the server's certificate; CA: the CA of every client's.
+	Cert, Key, CA string
+	Cells         []string
+}
+
+// Config renders s: JetStream, TLS that requires a client certificate of
+// CA and maps its identity to a user, and Users(s.Cells).
+func (s Server) Config() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by the platform launcher (package natsauth); rewritten at every start.\n")
+	fmt.Fprintf(&b, "host: %s\nport: %d\n", strconv.Quote(s.Host), s.Port)
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", strconv.Quote(s.StoreDir))
+	fmt.Fprintf(&b, "tls {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify_and_map: true\n  timeout: 2\n}\n",
+		strconv.Quote(s.Cert), strconv.Quote(s.Key), strconv.Quote(s.CA))
+	b.WriteString(Authorization(Users(s.Cells)))
+	return b.String()
+}
