@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -71,24 +70,4 @@ func CheckHealth(ctx context.Context, addr string, opts ...grpc.DialOption) erro
 	}
 	defer conn.Close()
 	return checkOnce(ctx, healthpb.NewHealthClient(conn))
-}
-
-// waitTCP waits until addr accepts TCP connections (a NATS server is ready
-// for clients once it listens), the process exits, or ctx ends.
-func waitTCP(ctx context.Context, addr string, exited <-chan struct{}) error {
-	var d net.Dialer
-	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-exited:
-			return errExited
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last dial: %v)", ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
