@@ -3,7 +3,6 @@ package check
 import (
 	"fmt"
 	"net/url"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -119,8 +118,9 @@ func CheckDatabase(w *World, ns string) []string {
 // urlSafe is what a password inside a URL may be without escaping.
 var urlSafe = regexp.MustCompile(`^[A-Za-z0-9._~-]+$`)
 
-// varRef is a password that is one Kubernetes env reference, $(NAME).
-var varRef = regexp.MustCompile(`^\$\(([A-Za-z_][A-Za-z0-9_]*)\)$`)
+// userinfoRef finds a URL's password when it is one Kubernetes env
+// reference, user:$(NAME)@.
+var userinfoRef = regexp.MustCompile(`:(\$\(([A-Za-z_][A-Za-z0-9_]*)\))@`)
 
 // databaseURL checks one of the cell's database URLs and returns the role
 // it logs in as.
@@ -132,7 +132,7 @@ func databaseURL(w *World, ns string, spec corev1.PodSpec, c corev1.Container, c
 	}
 	raw := c.Env[idx].Value
 	// $(VAR) is not URL syntax: parse with a stand-in, then read it back.
-	m := regexp.MustCompile(`:(\$\([A-Za-z0-9_]+\))@`).FindStringSubmatch(raw)
+	m := userinfoRef.FindStringSubmatch(raw)
 	if m == nil {
 		return "", []string{at + ": the password is not one $(VAR) reference (user:$(VAR)@host)"}
 	}
@@ -149,25 +149,11 @@ func databaseURL(w *World, ns string, spec corev1.PodSpec, c corev1.Container, c
 	if q.Get("sslmode") != "verify-full" {
 		v = append(v, fmt.Sprintf("%s: sslmode=%s, want verify-full", at, q.Get("sslmode")))
 	}
-	if root := q.Get("sslrootcert"); root == "" {
-		v = append(v, at+": no sslrootcert (the Cluster's CA)")
-	} else if src, ok := resolveFile(spec, c, root); !ok || src.Volume.Secret == nil {
-		v = append(v, fmt.Sprintf("%s: sslrootcert %s is in no Secret volume", at, root))
-	} else {
-		if src.Volume.Secret.SecretName != caSecret || src.Key != "ca.crt" {
-			v = append(v, fmt.Sprintf("%s: sslrootcert is key %s of Secret %s, want ca.crt of %s (the Cluster's CA)", at, src.Key, src.Volume.Secret.SecretName, caSecret))
-		}
-		if src.Mount.SubPath != "" || src.Mount.SubPathExpr != "" {
-			v = append(v, at+": sslrootcert is mounted with subPath, which never sees a renewed CA")
-		}
-		if items := src.Volume.Secret.Items; len(items) == 0 || slices.ContainsFunc(items, func(it corev1.KeyToPath) bool { return it.Key != "ca.crt" }) {
-			v = append(v, fmt.Sprintf("%s: the volume of Secret %s holds more than ca.crt: the CA's key (ca.key) is in the same Secret; list items: [{key: ca.crt}]", at, caSecret))
-		}
-	}
-	ref := varRef.FindStringSubmatch(m[1])
-	vi := slices.IndexFunc(c.Env[:idx], func(e corev1.EnvVar) bool { return e.Name == ref[1] })
+	v = append(v, rootCert(spec, c, at, q.Get("sslrootcert"), caSecret)...)
+	ref := m[2]
+	vi := slices.IndexFunc(c.Env[:idx], func(e corev1.EnvVar) bool { return e.Name == ref })
 	if vi < 0 {
-		return user, append(v, fmt.Sprintf("%s: $(%s) is not defined before it (kubelet leaves it unexpanded)", at, ref[1]))
+		return user, append(v, fmt.Sprintf("%s: $(%s) is not defined before it (kubelet leaves it unexpanded)", at, ref))
 	}
 	pw := c.Env[vi]
 	if pw.ValueFrom == nil || pw.ValueFrom.SecretKeyRef == nil || pw.ValueFrom.SecretKeyRef.Key != "password" {
@@ -193,6 +179,28 @@ func databaseURL(w *World, ns string, spec corev1.PodSpec, c corev1.Container, c
 	if !urlSafe.MatchString(data["password"]) {
 		v = append(v, fmt.Sprintf("%s: Secret %s's password is not URL-safe ([A-Za-z0-9._~-]); the URL would break", at, secret))
 	}
-	_ = path.Clean
 	return user, v
+}
+
+// rootCert checks a URL's sslrootcert: ca.crt of the Cluster's CA Secret,
+// mounted whole, and nothing else of that Secret (it holds the CA's key).
+func rootCert(spec corev1.PodSpec, c corev1.Container, at, root, caSecret string) []string {
+	if root == "" {
+		return []string{at + ": no sslrootcert (the Cluster's CA)"}
+	}
+	src, ok := resolveFile(spec, c, root)
+	if !ok || src.Volume.Secret == nil {
+		return []string{fmt.Sprintf("%s: sslrootcert %s is in no Secret volume", at, root)}
+	}
+	var v []string
+	if src.Volume.Secret.SecretName != caSecret || src.Key != "ca.crt" {
+		v = append(v, fmt.Sprintf("%s: sslrootcert is key %s of Secret %s, want ca.crt of %s (the Cluster's CA)", at, src.Key, src.Volume.Secret.SecretName, caSecret))
+	}
+	if src.Mount.SubPath != "" || src.Mount.SubPathExpr != "" {
+		v = append(v, at+": sslrootcert is mounted with subPath, which never sees a renewed CA")
+	}
+	if items := src.Volume.Secret.Items; len(items) == 0 || slices.ContainsFunc(items, func(it corev1.KeyToPath) bool { return it.Key != "ca.crt" }) {
+		v = append(v, fmt.Sprintf("%s: the volume of Secret %s holds more than ca.crt: the CA's key (ca.key) is in the same Secret; list items: [{key: ca.crt}]", at, src.Volume.Secret.SecretName))
+	}
+	return v
 }
