@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # k8s-new-cell.sh NAME: add a cell to deploy/k8s. Writes overlays/NAME (the
-# cell's namespace, Deployment, Postgres, Services, NetworkPolicies via
-# base/cell), adds its one line to the GTR's routing table
-# (overlays/platform/gtr.yaml, at weight 0, version raised), makes its
-# Postgres password, and runs the checks over the result.
+# cell's namespace and certificate, and via base/cell its Deployment,
+# Postgres Cluster, Service and NetworkPolicies), adds its one line to the
+# GTR's routing table (overlays/platform/gtr.yaml, at weight 0, version
+# raised), makes its Postgres roles' passwords, and runs the checks over
+# the result.
 #
 # Then: review and commit, apply the overlay and the platform overlay, and
 # ramp the cell in with gtrctl (deploy/k8s/README.md, "Add a cell").

@@ -3,11 +3,18 @@
 # where it is missing. Never overwrites a file: a Postgres password or PAN key
 # that changed under a running cell would lock it out of its data.
 #
-#   deploy/k8s/base/cell/secrets/pan-key                  PAN hashing key (32 bytes, hex), shared by all cells
-#   deploy/k8s/overlays/CELL/secrets/postgres-password    one per cell
-#   deploy/k8s/overlays/platform/secrets/admin-token      the GTR admin API token
-#   deploy/k8s/overlays/platform/secrets/partners.yaml    the GTR partner registry, empty
-#                                                         (partners are added with gtrctl)
+#   deploy/k8s/base/cell/secrets/pan-key                       PAN hashing key (32 bytes, hex), shared by all cells
+#   deploy/k8s/overlays/CELL/secrets/cellpay-owner-password    per cell: Postgres role cellpay_owner (migrations)
+#   deploy/k8s/overlays/CELL/secrets/cellpay-app-password      per cell: Postgres role cellpay_app (the cell)
+#   deploy/k8s/overlays/platform/secrets/operators/            the GTR admin API's operators: ROLE.token for
+#                                                              viewer, operator, admin (for gtrctl) and
+#                                                              operators.yaml (their hashes, for the GTR),
+#                                                              made by `gtrctl operators init`
+#   deploy/k8s/overlays/platform/secrets/partners.yaml         the GTR partner registry, empty
+#                                                              (partners are added with gtrctl)
+#
+# Passwords are hex: they go into the cell's database URLs as they are, so
+# they must be URL-safe.
 #
 # The files are git-ignored. Keep them in your secret store; see
 # deploy/k8s/README.md, "Secrets".
@@ -39,7 +46,11 @@ make_file() {
 }
 
 make_secret "$K8S/base/cell/secrets/pan-key" 32
-make_secret "$K8S/overlays/platform/secrets/admin-token" 32
+# The operators: a token per role and the file of their hashes, written
+# by the one tool that knows the format (it keeps a complete set and
+# refuses a partial one, never overwriting a token).
+(cd "$K8S/../.." && go run ./cmd/gtrctl operators init "$K8S/overlays/platform/secrets/operators") |
+	sed 's/^/k8s-secrets: /'
 # An empty partner registry: no partner may call until one is added. It only
 # seeds an empty NATS KV bucket; partners are added through the admin API
 # (gtrctl partners add), not in this file.
@@ -48,5 +59,6 @@ for dir in "$K8S"/overlays/*/; do
 	dir=${dir%/}
 	name=$(basename "$dir")
 	[ "$name" = platform ] && continue
-	make_secret "$dir/secrets/postgres-password" 24
+	make_secret "$dir/secrets/cellpay-owner-password" 24
+	make_secret "$dir/secrets/cellpay-app-password" 24
 done

@@ -18,6 +18,7 @@
 //	gtrctl partners add-key p-004
 //	gtrctl partners revoke-key p-004 KEY_ID
 //	gtrctl audit --since 1h --limit 50     # who changed what, before -> after
+//	gtrctl operators init DIR               # offline: a token per role and the GTR's operators file
 //
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
@@ -100,6 +101,8 @@ type command struct {
 	name, args, help string
 	flags            func(fs *flag.FlagSet)
 	run              func(ctx context.Context, c *cli, args []string) error
+	// offline: run needs no GTR, so none is dialled (operators init).
+	offline bool
 }
 
 func usage(w io.Writer) {
@@ -120,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	args = args[1:]
-	if (name == "table" || name == "partners" || name == "callbacks") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if (name == "table" || name == "partners" || name == "callbacks" || name == "operators") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = name+" "+args[0], args[1:]
 	}
 	var cmd *command
@@ -157,13 +160,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gtrctl: -o: want table or json, got %q\n", c.g.output)
 		return 2
 	}
-	conn, err := c.dial()
-	if err != nil {
-		fmt.Fprintln(stderr, "gtrctl:", err)
-		return 2
+	if !cmd.offline {
+		conn, err := c.dial()
+		if err != nil {
+			fmt.Fprintln(stderr, "gtrctl:", err)
+			return 2
+		}
+		defer conn.Close()
+		c.client = adminproto.NewAdminClient(conn)
 	}
-	defer conn.Close()
-	c.client = adminproto.NewAdminClient(conn)
 	if err := cmd.run(ctx, c, pos); err != nil {
 		if errors.Is(err, errUsage) {
 			fs.Usage()

@@ -8,10 +8,13 @@
 //	-tls-cert        ISSUERSIM_TLS_CERT        its certificate (identity spiffe://cellpay.internal/issuer), PEM
 //	-tls-key         ISSUERSIM_TLS_KEY         its private key, PEM
 //	-tls-ca          ISSUERSIM_TLS_CA          CA that callers' certificates must chain to
+//	-health-listen   ISSUERSIM_HEALTH_LISTEN   address serving gRPC health alone, in plaintext (default: none)
 //
 // With the three TLS files it serves mutual TLS only, and package hop's
 // IssuerPolicy: Authorize and Inquire for cells, Effects and SetFaults for
-// operators' tools; without them, plaintext to anyone.
+// operators' tools; without them, plaintext to anyone. The health port
+// (package healthport) is for probes that cannot present a client
+// certificate, kubelet's: it answers health and nothing else.
 //
 // Traces are exported over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
 package main
@@ -29,6 +32,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/logging"
@@ -55,10 +59,12 @@ func main() {
 	flag.StringVar(&files.Cert, "tls-cert", envOr("ISSUERSIM_TLS_CERT", ""), "certificate, PEM, reloaded when it changes (env ISSUERSIM_TLS_CERT); \"\" for plaintext")
 	flag.StringVar(&files.Key, "tls-key", envOr("ISSUERSIM_TLS_KEY", ""), "private key, PEM (env ISSUERSIM_TLS_KEY)")
 	flag.StringVar(&files.CA, "tls-ca", envOr("ISSUERSIM_TLS_CA", ""), "CA that callers' certificates must chain to (env ISSUERSIM_TLS_CA)")
+	healthListen := flag.String("health-listen", envOr("ISSUERSIM_HEALTH_LISTEN", ""),
+		"address serving gRPC health alone, in plaintext, for probes that cannot present a client certificate (kubelet's), e.g. :7091; \"\" for none (env ISSUERSIM_HEALTH_LISTEN)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := serve(ctx, log, *listen, *metricsListen, files)
+	err := serve(ctx, log, *listen, *metricsListen, *healthListen, files)
 	stop()
 	if err != nil {
 		log.Error("issuersim failed", "err", err)
@@ -71,12 +77,13 @@ func main() {
 
 // run serves until ctx ends, then stops gracefully within shutdownGrace.
 func run(ctx context.Context, log *slog.Logger, addr string) error {
-	return serve(ctx, log, addr, "", pki.Files{})
+	return serve(ctx, log, addr, "", "", pki.Files{})
 }
 
-// serve is run with Prometheus metrics at metricsAddr ("" for none) and
-// mutual TLS with files (none for plaintext).
-func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string, files pki.Files) error {
+// serve is run with Prometheus metrics at metricsAddr ("" for none), a
+// health port at healthAddr ("" for none) and mutual TLS with files (none
+// for plaintext).
+func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr, healthAddr string, files pki.Files) error {
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "issuersim", Instance: addr, MetricsListen: metricsAddr, Log: log})
 	if err != nil {
 		return err
@@ -99,6 +106,15 @@ func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr string, file
 	hs.SetServingStatus(issuerproto.Issuer_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	if healthAddr != "" {
+		hp, err := healthport.Listen(healthAddr, hs)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer hp.Stop() // after hs.Shutdown: probes see NOT_SERVING while stopping
+		log.Info("issuersim health port listening", "addr", hp.Addr().String())
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/issuersim"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 )
 
 func TestMain(m *testing.M) {
@@ -30,39 +33,9 @@ func TestRun(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	pr, pw := io.Pipe()
-	log := slog.New(slog.NewJSONHandler(pw, nil))
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, log, "127.0.0.1:0") }()
-
-	addrc := make(chan string, 1)
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		dec := json.NewDecoder(pr)
-		for {
-			var line struct{ Msg, Addr string }
-			if err := dec.Decode(&line); err != nil {
-				return
-			}
-			if line.Msg == "issuersim listening" {
-				addrc <- line.Addr
-			}
-		}
-	}()
-	defer func() {
-		_ = pw.Close()
-		<-drained
-	}()
-
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("run returned early: %v", err)
-	case <-ctx.Done():
-		t.Fatal("no listening line")
-	}
+	addrs, done := serveForTest(t, ctx, runCtx, func(ctx context.Context, log *slog.Logger) error { return run(ctx, log, "127.0.0.1:0") },
+		"issuersim listening")
+	addr := addrs["issuersim listening"]
 
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -115,4 +88,85 @@ func TestRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("run did not return after its context ended")
 	}
+}
+
+// TestHealthPort serves with a health port and checks that it answers
+// health and not the Issuer API, and that it says NOT_SERVING once the
+// simulator stops.
+func TestHealthPort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	addrs, done := serveForTest(t, ctx, runCtx, func(ctx context.Context, log *slog.Logger) error {
+		return serve(ctx, log, "127.0.0.1:0", "", "127.0.0.1:0", pki.Files{})
+	}, "issuersim listening", "issuersim health port listening")
+
+	conn, err := grpc.NewClient("passthrough:///"+addrs["issuersim health port listening"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, svc := range []string{"", issuerproto.Issuer_ServiceDesc.ServiceName} {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health port: health %q = %v, %v; want SERVING", svc, h, err)
+		}
+	}
+	_, err = issuerproto.NewIssuerClient(conn).Authorize(ctx, &issuerproto.AuthorizeRequest{PartnerId: "p-001", TransactionId: "probe"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("Authorize on the health port: %v, want Unimplemented", err)
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("serve did not return after its context ended")
+	}
+}
+
+// serveForTest starts serve with a JSON logger and returns the addr of
+// each log line named in want, once all have been logged, and the channel
+// serve's result arrives on.
+func serveForTest(t *testing.T, ctx, runCtx context.Context, serve func(context.Context, *slog.Logger) error, want ...string) (map[string]string, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	log := slog.New(slog.NewJSONHandler(pw, nil))
+	done := make(chan error, 1)
+	go func() { done <- serve(runCtx, log) }()
+	type line struct{ Msg, Addr string }
+	lines := make(chan line, 16)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		dec := json.NewDecoder(pr)
+		for {
+			var l line
+			if err := dec.Decode(&l); err != nil {
+				return
+			}
+			if slices.Contains(want, l.Msg) {
+				lines <- l
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = pw.Close()
+		<-drained
+	})
+	addrs := map[string]string{}
+	for len(addrs) < len(want) {
+		select {
+		case l := <-lines:
+			addrs[l.Msg] = l.Addr
+		case err := <-done:
+			t.Fatalf("serve returned early: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("logged %v, want all of %v", addrs, want)
+		}
+	}
+	return addrs, done
 }

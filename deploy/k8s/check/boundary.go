@@ -14,7 +14,12 @@ import (
 //   - a cell pod admits traffic from the GTR's pods only, and does admit it;
 //   - a cell pod's egress reaches only its own Postgres, NATS, the issuer and
 //     DNS, and does reach each of them;
-//   - a cell's Postgres admits only its own cell's pods;
+//   - a cell's Postgres instances (its CloudNativePG Cluster's pods) admit
+//     only its own cell's pods and each other on 5432, and the CNPG
+//     operator on 8000 and 5432, and do admit each of them;
+//   - the instances send only to each other on 5432, to DNS, and on the
+//     API server's ports (443, 6443) outside the cells, and do reach
+//     each other and DNS;
 //   - every cell namespace denies by default: an unlabelled pod there can
 //     neither send nor receive anything, and a policy selecting every pod
 //     with no rules exists.
@@ -27,7 +32,8 @@ func CheckBoundary(w *World) []string {
 		v = append(v, crossCell(w, a)...)
 		v = append(v, cellIngress(w, a)...)
 		v = append(v, cellEgress(w, a)...)
-		v = append(v, postgresIngress(w, a)...)
+		v = append(v, databaseIngress(w, a)...)
+		v = append(v, databaseEgress(w, a)...)
 		v = append(v, defaultDeny(w, a)...)
 	}
 	return v
@@ -77,12 +83,12 @@ func cellIngress(w *World, a string) []string {
 	return v
 }
 
-// cellEgressAllowed is the closed list of what a cell in namespace ns may
-// reach.
-func cellEgressAllowed(ns string, dst Pod, t Target) bool {
+// cellEgressAllowed is the closed list of what a cell in namespace ns,
+// whose Postgres is Cluster db, may reach.
+func cellEgressAllowed(ns, db string, dst Pod, t Target) bool {
 	name := dst.Labels[NameLabel]
 	switch {
-	case dst.Namespace == ns && name == "postgres":
+	case dst.Namespace == ns && db != "" && dst.Labels[CNPGClusterLabel] == db:
 		return t == Target{5432, corev1.ProtocolTCP}
 	case dst.Namespace == "cellpay-nats" && name == "nats":
 		return t == Target{4222, corev1.ProtocolTCP}
@@ -100,8 +106,9 @@ func cellEgress(w *World, a string) []string {
 	if !ok {
 		return nil // reported by cellIngress
 	}
+	db := w.cellCluster(a)
 	needed := map[string]Target{
-		a + "/postgres":            {5432, corev1.ProtocolTCP},
+		a + "/" + db:               {5432, corev1.ProtocolTCP},
 		"cellpay-nats/nats":        {4222, corev1.ProtocolTCP},
 		"cellpay-issuer/issuersim": {7090, corev1.ProtocolTCP},
 		"kube-system/kube-dns":     {53, corev1.ProtocolUDP},
@@ -111,7 +118,7 @@ func cellEgress(w *World, a string) []string {
 			if !w.Net.egressAllows(cell, dst, t.Port, t.Proto) {
 				continue
 			}
-			if !cellEgressAllowed(a, dst, t) {
+			if !cellEgressAllowed(a, db, dst, t) {
 				v = append(v, fmt.Sprintf("%s may send to %s on %s: a cell reaches only its Postgres, NATS, the issuer and DNS", cell, dst, t))
 			}
 		}
@@ -129,18 +136,86 @@ func cellEgress(w *World, a string) []string {
 	return v
 }
 
-func postgresIngress(w *World, a string) []string {
-	var v []string
-	pg, ok := w.pod(a, "postgres")
-	if !ok {
-		return []string{fmt.Sprintf("%s: no postgres workload", a)}
+// cellCluster is the name of the one CloudNativePG Cluster in ns, or ""
+// (none or several: CheckCells reports it).
+func (w *World) cellCluster(ns string) string {
+	cs := w.Find("Cluster", ns)
+	if len(cs) != 1 {
+		return ""
 	}
+	return cs[0].Name
+}
+
+// isOperator says whether p is the CNPG operator: its pods in its namespace.
+func isOperator(p Pod) bool {
+	return p.Namespace == CNPGNamespace && p.Labels[NameLabel] == CNPGOperatorName
+}
+
+// databaseIngress proves who reaches cell a's Postgres instances: its own
+// cell's pods and its own instances on 5432, the operator on 8000 and
+// 5432, nobody else; and that each of them does get through.
+func databaseIngress(w *World, a string) []string {
+	db := w.cellCluster(a)
+	pg, ok := w.pod(a, db)
+	if db == "" || !ok {
+		return []string{fmt.Sprintf("%s: no Postgres Cluster", a)}
+	}
+	pgPort := Target{5432, corev1.ProtocolTCP}
+	var v []string
 	for _, src := range w.Pods {
+		own := src.Namespace == a && (src.Labels[NameLabel] == "cell" || src.Labels[CNPGClusterLabel] == db)
 		for _, t := range Targets(pg) {
-			if w.Net.ingressAllows(src, pg, t.Port, t.Proto) && (src.Namespace != a || src.Labels[NameLabel] != "cell") {
-				v = append(v, fmt.Sprintf("%s admits %s on %s: only its own cell may reach it", pg, src, t))
+			if !w.Net.ingressAllows(src, pg, t.Port, t.Proto) {
+				continue
+			}
+			if !(own && t == pgPort || isOperator(src) && (t == pgPort || t == Target{8000, corev1.ProtocolTCP})) {
+				v = append(v, fmt.Sprintf("%s admits %s on %s: only its own cell and instances (5432) and the CNPG operator (8000, 5432) may reach it", pg, src, t))
 			}
 		}
+	}
+	op, _ := w.pod(CNPGNamespace, "cnpg-operator")
+	for _, need := range []struct {
+		src Pod
+		t   Target
+	}{{pg, pgPort}, {op, pgPort}, {op, Target{8000, corev1.ProtocolTCP}}} {
+		if !w.Net.Allowed(need.src, pg, need.t.Port, need.t.Proto) {
+			v = append(v, fmt.Sprintf("%s cannot reach %s on %s", need.src, pg, need.t))
+		}
+	}
+	return v
+}
+
+// databaseEgress proves where cell a's Postgres instances may send: each
+// other on 5432, DNS, and the API server's ports (443, 6443), but into no
+// cell on those.
+func databaseEgress(w *World, a string) []string {
+	db := w.cellCluster(a)
+	pg, ok := w.pod(a, db)
+	if db == "" || !ok {
+		return nil // reported by databaseIngress
+	}
+	var v []string
+	for _, dst := range w.Pods {
+		for _, t := range Targets(dst) {
+			if !w.Net.egressAllows(pg, dst, t.Port, t.Proto) {
+				continue
+			}
+			switch {
+			case dst.Namespace == a && dst.Labels[CNPGClusterLabel] == db && t == Target{5432, corev1.ProtocolTCP}:
+			case dst.Namespace == "kube-system" && dst.Labels["k8s-app"] == "kube-dns" && t.Port == 53:
+			case (t == Target{443, corev1.ProtocolTCP} || t == Target{6443, corev1.ProtocolTCP}) &&
+				(!w.isCell(dst.Namespace) || !w.Net.ingressAllows(pg, dst, t.Port, t.Proto)):
+				// The API server's ports, open to any address since the API
+				// server is no pod: never into a cell (crossCell proves the
+				// same for other cells' pods).
+			default:
+				v = append(v, fmt.Sprintf("%s may send to %s on %s: Postgres instances reach only each other, DNS and the API server", pg, dst, t))
+			}
+		}
+	}
+	dns, _ := w.pod("kube-system", "kube-dns")
+	if !w.Net.Allowed(pg, dns, 53, corev1.ProtocolUDP) {
+		v = append(v, fmt.Sprintf("%s cannot reach %s on 53/UDP", pg, dns))
 	}
 	return v
 }

@@ -58,13 +58,13 @@ func TestOverlaysRender(t *testing.T) {
 			kinds := map[string]int{}
 			for _, obj := range objs {
 				kinds[obj.GVK.Kind]++
-				if obj.GVK.Kind != "Namespace" && obj.Namespace == "" {
+				if obj.GVK.Kind != "Namespace" && obj.GVK.Kind != "ClusterIssuer" && obj.Namespace == "" {
 					t.Errorf("%s has no namespace", obj)
 				}
 			}
 			min := map[string]int{"Namespace": 1, "Deployment": 1, "Service": 2, "NetworkPolicy": 2}
 			if strings.HasPrefix(o, "overlays/cell-") {
-				min["StatefulSet"], min["Secret"], min["PodDisruptionBudget"] = 1, 2, 1
+				min["Cluster"], min["Certificate"], min["Secret"], min["PodDisruptionBudget"], min["Service"] = 1, 1, 3, 1, 1
 			}
 			for k, n := range min {
 				if kinds[k] < n {

@@ -25,6 +25,7 @@ func Check(objs []Object) []string {
 	v = append(v, CheckRouting(w)...)
 	v = append(v, CheckBoundary(w)...)
 	v = append(v, CheckTrust(w)...)
+	v = append(v, CheckHopTLS(w)...)
 	v = append(v, CheckAccessPoints(w)...)
 	sort.Strings(v)
 	return v
@@ -192,7 +193,7 @@ func hasPDB(w *World, o Object, l map[string]string) bool {
 
 // CheckCells checks what each cell namespace must hold: the cell
 // Deployment (replicated, its ID from the namespace), its own Postgres
-// StatefulSet with a volume claim and a Secret that exists, and Services.
+// (CheckDatabase), and its Service.
 func CheckCells(w *World) []string {
 	var v []string
 	for _, ns := range w.Cells {
@@ -211,34 +212,16 @@ func CheckCells(w *World) []string {
 				v = append(v, ns+": cell has no CELL_NATS_URL")
 			}
 		}
-		sts, ok := w.get("StatefulSet", ns, "postgres")
-		if !ok {
-			v = append(v, ns+": no StatefulSet postgres")
-		} else {
-			s := sts.Typed.(*appsv1.StatefulSet)
-			if len(s.Spec.VolumeClaimTemplates) == 0 {
-				v = append(v, ns+": postgres has no volume claim")
-			}
-			for _, name := range secretRefs(s.Spec.Template.Spec) {
-				if _, ok := w.get("Secret", ns, name); !ok {
-					v = append(v, fmt.Sprintf("%s: postgres uses Secret %s, which is not rendered", ns, name))
-				}
-			}
-			if len(secretRefs(s.Spec.Template.Spec)) == 0 {
-				v = append(v, ns+": postgres takes no Secret")
-			}
-		}
-		for _, svc := range []string{"cell", "postgres"} {
-			if _, ok := w.get("Service", ns, svc); !ok {
-				v = append(v, fmt.Sprintf("%s: no Service %s", ns, svc))
-			}
+		v = append(v, CheckDatabase(w, ns)...)
+		if _, ok := w.get("Service", ns, "cell"); !ok {
+			v = append(v, ns+": no Service cell")
 		}
 	}
 	return v
 }
 
 // CheckPlatform checks the shared parts: a replicated GTR serving both its
-// ports with the routing table, admin token and partner registry mounted
+// ports with the routing table, operators file and partner registry mounted
 // from rendered objects (its certificate is CheckTrust's), a three-node NATS
 // with JetStream on volumes, and the replicator.
 func CheckPlatform(w *World) []string {
@@ -266,7 +249,7 @@ func CheckPlatform(w *World) []string {
 		v = append(v, "gtr: no container gtr")
 	} else {
 		for _, f := range []struct{ env, kind string }{
-			{"GTR_CONFIG", "ConfigMap"}, {"GTR_ADMIN_TOKEN_FILE", "Secret"}, {"GTR_PARTNERS", "Secret"},
+			{"GTR_CONFIG", "ConfigMap"}, {"GTR_OPERATORS", "Secret"}, {"GTR_PARTNERS", "Secret"},
 		} {
 			if msg := mountedFile(w, GTRNamespace, d.Spec.Template.Spec, c, f.env, f.kind); msg != "" {
 				v = append(v, "gtr: "+msg)
@@ -380,21 +363,4 @@ func envValue(spec corev1.PodSpec, container, name string) string {
 		}
 	}
 	return ""
-}
-
-func secretRefs(spec corev1.PodSpec) []string {
-	var out []string
-	for _, c := range spec.Containers {
-		for _, e := range c.Env {
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-				out = append(out, e.ValueFrom.SecretKeyRef.Name)
-			}
-		}
-	}
-	for _, vol := range spec.Volumes {
-		if vol.Secret != nil {
-			out = append(out, vol.Secret.SecretName)
-		}
-	}
-	return out
 }

@@ -2,7 +2,7 @@
 
 // The server-side dry run: every overlay applied with dryRun=All and strict
 // field validation against a real kube-apiserver and etcd, with
-// cert-manager's CRDs installed (certManagerCRDs). It runs only from
+// cert-manager's and CloudNativePG's CRDs installed (crdSources). It runs only from
 // scripts/k8s-envtest.sh, which builds and caches the binaries and sets
 // CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD. Under the tag
 // but without them it fails rather than skips, so that a CI step can never
@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -80,49 +81,66 @@ func (a *applier) apply(ctx context.Context, o Object, dryRun bool) error {
 	return err
 }
 
-// certManagerModule ships the CRDs of the cert-manager kinds the manifests
-// use. It is the module whose Go API types Scheme decodes with (go.mod), so
-// that the client-side and the server-side checks are of one version.
-const certManagerModule = "github.com/cert-manager/cert-manager"
-
-// certManagerCRDFiles are the CRDs installed, from the module's deploy/crds
-// (plain controller-gen output; cert-manager's own install bundles them
-// the same way). Installing is all cert-manager needs here: no controller
-// runs, so nothing is issued, and a dry run only validates.
-var certManagerCRDFiles = []string{
-	"cert-manager.io_certificates.yaml",
-	"cert-manager.io_certificaterequests.yaml",
-	"cert-manager.io_issuers.yaml",
-	"cert-manager.io_clusterissuers.yaml",
+// crdSource is a Go module that ships CRDs of kinds the manifests use. It
+// is the module whose Go API types Scheme decodes with (go.mod), so that
+// the client-side and the server-side checks are of one version; the
+// files are read from the module cache, where building this test has put
+// the module, and none is copied into the repo.
+type crdSource struct {
+	module string
+	dir    string   // inside the module
+	files  []string // plain controller-gen output
 }
 
-// certManagerCRDs finds the CRD files in the module cache: `go list -m`
-// from this module names the directory of the version go.mod requires,
-// which building this test has downloaded. Nothing is copied into the repo.
-func certManagerCRDs(t *testing.T) []string {
+// crdSources: cert-manager's from its deploy/crds (its own install bundles
+// them the same way), CloudNativePG's Cluster from config/crd/bases (its
+// release manifest is built from them). Installing is all either needs
+// here: no controller runs, so nothing is issued or created, and a dry run
+// only validates.
+var crdSources = []crdSource{
+	{module: "github.com/cert-manager/cert-manager", dir: "deploy/crds", files: []string{
+		"cert-manager.io_certificates.yaml",
+		"cert-manager.io_certificaterequests.yaml",
+		"cert-manager.io_issuers.yaml",
+		"cert-manager.io_clusterissuers.yaml",
+	}},
+	{module: "github.com/cloudnative-pg/cloudnative-pg", dir: "config/crd/bases", files: []string{
+		"postgresql.cnpg.io_clusters.yaml",
+	}},
+}
+
+// crdFiles finds the CRD files in the module cache: `go list -m` from this
+// module names the directory of the version go.mod requires.
+func crdFiles(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", certManagerModule).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = errors.New(strings.TrimSpace(string(ee.Stderr)))
-		}
-		t.Fatalf("locate %s's CRDs: go list -m %s: %v", certManagerModule, certManagerModule, err)
-	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		t.Fatalf("locate %s's CRDs: the module is not in the module cache (go mod download %s)", certManagerModule, certManagerModule)
-	}
 	var paths []string
-	for _, f := range certManagerCRDFiles {
-		p := filepath.Join(dir, "deploy", "crds", f)
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("locate %s's CRDs: %v", certManagerModule, err)
+	for _, src := range crdSources {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", src.module).Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				err = errors.New(strings.TrimSpace(string(ee.Stderr)))
+			}
+			t.Fatalf("locate %s's CRDs: go list -m %s: %v", src.module, src.module, err)
 		}
-		paths = append(paths, p)
+		dir := strings.TrimSpace(string(out))
+		if dir == "" {
+			t.Fatalf("locate %s's CRDs: the module is not in the module cache (go mod download %s)", src.module, src.module)
+		}
+		for _, f := range src.files {
+			p := filepath.Join(dir, filepath.FromSlash(src.dir), f)
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("locate %s's CRDs: %v", src.module, err)
+			}
+			paths = append(paths, p)
+		}
 	}
 	return paths
 }
+
+// preinstalled are the namespaces that the cluster's own installs make
+// (cert-manager's holds the ClusterIssuers' CA Secrets).
+var preinstalled = []string{"cert-manager", "cnpg-system"}
 
 func TestServerDryRun(t *testing.T) {
 	apiserver, etcd := os.Getenv("CELLPAY_KUBE_APISERVER"), os.Getenv("CELLPAY_ETCD")
@@ -130,7 +148,7 @@ func TestServerDryRun(t *testing.T) {
 		t.Fatal("the server-side dry run needs CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD: run scripts/k8s-envtest.sh")
 	}
 	out := &syncBuffer{}
-	crds := certManagerCRDs(t)
+	crds := crdFiles(t)
 	env := &envtest.Environment{
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
@@ -160,10 +178,10 @@ func TestServerDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kube-apiserver %s up in %s, with %d CRDs from %s", v.GitVersion, time.Since(start).Round(time.Millisecond),
-		len(env.CRDs), filepath.Dir(crds[0]))
-	if len(env.CRDs) != len(certManagerCRDFiles) {
-		t.Fatalf("%d CRDs installed, want %d (%v)", len(env.CRDs), len(certManagerCRDFiles), certManagerCRDFiles)
+	t.Logf("kube-apiserver %s up in %s, with %d CRDs: %v", v.GitVersion, time.Since(start).Round(time.Millisecond),
+		len(env.CRDs), crds)
+	if len(env.CRDs) != len(crds) {
+		t.Fatalf("%d CRDs installed, want %d (%v)", len(env.CRDs), len(crds), crds)
 	}
 	a := &applier{dyn: dynamic.NewForConfigOrDie(cfg), mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -182,6 +200,13 @@ func TestServerDryRun(t *testing.T) {
 	overlays, err := tree.Overlays()
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, ns := range preinstalled {
+		obj := Object{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, Name: ns,
+			YAML: []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: " + ns + "}\n")}
+		if err := a.apply(ctx, obj, false); err != nil {
+			t.Fatalf("create namespace %s: %v", ns, err)
+		}
 	}
 	rendered := map[string][]Object{}
 	for _, o := range overlays {
@@ -215,8 +240,10 @@ func TestServerDryRun(t *testing.T) {
 		})
 	}
 	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict): %v", n, len(overlays), kinds)
-	if kinds["cert-manager.io/Certificate"] == 0 || kinds["cert-manager.io/Issuer"] == 0 {
-		t.Errorf("no Certificate or Issuer accepted: the cert-manager objects did not meet the server")
+	for _, k := range []string{"cert-manager.io/Certificate", "cert-manager.io/Issuer", "cert-manager.io/ClusterIssuer", "postgresql.cnpg.io/Cluster"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s accepted: those objects did not meet the server", k)
+		}
 	}
 
 	// The server must refuse what is wrong, or the run above proves nothing.
@@ -230,6 +257,11 @@ func TestServerDryRun(t *testing.T) {
 			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], dnsName: [b]}\n",
 		"invalid Certificate value": "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad, namespace: cellpay-gtr}\n" +
 			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], privateKey: {algorithm: DSA}}\n",
+		"unknown Cluster field": "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: bad, namespace: cell-a}\n" +
+			"spec: {instances: 3, storage: {size: 1Gi}, instance: 2}\n",
+		// A CEL rule of the CRD: preferred durability with standbyNamesPre.
+		"invalid Cluster value": "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: bad, namespace: cell-a}\n" +
+			"spec: {instances: 3, storage: {size: 1Gi}, postgresql: {synchronous: {method: any, number: 1, dataDurability: preferred, standbyNamesPre: [x]}}}\n",
 	} {
 		var u unstructured.Unstructured
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {

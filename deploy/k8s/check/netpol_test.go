@@ -117,8 +117,32 @@ func TestLeakyPoliciesAreCaught(t *testing.T) {
 		},
 		{
 			name:  "Postgres open to everyone",
-			add:   []Object{policy(t, "cell-b", "metadata: {name: pg-open}\nspec: {podSelector: {matchLabels: {app.kubernetes.io/name: postgres}}, ingress: [{}]}\n")},
-			wants: []string{"cell-b/postgres admits cell-a/cell on 5432/TCP"},
+			add:   []Object{policy(t, "cell-b", "metadata: {name: pg-open}\nspec: {podSelector: {matchLabels: {cnpg.io/cluster: postgres}}, ingress: [{}]}\n")},
+			wants: []string{"cell-b/postgres admits cell-a/cell on 5432/TCP", "cell-b/postgres admits default/spoofed-cnpg-operator on 8000/TCP"},
+		},
+		{
+			// The operator's peer without its namespace: any pod wearing
+			// its label would reach the instances' status port.
+			name: "operator admitted by pod label alone",
+			add: []Object{policy(t, "cell-a", "metadata: {name: op-any-ns}\nspec:\n  podSelector: {matchLabels: {cnpg.io/cluster: postgres}}\n"+
+				"  ingress: [{from: [{namespaceSelector: {}, podSelector: {matchLabels: {app.kubernetes.io/name: cloudnative-pg}}}], ports: [{port: 8000}]}]\n")},
+			wants: []string{"cell-a/postgres admits default/spoofed-cnpg-operator on 8000/TCP"},
+		},
+		{
+			name: "instances' egress opened",
+			add: []Object{policy(t, "cell-c", "metadata: {name: pg-out}\nspec:\n  podSelector: {matchLabels: {cnpg.io/cluster: postgres}}\n"+
+				"  policyTypes: [Egress]\n  egress: [{}]\n")},
+			wants: []string{"cell-c/postgres may send to cellpay-nats/nats on 4222/TCP", "cell-c/postgres may send to cell-c/cell on 7081/TCP"},
+		},
+		{
+			name:  "instances cannot replicate",
+			drop:  "cell-b/postgres-egress",
+			wants: []string{"cell-b/postgres cannot reach cell-b/postgres on 5432/TCP", "cell-b/postgres cannot reach kube-system/kube-dns on 53/UDP"},
+		},
+		{
+			name:  "operator shut out",
+			drop:  "cell-a/postgres-ingress",
+			wants: []string{"cnpg-system/cnpg-operator cannot reach cell-a/postgres on 8000/TCP", "cell-a/cell cannot reach cell-a/postgres on 5432/TCP"},
 		},
 	}
 	for _, c := range cases {

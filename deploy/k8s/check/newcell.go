@@ -22,14 +22,59 @@ namespace: {{.}}
 resources:
   - ../../base/cell
   - namespace.yaml
+  - certificate.yaml
 labels:
   - pairs: {cellpay.io/cell: {{.}}}
     includeTemplates: true
 secretGenerator:
-  # This cell's Postgres password. Made by scripts/k8s-secrets.sh; not in git.
-  - name: postgres
+  # The passwords of this cell's Postgres roles (base/cell/postgres.yaml),
+  # hex so that they are URL-safe. Made by scripts/k8s-secrets.sh; not in git.
+  - name: cellpay-owner
+    type: kubernetes.io/basic-auth
+    literals:
+      - username=cellpay_owner
     files:
-      - password=secrets/postgres-password
+      - password=secrets/cellpay-owner-password
+  - name: cellpay-app
+    type: kubernetes.io/basic-auth
+    literals:
+      - username=cellpay_app
+    files:
+      - password=secrets/cellpay-app-password
+`))
+
+// The cell's certificate: its identity on the internal hops and the names
+// of its Service, which the GTR dials.
+var certificateTemplate = template.Must(template.New("certificate").Parse(`# Cell {{.}}'s certificate for mutual TLS with the GTR (it serves) and the
+# issuer (it dials): identity spiffe://cellpay.internal/cell/{{.}}, the names
+# of Service cell, and {{.}}.cellpay.internal. Signed by the internal CA;
+# into Secret cell-tls, mounted whole by the cell and re-read every 10 s.
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: cell
+  labels: {app.kubernetes.io/name: cell, app.kubernetes.io/part-of: cellpay}
+spec:
+  secretName: cell-tls
+  secretTemplate:
+    labels: {app.kubernetes.io/name: cell, app.kubernetes.io/part-of: cellpay}
+  commonName: {{.}}
+  uris: [spiffe://cellpay.internal/cell/{{.}}]
+  dnsNames:
+    - cell
+    - cell.{{.}}
+    - cell.{{.}}.svc
+    - cell.{{.}}.svc.cluster.local
+    - {{.}}.cellpay.internal
+  duration: 2160h
+  renewBefore: 720h
+  privateKey:
+    algorithm: ECDSA
+    size: 256
+    rotationPolicy: Always
+  usages: [server auth, client auth, digital signature]
+  revisionHistoryLimit: 3
+  issuerRef: {group: cert-manager.io, kind: ClusterIssuer, name: cellpay-internal-ca}
 `))
 
 var namespaceTemplate = template.Must(template.New("namespace").Parse(`apiVersion: v1
@@ -56,7 +101,7 @@ func OverlayFiles(name string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("newcell: %q is not a DNS label (lower case letters, digits, '-')", name)
 	}
 	out := map[string][]byte{}
-	for file, t := range map[string]*template.Template{"kustomization.yaml": overlayTemplate, "namespace.yaml": namespaceTemplate} {
+	for file, t := range map[string]*template.Template{"kustomization.yaml": overlayTemplate, "namespace.yaml": namespaceTemplate, "certificate.yaml": certificateTemplate} {
 		var b bytes.Buffer
 		if err := t.Execute(&b, name); err != nil {
 			return nil, err

@@ -245,10 +245,11 @@ func gtrTLS(w *World) []string {
 }
 
 // certificates checks the issuance chain: every Certificate's Issuer
-// (kind Issuer of cert-manager.io) is rendered in its namespace, and every
-// CA Issuer's Secret is rendered or issued by a rendered CA Certificate. A
-// ClusterIssuer or an external issuer's kind is the cluster's, not these
-// manifests', and is taken as given.
+// (kind Issuer of cert-manager.io) is rendered in its namespace, every CA
+// Issuer's Secret is rendered or issued by a rendered CA Certificate, and
+// every rendered CA ClusterIssuer's by one in cert-manager's namespace. A
+// ClusterIssuer these manifests do not render, or an external issuer's
+// kind, is the cluster's, and is taken as given.
 func certificates(w *World) []string {
 	var v []string
 	for _, o := range w.Find("Certificate", "") {
@@ -257,6 +258,17 @@ func certificates(w *World) []string {
 			if _, ok := w.get(cmv1.IssuerKind, o.Namespace, ref.Name); !ok {
 				v = append(v, fmt.Sprintf("%s: Issuer %s is not rendered in %s", o, ref.Name, o.Namespace))
 			}
+		}
+	}
+	// A rendered ClusterIssuer's CA Secret is in cert-manager's cluster
+	// resource namespace.
+	for _, o := range w.Find(cmv1.ClusterIssuerKind, "") {
+		ca := o.Typed.(*cmv1.ClusterIssuer).Spec.CA
+		if ca == nil {
+			continue
+		}
+		if cert, ok := issuedBy(w, ClusterResourceNamespace, ca.SecretName); !ok || !cert.Typed.(*cmv1.Certificate).Spec.IsCA {
+			v = append(v, fmt.Sprintf("%s: CA Secret %s is neither rendered nor issued by a rendered CA Certificate in %s", o, ca.SecretName, ClusterResourceNamespace))
 		}
 	}
 	for _, o := range w.Find(cmv1.IssuerKind, "") {
@@ -273,6 +285,10 @@ func certificates(w *World) []string {
 	}
 	return v
 }
+
+// ClusterResourceNamespace is where cert-manager keeps ClusterIssuers'
+// Secrets (its --cluster-resource-namespace, cert-manager by default).
+const ClusterResourceNamespace = "cert-manager"
 
 // issuedBy finds the Certificate in ns that writes Secret secret.
 func issuedBy(w *World, ns, secret string) (Object, bool) {

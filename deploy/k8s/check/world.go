@@ -3,6 +3,7 @@ package check
 import (
 	"sort"
 
+	cnpgv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -15,6 +16,14 @@ const (
 	RoleLabel    = "cellpay.io/role"
 	NameLabel    = "app.kubernetes.io/name"
 	GTRNamespace = "cellpay-gtr"
+	// CNPGClusterLabel is the label CloudNativePG puts on every pod of a
+	// Cluster (instances and their jobs), with the Cluster's name.
+	CNPGClusterLabel = "cnpg.io/cluster"
+	// CNPGNamespace and CNPGOperatorName are where the CloudNativePG
+	// operator runs and its pods' NameLabel, as its own manifests
+	// install it.
+	CNPGNamespace    = "cnpg-system"
+	CNPGOperatorName = "cloudnative-pg"
 )
 
 // World is every rendered object of every overlay, as one cluster would hold
@@ -22,12 +31,14 @@ const (
 type World struct {
 	Objects []Object
 	Net     Network
-	// Pods: one per workload, plus stand-ins that no manifest declares:
-	// cluster DNS, an outsider in the default namespace (also standing for
-	// partners, who come through the load balancer), pods in the default
-	// namespace wearing a cell's, the GTR's and an admin client's labels, an
-	// admin client (gtrctl) in the GTR's namespace, and an intruder (an
-	// unlabelled debug pod) in every cell namespace.
+	// Pods: one per workload and one per CloudNativePG Cluster (its
+	// instances, as the operator labels them), plus stand-ins that no
+	// manifest declares: cluster DNS, the CNPG operator, an outsider in the
+	// default namespace (also standing for partners, who come through the
+	// load balancer), pods in the default namespace wearing a cell's, the
+	// GTR's, an admin client's, a Postgres instance's and the CNPG
+	// operator's labels, an admin client (gtrctl) in the GTR's namespace,
+	// and an intruder (an unlabelled debug pod) in every cell namespace.
 	Pods []Pod
 	// Cells are the cell namespaces, sorted.
 	Cells []string
@@ -36,7 +47,7 @@ type World struct {
 // NewWorld builds the evaluator's view of objs.
 func NewWorld(objs []Object) *World {
 	w := &World{Objects: objs, Net: Network{Namespaces: map[string]map[string]string{
-		"kube-system": {}, "default": {},
+		"kube-system": {}, "default": {}, CNPGNamespace: {},
 	}}}
 	for _, o := range objs {
 		switch t := o.Typed.(type) {
@@ -47,6 +58,8 @@ func NewWorld(objs []Object) *World {
 			}
 		case *networkingv1.NetworkPolicy:
 			w.Net.Policies = append(w.Net.Policies, *t)
+		case *cnpgv1.Cluster:
+			w.Pods = append(w.Pods, instancePod(t))
 		}
 		if spec, ok := podTemplate(o); ok {
 			w.Pods = append(w.Pods, Pod{Namespace: o.Namespace, Name: o.Name, Labels: spec.Labels, Ports: containerPorts(spec.Spec)})
@@ -61,11 +74,34 @@ func NewWorld(objs []Object) *World {
 		Pod{Namespace: "default", Name: "spoofed-gtr", Labels: map[string]string{NameLabel: "gtr"}},
 		Pod{Namespace: "default", Name: "spoofed-admin-client", Labels: map[string]string{AdminClientLabel: "true"}},
 		Pod{Namespace: GTRNamespace, Name: "admin-client", Labels: map[string]string{AdminClientLabel: "true"}},
+		Pod{Namespace: CNPGNamespace, Name: "cnpg-operator", Labels: map[string]string{NameLabel: CNPGOperatorName}},
+		Pod{Namespace: "default", Name: "spoofed-postgres", Labels: map[string]string{CNPGClusterLabel: "postgres"}},
+		Pod{Namespace: "default", Name: "spoofed-cnpg-operator", Labels: map[string]string{NameLabel: CNPGOperatorName}},
 	)
 	for _, c := range w.Cells {
 		w.Pods = append(w.Pods, Pod{Namespace: c, Name: "intruder", Labels: map[string]string{NameLabel: "debug"}})
 	}
 	return w
+}
+
+// instancePod is the pods of a CloudNativePG Cluster as the operator makes
+// them: its Cluster's name as a label, the labels the Cluster asks its
+// pods to inherit, and the instance manager's ports (Postgres, status,
+// metrics).
+func instancePod(c *cnpgv1.Cluster) Pod {
+	l := map[string]string{}
+	if c.Spec.InheritedMetadata != nil {
+		for k, v := range c.Spec.InheritedMetadata.Labels {
+			l[k] = v
+		}
+	}
+	l[CNPGClusterLabel] = c.Name
+	l["cnpg.io/podRole"] = "instance"
+	return Pod{Namespace: c.Namespace, Name: c.Name, Labels: l, Ports: []corev1.ContainerPort{
+		{Name: "postgresql", ContainerPort: 5432, Protocol: corev1.ProtocolTCP},
+		{Name: "status", ContainerPort: 8000, Protocol: corev1.ProtocolTCP},
+		{Name: "metrics", ContainerPort: 9187, Protocol: corev1.ProtocolTCP},
+	}}
 }
 
 // podTemplate returns the pod template of a workload object.
@@ -99,8 +135,10 @@ func containerPorts(spec corev1.PodSpec) []corev1.ContainerPort {
 var commonPorts = []Target{
 	{53, corev1.ProtocolUDP}, {53, corev1.ProtocolTCP}, {22, corev1.ProtocolTCP}, {80, corev1.ProtocolTCP},
 	{443, corev1.ProtocolTCP}, {4222, corev1.ProtocolTCP}, {5432, corev1.ProtocolTCP}, {6222, corev1.ProtocolTCP},
-	{7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP}, {7081, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP},
-	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9090, corev1.ProtocolTCP}, {65535, corev1.ProtocolTCP},
+	{6443, corev1.ProtocolTCP}, {7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP}, {7081, corev1.ProtocolTCP},
+	{7082, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP}, {7091, corev1.ProtocolTCP}, {8000, corev1.ProtocolTCP},
+	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP},
+	{65535, corev1.ProtocolTCP},
 }
 
 // Targets are the ports the checks try on p: its own and commonPorts.

@@ -26,6 +26,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/partnerstate"
@@ -56,6 +57,10 @@ type Config struct {
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
 	MetricsListen string
+	// HealthListen, if set, serves the same gRPC health alone, in
+	// plaintext (package healthport): the port for kubelet's probes,
+	// which cannot present a client certificate to Listen's mutual TLS.
+	HealthListen string
 	// Keys computes PAN hashes and payload fingerprints (internal/cardkeys).
 	Keys *cardkeys.Ring
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
@@ -225,6 +230,15 @@ func Run(ctx context.Context, cfg Config) error {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	if cfg.HealthListen != "" {
+		hp, err := healthport.Listen(cfg.HealthListen, hs)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("cell: %w", err)
+		}
+		defer hp.Stop() // after hs.Shutdown: probes see NOT_SERVING while draining
+		log.Info("cell health port listening", "addr", hp.Addr().String())
+	}
 
 	ready := func(ok bool) {
 		s := healthpb.HealthCheckResponse_NOT_SERVING
