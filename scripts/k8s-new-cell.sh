@@ -3,7 +3,7 @@
 # cell's namespace and certificate, and via base/cell its Deployment,
 # Postgres Cluster, Service and NetworkPolicies), adds its one line to the
 # GTR's routing table (overlays/platform/gtr.yaml, at weight 0, version
-# raised), makes its Postgres roles' passwords, and runs the checks over
+# raised), makes its Postgres roles' passwords, adds it to NATS's users, and runs the checks over
 # the result.
 #
 # Then: review and commit, apply the overlay and the platform overlay, and
@@ -14,4 +14,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT/deploy/k8s/check"
 go run ./cmd/newcell -root .. "$1"
 "$ROOT/scripts/k8s-secrets.sh"
+# The new cell is a NATS user (deploy/k8s/base/nats/auth.conf).
+(cd "$ROOT" && go test -count=1 -run TestKubernetesAuthConf ./internal/natsauth -update)
 go test -count=1 ./...

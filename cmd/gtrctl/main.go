@@ -23,6 +23,7 @@
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
 // (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), --ca (GTRCTL_CA),
+// --server-name (GTRCTL_SERVER_NAME),
 // -o table|json, --timeout.
 //
 // The admin API speaks TLS only; its certificate is verified with --ca,
@@ -66,8 +67,8 @@ func main() {
 
 // globals are the flags every command takes.
 type globals struct {
-	addr, token, tokenFile, ca, output string
-	timeout                            time.Duration
+	addr, token, tokenFile, ca, serverName, output string
+	timeout                                        time.Duration
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
@@ -76,6 +77,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.tokenFile, "token-file", envOr("GTRCTL_TOKEN_FILE", os.Getenv("GTR_ADMIN_TOKEN_FILE")),
 		"file holding the operator token (env GTRCTL_TOKEN_FILE or GTR_ADMIN_TOKEN_FILE; default .cellpay/operators/admin.token when present)")
 	fs.StringVar(&g.ca, "ca", os.Getenv("GTRCTL_CA"), "CA certificate the admin API's certificate is verified with (env GTRCTL_CA; default .cellpay/pki/ca.crt when present, else the system's roots)")
+	fs.StringVar(&g.serverName, "server-name", os.Getenv("GTRCTL_SERVER_NAME"), "name the admin API's certificate is verified for, when --addr is not it (a port-forward to 127.0.0.1: gtr.cellpay-gtr.svc) (env GTRCTL_SERVER_NAME)")
 	fs.StringVar(&g.output, "o", "table", "output: table (for people) or json (for scripts)")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 }
@@ -217,7 +219,7 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 	if caFile == "" {
 		caFile = defaultCAFile()
 	}
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.g.serverName}
 	if caFile != "" {
 		pool, err := pki.CertPool(caFile)
 		if err != nil {

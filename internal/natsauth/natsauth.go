@@ -17,7 +17,7 @@
 //	gtr         uses its KV bucket (routing table, partners) and the audit
 //	            stream, and reads every cell's status subject
 //	replicator  publishes reference data and reads the cells' status
-//	nats-admin  everything: the launcher and tests
+//	nats-admin  everything: a local platform's launcher and tests only
 //
 // Replies come to an inbox prefix of the identity's own (InboxPrefix), so
 // that no client can read another's replies. The permissions are written
@@ -142,9 +142,11 @@ func Admin() User {
 	return User{Identity: hop.NATSAdmin, Publish: []string{">"}, Subscribe: []string{">"}}
 }
 
-// Users are the users of a platform with these cells.
+// Users are the users of a platform with these cells: the components'
+// own, no administrator (a local platform adds Admin; a production one
+// administers NATS through its own operator account).
 func Users(cells []string) []User {
-	u := []User{GTR(), Replicator(), Admin()}
+	u := []User{GTR(), Replicator()}
 	for _, c := range cells {
 		u = append(u, Cell(c))
 	}
@@ -192,7 +194,7 @@ type Server struct {
 }
 
 // Config renders s: JetStream, TLS that requires a client certificate of
-// CA and maps its identity to a user, and Users(s.Cells).
+// CA and maps its identity to a user, Users(s.Cells) and Admin.
 func (s Server) Config() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by the platform launcher (package natsauth); rewritten at every start.\n")
@@ -200,6 +202,6 @@ func (s Server) Config() string {
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", strconv.Quote(s.StoreDir))
 	fmt.Fprintf(&b, "tls {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify_and_map: true\n  timeout: 2\n}\n",
 		strconv.Quote(s.Cert), strconv.Quote(s.Key), strconv.Quote(s.CA))
-	b.WriteString(Authorization(Users(s.Cells)))
+	b.WriteString(Authorization(append(Users(s.Cells), Admin())))
 	return b.String()
 }

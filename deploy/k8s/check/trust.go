@@ -27,9 +27,9 @@ const (
 //
 //   - no GTR container, in any object of any overlay, enables gRPC
 //     reflection on the partners' listener (GTR_REFLECTION, -reflection);
-//   - the GTR's probes ask its plaintext admin port, never the partners'
-//     port, which serves TLS only and which kubelet's gRPC probes cannot
-//     speak to;
+//   - the GTR's probes ask its plaintext health port (GTR_HEALTH_LISTEN),
+//     never the partners' or the admin port, which serve TLS only and which
+//     kubelet's gRPC probes cannot speak to;
 //   - GTR_TLS_CERT and GTR_TLS_KEY are tls.crt and tls.key of one Secret
 //     that a rendered Certificate issues, mounted whole (a subPath mount
 //     never sees a renewal), for the partners' Service's names;
@@ -139,12 +139,16 @@ func reflectionOn(w *World, ns string, c corev1.Container) []string {
 // gtrProbes holds every probe of a GTR container to the admin port, the one
 // that serves plaintext gRPC health.
 func gtrProbes(at string, c corev1.Container) []string {
-	admin, err := listenPort(envOf(c, "GTR_ADMIN_LISTEN"))
+	var v []string
+	if _, err := listenPort(envOf(c, "GTR_ADMIN_LISTEN")); err != nil {
+		v = append(v, at+": GTR_ADMIN_LISTEN: "+err.Error()+": admin clients of the namespace cannot reach it")
+	}
+	health, err := listenPort(envOf(c, "GTR_HEALTH_LISTEN"))
 	if err != nil {
-		return []string{at + ": GTR_ADMIN_LISTEN: " + err.Error() + ": kubelet's probes need the plaintext admin listener"}
+		return append(v, at+": GTR_HEALTH_LISTEN: "+err.Error()+": kubelet's probes need the plaintext health listener")
 	}
 	partners, _ := listenPort(envOf(c, "GTR_LISTEN"))
-	var v []string
+	admin, _ := listenPort(envOf(c, "GTR_ADMIN_LISTEN"))
 	for _, p := range []struct {
 		kind  string
 		probe *corev1.Probe
@@ -154,11 +158,11 @@ func gtrProbes(at string, c corev1.Container) []string {
 			continue
 		}
 		switch port := p.probe.GRPC.Port; {
-		case port == partners:
-			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, the partners' TLS listener, which kubelet's gRPC probes cannot speak to; probe the admin port %d",
-				at, p.kind, port, admin))
-		case port != admin:
-			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, want the admin port %d", at, p.kind, port, admin))
+		case port == partners || port == admin:
+			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, a TLS listener (partners' or admin), which kubelet's gRPC probes cannot speak to; probe the health port %d",
+				at, p.kind, port, health))
+		case port != health:
+			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, want the health port %d", at, p.kind, port, health))
 		}
 	}
 	return v

@@ -192,9 +192,14 @@ func TestTrustChecksCatch(t *testing.T) {
 				c.ReadinessProbe.GRPC.Port, c.StartupProbe.GRPC.Port = 7070, 7070
 			})
 		}, []string{
-			"container gtr: readiness probe asks port 7070, the partners' TLS listener",
-			"container gtr: startup probe asks port 7070, the partners' TLS listener",
+			"container gtr: readiness probe asks port 7070, a TLS listener",
+			"container gtr: startup probe asks port 7070, a TLS listener",
 		}},
+		{"probes on the admin port", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				gtrContainer(d).LivenessProbe.GRPC.Port = 7071
+			})
+		}, []string{"container gtr: liveness probe asks port 7071, a TLS listener"}},
 		{"admin listener on loopback", func() []Object {
 			return withGTR(t, base, func(d *appsv1.Deployment) {
 				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_ADMIN_LISTEN", Value: "127.0.0.1:7071"})

@@ -36,6 +36,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
@@ -309,17 +310,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if cfg.HealthListen != "" {
-		hlis, err := net.Listen("tcp", cfg.HealthListen)
+		hp, err := healthport.Listen(cfg.HealthListen, hs)
 		if err != nil {
 			for _, l := range listeners {
 				l.Close()
 			}
-			return fmt.Errorf("gtr: health listen: %w", err)
+			return fmt.Errorf("gtr: %w", err)
 		}
-		hsrv := grpc.NewServer(grpclimits.Admin.ServerOptions()...)
-		healthpb.RegisterHealthServer(hsrv, hs)
-		servers = append(servers, hsrv)
-		listeners = append(listeners, hlis)
+		defer hp.Stop()
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
