@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,13 +25,22 @@ const TokenHeader = "authorization"
 // not in the policy PERMISSION_DENIED for everyone. gRPC health is the one
 // service reachable without a token, so that probes need no secret.
 type Auth struct {
-	ix *operators.Index
+	ix atomic.Pointer[operators.Index]
 	// denied, if set, records refused calls in the audit log.
 	denied func(ctx context.Context, rec audit.Record)
 }
 
 // NewAuth returns an Auth for ix; nil or empty refuses every call.
-func NewAuth(ix *operators.Index) *Auth { return &Auth{ix: ix} }
+func NewAuth(ix *operators.Index) *Auth {
+	a := &Auth{}
+	a.ix.Store(ix)
+	return a
+}
+
+// SetIndex replaces the operators' credentials, for calls from now on (a
+// reloaded operators file); a call being served keeps the ones it was
+// checked with.
+func (a *Auth) SetIndex(ix *operators.Index) { a.ix.Store(ix) }
 
 type operatorKey struct{}
 
@@ -45,7 +55,8 @@ func (a *Auth) check(ctx context.Context, method string, req any) (context.Conte
 	if open {
 		return ctx, nil
 	}
-	if a.ix == nil || a.ix.Len() == 0 {
+	ix := a.ix.Load()
+	if ix == nil || ix.Len() == 0 {
 		return nil, status.Error(codes.Unauthenticated, "admin API disabled: this GTR has no operators configured")
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -54,7 +65,7 @@ func (a *Auth) check(ctx context.Context, method string, req any) (context.Conte
 		return nil, status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	op, err := a.ix.Authenticate(tok)
+	op, err := ix.Authenticate(tok)
 	if err != nil || !ok {
 		return nil, status.Error(codes.Unauthenticated, "invalid operator token")
 	}

@@ -38,7 +38,6 @@ import (
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
@@ -61,7 +60,10 @@ type Config struct {
 	// role admin. With neither, every admin call is UNAUTHENTICATED
 	// (health still answers).
 	OperatorsFile string
-	AdminToken    string
+	// OperatorsRefresh is how often OperatorsFile is read again, so that
+	// operators are added and removed without a restart; default 10 s.
+	OperatorsRefresh time.Duration
+	AdminToken       string
 	// AuditFile is the audit log's local spool (with NATS; the records
 	// reach the CELLPAY_AUDIT stream once it takes them) or the audit log
 	// itself (standalone). Default: beside StateFile, <state>.audit.jsonl;
@@ -296,7 +298,12 @@ func Run(ctx context.Context, cfg Config) error {
 		// TLS with the partners' certificate: operators' tokens never
 		// cross the network in the clear either.
 		asOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, grpclimits.Admin.ServerOptions()...)
-		as := grpc.NewServer(append(append(asOpts, adm.ServerOptions(admin.NewAuth(ops))...), tel.ServerOptions()...)...)
+		authn := admin.NewAuth(ops)
+		if cfg.OperatorsFile != "" {
+			stopWatch := watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log)
+			defer stopWatch()
+		}
+		as := grpc.NewServer(append(append(asOpts, adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
 		adm.Register(as)
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)
@@ -348,23 +355,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.Info("gtr stopped")
 	return nil
-}
-
-// loadOperators reads the operators file (if any) and adds the legacy
-// token (if any).
-func loadOperators(file, legacy string) (*operators.Index, error) {
-	var f *operators.File
-	if file != "" {
-		var err error
-		if f, err = operators.Load(file); err != nil {
-			return nil, fmt.Errorf("gtr: %w", err)
-		}
-	}
-	ix, err := operators.Compile(f, legacy)
-	if err != nil {
-		return nil, fmt.Errorf("gtr: %w", err)
-	}
-	return ix, nil
 }
 
 // followCells points the health monitor at the table's cells, and has the
