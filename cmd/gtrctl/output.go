@@ -203,13 +203,23 @@ type tableFile struct {
 	Version uint64      `yaml:"version" json:"version"`
 	Cells   []tableCell `yaml:"cells" json:"cells"`
 	Rules   []tableRule `yaml:"rules" json:"rules"`
+	Pools   []tablePool `yaml:"pools,omitempty" json:"pools,omitempty"`
 }
 
+// tableCell has addr (one address) or addrs (its instances), not both.
 type tableCell struct {
-	ID     string `yaml:"id" json:"id"`
-	Addr   string `yaml:"addr" json:"addr"`
-	Pool   string `yaml:"pool" json:"pool"`
-	Weight *int   `yaml:"weight" json:"weight"`
+	ID     string   `yaml:"id" json:"id"`
+	Addr   string   `yaml:"addr,omitempty" json:"addr,omitempty"`
+	Addrs  []string `yaml:"addrs,omitempty,flow" json:"addrs,omitempty"`
+	Pool   string   `yaml:"pool" json:"pool"`
+	Weight *int     `yaml:"weight" json:"weight"`
+}
+
+// tablePool names a pool's balancer: round_robin, least_request or
+// priority.
+type tablePool struct {
+	Name     string `yaml:"name" json:"name"`
+	Balancer string `yaml:"balancer" json:"balancer"`
 }
 
 type tableRule struct {
@@ -247,7 +257,10 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 		if c.Weight != nil {
 			w = int32(*c.Weight)
 		}
-		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w})
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w})
+	}
+	for _, p := range f.Pools {
+		t.Pools = append(t.Pools, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer})
 	}
 	for _, r := range f.Rules {
 		t.Rules = append(t.Rules, &adminproto.Rule{Name: r.Name, Partners: r.Partners, Markets: r.Markets,
@@ -298,7 +311,10 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 	f := tableFile{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
 		wt := int(c.GetWeight())
-		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Pool: c.GetPool(), Weight: &wt})
+		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: &wt})
+	}
+	for _, p := range t.GetPools() {
+		f.Pools = append(f.Pools, tablePool{Name: p.GetName(), Balancer: p.GetBalancer()})
 	}
 	for _, r := range t.GetRules() {
 		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),

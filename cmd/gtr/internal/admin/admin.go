@@ -278,9 +278,9 @@ func (s *Server) GetEffectiveTable(_ context.Context, _ *adminproto.GetEffective
 		return nil, errNoTable()
 	}
 	spec, now := tbl.Spec(), s.cfg.State.Now()
-	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules)}
+	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules), Pools: poolsToProto(spec.Pools)}
 	for _, c := range spec.Cells {
-		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
+		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
 			State: c.State.String(), RefdataVersion: c.RefdataVersion, HealthShare: int32(s.cfg.Health.Share(c.ID))}
 		if dc := d.Cell(c.ID); dc != nil {
 			ec.ConfiguredWeight, ec.RampWeight = int32(dc.Weight), int32(dc.WeightAt(now))
