@@ -34,13 +34,45 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	}
 	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	var down []string
 	for _, cs := range resp.GetCells() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
-			cs.GetId(), cs.GetPool(), health(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
+			cs.GetId(), cs.GetPool(), health(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
 			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), refdataVersion(cs), ramp(cs.GetRamp()))
+		for _, in := range cs.GetInstances() {
+			if in.GetHealth() == adminproto.Health_HEALTH_DOWN {
+				down = append(down, fmt.Sprintf("  %s %s: %s", cs.GetId(), in.GetAddr(), in.GetDetail()))
+			}
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(down) > 0 {
+		fmt.Fprintf(c.out, "\ninstances down (-o json for every instance):\n%s\n", strings.Join(down, "\n"))
+	}
+	return nil
+}
+
+// instances is "2/2 up" (instances serving of those checked) and the
+// balancer over them, or "-" from a GTR that does not report instances.
+func instances(cs *adminproto.CellStatus) string {
+	in := cs.GetInstances()
+	if len(in) == 0 && cs.GetBalancer() == "" {
+		return "-"
+	}
+	up := 0
+	for _, i := range in {
+		if i.GetHealth() == adminproto.Health_HEALTH_UP {
+			up++
+		}
+	}
+	s := fmt.Sprintf("%d/%d up", up, len(in))
+	if b := cs.GetBalancer(); b != "" && b != "round_robin" {
+		s += " (" + b + ")"
+	}
+	return s
 }
 
 // refdataVersion is the reference data version the cell reported to the
