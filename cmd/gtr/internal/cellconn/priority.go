@@ -23,18 +23,18 @@ func init() {
 	balancer.Register(base.NewBalancerBuilder(priorityName, priorityBuilder{}, base.Config{HealthCheck: true}))
 }
 
-// rankKey keys an address's rank in its BalancerAttributes.
+// rankKey keys an address's rank in its Attributes (BalancerAttributes is deprecated).
 type rankKey struct{}
 
 func withRank(a resolver.Address, rank int) resolver.Address {
-	a.BalancerAttributes = a.BalancerAttributes.WithValue(rankKey{}, rank)
+	a.Attributes = a.Attributes.WithValue(rankKey{}, rank)
 	return a
 }
 
 // rank is a's position in its list; an address without one (a dns:///
 // name's) ranks after every listed one.
 func rank(a resolver.Address) int {
-	if r, ok := a.BalancerAttributes.Value(rankKey{}).(int); ok {
+	if r, ok := a.Attributes.Value(rankKey{}).(int); ok {
 		return r
 	}
 	return math.MaxInt
