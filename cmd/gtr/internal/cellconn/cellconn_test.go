@@ -13,6 +13,8 @@ import (
 	hs "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -50,13 +52,13 @@ func (in *instance) Get(ctx context.Context, _ *cellproto.GetRequest) (*cellpayv
 	return &cellpayv1.Transaction{CellId: in.name}, nil
 }
 
-func startInstance(t *testing.T, name string) *instance {
+func startInstance(t *testing.T, name string, opts ...grpc.ServerOption) *instance {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{name: name, addr: lis.Addr().String(), srv: grpc.NewServer(), health: hs.NewServer(), release: make(chan struct{})}
+	in := &instance{name: name, addr: lis.Addr().String(), srv: grpc.NewServer(opts...), health: hs.NewServer(), release: make(chan struct{})}
 	cellproto.RegisterCellServer(in.srv, in)
 	healthpb.RegisterHealthServer(in.srv, in.health)
 	go in.srv.Serve(lis)
@@ -75,7 +77,13 @@ func (in *instance) serving(ok bool) {
 // cellOf is a two-instance cell's client from a fresh pool, balanced by b.
 func cellOf(t *testing.T, b routing.Balancer, insts ...*instance) cellproto.CellClient {
 	t.Helper()
-	p := New()
+	return cellWith(t, b, nil, insts...)
+}
+
+// cellWith is cellOf with the pool's dial options.
+func cellWith(t *testing.T, b routing.Balancer, opts []grpc.DialOption, insts ...*instance) cellproto.CellClient {
+	t.Helper()
+	p := New(opts...)
 	t.Cleanup(p.Close)
 	c := &routing.Cell{ID: "cell-a", Pool: "main"}
 	for _, in := range insts {
@@ -255,5 +263,44 @@ func TestPoolRedialsOnChange(t *testing.T) {
 	p.Forget(func(string) bool { return false })
 	if len(p.conns) != 0 {
 		t.Fatal("Forget kept a connection")
+	}
+}
+
+// TestInstancesOverMutualTLS: as the platform runs it, each instance
+// serves mutual TLS with the cells' policy and a certificate for its own
+// host; the GTR's connection authenticates every instance, health-checks
+// each (NOT_SERVING takes one out), and reaches both.
+func TestInstancesOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.EnsureCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("gtr", []string{hop.GTR}, pki.Client); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("cell-a", []string{"127.0.0.1", hop.Cell("cell-a")}, pki.Server); err != nil {
+		t.Fatal(err)
+	}
+	files := func(name string) pki.Files {
+		return pki.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()}
+	}
+	srvOpts, stopSrv, err := hop.ServerOptions(files("cell-a"), hop.CellPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopSrv()
+	dial, stopDial, err := hop.DialOption(files("gtr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopDial()
+	a, b := startInstance(t, "a", srvOpts...), startInstance(t, "b", srvOpts...)
+	c := cellWith(t, routing.BalanceRoundRobin, []grpc.DialOption{dial}, a, b)
+	testutil.Eventually(t, 5*time.Second, "both instances serving over mutual TLS", func() bool { got := count(t, c, 4); return got["a"] > 0 && got["b"] > 0 })
+	a.serving(false)
+	testutil.Eventually(t, 5*time.Second, "a out of the rotation", func() bool { return count(t, c, 2)["a"] == 0 })
+	if got := count(t, c, 10); got["b"] != 10 {
+		t.Fatalf("with a NOT_SERVING over mutual TLS: %v, want all on b", got)
 	}
 }
