@@ -128,7 +128,8 @@ type Cell struct {
 // shares from it (Share) when it compiles, and the admin API reads the
 // outcome window that ejects (Stats); nothing keeps a copy.
 //
-// Lock order: mu, then a cellState's mu. Observe, the payment path's
+// Lock order: mu, then a cellState's mu, then its imu (a leaf: the
+// instances' set). Observe, the payment path's
 // call, takes no monitor-wide lock: one atomic load of the cell map, then
 // that cell's own mu. Only an ejection (rare) takes mu, because deciding
 // that a cell is not the last of its pool reads its peers.
@@ -230,7 +231,12 @@ func (s *cellState) withPool(pool string) *cellState {
 		consecFail: s.consecFail, slowChecks: s.slowChecks, window: s.window.clone(), recent: s.recent.clone()}
 	n.Pool = pool
 	n.share.Store(s.share.Load())
-	n.insts.Store(s.insts.Load()) // the same connections: s is dropped, not closed
+	// The same connections: s is dropped, not closed, and a round of
+	// checks still holding it must not re-resolve them away from n.
+	n.insts.Store(s.insts.Load())
+	s.imu.Lock()
+	s.gone = true
+	s.imu.Unlock()
 	return n
 }
 
