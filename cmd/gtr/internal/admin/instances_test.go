@@ -3,16 +3,21 @@ package admin
 import (
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // TestListCellsShowsInstances: a table whose cell lists two instances
@@ -84,5 +89,48 @@ func TestListCellsShowsInstances(t *testing.T) {
 	}
 	if i := a.Instances[1]; i.Addr != dead || i.Health != adminproto.Health_HEALTH_DOWN || i.Detail != "Unavailable" {
 		t.Fatalf("dead instance: %v", i)
+	}
+}
+
+// TestInstanceFieldsRefused: a bad instance list or pool entry is refused
+// whole, INVALID_ARGUMENT naming the field, and the table in force stays.
+func TestInstanceFieldsRefused(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	base, err := c.GetTable(ctx, &adminproto.GetTableRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Version++
+	before := f.st.Table()
+	for _, tc := range []struct {
+		name, field string
+		edit        func(*adminproto.Table)
+	}{
+		{"17 instances", "table.cells[1].addrs", func(tb *adminproto.Table) {
+			tb.Cells[1].Addr = ""
+			for i := range routing.MaxInstances + 1 {
+				tb.Cells[1].Addrs = append(tb.Cells[1].Addrs, "10.0.0."+strconv.Itoa(i)+":7081")
+			}
+		}},
+		{"addr and addrs", "table.cells[0].addrs", func(tb *adminproto.Table) { tb.Cells[0].Addrs = []string{"10.0.0.1:7081"} }},
+		{"a dns name in addrs", "table.cells[0].addrs", func(tb *adminproto.Table) {
+			tb.Cells[0].Addr, tb.Cells[0].Addrs = "", []string{"10.0.0.1:7081", "dns:///cell-a:7081"}
+		}},
+		{"unknown balancer", "table.pools[0].balancer", func(tb *adminproto.Table) { tb.Pools = []*adminproto.Pool{{Name: "main", Balancer: "random"}} }},
+		{"pool without cells", "table.pools[0].name", func(tb *adminproto.Table) { tb.Pools = []*adminproto.Pool{{Name: "spare", Balancer: "priority"}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := proto.Clone(base).(*adminproto.Table)
+			tc.edit(tb)
+			_, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tb})
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || !hasField(st, tc.field) {
+				t.Fatalf("%v %v, want INVALID_ARGUMENT naming %s", st.Code(), st.Details(), tc.field)
+			}
+			if f.st.Table() != before {
+				t.Fatal("the table in force changed")
+			}
+		})
 	}
 }

@@ -238,6 +238,8 @@ func violations(err error) []*errdetails.BadRequest_FieldViolation {
 				field = fmt.Sprintf("table.cells[%d]", se.Index)
 			case "rule":
 				field = fmt.Sprintf("table.rules[%d]", se.Index)
+			case "pool":
+				field = fmt.Sprintf("table.pools[%d]", se.Index)
 			}
 			if se.Field != "" {
 				field += "." + snake(se.Field)
