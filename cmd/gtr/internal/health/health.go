@@ -38,6 +38,10 @@ import (
 type Config struct {
 	Interval     time.Duration // active check period [250ms]
 	CheckTimeout time.Duration // one active check [200ms]
+	// ResolveInterval is how often a dns:/// cell's name is looked up
+	// again for its instances [2s]; each lookup is bounded by
+	// CheckTimeout.
+	ResolveInterval time.Duration
 	// SlowChecks is how many active checks in a row may time out before
 	// the cell counts as down [3]: a busy cell answers late, a dead one
 	// not at all; an answer of NOT_SERVING, or a refused connection, counts
@@ -82,6 +86,7 @@ func (c *Config) validate() error {
 	}
 	def(&c.Interval, 250*time.Millisecond)
 	def(&c.CheckTimeout, 200*time.Millisecond)
+	def(&c.ResolveInterval, 2*time.Second)
 	def(&c.FailureWindow, 5*time.Second)
 	def(&c.BaseEjection, time.Second)
 	def(&c.MaxEjection, 30*time.Second)
@@ -155,6 +160,8 @@ type cellState struct {
 	insts atomic.Pointer[[]*instance]
 	imu   sync.Mutex // serialises replacing insts and closing them
 	gone  bool       // closed: insts are closed and never replaced again; under imu
+	// resolvedAt is when a dns:/// name was last looked up; under imu.
+	resolvedAt time.Time
 
 	// share is written with mu of the cell held, read without it.
 	share atomic.Int32

@@ -134,11 +134,19 @@ func (s *cellState) closeInstances() {
 }
 
 // resolve refreshes a dns:/// cell's instances from its name, within
-// CheckTimeout, keeping the connections of addresses it still has. It
-// returns the error of a lookup that failed (the instances are kept: a
-// name that does not resolve has no instance that answers, which the
-// caller counts).
+// CheckTimeout and at most every ResolveInterval, keeping the connections
+// of addresses it still has. A name that does not exist (no ready pod
+// behind a headless Service) leaves the cell no instance; a lookup that
+// fails otherwise (a timeout, a DNS server away) keeps the instances it
+// had, so that a flaky resolver does not take a serving cell down. It
+// returns the lookup's error.
 func (m *Monitor) resolve(ctx context.Context, s *cellState) error {
+	s.imu.Lock()
+	fresh := !s.resolvedAt.IsZero() && time.Since(s.resolvedAt) < m.cfg.ResolveInterval
+	s.imu.Unlock()
+	if fresh {
+		return nil
+	}
 	hostport := strings.TrimPrefix(s.Addr, "dns:///")
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -147,7 +155,8 @@ func (m *Monitor) resolve(ctx context.Context, s *cellState) error {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
 	defer cancel()
 	ips, err := net.DefaultResolver.LookupHost(lctx, host)
-	if err != nil {
+	var dnsErr *net.DNSError
+	if err != nil && !(errors.As(err, &dnsErr) && dnsErr.IsNotFound) {
 		return err
 	}
 	addrs := make([]string, 0, len(ips))
@@ -160,22 +169,23 @@ func (m *Monitor) resolve(ctx context.Context, s *cellState) error {
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	if s.gone {
-		return nil
+		return err
 	}
+	s.resolvedAt = time.Now()
 	cur := *s.insts.Load()
 	if slices.EqualFunc(cur, addrs, func(in *instance, a string) bool { return in.addr == a }) {
-		return nil
+		return err
 	}
 	var next []*instance
-	var fresh []string
+	var added []string
 	for _, a := range addrs {
 		if i := slices.IndexFunc(cur, func(in *instance) bool { return in.addr == a }); i >= 0 {
 			next = append(next, cur[i])
 		} else {
-			fresh = append(fresh, a)
+			added = append(added, a)
 		}
 	}
-	next = append(next, m.dialAll(s.ID, fresh, hostport)...)
+	next = append(next, m.dialAll(s.ID, added, hostport)...)
 	slices.SortFunc(next, func(a, b *instance) int { return strings.Compare(a.addr, b.addr) })
 	for _, in := range cur {
 		if !slices.Contains(next, in) {
@@ -183,7 +193,7 @@ func (m *Monitor) resolve(ctx context.Context, s *cellState) error {
 		}
 	}
 	s.setInstances(next)
-	return nil
+	return err
 }
 
 // checkCell probes every instance of s at once, each within CheckTimeout,
@@ -192,11 +202,7 @@ func (m *Monitor) resolve(ctx context.Context, s *cellState) error {
 func (m *Monitor) checkCell(ctx context.Context, s *cellState) checkResult {
 	if isDNS(s.Addr) {
 		if err := m.resolve(ctx, s); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return checkSlow
-			}
-			m.cfg.Log.Warn("health: cell name does not resolve", "cell", s.ID, "addr", s.Addr, "error", err)
-			return checkDown
+			m.cfg.Log.Debug("health: cell name did not resolve", "cell", s.ID, "addr", s.Addr, "error", err)
 		}
 	}
 	insts := *s.insts.Load()
