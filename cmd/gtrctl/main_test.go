@@ -49,7 +49,11 @@ func (f *fakeAdmin) ListCells(ctx context.Context, _ *adminproto.ListCellsReques
 	defer f.mu.Unlock()
 	f.lists++
 	b := &adminproto.CellStatus{Id: "cell-b", Pool: "main", Health: adminproto.Health_HEALTH_UP, HealthShare: 100,
-		Weight: 70, TargetWeight: 70, TableWeight: 100, InFlight: 2, SuccessRate: 0.99, RecentRequests: 100, TrafficShare: 0.25}
+		Weight: 70, TargetWeight: 70, TableWeight: 100, InFlight: 2, SuccessRate: 0.99, RecentRequests: 100, TrafficShare: 0.25,
+		Balancer: "priority", Addrs: []string{"127.0.0.1:7082", "127.0.0.1:7182"}, Instances: []*adminproto.InstanceStatus{
+			{Addr: "127.0.0.1:7082", Health: adminproto.Health_HEALTH_UP, CheckedAt: timestamppb.Now()},
+			{Addr: "127.0.0.1:7182", Health: adminproto.Health_HEALTH_DOWN, Detail: "Unavailable", CheckedAt: timestamppb.Now()},
+		}}
 	if f.lists < 3 && f.drain != nil && f.drain.Over != nil { // ramping for two polls
 		b.Weight = int32(100 - 15*f.lists)
 		b.Ramp = &adminproto.Ramp{FromWeight: 100, ToWeight: 70, Start: timestamppb.Now(), End: timestamppb.New(time.Now().Add(time.Second))}
@@ -118,12 +122,19 @@ func gtrctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestCells(t *testing.T) {
 	_, addr := serve(t)
 	code, out, errs := gtrctl(t, "cells", "--addr", addr, "--token", "tok")
-	if code != 0 || !strings.Contains(out, "cell-b") || !strings.Contains(out, "25.0%") || !strings.Contains(out, "99.0% of 100") {
+	if code != 0 || !strings.Contains(out, "cell-b") || !strings.Contains(out, "25.0%") || !strings.Contains(out, "99.0% of 100") ||
+		!strings.Contains(out, "INSTANCES") || !strings.Contains(out, "1/2 up (priority)") || !strings.Contains(out, "cell-b 127.0.0.1:7182: Unavailable") {
 		t.Fatalf("code %d\n%s\n%s", code, out, errs)
 	}
 	code, out, _ = gtrctl(t, "cells", "--addr", addr, "--token", "tok", "-o", "json")
-	var v map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v["tableVersion"] != "3" {
+	var v struct {
+		TableVersion string `json:"tableVersion"`
+		Cells        []struct {
+			Instances []struct{ Addr, Health, Detail string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.TableVersion != "3" || len(v.Cells) != 1 || len(v.Cells[0].Instances) != 2 ||
+		v.Cells[0].Instances[1].Health != "HEALTH_DOWN" || v.Cells[0].Instances[1].Addr != "127.0.0.1:7182" {
 		t.Fatalf("json: code %d %s", code, out)
 	}
 	code, _, errs = gtrctl(t, "cells", "--addr", addr, "--token", "wrong")

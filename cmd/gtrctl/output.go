@@ -34,13 +34,45 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	}
 	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	var down []string
 	for _, cs := range resp.GetCells() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
-			cs.GetId(), cs.GetPool(), health(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
+			cs.GetId(), cs.GetPool(), health(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
 			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), refdataVersion(cs), ramp(cs.GetRamp()))
+		for _, in := range cs.GetInstances() {
+			if in.GetHealth() == adminproto.Health_HEALTH_DOWN {
+				down = append(down, fmt.Sprintf("  %s %s: %s", cs.GetId(), in.GetAddr(), in.GetDetail()))
+			}
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(down) > 0 {
+		fmt.Fprintf(c.out, "\ninstances down (-o json for every instance):\n%s\n", strings.Join(down, "\n"))
+	}
+	return nil
+}
+
+// instances is "2/2 up" (instances serving of those checked) and the
+// balancer over them, or "-" from a GTR that does not report instances.
+func instances(cs *adminproto.CellStatus) string {
+	in := cs.GetInstances()
+	if len(in) == 0 && cs.GetBalancer() == "" {
+		return "-"
+	}
+	up := 0
+	for _, i := range in {
+		if i.GetHealth() == adminproto.Health_HEALTH_UP {
+			up++
+		}
+	}
+	s := fmt.Sprintf("%d/%d up", up, len(in))
+	if b := cs.GetBalancer(); b != "" && b != "round_robin" {
+		s += " (" + b + ")"
+	}
+	return s
 }
 
 // refdataVersion is the reference data version the cell reported to the
@@ -203,13 +235,23 @@ type tableFile struct {
 	Version uint64      `yaml:"version" json:"version"`
 	Cells   []tableCell `yaml:"cells" json:"cells"`
 	Rules   []tableRule `yaml:"rules" json:"rules"`
+	Pools   []tablePool `yaml:"pools,omitempty" json:"pools,omitempty"`
 }
 
+// tableCell has addr (one address) or addrs (its instances), not both.
 type tableCell struct {
-	ID     string `yaml:"id" json:"id"`
-	Addr   string `yaml:"addr" json:"addr"`
-	Pool   string `yaml:"pool" json:"pool"`
-	Weight *int   `yaml:"weight" json:"weight"`
+	ID     string   `yaml:"id" json:"id"`
+	Addr   string   `yaml:"addr,omitempty" json:"addr,omitempty"`
+	Addrs  []string `yaml:"addrs,omitempty,flow" json:"addrs,omitempty"`
+	Pool   string   `yaml:"pool" json:"pool"`
+	Weight *int     `yaml:"weight" json:"weight"`
+}
+
+// tablePool names a pool's balancer: round_robin, least_request or
+// priority.
+type tablePool struct {
+	Name     string `yaml:"name" json:"name"`
+	Balancer string `yaml:"balancer" json:"balancer"`
 }
 
 type tableRule struct {
@@ -247,7 +289,10 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 		if c.Weight != nil {
 			w = int32(*c.Weight)
 		}
-		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w})
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w})
+	}
+	for _, p := range f.Pools {
+		t.Pools = append(t.Pools, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer})
 	}
 	for _, r := range f.Rules {
 		t.Rules = append(t.Rules, &adminproto.Rule{Name: r.Name, Partners: r.Partners, Markets: r.Markets,
@@ -298,7 +343,10 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 	f := tableFile{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
 		wt := int(c.GetWeight())
-		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Pool: c.GetPool(), Weight: &wt})
+		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: &wt})
+	}
+	for _, p := range t.GetPools() {
+		f.Pools = append(f.Pools, tablePool{Name: p.GetName(), Balancer: p.GetBalancer()})
 	}
 	for _, r := range t.GetRules() {
 		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),

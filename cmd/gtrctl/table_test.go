@@ -18,7 +18,7 @@ import (
 func operatorTable() *adminproto.Table {
 	return &adminproto.Table{Version: 7,
 		Cells: []*adminproto.Cell{
-			{Id: "cell-a", Addr: "127.0.0.1:7081", Pool: "main", Weight: 100},
+			{Id: "cell-a", Addrs: []string{"127.0.0.1:7081", "127.0.0.1:7181"}, Pool: "main", Weight: 100},
 			{Id: "cell-b", Addr: "127.0.0.1:7082", Pool: "main", Weight: 70},
 			{Id: "cell-c", Addr: "dns:///cell-c:7083", Pool: "spare", Weight: 0},
 		},
@@ -27,6 +27,7 @@ func operatorTable() *adminproto.Table {
 				Pool: "spare", HashOn: "merchant", MinRefdataVersion: 3},
 			{Name: "default", Pool: "main", HashOn: "partner"},
 		},
+		Pools: []*adminproto.Pool{{Name: "main", Balancer: "priority"}},
 	}
 }
 
@@ -62,6 +63,9 @@ func TestTableGetApplyRoundTrip(t *testing.T) {
 			code, out, errs := gtrctl(t, append([]string{"table", "get", "--addr", addr, "--token", "tok"}, tc.args...)...)
 			if code != 0 {
 				t.Fatalf("get: code %d: %s", code, errs)
+			}
+			if tc.name == "yaml" && (!strings.Contains(out, `addrs: ['127.0.0.1:7081', '127.0.0.1:7181']`) || !strings.Contains(out, "balancer: priority")) {
+				t.Fatalf("get does not show the instances and balancer:\n%s", out)
 			}
 			old := regexp.MustCompile(tc.oldVersion)
 			if len(old.FindAllString(out, -1)) != 1 {

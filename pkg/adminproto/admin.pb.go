@@ -278,8 +278,18 @@ type CellStatus struct {
 	// replica first heard it at that version (unset when never heard).
 	RefdataVersion uint64                 `protobuf:"varint,14,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
 	RefdataSince   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=refdata_since,json=refdataSince,proto3" json:"refdata_since,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// instances are the cell's instances as this replica's health monitor
+	// probes them, each on its own: the cell counts up while any is. A cell
+	// at a dns:/// address lists the addresses it resolved to.
+	Instances []*InstanceStatus `protobuf:"bytes,16,rep,name=instances,proto3" json:"instances,omitempty"`
+	// balancer spreads the cell's requests over its healthy instances:
+	// round_robin, least_request or priority (its pool's).
+	Balancer string `protobuf:"bytes,17,opt,name=balancer,proto3" json:"balancer,omitempty"`
+	// addrs is the cell's configured instance list (empty when addr is
+	// one address).
+	Addrs         []string `protobuf:"bytes,18,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CellStatus) Reset() {
@@ -417,6 +427,100 @@ func (x *CellStatus) GetRefdataSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *CellStatus) GetInstances() []*InstanceStatus {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *CellStatus) GetBalancer() string {
+	if x != nil {
+		return x.Balancer
+	}
+	return ""
+}
+
+func (x *CellStatus) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
+// InstanceStatus is one instance of a cell, by its latest health check.
+type InstanceStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Addr  string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	// health is HEALTH_UP when it answered SERVING, HEALTH_DOWN when it
+	// answered anything else or could not be reached, HEALTH_UNSPECIFIED
+	// before its first check.
+	Health Health `protobuf:"varint,2,opt,name=health,proto3,enum=cellpay.admin.v1.Health" json:"health,omitempty"`
+	// detail says why it is down: "NOT_SERVING", a gRPC code, "timeout".
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	CheckedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceStatus) Reset() {
+	*x = InstanceStatus{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceStatus) ProtoMessage() {}
+
+func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
+func (*InstanceStatus) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *InstanceStatus) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *InstanceStatus) GetHealth() Health {
+	if x != nil {
+		return x.Health
+	}
+	return Health_HEALTH_UNSPECIFIED
+}
+
+func (x *InstanceStatus) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *InstanceStatus) GetCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return nil
+}
+
 // Ramp moves a cell's weight linearly from from_weight to to_weight between
 // start and end. Every replica computes the weight from the clock.
 type Ramp struct {
@@ -431,7 +535,7 @@ type Ramp struct {
 
 func (x *Ramp) Reset() {
 	*x = Ramp{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +547,7 @@ func (x *Ramp) String() string {
 func (*Ramp) ProtoMessage() {}
 
 func (x *Ramp) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +560,7 @@ func (x *Ramp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ramp.ProtoReflect.Descriptor instead.
 func (*Ramp) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ramp) GetFromWeight() int32 {
@@ -499,7 +603,7 @@ type SetWeightRequest struct {
 
 func (x *SetWeightRequest) Reset() {
 	*x = SetWeightRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +615,7 @@ func (x *SetWeightRequest) String() string {
 func (*SetWeightRequest) ProtoMessage() {}
 
 func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +628,7 @@ func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetWeightRequest) GetCellId() string {
@@ -560,7 +664,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +676,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +689,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DrainRequest) GetCellId() string {
@@ -619,7 +723,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +735,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +748,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RestoreRequest) GetCellId() string {
@@ -675,7 +779,7 @@ type Attrs struct {
 
 func (x *Attrs) Reset() {
 	*x = Attrs{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +791,7 @@ func (x *Attrs) String() string {
 func (*Attrs) ProtoMessage() {}
 
 func (x *Attrs) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +804,7 @@ func (x *Attrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attrs.ProtoReflect.Descriptor instead.
 func (*Attrs) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Attrs) GetPartnerId() string {
@@ -747,7 +851,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +863,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +876,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExplainRequest) GetAttrs() *Attrs {
@@ -803,7 +907,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +919,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +932,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExplainResponse) GetTableVersion() uint64 {
@@ -905,7 +1009,7 @@ type RuleMiss struct {
 
 func (x *RuleMiss) Reset() {
 	*x = RuleMiss{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1021,7 @@ func (x *RuleMiss) String() string {
 func (*RuleMiss) ProtoMessage() {}
 
 func (x *RuleMiss) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1034,7 @@ func (x *RuleMiss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleMiss.ProtoReflect.Descriptor instead.
 func (*RuleMiss) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RuleMiss) GetRule() string {
@@ -976,7 +1080,7 @@ type CellVerdict struct {
 
 func (x *CellVerdict) Reset() {
 	*x = CellVerdict{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1092,7 @@ func (x *CellVerdict) String() string {
 func (*CellVerdict) ProtoMessage() {}
 
 func (x *CellVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1105,7 @@ func (x *CellVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellVerdict.ProtoReflect.Descriptor instead.
 func (*CellVerdict) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CellVerdict) GetCellId() string {
@@ -1069,7 +1173,7 @@ type RouteKeysRequest struct {
 
 func (x *RouteKeysRequest) Reset() {
 	*x = RouteKeysRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1185,7 @@ func (x *RouteKeysRequest) String() string {
 func (*RouteKeysRequest) ProtoMessage() {}
 
 func (x *RouteKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1198,7 @@ func (x *RouteKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteKeysRequest.ProtoReflect.Descriptor instead.
 func (*RouteKeysRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteKeysRequest) GetAttrs() []*Attrs {
@@ -1116,7 +1220,7 @@ type RouteKeysResponse struct {
 
 func (x *RouteKeysResponse) Reset() {
 	*x = RouteKeysResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1232,7 @@ func (x *RouteKeysResponse) String() string {
 func (*RouteKeysResponse) ProtoMessage() {}
 
 func (x *RouteKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1245,7 @@ func (x *RouteKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteKeysResponse.ProtoReflect.Descriptor instead.
 func (*RouteKeysResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteKeysResponse) GetTableVersion() uint64 {
@@ -1166,7 +1270,7 @@ type GetTableRequest struct {
 
 func (x *GetTableRequest) Reset() {
 	*x = GetTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1282,7 @@ func (x *GetTableRequest) String() string {
 func (*GetTableRequest) ProtoMessage() {}
 
 func (x *GetTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,21 +1295,24 @@ func (x *GetTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTableRequest.ProtoReflect.Descriptor instead.
 func (*GetTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type Table struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Cells         []*Cell                `protobuf:"bytes,2,rep,name=cells,proto3" json:"cells,omitempty"`
-	Rules         []*Rule                `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Cells   []*Cell                `protobuf:"bytes,2,rep,name=cells,proto3" json:"cells,omitempty"`
+	Rules   []*Rule                `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	// pools configure pools by name; a pool without an entry balances its
+	// cells' instances round robin.
+	Pools         []*Pool `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Table) Reset() {
 	*x = Table{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1324,7 @@ func (x *Table) String() string {
 func (*Table) ProtoMessage() {}
 
 func (x *Table) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1337,7 @@ func (x *Table) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Table.ProtoReflect.Descriptor instead.
 func (*Table) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Table) GetVersion() uint64 {
@@ -1254,21 +1361,34 @@ func (x *Table) GetRules() []*Rule {
 	return nil
 }
 
+func (x *Table) GetPools() []*Pool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
 type Cell struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Pool  string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// addr is the address of a one-instance cell, "host:port", or a DNS
+	// name resolved to all its instances, "dns:///host:port". Set addr or
+	// addrs, not both.
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
 	// weight is 0..100; in GetTable it is the configured weight, never
 	// scaled by health (GetEffectiveTable has that).
-	Weight        int32 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	Weight int32 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	// addrs lists the cell's instances, "host:port" each, at most 16, in
+	// the order the priority balancer tries them.
+	Addrs         []string `protobuf:"bytes,5,rep,name=addrs,proto3" json:"addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1400,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1413,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Cell) GetId() string {
@@ -1324,6 +1444,69 @@ func (x *Cell) GetWeight() int32 {
 	return 0
 }
 
+func (x *Cell) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
+// Pool is a pool's configuration.
+type Pool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// balancer over each cell's healthy instances: round_robin (the
+	// default), least_request or priority (the first healthy instance in
+	// list order).
+	Balancer      string `protobuf:"bytes,2,opt,name=balancer,proto3" json:"balancer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pool) Reset() {
+	*x = Pool{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pool) ProtoMessage() {}
+
+func (x *Pool) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pool.ProtoReflect.Descriptor instead.
+func (*Pool) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Pool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Pool) GetBalancer() string {
+	if x != nil {
+		return x.Balancer
+	}
+	return ""
+}
+
 type GetEffectiveTableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1332,7 +1515,7 @@ type GetEffectiveTableRequest struct {
 
 func (x *GetEffectiveTableRequest) Reset() {
 	*x = GetEffectiveTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1527,7 @@ func (x *GetEffectiveTableRequest) String() string {
 func (*GetEffectiveTableRequest) ProtoMessage() {}
 
 func (x *GetEffectiveTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1540,7 @@ func (x *GetEffectiveTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveTableRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectiveTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 // EffectiveTable is one replica's derived view of the table in force.
@@ -1369,13 +1552,14 @@ type EffectiveTable struct {
 	ReplicaId     string           `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	Cells         []*EffectiveCell `protobuf:"bytes,3,rep,name=cells,proto3" json:"cells,omitempty"`
 	Rules         []*Rule          `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
+	Pools         []*Pool          `protobuf:"bytes,5,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EffectiveTable) Reset() {
 	*x = EffectiveTable{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1571,7 @@ func (x *EffectiveTable) String() string {
 func (*EffectiveTable) ProtoMessage() {}
 
 func (x *EffectiveTable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1584,7 @@ func (x *EffectiveTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveTable.ProtoReflect.Descriptor instead.
 func (*EffectiveTable) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EffectiveTable) GetVersion() uint64 {
@@ -1431,6 +1615,13 @@ func (x *EffectiveTable) GetRules() []*Rule {
 	return nil
 }
 
+func (x *EffectiveTable) GetPools() []*Pool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
 type EffectiveCell struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1449,13 +1640,15 @@ type EffectiveCell struct {
 	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
 	// refdata_version the compiled table has for the cell (0: unknown).
 	RefdataVersion uint64 `protobuf:"varint,9,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// addrs is the cell's instance list, when it has one instead of addr.
+	Addrs         []string `protobuf:"bytes,10,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EffectiveCell) Reset() {
 	*x = EffectiveCell{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1660,7 @@ func (x *EffectiveCell) String() string {
 func (*EffectiveCell) ProtoMessage() {}
 
 func (x *EffectiveCell) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1673,7 @@ func (x *EffectiveCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveCell.ProtoReflect.Descriptor instead.
 func (*EffectiveCell) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EffectiveCell) GetId() string {
@@ -1546,6 +1739,13 @@ func (x *EffectiveCell) GetRefdataVersion() uint64 {
 	return 0
 }
 
+func (x *EffectiveCell) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
 type Rule struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1565,7 +1765,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1777,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1790,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Rule) GetName() string {
@@ -1657,7 +1857,7 @@ type ApplyTableRequest struct {
 
 func (x *ApplyTableRequest) Reset() {
 	*x = ApplyTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1869,7 @@ func (x *ApplyTableRequest) String() string {
 func (*ApplyTableRequest) ProtoMessage() {}
 
 func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1882,7 @@ func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableRequest.ProtoReflect.Descriptor instead.
 func (*ApplyTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyTableRequest) GetTable() *Table {
@@ -1727,7 +1927,7 @@ type ApplyTableResponse struct {
 
 func (x *ApplyTableResponse) Reset() {
 	*x = ApplyTableResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1939,7 @@ func (x *ApplyTableResponse) String() string {
 func (*ApplyTableResponse) ProtoMessage() {}
 
 func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1952,7 @@ func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTableResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyTableResponse) GetVersion() uint64 {
@@ -1795,7 +1995,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +2007,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +2020,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Move) GetFromCell() string {
@@ -1859,7 +2059,7 @@ type ListPartnersRequest struct {
 
 func (x *ListPartnersRequest) Reset() {
 	*x = ListPartnersRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2071,7 @@ func (x *ListPartnersRequest) String() string {
 func (*ListPartnersRequest) ProtoMessage() {}
 
 func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2084,7 @@ func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersRequest.ProtoReflect.Descriptor instead.
 func (*ListPartnersRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 type ListPartnersResponse struct {
@@ -1900,7 +2100,7 @@ type ListPartnersResponse struct {
 
 func (x *ListPartnersResponse) Reset() {
 	*x = ListPartnersResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2112,7 @@ func (x *ListPartnersResponse) String() string {
 func (*ListPartnersResponse) ProtoMessage() {}
 
 func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2125,7 @@ func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersResponse.ProtoReflect.Descriptor instead.
 func (*ListPartnersResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListPartnersResponse) GetRegistryVersion() uint64 {
@@ -1980,7 +2180,7 @@ type Partner struct {
 
 func (x *Partner) Reset() {
 	*x = Partner{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2192,7 @@ func (x *Partner) String() string {
 func (*Partner) ProtoMessage() {}
 
 func (x *Partner) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2205,7 @@ func (x *Partner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partner.ProtoReflect.Descriptor instead.
 func (*Partner) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Partner) GetId() string {
@@ -2081,7 +2281,7 @@ type PartnerKey struct {
 
 func (x *PartnerKey) Reset() {
 	*x = PartnerKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2293,7 @@ func (x *PartnerKey) String() string {
 func (*PartnerKey) ProtoMessage() {}
 
 func (x *PartnerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2306,7 @@ func (x *PartnerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerKey.ProtoReflect.Descriptor instead.
 func (*PartnerKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PartnerKey) GetKeyId() string {
@@ -2134,7 +2334,7 @@ type PartnerLimits struct {
 
 func (x *PartnerLimits) Reset() {
 	*x = PartnerLimits{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2346,7 @@ func (x *PartnerLimits) String() string {
 func (*PartnerLimits) ProtoMessage() {}
 
 func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2359,7 @@ func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerLimits.ProtoReflect.Descriptor instead.
 func (*PartnerLimits) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PartnerLimits) GetRatePerSecond() float64 {
@@ -2198,7 +2398,7 @@ type PartnerCallbacks struct {
 
 func (x *PartnerCallbacks) Reset() {
 	*x = PartnerCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2410,7 @@ func (x *PartnerCallbacks) String() string {
 func (*PartnerCallbacks) ProtoMessage() {}
 
 func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2423,7 @@ func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerCallbacks.ProtoReflect.Descriptor instead.
 func (*PartnerCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PartnerCallbacks) GetMode() string {
@@ -2266,7 +2466,7 @@ type NewKey struct {
 
 func (x *NewKey) Reset() {
 	*x = NewKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2478,7 @@ func (x *NewKey) String() string {
 func (*NewKey) ProtoMessage() {}
 
 func (x *NewKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2491,7 @@ func (x *NewKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewKey.ProtoReflect.Descriptor instead.
 func (*NewKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NewKey) GetKeyId() string {
@@ -2329,7 +2529,7 @@ type AddPartnerRequest struct {
 
 func (x *AddPartnerRequest) Reset() {
 	*x = AddPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2541,7 @@ func (x *AddPartnerRequest) String() string {
 func (*AddPartnerRequest) ProtoMessage() {}
 
 func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2554,7 @@ func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerRequest.ProtoReflect.Descriptor instead.
 func (*AddPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AddPartnerRequest) GetPartnerId() string {
@@ -2403,7 +2603,7 @@ type AddPartnerResponse struct {
 
 func (x *AddPartnerResponse) Reset() {
 	*x = AddPartnerResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2615,7 @@ func (x *AddPartnerResponse) String() string {
 func (*AddPartnerResponse) ProtoMessage() {}
 
 func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2628,7 @@ func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerResponse.ProtoReflect.Descriptor instead.
 func (*AddPartnerResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddPartnerResponse) GetPartner() *Partner {
@@ -2461,7 +2661,7 @@ type SuspendPartnerRequest struct {
 
 func (x *SuspendPartnerRequest) Reset() {
 	*x = SuspendPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2673,7 @@ func (x *SuspendPartnerRequest) String() string {
 func (*SuspendPartnerRequest) ProtoMessage() {}
 
 func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2686,7 @@ func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPartnerRequest.ProtoReflect.Descriptor instead.
 func (*SuspendPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SuspendPartnerRequest) GetPartnerId() string {
@@ -2505,7 +2705,7 @@ type ResumePartnerRequest struct {
 
 func (x *ResumePartnerRequest) Reset() {
 	*x = ResumePartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2717,7 @@ func (x *ResumePartnerRequest) String() string {
 func (*ResumePartnerRequest) ProtoMessage() {}
 
 func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2730,7 @@ func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
 func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumePartnerRequest) GetPartnerId() string {
@@ -2552,7 +2752,7 @@ type PartnerChange struct {
 
 func (x *PartnerChange) Reset() {
 	*x = PartnerChange{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2764,7 @@ func (x *PartnerChange) String() string {
 func (*PartnerChange) ProtoMessage() {}
 
 func (x *PartnerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2777,7 @@ func (x *PartnerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
 func (*PartnerChange) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PartnerChange) GetPartner() *Partner {
@@ -2603,7 +2803,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2815,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2828,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddKeyRequest) GetPartnerId() string {
@@ -2649,7 +2849,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2861,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2874,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddKeyResponse) GetPartner() *Partner {
@@ -2711,7 +2911,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2923,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2936,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RevokeKeyRequest) GetPartnerId() string {
@@ -2775,7 +2975,7 @@ type SetCallbacksRequest struct {
 
 func (x *SetCallbacksRequest) Reset() {
 	*x = SetCallbacksRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2987,7 @@ func (x *SetCallbacksRequest) String() string {
 func (*SetCallbacksRequest) ProtoMessage() {}
 
 func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +3000,7 @@ func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetCallbacksRequest) GetPartnerId() string {
@@ -2842,7 +3042,7 @@ type AddCallbackSecretRequest struct {
 
 func (x *AddCallbackSecretRequest) Reset() {
 	*x = AddCallbackSecretRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3054,7 @@ func (x *AddCallbackSecretRequest) String() string {
 func (*AddCallbackSecretRequest) ProtoMessage() {}
 
 func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3067,7 @@ func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddCallbackSecretRequest) GetPartnerId() string {
@@ -2896,7 +3096,7 @@ type AddCallbackSecretResponse struct {
 
 func (x *AddCallbackSecretResponse) Reset() {
 	*x = AddCallbackSecretResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3108,7 @@ func (x *AddCallbackSecretResponse) String() string {
 func (*AddCallbackSecretResponse) ProtoMessage() {}
 
 func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3121,7 @@ func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddCallbackSecretResponse) GetPartner() *Partner {
@@ -2959,7 +3159,7 @@ type CellCallbacks struct {
 
 func (x *CellCallbacks) Reset() {
 	*x = CellCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3171,7 @@ func (x *CellCallbacks) String() string {
 func (*CellCallbacks) ProtoMessage() {}
 
 func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3184,7 @@ func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
 func (*CellCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CellCallbacks) GetCellId() string {
@@ -3032,7 +3232,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3244,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3257,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
@@ -3084,7 +3284,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3296,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3309,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -3139,7 +3339,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3351,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3364,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3210,7 +3410,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3422,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3435,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -3328,7 +3528,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3540,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3553,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -3381,7 +3581,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\x9d\x04\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\x8f\x05\n" +
 	"\n" +
 	"CellStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -3399,7 +3599,16 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rtraffic_share\x18\f \x01(\x01R\ftrafficShare\x12!\n" +
 	"\fhealth_share\x18\r \x01(\x05R\vhealthShare\x12'\n" +
 	"\x0frefdata_version\x18\x0e \x01(\x04R\x0erefdataVersion\x12?\n" +
-	"\rrefdata_since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\frefdataSince\"\xa4\x01\n" +
+	"\rrefdata_since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\frefdataSince\x12>\n" +
+	"\tinstances\x18\x10 \x03(\v2 .cellpay.admin.v1.InstanceStatusR\tinstances\x12\x1a\n" +
+	"\bbalancer\x18\x11 \x01(\tR\bbalancer\x12\x14\n" +
+	"\x05addrs\x18\x12 \x03(\tR\x05addrs\"\xa9\x01\n" +
+	"\x0eInstanceStatus\x12\x12\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\x120\n" +
+	"\x06health\x18\x02 \x01(\x0e2\x18.cellpay.admin.v1.HealthR\x06health\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"checked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\"\xa4\x01\n" +
 	"\x04Ramp\x12\x1f\n" +
 	"\vfrom_weight\x18\x01 \x01(\x05R\n" +
 	"fromWeight\x12\x1b\n" +
@@ -3455,23 +3664,29 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x11RouteKeysResponse\x12#\n" +
 	"\rtable_version\x18\x01 \x01(\x04R\ftableVersion\x12\x12\n" +
 	"\x04home\x18\x02 \x03(\tR\x04home\"\x11\n" +
-	"\x0fGetTableRequest\"}\n" +
+	"\x0fGetTableRequest\"\xab\x01\n" +
 	"\x05Table\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12,\n" +
 	"\x05cells\x18\x02 \x03(\v2\x16.cellpay.admin.v1.CellR\x05cells\x12,\n" +
-	"\x05rules\x18\x03 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\"V\n" +
+	"\x05rules\x18\x03 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\x12,\n" +
+	"\x05pools\x18\x04 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"l\n" +
 	"\x04Cell\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x16\n" +
-	"\x06weight\x18\x04 \x01(\x05R\x06weight\"\x1a\n" +
-	"\x18GetEffectiveTableRequest\"\xae\x01\n" +
+	"\x06weight\x18\x04 \x01(\x05R\x06weight\x12\x14\n" +
+	"\x05addrs\x18\x05 \x03(\tR\x05addrs\"6\n" +
+	"\x04Pool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bbalancer\x18\x02 \x01(\tR\bbalancer\"\x1a\n" +
+	"\x18GetEffectiveTableRequest\"\xdc\x01\n" +
 	"\x0eEffectiveTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x02 \x01(\tR\treplicaId\x125\n" +
 	"\x05cells\x18\x03 \x03(\v2\x1f.cellpay.admin.v1.EffectiveCellR\x05cells\x12,\n" +
-	"\x05rules\x18\x04 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\"\xa2\x02\n" +
+	"\x05rules\x18\x04 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\x12,\n" +
+	"\x05pools\x18\x05 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"\xb8\x02\n" +
 	"\rEffectiveCell\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
@@ -3482,7 +3697,9 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\fhealth_share\x18\x06 \x01(\x05R\vhealthShare\x12)\n" +
 	"\x10effective_weight\x18\a \x01(\x05R\x0feffectiveWeight\x12\x14\n" +
 	"\x05state\x18\b \x01(\tR\x05state\x12'\n" +
-	"\x0frefdata_version\x18\t \x01(\x04R\x0erefdataVersion\"\xd2\x01\n" +
+	"\x0frefdata_version\x18\t \x01(\x04R\x0erefdataVersion\x12\x14\n" +
+	"\x05addrs\x18\n" +
+	" \x03(\tR\x05addrs\"\xd2\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bpartners\x18\x02 \x03(\tR\bpartners\x12\x18\n" +
@@ -3663,150 +3880,157 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
 	(*ListCellsRequest)(nil),                 // 2: cellpay.admin.v1.ListCellsRequest
 	(*ListCellsResponse)(nil),                // 3: cellpay.admin.v1.ListCellsResponse
 	(*CellStatus)(nil),                       // 4: cellpay.admin.v1.CellStatus
-	(*Ramp)(nil),                             // 5: cellpay.admin.v1.Ramp
-	(*SetWeightRequest)(nil),                 // 6: cellpay.admin.v1.SetWeightRequest
-	(*DrainRequest)(nil),                     // 7: cellpay.admin.v1.DrainRequest
-	(*RestoreRequest)(nil),                   // 8: cellpay.admin.v1.RestoreRequest
-	(*Attrs)(nil),                            // 9: cellpay.admin.v1.Attrs
-	(*ExplainRequest)(nil),                   // 10: cellpay.admin.v1.ExplainRequest
-	(*ExplainResponse)(nil),                  // 11: cellpay.admin.v1.ExplainResponse
-	(*RuleMiss)(nil),                         // 12: cellpay.admin.v1.RuleMiss
-	(*CellVerdict)(nil),                      // 13: cellpay.admin.v1.CellVerdict
-	(*RouteKeysRequest)(nil),                 // 14: cellpay.admin.v1.RouteKeysRequest
-	(*RouteKeysResponse)(nil),                // 15: cellpay.admin.v1.RouteKeysResponse
-	(*GetTableRequest)(nil),                  // 16: cellpay.admin.v1.GetTableRequest
-	(*Table)(nil),                            // 17: cellpay.admin.v1.Table
-	(*Cell)(nil),                             // 18: cellpay.admin.v1.Cell
-	(*GetEffectiveTableRequest)(nil),         // 19: cellpay.admin.v1.GetEffectiveTableRequest
-	(*EffectiveTable)(nil),                   // 20: cellpay.admin.v1.EffectiveTable
-	(*EffectiveCell)(nil),                    // 21: cellpay.admin.v1.EffectiveCell
-	(*Rule)(nil),                             // 22: cellpay.admin.v1.Rule
-	(*ApplyTableRequest)(nil),                // 23: cellpay.admin.v1.ApplyTableRequest
-	(*ApplyTableResponse)(nil),               // 24: cellpay.admin.v1.ApplyTableResponse
-	(*Move)(nil),                             // 25: cellpay.admin.v1.Move
-	(*ListPartnersRequest)(nil),              // 26: cellpay.admin.v1.ListPartnersRequest
-	(*ListPartnersResponse)(nil),             // 27: cellpay.admin.v1.ListPartnersResponse
-	(*Partner)(nil),                          // 28: cellpay.admin.v1.Partner
-	(*PartnerKey)(nil),                       // 29: cellpay.admin.v1.PartnerKey
-	(*PartnerLimits)(nil),                    // 30: cellpay.admin.v1.PartnerLimits
-	(*PartnerCallbacks)(nil),                 // 31: cellpay.admin.v1.PartnerCallbacks
-	(*NewKey)(nil),                           // 32: cellpay.admin.v1.NewKey
-	(*AddPartnerRequest)(nil),                // 33: cellpay.admin.v1.AddPartnerRequest
-	(*AddPartnerResponse)(nil),               // 34: cellpay.admin.v1.AddPartnerResponse
-	(*SuspendPartnerRequest)(nil),            // 35: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),             // 36: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),                    // 37: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),                    // 38: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),                   // 39: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),                 // 40: cellpay.admin.v1.RevokeKeyRequest
-	(*SetCallbacksRequest)(nil),              // 41: cellpay.admin.v1.SetCallbacksRequest
-	(*AddCallbackSecretRequest)(nil),         // 42: cellpay.admin.v1.AddCallbackSecretRequest
-	(*AddCallbackSecretResponse)(nil),        // 43: cellpay.admin.v1.AddCallbackSecretResponse
-	(*CellCallbacks)(nil),                    // 44: cellpay.admin.v1.CellCallbacks
-	(*ListCallbacksResponse)(nil),            // 45: cellpay.admin.v1.ListCallbacksResponse
-	(*ReplayCallbacksResponse)(nil),          // 46: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ListAuditRequest)(nil),                 // 47: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 48: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 49: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 51: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 52: cellpay.cell.v1.CallbackEvent
-	(*cellproto.ListCallbacksRequest)(nil),   // 53: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 54: cellpay.cell.v1.ReplayCallbacksRequest
+	(*InstanceStatus)(nil),                   // 5: cellpay.admin.v1.InstanceStatus
+	(*Ramp)(nil),                             // 6: cellpay.admin.v1.Ramp
+	(*SetWeightRequest)(nil),                 // 7: cellpay.admin.v1.SetWeightRequest
+	(*DrainRequest)(nil),                     // 8: cellpay.admin.v1.DrainRequest
+	(*RestoreRequest)(nil),                   // 9: cellpay.admin.v1.RestoreRequest
+	(*Attrs)(nil),                            // 10: cellpay.admin.v1.Attrs
+	(*ExplainRequest)(nil),                   // 11: cellpay.admin.v1.ExplainRequest
+	(*ExplainResponse)(nil),                  // 12: cellpay.admin.v1.ExplainResponse
+	(*RuleMiss)(nil),                         // 13: cellpay.admin.v1.RuleMiss
+	(*CellVerdict)(nil),                      // 14: cellpay.admin.v1.CellVerdict
+	(*RouteKeysRequest)(nil),                 // 15: cellpay.admin.v1.RouteKeysRequest
+	(*RouteKeysResponse)(nil),                // 16: cellpay.admin.v1.RouteKeysResponse
+	(*GetTableRequest)(nil),                  // 17: cellpay.admin.v1.GetTableRequest
+	(*Table)(nil),                            // 18: cellpay.admin.v1.Table
+	(*Cell)(nil),                             // 19: cellpay.admin.v1.Cell
+	(*Pool)(nil),                             // 20: cellpay.admin.v1.Pool
+	(*GetEffectiveTableRequest)(nil),         // 21: cellpay.admin.v1.GetEffectiveTableRequest
+	(*EffectiveTable)(nil),                   // 22: cellpay.admin.v1.EffectiveTable
+	(*EffectiveCell)(nil),                    // 23: cellpay.admin.v1.EffectiveCell
+	(*Rule)(nil),                             // 24: cellpay.admin.v1.Rule
+	(*ApplyTableRequest)(nil),                // 25: cellpay.admin.v1.ApplyTableRequest
+	(*ApplyTableResponse)(nil),               // 26: cellpay.admin.v1.ApplyTableResponse
+	(*Move)(nil),                             // 27: cellpay.admin.v1.Move
+	(*ListPartnersRequest)(nil),              // 28: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),             // 29: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),                          // 30: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),                       // 31: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),                    // 32: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),                 // 33: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                           // 34: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),                // 35: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),               // 36: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil),            // 37: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),             // 38: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 39: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 40: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 41: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 42: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 43: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 44: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 45: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 46: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 47: cellpay.admin.v1.ListCallbacksResponse
+	(*ReplayCallbacksResponse)(nil),          // 48: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ListAuditRequest)(nil),                 // 49: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 50: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 51: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 53: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 54: cellpay.cell.v1.CallbackEvent
+	(*cellproto.ListCallbacksRequest)(nil),   // 55: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 56: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
-	5,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	50, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	50, // 4: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	50, // 5: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	51, // 6: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	51, // 7: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	51, // 8: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
-	9,  // 9: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	12, // 10: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
-	13, // 11: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
-	9,  // 12: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	18, // 13: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
-	22, // 14: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
-	21, // 15: cellpay.admin.v1.EffectiveTable.cells:type_name -> cellpay.admin.v1.EffectiveCell
-	22, // 16: cellpay.admin.v1.EffectiveTable.rules:type_name -> cellpay.admin.v1.Rule
-	17, // 17: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
-	25, // 18: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	28, // 19: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
-	1,  // 20: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
-	29, // 21: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
-	30, // 22: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	30, // 23: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
-	31, // 24: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	50, // 25: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	50, // 26: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
-	30, // 27: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	28, // 28: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
-	32, // 29: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
-	28, // 30: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
-	28, // 31: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
-	32, // 32: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
-	28, // 33: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	52, // 34: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	44, // 35: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	44, // 36: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	50, // 37: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 38: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	48, // 39: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 40: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	6,  // 41: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	7,  // 42: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	8,  // 43: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	10, // 44: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	14, // 45: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	16, // 46: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	19, // 47: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	23, // 48: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	26, // 49: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	33, // 50: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	35, // 51: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	36, // 52: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	38, // 53: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	40, // 54: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	41, // 55: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	42, // 56: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	53, // 57: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	54, // 58: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	47, // 59: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	3,  // 60: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 61: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 62: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 63: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	11, // 64: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	15, // 65: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	17, // 66: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	20, // 67: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	24, // 68: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	27, // 69: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	34, // 70: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	37, // 71: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	37, // 72: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 73: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	37, // 74: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	37, // 75: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	43, // 76: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	45, // 77: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	46, // 78: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	49, // 79: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	60, // [60:80] is the sub-list for method output_type
-	40, // [40:60] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
+	52, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
+	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
+	52, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	52, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	52, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	53, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	53, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	53, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
+	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
+	10, // 15: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	19, // 16: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
+	24, // 17: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
+	20, // 18: cellpay.admin.v1.Table.pools:type_name -> cellpay.admin.v1.Pool
+	23, // 19: cellpay.admin.v1.EffectiveTable.cells:type_name -> cellpay.admin.v1.EffectiveCell
+	24, // 20: cellpay.admin.v1.EffectiveTable.rules:type_name -> cellpay.admin.v1.Rule
+	20, // 21: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
+	18, // 22: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
+	27, // 23: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
+	30, // 24: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
+	1,  // 25: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
+	31, // 26: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
+	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
+	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
+	52, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	52, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
+	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
+	30, // 35: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
+	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
+	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
+	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
+	54, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	46, // 41: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	52, // 42: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	52, // 43: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	50, // 44: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 45: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	7,  // 46: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	8,  // 47: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	9,  // 48: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	11, // 49: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	15, // 50: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	17, // 51: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	21, // 52: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	25, // 53: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	28, // 54: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	35, // 55: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	37, // 56: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	38, // 57: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	40, // 58: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	42, // 59: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	43, // 60: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	44, // 61: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	55, // 62: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	56, // 63: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	49, // 64: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	3,  // 65: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 66: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 67: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 68: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	12, // 69: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	16, // 70: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	18, // 71: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	22, // 72: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	26, // 73: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	29, // 74: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	36, // 75: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	39, // 76: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 77: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	41, // 78: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	39, // 79: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 80: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 81: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	47, // 82: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	48, // 83: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	51, // 84: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	65, // [65:85] is the sub-list for method output_type
+	45, // [45:65] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -3820,7 +4044,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,14 @@ func TestCapsRefuseWhole(t *testing.T) {
 		{"a long rule name", func() Spec { s := validSpec(); s.Rules[2].Name = long; return s }(), "rule", "Name", "longer than 64"},
 		{"a long market", func() Spec { s := validSpec(); s.Rules[0].Markets[0] = long; return s }(), "rule", "Markets", "longer than 64"},
 		{"a min refdata version beyond any", func() Spec { s := validSpec(); s.Rules[2].MinRefdataVersion = 1<<63 - 1; return s }(), "rule", "MinRefdataVersion", "above the highest"},
+		{"too many instances", func() Spec {
+			s := validSpec()
+			s.Cells[0].Addr = ""
+			for i := range MaxInstances + 1 {
+				s.Cells[0].Addrs = append(s.Cells[0].Addrs, "10.0.0."+strconv.Itoa(i)+":7000")
+			}
+			return s
+		}(), "cell", "Addrs", "17 instance addresses, more than the 16 allowed"},
 		{"a bad addr", func() Spec { s := validSpec(); s.Cells[1].Addr = "unix:///tmp/x"; return s }(), "cell", "Addr", "not 1 to 65535"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

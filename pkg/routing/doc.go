@@ -1,7 +1,10 @@
 // Package routing decides which cell serves a transaction.
 //
-// A [Spec] lists the cells (id, address, pool, weight, state) and an ordered
-// list of rules. [Compile] validates it and builds an immutable [Table];
+// A [Spec] lists the cells (id, address or instance addresses, pool,
+// weight, state), the pools' balancers and an ordered list of rules.
+// Routing picks a cell, never an instance: a cell's instances
+// ([Cell.Instances]) and its pool's [Balancer] ([Table.Balancer]) tell the
+// caller's connection how to spread the cell's requests over them. [Compile] validates it and builds an immutable [Table];
 // callers rebuild tables off the hot path and publish them through an
 // atomic pointer. [Table.Route] picks the first rule that matches the
 // transaction's partner, market and payment type, then ranks that rule's

@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,7 +146,7 @@ func checkRanking(t interface{ Errorf(string, ...any) }, tbl *Table, ex Explanat
 		if c.Cell.State != CellUp || c.Cell.Weight == 0 || c.Cell.RefdataVersion < ex.Rule.MinRefdataVersion {
 			t.Errorf("ranked ineligible cell %s", c.Cell.ID)
 		}
-		if got, ok := tbl.Cell(c.Cell.ID); !ok || got != *c.Cell {
+		if got, ok := tbl.Cell(c.Cell.ID); !ok || !reflect.DeepEqual(got, *c.Cell) {
 			t.Errorf("Cell(%q) = %v, %v", c.Cell.ID, got, ok)
 		}
 		v := byRank[i]

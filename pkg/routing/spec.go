@@ -155,8 +155,15 @@ func (s *CellState) UnmarshalText(b []byte) error {
 
 // Cell is one deployment of the payment stack.
 type Cell struct {
-	ID     string // stable identity; the rendezvous hash is keyed on it
-	Addr   string
+	ID string // stable identity; the rendezvous hash is keyed on it
+	// Addr is the address of a cell with one instance, "host:port", or a
+	// DNS name resolved to all of its instances, "dns:///host:port" (a
+	// headless Kubernetes Service has one A record per ready pod). Set
+	// Addr or Addrs, not both.
+	Addr string `json:",omitempty"`
+	// Addrs lists a cell's instances, "host:port" each, in priority order
+	// (the order the priority balancer tries them); at most MaxInstances.
+	Addrs  []string `json:",omitempty"`
 	Pool   string
 	Weight int // 0..100: the share of its keys the cell keeps; 0 takes it out
 	State  CellState
@@ -164,6 +171,89 @@ type Cell struct {
 	// last reported it; 0 means unknown (never heard, or a bootstrap file).
 	// Only rules with a MinRefdataVersion look at it.
 	RefdataVersion uint64 `json:",omitempty"`
+}
+
+// Instances is the cell's instance addresses: Addrs, or Addr alone. The
+// slice is the cell's own; do not modify it.
+func (c *Cell) Instances() []string {
+	if len(c.Addrs) > 0 {
+		return c.Addrs
+	}
+	if c.Addr == "" {
+		return nil
+	}
+	return []string{c.Addr}
+}
+
+// Balancer is how a pool's cells spread requests over their instances.
+type Balancer uint8
+
+// The balancers. BalanceRoundRobin is the zero value and the default.
+const (
+	// BalanceRoundRobin takes the healthy instances in turn (gRPC's
+	// round_robin).
+	BalanceRoundRobin Balancer = iota
+	// BalanceLeastRequest sends each request to the healthier-looking of
+	// two random healthy instances: the one with fewer requests
+	// outstanding (gRPC's least_request_experimental).
+	BalanceLeastRequest
+	// BalancePriority sends everything to the first healthy instance in
+	// list order, and comes back to an earlier one as soon as it is
+	// healthy again.
+	BalancePriority
+)
+
+var balancerNames = [...]string{
+	BalanceRoundRobin:   "round_robin",
+	BalanceLeastRequest: "least_request",
+	BalancePriority:     "priority",
+}
+
+// ParseBalancer parses "round_robin", "least_request" or "priority"; the
+// empty string means BalanceRoundRobin.
+func ParseBalancer(s string) (Balancer, error) {
+	if s == "" {
+		return BalanceRoundRobin, nil
+	}
+	for i, n := range balancerNames {
+		if s == n {
+			return Balancer(i), nil
+		}
+	}
+	return 0, fmt.Errorf("routing: unknown balancer %q (round_robin, least_request or priority)", s)
+}
+
+// String returns the name ParseBalancer accepts.
+func (b Balancer) String() string {
+	if int(b) < len(balancerNames) {
+		return balancerNames[b]
+	}
+	return "Balancer(" + strconv.Itoa(int(b)) + ")"
+}
+
+// MarshalText encodes b as its name.
+func (b Balancer) MarshalText() ([]byte, error) {
+	if int(b) >= len(balancerNames) {
+		return nil, fmt.Errorf("routing: unknown balancer %d", b)
+	}
+	return []byte(b.String()), nil
+}
+
+// UnmarshalText is the inverse of MarshalText; see ParseBalancer.
+func (b *Balancer) UnmarshalText(t []byte) error {
+	v, err := ParseBalancer(string(t))
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// Pool is the configuration of a pool of cells, named by Cell.Pool. A pool
+// needs no entry: without one it balances round robin.
+type Pool struct {
+	Name     string
+	Balancer Balancer
 }
 
 // Rule sends matching transactions to a pool. An empty list matches any
@@ -190,6 +280,9 @@ type Spec struct {
 	Version uint64
 	Cells   []Cell
 	Rules   []Rule // first match wins
+	// Pools configures pools by name; a pool without an entry takes the
+	// defaults (round robin).
+	Pools []Pool `json:",omitempty"`
 }
 
 // clone returns a deep copy of s.
@@ -197,6 +290,12 @@ func (s Spec) clone() Spec {
 	c := Spec{Version: s.Version}
 	if s.Cells != nil {
 		c.Cells = append([]Cell(nil), s.Cells...)
+		for i := range c.Cells {
+			c.Cells[i].Addrs = cloneStrings(c.Cells[i].Addrs)
+		}
+	}
+	if s.Pools != nil {
+		c.Pools = append([]Pool(nil), s.Pools...)
 	}
 	if s.Rules != nil {
 		c.Rules = make([]Rule, len(s.Rules))

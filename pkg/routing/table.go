@@ -12,6 +12,9 @@ type Table struct {
 	byID    map[string]int
 	rules   []compiledRule
 	maxPool int
+	// balancers holds the pools that name a balancer other than the
+	// default; Balancer reads it.
+	balancers map[string]Balancer
 }
 
 // compiledRule is a Rule with its lists turned into sets and its pool
@@ -127,6 +130,14 @@ func Compile(s Spec) (*Table, error) {
 	for _, p := range order {
 		t.maxPool = max(t.maxPool, len(pools[p]))
 	}
+	for _, p := range t.spec.Pools {
+		if p.Balancer != BalanceRoundRobin {
+			if t.balancers == nil {
+				t.balancers = make(map[string]Balancer, len(t.spec.Pools))
+			}
+			t.balancers[p.Name] = p.Balancer
+		}
+	}
 	t.rules = make([]compiledRule, len(t.spec.Rules))
 	for i := range t.spec.Rules {
 		r := &t.spec.Rules[i]
@@ -159,6 +170,11 @@ func (t *Table) Cell(id string) (Cell, bool) {
 	}
 	return t.spec.Cells[i], true
 }
+
+// Balancer is how the cells of pool spread requests over their
+// instances: the pool's configured balancer, BalanceRoundRobin by
+// default. It does not allocate.
+func (t *Table) Balancer(pool string) Balancer { return t.balancers[pool] }
 
 // MaxPoolSize is the number of cells in the largest pool: a dst of at
 // least this capacity keeps every Route call allocation-free.

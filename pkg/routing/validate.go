@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,6 +30,9 @@ const (
 	// MaxAddrLen is the longest cell address: "dns:///", a DNS name of at
 	// most 253 bytes, ":" and a port.
 	MaxAddrLen = 7 + 253 + 6
+	// MaxInstances is the most instance addresses one cell may list in
+	// Addrs.
+	MaxInstances = 16
 	// MaxRefdataVersion is the highest MinRefdataVersion a rule may ask
 	// for: the highest reference data version there is
 	// (internal/refdata.MaxVersion, 2^53-1).
@@ -94,9 +98,9 @@ func isDNSName(s string) bool {
 // SpecError is one problem Validate found. Validate joins several with
 // errors.Join; use errors.As (or walk the joined errors) to read them.
 type SpecError struct {
-	Of     string // "spec", "cell" or "rule"
-	Index  int    // position in Spec.Cells or Spec.Rules; -1 when Of is "spec"
-	Name   string // the cell's ID or the rule's Name, if it has one
+	Of     string // "spec", "cell", "pool" or "rule"
+	Index  int    // position in Spec.Cells, Spec.Pools or Spec.Rules; -1 when Of is "spec"
+	Name   string // the cell's ID, the pool's or the rule's Name, if it has one
 	Field  string // the Cell or Rule field at fault, e.g. "Weight"; "" when it is the whole rule (shadowing)
 	Reason string
 }
@@ -114,11 +118,15 @@ func (e *SpecError) Error() string {
 }
 
 // Validate reports every problem in s, each naming the offending cell or
-// rule and field. It rejects a spec beyond the caps (MaxCells, MaxRules,
-// MaxListEntries) whole, naming the field (Cells or Rules), without looking
+// rule and field. It rejects a spec beyond the caps (MaxCells pools or
+// cells, MaxInstances addresses of a cell, MaxRules, MaxListEntries)
+// whole, naming the field (Cells, Pools, Addrs or Rules), without looking
 // further. Otherwise it rejects: no cells; a cell with an empty or duplicate
-// id, an empty addr or pool, an addr not of CheckAddr's format, a name
+// id, no addr, both addr and addrs, an addr not of CheckAddr's format, an
+// addrs entry that is not host:port or is listed twice, an empty pool, a name
 // longer than MaxNameLen, a weight outside 0..100 or an unknown state; a
+// pool entry with an empty or duplicate name, naming a pool no cell is
+// in, or with an unknown balancer; a
 // rule with an empty or duplicate name, an empty pool or one no cell is in,
 // an unknown payment type or hash field, an empty list entry, a list
 // longer than MaxListLen, a MinRefdataVersion above MaxRefdataVersion, or
@@ -135,6 +143,7 @@ func Validate(s Spec) error {
 		return errors.Join(v.errs...)
 	}
 	v.cells(s.Cells)
+	v.pools(s.Pools, s.Cells)
 	v.rules(s.Rules, s.Cells)
 	return errors.Join(v.errs...)
 }
@@ -149,6 +158,14 @@ func (v *validator) add(of string, i int, name, field, format string, args ...an
 func (v *validator) caps(s Spec) {
 	if len(s.Cells) > MaxCells {
 		v.add("spec", -1, "", "Cells", "%d cells, more than the %d allowed", len(s.Cells), MaxCells)
+	}
+	if len(s.Pools) > MaxCells {
+		v.add("spec", -1, "", "Pools", "%d pools, more than the %d allowed", len(s.Pools), MaxCells)
+	}
+	for i, c := range s.Cells {
+		if len(c.Addrs) > MaxInstances {
+			v.add("cell", i, truncate(c.ID), "Addrs", "%d instance addresses, more than the %d allowed", len(c.Addrs), MaxInstances)
+		}
 	}
 	if len(s.Rules) > MaxRules {
 		v.add("spec", -1, "", "Rules", "%d rules, more than the %d allowed", len(s.Rules), MaxRules)
@@ -194,10 +211,17 @@ func (v *validator) cells(cells []Cell) {
 		}
 		v.name("cell", i, c.ID, "ID", "id", c.ID)
 		v.name("cell", i, c.ID, "Pool", "pool", c.Pool)
-		if c.Addr == "" {
+		switch {
+		case c.Addr == "" && len(c.Addrs) == 0:
 			v.add("cell", i, truncate(c.ID), "Addr", "empty addr")
-		} else if err := CheckAddr(c.Addr); err != nil {
-			v.add("cell", i, truncate(c.ID), "Addr", "addr %.80q: %v", c.Addr, err)
+		case c.Addr != "" && len(c.Addrs) > 0:
+			v.add("cell", i, truncate(c.ID), "Addrs", "both addr and addrs: set one")
+		case c.Addr != "":
+			if err := CheckAddr(c.Addr); err != nil {
+				v.add("cell", i, truncate(c.ID), "Addr", "addr %.80q: %v", c.Addr, err)
+			}
+		default:
+			v.instances(i, c)
 		}
 		if c.Pool == "" {
 			v.add("cell", i, c.ID, "Pool", "empty pool")
@@ -207,6 +231,47 @@ func (v *validator) cells(cells []Cell) {
 		}
 		if c.State > CellDown {
 			v.add("cell", i, c.ID, "State", "unknown state %v", c.State)
+		}
+	}
+}
+
+// instances checks a cell's Addrs: each a host:port (a DNS name resolves
+// to instances on its own, so it goes in Addr), none twice.
+func (v *validator) instances(i int, c Cell) {
+	for j, a := range c.Addrs {
+		switch err := CheckAddr(a); {
+		case err != nil:
+			v.add("cell", i, truncate(c.ID), "Addrs", "addrs[%d] %.80q: %v", j, a, err)
+		case strings.HasPrefix(a, "dns:///"):
+			v.add("cell", i, truncate(c.ID), "Addrs", "addrs[%d] %.80q: a dns:/// name goes in addr, alone", j, a)
+		case slices.Contains(c.Addrs[:j], a):
+			v.add("cell", i, truncate(c.ID), "Addrs", "addrs[%d] %.80q: listed twice", j, a)
+		}
+	}
+}
+
+// pools checks the pool entries: each names a pool some cell is in, once,
+// with a known balancer.
+func (v *validator) pools(pools []Pool, cells []Cell) {
+	have := make(map[string]bool, len(cells))
+	for _, c := range cells {
+		have[c.Pool] = true
+	}
+	seen := make(map[string]int, len(pools))
+	for i, p := range pools {
+		switch j, dup := seen[p.Name]; {
+		case p.Name == "":
+			v.add("pool", i, "", "Name", "empty name")
+		case dup:
+			v.add("pool", i, truncate(p.Name), "Name", "duplicate pool (also pool #%d)", j)
+		case !have[p.Name]:
+			v.add("pool", i, truncate(p.Name), "Name", "pool %.80q has no cells", p.Name)
+		default:
+			seen[p.Name] = i
+		}
+		v.name("pool", i, p.Name, "Name", "name", p.Name)
+		if int(p.Balancer) >= len(balancerNames) {
+			v.add("pool", i, truncate(p.Name), "Balancer", "unknown balancer %v", p.Balancer)
 		}
 	}
 }

@@ -52,6 +52,8 @@ type Health interface {
 	Share(cellID string) int
 	// Stats is the cell's outcome window: the one that ejects it.
 	Stats(cellID string) health.CellStats
+	// Instances is each instance of the cell by its latest check.
+	Instances(cellID string) []health.InstanceHealth
 }
 
 // Config configures a Server.
@@ -133,9 +135,31 @@ func (s *Server) ListCells(_ context.Context, _ *adminproto.ListCellsRequest) (*
 	now := st.Now()
 	resp := &adminproto.ListCellsResponse{TableVersion: tbl.Version(), ReplicaId: s.cfg.ReplicaID, ConfigStore: s.cfg.Store.Status()}
 	for _, c := range d.Cells {
-		resp.Cells = append(resp.Cells, s.cellStatus(c, now, float64(share[c.ID])/float64(s.cfg.ShareSamples)))
+		cs := s.cellStatus(c, now, float64(share[c.ID])/float64(s.cfg.ShareSamples))
+		cs.Balancer = tbl.Balancer(c.Pool).String()
+		resp.Cells = append(resp.Cells, cs)
 	}
 	return resp, nil
+}
+
+// instancesToProto is a cell's instances as its health monitor last saw
+// them.
+func instancesToProto(in []health.InstanceHealth) []*adminproto.InstanceStatus {
+	out := make([]*adminproto.InstanceStatus, 0, len(in))
+	for _, i := range in {
+		is := &adminproto.InstanceStatus{Addr: i.Addr, Detail: i.Detail}
+		switch i.State {
+		case health.InstanceUp:
+			is.Health = adminproto.Health_HEALTH_UP
+		case health.InstanceDown:
+			is.Health = adminproto.Health_HEALTH_DOWN
+		}
+		if !i.CheckedAt.IsZero() {
+			is.CheckedAt = timestamppb.New(i.CheckedAt)
+		}
+		out = append(out, is)
+	}
+	return out
 }
 
 func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *adminproto.CellStatus {
@@ -152,6 +176,7 @@ func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *a
 		Weight: int32(c.WeightAt(now)), TargetWeight: int32(c.Weight), TableWeight: int32(c.TableWeight),
 		InFlight: s.cfg.State.Stats(c.ID).InFlight, SuccessRate: outcomes.SuccessRate, RecentRequests: int64(outcomes.Recent),
 		TrafficShare: share, HealthShare: int32(hs),
+		Addrs: c.Addrs, Instances: instancesToProto(s.cfg.Health.Instances(c.ID)),
 	}
 	if v, since := s.cfg.State.RefdataVersion(c.ID); !since.IsZero() {
 		cs.RefdataVersion, cs.RefdataSince = v, timestamppb.New(since)
@@ -278,9 +303,9 @@ func (s *Server) GetEffectiveTable(_ context.Context, _ *adminproto.GetEffective
 		return nil, errNoTable()
 	}
 	spec, now := tbl.Spec(), s.cfg.State.Now()
-	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules)}
+	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules), Pools: poolsToProto(spec.Pools)}
 	for _, c := range spec.Cells {
-		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
+		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
 			State: c.State.String(), RefdataVersion: c.RefdataVersion, HealthShare: int32(s.cfg.Health.Share(c.ID))}
 		if dc := d.Cell(c.ID); dc != nil {
 			ec.ConfiguredWeight, ec.RampWeight = int32(dc.Weight), int32(dc.WeightAt(now))

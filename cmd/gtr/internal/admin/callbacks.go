@@ -15,12 +15,15 @@ import (
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/routing"
 	"github.com/cellpay/cellpay/pkg/webhook"
 )
 
 // Cells gives the client of a cell; *cellconn.Pool implements it.
 type Cells interface {
-	Client(id, addr string) (cellproto.CellClient, error)
+	// Client returns a client for cell c, balanced over its instances by
+	// b; it must not block on the network.
+	Client(c *routing.Cell, b routing.Balancer) (cellproto.CellClient, error)
 }
 
 // cellCallTimeout bounds one cell's answer to a fanned-out callbacks RPC.
@@ -106,7 +109,7 @@ func (s *Server) eachCell(ctx context.Context, fn func(ctx context.Context, c ce
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, cellCallTimeout)
 			defer cancel()
-			client, err := s.cfg.Cells.Client(c.ID, c.Addr)
+			client, err := s.cfg.Cells.Client(&c, tbl.Balancer(c.Pool))
 			if err == nil {
 				err = fn(cctx, client, reps[i])
 			}

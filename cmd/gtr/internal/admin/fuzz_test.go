@@ -68,6 +68,15 @@ func FuzzApplyTable(f *testing.F) {
 	two.Cells = append(two.Cells, &adminproto.Cell{Id: "cell-d", Addr: "dns:///cell.cell-d.svc.cluster.local:7081", Pool: "eu", Weight: 40})
 	two.Rules = append([]*adminproto.Rule{{Name: "eu", Markets: []string{"DE"}, PaymentTypes: []string{"CARD_REFUND"}, Pool: "eu", HashOn: "merchant", MinRefdataVersion: 3}}, two.Rules...)
 	add(&adminproto.ApplyTableRequest{Table: two})
+	inst := proto.Clone(good).(*adminproto.Table)
+	inst.Cells[0].Addr, inst.Cells[0].Addrs = "", []string{"127.0.0.1:7081", "127.0.0.1:7181"}
+	inst.Pools = []*adminproto.Pool{{Name: inst.Cells[0].Pool, Balancer: "priority"}}
+	add(&adminproto.ApplyTableRequest{Table: inst})
+	badInst := proto.Clone(inst).(*adminproto.Table)
+	badInst.Cells[0].Addr = "127.0.0.1:7081"
+	badInst.Cells[1].Addrs = []string{"dns:///x:1", "x:1", "x:1"}
+	badInst.Pools = append(badInst.Pools, &adminproto.Pool{Name: "nowhere", Balancer: "random"})
+	add(&adminproto.ApplyTableRequest{Table: badInst})
 	big := proto.Clone(good).(*adminproto.Table)
 	for i := range 1200 {
 		big.Rules = append(big.Rules, &adminproto.Rule{Name: "r" + strconv.Itoa(i), Partners: []string{"p" + strconv.Itoa(i)}, Pool: "main"})
@@ -110,6 +119,11 @@ func FuzzApplyTable(f *testing.F) {
 		}
 		if err := routing.Validate(spec); err != nil {
 			t.Fatalf("applied a table that does not validate: %v", err)
+		}
+		for _, c := range spec.Cells {
+			if len(c.Addrs) > routing.MaxInstances || (c.Addr == "") == (len(c.Addrs) == 0) {
+				t.Fatalf("applied cell %q with addr %q and %d addrs", c.ID, c.Addr, len(c.Addrs))
+			}
 		}
 	})
 }

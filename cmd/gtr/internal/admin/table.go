@@ -114,7 +114,14 @@ func moves(old, next *routing.Table, n int) []*adminproto.Move {
 func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 	s := routing.Spec{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
-		s.Cells = append(s.Cells, routing.Cell{ID: c.GetId(), Addr: c.GetAddr(), Pool: c.GetPool(), Weight: int(c.GetWeight())})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: int(c.GetWeight())})
+	}
+	for i, p := range t.GetPools() {
+		b, err := routing.ParseBalancer(p.GetBalancer())
+		if err != nil {
+			return s, &state.FieldError{Field: fmt.Sprintf("table.pools[%d].balancer", i), Reason: fmt.Sprintf("unknown balancer %q: round_robin, least_request or priority", p.GetBalancer())}
+		}
+		s.Pools = append(s.Pools, routing.Pool{Name: p.GetName(), Balancer: b})
 	}
 	for i, r := range t.GetRules() {
 		h, err := routing.ParseHashField(r.GetHashOn())
@@ -132,11 +139,19 @@ func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 // docToProto is the operator's table as the API shows it: each cell at its
 // configured weight (where any ramp ends).
 func docToProto(d state.Doc) *adminproto.Table {
-	t := &adminproto.Table{Version: d.Version, Rules: rulesToProto(d.Rules)}
+	t := &adminproto.Table{Version: d.Version, Rules: rulesToProto(d.Rules), Pools: poolsToProto(d.Pools)}
 	for _, c := range d.Cells {
-		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: int32(c.Weight)})
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: int32(c.Weight)})
 	}
 	return t
+}
+
+func poolsToProto(pools []routing.Pool) []*adminproto.Pool {
+	var out []*adminproto.Pool
+	for _, p := range pools {
+		out = append(out, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer.String()})
+	}
+	return out
 }
 
 func rulesToProto(rules []routing.Rule) []*adminproto.Rule {
@@ -223,6 +238,8 @@ func violations(err error) []*errdetails.BadRequest_FieldViolation {
 				field = fmt.Sprintf("table.cells[%d]", se.Index)
 			case "rule":
 				field = fmt.Sprintf("table.rules[%d]", se.Index)
+			case "pool":
+				field = fmt.Sprintf("table.pools[%d]", se.Index)
 			}
 			if se.Field != "" {
 				field += "." + snake(se.Field)

@@ -1,30 +1,54 @@
 // Package cellconn keeps one gRPC client connection per cell, created on
-// first use and reused by every request after it. Connections are lazy
-// (grpc.NewClient) and reconnect by themselves; a cell whose address changes
-// gets a new connection.
+// first use and reused by every request after it, and balances each
+// connection's requests over the cell's instances with gRPC's own
+// machinery: a resolver names the instances (a manual one for a listed
+// Cell.Addrs, gRPC's DNS resolver for a dns:/// address, whose headless
+// Service has one A record per ready pod), the service config names the
+// pool's balancer and turns on client-side health checking, so that a
+// subchannel whose instance answers NOT_SERVING (grpc.health.v1 Watch) or
+// is gone takes no requests until it serves again. Connections are lazy
+// (grpc.NewClient) and reconnect by themselves; a cell whose addresses or
+// balancer change gets a new connection.
+//
+// It never decides whether a cell is healthy: the health monitor does,
+// per cell, and routing skips an ejected cell before a connection here is
+// asked for it. What is here is the instances of one cell.
 package cellconn
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/balancer/leastrequest" // least_request_experimental
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking of each subchannel
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // Pool holds the connections. It is safe for concurrent use.
 type Pool struct {
 	mu    sync.RWMutex
-	conns map[string]entry // by cell ID
+	conns map[string]entry // by cell ID; at most one per cell of the table
 	opts  []grpc.DialOption
 }
 
 type entry struct {
-	addr   string
-	conn   *grpc.ClientConn
-	client cellproto.CellClient
+	addr     string
+	addrs    []string
+	balancer routing.Balancer
+	conn     *grpc.ClientConn
+	client   cellproto.CellClient
+}
+
+// dials reports whether e is the connection for c balanced by b.
+func (e *entry) dials(c *routing.Cell, b routing.Balancer) bool {
+	return e.addr == c.Addr && e.balancer == b && slices.Equal(e.addrs, c.Addrs)
 }
 
 // New returns an empty pool whose connections get opts besides the pool's
@@ -32,34 +56,47 @@ type entry struct {
 // opts carry transport credentials (the GTR's mutual TLS, package hop).
 func New(opts ...grpc.DialOption) *Pool { return &Pool{conns: map[string]entry{}, opts: opts} }
 
-// Client returns the client for cell id at addr.
-func (p *Pool) Client(id, addr string) (cellproto.CellClient, error) {
+// Client returns the client of cell c, balanced over its instances by b
+// (its pool's balancer, routing.Table.Balancer). Once the connection
+// exists it takes a read lock and compares the cell's addresses: no
+// allocation, no I/O, so the payment path may call it.
+func (p *Pool) Client(c *routing.Cell, b routing.Balancer) (cellproto.CellClient, error) {
 	p.mu.RLock()
-	e, ok := p.conns[id]
+	e, ok := p.conns[c.ID]
 	p.mu.RUnlock()
-	if ok && e.addr == addr {
+	if ok && e.dials(c, b) {
 		return e.client, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.conns[id]; ok {
-		if e.addr == addr {
+	if e, ok := p.conns[c.ID]; ok {
+		if e.dials(c, b) {
 			return e.client, nil
 		}
 		_ = e.conn.Close()
+		delete(p.conns, c.ID)
 	}
-	// Round robin over whatever the address resolves to: a headless
-	// Kubernetes Service (dns:///cell.cell-a.svc:7081) names every pod of
-	// a cell, and each GTR replica should spread over all of them.
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`)}, p.opts...)
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := Dial(c, b, p.opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cellconn: %s at %s: %w", id, addr, err)
+		return nil, err
 	}
-	e = entry{addr: addr, conn: conn, client: cellproto.NewCellClient(conn)}
-	p.conns[id] = e
+	e = entry{addr: c.Addr, addrs: slices.Clone(c.Addrs), balancer: b, conn: conn, client: cellproto.NewCellClient(conn)}
+	p.conns[c.ID] = e
 	return e.client, nil
+}
+
+// Forget closes the connections of cells not in keep (the cells of the
+// table in force), so that the pool holds no more connections than the
+// table has cells.
+func (p *Pool) Forget(keep func(cellID string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, e := range p.conns {
+		if !keep(id) {
+			_ = e.conn.Close()
+			delete(p.conns, id)
+		}
+	}
 }
 
 // Close closes every connection.
@@ -70,4 +107,58 @@ func (p *Pool) Close() {
 		_ = e.conn.Close()
 		delete(p.conns, id)
 	}
+}
+
+// resolverScheme names the manual resolvers of listed instances. Each
+// connection has its own resolver (grpc.WithResolvers), so the scheme is
+// only a name.
+const resolverScheme = "cellpay-instances"
+
+// Dial connects to cell c's instances, balanced by b, with opts after the
+// defaults (plaintext, the service config). Health checking needs the
+// instances to serve grpc.health.v1 (the cells do, mutual TLS included).
+// An instance listed in Addrs is authenticated under its own host, as a
+// connection to it alone would be.
+func Dial(c *routing.Cell, b routing.Balancer, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(ServiceConfig(b))}, opts...)
+	target := c.Addr
+	if len(c.Addrs) > 0 {
+		r := manual.NewBuilderWithScheme(resolverScheme)
+		r.InitialState(resolver.State{Addresses: Addresses(c.Addrs)})
+		all = append(all, grpc.WithResolvers(r))
+		target = resolverScheme + ":///" + c.ID
+	}
+	conn, err := grpc.NewClient(target, all...)
+	if err != nil {
+		return nil, fmt.Errorf("cellconn: %s at %s: %w", c.ID, target, err)
+	}
+	return conn, nil
+}
+
+// Addresses are the resolver addresses of listed instances: in list order,
+// each ranked by its position for the priority balancer, and each
+// verified by TLS under its own host name.
+func Addresses(addrs []string) []resolver.Address {
+	out := make([]resolver.Address, len(addrs))
+	for i, a := range addrs {
+		out[i] = withRank(resolver.Address{Addr: a, ServerName: a}, i)
+	}
+	return out
+}
+
+// ServiceConfig is the service config of a connection balanced by b, with
+// client-side health checking of every subchannel (the empty service
+// name: the instance's overall health, as the cells serve it).
+func ServiceConfig(b routing.Balancer) string {
+	var lb string
+	switch b {
+	case routing.BalanceLeastRequest:
+		lb = `{"least_request_experimental":{"choiceCount":2}}`
+	case routing.BalancePriority:
+		lb = `{"` + priorityName + `":{}}`
+	default:
+		lb = `{"round_robin":{}}`
+	}
+	return `{"loadBalancingConfig":[` + lb + `],"healthCheckConfig":{"serviceName":""}}`
 }

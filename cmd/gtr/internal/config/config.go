@@ -22,14 +22,26 @@ type File struct {
 	Version uint64 `yaml:"version"`
 	Cells   []Cell `yaml:"cells"`
 	Rules   []Rule `yaml:"rules"`
+	// Pools configure pools by name; a pool left out balances round robin.
+	Pools []Pool `yaml:"pools"`
 }
 
-// Cell is one cell. Weight defaults to 100 when left out.
+// Cell is one cell. Weight defaults to 100 when left out. A cell has one
+// address (addr: a single instance, or "dns:///name:port" resolved to all
+// of them) or lists its instances (addrs), not both.
 type Cell struct {
-	ID     string `yaml:"id"`
-	Addr   string `yaml:"addr"`
-	Pool   string `yaml:"pool"`
-	Weight *int   `yaml:"weight"`
+	ID     string   `yaml:"id"`
+	Addr   string   `yaml:"addr"`
+	Addrs  []string `yaml:"addrs"`
+	Pool   string   `yaml:"pool"`
+	Weight *int     `yaml:"weight"`
+}
+
+// Pool names the balancer a pool's cells use over their instances:
+// round_robin (the default), least_request or priority.
+type Pool struct {
+	Name     string `yaml:"name"`
+	Balancer string `yaml:"balancer"`
 }
 
 // Rule matches on partner, market and payment type (an empty list matches
@@ -84,7 +96,14 @@ func (f File) Spec() (routing.Spec, error) {
 		if c.Weight != nil {
 			w = *c.Weight
 		}
-		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w})
+	}
+	for i, p := range f.Pools {
+		b, err := routing.ParseBalancer(p.Balancer)
+		if err != nil {
+			return s, fmt.Errorf("pools[%d] %q: balancer: %w", i, p.Name, err)
+		}
+		s.Pools = append(s.Pools, routing.Pool{Name: p.Name, Balancer: b})
 	}
 	for i, r := range f.Rules {
 		h, err := routing.ParseHashField(r.HashOn)

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 func TestLoadSample(t *testing.T) {
@@ -24,16 +26,19 @@ func TestParseErrors(t *testing.T) {
 		t.Fatalf("good table refused: %v", err)
 	}
 	cases := map[string]struct{ yaml, want string }{
-		"empty":         {"", "empty"},
-		"unknown key":   {strings.Replace(good, "pool: p}\nrules", "pool: p, colour: red}\nrules", 1), "colour"},
-		"no version":    {strings.Replace(good, "version: 1", "version: 0", 1), "version"},
-		"weight":        {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: 101}\nrules", 1), "weight"},
-		"unknown pool":  {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: q}", 1), "pool"},
-		"bad hash":      {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, hash_on: colour}", 1), "hash_on"},
-		"not yaml":      {"version: [", "yaml"},
-		"negative wt":   {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: -1}\nrules", 1), "weight"},
-		"negative min":  {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, min_refdata_version: -1}", 1), "uint64"},
-		"duplicate ids": {strings.Replace(good, "rules:", "  - {id: a, addr: 127.0.0.1:2, pool: p}\nrules:", 1), "duplicate"},
+		"empty":          {"", "empty"},
+		"unknown key":    {strings.Replace(good, "pool: p}\nrules", "pool: p, colour: red}\nrules", 1), "colour"},
+		"no version":     {strings.Replace(good, "version: 1", "version: 0", 1), "version"},
+		"weight":         {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: 101}\nrules", 1), "weight"},
+		"unknown pool":   {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: q}", 1), "pool"},
+		"bad hash":       {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, hash_on: colour}", 1), "hash_on"},
+		"not yaml":       {"version: [", "yaml"},
+		"negative wt":    {strings.Replace(good, "pool: p}\nrules", "pool: p, weight: -1}\nrules", 1), "weight"},
+		"negative min":   {strings.Replace(good, "{name: all, pool: p}", "{name: all, pool: p, min_refdata_version: -1}", 1), "uint64"},
+		"addr and addrs": {strings.Replace(good, "addr: 127.0.0.1:1,", "addr: 127.0.0.1:1, addrs: [127.0.0.1:2],", 1), "both addr and addrs"},
+		"bad balancer":   {good + "pools: [{name: p, balancer: random}]\n", `pools[0] "p": balancer`},
+		"pool entry":     {good + "pools: [{name: q, balancer: priority}]\n", `pool "q" has no cells`},
+		"duplicate ids":  {strings.Replace(good, "rules:", "  - {id: a, addr: 127.0.0.1:2, pool: p}\nrules:", 1), "duplicate"},
 	}
 	for name, c := range cases {
 		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -51,5 +56,23 @@ func TestMinRefdataVersion(t *testing.T) {
 	}
 	if spec.Rules[0].MinRefdataVersion != 5 || spec.Rules[1].MinRefdataVersion != 0 {
 		t.Fatalf("rules %+v", spec.Rules)
+	}
+}
+
+func TestInstances(t *testing.T) {
+	yaml := "version: 1\ncells:\n  - {id: a, addrs: [127.0.0.1:7081, 127.0.0.1:7181], pool: p}\n  - {id: b, addr: 127.0.0.1:7082, pool: p}\n" +
+		"pools:\n  - {name: p, balancer: least_request}\nrules:\n  - {name: all, pool: p}\n"
+	spec, err := Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.Cells[0].Instances(); len(got) != 2 || got[1] != "127.0.0.1:7181" || spec.Cells[0].Addr != "" {
+		t.Fatalf("cell a: %+v", spec.Cells[0])
+	}
+	if got := spec.Cells[1].Instances(); len(got) != 1 || got[0] != "127.0.0.1:7082" {
+		t.Fatalf("cell b: %+v", spec.Cells[1])
+	}
+	if len(spec.Pools) != 1 || spec.Pools[0].Balancer != routing.BalanceLeastRequest {
+		t.Fatalf("pools %+v", spec.Pools)
 	}
 }

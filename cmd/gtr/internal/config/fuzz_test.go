@@ -22,6 +22,9 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("version: 3\ncells:\n  - {id: eu-1, addr: \"[::1]:7000\", pool: eu}\n  - {id: eu-2, addr: eu-2:7000, pool: eu, weight: 30}\n" +
 		"rules:\n  - {name: cards, markets: [DE, FR], payment_types: [CARD_AUTHORIZATION], pool: eu, hash_on: merchant, min_refdata_version: 4}\n  - {name: rest, pool: eu}\n"))
+	f.Add([]byte("version: 2\ncells:\n  - {id: a, addrs: [\"127.0.0.1:7081\", \"127.0.0.1:7181\"], pool: p}\n  - {id: b, addr: \"dns:///cell.b.svc:7081\", pool: p}\n" +
+		"pools:\n  - {name: p, balancer: priority}\nrules:\n  - {name: r, pool: p}\n"))
+	f.Add([]byte("version: 2\ncells: [{id: a, addr: \"a:1\", addrs: [\"a:2\"], pool: p}]\npools: [{name: q, balancer: random}]\nrules: [{name: r, pool: p}]\n"))
 	f.Add([]byte("version: 1\ncells: &c [{id: a, addr: \"a:1\", pool: p}]\nrules: [{name: r, pool: p, partners: [*c]}]\n"))
 	f.Add([]byte("version: 18446744073709551615\ncells: []\n"))
 	f.Add([]byte("a: &a [x,x,x,x]\nb: &b [*a,*a,*a,*a]\nc: [*b,*b,*b,*b]\n"))
@@ -35,12 +38,23 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted a table of version %d, %d cells, %d rules", spec.Version, len(spec.Cells), len(spec.Rules))
 		}
 		for _, c := range spec.Cells {
-			if err := routing.CheckAddr(c.Addr); err != nil {
-				t.Fatalf("accepted addr %q: %v", c.Addr, err)
+			if (c.Addr == "") == (len(c.Addrs) == 0) || len(c.Addrs) > routing.MaxInstances {
+				t.Fatalf("accepted cell %q with addr %q and %d addrs", c.ID, c.Addr, len(c.Addrs))
+			}
+			for _, a := range c.Instances() {
+				if err := routing.CheckAddr(a); err != nil {
+					t.Fatalf("accepted addr %q: %v", a, err)
+				}
 			}
 		}
-		if _, err := routing.Compile(spec); err != nil {
+		tbl, err := routing.Compile(spec)
+		if err != nil {
 			t.Fatalf("accepted a table that does not compile: %v", err)
+		}
+		for _, p := range spec.Pools {
+			if tbl.Balancer(p.Name) != p.Balancer {
+				t.Fatalf("pool %q: balancer %v, table says %v", p.Name, p.Balancer, tbl.Balancer(p.Name))
+			}
 		}
 	})
 }

@@ -200,6 +200,8 @@ func Run(ctx context.Context, cfg Config) error {
 		defer rw.Close()
 	}
 
+	pool := cellconn.New(append(tel.DialOptions(), cellDial)...)
+	defer pool.Close()
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -214,12 +216,11 @@ func Run(ctx context.Context, cfg Config) error {
 				return
 			case <-st.Changed():
 				followCells(st, mon)
+				pool.Forget(inTable(st))
 			}
 		}
 	})
 
-	pool := cellconn.New(append(tel.DialOptions(), cellDial)...)
-	defer pool.Close()
 	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
@@ -357,6 +358,12 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// inTable reports whether a cell is in the table in force.
+func inTable(st *state.State) func(string) bool {
+	d, _, ok := st.Doc()
+	return func(id string) bool { return !ok || d.Cell(id) != nil }
+}
+
 // followCells points the health monitor at the table's cells, and has the
 // state recompile from the monitor's verdicts (a cell the monitor forgot
 // and learns again starts at 100, which OnChange does not report).
@@ -367,7 +374,7 @@ func followCells(st *state.State, mon *health.Monitor) {
 	}
 	cells := make([]health.Cell, 0, len(d.Cells))
 	for _, c := range d.Cells {
-		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool})
+		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool})
 	}
 	mon.SetCells(cells)
 	st.HealthChanged("", 0)

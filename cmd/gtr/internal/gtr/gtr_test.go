@@ -53,7 +53,8 @@ func freeAddr(t *testing.T) string {
 func TestAdminOnlyOnAdminListener(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "gtr.yaml")
-	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\nrules:\n  - {name: all, pool: main}\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\n"+
+		"  - {id: cell-b, addrs: [\"127.0.0.1:2\", \"127.0.0.1:3\"], pool: main}\npools: [{name: main, balancer: priority}]\nrules:\n  - {name: all, pool: main}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
@@ -102,8 +103,12 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if list.ReplicaId != "r1" || list.ConfigStore != "standalone" || len(list.Cells) != 1 {
+	if list.ReplicaId != "r1" || list.ConfigStore != "standalone" || len(list.Cells) != 2 {
 		t.Fatalf("list: %v", list)
+	}
+	// The table's instances reach the health monitor, which lists each.
+	if b := list.Cells[1]; len(b.Instances) != 2 || b.Instances[1].Addr != "127.0.0.1:3" || b.Balancer != "priority" || len(list.Cells[0].Instances) != 1 {
+		t.Fatalf("cell-b: %v", b)
 	}
 
 	plain := func(addr string) *grpc.ClientConn {

@@ -1,8 +1,10 @@
 // Package health decides, per GTR replica, how much traffic each cell may
 // take: its health share, from 0 (ejected or down) to 100 (fully healthy).
 //
-// Two signals feed it. Active: a gRPC health check of every cell every
-// Interval. Passive: the outcome of every request the GTR sends (Observe),
+// Two signals feed it. Active: a gRPC health check of every instance of
+// every cell every Interval (the instances a cell lists, or those its
+// dns:/// name resolves to); a cell passes while any of its instances
+// answers SERVING, and Instances shows each one (instances.go). Passive: the outcome of every request the GTR sends (Observe),
 // kept in a failure-rate window over the last FailureWindow and a
 // success-rate window over the last SuccessWindow requests, plus a run of
 // consecutive failures. A cell that fails either is ejected for a back-off
@@ -24,21 +26,22 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 )
 
 // Config tunes the monitor. Zero values take the defaults in brackets.
 type Config struct {
 	Interval     time.Duration // active check period [250ms]
 	CheckTimeout time.Duration // one active check [200ms]
+	// ResolveInterval is how often a dns:/// cell's name is looked up
+	// again for its instances [2s]; each lookup is bounded by
+	// CheckTimeout.
+	ResolveInterval time.Duration
 	// SlowChecks is how many active checks in a row may time out before
 	// the cell counts as down [3]: a busy cell answers late, a dead one
 	// not at all; an answer of NOT_SERVING, or a refused connection, counts
@@ -83,6 +86,7 @@ func (c *Config) validate() error {
 	}
 	def(&c.Interval, 250*time.Millisecond)
 	def(&c.CheckTimeout, 200*time.Millisecond)
+	def(&c.ResolveInterval, 2*time.Second)
 	def(&c.FailureWindow, 5*time.Second)
 	def(&c.BaseEjection, time.Second)
 	def(&c.MaxEjection, 30*time.Second)
@@ -117,9 +121,11 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Cell names a cell to watch.
+// Cell names a cell to watch: its instances are Addrs, or Addr alone, or
+// what a "dns:///host:port" Addr resolves to.
 type Cell struct {
 	ID, Addr, Pool string
+	Addrs          []string
 }
 
 // Monitor tracks every cell's health share. It is safe for concurrent use.
@@ -127,7 +133,8 @@ type Cell struct {
 // shares from it (Share) when it compiles, and the admin API reads the
 // outcome window that ejects (Stats); nothing keeps a copy.
 //
-// Lock order: mu, then a cellState's mu. Observe, the payment path's
+// Lock order: mu, then a cellState's mu, then its imu (a leaf: the
+// instances' set). Observe, the payment path's
 // call, takes no monitor-wide lock: one atomic load of the cell map, then
 // that cell's own mu. Only an ejection (rare) takes mu, because deciding
 // that a cell is not the last of its pool reads its peers.
@@ -147,8 +154,14 @@ type change struct {
 
 type cellState struct {
 	Cell
-	conn  *grpc.ClientConn
-	check healthpb.HealthClient
+	// insts are the cell's instances, each probed on its own. The slice
+	// is replaced whole (a dns:/// name resolving to other addresses),
+	// never modified once stored; see instances.go.
+	insts atomic.Pointer[[]*instance]
+	imu   sync.Mutex // serialises replacing insts and closing them
+	gone  bool       // closed: insts are closed and never replaced again; under imu
+	// resolvedAt is when a dns:/// name was last looked up; under imu.
+	resolvedAt time.Time
 
 	// share is written with mu of the cell held, read without it.
 	share atomic.Int32
@@ -181,38 +194,33 @@ func (m *Monitor) cell(id string) *cellState { return (*m.cells.Load())[id] }
 
 // SetCells replaces the watched cells. New cells start at share 100: a
 // cell named in the table is trusted until it fails a check or a request.
+// A cell whose addresses change is a new cell.
 func (m *Monitor) SetCells(cells []Cell) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old := *m.cells.Load()
 	next := make(map[string]*cellState, len(cells))
 	for _, c := range cells {
-		if s, ok := old[c.ID]; ok && s.Addr == c.Addr {
+		if s, ok := old[c.ID]; ok && s.Addr == c.Addr && slices.Equal(s.Addrs, c.Addrs) {
 			if s.Pool != c.Pool { // Pool is read without s.mu: replace, never write
 				s = s.withPool(c.Pool)
 			}
 			next[c.ID] = s
 			continue
-		} else if ok {
-			s.conn.Close()
 		}
-		dial := m.cfg.Dial
-		if dial == nil {
-			dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+		c.Addrs = slices.Clone(c.Addrs)
+		s := &cellState{Cell: c, window: newOutcomeWindow(m.cfg.FailureWindow), recent: newRing(m.cfg.SuccessWindow)}
+		if !isDNS(c.Addr) {
+			s.setInstances(m.dialAll(c.ID, instanceAddrs(c), ""))
+		} else {
+			s.setInstances(nil) // resolved by each round of checks
 		}
-		conn, err := grpc.NewClient(c.Addr, dial)
-		if err != nil {
-			m.cfg.Log.Error("health: cannot watch cell", "cell", c.ID, "error", err)
-			continue
-		}
-		s := &cellState{Cell: c, conn: conn, check: healthpb.NewHealthClient(conn),
-			window: newOutcomeWindow(m.cfg.FailureWindow), recent: newRing(m.cfg.SuccessWindow)}
 		s.share.Store(100)
 		next[c.ID] = s
 	}
 	for id, s := range old {
-		if _, ok := next[id]; !ok {
-			s.conn.Close()
+		if n, ok := next[id]; !ok || n.insts.Load() != s.insts.Load() {
+			s.closeInstances()
 		}
 	}
 	m.cells.Store(&next)
@@ -225,11 +233,17 @@ func (m *Monitor) SetCells(cells []Cell) {
 func (s *cellState) withPool(pool string) *cellState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := &cellState{Cell: s.Cell, conn: s.conn, check: s.check,
+	n := &cellState{Cell: s.Cell,
 		ejectedAt: s.ejectedAt, ejectFor: s.ejectFor, ejections: s.ejections, rampedAt: s.rampedAt,
 		consecFail: s.consecFail, slowChecks: s.slowChecks, window: s.window.clone(), recent: s.recent.clone()}
 	n.Pool = pool
 	n.share.Store(s.share.Load())
+	// The same connections: s is dropped, not closed, and a round of
+	// checks still holding it must not re-resolve them away from n.
+	n.insts.Store(s.insts.Load())
+	s.imu.Lock()
+	s.gone = true
+	s.imu.Unlock()
 	return n
 }
 
@@ -386,7 +400,7 @@ func (m *Monitor) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range *m.cells.Load() {
-		s.conn.Close()
+		s.closeInstances()
 	}
 	m.cells.Store(&map[string]*cellState{})
 }
@@ -400,21 +414,7 @@ func (m *Monitor) checkAll(ctx context.Context) {
 	results := make([]checkResult, len(targets))
 	var wg sync.WaitGroup
 	for i, s := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
-			defer cancel()
-			resp, err := s.check.Check(cctx, &healthpb.HealthCheckRequest{})
-			switch {
-			case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
-				results[i] = checkServing
-			case status.Code(err) == codes.DeadlineExceeded:
-				results[i] = checkSlow
-			default:
-				results[i] = checkDown
-			}
-		}()
+		wg.Go(func() { results[i] = m.checkCell(ctx, s) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {

@@ -95,7 +95,7 @@ func TestConsecutiveFailuresEjectThenRampBack(t *testing.T) {
 	rec := &recorder{}
 	addrA, _ := healthServer(t)
 	addrB, _ := healthServer(t)
-	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	m := newMonitor(t, clock, rec, Cell{ID: "a", Addr: addrA, Pool: "p"}, Cell{ID: "b", Addr: addrB, Pool: "p"})
 	m.Observe("a", false)
 	m.Observe("a", false)
 	if m.Share("a") != 100 {
@@ -131,7 +131,7 @@ func TestBackoffGrows(t *testing.T) {
 	rec := &recorder{}
 	addrA, _ := healthServer(t)
 	addrB, _ := healthServer(t)
-	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	m := newMonitor(t, clock, rec, Cell{ID: "a", Addr: addrA, Pool: "p"}, Cell{ID: "b", Addr: addrB, Pool: "p"})
 	eject := func() {
 		for range 3 {
 			m.Observe("a", false)
@@ -162,7 +162,7 @@ func TestLastCellOfPoolIsNeverEjected(t *testing.T) {
 	addrA, _ := healthServer(t)
 	addrB, _ := healthServer(t)
 	addrC, _ := healthServer(t)
-	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"}, Cell{"c", addrC, "q"})
+	m := newMonitor(t, clock, rec, Cell{ID: "a", Addr: addrA, Pool: "p"}, Cell{ID: "b", Addr: addrB, Pool: "p"}, Cell{ID: "c", Addr: addrC, Pool: "q"})
 	for range 3 {
 		m.Observe("a", false)
 		m.Observe("b", false)
@@ -181,7 +181,7 @@ func TestActiveCheckEjects(t *testing.T) {
 	rec := &recorder{}
 	addrA, setA := healthServer(t)
 	addrB, _ := healthServer(t)
-	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	m := newMonitor(t, clock, rec, Cell{ID: "a", Addr: addrA, Pool: "p"}, Cell{ID: "b", Addr: addrB, Pool: "p"})
 	setA(false)
 	m.checkAll(ctxT(t))
 	if m.Share("a") != 0 {
@@ -191,7 +191,7 @@ func TestActiveCheckEjects(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := l.Addr().String()
 	l.Close()
-	m.SetCells([]Cell{{"a", addrA, "p"}, {"b", addrB, "p"}, {"d", dead, "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: addrA, Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}, {ID: "d", Addr: dead, Pool: "p"}})
 	m.checkAll(ctxT(t))
 	if m.Share("d") != 0 {
 		t.Fatal("unreachable cell not ejected")
@@ -209,7 +209,7 @@ func TestFailureRateWindow(t *testing.T) {
 	rec := &recorder{}
 	addrA, _ := healthServer(t)
 	addrB, _ := healthServer(t)
-	m := newMonitor(t, clock, rec, Cell{"a", addrA, "p"}, Cell{"b", addrB, "p"})
+	m := newMonitor(t, clock, rec, Cell{ID: "a", Addr: addrA, Pool: "p"}, Cell{ID: "b", Addr: addrB, Pool: "p"})
 	// Alternating outcomes never make 3 in a row, but half fail.
 	for i := range 9 {
 		m.Observe("a", i%2 == 0)
@@ -223,7 +223,7 @@ func TestFailureRateWindow(t *testing.T) {
 		t.Fatal("a 50% failure rate over the window did not eject")
 	}
 	// Old failures age out of the window.
-	m2 := newMonitor(t, clock, rec, Cell{"x", addrA, "p2"}, Cell{"y", addrB, "p2"})
+	m2 := newMonitor(t, clock, rec, Cell{ID: "x", Addr: addrA, Pool: "p2"}, Cell{ID: "y", Addr: addrB, Pool: "p2"})
 	for i := range 8 {
 		m2.Observe("x", i%2 == 0)
 	}
@@ -246,7 +246,7 @@ func TestSuccessRateOverLastN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{"a", addrA, "p"}, {"b", addrB, "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: addrA, Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
 	t.Cleanup(m.close)
 	// 3 failures in 20 (85%) with no run of 3: below 90% success.
 	for i := range 20 {
@@ -265,7 +265,7 @@ func TestRunStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{"a", addrA, "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: addrA, Pool: "p"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
@@ -317,7 +317,7 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{"a", lis.Addr().String(), "p"}, {"b", addrB, "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: lis.Addr().String(), Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
 	t.Cleanup(m.close)
 	m.checkAll(ctxT(t)) // connections up
 	h.slow.Store(true)
@@ -354,7 +354,7 @@ func TestStatsIsTheWindowThatEjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{"a", "127.0.0.1:1", "p"}, {"b", "127.0.0.1:2", "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: "127.0.0.1:1", Pool: "p"}, {ID: "b", Addr: "127.0.0.1:2", Pool: "p"}})
 	t.Cleanup(m.close)
 	if st := m.Stats("a"); st.Recent != 0 || st.SuccessRate != -1 {
 		t.Fatalf("fresh cell: %+v", st)
@@ -391,7 +391,7 @@ func TestObserveConcurrentWithChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cells := []Cell{{"a", addr, "p"}, {"b", addr, "p"}, {"c", addr, "p"}}
+	cells := []Cell{{ID: "a", Addr: addr, Pool: "p"}, {ID: "b", Addr: addr, Pool: "p"}, {ID: "c", Addr: addr, Pool: "p"}}
 	m.SetCells(cells)
 	t.Cleanup(m.close)
 	var wg sync.WaitGroup

@@ -56,6 +56,8 @@ func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) 
 type callInfo struct {
 	id   string
 	home bool
+	// balancer is the cell's pool's, in the table the cell was routed by.
+	balancer routing.Balancer
 }
 
 // attempt runs the transaction on one cell: the Process stream, with the
@@ -68,7 +70,7 @@ type callInfo struct {
 // cell's, the GTR's) at the PNR, where the cell's own work ends (what
 // follows is the issuer's), with the latency up to it.
 func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) outcome {
-	client, err := s.cfg.Cells.Client(cell.ID, cell.Addr)
+	client, err := s.cfg.Cells.Client(cell, call.balancer)
 	if err != nil {
 		return outcome{reroute: err}
 	}

@@ -40,9 +40,9 @@ import (
 
 // Cells gives the client for a cell. *cellconn.Pool implements it.
 type Cells interface {
-	// Client returns a client for cell id at addr; it must not block on
-	// the network.
-	Client(id, addr string) (cellproto.CellClient, error)
+	// Client returns a client for cell c, balanced over its instances by
+	// b (the cell's pool's balancer); it must not block on the network.
+	Client(c *routing.Cell, b routing.Balancer) (cellproto.CellClient, error)
 }
 
 // Observer learns the outcome of every attempt; *health.Monitor implements
@@ -311,7 +311,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		tried = i + 1
 		sent = true
 		began := time.Now()
-		call := callInfo{id: callID, home: res.Home != nil && cell.ID == res.Home.ID}
+		call := callInfo{id: callID, home: res.Home != nil && cell.ID == res.Home.ID, balancer: table.Balancer(cell.Pool)}
 		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, call, func(toPNR time.Duration) {
 			lim.Release(toPNR, admission.Served)
 			gtrSlot.release(admission.Served)
@@ -443,7 +443,8 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GetTimeout)
 	defer cancel()
 	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: req.GetTransactionId()}
-	cells := s.cfg.Table().Spec().Cells
+	tbl := s.cfg.Table()
+	cells := tbl.Spec().Cells
 	type answer struct {
 		txn *cellpayv1.Transaction
 		err error
@@ -454,7 +455,7 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client, err := s.cfg.Cells.Client(c.ID, c.Addr)
+			client, err := s.cfg.Cells.Client(&c, tbl.Balancer(c.Pool))
 			if err != nil {
 				answers[i].err = err
 				return

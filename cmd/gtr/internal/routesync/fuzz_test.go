@@ -28,8 +28,13 @@ func routingSeeds(tb testing.TB) [][]byte {
 	d.Cells[2].Addr = "dns:///cell.cell-c.svc.cluster.local:7081"
 	d.Rules = append([]routing.Rule{{Name: "gb-cards", Markets: []string{"GB"}, PaymentTypes: []string{routing.PaymentCardAuthorization}, Pool: "main", HashOn: routing.HashMerchant, MinRefdataVersion: 12}}, d.Rules...)
 	ramped, _ := routingTarget{}.Encode(d)
+	d.Version = 10
+	d.Cells[0].Addr, d.Cells[0].Addrs = "", []string{"127.0.0.1:7081", "127.0.0.1:7181"}
+	d.Pools = []routing.Pool{{Name: d.Cells[0].Pool, Balancer: routing.BalancePriority}}
+	instances, _ := routingTarget{}.Encode(d)
 	return [][]byte{
-		plain, ramped,
+		plain, ramped, instances,
+		[]byte(`{"version":2,"cells":[{"id":"a","addr":"a:1","addrs":["a:2","a:2"],"pool":"p","table_weight":100,"weight":100}],"pools":[{"Name":"p","Balancer":"least_request"},{"Name":"q","Balancer":"random"}]}`),
 		[]byte(`{"version":2,"cells":[{"id":"a","addr":"a:1","pool":"p","table_weight":100,"weight":100}],"rules":[{"Name":"r","Pool":"p","HashOn":"transaction"}]}`),
 		[]byte(`{"version":2,"cells":[{"id":"a","addr":"unix:///x","pool":"p","table_weight":100,"weight":100}],"rules":[]}`),
 		[]byte(`{"version":18446744073709551615,"cells":null,"rules":null}`),
@@ -55,8 +60,13 @@ func FuzzDecodeRoutingEntry(f *testing.F) {
 		if tg.Validate(d) != nil {
 			return
 		}
-		if len(d.Cells) > routing.MaxCells || len(d.Rules) > routing.MaxRules {
-			t.Fatalf("validated %d cells, %d rules", len(d.Cells), len(d.Rules))
+		if len(d.Cells) > routing.MaxCells || len(d.Rules) > routing.MaxRules || len(d.Pools) > routing.MaxCells {
+			t.Fatalf("validated %d cells, %d rules, %d pools", len(d.Cells), len(d.Rules), len(d.Pools))
+		}
+		for _, c := range d.Cells {
+			if len(c.Addrs) > routing.MaxInstances {
+				t.Fatalf("validated cell %q with %d instances", c.ID, len(c.Addrs))
+			}
 		}
 		st, err := state.New(state.Config{})
 		if err != nil {

@@ -26,13 +26,19 @@ type Doc struct {
 	Version uint64         `json:"version"`
 	Cells   []CellConfig   `json:"cells"`
 	Rules   []routing.Rule `json:"rules"`
+	// Pools configure pools by name (their balancer); a pool without an
+	// entry balances round robin.
+	Pools []routing.Pool `json:"pools,omitempty"`
 }
 
 // CellConfig is a cell and its weights.
 type CellConfig struct {
-	ID   string `json:"id"`
-	Addr string `json:"addr"`
-	Pool string `json:"pool"`
+	ID string `json:"id"`
+	// Addr or Addrs, as in routing.Cell: one address (an instance, or a
+	// dns:/// name of them all), or the list of the cell's instances.
+	Addr  string   `json:"addr"`
+	Addrs []string `json:"addrs,omitempty"`
+	Pool  string   `json:"pool"`
 	// TableWeight is the weight in the last applied table; Restore returns
 	// the cell to it and Drain takes its percentage of it.
 	TableWeight int `json:"table_weight"`
@@ -82,8 +88,14 @@ func (d Doc) Clone() Doc {
 				r := *cc.Ramp
 				cc.Ramp = &r
 			}
+			if cc.Addrs != nil {
+				cc.Addrs = append([]string(nil), cc.Addrs...)
+			}
 			c.Cells[i] = cc
 		}
+	}
+	if d.Pools != nil {
+		c.Pools = append([]routing.Pool(nil), d.Pools...)
 	}
 	if d.Rules != nil {
 		c.Rules = make([]routing.Rule, len(d.Rules))
@@ -113,7 +125,7 @@ func (d *Doc) Cell(id string) *CellConfig {
 // share / 100, rounded down), so a re-admitted cell takes back the same
 // keys it gave up, a bucket at a time.
 func (d Doc) Spec(t time.Time, health func(cellID string) int) routing.Spec {
-	s := routing.Spec{Version: d.Version, Rules: d.Rules}
+	s := routing.Spec{Version: d.Version, Rules: d.Rules, Pools: d.Pools}
 	for _, c := range d.Cells {
 		st, w := routing.CellUp, c.WeightAt(t)
 		if health != nil {
@@ -124,13 +136,13 @@ func (d Doc) Spec(t time.Time, health func(cellID string) int) routing.Spec {
 				w = w * h / 100
 			}
 		}
-		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Pool: c.Pool, Weight: w, State: st})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, State: st})
 	}
 	return s
 }
 
 // WithTable is the Doc that applying table s over d makes: s's version,
-// cells and rules. A cell whose weight in s is its configured weight in d
+// cells (with their addresses), pools and rules. A cell whose weight in s is its configured weight in d
 // (Weight, where any ramp ends) keeps its table weight and ramp, so that
 // applying exactly what GetTable returned, with the version raised,
 // changes no configured weight, drained or ramping cells included. Any
@@ -153,9 +165,9 @@ func (d Doc) WithTable(s routing.Spec) Doc {
 // FromSpec builds a Doc from a routing spec (the YAML config, an applied
 // table): every cell at its spec weight with no ramp.
 func FromSpec(s routing.Spec) Doc {
-	d := Doc{Version: s.Version, Rules: s.Rules}
+	d := Doc{Version: s.Version, Rules: s.Rules, Pools: s.Pools}
 	for _, c := range s.Cells {
-		d.Cells = append(d.Cells, CellConfig{ID: c.ID, Addr: c.Addr, Pool: c.Pool, TableWeight: c.Weight, Weight: c.Weight})
+		d.Cells = append(d.Cells, CellConfig{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, TableWeight: c.Weight, Weight: c.Weight})
 	}
 	return d.Clone()
 }
