@@ -58,6 +58,11 @@ type Config struct {
 	PGBinDir string
 	// Cells default to cell-a, cell-b, cell-c on 127.0.0.1:7081, :7082, :7083.
 	Cells []CellSpec
+	// CellInstances is how many orchestrator processes each cell runs,
+	// sharing its database (default 1). Instance n > 1 of a cell is the
+	// process <cell>-<n>, on the cell's port + 100·(n-1) (cell-a-2 on
+	// :7181); the GTR's table must list them (addrs).
+	CellInstances int
 	// IssuerAddr, GTRAddr and AdminAddr default to 127.0.0.1:7090, :7070
 	// and :7071.
 	IssuerAddr, GTRAddr, AdminAddr string
@@ -186,14 +191,22 @@ func (c Config) validate() error {
 		return errors.New("NATS: no nats-server binary found (apt-get install nats-server)")
 	}
 	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true, NATS: true}
+	if c.CellInstances < 0 || c.CellInstances > 4 {
+		return fmt.Errorf("CellInstances %d: want 1 to 4", c.CellInstances)
+	}
 	for _, cell := range c.Cells {
 		if cell.ID == "" || cell.Addr == "" {
 			return fmt.Errorf("cell %+v: ID and Addr are required", cell)
 		}
-		if seen[cell.ID] {
-			return fmt.Errorf("cell ID %q is used twice or names another component", cell.ID)
+		for i, in := range c.instances(cell) {
+			if _, err := instanceAddr(cell.Addr, i); err != nil {
+				return fmt.Errorf("cell %s: %w", cell.ID, err)
+			}
+			if seen[in.Name] {
+				return fmt.Errorf("cell ID or instance %q is used twice or names another component", in.Name)
+			}
+			seen[in.Name] = true
 		}
-		seen[cell.ID] = true
 	}
 	if c.PGBasePort < 1 || c.PGBasePort+len(c.Cells) > 65536 {
 		return fmt.Errorf("PGBasePort %d out of range", c.PGBasePort)
@@ -269,20 +282,22 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	p.add(IssuerSim, cfg.IssuerAddr, "issuersim", slices.Concat([]string{"-listen", cfg.IssuerAddr},
 		tlsArgs(p.TLSFiles(IssuerCertName)), p.metricsArgs(cfg.IssuerAddr))...)
 	for _, cell := range cfg.Cells {
-		p.add(cell.ID, cell.Addr, "cell",
-			"-id", cell.ID,
-			"-listen", cell.Addr,
-			"-issuer", cfg.IssuerAddr,
-			"-refdata", cfg.RefData,
-			"-pan-key-file", panKey,
-			"-callback-ca-file", p.CAFile(),
-			"-partners-state-file", filepath.Join(cfg.DataDir, cell.ID+"-partners-state.json"))
-		// The URLs hold passwords: in the environment, which only our user
-		// reads, rather than on a command line that anyone's ps shows and
-		// the component's log records.
-		p.procs[cell.ID].env = append(p.procs[cell.ID].env,
-			"CELL_DATABASE_URL="+p.dbURLs[cell.ID], "CELL_MIGRATE_DATABASE_URL="+p.migrateURLs[cell.ID])
-		p.procs[cell.ID].args = slices.Concat(p.procs[cell.ID].args, tlsArgs(p.TLSFiles(cell.ID)), p.metricsArgs(cell.Addr))
+		for _, in := range cfg.instances(cell) {
+			p.add(in.Name, in.Addr, "cell",
+				"-id", cell.ID,
+				"-listen", in.Addr,
+				"-issuer", cfg.IssuerAddr,
+				"-refdata", cfg.RefData,
+				"-pan-key-file", panKey,
+				"-callback-ca-file", p.CAFile(),
+				"-partners-state-file", filepath.Join(cfg.DataDir, in.Name+"-partners-state.json"))
+			// The URLs hold passwords: in the environment, which only our
+			// user reads, rather than on a command line that anyone's ps
+			// shows and the component's log records.
+			p.procs[in.Name].env = append(p.procs[in.Name].env,
+				"CELL_DATABASE_URL="+p.dbURLs[cell.ID], "CELL_MIGRATE_DATABASE_URL="+p.migrateURLs[cell.ID])
+			p.procs[in.Name].args = slices.Concat(p.procs[in.Name].args, tlsArgs(p.TLSFiles(cell.ID)), p.metricsArgs(in.Addr))
+		}
 	}
 	if err := p.provisionTrust(); err != nil {
 		p.Stop()
@@ -297,7 +312,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.procs[IssuerSim].creds = opsTLS
 	for _, cell := range cfg.Cells {
-		p.procs[cell.ID].creds = opsTLS
+		for _, in := range cfg.instances(cell) {
+			p.procs[in.Name].creds = opsTLS
+		}
 	}
 	if err := p.startReceiver(); err != nil {
 		p.Stop()
@@ -385,11 +402,17 @@ func (p *Platform) Stop() error {
 			}
 		}
 		var wg sync.WaitGroup
-		cellErrs := make([]error, len(p.cfg.Cells))
-		for i, cell := range p.cfg.Cells {
-			if proc := p.procs[cell.ID]; proc != nil {
-				wg.Go(func() { cellErrs[i] = proc.Stop() })
+		var cellProcs []*Proc
+		for _, cell := range p.cfg.Cells {
+			for _, in := range p.cfg.instances(cell) {
+				if proc := p.procs[in.Name]; proc != nil {
+					cellProcs = append(cellProcs, proc)
+				}
 			}
+		}
+		cellErrs := make([]error, len(cellProcs))
+		for i, proc := range cellProcs {
+			wg.Go(func() { cellErrs[i] = proc.Stop() })
 		}
 		wg.Wait()
 		errs = append(errs, cellErrs...)

@@ -28,6 +28,8 @@ type RunCell struct {
 	ID          string `json:"id"`
 	Addr        string `json:"addr"`
 	DatabaseURL string `json:"database_url"`
+	// Instances are its orchestrators' addresses, the first Addr.
+	Instances []string `json:"instances,omitempty"`
 }
 
 // RunFile is the RunInfo file of the platform whose data folder is
@@ -57,7 +59,11 @@ func (p *Platform) RunInfo() RunInfo {
 		ri.BackupGTRAddr, ri.BackupAdminAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr
 	}
 	for _, c := range p.cfg.Cells {
-		ri.Cells = append(ri.Cells, RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]})
+		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]}
+		for _, in := range p.cfg.instances(c) {
+			rc.Instances = append(rc.Instances, in.Addr)
+		}
+		ri.Cells = append(ri.Cells, rc)
 	}
 	for _, proc := range p.order {
 		ri.PIDs[proc.Name] = proc.Pid()
