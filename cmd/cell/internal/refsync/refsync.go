@@ -19,8 +19,16 @@
 // version), or nothing, and is not ready, until the first version arrives.
 // With NATS down it keeps serving what it has.
 //
-// It reports the served version on NATS (refdata.StatusSubjectPrefix + cell
-// ID) and as metrics on the cell's meter (RegisterMetrics), staleness (the
+// Several instances of a cell share its Postgres and its durable consumer
+// (docs/design/cell-instances.md): each version reaches one of them, which
+// stores it, and every instance follows the stored version (Shared): it
+// loads a version a sibling stored within FollowInterval, and before it
+// applies a message, so that an update's base is checked against the
+// cell's version, not a stale copy.
+//
+// It reports on NATS (refdata.StatusSubjectPrefix + cell ID) the version
+// the cell serves: with a Shared store, the minimum over its live
+// instances; and as metrics on the cell's meter (RegisterMetrics), staleness (the
 // age of the served version) included.
 package refsync
 
@@ -66,6 +74,17 @@ type Store interface {
 	SaveRefdataUpdate(ctx context.Context, base, version uint64, u refdata.Update, meta store.RefdataMeta) error
 }
 
+// Shared is the ability of a Store that several instances of the cell
+// share; *store.Store has it. Without it the syncer is the cell's only
+// instance.
+type Shared interface {
+	// StoredRefdataVersion returns the version stored, 0 for none.
+	StoredRefdataVersion(ctx context.Context) (uint64, error)
+	// ServedRefdata returns the minimum version the cell's live instances
+	// serve; false when none serves one.
+	ServedRefdata(ctx context.Context) (uint64, bool, error)
+}
+
 // Config configures a Syncer.
 type Config struct {
 	CellID string // required
@@ -82,6 +101,9 @@ type Config struct {
 	// StatusInterval is how often the status is published; default
 	// refdata.StatusInterval.
 	StatusInterval time.Duration
+	// FollowInterval is how often a Shared store's version is checked for
+	// one a sibling stored; default 1s.
+	FollowInterval time.Duration
 	Now            func() time.Time // default time.Now
 	Log            *slog.Logger     // default slog.Default()
 }
@@ -92,6 +114,9 @@ func (c *Config) validate() error {
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = refdata.StatusInterval
+	}
+	if c.FollowInterval <= 0 {
+		c.FollowInterval = time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -110,6 +135,9 @@ type Syncer struct {
 	serving chan struct{} // closed when a version is first served
 	once    sync.Once
 	kick    chan struct{} // asks for a status report now
+	// applyMu serializes what changes the served version: the consumer's
+	// applies and following the stored version.
+	applyMu sync.Mutex
 
 	// Written by the consumer only (and New); read by status and metrics.
 	mu     sync.Mutex
@@ -216,6 +244,36 @@ func (s *Syncer) Status() refdata.Status {
 	return st
 }
 
+// Served is the version this instance serves; nil for none.
+func (s *Syncer) Served() *uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return nil
+	}
+	v := s.cur.Seq()
+	if s.source == SourceBootstrap {
+		v = 0
+	}
+	return &v
+}
+
+// cellStatus is the status the cell reports: Status, with the version the
+// cell's live instances all serve when the store is Shared (never above
+// this instance's own).
+func (s *Syncer) cellStatus(ctx context.Context) refdata.Status {
+	st := s.Status()
+	if sh, ok := s.cfg.Store.(Shared); ok {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, ok, err := sh.ServedRefdata(ctx)
+		cancel()
+		if err == nil && ok && v < st.Version {
+			st.Version = v
+		}
+	}
+	return st
+}
+
 // Staleness is the age of the served version: since it was published, or
 // since a bootstrap file was loaded. -1 when nothing is served.
 func (s *Syncer) Staleness() time.Duration {
@@ -270,6 +328,9 @@ func (s *Syncer) natsVersion() uint64 {
 func (s *Syncer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if _, ok := s.cfg.Store.(Shared); ok {
+		wg.Go(func() { s.followLoop(ctx) })
+	}
 	if s.cfg.NATSURL == "" {
 		<-ctx.Done()
 		return nil
@@ -339,12 +400,69 @@ func (s *Syncer) consume(ctx context.Context, js jetstream.JetStream) error {
 	}
 }
 
+// followLoop serves the stored version whenever a sibling stored a newer
+// one, until ctx ends.
+func (s *Syncer) followLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.FollowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.applyMu.Lock()
+		err := s.follow(ctx)
+		s.applyMu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Log.Warn("reference data: cannot follow the stored version", "error", err)
+		}
+	}
+}
+
+// follow serves the stored version if it is newer than the served one: a
+// sibling instance stored it. The caller holds applyMu.
+func (s *Syncer) follow(ctx context.Context) error {
+	sh, ok := s.cfg.Store.(Shared)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := sh.StoredRefdataVersion(ctx)
+	if err != nil || v == 0 || v <= s.natsVersion() {
+		return err
+	}
+	f, meta, err := s.cfg.Store.LoadRefdata(ctx)
+	if err != nil {
+		return fmt.Errorf("refsync: follow: %w", err)
+	}
+	snap, err := refdata.FromFile(f)
+	if err != nil {
+		return fmt.Errorf("refsync: follow: version %d: %w", f.Version, err)
+	}
+	if err := s.serve(snap, SourcePostgres, meta.PublishedAt, meta.AppliedAt); err != nil {
+		return err
+	}
+	s.cfg.Log.Info("reference data: serving the version another instance stored", "version", snap.Seq())
+	return nil
+}
+
 // handle applies one message and acks, terminates or naks it.
 func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 	start := time.Now()
 	m, err := refdata.DecodeMessage(msg.Data())
 	if err != nil {
 		s.refuse(msg, 0, err)
+		return
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	// A sibling may have stored versions this instance has not loaded
+	// yet: its base is the cell's stored version.
+	if err := s.follow(ctx); err != nil {
+		s.cfg.Log.Warn("reference data version not applied: the stored version is unknown; will retry", "version", m.Version, "error", err)
+		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	if m.Version <= s.natsVersion() {
