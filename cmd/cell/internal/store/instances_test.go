@@ -1,0 +1,217 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/orchestrator"
+)
+
+// sibling opens a second store on url as instance id, with a live lease.
+func sibling(t *testing.T, url, id string) *Store {
+	t.Helper()
+	s, err := Connect(ctxT(t), url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	s.SetInstance(id)
+	if err := s.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func insert(t *testing.T, s *Store, id string, state orchestrator.State) {
+	t.Helper()
+	r := record(id)
+	if ok, _, err := s.Insert(ctxT(t), r); err != nil || !ok {
+		t.Fatalf("insert %s: %v, %v", id, ok, err)
+	}
+	if state != orchestrator.StateReceived {
+		r.State = state
+		if err := s.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAbandonUnsentLeavesLiveSiblings: a starting instance abandons its own
+// leftovers and those of instances whose lease ran out, never a live
+// sibling's; the reconciler's sweep abandons a dead sibling's too.
+func TestAbandonUnsentLeavesLiveSiblings(t *testing.T) {
+	first, url := open(t)
+	first.SetInstance("a")
+	if err := first.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := sibling(t, url, "b")
+	insert(t, first, "t-a", orchestrator.StateReceived)
+	insert(t, b, "t-b", orchestrator.StateReceived)
+
+	// b restarts (same name, lease still live): its own row goes, a's stays.
+	if n, err := b.AbandonUnsent(ctxT(t), t0.Add(time.Second)); err != nil || n != 1 {
+		t.Fatalf("b's AbandonUnsent = %d, %v; want its own row only", n, err)
+	}
+	if st := state(t, first, "t-a"); st != orchestrator.StateReceived {
+		t.Fatalf("live sibling a's row is %s, want received", st)
+	}
+	if st := state(t, first, "t-b"); st != orchestrator.StateAbandoned {
+		t.Fatalf("b's own leftover is %s, want abandoned", st)
+	}
+
+	// a's lease runs out: a new instance c abandons its row at start.
+	insert(t, first, "t-a2", orchestrator.StateReceived)
+	if err := first.RenewLease(ctxT(t), time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	c := sibling(t, url, "c")
+	if n, err := c.AbandonUnsent(ctxT(t), t0.Add(time.Second)); err != nil || n != 2 {
+		t.Fatalf("c's AbandonUnsent = %d, %v; want a's two rows", n, err)
+	}
+
+	// The sweep: a dead owner's row past the grace goes; a live one's
+	// stays until it is stuck.
+	insert(t, first, "t-a3", orchestrator.StateReceived) // a's lease expired
+	insert(t, b, "t-b2", orchestrator.StateReceived)
+	now := t0.Add(10 * time.Second)
+	if n, err := c.AbandonOrphans(ctxT(t), now, now, now.Add(-time.Hour)); err != nil || n != 1 {
+		t.Fatalf("AbandonOrphans = %d, %v; want a's row only", n, err)
+	}
+	if st := state(t, first, "t-b2"); st != orchestrator.StateReceived {
+		t.Fatalf("live b's row is %s after the sweep", st)
+	}
+	if n, err := c.AbandonOrphans(ctxT(t), now, now, now); err != nil || n != 1 {
+		t.Fatalf("AbandonOrphans of stuck rows = %d, %v; want b's", n, err)
+	}
+}
+
+func state(t *testing.T, s *Store, id string) orchestrator.State {
+	t.Helper()
+	r, err := s.Get(ctxT(t), key(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.State
+}
+
+// TestActiveFollowsOwnerAndLease: a sending row is active while its owner
+// holds a live lease and has not released it, for every instance; the
+// reconciler (Unresolved) leaves it alone meanwhile.
+func TestActiveFollowsOwnerAndLease(t *testing.T) {
+	a, url := open(t)
+	a.SetInstance("a")
+	if err := a.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := sibling(t, url, "b")
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	r := record("t-1")
+	r.CreatedAt, r.UpdatedAt = now, now
+	if ok, _, err := a.Insert(ctxT(t), r); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	r.State = orchestrator.StateSending
+	if err := a.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	active := func(s *Store) bool {
+		t.Helper()
+		ok, err := s.Active(ctxT(t), key("t-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	unresolved := func() int {
+		t.Helper()
+		recs, err := b.Unresolved(ctxT(t), now.Add(time.Hour), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	if !active(a) || !active(b) || unresolved() != 0 {
+		t.Fatalf("in flight at a: active at a %v, at b %v, unresolved %d; want true, true, 0", active(a), active(b), unresolved())
+	}
+	if ok, err := b.Active(ctxT(t), key("t-none")); err != nil || ok {
+		t.Fatalf("Active of no record = %v, %v", ok, err)
+	}
+	// b cannot release a's row; a's lease running out frees it.
+	if err := b.Release(ctxT(t), key("t-1")); err != nil || !active(b) {
+		t.Fatalf("after b's release: %v, active %v; want still active", err, active(b))
+	}
+	if err := a.RenewLease(ctxT(t), time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if active(b) || unresolved() != 1 {
+		t.Fatalf("a's lease ran out: active at b %v, unresolved %d; want false, 1", active(b), unresolved())
+	}
+	// a's own view: its attempt is still its own until it releases.
+	if !active(a) {
+		t.Fatal("a no longer sees its own attempt")
+	}
+	if err := a.Release(ctxT(t), key("t-1")); err != nil || active(a) {
+		t.Fatalf("after a's release: %v, active %v", err, active(a))
+	}
+	// A final state ends ownership whoever wrote it.
+	if err := a.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, a, "t-2", orchestrator.StateApproved)
+	if ok, err := b.Active(ctxT(t), key("t-2")); err != nil || ok {
+		t.Fatalf("final row active: %v, %v", ok, err)
+	}
+}
+
+// TestServedRefdataIsTheMinimum: the cell serves what all its live
+// instances serve.
+func TestServedRefdataIsTheMinimum(t *testing.T) {
+	a, url := open(t)
+	a.SetInstance("a")
+	b := sibling(t, url, "b")
+	if _, ok, err := a.ServedRefdata(ctxT(t)); err != nil || ok {
+		t.Fatalf("nothing served: %v, %v", ok, err)
+	}
+	v := func(n uint64) *uint64 { return &n }
+	if err := a.RenewLease(ctxT(t), time.Minute, v(7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RenewLease(ctxT(t), time.Minute, v(5)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := a.ServedRefdata(ctxT(t)); err != nil || !ok || got != 5 {
+		t.Fatalf("ServedRefdata = %d, %v, %v; want 5", got, ok, err)
+	}
+	if err := b.DropLease(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := a.ServedRefdata(ctxT(t)); err != nil || !ok || got != 7 {
+		t.Fatalf("after b left: %d, %v, %v; want 7", got, ok, err)
+	}
+}
+
+// TestReconcilerLockIsExclusive: one session holds the lock; once it
+// releases it, another takes it.
+func TestReconcilerLockIsExclusive(t *testing.T) {
+	a, url := open(t)
+	b := sibling(t, url, "b")
+	la, err := a.TryLock(ctxT(t), ReconcilerLock)
+	if err != nil || la == nil {
+		t.Fatalf("a: %v, %v", la, err)
+	}
+	if lb, err := b.TryLock(ctxT(t), ReconcilerLock); err != nil || lb != nil {
+		t.Fatalf("b took a held lock: %v, %v", lb, err)
+	}
+	if err := la.Check(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	la.Release(ctxT(t))
+	lb, err := b.TryLock(ctxT(t), ReconcilerLock)
+	if err != nil || lb == nil {
+		t.Fatalf("b after a released: %v, %v", lb, err)
+	}
+	lb.Release(ctxT(t))
+}
