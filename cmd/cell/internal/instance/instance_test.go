@@ -99,7 +99,10 @@ func TestLeaseKeeper(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	v := uint64(3)
-	go func() { KeepLease(ctx, st, time.Minute, 50*time.Millisecond, func() *uint64 { return &v }, slog.New(slog.DiscardHandler)); close(done) }()
+	go func() {
+		KeepLease(ctx, st, time.Minute, 50*time.Millisecond, func() *uint64 { return &v }, slog.New(slog.DiscardHandler))
+		close(done)
+	}()
 	testutil.Eventually(t, 5*time.Second, "the lease with version 3", func() bool {
 		got, ok, err := st.ServedRefdata(context.Background())
 		return err == nil && ok && got == 3
