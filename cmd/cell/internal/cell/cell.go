@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer conn.Close()
 	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
 	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, StateFile: cfg.PartnersStateFile,
-		ReplicaID: cfg.ID, ReadOnly: true, Log: log})
+		ReplicaID: cfg.ID + "-" + cfg.Instance, ReadOnly: true, Log: log})
 	if err != nil {
 		return err
 	}

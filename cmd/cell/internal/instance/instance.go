@@ -78,32 +78,51 @@ func KeepLease(ctx context.Context, st Leaser, ttl, every time.Duration, served 
 	}
 }
 
-// Locker takes the cell's reconciler lock; *store.Store implements it.
+// Locker opens sessions for the cell's reconciler lock; *store.Store
+// implements it.
 type Locker interface {
-	TryLock(ctx context.Context, key int64) (*store.Lock, error)
+	LockSession(ctx context.Context) (*store.LockSession, error)
 }
 
 // Lead runs run while this instance holds the cell's reconciler lock
-// (store.ReconcilerLock), until ctx ends. It tries to take the lock every
-// every, checks that it still holds it every every, and stops run (and
-// waits for it) as soon as it does not. A holder that stops or dies
-// releases the lock with its connection, and a sibling takes over within
-// every; one that vanishes without closing it, within Postgres's
-// keepalive bound (store.Lock). Two reconcilers may overlap for up to
-// every: harmless, as each of their writes is conditional on the state it
-// read, and an inquiry changes nothing at the issuer.
+// (store.ReconcilerLock), until ctx ends. On a session of its own, it
+// tries to take the lock every every, checks that it still holds it every
+// every, and stops run (and waits for it) as soon as it does not. A holder
+// that stops or dies releases the lock with its session, and a sibling
+// takes over within every; one that vanishes without closing it, within
+// Postgres's keepalive bound (store.LockSession). Two reconcilers may
+// overlap for up to every: harmless, as each of their writes is
+// conditional on the state it read, and an inquiry changes nothing at the
+// issuer.
 func Lead(ctx context.Context, st Locker, every time.Duration, run func(ctx context.Context), log *slog.Logger) {
+	var sess *store.LockSession
+	defer func() {
+		if sess != nil {
+			sess.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for ctx.Err() == nil {
 		tctx, cancel := context.WithTimeout(ctx, every)
-		l, err := st.TryLock(tctx, store.ReconcilerLock)
+		var err error
+		if sess == nil {
+			sess, err = st.LockSession(tctx)
+		}
+		held := false
+		if err == nil {
+			if held, err = sess.TryLock(tctx, store.ReconcilerLock); err != nil {
+				sess.Close(context.WithoutCancel(ctx))
+				sess = nil
+			}
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Warn("instance: reconciler lock unavailable", "error", err)
 		}
-		if l != nil {
+		if held {
 			log.Info("instance: this instance runs the cell's reconciler")
-			hold(ctx, l, every, run)
-			l.Release(context.WithoutCancel(ctx))
+			hold(ctx, sess, every, run)
+			sess.Close(context.WithoutCancel(ctx)) // releases the lock
+			sess = nil
 			if ctx.Err() == nil {
 				log.Warn("instance: reconciler lock lost")
 			}
@@ -115,8 +134,8 @@ func Lead(ctx context.Context, st Locker, every time.Duration, run func(ctx cont
 	}
 }
 
-// hold runs run until ctx ends or l is lost.
-func hold(ctx context.Context, l *store.Lock, every time.Duration, run func(ctx context.Context)) {
+// hold runs run until ctx ends or sess is lost.
+func hold(ctx context.Context, sess *store.LockSession, every time.Duration, run func(ctx context.Context)) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); run(rctx) }()
@@ -132,7 +151,7 @@ func hold(ctx context.Context, l *store.Lock, every time.Duration, run func(ctx 
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, every)
-		err := l.Check(cctx)
+		err := sess.Check(cctx)
 		cancel()
 		if err != nil {
 			return

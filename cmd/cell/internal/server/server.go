@@ -465,8 +465,9 @@ func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.E
 	case !ours:
 		return orchestrator.Held{Entry: e}
 	}
-	active, _ := s.cfg.Store.Active(ctx, a.Key) // unknown: not active; Existing reads it again
-	return orchestrator.Claimed{Entry: e, Active: active}
+	// Active is left false: the machine reads it from Existing only, where
+	// the store is asked (a round trip per transaction here for nothing).
+	return orchestrator.Claimed{Entry: e}
 }
 
 func (s *Server) existingOr(ctx context.Context, ok bool, existing *orchestrator.Record, err error) orchestrator.Event {

@@ -159,10 +159,11 @@ func (s *Store) ServedRefdata(ctx context.Context) (version uint64, ok bool, err
 // cell its reconciler.
 const ReconcilerLock int64 = 0x63656c6c72656331 // "cellrec1"
 
-// Lock is a session advisory lock held on a connection of its own: held
-// as long as that connection lives, released by Postgres when it closes
-// or the server finds the client gone (TCP keepalives, below).
-type Lock struct{ conn *pgx.Conn }
+// LockSession is a connection of its own for session advisory locks: a
+// lock taken on it is held as long as the connection lives, and released
+// by Postgres when it closes or the server finds the client gone (TCP
+// keepalives, below). It is not safe for concurrent use.
+type LockSession struct{ conn *pgx.Conn }
 
 // lockKeepalive makes Postgres notice a lock holder that vanished without
 // closing its connection (a partition, a frozen node) within about 5 +
@@ -171,35 +172,36 @@ var lockKeepalive = map[string]string{
 	"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
 }
 
-// TryLock takes the session advisory lock key on a new connection; nil,
-// nil when another session holds it.
-func (s *Store) TryLock(ctx context.Context, key int64) (*Lock, error) {
+// LockSession opens a lock session.
+func (s *Store) LockSession(ctx context.Context) (*LockSession, error) {
 	cfg := s.healthCfg.Copy()
 	for k, v := range lockKeepalive {
 		cfg.RuntimeParams[k] = v
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("store: lock: %w", err)
+		return nil, fmt.Errorf("store: lock session: %w", err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil || !ok {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, fmt.Errorf("store: lock: %w", err)
-		}
-		return nil, nil
-	}
-	return &Lock{conn: conn}, nil
+	return &LockSession{conn: conn}, nil
 }
 
-// Check reports whether the lock is still held: its connection answers.
-func (l *Lock) Check(ctx context.Context) error {
+// TryLock takes the advisory lock key without waiting; false when another
+// session holds it.
+func (l *LockSession) TryLock(ctx context.Context, key int64) (bool, error) {
+	var ok bool
+	if err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+		return false, fmt.Errorf("store: lock: %w", err)
+	}
+	return ok, nil
+}
+
+// Check reports whether the session, and so the locks it holds, lives.
+func (l *LockSession) Check(ctx context.Context) error {
 	if _, err := l.conn.Exec(ctx, `SELECT 1`); err != nil {
-		return fmt.Errorf("store: lock lost: %w", err)
+		return fmt.Errorf("store: lock session lost: %w", err)
 	}
 	return nil
 }
 
-// Release closes the lock's connection, which releases it.
-func (l *Lock) Release(ctx context.Context) { _ = l.conn.Close(ctx) }
+// Close closes the session, which releases its locks.
+func (l *LockSession) Close(ctx context.Context) { _ = l.conn.Close(ctx) }

@@ -194,24 +194,30 @@ func TestServedRefdataIsTheMinimum(t *testing.T) {
 }
 
 // TestReconcilerLockIsExclusive: one session holds the lock; once it
-// releases it, another takes it.
+// closes, another takes it.
 func TestReconcilerLockIsExclusive(t *testing.T) {
 	a, url := open(t)
 	b := sibling(t, url, "b")
-	la, err := a.TryLock(ctxT(t), ReconcilerLock)
-	if err != nil || la == nil {
-		t.Fatalf("a: %v, %v", la, err)
-	}
-	if lb, err := b.TryLock(ctxT(t), ReconcilerLock); err != nil || lb != nil {
-		t.Fatalf("b took a held lock: %v, %v", lb, err)
-	}
-	if err := la.Check(ctxT(t)); err != nil {
+	sa, err := a.LockSession(ctxT(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	la.Release(ctxT(t))
-	lb, err := b.TryLock(ctxT(t), ReconcilerLock)
-	if err != nil || lb == nil {
-		t.Fatalf("b after a released: %v, %v", lb, err)
+	sb, err := b.LockSession(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	lb.Release(ctxT(t))
+	defer sb.Close(ctxT(t))
+	if ok, err := sa.TryLock(ctxT(t), ReconcilerLock); err != nil || !ok {
+		t.Fatalf("a: %v, %v", ok, err)
+	}
+	if ok, err := sb.TryLock(ctxT(t), ReconcilerLock); err != nil || ok {
+		t.Fatalf("b took a held lock: %v, %v", ok, err)
+	}
+	if err := sa.Check(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	sa.Close(ctxT(t))
+	if ok, err := sb.TryLock(ctxT(t), ReconcilerLock); err != nil || !ok {
+		t.Fatalf("b after a closed: %v, %v", ok, err)
+	}
 }
