@@ -1,8 +1,9 @@
 // Package refsync keeps a cell's reference data: a durable JetStream
 // consumer receives every version the replicator publishes, validates it
-// whole, writes it to the cell's Postgres in one transaction and then to the
-// in-memory copy (go-memdb) in one write transaction, and only then acks it.
-// Transactions read the in-memory copy through View, lock-free, and never
+// whole, writes it to the cell's Postgres in one transaction, then serves it
+// (an atomic pointer to the immutable snapshot: view.go), and only then
+// acks it. Transactions read the served snapshot through View, lock-free,
+// one version per attempt, and never
 // wait on NATS or on an apply.
 //
 // A version that does not decode (a version outside 1..refdata.MaxVersion
@@ -41,7 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -131,7 +131,6 @@ func (c *Config) validate() error {
 // Run is called once.
 type Syncer struct {
 	cfg     Config
-	db      *memdb.MemDB
 	serving chan struct{} // closed when a version is first served
 	once    sync.Once
 	kick    chan struct{} // asks for a status report now
@@ -139,9 +138,11 @@ type Syncer struct {
 	// applies and following the stored version.
 	applyMu sync.Mutex
 
-	// Written by the consumer only (and New); read by status and metrics.
+	// cur is the served version, validated and immutable; nil if none.
+	// Written under applyMu and mu (with source and meta) by the consumer,
+	// following and New; read with no lock by View, one load per attempt.
+	cur    atomic.Pointer[refdata.Snapshot]
 	mu     sync.Mutex
-	cur    *refdata.Snapshot // the served version, validated; nil if none
 	source string
 	meta   metaRow
 
@@ -160,7 +161,6 @@ func New(ctx context.Context, cfg Config) (*Syncer, error) {
 	}
 	s := &Syncer{
 		cfg:     cfg,
-		db:      newMemDB(),
 		serving: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		source:  SourceNone,
@@ -205,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Syncer, error) {
 
 // View returns the version to use now. A transaction takes one View and
 // uses it throughout, so that it prices and classifies with one version.
-func (s *Syncer) View() View { return newView(s.db) }
+func (s *Syncer) View() View { return View{snap: s.cur.Load()} }
 
 // Serving reports whether a version is served.
 func (s *Syncer) Serving() bool {
@@ -234,8 +234,8 @@ func (s *Syncer) Status() refdata.Status {
 		Cell: s.cfg.CellID, Source: s.source,
 		PublishedAt: s.meta.PublishedAt, AppliedAt: s.meta.AppliedAt,
 	}
-	if s.cur != nil {
-		st.Version = s.cur.Seq()
+	if s.cur.Load() != nil {
+		st.Version = s.cur.Load().Seq()
 	}
 	s.mu.Unlock()
 	st.Refused = s.refused.Load()
@@ -248,10 +248,10 @@ func (s *Syncer) Status() refdata.Status {
 func (s *Syncer) Served() *uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil {
+	if s.cur.Load() == nil {
 		return nil
 	}
-	v := s.cur.Seq()
+	v := s.cur.Load().Seq()
 	if s.source == SourceBootstrap {
 		v = 0
 	}
@@ -279,7 +279,7 @@ func (s *Syncer) cellStatus(ctx context.Context) refdata.Status {
 func (s *Syncer) Staleness() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil {
+	if s.cur.Load() == nil {
 		return -1
 	}
 	t := s.meta.PublishedAt
@@ -291,17 +291,14 @@ func (s *Syncer) Staleness() time.Duration {
 
 // serve makes snap the served version, in memory.
 func (s *Syncer) serve(snap *refdata.Snapshot, source string, publishedAt, appliedAt time.Time) error {
-	meta := metaRow{Source: source, PublishedAt: publishedAt.UTC(), AppliedAt: appliedAt.UTC()}
-	if err := writeSnapshot(s.db, snap, meta); err != nil {
-		return err
-	}
-	s.setServed(snap, meta)
+	s.setServed(snap, metaRow{Source: source, PublishedAt: publishedAt.UTC(), AppliedAt: appliedAt.UTC()})
 	return nil
 }
 
 func (s *Syncer) setServed(snap *refdata.Snapshot, meta metaRow) {
 	s.mu.Lock()
-	s.cur, s.source, s.meta = snap, meta.Source, meta
+	s.cur.Store(snap)
+	s.source, s.meta = meta.Source, meta
 	s.mu.Unlock()
 	s.once.Do(func() { close(s.serving) })
 	select {
@@ -316,10 +313,10 @@ func (s *Syncer) setServed(snap *refdata.Snapshot, meta metaRow) {
 func (s *Syncer) natsVersion() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil || s.source == SourceBootstrap {
+	if s.cur.Load() == nil || s.source == SourceBootstrap {
 		return 0
 	}
-	return s.cur.Seq()
+	return s.cur.Load().Seq()
 }
 
 // Run consumes versions from NATS and reports status until ctx ends.
@@ -478,7 +475,7 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 	// (a NATS or Postgres one: a bootstrap file is not stored), in Postgres
 	// if it stores that version, and in memory.
 	s.mu.Lock()
-	prev := s.cur
+	prev := s.cur.Load()
 	if s.source == SourceBootstrap {
 		prev = nil
 	}
@@ -507,23 +504,7 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	row := metaRow{Source: SourceNATS, PublishedAt: meta.PublishedAt, AppliedAt: meta.AppliedAt}
-	switch {
-	case m.Kind == refdata.KindSnapshot && prev != nil:
-		err = writeSnapshotDiff(s.db, prev, snap, diff, row)
-	case m.Kind == refdata.KindSnapshot:
-		err = writeSnapshot(s.db, snap, row)
-	default:
-		err = writeUpdate(s.db, snap, *m.Update, row)
-	}
-	if err != nil {
-		// Cannot happen with a valid snapshot; Postgres has it, so a
-		// restart serves it.
-		s.cfg.Log.Error("reference data version stored but not in memory", "version", m.Version, "error", err)
-		_ = msg.Term()
-		return
-	}
-	s.setServed(snap, row)
+	s.setServed(snap, metaRow{Source: SourceNATS, PublishedAt: meta.PublishedAt, AppliedAt: meta.AppliedAt})
 	s.applied.Add(1)
 	s.lastApply.Store(int64(time.Since(start)))
 	_ = msg.Ack()
@@ -537,7 +518,7 @@ func (s *Syncer) validate(m *refdata.Message) (*refdata.Snapshot, error) {
 		return refdata.FromFile(*m.Snapshot)
 	}
 	s.mu.Lock()
-	cur, source := s.cur, s.source
+	cur, source := s.cur.Load(), s.source
 	s.mu.Unlock()
 	if cur == nil || source == SourceBootstrap || cur.Seq() != m.Base {
 		served := uint64(0)
