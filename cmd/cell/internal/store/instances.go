@@ -112,8 +112,13 @@ func (s *Store) Release(ctx context.Context, k idempotency.Key) error {
 // owner. A live sibling's are left alone. An instance calls it once at
 // start, after RenewLease and before it serves: "restart, not resume"
 // means no such transaction is ever continued. It returns how many were
-// marked.
+// marked. Its own rows past their point of no return (sending) it
+// releases: no attempt of its previous life works on them any more, and
+// the reconciler may resolve them at once rather than after ActiveFor.
 func (s *Store) AbandonUnsent(ctx context.Context, now time.Time) (int64, error) {
+	if _, err := s.pool.Exec(ctx, `UPDATE transactions SET owner = '' WHERE owner = $1 AND state = 'sending'`, s.instance); err != nil {
+		return 0, fmt.Errorf("store: abandon: %w", err)
+	}
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions t SET state = 'abandoned', updated_at = $1, owner = ''
 		WHERE state = 'received' AND (owner = $2 OR owner = '' OR NOT `+liveSQL("t.owner")+`)`, now, s.instance)
 	if err != nil {

@@ -221,3 +221,39 @@ func TestReconcilerLockIsExclusive(t *testing.T) {
 		t.Fatalf("b after a closed: %v, %v", ok, err)
 	}
 }
+
+// TestRestartReleasesItsSendingRows: an instance restarted under its name
+// releases the sending rows of its previous life (no attempt works on them
+// any more) so that the reconciler resolves them at once.
+func TestRestartReleasesItsSendingRows(t *testing.T) {
+	a, url := open(t)
+	a.SetInstance("a")
+	if err := a.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := sibling(t, url, "b")
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, s := range []*Store{a, b} {
+		r := record("t-" + s.Instance())
+		r.CreatedAt, r.UpdatedAt = now, now
+		if ok, _, err := s.Insert(ctxT(t), r); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		r.State = orchestrator.StateSending
+		if err := s.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.AbandonUnsent(ctxT(t), now); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Active(ctxT(t), key("t-a")); err != nil || ok {
+		t.Fatalf("a's previous life's sending row after a's restart: active %v, %v; want released", ok, err)
+	}
+	if ok, err := a.Active(ctxT(t), key("t-b")); err != nil || !ok {
+		t.Fatalf("live b's sending row after a's restart: active %v, %v; want still b's", ok, err)
+	}
+	if st := state(t, a, "t-a"); st != orchestrator.StateSending {
+		t.Fatalf("a's sending row is %s after the restart, want sending (past its PNR)", st)
+	}
+}
