@@ -48,11 +48,11 @@ type instRow struct {
 }
 
 type instRun struct {
-	inst, epoch, n int
-	id             string
-	m              *orchestrator.Machine
-	next           orchestrator.Action
-	owns           bool // wrote the row: an insert or a reclaim
+	inst, n int
+	id      string
+	m       *orchestrator.Machine
+	next    orchestrator.Action
+	owns    bool // wrote the row: an insert or a reclaim
 	// step lets the next write from received go: it is parked until
 	// then, so that faults reach an attempt short of its PNR.
 	step bool
