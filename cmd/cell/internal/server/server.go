@@ -39,12 +39,13 @@ type Store interface {
 	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
 	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
 	Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (int64, int64, error)
-	// Active reports whether an attempt is working on k's record now, in
-	// this instance of the cell or in a live sibling sharing the database
-	// (the record's durable owner and its lease): the orchestrator's
-	// Existing.Active. Release ends this instance's ownership of k's
-	// record left in state sending, once its attempt has answered PENDING.
-	Active(ctx context.Context, k idempotency.Key) (bool, error)
+	// GetActive reads k's record as Get does and, from the same snapshot
+	// of it, whether an attempt is working on it now, in this instance of
+	// the cell or in a live sibling sharing the database (the record's
+	// durable owner and its lease): the orchestrator's Existing.Active.
+	// Release ends this instance's ownership of k's record left in state
+	// sending, once its attempt has answered PENDING.
+	GetActive(ctx context.Context, k idempotency.Key) (*orchestrator.Record, bool, error)
 	Release(ctx context.Context, k idempotency.Key) error
 }
 
@@ -481,17 +482,20 @@ func (s *Server) existingOr(ctx context.Context, ok bool, existing *orchestrator
 }
 
 // existingRecord is the Existing event of a record this attempt did not
-// write: Active comes from the durable owner and its lease (Store.Active),
-// so that an attempt at a sibling instance counts as one here.
+// write: Active comes from the durable owner and its lease
+// (Store.GetActive), so that an attempt at a sibling instance counts as
+// one here. A record in sending is read again with it, in one statement:
+// Active read after the record could belong to a later state (the attempt
+// finished in between), and answer PENDING from a stale sending.
 func (s *Server) existingRecord(ctx context.Context, r *orchestrator.Record) orchestrator.Event {
 	if r.State != orchestrator.StateSending {
 		return orchestrator.Existing{Record: r} // Active matters for sending only
 	}
-	active, err := s.cfg.Store.Active(ctx, r.Key())
+	r, active, err := s.cfg.Store.GetActive(ctx, r.Key())
 	if err != nil {
 		return orchestrator.StoreFailed{Err: err}
 	}
-	return orchestrator.Existing{Record: r, Active: active}
+	return orchestrator.Existing{Record: r, Active: active && r.State == orchestrator.StateSending}
 }
 
 // wait polls the durable record until another attempt's record of k
@@ -508,16 +512,12 @@ func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event
 			return orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)}
 		case <-t.C:
 		}
-		r, err := s.cfg.Store.Get(ctx, k)
-		if err != nil {
+		r, active, err := s.cfg.Store.GetActive(ctx, k)
+		if err != nil || r.State == orchestrator.StateReceived {
 			continue
 		}
-		if r.State == orchestrator.StateReceived {
-			continue
-		}
-		ev := s.existingRecord(ctx, r)
-		if e, ok := ev.(orchestrator.Existing); ok && !e.Active {
-			return e
+		if active = active && r.State == orchestrator.StateSending; !active {
+			return orchestrator.Existing{Record: r}
 		}
 	}
 }

@@ -49,10 +49,14 @@ func (m *memStore) own(k idempotency.Key, ok bool) {
 	m.owned[k] = ok
 }
 
-func (m *memStore) Active(_ context.Context, k idempotency.Key) (bool, error) {
+func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*orchestrator.Record, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.owned[k], nil
+	r, ok := m.recs[k]
+	if !ok {
+		return nil, false, store.ErrNotFound
+	}
+	return &r, m.owned[k], nil
 }
 
 func (m *memStore) Release(_ context.Context, k idempotency.Key) error {

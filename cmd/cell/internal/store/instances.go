@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
@@ -90,6 +91,20 @@ func (s *Store) Active(ctx context.Context, k idempotency.Key) (bool, error) {
 		return false, fmt.Errorf("store: active: %w", err)
 	}
 	return active, nil
+}
+
+// GetActive reads k's record and whether an attempt works on it (Active),
+// in one statement: one snapshot of the row, so that a record read in
+// sending is never paired with an Active read after its attempt ended.
+// ErrNotFound as Get.
+func (s *Store) GetActive(ctx context.Context, k idempotency.Key) (*orchestrator.Record, bool, error) {
+	var active bool
+	r, err := scanWith(s.pool.QueryRow(ctx, `SELECT `+columns+`, `+activeSQL+` FROM transactions t
+		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID, s.instance, activeFor), &active)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, false, fmt.Errorf("store: get: %w", err)
+	}
+	return r, active, err
 }
 
 // Release ends this instance's ownership of k's record when the attempt

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -134,6 +135,12 @@ func TestActiveFollowsOwnerAndLease(t *testing.T) {
 	}
 	if !active(a) || !active(b) || unresolved() != 0 {
 		t.Fatalf("in flight at a: active at a %v, at b %v, unresolved %d; want true, true, 0", active(a), active(b), unresolved())
+	}
+	if got, ok, err := b.GetActive(ctxT(t), key("t-1")); err != nil || !ok || got.State != orchestrator.StateSending || got.TransactionID != "t-1" {
+		t.Fatalf("GetActive at b = %+v, %v, %v; want the sending record, active", got, ok, err)
+	}
+	if _, _, err := b.GetActive(ctxT(t), key("t-none")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetActive of no record: %v, want ErrNotFound", err)
 	}
 	if ok, err := b.Active(ctxT(t), key("t-none")); err != nil || ok {
 		t.Fatalf("Active of no record = %v, %v", ok, err)

@@ -206,15 +206,18 @@ func args(r *orchestrator.Record) []any {
 		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt, r.PANHashKeyID, r.FingerprintKeyID}
 }
 
-func scan(row pgx.Row) (*orchestrator.Record, error) {
+func scan(row pgx.Row) (*orchestrator.Record, error) { return scanWith(row) }
+
+// scanWith scans a row of columns, then into extra.
+func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 	var r orchestrator.Record
 	var fp []byte
 	var state string
 	var pt int16
-	err := row.Scan(&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
+	err := row.Scan(append([]any{&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
 		&r.Amount, &r.Currency, &r.SettlementAmount, &r.SettlementCurrency, &r.RiskAmount, &r.MerchantID, &r.MCC,
 		&r.MerchantCountry, &r.MaskedPAN, &r.PANHash, &r.RefdataVersion, &r.RouteRule, &r.Attempt, &r.CellID,
-		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID)
+		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
