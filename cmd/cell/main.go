@@ -59,6 +59,7 @@ func configure() (cell.Config, error) {
 	var c cell.Config
 	var keyFile, schedule, natsCA string
 	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
+	flag.StringVar(&c.Instance, "instance", env("CELL_INSTANCE", ""), "this process's name among the cell's instances, which share its Postgres and NATS: unique among them, and the same across a restart where it can be (a pod's name); \"\" for <hostname>-<pid> (env CELL_INSTANCE)")
 	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
 	flag.StringVar(&c.DatabaseURL, "database-url", env("CELL_DATABASE_URL", ""), "the cell's Postgres URL (env CELL_DATABASE_URL)")
 	flag.StringVar(&c.MigrateDatabaseURL, "migrate-database-url", env("CELL_MIGRATE_DATABASE_URL", ""), "the schema owner's Postgres URL: migrations run over it, and -database-url's role only reads and writes rows; \"\" migrates over -database-url (env CELL_MIGRATE_DATABASE_URL)")

@@ -67,6 +67,13 @@
 // ID): the model has one partner, since every rule above applies per key
 // and two partners' transactions with one ID never meet.
 //
+// instances_test.go is a second, smaller model: one cell of two instances
+// sharing its store (docs/design/cell-instances.md), each attempt the real
+// orchestrator.Machine, with crashes, lease expiry and restarts under the
+// same name; the durable owner and lease behind Existing.Active and the
+// restart's abandon; its knobs (instRules) abandon without the lease check
+// and take Active from the process's memory, and each is caught.
+//
 // The knobs (Rules) that break a rule of the machines do so in the
 // drivers, by perturbing an action or an event; the machines themselves
 // are never changed. The package has no non-test code.

@@ -124,7 +124,8 @@ type Event interface{ isEvent() }
 
 // Claimed: the directory entry is this cell's, as Entry (with its
 // revision). Active is true when another attempt at the transaction is
-// still running in this cell process.
+// still running in this cell, in any of its instances; the machine does
+// not read it (it reads Existing's), and a driver may leave it false.
 type Claimed struct {
 	Entry  Entry
 	Active bool
@@ -141,8 +142,11 @@ type ClaimFailed struct{ Err error }
 type Inserted struct{}
 
 // Existing: the transaction's Key is already recorded, as Record. Active is
-// true when another attempt at the transaction is still running in this cell
-// process (its record in sending may yet step back to abandoned).
+// true when another attempt at the transaction is still running in this
+// cell, in this instance or a sibling sharing its database (its record in
+// sending may yet step back to abandoned): the driver reads it from the
+// durable state (the record's owner and the owner's lease), never from a
+// process's memory, which a sibling's attempt is not in.
 type Existing struct {
 	Record *Record
 	Active bool

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
+	"github.com/cellpay/cellpay/cmd/cell/internal/instance"
 	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
 	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
@@ -38,7 +39,12 @@ import (
 
 // Config is everything a cell needs to run.
 type Config struct {
-	ID          string
+	ID string
+	// Instance names this process among the cell's instances, which share
+	// its Postgres and NATS (docs/design/cell-instances.md); unique among
+	// them, and kept across a restart where it can be (a pod's name).
+	// Default instance.DefaultID(): unique per process.
+	Instance    string
 	Listen      string // host:port for the Cell service and gRPC health
 	DatabaseURL string
 	// MigrateDatabaseURL, if set, is the schema owner's URL the migrations
@@ -114,6 +120,9 @@ func (c *Config) validate() error {
 	if c.Keys == nil {
 		errs = append(errs, errors.New("cell: the card data keys are required"))
 	}
+	if c.Instance == "" {
+		c.Instance = instance.DefaultID()
+	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 60 * time.Second
 	}
@@ -132,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	log := cfg.Log.With("cell", cfg.ID)
+	log := cfg.Log.With("cell", cfg.ID, "instance", cfg.Instance)
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: cfg.ID,
 		Labels: map[string]string{"cell": cfg.ID}, MetricsListen: cfg.MetricsListen, Log: log})
 	if err != nil {
@@ -148,6 +157,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	st.SetInstance(cfg.Instance)
+	// The lease first, so that siblings leave this instance's rows alone
+	// from its first write; then its own leftovers and those of dead
+	// siblings, restart not resume.
+	if err := st.RenewLease(ctx, instance.LeaseTTL, nil); err != nil {
+		return err
+	}
 	if n, err := st.AbandonUnsent(ctx, time.Now()); err != nil {
 		return err
 	} else if n > 0 {
@@ -158,6 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The lease outlives serving: it is dropped (by the deferred stop)
+	// only once the in-flight attempts have finished.
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	leaseDone := make(chan struct{})
+	go func() {
+		instance.KeepLease(leaseCtx, st, instance.LeaseTTL, instance.RenewEvery, ref.Served, log)
+		close(leaseDone)
+	}()
+	defer func() { stopLease(); <-leaseDone }()
 	if _, err := ref.RegisterMetrics(tel.Meter(meterName)); err != nil {
 		return err
 	}
@@ -184,7 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer conn.Close()
 	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
 	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, StateFile: cfg.PartnersStateFile,
-		ReplicaID: cfg.ID, ReadOnly: true, Log: log})
+		ReplicaID: cfg.ID + "-" + cfg.Instance, ReadOnly: true, Log: log})
 	if err != nil {
 		return err
 	}
@@ -252,13 +277,15 @@ func Run(ctx context.Context, cfg Config) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchDatabase(watchCtx, st, ready, log)
-	rcfg.Busy = srv.Busy
 	rec, err := reconcile.New(rcfg)
 	if err != nil {
 		return err
 	}
 	reconciled := make(chan struct{})
-	go func() { rec.Run(watchCtx); close(reconciled) }()
+	go func() {
+		instance.Lead(watchCtx, st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, st, log) }, log)
+		close(reconciled)
+	}()
 	defer func() { stopWatch(); <-reconciled }()
 	if !cfg.Callbacks.Off {
 		stopNotifier, err := startNotifier(watchCtx, cfg, st, reg, tel, log)
@@ -294,6 +321,38 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("cell stopped")
 	return nil
 }
+
+// reconcileCell is the work of the cell's one reconciler: transactions
+// past their point of no return with no known outcome, and the leftovers
+// short of it of instances that are gone (orphanGrace after their last
+// write; any row stuck past store.ActiveFor).
+func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, st *store.Store, log *slog.Logger) {
+	ran := make(chan struct{})
+	go func() { rec.Run(ctx); close(ran) }()
+	defer func() { <-ran }()
+	t := time.NewTicker(instance.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		n, err := st.AbandonOrphans(ctx, now, now.Add(-orphanGrace), now.Add(-store.ActiveFor))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("abandoning other instances' leftovers failed", "error", err)
+		case n > 0:
+			log.Warn("abandoned transactions of instances that are gone, short of their point of no return", "count", n)
+		}
+	}
+}
+
+// orphanGrace is how long a row short of its point of no return is left
+// to an owner that is gone (or to no owner: a binary from before
+// instances) before it is abandoned.
+const orphanGrace = 5 * time.Second
 
 // openDirectory opens the transaction directory, unless the cell has no
 // NATS or is told not to; the func closes it.

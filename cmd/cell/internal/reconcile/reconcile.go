@@ -61,8 +61,12 @@ type Directory interface {
 type Config struct {
 	Store  Store
 	Issuer Issuer
-	// Busy reports whether this process is still working on transaction
-	// k; such records are left alone. Optional.
+	// Busy reports whether an attempt is still working on transaction k;
+	// such records are left alone. Optional: the cell leaves it unset, as
+	// its store's Unresolved already leaves out the records an attempt
+	// works on in any of the cell's instances (the durable owner and its
+	// lease, docs/design/cell-instances.md), which no process's memory can
+	// tell.
 	Busy func(k idempotency.Key) bool
 	// Directory, CellID and ErrNotOwner: the transaction directory this
 	// cell claims transactions in. Optional: without it FAILED is recorded

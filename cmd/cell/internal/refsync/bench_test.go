@@ -50,7 +50,7 @@ func bigFile(tb testing.TB) refdata.File {
 
 // BenchmarkApplySnapshot10k applies 10,000-entry snapshots back to back, in
 // process, on a real Postgres: decode, validate, the Postgres transaction,
-// the memdb commit. "one_rate" changes one rate per snapshot (what the
+// the pointer swap. "one_rate" changes one rate per snapshot (what the
 // end-to-end benchmark publishes); "all_mcc" changes every MCC.
 func BenchmarkApplySnapshot10k(b *testing.B) {
 	for _, mode := range []string{"one_rate", "all_mcc"} {

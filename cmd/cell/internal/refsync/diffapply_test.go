@@ -23,7 +23,7 @@ import (
 )
 
 // The property: a cell that serves base and receives next (written as the
-// diff next.Diff(base), in Postgres and in memdb) answers every lookup
+// diff next.Diff(base) in Postgres, served as next) answers every lookup
 // exactly as a fresh cell that receives next whole, and as next itself; a
 // view taken before the apply still answers as base; and after a restart
 // the cell's Postgres gives back next.

@@ -1,8 +1,9 @@
 // Package refsync keeps a cell's reference data: a durable JetStream
 // consumer receives every version the replicator publishes, validates it
-// whole, writes it to the cell's Postgres in one transaction and then to the
-// in-memory copy (go-memdb) in one write transaction, and only then acks it.
-// Transactions read the in-memory copy through View, lock-free, and never
+// whole, writes it to the cell's Postgres in one transaction, then serves it
+// (an atomic pointer to the immutable snapshot: view.go), and only then
+// acks it. Transactions read the served snapshot through View, lock-free,
+// one version per attempt, and never
 // wait on NATS or on an apply.
 //
 // A version that does not decode (a version outside 1..refdata.MaxVersion
@@ -19,8 +20,16 @@
 // version), or nothing, and is not ready, until the first version arrives.
 // With NATS down it keeps serving what it has.
 //
-// It reports the served version on NATS (refdata.StatusSubjectPrefix + cell
-// ID) and as metrics on the cell's meter (RegisterMetrics), staleness (the
+// Several instances of a cell share its Postgres and its durable consumer
+// (docs/design/cell-instances.md): each version reaches one of them, which
+// stores it, and every instance follows the stored version (Shared): it
+// loads a version a sibling stored within FollowInterval, and before it
+// applies a message, so that an update's base is checked against the
+// cell's version, not a stale copy.
+//
+// It reports on NATS (refdata.StatusSubjectPrefix + cell ID) the version
+// the cell serves: with a Shared store, the minimum over its live
+// instances; and as metrics on the cell's meter (RegisterMetrics), staleness (the
 // age of the served version) included.
 package refsync
 
@@ -33,7 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -66,6 +74,17 @@ type Store interface {
 	SaveRefdataUpdate(ctx context.Context, base, version uint64, u refdata.Update, meta store.RefdataMeta) error
 }
 
+// Shared is the ability of a Store that several instances of the cell
+// share; *store.Store has it. Without it the syncer is the cell's only
+// instance.
+type Shared interface {
+	// StoredRefdataVersion returns the version stored, 0 for none.
+	StoredRefdataVersion(ctx context.Context) (uint64, error)
+	// ServedRefdata returns the minimum version the cell's live instances
+	// serve; false when none serves one.
+	ServedRefdata(ctx context.Context) (uint64, bool, error)
+}
+
 // Config configures a Syncer.
 type Config struct {
 	CellID string // required
@@ -82,6 +101,9 @@ type Config struct {
 	// StatusInterval is how often the status is published; default
 	// refdata.StatusInterval.
 	StatusInterval time.Duration
+	// FollowInterval is how often a Shared store's version is checked for
+	// one a sibling stored; default 1s.
+	FollowInterval time.Duration
 	Now            func() time.Time // default time.Now
 	Log            *slog.Logger     // default slog.Default()
 }
@@ -92,6 +114,9 @@ func (c *Config) validate() error {
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = refdata.StatusInterval
+	}
+	if c.FollowInterval <= 0 {
+		c.FollowInterval = time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -106,14 +131,18 @@ func (c *Config) validate() error {
 // Run is called once.
 type Syncer struct {
 	cfg     Config
-	db      *memdb.MemDB
 	serving chan struct{} // closed when a version is first served
 	once    sync.Once
 	kick    chan struct{} // asks for a status report now
+	// applyMu serializes what changes the served version: the consumer's
+	// applies and following the stored version.
+	applyMu sync.Mutex
 
-	// Written by the consumer only (and New); read by status and metrics.
+	// cur is the served version, validated and immutable; nil if none.
+	// Written under applyMu and mu (with source and meta) by the consumer,
+	// following and New; read with no lock by View, one load per attempt.
+	cur    atomic.Pointer[refdata.Snapshot]
 	mu     sync.Mutex
-	cur    *refdata.Snapshot // the served version, validated; nil if none
 	source string
 	meta   metaRow
 
@@ -132,7 +161,6 @@ func New(ctx context.Context, cfg Config) (*Syncer, error) {
 	}
 	s := &Syncer{
 		cfg:     cfg,
-		db:      newMemDB(),
 		serving: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		source:  SourceNone,
@@ -177,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Syncer, error) {
 
 // View returns the version to use now. A transaction takes one View and
 // uses it throughout, so that it prices and classifies with one version.
-func (s *Syncer) View() View { return newView(s.db) }
+func (s *Syncer) View() View { return View{snap: s.cur.Load()} }
 
 // Serving reports whether a version is served.
 func (s *Syncer) Serving() bool {
@@ -206,8 +234,8 @@ func (s *Syncer) Status() refdata.Status {
 		Cell: s.cfg.CellID, Source: s.source,
 		PublishedAt: s.meta.PublishedAt, AppliedAt: s.meta.AppliedAt,
 	}
-	if s.cur != nil {
-		st.Version = s.cur.Seq()
+	if s.cur.Load() != nil {
+		st.Version = s.cur.Load().Seq()
 	}
 	s.mu.Unlock()
 	st.Refused = s.refused.Load()
@@ -216,12 +244,42 @@ func (s *Syncer) Status() refdata.Status {
 	return st
 }
 
+// Served is the version this instance serves; nil for none.
+func (s *Syncer) Served() *uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur.Load() == nil {
+		return nil
+	}
+	v := s.cur.Load().Seq()
+	if s.source == SourceBootstrap {
+		v = 0
+	}
+	return &v
+}
+
+// cellStatus is the status the cell reports: Status, with the version the
+// cell's live instances all serve when the store is Shared (never above
+// this instance's own).
+func (s *Syncer) cellStatus(ctx context.Context) refdata.Status {
+	st := s.Status()
+	if sh, ok := s.cfg.Store.(Shared); ok {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, ok, err := sh.ServedRefdata(ctx)
+		cancel()
+		if err == nil && ok && v < st.Version {
+			st.Version = v
+		}
+	}
+	return st
+}
+
 // Staleness is the age of the served version: since it was published, or
 // since a bootstrap file was loaded. -1 when nothing is served.
 func (s *Syncer) Staleness() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil {
+	if s.cur.Load() == nil {
 		return -1
 	}
 	t := s.meta.PublishedAt
@@ -233,17 +291,14 @@ func (s *Syncer) Staleness() time.Duration {
 
 // serve makes snap the served version, in memory.
 func (s *Syncer) serve(snap *refdata.Snapshot, source string, publishedAt, appliedAt time.Time) error {
-	meta := metaRow{Source: source, PublishedAt: publishedAt.UTC(), AppliedAt: appliedAt.UTC()}
-	if err := writeSnapshot(s.db, snap, meta); err != nil {
-		return err
-	}
-	s.setServed(snap, meta)
+	s.setServed(snap, metaRow{Source: source, PublishedAt: publishedAt.UTC(), AppliedAt: appliedAt.UTC()})
 	return nil
 }
 
 func (s *Syncer) setServed(snap *refdata.Snapshot, meta metaRow) {
 	s.mu.Lock()
-	s.cur, s.source, s.meta = snap, meta.Source, meta
+	s.cur.Store(snap)
+	s.source, s.meta = meta.Source, meta
 	s.mu.Unlock()
 	s.once.Do(func() { close(s.serving) })
 	select {
@@ -258,10 +313,10 @@ func (s *Syncer) setServed(snap *refdata.Snapshot, meta metaRow) {
 func (s *Syncer) natsVersion() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil || s.source == SourceBootstrap {
+	if s.cur.Load() == nil || s.source == SourceBootstrap {
 		return 0
 	}
-	return s.cur.Seq()
+	return s.cur.Load().Seq()
 }
 
 // Run consumes versions from NATS and reports status until ctx ends.
@@ -270,6 +325,9 @@ func (s *Syncer) natsVersion() uint64 {
 func (s *Syncer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if _, ok := s.cfg.Store.(Shared); ok {
+		wg.Go(func() { s.followLoop(ctx) })
+	}
 	if s.cfg.NATSURL == "" {
 		<-ctx.Done()
 		return nil
@@ -339,12 +397,69 @@ func (s *Syncer) consume(ctx context.Context, js jetstream.JetStream) error {
 	}
 }
 
+// followLoop serves the stored version whenever a sibling stored a newer
+// one, until ctx ends.
+func (s *Syncer) followLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.FollowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.applyMu.Lock()
+		err := s.follow(ctx)
+		s.applyMu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Log.Warn("reference data: cannot follow the stored version", "error", err)
+		}
+	}
+}
+
+// follow serves the stored version if it is newer than the served one: a
+// sibling instance stored it. The caller holds applyMu.
+func (s *Syncer) follow(ctx context.Context) error {
+	sh, ok := s.cfg.Store.(Shared)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := sh.StoredRefdataVersion(ctx)
+	if err != nil || v == 0 || v <= s.natsVersion() {
+		return err
+	}
+	f, meta, err := s.cfg.Store.LoadRefdata(ctx)
+	if err != nil {
+		return fmt.Errorf("refsync: follow: %w", err)
+	}
+	snap, err := refdata.FromFile(f)
+	if err != nil {
+		return fmt.Errorf("refsync: follow: version %d: %w", f.Version, err)
+	}
+	if err := s.serve(snap, SourcePostgres, meta.PublishedAt, meta.AppliedAt); err != nil {
+		return err
+	}
+	s.cfg.Log.Info("reference data: serving the version another instance stored", "version", snap.Seq())
+	return nil
+}
+
 // handle applies one message and acks, terminates or naks it.
 func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 	start := time.Now()
 	m, err := refdata.DecodeMessage(msg.Data())
 	if err != nil {
 		s.refuse(msg, 0, err)
+		return
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	// A sibling may have stored versions this instance has not loaded
+	// yet: its base is the cell's stored version.
+	if err := s.follow(ctx); err != nil {
+		s.cfg.Log.Warn("reference data version not applied: the stored version is unknown; will retry", "version", m.Version, "error", err)
+		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	if m.Version <= s.natsVersion() {
@@ -360,7 +475,7 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 	// (a NATS or Postgres one: a bootstrap file is not stored), in Postgres
 	// if it stores that version, and in memory.
 	s.mu.Lock()
-	prev := s.cur
+	prev := s.cur.Load()
 	if s.source == SourceBootstrap {
 		prev = nil
 	}
@@ -389,23 +504,7 @@ func (s *Syncer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	row := metaRow{Source: SourceNATS, PublishedAt: meta.PublishedAt, AppliedAt: meta.AppliedAt}
-	switch {
-	case m.Kind == refdata.KindSnapshot && prev != nil:
-		err = writeSnapshotDiff(s.db, prev, snap, diff, row)
-	case m.Kind == refdata.KindSnapshot:
-		err = writeSnapshot(s.db, snap, row)
-	default:
-		err = writeUpdate(s.db, snap, *m.Update, row)
-	}
-	if err != nil {
-		// Cannot happen with a valid snapshot; Postgres has it, so a
-		// restart serves it.
-		s.cfg.Log.Error("reference data version stored but not in memory", "version", m.Version, "error", err)
-		_ = msg.Term()
-		return
-	}
-	s.setServed(snap, row)
+	s.setServed(snap, metaRow{Source: SourceNATS, PublishedAt: meta.PublishedAt, AppliedAt: meta.AppliedAt})
 	s.applied.Add(1)
 	s.lastApply.Store(int64(time.Since(start)))
 	_ = msg.Ack()
@@ -419,7 +518,7 @@ func (s *Syncer) validate(m *refdata.Message) (*refdata.Snapshot, error) {
 		return refdata.FromFile(*m.Snapshot)
 	}
 	s.mu.Lock()
-	cur, source := s.cur, s.source
+	cur, source := s.cur.Load(), s.source
 	s.mu.Unlock()
 	if cur == nil || source == SourceBootstrap || cur.Seq() != m.Base {
 		served := uint64(0)

@@ -13,7 +13,7 @@ import (
 	"github.com/cellpay/cellpay/internal/refdata"
 )
 
-// reportLoop publishes the status every StatusInterval and whenever the
+// reportLoop publishes the cell's status (cellStatus) every StatusInterval and whenever the
 // served version changes or a version is refused. Core NATS: a report lost
 // while NATS is away is simply replaced by the next one.
 func (s *Syncer) reportLoop(ctx context.Context, nc *nats.Conn) {
@@ -22,7 +22,7 @@ func (s *Syncer) reportLoop(ctx context.Context, nc *nats.Conn) {
 	subject := refdata.StatusSubjectPrefix + s.cfg.CellID
 	for {
 		if nc.IsConnected() {
-			if b, err := json.Marshal(s.Status()); err == nil {
+			if b, err := json.Marshal(s.cellStatus(ctx)); err == nil {
 				_ = nc.Publish(subject, b)
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +39,14 @@ type Store interface {
 	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
 	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
 	Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (int64, int64, error)
+	// GetActive reads k's record as Get does and, from the same snapshot
+	// of it, whether an attempt is working on it now, in this instance of
+	// the cell or in a live sibling sharing the database (the record's
+	// durable owner and its lease): the orchestrator's Existing.Active.
+	// Release ends this instance's ownership of k's record left in state
+	// sending, once its attempt has answered PENDING.
+	GetActive(ctx context.Context, k idempotency.Key) (*orchestrator.Record, bool, error)
+	Release(ctx context.Context, k idempotency.Key) error
 }
 
 // Issuer sends authorizations; issuerproto.IssuerClient implements it. An
@@ -163,26 +170,6 @@ func (c *Config) validate() error {
 type Server struct {
 	cellproto.UnimplementedCellServer
 	cfg Config
-	// busy counts the attempts in progress per transaction (partner and
-	// transaction ID), so that the reconciler leaves them to finish.
-	busyMu sync.Mutex
-	busy   map[idempotency.Key]int
-}
-
-// Busy reports whether an attempt at transaction k is in progress in this
-// process.
-func (s *Server) Busy(k idempotency.Key) bool {
-	s.busyMu.Lock()
-	defer s.busyMu.Unlock()
-	return s.busy[k] > 0
-}
-
-func (s *Server) track(k idempotency.Key, d int) {
-	s.busyMu.Lock()
-	defer s.busyMu.Unlock()
-	if s.busy[k] += d; s.busy[k] <= 0 {
-		delete(s.busy, k)
-	}
 }
 
 // New returns a Server for cfg.
@@ -190,10 +177,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{
-		cfg:  cfg,
-		busy: map[idempotency.Key]int{},
-	}, nil
+	return &Server{cfg: cfg}, nil
 }
 
 // Get returns the recorded transaction of (partner, transaction ID).
@@ -230,9 +214,6 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		return status.Error(codes.InvalidArgument, "start: the first message must be a ProcessRequest")
 	}
 	r := req.GetRequest()
-	key := idempotency.KeyOf(r)
-	s.track(key, 1)
-	defer s.track(key, -1)
 	in := orchestrator.Input{
 		Request:    r,
 		Attempt:    req.GetAttempt(),
@@ -256,13 +237,33 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 	m := orchestrator.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
 	ctx := stream.Context()
 	a := m.Start()
+	owns := false // this attempt wrote the record (an insert, or a reclaim)
 	for !orchestrator.Done(a) {
 		var ev orchestrator.Event
 		ev, ctx = s.perform(ctx, stream, a)
+		if _, ok := ev.(orchestrator.Inserted); ok {
+			owns = true
+		}
 		a = m.Step(ev)
+	}
+	if r, ok := a.(orchestrator.Reply); ok && owns && r.Record.State == orchestrator.StateSending {
+		s.release(ctx, r.Record.Key())
 	}
 	s.settleEntry(m, in, a)
 	return s.finish(stream, a)
+}
+
+// release ends this attempt's ownership of the record it leaves in state
+// sending (PENDING): from now on the reconciler resolves it, and a
+// duplicate answers PENDING at once. Best effort: a release that fails
+// lapses after store.ActiveFor.
+func (s *Server) release(ctx context.Context, k idempotency.Key) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.Release(ctx, k); err != nil {
+		s.cfg.Log.Warn("release of a pending transaction failed; it lapses", "partner_id", k.PartnerID,
+			"transaction_id", k.TransactionID, "error", err)
+	}
 }
 
 // settleEntry brings the transaction's directory entry up to date with
@@ -307,9 +308,11 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 	case orchestrator.Claim:
 		return s.claim(ctx, a), ctx
 	case orchestrator.Insert:
-		return s.existingOr(s.cfg.Store.Insert(ctx, a.Record)), ctx
+		ok, existing, err := s.cfg.Store.Insert(ctx, a.Record)
+		return s.existingOr(ctx, ok, existing, err), ctx
 	case orchestrator.Reclaim:
-		return s.existingOr(s.cfg.Store.Reclaim(ctx, a.Record)), ctx
+		ok, existing, err := s.cfg.Store.Reclaim(ctx, a.Record)
+		return s.existingOr(ctx, ok, existing, err), ctx
 	case orchestrator.Wait:
 		return s.wait(ctx, a.Key), ctx
 	case orchestrator.CheckVelocity:
@@ -463,29 +466,41 @@ func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.E
 	case !ours:
 		return orchestrator.Held{Entry: e}
 	}
-	return orchestrator.Claimed{Entry: e, Active: s.othersBusy(a.Key)}
+	// Active is left false: the machine reads it from Existing only, where
+	// the store is asked (a round trip per transaction here for nothing).
+	return orchestrator.Claimed{Entry: e}
 }
 
-func (s *Server) existingOr(ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
+func (s *Server) existingOr(ctx context.Context, ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
 	switch {
 	case err != nil:
 		return orchestrator.StoreFailed{Err: err}
 	case ok:
 		return orchestrator.Inserted{}
 	}
-	return orchestrator.Existing{Record: existing, Active: s.othersBusy(existing.Key())}
+	return s.existingRecord(ctx, existing)
 }
 
-// othersBusy reports whether an attempt at transaction k other than the
-// caller's own is in progress in this process (every attempt counts itself
-// in busy).
-func (s *Server) othersBusy(k idempotency.Key) bool {
-	s.busyMu.Lock()
-	defer s.busyMu.Unlock()
-	return s.busy[k] > 1
+// existingRecord is the Existing event of a record this attempt did not
+// write: Active comes from the durable owner and its lease
+// (Store.GetActive), so that an attempt at a sibling instance counts as
+// one here. A record in sending is read again with it, in one statement:
+// Active read after the record could belong to a later state (the attempt
+// finished in between), and answer PENDING from a stale sending.
+func (s *Server) existingRecord(ctx context.Context, r *orchestrator.Record) orchestrator.Event {
+	if r.State != orchestrator.StateSending {
+		return orchestrator.Existing{Record: r} // Active matters for sending only
+	}
+	r, active, err := s.cfg.Store.GetActive(ctx, r.Key())
+	if err != nil {
+		return orchestrator.StoreFailed{Err: err}
+	}
+	return orchestrator.Existing{Record: r, Active: active && r.State == orchestrator.StateSending}
 }
 
-// wait polls until another attempt's record of k leaves state received.
+// wait polls the durable record until another attempt's record of k
+// leaves state received, and leaves state sending or its attempt (in any
+// instance) ends: bounded by the caller's deadline and WaitTimeout.
 func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
 	defer cancel()
@@ -497,13 +512,12 @@ func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event
 			return orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)}
 		case <-t.C:
 		}
-		r, err := s.cfg.Store.Get(ctx, k)
-		if err != nil {
+		r, active, err := s.cfg.Store.GetActive(ctx, k)
+		if err != nil || r.State == orchestrator.StateReceived {
 			continue
 		}
-		active := s.othersBusy(k)
-		if r.State != orchestrator.StateReceived && !(r.State == orchestrator.StateSending && active) {
-			return orchestrator.Existing{Record: r, Active: active}
+		if active = active && r.State == orchestrator.StateSending; !active {
+			return orchestrator.Existing{Record: r}
 		}
 	}
 }

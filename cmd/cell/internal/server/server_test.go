@@ -38,6 +38,34 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type memStore struct {
 	mu   sync.Mutex
 	recs map[idempotency.Key]orchestrator.Record
+	// owned: an attempt works on the record (one instance: no leases).
+	owned map[idempotency.Key]bool
+}
+
+func (m *memStore) own(k idempotency.Key, ok bool) {
+	if m.owned == nil {
+		m.owned = map[idempotency.Key]bool{}
+	}
+	m.owned[k] = ok
+}
+
+func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*orchestrator.Record, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.recs[k]
+	if !ok {
+		return nil, false, store.ErrNotFound
+	}
+	return &r, m.owned[k], nil
+}
+
+func (m *memStore) Release(_ context.Context, k idempotency.Key) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.recs[k].State == orchestrator.StateSending {
+		m.own(k, false)
+	}
+	return nil
 }
 
 func (m *memStore) Insert(_ context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error) {
@@ -47,6 +75,7 @@ func (m *memStore) Insert(_ context.Context, r *orchestrator.Record) (bool, *orc
 		return false, &prev, nil
 	}
 	m.recs[r.Key()] = *r
+	m.own(r.Key(), true)
 	return true, nil, nil
 }
 
@@ -58,6 +87,7 @@ func (m *memStore) Reclaim(_ context.Context, r *orchestrator.Record) (bool, *or
 		return false, &prev, nil
 	}
 	m.recs[r.Key()] = *r
+	m.own(r.Key(), true)
 	return true, nil, nil
 }
 
@@ -78,6 +108,9 @@ func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orche
 		return store.ErrStateChanged
 	}
 	m.recs[r.Key()] = *r
+	if r.State != orchestrator.StateSending {
+		m.own(r.Key(), false)
+	}
 	return nil
 }
 

@@ -330,3 +330,18 @@ func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, rows 
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
 	return err
 }
+
+// StoredRefdataVersion returns the version stored, 0 for none: a cell's
+// instances share the stored version, and each follows it (package
+// refsync).
+func (s *Store) StoredRefdataVersion(ctx context.Context) (uint64, error) {
+	var v int64
+	err := s.pool.QueryRow(ctx, `SELECT version FROM refdata_state`).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: refdata version: %w", err)
+	}
+	return uint64(v), nil
+}

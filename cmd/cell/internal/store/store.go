@@ -54,6 +54,10 @@ type Store struct {
 	healthMu  sync.Mutex
 	health    *pgx.Conn
 	healthCfg *pgx.ConnConfig
+
+	// instance names this process among the cell's instances: the owner
+	// of the rows it inserts or reclaims (see instances.go).
+	instance string
 }
 
 // DefaultStatementTimeout bounds every statement of a cell, unless the
@@ -202,15 +206,18 @@ func args(r *orchestrator.Record) []any {
 		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt, r.PANHashKeyID, r.FingerprintKeyID}
 }
 
-func scan(row pgx.Row) (*orchestrator.Record, error) {
+func scan(row pgx.Row) (*orchestrator.Record, error) { return scanWith(row) }
+
+// scanWith scans a row of columns, then into extra.
+func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 	var r orchestrator.Record
 	var fp []byte
 	var state string
 	var pt int16
-	err := row.Scan(&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
+	err := row.Scan(append([]any{&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
 		&r.Amount, &r.Currency, &r.SettlementAmount, &r.SettlementCurrency, &r.RiskAmount, &r.MerchantID, &r.MCC,
 		&r.MerchantCountry, &r.MaskedPAN, &r.PANHash, &r.RefdataVersion, &r.RouteRule, &r.Attempt, &r.CellID,
-		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID)
+		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -224,14 +231,14 @@ func scan(row pgx.Row) (*orchestrator.Record, error) {
 	return &r, nil
 }
 
-// Insert records a new transaction. When its key (partner and transaction
+// Insert records a new transaction, owned by this store's instance. When its key (partner and transaction
 // ID) is already recorded it returns the existing record instead, and
 // inserted is false. Another partner's record with the same transaction ID
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
-		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, args(r)...)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`, owner)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
+		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
@@ -246,12 +253,12 @@ func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bo
 }
 
 // Reclaim replaces the abandoned record of r's key with r for a new
-// attempt. When the record is no longer abandoned it returns it as it is,
+// attempt, owned by this store's instance. When the record is no longer abandoned it returns it as it is,
 // and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
-	a := args(r)
-	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`) =
-		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
+	a := append(args(r), s.instance)
+	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`, owner) =
+		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
@@ -279,7 +286,8 @@ func (s *Store) Get(ctx context.Context, k idempotency.Key) (*orchestrator.Recor
 
 // Persist writes r's outcome (state, decline reason, auth code, update
 // time) to the record of r's key if the stored state is still from;
-// otherwise ErrStateChanged. A final outcome (r.State.Terminal()) writes
+// otherwise ErrStateChanged. Any state but sending ends the attempt's
+// ownership of the row (owner ”). A final outcome (r.State.Terminal()) writes
 // its callback event to the outbox in the same statement: the outcome and
 // its event commit together or not at all.
 func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
@@ -287,7 +295,8 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 		return s.persistFinal(ctx, r, from)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions
-		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6
+		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6,
+			owner = CASE WHEN $3 = 'sending' THEN owner ELSE '' END
 		WHERE partner_id = $1 AND transaction_id = $2 AND state = $7`,
 		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from))
 	if err != nil {
@@ -309,7 +318,7 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 	}
 	var n int
 	err = s.pool.QueryRow(ctx, `WITH u AS (
-			UPDATE transactions SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6
+			UPDATE transactions SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6, owner = ''
 			WHERE partner_id = $1 AND transaction_id = $2 AND state = $7 RETURNING 1
 		), o AS (
 			INSERT INTO outbox (event_id, partner_id, transaction_id, event_type, body, next_attempt_at, created_at, updated_at)
@@ -351,18 +360,6 @@ func (s *Store) Velocity(ctx context.Context, hashes []card.KeyedHash, since tim
 	return count, amount, nil
 }
 
-// AbandonUnsent marks every transaction still short of its point of no
-// return as abandoned. A cell calls it once at start, before it serves:
-// nothing of its own is in flight then, and "restart, not resume" means no
-// such transaction is ever continued. It returns how many were marked.
-func (s *Store) AbandonUnsent(ctx context.Context, now time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET state = 'abandoned', updated_at = $1 WHERE state = 'received'`, now)
-	if err != nil {
-		return 0, fmt.Errorf("store: abandon: %w", err)
-	}
-	return tag.RowsAffected(), nil
-}
-
 // Policy reads the cell's risk limits.
 func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
 	var p orchestrator.Policy
@@ -380,10 +377,12 @@ func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
 
 // Unresolved returns up to limit records past their point of no return
 // with no known outcome (state sending) last updated before before, oldest
-// first.
+// first, leaving out those an attempt is still working on, in this
+// instance or a live sibling (see Active).
 func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*orchestrator.Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions
-		WHERE state = 'sending' AND updated_at < $1 ORDER BY updated_at LIMIT $2`, before, limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions t
+		WHERE state = 'sending' AND updated_at < $1 AND NOT `+activeSQL+` ORDER BY updated_at LIMIT $2`,
+		before, limit, s.instance, activeFor)
 	if err != nil {
 		return nil, fmt.Errorf("store: unresolved: %w", err)
 	}
