@@ -88,6 +88,7 @@ func configure(args []string) (platform.Config, error) {
 	fs.StringVar(&cfg.RefDataSource, "refdata-source", env("CELLPAY_REFDATA_SOURCE", "config/refdata"), "reference data folder the replicator publishes (CELLPAY_REFDATA_SOURCE)")
 	fs.BoolVar(&cfg.Metrics, "metrics", envBool("CELLPAY_METRICS", true), "serve /metrics beside each component, on its port + 2000 (CELLPAY_METRICS)")
 	fs.StringVar(&cfg.CallbackAddr, "callback-addr", env("CELLPAY_CALLBACK_ADDR", platform.DefaultCallbackAddr), "sample callback receiver (HTTPS) the sample partners' callbacks go to; \"\" for none (CELLPAY_CALLBACK_ADDR)")
+	fs.IntVar(&cfg.CellInstances, "cell-instances", envInt("CELLPAY_CELL_INSTANCES", 2), "orchestrator processes per cell, sharing its database: instance n on the cell's port + 100·(n-1), e.g. cell-a-2 on :7181; the GTR config must list them (CELLPAY_CELL_INSTANCES)")
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -123,7 +124,11 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 		fmt.Fprintf(w, "  backup GTR         %s   (backup access point; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupAdminAddr)
 	}
 	for _, c := range cfg.Cells {
-		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, c.Addr, platform.RedactURL(p.CellDatabaseURL(c.ID)))
+		var addrs []string
+		for _, in := range p.Instances(c.ID) {
+			addrs = append(addrs, in.Addr)
+		}
+		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, strings.Join(addrs, ", "), platform.RedactURL(p.CellDatabaseURL(c.ID)))
 	}
 	fmt.Fprintf(w, "  issuer simulator   %s\n", cfg.IssuerAddr)
 	if url := p.NATSURL(); url != "" {

@@ -285,6 +285,7 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		for _, in := range cfg.instances(cell) {
 			p.add(in.Name, in.Addr, "cell",
 				"-id", cell.ID,
+				"-instance", in.Name,
 				"-listen", in.Addr,
 				"-issuer", cfg.IssuerAddr,
 				"-refdata", cfg.RefData,
