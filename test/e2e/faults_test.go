@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -51,13 +54,34 @@ type fault struct {
 
 // runFault runs load with the fault in the middle, then checks the
 // invariants. It returns the answers for further checks.
+// faultTarget is a platform the fault tests load, break and check: the
+// shared one (sharedTarget), or one a test starts for itself.
+type faultTarget struct {
+	p        *platform.Platform
+	gtrAddr  string
+	gtrOpts  []grpc.DialOption
+	payments cellpayv1.PaymentsClient
+	issuer   issuerproto.IssuerClient
+	cells    []platform.CellSpec
+}
+
+func sharedTarget() faultTarget {
+	return faultTarget{p: env.p, gtrAddr: env.gtrAddr, gtrOpts: env.gtrOpts, payments: env.payments, issuer: env.issuer, cells: env.cells}
+}
+
 func runFault(t *testing.T, f fault) []checker.Answer {
+	t.Helper()
+	return runFaultOn(t, sharedTarget(), f)
+}
+
+// runFaultOn runs f under load on target and checks the invariants.
+func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
 	var mu sync.Mutex
 	var answers []checker.Answer
 	cfg := load.Config{
-		Target: load.TargetGTR, Addr: env.gtrAddr, DialOptions: env.gtrOpts, Mode: load.ModeOpen,
+		Target: load.TargetGTR, Addr: target.gtrAddr, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
 		Rate: faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * faultLoad.duration.Seconds()),
 		Duration: faultLoad.duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
 		PerRequestTimeout: 12 * time.Second,
@@ -88,7 +112,7 @@ func runFault(t *testing.T, f fault) []checker.Answer {
 	t.Logf("%s: load: sent %d, completed %d, statuses %v, errors %v, p99 %.1f ms",
 		f.name, rep.Sent, rep.Completed, rep.Statuses, rep.Errors, rep.Latency.P99)
 
-	ccfg := checkerConfig()
+	ccfg := target.checkerConfig()
 	keys := make([]idempotency.Key, 0, len(answers))
 	for _, a := range answers {
 		keys = append(keys, a.Key())
@@ -112,10 +136,12 @@ func runFault(t *testing.T, f fault) []checker.Answer {
 	return answers
 }
 
-func checkerConfig() checker.Config {
-	cfg := checker.Config{Payments: env.payments, Issuer: env.issuer}
-	for _, c := range env.cells {
-		cfg.Cells = append(cfg.Cells, checker.Cell{ID: c.ID, DatabaseURL: env.p.CellDatabaseURL(c.ID)})
+func checkerConfig() checker.Config { return sharedTarget().checkerConfig() }
+
+func (target faultTarget) checkerConfig() checker.Config {
+	cfg := checker.Config{Payments: target.payments, Issuer: target.issuer}
+	for _, c := range target.cells {
+		cfg.Cells = append(cfg.Cells, checker.Cell{ID: c.ID, DatabaseURL: target.p.CellDatabaseURL(c.ID)})
 	}
 	return cfg
 }
