@@ -28,6 +28,12 @@ type RunCell struct {
 	ID          string `json:"id"`
 	Addr        string `json:"addr"`
 	DatabaseURL string `json:"database_url"`
+	// Primary and Standby are the addresses of the cell's private
+	// Postgres nodes now ("" for none); PrimaryDataDir holds the
+	// primary's postmaster.pid.
+	Primary        string `json:"pg_primary,omitempty"`
+	PrimaryDataDir string `json:"pg_primary_data_dir,omitempty"`
+	Standby        string `json:"pg_standby,omitempty"`
 }
 
 // RunFile is the RunInfo file of the platform whose data folder is
@@ -57,7 +63,16 @@ func (p *Platform) RunInfo() RunInfo {
 		ri.BackupGTRAddr, ri.BackupAdminAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr
 	}
 	for _, c := range p.cfg.Cells {
-		ri.Cells = append(ri.Cells, RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]})
+		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]}
+		if pp := p.pairs[c.ID]; pp != nil {
+			pp.mu.Lock()
+			rc.Primary, rc.PrimaryDataDir = pp.nodes[pp.primary].addr(), pp.nodes[pp.primary].dataDir
+			if pp.srv[1-pp.primary] != nil {
+				rc.Standby = pp.nodes[1-pp.primary].addr()
+			}
+			pp.mu.Unlock()
+		}
+		ri.Cells = append(ri.Cells, rc)
 	}
 	for _, proc := range p.order {
 		ri.PIDs[proc.Name] = proc.Pid()
