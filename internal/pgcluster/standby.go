@@ -430,3 +430,16 @@ func (c *Cluster) Crashed() bool {
 	defer c.mu.Unlock()
 	return c.srv != nil && !c.srv.running() && !c.stopped && !c.fenced
 }
+
+// Exited returns a channel closed when the server process of the current
+// run exits (for whatever reason; Crashed tells which), or nil before
+// the first start. A watchdog waits on it to see a crash at once rather
+// than at its next check.
+func (c *Cluster) Exited() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv == nil {
+		return nil
+	}
+	return c.srv.done
+}

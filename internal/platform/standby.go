@@ -83,6 +83,9 @@ type Failover struct {
 	Detected, Promoted time.Time
 	// OldPrimary and NewPrimary are the nodes' addresses.
 	OldPrimary, NewPrimary string
+	// Restored is when a new standby was synchronous again (zero until
+	// then): the end of the degraded window.
+	Restored time.Time
 }
 
 // Took is the time from detection to promotion.
@@ -202,12 +205,22 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 	failed := 0
 	var nextRebuild time.Time
 	for {
+		prim, _ := pp.current()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-prim.Exited(): // a crash is seen at once, not at the next tick
+			if !prim.Crashed() {
+				// A planned stop: wait for the next tick (a nil
+				// channel of a stopped server would spin).
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
 		}
-		prim, _ := pp.current()
 		reason := ""
 		switch {
 		case prim.Crashed():
@@ -342,6 +355,9 @@ func (p *Platform) rebuild(ctx context.Context, pp *pgPair) error {
 	pp.mu.Lock()
 	pp.srv[node] = sb
 	pp.degraded = false
+	if n := len(pp.failovers); n > 0 && pp.failovers[n-1].Restored.IsZero() {
+		pp.failovers[n-1].Restored = time.Now()
+	}
 	pp.mu.Unlock()
 	p.logf("%s: new standby %s streams from %s (base backup and start %d ms); synchronous replication RESTORED",
 		pp.cell, pp.nodes[node].addr(), pp.nodes[1-node].addr(), time.Since(start).Milliseconds())
