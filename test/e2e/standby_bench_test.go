@@ -17,7 +17,7 @@ import (
 // how fast the launcher fails over, on the real platform in one run:
 //
 //  1. Closed-loop load through the GTR with every cell's standby
-//     synchronous, asynchronous (synchronous_standby_names ”, the standby
+//     synchronous, asynchronous (synchronous_standby_names empty, the standby
 //     still streaming) and stopped (the primary alone, as -standby=false
 //     runs), in the order sync, async, none, none, async, sync so that a
 //     drift of the shared machine falls on every mode alike.
