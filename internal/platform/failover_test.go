@@ -120,6 +120,21 @@ func TestPlatformFailover(t *testing.T) {
 	if err := old.Restart(ctx); !errors.Is(err, pgcluster.ErrFenced) {
 		t.Fatalf("Restart of the old primary: %v, want ErrFenced", err)
 	}
+	// A standby that crashes is not waited for: degraded, then back.
+	if err := syscall.Kill(-nsb.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "degraded after the standby's crash", func() bool { return p.Degraded(cell) })
+	wctx, wcancel = context.WithTimeout(ctx, 3*time.Second)
+	if _, err := app2.Exec(wctx, "INSERT INTO t VALUES (102)"); err != nil {
+		t.Fatalf("a commit without the standby: %v", err)
+	}
+	wcancel()
+	testutil.Eventually(t, 60*time.Second, "the standby back", func() bool { return !p.Degraded(cell) && p.Standby(cell) != nil })
+	if names, err := sb.SynchronousStandby(ctx); err != nil || names != "cellpay_standby" {
+		t.Fatalf("synchronous_standby_names after the standby's return = %q, %v", names, err)
+	}
+
 	ri := p.RunInfo()
 	if ri.Cells[0].Primary != fmt.Sprintf("127.0.0.1:%d", cfg.StandbyBasePort) {
 		t.Errorf("run info: primary %s", ri.Cells[0].Primary)

@@ -241,6 +241,8 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 			failed = 0
 			p.failover(ctx, pp, reason)
 			nextRebuild = time.Time{}
+		} else if _, sb := pp.current(); sb != nil && sb.Crashed() {
+			p.standbyLost(ctx, pp, prim)
 		}
 		pp.mu.Lock()
 		degraded := pp.degraded
@@ -331,6 +333,26 @@ func (p *Platform) failover(ctx context.Context, pp *pgPair, reason string) {
 	_ = p.writeRunInfo()
 }
 
+// standbyLost stops requiring a standby that crashed, as Patroni's
+// non-strict synchronous mode does: otherwise every commit would wait for
+// it until its statement_timeout, and then be acknowledged anyway
+// (Postgres ends a cancelled wait for a synchronous standby with a
+// WARNING, the transaction committed locally). The standby is started
+// again by rebuild, on its own data dir.
+func (p *Platform) standbyLost(ctx context.Context, pp *pgPair, prim *pgcluster.Cluster) {
+	pp.mu.Lock()
+	node := 1 - pp.primary
+	pp.srv[node] = nil
+	pp.degraded = true
+	pp.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := prim.SetSynchronousStandby(sctx, "")
+	cancel()
+	p.logf("%s: standby %s lost (its postgres exited). Synchronous replication DEGRADED (synchronous_standby_names=''): commits are on one server until it streams again (%v)",
+		pp.cell, pp.nodes[node].addr(), err)
+	_ = p.writeRunInfo()
+}
+
 // rebuild makes the node that is not the primary a new standby.
 func (p *Platform) rebuild(ctx context.Context, pp *pgPair) error {
 	pp.mu.Lock()
@@ -359,7 +381,7 @@ func (p *Platform) rebuild(ctx context.Context, pp *pgPair) error {
 		pp.failovers[n-1].Restored = time.Now()
 	}
 	pp.mu.Unlock()
-	p.logf("%s: new standby %s streams from %s (base backup and start %d ms); synchronous replication RESTORED",
+	p.logf("%s: standby %s streams from %s (started in %d ms); synchronous replication RESTORED",
 		pp.cell, pp.nodes[node].addr(), pp.nodes[1-node].addr(), time.Since(start).Milliseconds())
 	_ = p.writeRunInfo()
 	return nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/testutil"
 )
@@ -116,6 +118,7 @@ func TestStandbyBenchmark(t *testing.T) {
 		lat  time.Duration
 		cell string
 		err  bool
+		code string
 	}
 	var mu sync.Mutex
 	var samples []sample
@@ -127,7 +130,7 @@ func TestStandbyBenchmark(t *testing.T) {
 			RunID: runID + "-sbbench-failover", PerRequestTimeout: 10 * time.Second,
 			OnResult: func(r load.Result) {
 				mu.Lock()
-				samples = append(samples, sample{r.Sent, r.Latency, r.Transaction.GetCellId(), r.Err != nil})
+				samples = append(samples, sample{r.Sent, r.Latency, r.Transaction.GetCellId(), r.Err != nil, status.Code(r.Err).String()})
 				mu.Unlock()
 			},
 		}, nil)
@@ -151,10 +154,10 @@ func TestStandbyBenchmark(t *testing.T) {
 	f := env.p.Failovers(victim)[len(env.p.Failovers(victim))-1]
 	var firstCommit time.Duration = -1
 	var lats []float64
-	errs := 0
+	errs := map[string]int{}
 	for _, s := range samples {
 		if s.err {
-			errs++
+			errs[s.code]++
 		}
 		if !s.err && s.cell == victim && s.sent.After(kill) {
 			if d := s.sent.Add(s.lat).Sub(kill); firstCommit < 0 || d < firstCommit {
