@@ -101,11 +101,13 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 				TLS:      &pgcluster.TLS{CertFile: certs.Cert, KeyFile: certs.Key},
 				Settings: map[string]string{},
 			}
+			// Without a standby this run too: a slot left by an earlier
+			// run's standby must not keep WAL without bound.
+			for k, v := range pgSettings {
+				cfg.Settings[k] = v
+			}
 			if !p.cfg.NoStandby {
 				cfg.ReplicationUser = ReplicationRole
-				for k, v := range pgSettings {
-					cfg.Settings[k] = v
-				}
 			}
 			return cfg
 		}
@@ -115,9 +117,9 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 			if r.err != nil {
 				r.err = fmt.Errorf("platform: %s: %w", name, r.err)
 			} else {
-				hosts := []string{pp.nodes[0].addr()}
-				if !p.cfg.NoStandby {
-					hosts = append(hosts, pp.nodes[1].addr())
+				hosts := []string{pp.nodes[0].addr(), pp.nodes[1].addr()}
+				if p.cfg.NoStandby {
+					hosts = []string{pp.nodes[pp.primary].addr()}
 				}
 				r.app = pairURL(roles.App, roles.AppPassword, hosts, certs.CA)
 				r.own = pairURL(roles.Owner, roles.OwnerPassword, hosts, certs.CA)
@@ -143,12 +145,11 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 // setup runs without a synchronous standby (the one it may have had is
 // not there yet).
 func (p *Platform) startPair(ctx context.Context, pp *pgPair, roles pgcluster.Roles) error {
-	node := 0
-	if !p.cfg.NoStandby {
-		var err error
-		if node, err = pickPrimary(pp.nodes); err != nil {
-			return err
-		}
+	// Even without a standby this run, a failover of an earlier one may
+	// have left the primary on node 1.
+	node, err := pickPrimary(pp.nodes)
+	if err != nil {
+		return err
 	}
 	_, statErr := os.Stat(filepath.Join(pp.nodes[node].dataDir, "PG_VERSION"))
 	fresh := statErr != nil // a new primary: any standby is of another history

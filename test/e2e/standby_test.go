@@ -77,7 +77,8 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		hold: 2 * time.Second,
+		// A short hold: heal measures how soon the cell serves again.
+		hold: 100 * time.Millisecond,
 		heal: func(t *testing.T, ctx context.Context) {
 			// Nobody heals it: the launcher must have failed over by itself.
 			testutil.Eventually(t, failoverBound, "the standby promoted", func() bool { return len(env.p.Failovers(cell)) > 0 })
