@@ -228,7 +228,7 @@ func (c Config) validate() error {
 			return fmt.Errorf("StandbyBasePort %d out of range", c.StandbyBasePort)
 		}
 		if c.StandbyBasePort < c.PGBasePort+n && c.PGBasePort < c.StandbyBasePort+n {
-			return fmt.Errorf("the standbys' ports %d.. overlap the primaries' %d..", c.StandbyBasePort, c.PGBasePort)
+			return fmt.Errorf("the standbys' ports from %d overlap the primaries' from %d", c.StandbyBasePort, c.PGBasePort)
 		}
 		if c.FailoverCheckInterval < 0 || c.FailoverChecks < 1 {
 			return errors.New("FailoverCheckInterval and FailoverChecks must be positive")

@@ -191,6 +191,10 @@ func pairURL(user, password string, hosts []string, caFile string) string {
 	q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {caFile}}
 	if len(hosts) > 1 {
 		q.Set("target_session_attrs", "read-write")
+		// Per host: a primary that hangs rather than dies (until the
+		// watchdog fences it) must not hold a new connection from
+		// trying the next host.
+		q.Set("connect_timeout", "2")
 	}
 	u := url.URL{
 		Scheme:   "postgres",
