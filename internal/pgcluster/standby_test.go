@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellpay/cellpay/internal/pgcluster"
 )
 
@@ -56,7 +58,7 @@ func startPair(t *testing.T, ctx context.Context) (primary, standby *pgcluster.C
 func TestStandbySynchronous(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	primary, standby, _ := startPair(t, ctx)
+	primary, standby, ca := startPair(t, ctx)
 
 	if rec, err := standby.InRecovery(ctx); err != nil || !rec {
 		t.Fatalf("standby in recovery: %v, %v", rec, err)
@@ -69,6 +71,14 @@ func TestStandbySynchronous(t *testing.T) {
 	if err := su.QueryRow(ctx, `SELECT r.usename, s.ssl FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)
 		WHERE r.application_name = $1`, standbyName).Scan(&user, &ssl); err != nil || user != replUser || !ssl {
 		t.Fatalf("replication connection: user %q ssl %v (%v); want %s over TLS", user, ssl, err, replUser)
+	}
+
+	// The replication role has no database session.
+	if c, err := pgx.Connect(ctx, primary.TLSURL(replUser, replPassword, "postgres", ca)); err == nil {
+		c.Close(ctx)
+		t.Fatal("the replication role opened a database session")
+	} else if sqlState(err) != "28000" {
+		t.Fatalf("the replication role's session: %v, want invalid_authorization_specification", err)
 	}
 
 	exec(t, ctx, primary.URL("postgres"), "CREATE TABLE t (id int)")

@@ -35,12 +35,16 @@ hostnossl all       all       all            reject
 
 // hbaFor is hbaConf, and when replUser is set a line that lets it, and
 // only it, connect for replication, with TLS and SCRAM (a database of
-// "all" does not match replication connections, and nothing else does).
+// "all" does not match replication connections, and nothing else does),
+// and one that refuses it any database session.
 func hbaFor(replUser string) string {
 	if replUser == "" {
 		return hbaConf
 	}
-	return strings.Replace(hbaConf, "hostnossl all", "hostssl   replication "+replUser+" 127.0.0.1/32 scram-sha-256\nhostnossl all", 1)
+	// The role may replicate and do nothing else: no database session.
+	s := strings.Replace(hbaConf, "hostssl   all       all       127.0.0.1/32",
+		"hostssl   all       "+replUser+" all reject\nhostssl   all       all       127.0.0.1/32", 1)
+	return strings.Replace(s, "hostnossl all", "hostssl   replication "+replUser+" 127.0.0.1/32 scram-sha-256\nhostnossl all", 1)
 }
 
 // tlsSettings are the server settings of a cluster with TLS on dataDir.

@@ -81,9 +81,9 @@ type Config struct {
 	// watchdog, commits on one server (benchmarks compare with it).
 	NoStandby bool
 	// FailoverCheckInterval and FailoverChecks: the watchdog checks each
-	// primary every interval (default 500ms) and promotes the standby
-	// after FailoverChecks failed checks in a row (default 3), or at once
-	// when the primary's process exits unasked.
+	// primary every interval (default 500ms; each check may take 1 s) and
+	// promotes the standby after FailoverChecks failed checks in a row
+	// (default 3), or at once when the primary's process exits unasked.
 	FailoverCheckInterval time.Duration
 	FailoverChecks        int
 	// Stdout and Stderr receive the children's output, each line prefixed

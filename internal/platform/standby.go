@@ -64,6 +64,12 @@ const (
 	DefaultFailoverChecks        = 3
 )
 
+// checkTimeout bounds one check of a primary. It is longer than the
+// interval on purpose: on a loaded machine a healthy server can take
+// more than 500 ms to answer, and a failover of a healthy primary,
+// though it loses nothing, costs the cell seconds.
+const checkTimeout = time.Second
+
 // pgSettings are the settings of both nodes: the standby retries a lost
 // primary every half second (default 5 s) so that a restarted primary
 // has its synchronous standby back quickly, and a slot whose standby is
@@ -226,7 +232,7 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 		case prim.Crashed():
 			reason = "its postgres exited"
 		case prim.Running():
-			cctx, cancel := context.WithTimeout(ctx, interval)
+			cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 			err := ping(cctx, prim)
 			cancel()
 			if err == nil || ctx.Err() != nil {
