@@ -128,6 +128,12 @@ func (pp *pgPair) current() (primary, standby *pgcluster.Cluster) {
 	return pp.srv[pp.primary], pp.srv[1-pp.primary]
 }
 
+func (pp *pgPair) primaryAddr() string {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.nodes[pp.primary].addr()
+}
+
 // standbyConfig is node's config as a standby of the pair's primary.
 func (pp *pgPair) standbyConfig(node int) pgcluster.Config {
 	cfg := pp.cfg(node)
@@ -210,22 +216,20 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 	defer t.Stop()
 	failed := 0
 	var nextRebuild time.Time
+	var handledExit <-chan struct{} // the exit already acted on
+	warned := false                 // "no standby to promote" said once
 	for {
 		prim, _ := pp.current()
+		exited := prim.Exited()
+		if exited == handledExit {
+			exited = nil // acted on: wait for the ticker
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-prim.Exited(): // a crash is seen at once, not at the next tick
-			if !prim.Crashed() {
-				// A planned stop: wait for the next tick (a nil
-				// channel of a stopped server would spin).
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
+		case <-exited: // a crash is seen at once, not at the next tick
+			handledExit = exited
 		}
 		reason := ""
 		switch {
@@ -243,6 +247,15 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 				reason = fmt.Sprintf("%d checks failed, %d ms apart (last: %v)", failed, interval.Milliseconds(), err)
 			}
 		}
+		if _, sb := pp.current(); reason != "" && (sb == nil || !sb.Running()) {
+			if !warned {
+				p.logf("%s: primary %s lost (%s), and there is NO STANDBY to promote: the cell is down until its primary returns",
+					pp.cell, pp.primaryAddr(), reason)
+				warned = true
+			}
+			continue
+		}
+		warned = false
 		if reason != "" {
 			failed = 0
 			p.failover(ctx, pp, reason)
@@ -253,7 +266,7 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 		pp.mu.Lock()
 		degraded := pp.degraded
 		pp.mu.Unlock()
-		if degraded && time.Now().After(nextRebuild) && ctx.Err() == nil {
+		if prim, _ := pp.current(); degraded && prim.Running() && time.Now().After(nextRebuild) && ctx.Err() == nil {
 			if err := p.rebuild(ctx, pp); err != nil && ctx.Err() == nil {
 				p.logf("%s: rebuilding a standby failed, retrying in 5 s: %v", pp.cell, err)
 				nextRebuild = time.Now().Add(5 * time.Second)
@@ -308,10 +321,6 @@ func (p *Platform) failover(ctx context.Context, pp *pgPair, reason string) {
 	oldNode := pp.primary
 	old, sb := pp.srv[oldNode], pp.srv[1-oldNode]
 	pp.mu.Unlock()
-	if sb == nil || !sb.Running() {
-		p.logf("%s: primary %s lost (%s), and there is NO STANDBY to promote: the cell is down until its primary returns", pp.cell, pp.nodes[oldNode].addr(), reason)
-		return
-	}
 	if err := old.Fence(); err != nil {
 		// Promoting beside a primary that may still take writes would
 		// split the cell's history: better down than two primaries.
