@@ -142,6 +142,22 @@ func TestPlatformFailover(t *testing.T) {
 	if log := out.String(); !strings.Contains(log, "FAILOVER cell-a") || !strings.Contains(log, "RESTORED") {
 		t.Errorf("the launcher's log does not say it:\n%s", log)
 	}
+
+	// With its standby stopped, a primary that dies is not failed over,
+	// and the watchdog says so once.
+	if err := p.Standby(cell).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-sb.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if n := len(p.Failovers(cell)); n != 1 {
+		t.Errorf("%d failovers without a standby to promote, want still 1", n)
+	}
+	if n := strings.Count(out.String(), "NO STANDBY"); n != 1 {
+		t.Errorf("the watchdog said %d times that there is no standby, want once", n)
+	}
 }
 
 // hostURL is u on one host, 127.0.0.1:port, whatever it serves.
