@@ -232,7 +232,10 @@ func EnsureReplication(ctx context.Context, serverURL string, r Replication, slo
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if r.User != "" {
-		if err := (Roles{Owner: r.User + "_", OwnerPassword: r.Password, App: r.User, AppPassword: r.Password}).validate(); err != nil {
+		if !simpleName.MatchString(r.User) {
+			return errors.New("pgcluster: replication: User must be [a-z0-9_]+")
+		}
+		if err := validPassword(r.Password); err != nil {
 			return fmt.Errorf("pgcluster: replication: %w", err)
 		}
 		verifier, err := scramVerifier(r.Password)

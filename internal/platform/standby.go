@@ -231,22 +231,7 @@ func (p *Platform) watch(ctx context.Context, pp *pgPair) {
 		case <-exited: // a crash is seen at once, not at the next tick
 			handledExit = exited
 		}
-		reason := ""
-		switch {
-		case prim.Crashed():
-			reason = "its postgres exited"
-		case prim.Running():
-			cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-			err := ping(cctx, prim)
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				failed = 0
-				break
-			}
-			if failed++; failed >= limit {
-				reason = fmt.Sprintf("%d checks failed, %d ms apart (last: %v)", failed, interval.Milliseconds(), err)
-			}
-		}
+		reason := check(ctx, prim, &failed, limit, interval)
 		if _, sb := pp.current(); reason != "" && (sb == nil || !sb.Running()) {
 			if !warned {
 				p.logf("%s: primary %s lost (%s), and there is NO STANDBY to promote: the cell is down until its primary returns",
@@ -307,6 +292,29 @@ func (p *Platform) DescribeDatabases() string {
 		s = append(s, d)
 	}
 	return strings.Join(s, "; ")
+}
+
+// check checks the primary once and returns why it is lost, or "":
+// its process exited unasked, or this is the limit-th failed check in a
+// row (failed counts them). A planned stop is neither.
+func check(ctx context.Context, prim *pgcluster.Cluster, failed *int, limit int, interval time.Duration) string {
+	switch {
+	case prim.Crashed():
+		return "its postgres exited"
+	case !prim.Running():
+		return ""
+	}
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	err := ping(cctx, prim)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		*failed = 0
+		return ""
+	}
+	if *failed++; *failed < limit {
+		return ""
+	}
+	return fmt.Sprintf("%d checks failed, %d ms apart (last: %v)", *failed, interval.Milliseconds(), err)
 }
 
 func ping(ctx context.Context, c *pgcluster.Cluster) error {
