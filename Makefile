@@ -10,7 +10,7 @@ BIN      ?= bin
 # FuzzProcessStreamOrder, on the CI machine.
 FUZZTIME ?= 20000x
 
-.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -102,6 +102,10 @@ k8s-verify:
 ## bench-failover: kill -9 a cell under load; detection time, p99 and throughput around it.
 bench-failover:
 	CELLPAY_FAILOVER_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestFailoverBenchmark$$' -v ./test/e2e/
+
+## bench-standby: a synchronous standby's cost (closed loop, sync vs async vs none, one run) and the launcher's failover time after kill -9 of a primary.
+bench-standby:
+	CELLPAY_STANDBY_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestStandbyBenchmark$$' -v ./test/e2e/
 
 ## bench-overload: saturation, then 2.5x it for 10 s, then 100 tx/s, with admission control on and off; and fairness between partners.
 bench-overload:

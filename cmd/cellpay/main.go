@@ -89,7 +89,9 @@ func configure(args []string) (platform.Config, error) {
 	fs.BoolVar(&cfg.Metrics, "metrics", envBool("CELLPAY_METRICS", true), "serve /metrics beside each component, on its port + 2000 (CELLPAY_METRICS)")
 	fs.StringVar(&cfg.CallbackAddr, "callback-addr", env("CELLPAY_CALLBACK_ADDR", platform.DefaultCallbackAddr), "sample callback receiver (HTTPS) the sample partners' callbacks go to; \"\" for none (CELLPAY_CALLBACK_ADDR)")
 	fs.IntVar(&cfg.CellInstances, "cell-instances", envInt("CELLPAY_CELL_INSTANCES", 2), "orchestrator processes per cell, sharing its database: instance n on the cell's port + 100·(n-1), e.g. cell-a-2 on :7181; the GTR config must list them (CELLPAY_CELL_INSTANCES)")
-	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell (CELLPAY_PG_BASE_PORT)")
+	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell: the cells' primaries (CELLPAY_PG_BASE_PORT)")
+	standbyPort := fs.Int("standby-base-port", envInt("CELLPAY_STANDBY_BASE_PORT", platform.DefaultStandbyBasePort), "first port of the cells' synchronous standbys, one per cell (CELLPAY_STANDBY_BASE_PORT)")
+	standby := fs.Bool("standby", envBool("CELLPAY_STANDBY", true), "give each cell's Postgres a synchronous streaming standby, promoted by the launcher when the primary is lost (CELLPAY_STANDBY)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -101,6 +103,8 @@ func configure(args []string) (platform.Config, error) {
 		return cfg, err
 	}
 	cfg.PGBasePort = *pgPort
+	cfg.StandbyBasePort = *standbyPort
+	cfg.NoStandby = !*standby
 	cfg.NoBackupGTR = !*backup
 	switch *nats {
 	case "on":
@@ -129,6 +133,12 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 			addrs = append(addrs, in.Addr)
 		}
 		fmt.Fprintf(w, "  %-18s %s   db %s\n", c.ID, strings.Join(addrs, ", "), platform.RedactURL(p.CellDatabaseURL(c.ID)))
+	}
+	if d := p.DescribeDatabases(); d != "" {
+		fmt.Fprintf(w, "  cells' Postgres    %s\n", d)
+		if !cfg.NoStandby {
+			fmt.Fprintf(w, "                     the launcher promotes a standby when its primary is lost: \"FAILOVER\" in %s\n", filepath.Join(p.LogDir(), "platform.log"))
+		}
 	}
 	fmt.Fprintf(w, "  issuer simulator   %s\n", cfg.IssuerAddr)
 	if url := p.NATSURL(); url != "" {

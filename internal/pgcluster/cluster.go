@@ -58,6 +58,16 @@ type Config struct {
 	// package doc). The files are copied into the data dir on every Start,
 	// so a renewed certificate is served from the next one.
 	TLS *TLS
+	// Standby, when set, makes the cluster a streaming standby: a missing
+	// or empty DataDir is filled by a base backup of the primary instead
+	// of initdb, and one that holds a primary is refused (ErrNotStandby).
+	// See standby.go. The server keeps the primary's settings otherwise.
+	Standby *Standby
+	// ReplicationUser, with TLS, is the role that may connect for
+	// replication (hostssl replication, SCRAM): the `all` database keyword
+	// of the other pg_hba lines does not cover replication. Give it to a
+	// primary and to its standby alike, since the standby may be promoted.
+	ReplicationUser string
 }
 
 // TLS names the server's certificate and private key, PEM files.
@@ -72,7 +82,18 @@ func (c Config) validate() error {
 	if c.Port < 0 || c.Port > 65535 {
 		return fmt.Errorf("port %d out of range", c.Port)
 	}
-	managed := []string{"port", "listen_addresses", "unix_socket_directories"}
+	// synchronous_standby_names changes at run time (ALTER SYSTEM, see
+	// SetSynchronousStandby), which a command-line setting would override.
+	managed := []string{"port", "listen_addresses", "unix_socket_directories", "synchronous_standby_names"}
+	if c.Standby != nil {
+		if err := c.Standby.validate(c.TLS != nil); err != nil {
+			return err
+		}
+		managed = append(managed, "primary_conninfo", "primary_slot_name")
+	}
+	if c.ReplicationUser != "" && !simpleName.MatchString(c.ReplicationUser) {
+		return errors.New("ReplicationUser must be [a-z0-9_]+")
+	}
 	if c.TLS != nil {
 		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
 			return errors.New("TLS: CertFile and KeyFile are required")
@@ -97,16 +118,21 @@ const (
 // Cluster is a running (or stopped) private cluster. Its methods are safe for
 // concurrent use.
 type Cluster struct {
-	dataDir string
-	binDir  string
-	port    int
-	cred    *syscall.Credential // nil: run as ourselves
-	tls     bool                // Config.TLS was set: the superuser uses the socket
-	args    []string            // postgres command line after the binary
-	log     logSink
+	dataDir  string
+	binDir   string
+	port     int
+	cred     *syscall.Credential // nil: run as ourselves
+	tls      bool                // Config.TLS was set: the superuser uses the socket
+	replUser string              // Config.ReplicationUser
+	args     []string            // postgres command line after the binary
+	log      logSink
 
 	mu  sync.Mutex // guards srv; held across start and stop so they do not interleave
 	srv *child     // nil before the first start
+	// stopped: the last exit was asked for (Stop, Restart), not a crash.
+	stopped bool
+	// fenced: Fence was called; the server never starts again.
+	fenced bool
 }
 
 // Start initialises cfg.DataDir if needed, starts the server and waits until
@@ -119,7 +145,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
-	if err := c.initdb(ctx, cfg.NoSync); err != nil {
+	if IsFenced(c.dataDir) {
+		return nil, ErrFenced
+	}
+	if cfg.Standby != nil {
+		if err := c.prepareStandby(ctx, *cfg.Standby, cfg.NoSync); err != nil {
+			if errors.Is(err, ErrNotStandby) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
+	} else if err := c.initdb(ctx, cfg.NoSync); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if cfg.TLS != nil {
@@ -172,12 +208,13 @@ func newCluster(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return &Cluster{
-		dataDir: dataDir,
-		binDir:  binDir,
-		port:    cfg.Port,
-		cred:    cred,
-		tls:     cfg.TLS != nil,
-		log:     newLogSink(cfg.Log, filepath.Join(dataDir, "postgres.log")),
+		dataDir:  dataDir,
+		binDir:   binDir,
+		port:     cfg.Port,
+		cred:     cred,
+		tls:      cfg.TLS != nil,
+		replUser: cfg.ReplicationUser,
+		log:      newLogSink(cfg.Log, filepath.Join(dataDir, "postgres.log"), cred),
 	}, nil
 }
 
@@ -198,6 +235,11 @@ func serverArgs(dataDir string, port int, cfg Config) []string {
 	}
 	if cfg.TLS != nil {
 		for k, v := range tlsSettings(dataDir) {
+			settings[k] = v
+		}
+	}
+	if cfg.Standby != nil {
+		for k, v := range standbySettings(dataDir, *cfg.Standby) {
 			settings[k] = v
 		}
 	}
@@ -318,6 +360,7 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) stop() error {
+	c.stopped = true
 	if !c.srv.running() {
 		return nil
 	}
@@ -363,6 +406,9 @@ func (c *Cluster) kill() error {
 func (c *Cluster) Restart(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.fenced {
+		return ErrFenced
+	}
 	if err := c.stop(); err != nil {
 		return err
 	}
@@ -384,6 +430,10 @@ func (c *Cluster) Restart(ctx context.Context) error {
 
 // start runs postgres and waits until it answers. c.mu must be held.
 func (c *Cluster) start(ctx context.Context) error {
+	if c.fenced || IsFenced(c.dataDir) {
+		return ErrFenced
+	}
+	c.stopped = false
 	if err := c.prepareSocketDir(); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // tailSize is how much of the server log an error quotes.
@@ -18,11 +19,14 @@ type logSink struct {
 	path string    // used when w is nil
 	w    io.Writer // the configured writer, or nil
 	tail *ring     // used when w is set
+	// owner, when set, is given the file: a base backup of the data dir
+	// it lies in reads it as the server user.
+	owner *syscall.Credential
 }
 
-func newLogSink(w io.Writer, path string) logSink {
+func newLogSink(w io.Writer, path string, owner *syscall.Credential) logSink {
 	if w == nil {
-		return logSink{path: path}
+		return logSink{path: path, owner: owner}
 	}
 	return logSink{w: w, tail: &ring{}}
 }
@@ -36,6 +40,9 @@ func (l logSink) writer() (w io.Writer, done func(), err error) {
 	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, nil, err
+	}
+	if l.owner != nil {
+		_ = f.Chown(int(l.owner.Uid), int(l.owner.Gid))
 	}
 	return f, func() { f.Close() }, nil
 }

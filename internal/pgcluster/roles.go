@@ -32,14 +32,22 @@ func (r Roles) validate() error {
 		return errors.New("two distinct role names are required")
 	}
 	for _, pw := range []string{r.OwnerPassword, r.AppPassword} {
-		if len(pw) < 16 {
-			return errors.New("passwords of at least 16 characters are required")
+		if err := validPassword(pw); err != nil {
+			return err
 		}
-		for _, b := range []byte(pw) {
-			// Printable ASCII is what SASLprep leaves as it is.
-			if b < 0x21 || b > 0x7e {
-				return errors.New("passwords must be printable ASCII")
-			}
+	}
+	return nil
+}
+
+// validPassword checks a role's password: at least 16 characters of
+// printable ASCII, which SASLprep leaves as it is.
+func validPassword(pw string) error {
+	if len(pw) < 16 {
+		return errors.New("passwords of at least 16 characters are required")
+	}
+	for _, b := range []byte(pw) {
+		if b < 0x21 || b > 0x7e {
+			return errors.New("passwords must be printable ASCII")
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Files a cluster with TLS keeps in its data dir, written on every Start.
@@ -31,6 +32,20 @@ hostssl   all       all       127.0.0.1/32   scram-sha-256
 hostssl   all       all       ::1/128        scram-sha-256
 hostnossl all       all       all            reject
 `
+
+// hbaFor is hbaConf, and when replUser is set a line that lets it, and
+// only it, connect for replication, with TLS and SCRAM (a database of
+// "all" does not match replication connections, and nothing else does),
+// and one that refuses it any database session.
+func hbaFor(replUser string) string {
+	if replUser == "" {
+		return hbaConf
+	}
+	// The role may replicate and do nothing else: no database session.
+	s := strings.Replace(hbaConf, "hostssl   all       all       127.0.0.1/32",
+		"hostssl   all       "+replUser+" all reject\nhostssl   all       all       127.0.0.1/32", 1)
+	return strings.Replace(s, "hostnossl all", "hostssl   replication "+replUser+" 127.0.0.1/32 scram-sha-256\nhostnossl all", 1)
+}
 
 // tlsSettings are the server settings of a cluster with TLS on dataDir.
 func tlsSettings(dataDir string) map[string]string {
@@ -62,7 +77,7 @@ func (c *Cluster) prepareTLS(t TLS) error {
 			return fmt.Errorf("tls: %w", err)
 		}
 	}
-	if err := c.writeOwned(hbaFile, []byte(hbaConf), 0o600); err != nil {
+	if err := c.writeOwned(hbaFile, []byte(hbaFor(c.replUser)), 0o600); err != nil {
 		return fmt.Errorf("tls: %w", err)
 	}
 	return nil

@@ -74,8 +74,23 @@ type Config struct {
 	BackupGTRAddr, BackupAdminAddr string
 	NoBackupGTR                    bool
 	// PGBasePort: the private cluster of Cells[i] listens on PGBasePort+i.
-	// Default 7431.
+	// Default 7431. It is the cell's primary when the platform starts.
 	PGBasePort int
+	// StandbyBasePort: the streaming standby of Cells[i]'s cluster, which
+	// every commit waits for (synchronous_standby_names), listens on
+	// StandbyBasePort+i with its data dir in pg/<cell>-standby. Default
+	// 7441. After a failover the two swap roles; the cells' URLs name both
+	// (see standby.go).
+	StandbyBasePort int
+	// NoStandby runs each private cluster alone: no standby, no
+	// watchdog, commits on one server (benchmarks compare with it).
+	NoStandby bool
+	// FailoverCheckInterval and FailoverChecks: the watchdog checks each
+	// primary every interval (default 500ms; each check may take 1 s) and
+	// promotes the standby after FailoverChecks failed checks in a row
+	// (default 3), or at once when the primary's process exits unasked.
+	FailoverCheckInterval time.Duration
+	FailoverChecks        int
 	// Stdout and Stderr receive the children's output, each line prefixed
 	// with "[name] ". Nil discards it; DataDir/logs/<name>.log always gets it.
 	Stdout, Stderr io.Writer
@@ -156,6 +171,15 @@ func (c Config) withDefaults() Config {
 	if c.PGBasePort == 0 {
 		c.PGBasePort = DefaultPGBasePort
 	}
+	if c.StandbyBasePort == 0 {
+		c.StandbyBasePort = DefaultStandbyBasePort
+	}
+	if c.FailoverCheckInterval == 0 {
+		c.FailoverCheckInterval = DefaultFailoverCheckInterval
+	}
+	if c.FailoverChecks == 0 {
+		c.FailoverChecks = DefaultFailoverChecks
+	}
 	if c.NATSAddr == "" {
 		c.NATSAddr = DefaultNATSAddr
 	}
@@ -211,6 +235,18 @@ func (c Config) validate() error {
 	if c.PGBasePort < 1 || c.PGBasePort+len(c.Cells) > 65536 {
 		return fmt.Errorf("PGBasePort %d out of range", c.PGBasePort)
 	}
+	if !c.NoStandby {
+		n := len(c.Cells)
+		if c.StandbyBasePort < 1 || c.StandbyBasePort+n > 65536 {
+			return fmt.Errorf("StandbyBasePort %d out of range", c.StandbyBasePort)
+		}
+		if c.StandbyBasePort < c.PGBasePort+n && c.PGBasePort < c.StandbyBasePort+n {
+			return fmt.Errorf("the standbys' ports from %d overlap the primaries' from %d", c.StandbyBasePort, c.PGBasePort)
+		}
+		if c.FailoverCheckInterval < 0 || c.FailoverChecks < 1 {
+			return errors.New("FailoverCheckInterval and FailoverChecks must be positive")
+		}
+	}
 	return nil
 }
 
@@ -219,19 +255,22 @@ type Platform struct {
 	cfg    Config
 	logDir string
 
-	procs  map[string]*Proc              // by name; fixed after Start
-	order  []*Proc                       // start order
-	pgs    map[string]*pgcluster.Cluster // by cell ID; empty with DatabaseURL
-	dbURLs map[string]string             // by cell ID: the application role's
-	pgLogs []*os.File                    // the clusters' log files, closed by Stop
-	outMu  sync.Mutex                    // shared by every child's Stdout and Stderr writer
-	runMu  sync.Mutex                    // serialises writes of run.json
+	procs  map[string]*Proc   // by name; fixed after Start
+	order  []*Proc            // start order
+	pairs  map[string]*pgPair // by cell ID; fixed after Start; empty with DatabaseURL
+	dbURLs map[string]string  // by cell ID: the application role's
+	pgLogs []*os.File         // the clusters' log files, closed by Stop
+	outMu  sync.Mutex         // shared by every child's Stdout and Stderr writer
+	runMu  sync.Mutex         // serialises writes of run.json
 	stop   sync.Once
 	errs   error
 	// stopReceiver stops the sample callback receiver; nil without one.
 	stopReceiver func()
 	// migrateURLs are the schema owner's, by cell ID; empty with DatabaseURL.
 	migrateURLs map[string]string
+	// stopWatch stops the failover watchdogs and waits for them; nil
+	// without any.
+	stopWatch func()
 }
 
 // Start starts Postgres for every cell, the issuer simulator, the cells and
@@ -256,7 +295,7 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		cfg:    cfg,
 		logDir: filepath.Join(cfg.DataDir, "logs"),
 		procs:  map[string]*Proc{},
-		pgs:    map[string]*pgcluster.Cluster{},
+		pairs:  map[string]*pgPair{},
 		dbURLs: map[string]string{},
 	}
 	p.migrateURLs = map[string]string{}
@@ -267,9 +306,14 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 	if err != nil {
 		return nil, fmt.Errorf("platform: %w", err)
 	}
+	dbStart := time.Now()
 	if err := p.startDatabases(ctx); err != nil {
 		p.Stop()
 		return nil, err
+	}
+	p.startWatchdogs()
+	if len(p.pairs) > 0 {
+		p.logf("databases up in %d ms: %s", time.Since(dbStart).Milliseconds(), p.DescribeDatabases())
 	}
 
 	if cfg.NATS {
@@ -423,9 +467,19 @@ func (p *Platform) Stop() error {
 		if n := p.procs[NATS]; n != nil {
 			errs = append(errs, n.Stop())
 		}
+		if p.stopWatch != nil {
+			p.stopWatch()
+		}
 		for _, cell := range p.cfg.Cells {
-			if c := p.pgs[cell.ID]; c != nil {
-				errs = append(errs, c.Stop())
+			if pp := p.pairs[cell.ID]; pp != nil {
+				// The primary first: its walsender hands the standby
+				// the shutdown checkpoint.
+				prim, sb := pp.current()
+				for _, c := range []*pgcluster.Cluster{prim, sb} {
+					if c != nil {
+						errs = append(errs, c.Stop())
+					}
+				}
 			}
 		}
 		for _, f := range p.pgLogs {
@@ -446,9 +500,17 @@ func (p *Platform) Process(name string) *Proc { return p.procs[name] }
 // Processes returns every component in start order.
 func (p *Platform) Processes() []*Proc { return append([]*Proc(nil), p.order...) }
 
-// Postgres returns the private cluster of cellID, or nil when the platform
-// uses DatabaseURL.
-func (p *Platform) Postgres(cellID string) *pgcluster.Cluster { return p.pgs[cellID] }
+// Postgres returns the private cluster of cellID that is its primary now
+// (after a failover, the promoted standby), or nil when the platform uses
+// DatabaseURL.
+func (p *Platform) Postgres(cellID string) *pgcluster.Cluster {
+	pp := p.pairs[cellID]
+	if pp == nil {
+		return nil
+	}
+	prim, _ := pp.current()
+	return prim
+}
 
 // Config returns the configuration the platform runs with, defaults filled in.
 func (p *Platform) Config() Config { return p.cfg }

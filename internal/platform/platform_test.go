@@ -301,6 +301,7 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 	t.Helper()
 	ports := freePorts(t, 8)
+	pgBase := consecutiveFreePorts(t, 6)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	return platform.Config{
 		BinDir:     bin,
@@ -315,7 +316,8 @@ func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 			{ID: "cell-b", Addr: addr(4)},
 			{ID: "cell-c", Addr: addr(5)},
 		},
-		PGBasePort:      consecutiveFreePorts(t, 3),
+		PGBasePort:      pgBase,
+		StandbyBasePort: pgBase + 3,
 		BackupGTRAddr:   addr(6),
 		BackupAdminAddr: addr(7),
 	}

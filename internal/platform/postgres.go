@@ -51,8 +51,7 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 	}
 
 	type result struct {
-		cell     string
-		c        *pgcluster.Cluster
+		pp       *pgPair
 		app, own string // URLs
 		err      error
 	}
@@ -60,41 +59,70 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 	for i, cell := range p.cfg.Cells {
 		name := "postgres-" + cell.ID
 		// The certificates and passwords first, in this goroutine: they
-		// share the CA and its folder.
+		// share the CA and its folder. One certificate serves both nodes:
+		// it is for the loopback addresses, whatever the port.
 		certs, err := ensurePostgresCert(p.cfg.DataDir, name)
 		if err != nil {
 			return fmt.Errorf("platform: %s: certificate: %w", name, err)
 		}
-		roles, err := ensureRolePasswords(filepath.Join(p.cfg.DataDir, pgRolesDir, cell.ID))
+		rolesDir := filepath.Join(p.cfg.DataDir, pgRolesDir, cell.ID)
+		roles, err := ensureRolePasswords(rolesDir)
 		if err != nil {
 			return fmt.Errorf("platform: %s: %w", name, err)
 		}
-		logf, err := os.OpenFile(filepath.Join(p.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return fmt.Errorf("platform: %s: %w", name, err)
+		pp := &pgPair{cell: cell.ID, ca: certs.CA}
+		if !p.cfg.NoStandby {
+			pw, err := readPassword(rolesDir, ReplicationRole)
+			if err != nil {
+				return fmt.Errorf("platform: %s: %w", name, err)
+			}
+			pp.repl = pgcluster.Replication{User: ReplicationRole, Password: pw}
 		}
-		p.pgLogs = append(p.pgLogs, logf)
-		cfg := pgcluster.Config{
-			DataDir: filepath.Join(p.cfg.DataDir, "pg", cell.ID),
-			Port:    p.cfg.PGBasePort + i,
-			BinDir:  p.cfg.PGBinDir,
-			Log:     logf,
-			TLS:     &pgcluster.TLS{CertFile: certs.Cert, KeyFile: certs.Key},
+		for node, n := range []struct {
+			dir, log string
+			port     int
+		}{
+			{filepath.Join(p.cfg.DataDir, "pg", cell.ID), name, p.cfg.PGBasePort + i},
+			{filepath.Join(p.cfg.DataDir, "pg", cell.ID+"-standby"), name + "-standby", p.cfg.StandbyBasePort + i},
+		} {
+			logf, err := os.OpenFile(filepath.Join(p.logDir, n.log+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				return fmt.Errorf("platform: %s: %w", name, err)
+			}
+			p.pgLogs = append(p.pgLogs, logf)
+			pp.nodes[node] = pgNode{dataDir: n.dir, port: n.port, log: logf}
 		}
+		pp.cfg = func(node int) pgcluster.Config {
+			cfg := pgcluster.Config{
+				DataDir:  pp.nodes[node].dataDir,
+				Port:     pp.nodes[node].port,
+				BinDir:   p.cfg.PGBinDir,
+				Log:      pp.nodes[node].log,
+				TLS:      &pgcluster.TLS{CertFile: certs.Cert, KeyFile: certs.Key},
+				Settings: map[string]string{},
+			}
+			// Without a standby this run too: a slot left by an earlier
+			// run's standby must not keep WAL without bound.
+			for k, v := range pgSettings {
+				cfg.Settings[k] = v
+			}
+			if !p.cfg.NoStandby {
+				cfg.ReplicationUser = ReplicationRole
+			}
+			return cfg
+		}
+		p.pairs[cell.ID] = pp
 		go func() {
-			r := result{cell: cell.ID}
-			r.c, r.err = pgcluster.Start(ctx, cfg)
-			if r.err == nil {
-				r.err = r.c.CreateDatabase(ctx, databaseName)
-			}
-			if r.err == nil {
-				r.err = pgcluster.EnsureRoles(ctx, r.c.URL("postgres"), databaseName, roles)
-			}
+			r := result{pp: pp, err: p.startPair(ctx, pp, roles)}
 			if r.err != nil {
 				r.err = fmt.Errorf("platform: %s: %w", name, r.err)
 			} else {
-				r.app = r.c.TLSURL(roles.App, roles.AppPassword, databaseName, certs.CA)
-				r.own = r.c.TLSURL(roles.Owner, roles.OwnerPassword, databaseName, certs.CA)
+				hosts := []string{pp.nodes[0].addr(), pp.nodes[1].addr()}
+				if p.cfg.NoStandby {
+					hosts = []string{pp.nodes[pp.primary].addr()}
+				}
+				r.app = pairURL(roles.App, roles.AppPassword, hosts, certs.CA)
+				r.own = pairURL(roles.Owner, roles.OwnerPassword, hosts, certs.CA)
 			}
 			results <- r
 		}()
@@ -102,13 +130,80 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 	var errs []error
 	for range p.cfg.Cells {
 		r := <-results
-		if r.c != nil {
-			p.pgs[r.cell] = r.c
-			p.dbURLs[r.cell], p.migrateURLs[r.cell] = r.app, r.own
+		if r.err == nil {
+			p.dbURLs[r.pp.cell], p.migrateURLs[r.pp.cell] = r.app, r.own
 		}
 		errs = append(errs, r.err)
 	}
 	return errors.Join(errs...)
+}
+
+// startPair starts a cell's primary (initdb the first time), its
+// database and roles, then, unless Config.NoStandby, its standby, and
+// requires the standby synchronously before it returns: the cell starts
+// after, so it never commits on one server alone. The primary's own
+// setup runs without a synchronous standby (the one it may have had is
+// not there yet).
+func (p *Platform) startPair(ctx context.Context, pp *pgPair, roles pgcluster.Roles) error {
+	// Even without a standby this run, a failover of an earlier one may
+	// have left the primary on node 1.
+	node, err := pickPrimary(pp.nodes)
+	if err != nil {
+		return err
+	}
+	_, statErr := os.Stat(filepath.Join(pp.nodes[node].dataDir, "PG_VERSION"))
+	fresh := statErr != nil // a new primary: any standby is of another history
+	prim, err := pgcluster.Start(ctx, pp.cfg(node))
+	if err != nil {
+		return err
+	}
+	pp.mu.Lock()
+	pp.primary, pp.srv[node] = node, prim
+	pp.mu.Unlock()
+	if err := prim.SetSynchronousStandby(ctx, ""); err != nil {
+		return err
+	}
+	if err := prim.CreateDatabase(ctx, databaseName); err != nil {
+		return err
+	}
+	if err := pgcluster.EnsureRoles(ctx, prim.URL("postgres"), databaseName, roles); err != nil {
+		return err
+	}
+	if p.cfg.NoStandby {
+		return nil
+	}
+	sb, err := pp.startStandby(ctx, 1-node, prim, fresh)
+	if err != nil {
+		return fmt.Errorf("standby: %w", err)
+	}
+	pp.mu.Lock()
+	pp.srv[1-node] = sb
+	pp.mu.Unlock()
+	return nil
+}
+
+// pairURL is the URL of database on a cell's nodes, as user, over TLS
+// verified for 127.0.0.1 (sslmode=verify-full, which the certificate of
+// both nodes passes), on whichever of hosts takes writes
+// (target_session_attrs=read-write: pgx tries them in order and skips a
+// standby or a dead server).
+func pairURL(user, password string, hosts []string, caFile string) string {
+	q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {caFile}}
+	if len(hosts) > 1 {
+		q.Set("target_session_attrs", "read-write")
+		// Per host: a primary that hangs rather than dies (until the
+		// watchdog fences it) must not hold a new connection from
+		// trying the next host.
+		q.Set("connect_timeout", "2")
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(user, password),
+		Host:     strings.Join(hosts, ","),
+		Path:     "/" + databaseName,
+		RawQuery: q.Encode(),
+	}
+	return u.String()
 }
 
 // ensureRolePasswords returns the roles of a cell's database with the
@@ -118,24 +213,32 @@ func ensureRolePasswords(dir string) (pgcluster.Roles, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return r, err
 	}
-	for _, role := range []struct {
-		name string
-		pw   *string
-	}{{OwnerRole, &r.OwnerPassword}, {AppRole, &r.AppPassword}} {
-		path, err := ensureSecret(filepath.Join(dir, role.name+".password"))
-		if err != nil {
-			return r, err
-		}
-		if err := os.Chmod(path, 0o600); err != nil { // a copied file may have lost its mode
-			return r, err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return r, err
-		}
-		*role.pw = strings.TrimSpace(string(b))
+	var err error
+	if r.OwnerPassword, err = readPassword(dir, OwnerRole); err != nil {
+		return r, err
 	}
-	return r, nil
+	r.AppPassword, err = readPassword(dir, AppRole)
+	return r, err
+}
+
+// readPassword returns role's password kept in dir/<role>.password,
+// making it if it is missing.
+func readPassword(dir, role string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path, err := ensureSecret(filepath.Join(dir, role+".password"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // a copied file may have lost its mode
+		return "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // CellDatabaseURL returns the database URL cellID was given: in a private

@@ -30,6 +30,12 @@ type RunCell struct {
 	DatabaseURL string `json:"database_url"`
 	// Instances are its orchestrators' addresses, the first Addr.
 	Instances []string `json:"instances,omitempty"`
+	// Primary and Standby are the addresses of the cell's private
+	// Postgres nodes now ("" for none); PrimaryDataDir holds the
+	// primary's postmaster.pid.
+	Primary        string `json:"pg_primary,omitempty"`
+	PrimaryDataDir string `json:"pg_primary_data_dir,omitempty"`
+	Standby        string `json:"pg_standby,omitempty"`
 }
 
 // RunFile is the RunInfo file of the platform whose data folder is
@@ -62,6 +68,14 @@ func (p *Platform) RunInfo() RunInfo {
 		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]}
 		for _, in := range p.cfg.instances(c) {
 			rc.Instances = append(rc.Instances, in.Addr)
+		}
+		if pp := p.pairs[c.ID]; pp != nil {
+			pp.mu.Lock()
+			rc.Primary, rc.PrimaryDataDir = pp.nodes[pp.primary].addr(), pp.nodes[pp.primary].dataDir
+			if pp.srv[1-pp.primary] != nil {
+				rc.Standby = pp.nodes[1-pp.primary].addr()
+			}
+			pp.mu.Unlock()
 		}
 		ri.Cells = append(ri.Cells, rc)
 	}

@@ -107,7 +107,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		return err
 	}
-	pgBase, err := freePortRun(len(env.cells))
+	pgBase, err := freePortRun(2 * len(env.cells))
 	if err != nil {
 		return err
 	}
@@ -132,6 +132,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 		BackupGTRAddr:   addr(adminPorts[1]),
 		BackupAdminAddr: addr(adminPorts[2]),
 		PGBasePort:      pgBase,
+		StandbyBasePort: pgBase + len(env.cells),
 		// The whole platform, as make run starts it: NATS with JetStream
 		// and the replicator's reference data, when nats-server is here.
 		NATS:          platform.FindNATSServer() != "",
