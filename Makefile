@@ -9,8 +9,10 @@ BIN      ?= bin
 # fixed in Go 1.27). 20000 runs is 1-4 s for most targets, about 16 s for
 # FuzzProcessStreamOrder, on the CI machine.
 FUZZTIME ?= 20000x
+# Debian's prometheus package (.ci/run installs it).
+PROMTOOL ?= promtool
 
-.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify monitoring-test fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -23,7 +25,7 @@ run: build
 	./$(BIN)/cellpay -bin $(BIN)
 
 ## test: unit, store, fuzz, end-to-end and manifest tests, with the race detector.
-test: test-unit fuzz k8s-test
+test: test-unit fuzz k8s-test monitoring-test
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -91,6 +93,13 @@ bench-directory:
 ## k8s-test: render every overlay, decode strictly, check probes, limits, policies (deploy/k8s/check).
 k8s-test:
 	cd deploy/k8s/check && $(GO) test -count=1 ./...
+
+## monitoring-test: alert rules checked and unit-tested by promtool; rules'
+## and dashboards' metric names checked against the code (deploy/monitoring).
+monitoring-test:
+	$(PROMTOOL) check rules deploy/monitoring/rules/cellpay.rules.yaml
+	cd deploy/monitoring/rules && $(PROMTOOL) test rules cellpay.rules_test.yaml
+	$(GO) test -count=1 ./deploy/monitoring
 
 ## k8s-envtest: server-side dry run of every overlay against a real kube-apiserver and etcd (built once, cached).
 k8s-envtest:
