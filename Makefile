@@ -97,6 +97,7 @@ k8s-test:
 ## monitoring-test: alert rules checked and unit-tested by promtool; rules'
 ## and dashboards' metric names checked against the code (deploy/monitoring).
 monitoring-test:
+	@command -v $(PROMTOOL) >/dev/null || { echo "monitoring-test: $(PROMTOOL) not found: apt-get install prometheus (bash .ci/run installs it)"; exit 1; }
 	$(PROMTOOL) check rules deploy/monitoring/rules/cellpay.rules.yaml
 	cd deploy/monitoring/rules && $(PROMTOOL) test rules cellpay.rules_test.yaml
 	$(GO) test -count=1 ./deploy/monitoring
