@@ -169,6 +169,8 @@ func TestProbesSwitchAndSwitchBack(t *testing.T) {
 	}
 	p.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	waitFor("switch back to the primary", func() bool { return current() == p.addr })
+	// OnSwitch runs after the switch is in force: wait for its second call.
+	waitFor("OnSwitch told of both switches", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) != 2 || seen[0].From != p.addr || seen[0].To != b.addr || seen[1].To != p.addr || seen[0].Reason == "" || seen[0].At.IsZero() {
