@@ -83,21 +83,19 @@ func compact(s string) string {
 // defaultTokenFile is the admin operator's token of a local platform
 // (make run), when gtrctl runs where it was started: $CELLPAY_DATA or
 // .cellpay, then operators/admin.token.
-func defaultTokenFile() string {
-	path := filepath.Join(envOr("CELLPAY_DATA", ".cellpay"), "operators", "admin.token")
-	if _, err := os.Stat(path); err != nil {
-		return ""
-	}
-	return path
-}
+func defaultTokenFile() string { return localFile("operators", "admin.token") }
 
 // defaultCAFile is a local platform's development CA, when there is one.
-func defaultCAFile() string {
-	path := filepath.Join(envOr("CELLPAY_DATA", ".cellpay"), "pki", "ca.crt")
-	if _, err := os.Stat(path); err != nil {
+func defaultCAFile() string { return localFile("pki", "ca.crt") }
+
+// localFile is the file at path in a local platform's data folder
+// ($CELLPAY_DATA or .cellpay), or "" when there is none.
+func localFile(path ...string) string {
+	p := filepath.Join(append([]string{envOr("CELLPAY_DATA", ".cellpay")}, path...)...)
+	if _, err := os.Stat(p); err != nil {
 		return ""
 	}
-	return path
+	return p
 }
 
 // readToken reads a token file.

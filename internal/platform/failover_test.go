@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,21 +28,7 @@ func TestPlatformFailover(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	root := moduleRoot(t)
-	bin := t.TempDir()
-	goBuild(t, ctx, root, filepath.Join(bin, "fake"), "./internal/platform/testdata/fakecomponent")
-	for _, name := range []string{"gtr", "cell", "issuersim"} {
-		if err := os.Link(filepath.Join(bin, "fake"), filepath.Join(bin, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conf := t.TempDir()
-	for _, f := range []string{"gtr.yaml", "refdata.json"} {
-		if err := os.WriteFile(filepath.Join(conf, f), []byte("{}\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := localConfig(t, bin, filepath.Join(conf, "gtr.yaml"), filepath.Join(conf, "refdata.json"))
+	cfg := fakesConfig(t, ctx)
 	cfg.Cells = cfg.Cells[:1]
 	cfg.NoBackupGTR = true
 	var out testutil.Buffer

@@ -23,13 +23,10 @@ import (
 	"github.com/cellpay/cellpay/pkg/client"
 )
 
-// TestPlatformWithFakes runs the launcher against a stand-in binary for
-// every component, so it is tested whatever state the real ones are in.
-func TestPlatformWithFakes(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
+// fakesConfig is a local platform whose gtr, cell and issuersim are the
+// stand-in binary testdata/fakecomponent, with empty config files.
+func fakesConfig(t *testing.T, ctx context.Context) platform.Config {
+	t.Helper()
 	root := moduleRoot(t)
 	bin := t.TempDir()
 	goBuild(t, ctx, root, filepath.Join(bin, "fake"), "./internal/platform/testdata/fakecomponent")
@@ -45,6 +42,17 @@ func TestPlatformWithFakes(t *testing.T) {
 		}
 	}
 	cfg := localConfig(t, bin, filepath.Join(conf, "gtr.yaml"), filepath.Join(conf, "refdata.json"))
+	return cfg
+}
+
+// TestPlatformWithFakes runs the launcher against a stand-in binary for
+// every component, so it is tested whatever state the real ones are in.
+func TestPlatformWithFakes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cfg := fakesConfig(t, ctx)
 	var out testutil.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &out
 

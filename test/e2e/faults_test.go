@@ -202,10 +202,13 @@ func waitCellUp(t *testing.T, id, why string) {
 
 // serving checks the platform's component id (a cell) as the launcher
 // does: over mutual TLS as the tools' identity.
-func serving(id string, d time.Duration) bool {
+func serving(id string, d time.Duration) bool { return sharedTarget().serving(id, d) }
+
+// serving checks target's component id as the launcher does.
+func (target faultTarget) serving(id string, d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return env.p.Process(id).CheckHealth(ctx) == nil
+	return target.p.Process(id).CheckHealth(ctx) == nil
 }
 
 func cellAddr(t *testing.T, id string) string {

@@ -102,12 +102,6 @@ func pairPort(t *testing.T) int {
 	return 0
 }
 
-func instanceServing(target faultTarget, name string, d time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	return target.p.Process(name).CheckHealth(ctx) == nil
-}
-
 // TestCellInstances: a cell of two instances sharing one Postgres rides
 // through the loss of either, under load, with every invariant held and
 // no partner seeing an error: kill -9 of one instance (and its restart), a
@@ -123,8 +117,8 @@ func TestCellInstances(t *testing.T) {
 				if err := target.p.Process("cell-a-2").Kill(); err != nil {
 					t.Fatal(err)
 				}
-				testutil.Eventually(t, 15*time.Second, "cell-a-2 down", func() bool { return !instanceServing(target, "cell-a-2", 300*time.Millisecond) })
-				if !instanceServing(target, "cell-a", time.Second) {
+				testutil.Eventually(t, 15*time.Second, "cell-a-2 down", func() bool { return !target.serving("cell-a-2", 300*time.Millisecond) })
+				if !target.serving("cell-a", time.Second) {
 					t.Fatal("cell-a's first instance went down with the second")
 				}
 			},
@@ -133,7 +127,7 @@ func TestCellInstances(t *testing.T) {
 				if err := target.p.Process("cell-a-2").Restart(ctx); err != nil {
 					t.Fatal(err)
 				}
-				testutil.Eventually(t, 30*time.Second, "cell-a-2 serving again", func() bool { return instanceServing(target, "cell-a-2", time.Second) })
+				testutil.Eventually(t, 30*time.Second, "cell-a-2 serving again", func() bool { return target.serving("cell-a-2", time.Second) })
 			},
 		})
 		noFailuresShown(t, answers)
@@ -147,7 +141,7 @@ func TestCellInstances(t *testing.T) {
 					if err := target.p.Process(in.Name).Restart(ctx); err != nil {
 						t.Fatal(err)
 					}
-					testutil.Eventually(t, 30*time.Second, in.Name+" serving after its restart", func() bool { return instanceServing(target, in.Name, time.Second) })
+					testutil.Eventually(t, 30*time.Second, in.Name+" serving after its restart", func() bool { return target.serving(in.Name, time.Second) })
 				}
 			},
 			heal: func(*testing.T, context.Context) {},

@@ -37,6 +37,26 @@ func testTLS(t *testing.T) (cert, key, ca string) {
 	return cert, key, ca
 }
 
+// runGTR runs the GTR of cfg until the test ends, and checks that it
+// then returns, without error, within 10 s.
+func runGTR(t *testing.T, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,20 +82,7 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	runGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)

@@ -47,20 +47,7 @@ func TestOperatorsFileReloads(t *testing.T) {
 		OperatorsRefresh: 50 * time.Millisecond, AuditFile: filepath.Join(dir, "audit.jsonl"),
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	runGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)

@@ -52,20 +52,7 @@ func TestRefdataVersionsFromNATS(t *testing.T) {
 	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
 		TLSCertFile: cert, TLSKeyFile: key, NATSURL: url, ReplicaID: "r1", ShutdownTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	runGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)
