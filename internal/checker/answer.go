@@ -28,13 +28,18 @@ type Answer struct {
 	DeclineReason string
 	CellID        string
 	Code          codes.Code
+	// Message is the error's message, for the reader of a failed run (the
+	// GTR's generic message names a reference its log has the details
+	// under); never compared.
+	Message string
 }
 
 // AnswerOf turns the outcome of one SubmitTransaction call for partner's
 // transaction id into an Answer.
 func AnswerOf(partner, id string, txn *cellpayv1.Transaction, err error) Answer {
 	if err != nil {
-		return Answer{PartnerID: partner, ID: id, Code: status.Code(err)}
+		st := status.Convert(err)
+		return Answer{PartnerID: partner, ID: id, Code: st.Code(), Message: st.Message()}
 	}
 	return Answer{
 		PartnerID:     partner,
@@ -64,6 +69,7 @@ type answerJSON struct {
 	DeclineReason string `json:"decline_reason,omitempty"`
 	CellID        string `json:"cell_id,omitempty"`
 	Code          string `json:"code"`
+	Message       string `json:"message,omitempty"`
 }
 
 // codeNames are the canonical gRPC code names, as DESIGN.md spells them
@@ -98,7 +104,7 @@ func parseCode(s string) (codes.Code, error) {
 
 // MarshalJSON writes a as one object with status and code by name.
 func (a Answer) MarshalJSON() ([]byte, error) {
-	w := answerJSON{PartnerID: a.PartnerID, ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code)}
+	w := answerJSON{PartnerID: a.PartnerID, ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code), Message: a.Message}
 	if a.Status != cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED {
 		w.Status = a.Status.String()
 	}
@@ -120,7 +126,7 @@ func (a *Answer) UnmarshalJSON(b []byte) error {
 	}
 	name := w.PartnerID + "/" + w.ID
 	var out Answer
-	out.PartnerID, out.ID, out.AuthCode, out.DeclineReason, out.CellID = w.PartnerID, w.ID, w.AuthCode, w.DeclineReason, w.CellID
+	out.PartnerID, out.ID, out.AuthCode, out.DeclineReason, out.CellID, out.Message = w.PartnerID, w.ID, w.AuthCode, w.DeclineReason, w.CellID, w.Message
 	if w.Status != "" {
 		v, ok := cellpayv1.TransactionStatus_value[w.Status]
 		if !ok {

@@ -75,7 +75,7 @@ func TestAnswerOf(t *testing.T) {
 	if got, want := AnswerOf("p-1", "a", txn, nil), (Answer{PartnerID: "p-1", ID: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellID: "cell-a"}); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
-	if got := AnswerOf("p-1", "b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{PartnerID: "p-1", ID: "b", Code: codes.AlreadyExists}) || !got.Err() {
+	if got := AnswerOf("p-1", "b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{PartnerID: "p-1", ID: "b", Code: codes.AlreadyExists, Message: "x"}) || !got.Err() {
 		t.Errorf("got %+v", got)
 	}
 	if got := AnswerOf("p-1", "c", nil, errors.New("plain")); got.Code != codes.Unknown {

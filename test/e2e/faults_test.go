@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,6 +150,30 @@ func (target faultTarget) checkerConfig() checker.Config {
 
 // noFailuresShown: partners never see a transaction that stopped before
 // its point of no return as a failure; the GTR restarts it elsewhere.
+// logsFor returns the platform's log lines that carry the reference the
+// GTR's generic error message names, so that a failed run says why.
+func logsFor(msg string) string {
+	_, ref, ok := strings.Cut(msg, "(reference ")
+	ref, _, _ = strings.Cut(ref, ")")
+	if !ok || ref == "" {
+		return ""
+	}
+	files, _ := filepath.Glob(filepath.Join(env.p.LogDir(), "*"))
+	var out strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, ref) {
+				fmt.Fprintf(&out, "\n\t%s: %s", filepath.Base(f), line)
+			}
+		}
+	}
+	return out.String()
+}
+
 func noFailuresShown(t *testing.T, answers []checker.Answer, allowed ...string) {
 	t.Helper()
 	ok := map[string]bool{}
@@ -160,7 +186,7 @@ func noFailuresShown(t *testing.T, answers []checker.Answer, allowed ...string) 
 		case a.Err():
 			bad++
 			if bad <= 5 {
-				t.Errorf("partner saw an error for %s: %v", a.Key(), a.Code)
+				t.Errorf("partner saw an error for %s: %v: %s%s", a.Key(), a.Code, a.Message, logsFor(a.Message))
 			}
 		case a.Status == cellpayv1.TransactionStatus_FAILED && !ok[a.DeclineReason]:
 			bad++

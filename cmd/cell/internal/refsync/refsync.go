@@ -531,10 +531,12 @@ func (s *Syncer) validate(m *refdata.Message) (*refdata.Snapshot, error) {
 }
 
 func (s *Syncer) refuse(msg jetstream.Msg, version uint64, reason error) {
-	s.refused.Add(1)
-	s.lastRefused.Store(fmt.Sprintf("version %d: %v", version, reason))
+	// Logged before it is counted, so that whoever sees the count also
+	// finds the log line.
 	s.cfg.Log.Error("reference data version refused; keeping the served version",
 		"version", version, "served", s.Status().Version, "reason", reason.Error())
+	s.lastRefused.Store(fmt.Sprintf("version %d: %v", version, reason))
+	s.refused.Add(1)
 	_ = msg.Term()
 	select {
 	case s.kick <- struct{}{}:

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -95,9 +96,11 @@ type Config struct {
 	DefaultDeadline time.Duration
 	// GetTimeout bounds a GetTransaction's fan-out to the cells; default 3s.
 	GetTimeout time.Duration
-	// RetryBudget caps re-routes in progress at this share of the requests
-	// in flight, but allows at least MinRetries; defaults 0.2 and 3. A sick
-	// pool answers UNAVAILABLE sooner rather than multiplying its load.
+	// RetryBudget caps re-routes at this share of the requests of the last
+	// 10 seconds, plus MinRetries per second (internal/retrybudget);
+	// defaults 0.2 and 3. A burst, one cell failing under all that is in
+	// flight on it, re-routes whole; a sick pool answers UNAVAILABLE sooner
+	// rather than multiplying its load.
 	RetryBudget float64
 	MinRetries  int
 	// Remember is how many re-routed transactions the GTR remembers the
@@ -151,7 +154,7 @@ type Server struct {
 	cfg Config
 
 	inflight atomic.Int64 // requests being processed
-	retrying atomic.Int64 // of which, re-routes in progress
+	retries  *retrybudget.Budget
 	// flights coalesces concurrent duplicates: same partner, ID and
 	// payload share one processing. The key's fingerprint is keyed by a
 	// per-process secret and never leaves the process.
@@ -169,7 +172,10 @@ func New(cfg Config) (*Server, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, fmt.Errorf("payments: %w", err)
 	}
-	return &Server{cfg: cfg, fp: idempotency.NewFingerprinter(secret), moved: newMovedCache(cfg.Remember)}, nil
+	return &Server{
+		cfg: cfg, fp: idempotency.NewFingerprinter(secret), moved: newMovedCache(cfg.Remember),
+		retries: retrybudget.New(cfg.RetryBudget, cfg.MinRetries, nil),
+	}, nil
 }
 
 // maxRanked sizes the stack buffer for a ranking; larger pools fall back
@@ -260,12 +266,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	}
 	attempts := min(len(ranked), s.cfg.MaxAttempts)
 	var last error
-	retrying := false
-	defer func() {
-		if retrying {
-			s.retrying.Add(-1)
-		}
-	}()
+	s.retries.Request()
 	// busy: a cell was skipped at its concurrency limit; sent: an attempt
 	// reached a cell.
 	busy, sent := false, false
@@ -281,16 +282,18 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	}
 	callID := newCallID()
 	redirected := false
+	// failed: the last attempt sent failed before its PNR, so the next one
+	// is a re-route and takes from the retry budget (skipping a busy cell
+	// sends nothing and takes nothing).
+	failed := false
 	for i := 0; i < attempts; i++ {
-		if i > 0 && !retrying {
-			if !s.mayRetry() {
-				if busy {
-					return nil, shed()
-				}
-				return nil, status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", last)
+		if failed && !s.retries.Retry() {
+			if busy {
+				return nil, shed()
 			}
-			retrying = true
+			return nil, status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", last)
 		}
+		failed = false
 		if dl, _ := ctx.Deadline(); time.Until(dl) < s.cfg.MinAttemptTime {
 			return nil, status.Errorf(codes.DeadlineExceeded, "not enough time left for another attempt; last: %v", last)
 		}
@@ -301,9 +304,10 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		}
 		if !lim.Acquire() {
 			// The cell has as many attempts as its adaptive limit allows:
-			// skip it, as a re-route within the retry budget. A cell that
-			// is merely full does not hold the transaction up, and a pool
-			// that is full everywhere runs out of budget and sheds.
+			// skip it to the next ranked cell (nothing was sent, so the
+			// retry budget is not spent). A cell that is merely full does
+			// not hold the transaction up, and a pool that is full
+			// everywhere sheds.
 			busy = true
 			last = fmt.Errorf("cell %s is at its concurrency limit", cell.ID)
 			continue
@@ -328,7 +332,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			}
 			return out.txn, out.final
 		}
-		last = out.reroute
+		last, failed = out.reroute, true
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Rerouted(cell.ID, out.reroute, out.cellHealthy)
 		}
@@ -401,16 +405,6 @@ func (sl *slot) release(o admission.Outcome) {
 	}
 	sl.released = true
 	sl.lim.Release(time.Since(sl.start), o)
-}
-
-// mayRetry takes a slot of the retry budget.
-func (s *Server) mayRetry() bool {
-	allowed := max(int64(s.cfg.MinRetries), int64(float64(s.inflight.Load())*s.cfg.RetryBudget))
-	if s.retrying.Add(1) > allowed {
-		s.retrying.Add(-1)
-		return false
-	}
-	return true
 }
 
 // partnerOf is the partner a GetTransaction call reads for: the one

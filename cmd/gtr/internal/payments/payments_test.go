@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -588,7 +589,7 @@ func (o *observer) Observe(id string, ok bool) {
 }
 
 // TestRetryBudget: with the budget spent, a failed first attempt is not
-// re-routed.
+// re-routed, and the call says so.
 func TestRetryBudget(t *testing.T) {
 	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
 		return reroutable(s)
@@ -598,19 +599,20 @@ func TestRetryBudget(t *testing.T) {
 		return approve(r, s, b.id)
 	}
 	s, _ := setup(t, a, b)
-	s.retrying.Store(int64(s.cfg.MinRetries)) // others are re-routing already
-	if _, err := s.SubmitTransaction(ctx(t), req("t-budget")); status.Code(err) != codes.Unavailable {
-		t.Fatalf("err = %v, want Unavailable", err)
+	s.retries = retrybudget.New(0, 0, nil) // others have spent it
+	_, err := s.SubmitTransaction(ctx(t), req("t-budget"))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "retry budget") {
+		t.Fatalf("err = %v, want Unavailable, retry budget exhausted", err)
 	}
 	if b.calls.Load() != 0 {
 		t.Fatal("re-routed beyond the budget")
 	}
-	s.retrying.Store(0)
+	s.retries = retrybudget.New(0.2, 3, nil)
 	if _, err := s.SubmitTransaction(ctx(t), req("t-budget2")); err != nil {
 		t.Fatal(err)
 	}
-	if s.retrying.Load() != 0 || s.inflight.Load() != 0 {
-		t.Fatalf("counters leaked: retrying %d inflight %d", s.retrying.Load(), s.inflight.Load())
+	if s.inflight.Load() != 0 {
+		t.Fatalf("counter leaked: inflight %d", s.inflight.Load())
 	}
 }
 
