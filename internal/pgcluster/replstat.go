@@ -11,8 +11,12 @@ import (
 // Replication status, as a primary's pg_stat_replication shows it to a
 // role with pg_monitor (EnsureRoles grants it to the app role, so that a
 // cell can export it). Without pg_monitor, the walsenders of other roles
-// show no state, and every count reads 0.
+// show no state, every count reads 0 and Visible is false.
 type ReplicationStatus struct {
+	// Visible is whether the role may read other roles' walsenders
+	// (pg_read_all_stats, which pg_monitor holds): when false, the counts
+	// say nothing.
+	Visible bool
 	// Standbys are the standbys streaming from this server.
 	Standbys int64
 	// Synchronous are those a commit waits for (sync_state sync or quorum).
@@ -36,8 +40,9 @@ func ReadReplication(ctx context.Context, q Querier) (ReplicationStatus, error) 
 	var lag float64
 	err := q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'streaming'),
 		count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
-		COALESCE(max(extract(epoch FROM replay_lag)), 0)::float8
-		FROM pg_stat_replication`).Scan(&s.Standbys, &s.Synchronous, &lag)
+		COALESCE(max(extract(epoch FROM replay_lag)), 0)::float8,
+		pg_has_role('pg_read_all_stats', 'USAGE')
+		FROM pg_stat_replication`).Scan(&s.Standbys, &s.Synchronous, &lag, &s.Visible)
 	if err != nil {
 		return s, fmt.Errorf("pgcluster: replication status: %w", err)
 	}

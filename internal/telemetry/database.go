@@ -13,6 +13,11 @@ type DatabaseSample struct {
 	// OldestPending is the age of the oldest PENDING transaction, 0 when
 	// none is.
 	OldestPending time.Duration
+	// Replication is whether the next three are known: the cell's role
+	// can read pg_stat_replication (pg_monitor) and has read it. When
+	// false, their gauges are not exported, rather than read as "no
+	// standby".
+	Replication bool
 	// Standbys and SyncStandbys count the primary's streaming standbys
 	// and those a commit waits for; ReplayLag is the largest replay lag.
 	Standbys, SyncStandbys int64
@@ -27,6 +32,9 @@ type DatabaseSample struct {
 //	cellpay_cell_db_standbys               standbys streaming from the cell's primary
 //	cellpay_cell_db_sync_standbys          those a commit waits for (0: commits on one server)
 //	cellpay_cell_db_replay_lag_seconds     the largest replay lag among them
+//
+// The last three are absent while the cell's role cannot read
+// pg_stat_replication (no pg_monitor).
 func NewDatabase(m metric.Meter, sample func() DatabaseSample) error {
 	var errs [4]error
 	oldest, err := m.Float64ObservableGauge("cellpay.cell.pending.oldest", metric.WithUnit("s"),
@@ -47,9 +55,11 @@ func NewDatabase(m metric.Meter, sample func() DatabaseSample) error {
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := sample()
 		o.ObserveFloat64(oldest, s.OldestPending.Seconds())
-		o.ObserveInt64(standbys, s.Standbys)
-		o.ObserveInt64(syncStandbys, s.SyncStandbys)
-		o.ObserveFloat64(lag, s.ReplayLag.Seconds())
+		if s.Replication {
+			o.ObserveInt64(standbys, s.Standbys)
+			o.ObserveInt64(syncStandbys, s.SyncStandbys)
+			o.ObserveFloat64(lag, s.ReplayLag.Seconds())
+		}
 		return nil
 	}, oldest, standbys, syncStandbys, lag)
 	return err

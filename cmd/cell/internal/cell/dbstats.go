@@ -17,6 +17,8 @@ type dbStats struct {
 	st   *store.Store
 	log  *slog.Logger
 	last atomic.Pointer[telemetry.DatabaseSample]
+	// hidden is set once the role was found unable to see the standbys.
+	hidden atomic.Bool
 }
 
 // dbSampleEvery is how often the database is sampled; each sample's
@@ -68,7 +70,11 @@ func (d *dbStats) sample(ctx context.Context) error {
 	}
 	repl, rerr := d.st.Replication(ctx)
 	if rerr == nil {
+		s.Replication = repl.Visible
 		s.Standbys, s.SyncStandbys, s.ReplayLag = repl.Standbys, repl.Synchronous, repl.ReplayLag
+		if !repl.Visible && d.hidden.CompareAndSwap(false, true) {
+			d.log.Warn("database metrics: the cell's role cannot read pg_stat_replication (grant it pg_monitor); standby gauges not exported")
+		}
 	}
 	d.last.Store(&s)
 	if err != nil {
