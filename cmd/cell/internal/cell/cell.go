@@ -190,6 +190,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := ref.RegisterMetrics(tel.Meter(meterName)); err != nil {
 		return err
 	}
+	dbs := &dbStats{st: st, log: log}
+	if err := telemetry.NewDatabase(tel.Meter(meterName), dbs.Sample); err != nil {
+		return err
+	}
+	dbsCtx, stopDBS := context.WithCancel(ctx)
+	dbsDone := make(chan struct{})
+	go func() { dbs.run(dbsCtx); close(dbsDone) }()
+	defer func() { stopDBS(); <-dbsDone }()
 	refCtx, stopRef := context.WithCancel(ctx)
 	refDone := make(chan error, 1)
 	go func() { refDone <- ref.Run(refCtx) }()

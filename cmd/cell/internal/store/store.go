@@ -30,6 +30,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pgcluster"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -408,4 +409,26 @@ func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]
 		return nil, fmt.Errorf("store: unresolved: %w", err)
 	}
 	return out, nil
+}
+
+// OldestPending returns the creation time of the oldest transaction in
+// state sending (answered PENDING, its outcome unknown), zero when there
+// is none. It reads the transactions_unresolved partial index, so its cost
+// grows with the PENDING rows, not the table; bound it by ctx.
+func (s *Store) OldestPending(ctx context.Context) (time.Time, error) {
+	var oldest *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT min(created_at) FROM transactions WHERE state = 'sending'`).Scan(&oldest); err != nil {
+		return time.Time{}, fmt.Errorf("store: oldest pending: %w", err)
+	}
+	if oldest == nil {
+		return time.Time{}, nil
+	}
+	return oldest.UTC(), nil
+}
+
+// Replication reads the standbys of the server the store writes to (the
+// primary): see pgcluster.ReadReplication, which needs the role to have
+// pg_monitor.
+func (s *Store) Replication(ctx context.Context) (pgcluster.ReplicationStatus, error) {
+	return pgcluster.ReadReplication(ctx, s.pool)
 }

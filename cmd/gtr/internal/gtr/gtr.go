@@ -224,9 +224,15 @@ func Run(ctx context.Context, cfg Config) error {
 	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
+		d, _, _ := st.Doc()
+		checked, now := st.Checked(), st.Now()
 		for _, c := range st.Table().Spec().Cells {
-			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
-				Limit: cellLimits.Cell(c.ID).Limit()}) {
+			g := telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
+				Limit: cellLimits.Cell(c.ID).Limit()}
+			if dc := d.Cell(c.ID); dc != nil {
+				g.Weight, g.TargetWeight, g.RampStalled = dc.WeightAt(now), dc.Weight, dc.RampStalled(checked, now)
+			}
+			if !yield(g) {
 				return
 			}
 		}
