@@ -352,7 +352,9 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	out := make([]auditJSON, 0, len(resp.GetRecords()))
-	for _, a := range resp.GetRecords() {
+	recs := resp.GetRecords() // oldest first; the console shows the newest first
+	for i := len(recs) - 1; i >= 0; i-- {
+		a := recs[i]
 		out = append(out, auditJSON{Time: a.GetTime().AsTime(), Actor: a.GetActor(), Role: a.GetRole(), Method: a.GetMethod(),
 			Outcome: a.GetOutcome(), Before: a.GetBefore(), After: a.GetAfter(), Error: a.GetError(), Replica: a.GetReplica()})
 	}
