@@ -13,9 +13,9 @@
   async function api(method, path, body) {
     const init = { method, credentials: 'same-origin', cache: 'no-store',
       headers: { 'X-Cellpay-Console': '1', 'Accept': 'application/json' } };
-    if (body !== undefined) {
+    if (method === 'POST') {
       init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
+      init.body = JSON.stringify(body === undefined ? {} : body);
     }
     const res = await fetch(path, init);
     let data = {};
@@ -105,8 +105,12 @@
   });
 
   $('logout').addEventListener('click', async () => {
-    try { await api('POST', '/api/logout'); } catch (e) { /* logged out either way */ }
-    loggedOut('Logged out');
+    try {
+      await api('POST', '/api/logout');
+      loggedOut('Logged out');
+    } catch (e) {
+      say('Log out failed: ' + e.message);
+    }
   });
 
   // --- cells ---
