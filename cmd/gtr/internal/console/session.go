@@ -89,12 +89,6 @@ func (s *sessions) drop(id string) {
 	s.mu.Unlock()
 }
 
-func (s *sessions) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
-
 func newID() string {
 	b := make([]byte, 32)
 	rand.Read(b) // never fails (crypto/rand: it crashes the program rather)

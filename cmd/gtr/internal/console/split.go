@@ -192,7 +192,7 @@ func (handshaken) ClientHandshake(context.Context, string, net.Conn) (net.Conn, 
 }
 
 func (handshaken) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (h handshaken) Clone() credentials.TransportCredentials { return h }

@@ -237,7 +237,7 @@
       const tr = el('tr');
       const change = a.error ? a.error : (a.before || '') + (a.after ? ' → ' + a.after : '');
       tr.append(el('td', new Date(a.time).toLocaleString()), el('td', a.actor), el('td', a.role), el('td', a.method),
-        el('td', a.outcome, a.outcome === 'OK' ? 'up' : 'down'), el('td', change));
+        el('td', a.outcome, a.outcome === 'OK' ? 'up' : 'down'), el('td', change, 'change'));
       return tr;
     }) : [emptyRow(6, 'none')]));
   }
