@@ -17,6 +17,11 @@ import (
 // garbage or a silent client does not hold a slot.
 const handshakeTimeout = 10 * time.Second
 
+// maxHandshakes bounds the connections in their TLS handshake at once: a
+// connection beyond it is closed at once, so that a flood of silent
+// connections costs at most this many goroutines.
+const maxHandshakes = 256
+
 // Split serves one TCP listener to two servers: it completes each
 // connection's TLS handshake with cfg (the admin listener's certificate)
 // and hands the connection to grpcL when the client asked for HTTP/2 alone
@@ -55,7 +60,7 @@ func Split(l net.Listener, cfg *tls.Config) (grpcL, webL net.Listener) {
 		}
 		return c, nil
 	}
-	s := &splitter{l: l, cfg: cfg}
+	s := &splitter{l: l, cfg: cfg, pending: make(chan struct{}, maxHandshakes)}
 	s.grpc = newSub(s)
 	s.web = newSub(s)
 	go s.accept()
@@ -66,6 +71,7 @@ type splitter struct {
 	l         net.Listener
 	cfg       *tls.Config
 	grpc, web *sub
+	pending   chan struct{} // a slot per handshake in progress
 
 	mu     sync.Mutex
 	closed int // sub-listeners closed; at 2, l is closed
@@ -84,11 +90,17 @@ func (s *splitter) accept() {
 			s.web.fail(err)
 			return
 		}
-		go s.handshake(c)
+		select {
+		case s.pending <- struct{}{}:
+			go s.handshake(c)
+		default:
+			c.Close()
+		}
 	}
 }
 
 func (s *splitter) handshake(c net.Conn) {
+	defer func() { <-s.pending }()
 	tc := tls.Server(c, s.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
