@@ -180,8 +180,7 @@ func login(t *testing.T, b context.Context, url, tok string) {
 	within(t, b, "log in",
 		chromedp.Navigate(url),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), tok),
-		chromedp.Click(chromedp.ID("login-button")),
+		chromedp.SendKeys(chromedp.ID("token"), tok+"\r"), // Enter submits: the keyboard is enough
 		chromedp.WaitVisible(chromedp.CSS(`#cells tr[data-cell="cell-c"]`)))
 }
 
@@ -220,13 +219,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("cell"), "cell-b"),
 		chromedp.SetValue(chromedp.ID("action"), "drain"),
 		chromedp.SetValue(chromedp.ID("amount"), "30"),
-		chromedp.Click(chromedp.ID("preview")),
+		chromedp.SendKeys(chromedp.ID("amount"), "\r"), // Enter in the form previews
 		chromedp.WaitEnabled(chromedp.ID("confirm")))
+	if f := eval[string](t, b, `document.activeElement.id`); f != "confirm" {
+		t.Fatalf("after the preview the focus is on %q, want the Confirm button", f)
+	}
 	if p := eval[string](t, b, `document.getElementById('preview-text').textContent`); !strings.Contains(p, "weight 100 → 70") ||
 		!strings.Contains(p, "move away from cell-b") {
 		t.Fatalf("preview %q", p)
 	}
-	within(t, b, "confirm", chromedp.Click(chromedp.ID("confirm")))
+	within(t, b, "confirm from the keyboard", chromedp.SendKeys(chromedp.ID("confirm"), "\r"))
 	pctx, pcancel := context.WithTimeout(b, 20*time.Second)
 	after, err := chromedp.Run(pctx, chromedp.Poll[float64](fmt.Sprintf(`(() => { const s = `+shareOf+`; return s < %f ? s : 0 })()`, "cell-b", before*0.85)))
 	pcancel()
