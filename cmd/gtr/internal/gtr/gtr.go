@@ -4,6 +4,8 @@
 // configured), the connections to cells, the public Payments API on the
 // partners' listener and the Admin API on the operators' listener, each
 // with gRPC health; reflection on both (the admin one behind the token).
+// The operators' listener also serves the operator console (package
+// console), a client of the Admin API.
 package gtr
 
 import (
@@ -342,6 +344,7 @@ func Run(ctx context.Context, cfg Config) error {
 			defer cancel()
 			web.Shutdown(sctx)
 		}()
+		cfg.Log.Info("operator console", "url", "https://"+alis.Addr().String()+"/")
 		if ops.Len() == 0 {
 			cfg.Log.Warn("no operators configured: the admin API refuses every call")
 		}
