@@ -6,6 +6,10 @@
 #  2. End-to-end throughput at saturation (closed loop through the GTR)
 #     against pgbench running the cell's own SQL (scripts/bench/cell-txn.sql)
 #     against the same Postgres at the same concurrency.
+#  3. CPU µs per transaction of every process (from /proc; the load tool by
+#     its rusage) and WAL syncs per transaction (pg_stat_wal), at
+#     saturation through the GTR, first on a platform with the cells' group
+#     commit off (CELL_NO_GROUP_COMMIT=1), then on one with it on.
 # Traffic goes to loopback only; every run is bounded by count and time.
 # Usage: scripts/bench-e2e.sh [seconds-per-run]   (default 15)
 set -euo pipefail
@@ -25,33 +29,56 @@ cells:
 rules:
   - {name: bench, pool: bench}
 YAML
-./bin/cellpay -bin bin -data "$work/data" -config "$work/gtr.yaml" >"$work/cellpay.log" 2>&1 &
-plat=$!
-trap 'kill -INT $plat 2>/dev/null; wait $plat 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 120); do grep -q "cellpay is running" "$work/cellpay.log" && break; sleep 0.5; done
-grep -q "cellpay is running" "$work/cellpay.log" || { cat "$work/cellpay.log"; echo "platform did not start"; exit 1; }
+plat=
+# start_platform DATA [ENV=VALUE...]: the platform on DATA, its children
+# with the environment given.
+start_platform() {
+  local data=$1; shift
+  env "$@" ./bin/cellpay -bin bin -data "$data" -config "$work/gtr.yaml" >"$data.log" 2>&1 &
+  plat=$!
+  for _ in $(seq 1 120); do grep -q "cellpay is running" "$data.log" && break; sleep 0.5; done
+  grep -q "cellpay is running" "$data.log" || { cat "$data.log"; echo "platform did not start"; exit 1; }
+}
+stop_platform() { kill -INT "$plat" 2>/dev/null; wait "$plat" 2>/dev/null || true; plat=; }
+trap 'stop_platform; rm -rf "$work"' EXIT
 
 # The GTR serves TLS and needs the partners' keys: those this platform made.
-lg() { ./bin/loadgen -json -d "${secs}s" -ca "$work/data/pki/ca.crt" -keys "$work/data/partners" "$@"; }
+data="$work/data"
+lg() { ./bin/loadgen -json -d "${secs}s" -ca "$data/pki/ca.crt" -keys "$data/partners" "$@"; }
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, r))" "$@"; }
+# snap: CPU seconds of every process of the platform, from /proc;
+# walsync: WAL syncs so far on cell-a's primary (pg_stat_wal), as the cell
+# connects (its application role, over verified TLS).
+snap() { python3 scripts/bench/proccpu.py snapshot "$plat" > "$1"; }
+walsync() {
+  PGPASSWORD=$(cat "$data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=verify-full PGSSLROOTCERT="$data/pki/ca.crt" \
+    psql -X -A -t -h 127.0.0.1 -p 7431 -U cellpay_app -d cellpay -c "SELECT wal_sync FROM pg_stat_wal"
+}
+# measured NAME: the closed-loop saturation run through the GTR, with CPU
+# seconds of every process before and after (the load tool by its rusage)
+# and WAL syncs.
+measured() {
+  snap "$out/cpu-$1-before.json"; walsync > "$out/wal-$1-before.txt"
+  python3 scripts/bench/proccpu.py run "$out/cpu-$1-loadgen.json" -- \
+    ./bin/loadgen -json -d "${secs}s" -ca "$data/pki/ca.crt" -keys "$data/partners" -target gtr -mode closed -c 32 -n 200000 > "$out/sat-$1.json"
+  snap "$out/cpu-$1-after.json"; walsync > "$out/wal-$1-after.txt"
+}
 
+echo "== before: group commit off (CELL_NO_GROUP_COMMIT=1), saturation through the GTR (closed loop, c=32)"
+data="$work/data-off"
+start_platform "$data" CELL_NO_GROUP_COMMIT=1
+lg -target gtr -mode closed -c 16 -n 3000 >/dev/null
+measured nogc
+stop_platform
+
+data="$work/data"
+start_platform "$data"
 echo "== warm-up"
 lg -target gtr -mode closed -c 16 -n 3000 >/dev/null
 
-echo "== saturation (closed loop, c=32)"
+echo "== saturation (closed loop, c=32), group commit on"
 lg -target cell -addr 127.0.0.1:7081 -mode closed -c 32 -n 200000 > "$out/sat-cell.json"
-# The through-the-GTR saturation run is also the CPU and WAL measurement:
-# CPU seconds of every process from /proc before and after (the load tool
-# by its rusage), and WAL syncs on cell-a's primary from pg_stat_wal.
-snap() { python3 scripts/bench/proccpu.py snapshot "$plat" > "$1"; }
-walsync() {
-  PGPASSWORD=$(cat "$work/data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=verify-full PGSSLROOTCERT="$work/data/pki/ca.crt" \
-    psql -X -A -t -h 127.0.0.1 -p 7431 -U cellpay_app -d cellpay -c "SELECT wal_sync FROM pg_stat_wal"
-}
-snap "$out/cpu-before.json"; walsync > "$out/wal-before.txt"
-python3 scripts/bench/proccpu.py run "$out/cpu-loadgen.json" -- \
-  ./bin/loadgen -json -d "${secs}s" -ca "$work/data/pki/ca.crt" -keys "$work/data/partners" -target gtr -mode closed -c 32 -n 200000 > "$out/sat-gtr.json"
-snap "$out/cpu-after.json"; walsync > "$out/wal-after.txt"
+measured gtr
 sat=$(field "$out/sat-gtr.json" "throughput")
 rate=$(python3 -c "print(max(50, int($sat/2)))")
 echo "   GTR saturation $sat tx/s; half: $rate tx/s"
@@ -76,18 +103,18 @@ PGPASSWORD=$(cat "$work/data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=ver
   pgbench -n -h 127.0.0.1 -p 7431 -U cellpay_app -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
 snap "$out/pg-cpu-after.json"; walsync > "$out/pg-wal-after.txt"
 
-sat_tx=$(field "$out/sat-gtr.json" "completed")
 pg_tx=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out/pgbench.txt" || echo 1)
+wal() { python3 -c "import sys; print(f'{(int(open(sys.argv[2]).read()) - int(open(sys.argv[1]).read())) / int(sys.argv[3]):.2f}')" "$@"; }
+for m in nogc gtr; do
+  tx=$(field "$out/sat-$m.json" "completed")
+  label="group commit on"; [ "$m" = nogc ] && label="group commit off"
+  echo
+  echo "CPU per transaction at saturation through the GTR, $label ($tx transactions, $(field "$out/sat-$m.json" "round(throughput)") tx/s, WAL syncs per transaction $(wal "$out/wal-$m-before.txt" "$out/wal-$m-after.txt" "$tx")):"
+  python3 scripts/bench/proccpu.py report "$out/cpu-$m-before.json" "$out/cpu-$m-after.json" "$tx" "loadgen=$out/cpu-$m-loadgen.json"
+done
 echo
-echo "CPU per transaction at saturation through the GTR ($sat_tx transactions):"
-python3 scripts/bench/proccpu.py report "$out/cpu-before.json" "$out/cpu-after.json" "$sat_tx" "loadgen=$out/cpu-loadgen.json"
-echo
-echo "CPU per transaction, pgbench ($pg_tx transactions; pgbench itself not counted):"
+echo "CPU per transaction, pgbench ($pg_tx transactions; pgbench itself not counted; WAL syncs per transaction $(wal "$out/pg-wal-before.txt" "$out/pg-wal-after.txt" "$pg_tx")):"
 python3 scripts/bench/proccpu.py report "$out/pg-cpu-before.json" "$out/pg-cpu-after.json" "$pg_tx" | grep -E "^\| (process|---|postgres|all)"
-python3 -c "
-b, a, pb, pa = (int(open(f).read().strip() or 0) for f in ('$out/wal-before.txt', '$out/wal-after.txt', '$out/pg-wal-before.txt', '$out/pg-wal-after.txt'))
-print(f'WAL syncs per transaction on cell-a primary: through the GTR {(a - b) / $sat_tx:.2f}, pgbench {(pa - pb) / $pg_tx:.2f}')
-"
 
 python3 - "$out" <<'PY'
 import json, sys, glob, re, os
@@ -96,7 +123,7 @@ def load(n): return json.load(open(os.path.join(out, n)))
 print()
 print("| run | throughput tx/s | p50 ms | p90 ms | p99 ms | errors |")
 print("|---|---|---|---|---|---|")
-for n in ["sat-cell.json", "sat-gtr.json", "half-cell-1.json", "half-gtr-1.json", "half-cell-2.json", "half-gtr-2.json",
+for n in ["sat-nogc.json", "sat-cell.json", "sat-gtr.json", "half-cell-1.json", "half-gtr-1.json", "half-cell-2.json", "half-gtr-2.json",
           "low-cell-1.json", "low-gtr-1.json", "low-cell-2.json", "low-gtr-2.json"]:
     r = load(n); l = r["latency_ms"]
     print(f"| {n[:-5]} | {r['throughput']:.0f} | {l['p50']:.2f} | {l['p90']:.2f} | {l['p99']:.2f} | {sum(r.get('errors',{}).values())} |")
@@ -110,5 +137,7 @@ pg = open(os.path.join(out, "pgbench.txt")).read()
 m = re.search(r"tps = ([0-9.]+)", pg)
 tps = float(m.group(1)) if m else float("nan")
 sat = load("sat-gtr.json")["throughput"]
+nogc = load("sat-nogc.json")["throughput"]
+print(f"group commit: saturation through the GTR {sat:.0f} tx/s on, {nogc:.0f} tx/s off (a platform of its own, same machine, same run): ratio {sat/nogc:.2f}")
 print(f"pgbench (cell SQL, c=32): {tps:.0f} tx/s; end-to-end through the GTR: {sat:.0f} tx/s; ratio {sat/tps:.2f}")
 PY
