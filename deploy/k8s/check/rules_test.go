@@ -106,9 +106,9 @@ func TestExprMetrics(t *testing.T) {
 	for expr, want := range map[string][]string{
 		`max by (cell) (cellpay_gtr_cell_health_share) == 0`: {"cellpay_gtr_cell_health_share"},
 		`sum by (cell) (rate(cellpay_cell_transactions_total{state="pending"}[10m])) / sum by (cell) (rate(cellpay_cell_transactions_total[10m])) > 0.02`: {"cellpay_cell_transactions_total"},
-		`max by (access_point) (up{job="cellpay-gtr"}) == 0`:                                        {"up"},
-		`certmanager_certificate_expiration_timestamp_seconds - time() < 14 * 86400`:                {"certmanager_certificate_expiration_timestamp_seconds"},
-		`a_total / on(cell) group_left(x) b_total and c unless d offset 5m`:                         {"a_total", "b_total", "c", "d"},
+		`max by (access_point) (up{job="cellpay-gtr"}) == 0`:                                     {"up"},
+		`certmanager_certificate_expiration_timestamp_seconds - time() < 14 * 86400`:             {"certmanager_certificate_expiration_timestamp_seconds"},
+		`a_total / on(cell) group_left(x) b_total and c unless d offset 5m`:                      {"a_total", "b_total", "c", "d"},
 		`sum(rate(x_total{reason=~"partner_.*", y="a}b"}[5m])) / scalar(sum(rate(z_total[5m])))`: {"x_total", "z_total"},
 	} {
 		if got := ExprMetrics(expr); !reflect.DeepEqual(got, want) {
