@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -233,7 +234,7 @@ func toGlobal(w *World, raw string) string {
 	name, ns, _ := strings.Cut(host, ".")
 	ns, _, _ = strings.Cut(ns, ".")
 	o, ok := w.get("Service", ns, name)
-	if ns != MonitoringNamespace || !ok || !contains(serviceNames(name, ns), host) {
+	if ns != MonitoringNamespace || !ok || !slices.Contains(serviceNames(name, ns), host) {
 		return fmt.Sprintf("%s: not a Service of %s", raw, MonitoringNamespace)
 	}
 	svc := o.Typed.(*corev1.Service)
@@ -274,7 +275,7 @@ func scrapes(w *World, p *monitoringv1.Prometheus, pod Pod) []scrape {
 			continue
 		}
 		ns := m.Spec.NamespaceSelector
-		inNS := ns.Any || contains(ns.MatchNames, pod.Namespace) || len(ns.MatchNames) == 0 && pod.Namespace == m.Namespace
+		inNS := ns.Any || slices.Contains(ns.MatchNames, pod.Namespace) || len(ns.MatchNames) == 0 && pod.Namespace == m.Namespace
 		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
 		if !inNS || err != nil || !sel.Matches(labels.Set(pod.Labels)) {
 			continue
