@@ -1,12 +1,12 @@
 // Package check renders Cellpay's Kubernetes manifests (deploy/k8s) with the
 // kustomize library, decodes every object strictly into the Kubernetes API
 // types (and cert-manager's, CloudNativePG's and the Prometheus Operator's,
-// see Scheme), and proves
-// properties of the result: probes, limits, pinned images, non-root pods,
-// disruption budgets, the internal hops' mutual TLS (hoptls.go), each
-// cell's database (database.go), and the cell boundary, the last with a
-// small NetworkPolicy evaluator (netpol.go) rather than by reading file
-// names.
+// see Scheme), and proves properties of the result: probes, limits, pinned
+// images, non-root pods, disruption budgets, the internal hops' mutual TLS
+// (hoptls.go), each cell's database (database.go), the monitoring
+// (monitoring.go, its paths scrape.go, its rules rules.go), and the cell
+// boundary, the last with a small NetworkPolicy evaluator (netpol.go)
+// rather than by reading file names.
 //
 // It lives in its own module so that kustomize, client-go and the API types
 // never enter the main module. It must never need a kustomize binary, a
