@@ -41,56 +41,68 @@ func isGlobalPrometheus(p Pod) bool {
 // Who else may reach a cell, its Postgres or the GTR is CheckBoundary's
 // and CheckTrust's, which admit these scrapes and nothing more.
 func CheckScrape(w *World) []string {
-	var v []string
 	global, ok := w.pod(MonitoringNamespace, "prometheus-"+GlobalPrometheus)
 	if !ok {
 		return []string{"no global Prometheus (Prometheus " + GlobalPrometheus + " in " + MonitoringNamespace + ")"}
 	}
+	var v []string
 	for _, a := range w.Cells {
-		prom, ok := w.pod(a, "prometheus-"+CellPrometheus)
+		v = append(v, cellPrometheusPaths(w, a, global)...)
+	}
+	return append(v, globalPrometheusPaths(w, global)...)
+}
+
+// cellPrometheusPaths proves the paths of cell a's Prometheus.
+func cellPrometheusPaths(w *World, a string, global Pod) []string {
+	prom, ok := w.pod(a, "prometheus-"+CellPrometheus)
+	if !ok {
+		return []string{fmt.Sprintf("%s: no Prometheus %s", a, CellPrometheus)}
+	}
+	var v []string
+	db := w.cellCluster(a)
+	needed := []struct {
+		dst string
+		t   Target
+	}{
+		{"cell", Target{CellMetricsPort, corev1.ProtocolTCP}},
+		{db, Target{PostgresMetricsPort, corev1.ProtocolTCP}},
+	}
+	for _, n := range needed {
+		dst, ok := w.pod(a, n.dst)
 		if !ok {
-			v = append(v, fmt.Sprintf("%s: no Prometheus %s", a, CellPrometheus))
-			continue
+			continue // CheckBoundary reports it
 		}
-		db := w.cellCluster(a)
-		needed := []struct {
-			dst string
-			t   Target
-		}{
-			{"cell", Target{CellMetricsPort, corev1.ProtocolTCP}},
-			{db, Target{PostgresMetricsPort, corev1.ProtocolTCP}},
+		if !w.Net.Allowed(prom, dst, n.t.Port, n.t.Proto) {
+			v = append(v, fmt.Sprintf("%s cannot scrape %s on %s", prom, dst, n.t))
 		}
-		for _, n := range needed {
-			dst, ok := w.pod(a, n.dst)
-			if !ok {
-				continue // CheckBoundary reports it
-			}
-			if !w.Net.Allowed(prom, dst, n.t.Port, n.t.Proto) {
-				v = append(v, fmt.Sprintf("%s cannot scrape %s on %s", prom, dst, n.t))
-			}
-		}
-		if !w.Net.Allowed(prom, global, PrometheusWebPort, corev1.ProtocolTCP) {
-			v = append(v, fmt.Sprintf("%s cannot remote-write to %s on %d/TCP", prom, global, PrometheusWebPort))
-		}
-		if dns, _ := w.pod("kube-system", "kube-dns"); !w.Net.Allowed(prom, dns, 53, corev1.ProtocolUDP) {
-			v = append(v, fmt.Sprintf("%s cannot reach %s on 53/UDP", prom, dns))
-		}
-		for _, dst := range w.Pods {
-			for _, t := range Targets(dst) {
-				if w.Net.egressAllows(prom, dst, t.Port, t.Proto) && !cellPrometheusMaySend(w, prom, db, dst, t) {
-					v = append(v, fmt.Sprintf("%s may send to %s on %s: a cell's Prometheus reaches only its cell (%d), its Postgres (%d), the global Prometheus (%d), DNS and the API server",
-						prom, dst, t, CellMetricsPort, PostgresMetricsPort, PrometheusWebPort))
-				}
-			}
-		}
-		for _, src := range w.Pods {
-			for _, t := range Targets(prom) {
-				if w.Net.ingressAllows(src, prom, t.Port, t.Proto) {
-					v = append(v, fmt.Sprintf("%s admits %s on %s: nothing may reach a cell's Prometheus", prom, src, t))
-				}
+	}
+	if !w.Net.Allowed(prom, global, PrometheusWebPort, corev1.ProtocolTCP) {
+		v = append(v, fmt.Sprintf("%s cannot remote-write to %s on %d/TCP", prom, global, PrometheusWebPort))
+	}
+	if dns, _ := w.pod("kube-system", "kube-dns"); !w.Net.Allowed(prom, dns, 53, corev1.ProtocolUDP) {
+		v = append(v, fmt.Sprintf("%s cannot reach %s on 53/UDP", prom, dns))
+	}
+	for _, dst := range w.Pods {
+		for _, t := range Targets(dst) {
+			if w.Net.egressAllows(prom, dst, t.Port, t.Proto) && !cellPrometheusMaySend(w, prom, db, dst, t) {
+				v = append(v, fmt.Sprintf("%s may send to %s on %s: a cell's Prometheus reaches only its cell (%d), its Postgres (%d), the global Prometheus (%d), DNS and the API server",
+					prom, dst, t, CellMetricsPort, PostgresMetricsPort, PrometheusWebPort))
 			}
 		}
 	}
+	for _, src := range w.Pods {
+		for _, t := range Targets(prom) {
+			if w.Net.ingressAllows(src, prom, t.Port, t.Proto) {
+				v = append(v, fmt.Sprintf("%s admits %s on %s: nothing may reach a cell's Prometheus", prom, src, t))
+			}
+		}
+	}
+	return v
+}
+
+// globalPrometheusPaths proves the global Prometheus's paths.
+func globalPrometheusPaths(w *World, global Pod) []string {
+	var v []string
 	for _, src := range w.Pods {
 		for _, t := range Targets(global) {
 			if !w.Net.ingressAllows(src, global, t.Port, t.Proto) {
