@@ -12,7 +12,7 @@ FUZZTIME ?= 20000x
 # Debian's prometheus package (.ci/run installs it).
 PROMTOOL ?= promtool
 
-.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify monitoring-test fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -101,6 +101,12 @@ monitoring-test:
 	$(PROMTOOL) check rules deploy/monitoring/rules/cellpay.rules.yaml
 	cd deploy/monitoring/rules && $(PROMTOOL) test rules cellpay.rules_test.yaml
 	$(GO) test -count=1 ./deploy/monitoring
+
+## monitoring-e2e: a real Prometheus with the project's rules over a platform
+## started as make run does (an alert fires and resolves), and one trace
+## across the GTR, a cell and the issuer (test/monitoring; about 2 minutes).
+monitoring-e2e:
+	$(GO) test -race -count=1 -timeout 10m ./test/monitoring/...
 
 ## k8s-envtest: server-side dry run of every overlay against a real kube-apiserver and etcd (built once, cached).
 k8s-envtest:

@@ -40,7 +40,18 @@ lg -target gtr -mode closed -c 16 -n 3000 >/dev/null
 
 echo "== saturation (closed loop, c=32)"
 lg -target cell -addr 127.0.0.1:7081 -mode closed -c 32 -n 200000 > "$out/sat-cell.json"
-lg -target gtr -mode closed -c 32 -n 200000 > "$out/sat-gtr.json"
+# The through-the-GTR saturation run is also the CPU and WAL measurement:
+# CPU seconds of every process from /proc before and after (the load tool
+# by its rusage), and WAL syncs on cell-a's primary from pg_stat_wal.
+snap() { python3 scripts/bench/proccpu.py snapshot "$plat" > "$1"; }
+walsync() {
+  PGPASSWORD=$(cat "$work/data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=verify-full PGSSLROOTCERT="$work/data/pki/ca.crt" \
+    psql -X -A -t -h 127.0.0.1 -p 7431 -U cellpay_app -d cellpay -c "SELECT wal_sync FROM pg_stat_wal"
+}
+snap "$out/cpu-before.json"; walsync > "$out/wal-before.txt"
+python3 scripts/bench/proccpu.py run "$out/cpu-loadgen.json" -- \
+  ./bin/loadgen -json -d "${secs}s" -ca "$work/data/pki/ca.crt" -keys "$work/data/partners" -target gtr -mode closed -c 32 -n 200000 > "$out/sat-gtr.json"
+snap "$out/cpu-after.json"; walsync > "$out/wal-after.txt"
 sat=$(field "$out/sat-gtr.json" "throughput")
 rate=$(python3 -c "print(max(50, int($sat/2)))")
 echo "   GTR saturation $sat tx/s; half: $rate tx/s"
@@ -59,9 +70,24 @@ for i in 1 2; do
 done
 
 echo "== pgbench: the cell's SQL against cell-a's Postgres, c=32"
+snap "$out/pg-cpu-before.json"; walsync > "$out/pg-wal-before.txt"
 # As the cell itself connects: its application role, over verified TLS.
 PGPASSWORD=$(cat "$work/data/pgroles/cell-a/cellpay_app.password") PGSSLMODE=verify-full PGSSLROOTCERT="$work/data/pki/ca.crt" \
   pgbench -n -h 127.0.0.1 -p 7431 -U cellpay_app -c 32 -j 2 -T "$secs" -f scripts/bench/cell-txn.sql cellpay > "$out/pgbench.txt" 2>&1
+snap "$out/pg-cpu-after.json"; walsync > "$out/pg-wal-after.txt"
+
+sat_tx=$(field "$out/sat-gtr.json" "completed")
+pg_tx=$(grep -oP 'number of transactions actually processed: \K[0-9]+' "$out/pgbench.txt" || echo 1)
+echo
+echo "CPU per transaction at saturation through the GTR ($sat_tx transactions):"
+python3 scripts/bench/proccpu.py report "$out/cpu-before.json" "$out/cpu-after.json" "$sat_tx" "loadgen=$out/cpu-loadgen.json"
+echo
+echo "CPU per transaction, pgbench ($pg_tx transactions; pgbench itself not counted):"
+python3 scripts/bench/proccpu.py report "$out/pg-cpu-before.json" "$out/pg-cpu-after.json" "$pg_tx" | grep -E "^\| (process|---|postgres|all)"
+python3 -c "
+b, a, pb, pa = (int(open(f).read().strip() or 0) for f in ('$out/wal-before.txt', '$out/wal-after.txt', '$out/pg-wal-before.txt', '$out/pg-wal-after.txt'))
+print(f'WAL syncs per transaction on cell-a primary: through the GTR {(a - b) / $sat_tx:.2f}, pgbench {(pa - pb) / $pg_tx:.2f}')
+"
 
 python3 - "$out" <<'PY'
 import json, sys, glob, re, os

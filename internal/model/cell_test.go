@@ -172,29 +172,14 @@ func (m *model) perform(r *run, a orchestrator.Action) (orchestrator.Event, bool
 			return orchestrator.ClaimFailed{Err: errors.New("stream cancelled")}, true
 		}
 		return m.claim(r, a), true
-	case orchestrator.Insert:
+	case orchestrator.Insert, orchestrator.Reclaim:
 		if m.cancelled[x.key()] {
 			return orchestrator.StoreFailed{Err: errors.New("stream cancelled")}, true
 		}
-		if rec, ok := cl.db[x.id]; ok {
-			return m.existingEvent(r, rec), true
+		if m.rules.GroupCommit && m.rules.AsyncInsert {
+			return m.queueWrite(r, a)
 		}
-		cl.db[x.id] = m.stored(a.Record, x.key())
-		return orchestrator.Inserted{}, true
-	case orchestrator.Reclaim:
-		if m.cancelled[x.key()] {
-			return orchestrator.StoreFailed{Err: errors.New("stream cancelled")}, true
-		}
-		if rec := cl.db[x.id]; rec.state != abandoned {
-			return m.existingEvent(r, rec), true
-		}
-		how := "reclaimed"
-		if !r.in.Directory && r.in.LastResort {
-			how += " (last resort)"
-		}
-		m.logf("cell %d: %s %s", x.cell, x.id, how)
-		cl.db[x.id] = m.stored(a.Record, x.key())
-		return orchestrator.Inserted{}, true
+		return m.write(r, a), true
 	case orchestrator.Wait:
 		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
 		return nil, false
@@ -207,6 +192,9 @@ func (m *model) perform(r *run, a orchestrator.Action) (orchestrator.Event, bool
 			m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
 			cl.persisting[x.key()] = a
 			return nil, false
+		}
+		if m.rules.GroupCommit {
+			return m.queueWrite(r, a)
 		}
 		return m.persist(x, a), true
 	case orchestrator.EmitPNR:
@@ -221,6 +209,55 @@ func (m *model) perform(r *run, a orchestrator.Action) (orchestrator.Event, bool
 		return nil, false
 	}
 	panic(fmt.Sprintf("no driver for action %T", a))
+}
+
+// write is the store's Insert or Reclaim of a's record, or its Persist
+// from a state after received, done now.
+func (m *model) write(r *run, a orchestrator.Action) orchestrator.Event {
+	x := r.x
+	cl := m.cells[x.cell]
+	switch a := a.(type) {
+	case orchestrator.Insert:
+		if rec, ok := cl.db[x.id]; ok {
+			return m.existingEvent(r, rec)
+		}
+		cl.db[x.id] = m.stored(a.Record, x.key())
+		return orchestrator.Inserted{}
+	case orchestrator.Reclaim:
+		if rec := cl.db[x.id]; rec.state != abandoned {
+			return m.existingEvent(r, rec)
+		}
+		how := "reclaimed"
+		if !r.in.Directory && r.in.LastResort {
+			how += " (last resort)"
+		}
+		m.logf("cell %d: %s %s", x.cell, x.id, how)
+		cl.db[x.id] = m.stored(a.Record, x.key())
+		return orchestrator.Inserted{}
+	case orchestrator.Persist:
+		return m.persist(x, a)
+	}
+	panic(fmt.Sprintf("no write for action %T", a))
+}
+
+// queueWrite is group commit (Rules.GroupCommit): the write waits in the
+// process for a shared commit, mCommit, which any other step may come
+// before (other writes committing, a crash that loses it with the
+// process); the machine hears of it only once it has committed.
+func (m *model) queueWrite(r *run, a orchestrator.Action) (orchestrator.Event, bool) {
+	cl := m.cells[r.x.cell]
+	cl.committing[r.key()] = a
+	m.send(msg{kind: mCommit, call: r.x.call, attempt: r.x.attempt, cell: r.x.cell, epoch: cl.epoch, id: r.x.id})
+	return nil, false
+}
+
+// committed is mCommit: the queued write commits now, and its attempt goes
+// on.
+func (m *model) committed(r *run) {
+	cl := m.cells[r.x.cell]
+	a := cl.committing[r.key()]
+	delete(cl.committing, r.key())
+	m.resume(r, m.write(r, a))
 }
 
 // stored is the store's copy of rec, written by attempt k.

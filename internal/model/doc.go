@@ -67,6 +67,12 @@
 // ID): the model has one partner, since every rule above applies per key
 // and two partners' transactions with one ID never meet.
 //
+// With Rules.GroupCommit (TestProtocolGroupCommit) every persist waits in
+// the process for a shared commit, a message of its own, as the cell's
+// group commit does; Rules.AsyncInsert queues the insert or reclaim too,
+// and shows a race in the window between a claim and its record's write
+// that is there with or without group commit (TestClaimWriteWindow).
+//
 // instances_test.go is a second, smaller model: one cell of two instances
 // sharing its store (docs/design/cell-instances.md), each attempt the real
 // orchestrator.Machine, with crashes, lease expiry and restarts under the

@@ -17,7 +17,8 @@ import (
 // provisions. Owner owns the public schema and every table and sequence in
 // it, and runs the migrations. App can only read and write rows: SELECT,
 // INSERT, UPDATE and DELETE on the tables, USAGE and SELECT on the
-// sequences, nothing else (no CREATE, DROP, ALTER, TRUNCATE, temporary
+// sequences, membership of pg_monitor (read-only statistics, for
+// ReadReplication), nothing else (no CREATE, DROP, ALTER, TRUNCATE, temporary
 // tables), for tables made later by Owner too.
 //
 // Roles belong to the whole server, grants to one database: two databases
@@ -152,6 +153,10 @@ func ensureRoles(ctx context.Context, tx pgx.Tx, database string, r Roles) error
 		// And the same on what the owner's migrations make later.
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "+app,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE "+owner+" IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "+app,
+		// Read-only statistics, so that the cell can export its standby's
+		// state and lag (ReadReplication): pg_stat_replication shows
+		// other roles' walsenders only to pg_monitor (or superusers).
+		"GRANT pg_monitor TO "+app,
 	)
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,12 @@ type CellGauge struct {
 	HealthShare int // 0 to 100: the share of its traffic the cell takes
 	InFlight    int64
 	Limit       int // the cell's adaptive concurrency limit (0: none)
+	// Weight is the configured weight in force (a ramp's position, before
+	// health scales it), TargetWeight where any ramp ends, and
+	// RampStalled how long the routing table has lagged the ramp
+	// (state.CellConfig.RampStalled; 0 when it keeps up).
+	Weight, TargetWeight int
+	RampStalled          time.Duration
 }
 
 // GTR holds the router's domain instruments. Its methods only add to
@@ -45,9 +52,12 @@ type GTR struct {
 //	cellpay_gtr_auth_denied_total{code,reason}    partners' calls refused by authentication (no key material)
 //	cellpay_gtr_shed_total{reason}                requests refused by admission control, before any cell
 //	cellpay_gtr_cell_concurrency_limit{cell}      a cell's adaptive concurrency limit
+//	cellpay_gtr_cell_weight{cell}                 configured weight in force (a ramp's position; before health)
+//	cellpay_gtr_cell_weight_target{cell}          configured weight where any ramp ends
+//	cellpay_gtr_cell_ramp_stalled_seconds{cell}   how long the routing table has lagged a ramp's step (0: it keeps up)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", "")}
-	var errs [8]error
+	errs := make([]error, 8)
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
 	g.reroutes, errs[1] = m.Int64Counter("cellpay.gtr.reroutes",
@@ -67,7 +77,16 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	limit, err := m.Int64ObservableGauge("cellpay.gtr.cell.concurrency_limit",
 		metric.WithDescription("A cell's adaptive concurrency limit at the GTR."))
 	errs[7] = err
-	if err := errors.Join(errs[:]...); err != nil {
+	weight, err := m.Int64ObservableGauge("cellpay.gtr.cell.weight",
+		metric.WithDescription("A cell's configured weight in force: a drain or restore ramp's position, before health scales it."))
+	errs = append(errs, err)
+	target, err := m.Int64ObservableGauge("cellpay.gtr.cell.weight_target",
+		metric.WithDescription("A cell's configured weight once any ramp has ended."))
+	errs = append(errs, err)
+	stalled, err := m.Float64ObservableGauge("cellpay.gtr.cell.ramp_stalled", metric.WithUnit("s"),
+		metric.WithDescription("How long the routing table in force has missed a step of the cell's ramp; 0 while it keeps up."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cellAttrs := newAttrCache("cell", "")
@@ -77,9 +96,12 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 			o.ObserveInt64(share, int64(c.HealthShare), a...)
 			o.ObserveInt64(inflight, c.InFlight, a...)
 			o.ObserveInt64(limit, int64(c.Limit), a...)
+			o.ObserveInt64(weight, int64(c.Weight), a...)
+			o.ObserveInt64(target, int64(c.TargetWeight), a...)
+			o.ObserveFloat64(stalled, c.RampStalled.Seconds(), a...)
 		}
 		return nil
-	}, share, inflight, limit)
+	}, share, inflight, limit, weight, target, stalled)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/cellpay/cellpay/internal/drill"
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/platform"
@@ -112,6 +114,15 @@ func rideThrough(t *testing.T, name string, freeze bool) {
 	s := rep.Steps[0]
 	if !rep.OK() {
 		t.Errorf("the partner saw errors %v, %d FAILED, or the checker found something", rep.Errors, rep.Failed)
+		shown := 0
+		for _, r := range rep.Results {
+			if r.Err != nil && shown < 5 {
+				shown++
+				msg := status.Convert(r.Err).Message()
+				t.Logf("error %s for %s/%s from %s, sent %s after the cut, after %v: %v%s", status.Code(r.Err), r.PartnerID, r.Request.GetTransactionId(),
+					r.Endpoint, r.Sent.Sub(s.CutAt).Round(time.Millisecond), r.Latency.Round(time.Millisecond), msg, logsFor(msg))
+			}
+		}
 	}
 	round := shortFailover.ProbeInterval + failover.DefaultProbeCount*probeTimeout
 	if s.SwitchAwayAfter < 0 || s.SwitchAwayAfter > (round+500*time.Millisecond).Seconds() {

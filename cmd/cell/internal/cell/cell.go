@@ -71,6 +71,10 @@ type Config struct {
 	Keys *cardkeys.Ring
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
 	MaxConns int32
+	// NoGroupCommit writes each durable state in a commit of its own
+	// instead of sharing commits with concurrent transactions (package
+	// store's group commit): for measuring.
+	NoGroupCommit bool
 	// StartTimeout bounds waiting for Postgres at start; default 60s.
 	StartTimeout time.Duration
 	// ShutdownTimeout bounds finishing in-flight work; default 15s.
@@ -186,6 +190,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := ref.RegisterMetrics(tel.Meter(meterName)); err != nil {
 		return err
 	}
+	dbs := &dbStats{st: st, log: log}
+	if err := telemetry.NewDatabase(tel.Meter(meterName), dbs.Sample); err != nil {
+		return err
+	}
+	dbsCtx, stopDBS := context.WithCancel(ctx)
+	dbsDone := make(chan struct{})
+	go func() { dbs.run(dbsCtx); close(dbsDone) }()
+	defer func() { stopDBS(); <-dbsDone }()
 	refCtx, stopRef := context.WithCancel(ctx)
 	refDone := make(chan error, 1)
 	go func() { refDone <- ref.Run(refCtx) }()
@@ -438,13 +450,20 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 // connectStore migrates and connects, as one role or as the owner then
 // the application role.
 func connectStore(ctx context.Context, cfg Config) (*store.Store, error) {
+	var st *store.Store
+	var err error
 	if cfg.MigrateDatabaseURL == "" {
-		return store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
+		st, err = store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
+	} else if err = store.Migrate(ctx, cfg.MigrateDatabaseURL); err == nil {
+		st, err = store.Connect(ctx, cfg.DatabaseURL, cfg.MaxConns)
 	}
-	if err := store.Migrate(ctx, cfg.MigrateDatabaseURL); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	return store.Connect(ctx, cfg.DatabaseURL, cfg.MaxConns)
+	if !cfg.NoGroupCommit {
+		st.EnableGroupCommit(store.GroupCommit{})
+	}
+	return st, nil
 }
 
 // downAfter is how many failed database checks in a row (every 500 ms)

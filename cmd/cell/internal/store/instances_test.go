@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // sibling opens a second store on url as instance id, with a live lease.
@@ -224,9 +225,15 @@ func TestReconcilerLockIsExclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa.Close(ctxT(t))
-	if ok, err := sb.TryLock(ctxT(t), ReconcilerLock); err != nil || !ok {
-		t.Fatalf("b after a closed: %v, %v", ok, err)
-	}
+	// The server releases a's lock when its backend has seen the close,
+	// a moment after Close returns.
+	testutil.Eventually(t, 10*time.Second, "b takes the lock a's closed session held", func() bool {
+		ok, err := sb.TryLock(ctxT(t), ReconcilerLock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 }
 
 // TestRestartReleasesItsSendingRows: an instance restarted under its name

@@ -5,9 +5,11 @@
 // names both. The schema is embedded and migrated on Open, or by Migrate as
 // the schema's owner before Connect as a role that can only read and write
 // rows (package pgcluster's Roles). Every write that the orchestrator
-// depends on is a single statement in its own transaction, so
-// it is durable (synchronous commit) when it returns; a final outcome's
-// statement writes its outbox row too.
+// depends on is a single statement, durable (synchronous commit) when it
+// returns, either in its own transaction or, for the persists of a state
+// with group commit (EnableGroupCommit), in a batch shared with concurrent
+// writes that commits whole; a final outcome's statement writes its outbox
+// row too.
 //
 // The store never sees a full card number: rows carry the masked PAN and a
 // keyed hash only.
@@ -28,6 +30,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pgcluster"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -58,6 +61,10 @@ type Store struct {
 	// instance names this process among the cell's instances: the owner
 	// of the rows it inserts or reclaims (see instances.go).
 	instance string
+
+	// group, when set, gathers the durable writes of concurrent
+	// transactions into shared commits (group.go).
+	group *committer
 }
 
 // DefaultStatementTimeout bounds every statement of a cell, unless the
@@ -165,6 +172,9 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 
 // Close closes the pool and the health check's connection.
 func (s *Store) Close() {
+	if s.group != nil {
+		s.group.close()
+	}
 	s.pool.Close()
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
@@ -236,13 +246,14 @@ func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 // inserted is false. Another partner's record with the same transaction ID
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO transactions (`+columns+`, owner)
+	// Alone, not group-committed: see the package's group commit notes.
+	n, err := s.execAlone(ctx, `INSERT INTO transactions (`+columns+`, owner)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return true, nil, nil
 	}
 	existing, err = s.Get(ctx, r.Key())
@@ -257,13 +268,13 @@ func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bo
 // and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
 	a := append(args(r), s.instance)
-	tag, err := s.pool.Exec(ctx, `UPDATE transactions SET (`+columns+`, owner) =
+	n, err := s.execAlone(ctx, `UPDATE transactions SET (`+columns+`, owner) =
 		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return true, nil, nil
 	}
 	existing, err = s.Get(ctx, r.Key())
@@ -294,7 +305,7 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 	if r.State.Terminal() {
 		return s.persistFinal(ctx, r, from)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE transactions
+	n, err := s.exec(ctx, false, `UPDATE transactions
 		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6,
 			owner = CASE WHEN $3 = 'sending' THEN owner ELSE '' END
 		WHERE partner_id = $1 AND transaction_id = $2 AND state = $7`,
@@ -302,7 +313,7 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 	if err != nil {
 		return fmt.Errorf("store: persist: %w", err)
 	}
-	if tag.RowsAffected() != 1 {
+	if n != 1 {
 		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
 	}
 	return nil
@@ -316,8 +327,7 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 	if err != nil {
 		return fmt.Errorf("store: persist: %w", err)
 	}
-	var n int
-	err = s.pool.QueryRow(ctx, `WITH u AS (
+	n, err := s.exec(ctx, true, `WITH u AS (
 			UPDATE transactions SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6, owner = ''
 			WHERE partner_id = $1 AND transaction_id = $2 AND state = $7 RETURNING 1
 		), o AS (
@@ -327,7 +337,7 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 		)
 		SELECT count(*) FROM u`,
 		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from),
-		ev.id, ev.typ, ev.body).Scan(&n)
+		ev.id, ev.typ, ev.body)
 	if err != nil {
 		return fmt.Errorf("store: persist: %w", err)
 	}
@@ -399,4 +409,26 @@ func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]
 		return nil, fmt.Errorf("store: unresolved: %w", err)
 	}
 	return out, nil
+}
+
+// OldestPending returns the creation time of the oldest transaction in
+// state sending (answered PENDING, its outcome unknown), zero when there
+// is none. It reads the transactions_unresolved partial index, so its cost
+// grows with the PENDING rows, not the table; bound it by ctx.
+func (s *Store) OldestPending(ctx context.Context) (time.Time, error) {
+	var oldest *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT min(created_at) FROM transactions WHERE state = 'sending'`).Scan(&oldest); err != nil {
+		return time.Time{}, fmt.Errorf("store: oldest pending: %w", err)
+	}
+	if oldest == nil {
+		return time.Time{}, nil
+	}
+	return oldest.UTC(), nil
+}
+
+// Replication reads the standbys of the server the store writes to (the
+// primary): see pgcluster.ReadReplication, which needs the role to have
+// pg_monitor.
+func (s *Store) Replication(ctx context.Context) (pgcluster.ReplicationStatus, error) {
+	return pgcluster.ReadReplication(ctx, s.pool)
 }

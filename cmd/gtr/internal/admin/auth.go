@@ -122,3 +122,22 @@ func (t TokenCredentials) GetRequestMetadata(context.Context, ...string) (map[st
 
 // RequireTransportSecurity implements credentials.PerRPCCredentials.
 func (TokenCredentials) RequireTransportSecurity() bool { return false }
+
+// Authenticate is the operator a token belongs to, by the credentials in
+// force: for the operator console's login, which then calls this API with
+// the same token, so that every call is checked here again.
+func (a *Auth) Authenticate(tok string) (operators.Operator, error) {
+	ix := a.ix.Load()
+	if ix == nil {
+		return operators.Operator{}, operators.ErrUnauthenticated
+	}
+	return ix.Authenticate(tok)
+}
+
+// Allowed reports whether role may call the Admin method name ("Drain")
+// by the policy table: for clients that show an operator only what it may
+// do. It decides nothing; the interceptors do.
+func Allowed(role operators.Role, name string) bool {
+	need, ok := policy[name]
+	return ok && role >= need
+}

@@ -4,6 +4,8 @@
 // configured), the connections to cells, the public Payments API on the
 // partners' listener and the Admin API on the operators' listener, each
 // with gRPC health; reflection on both (the admin one behind the token).
+// The operators' listener also serves the operator console (package
+// console), a client of the Admin API.
 package gtr
 
 import (
@@ -13,15 +15,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
@@ -29,6 +34,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/console"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/edge"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
@@ -41,6 +47,7 @@ import (
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
+	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -155,7 +162,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.CellTLS.Set() {
 		cfg.Log.Warn("no cell TLS files: plaintext to the cells")
 	}
-	mon, err := health.New(health.Config{OnChange: func(id string, share int) { st.HealthChanged(id, share) }, Dial: cellDial, Log: cfg.Log})
+	// recent is the console's ring of this replica's re-routes and
+	// ejections, fed by the monitor and the payments' metrics.
+	recent := console.NewRecent(nil)
+	mon, err := health.New(health.Config{OnChange: func(id string, share int) {
+		st.HealthChanged(id, share)
+		recent.HealthChanged(id, share)
+	}, Dial: cellDial, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -224,9 +237,15 @@ func Run(ctx context.Context, cfg Config) error {
 	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
+		d, _, _ := st.Doc()
+		checked, now := st.Checked(), st.Now()
 		for _, c := range st.Table().Spec().Cells {
-			if !yield(telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
-				Limit: cellLimits.Cell(c.ID).Limit()}) {
+			g := telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
+				Limit: cellLimits.Cell(c.ID).Limit()}
+			if dc := d.Cell(c.ID); dc != nil {
+				g.Weight, g.TargetWeight, g.RampStalled = dc.WeightAt(now), dc.Weight, dc.RampStalled(checked, now)
+			}
+			if !yield(g) {
 				return
 			}
 		}
@@ -239,7 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Cells:    pool,
 		Health:   mon,
 		InFlight: st.InFlight,
-		Metrics:  metrics,
+		Metrics:  recordingMetrics{metrics, recent},
 		Limits:   cellLimits,
 		Log:      cfg.Log,
 	})
@@ -297,8 +316,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("gtr: admin listen: %w", err)
 		}
 		// TLS with the partners' certificate: operators' tokens never
-		// cross the network in the clear either.
-		asOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, grpclimits.Admin.ServerOptions()...)
+		// cross the network in the clear either. The listener is shared
+		// with the operator console: console.Split does the handshake and
+		// hands gRPC clients to as, browsers to the console.
+		grpcLis, webLis := console.Split(alis, tlsCfg)
+		asOpts := append([]grpc.ServerOption{grpc.Creds(console.Handshaken())}, grpclimits.Admin.ServerOptions()...)
 		authn := admin.NewAuth(ops)
 		if cfg.OperatorsFile != "" {
 			stopWatch := watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log)
@@ -309,7 +331,26 @@ func Run(ctx context.Context, cfg Config) error {
 		healthpb.RegisterHealthServer(as, hs)
 		reflection.Register(as)
 		servers = append(servers, as)
-		listeners = append(listeners, alis)
+		listeners = append(listeners, grpcLis)
+		web, stopWeb, err := startConsole(adm, authn, recent, tel, cfg.Log)
+		if err != nil {
+			grpcLis.Close()
+			webLis.Close()
+			lis.Close()
+			return err
+		}
+		defer stopWeb()
+		go func() {
+			if err := web.Serve(webLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Log.Error("console: serve", "error", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			web.Shutdown(sctx)
+		}()
+		cfg.Log.Info("operator console", "url", "https://"+alis.Addr().String()+"/")
 		if ops.Len() == 0 {
 			cfg.Log.Warn("no operators configured: the admin API refuses every call")
 		}
@@ -378,4 +419,44 @@ func followCells(st *state.State, mon *health.Monitor) {
 	}
 	mon.SetCells(cells)
 	st.HealthChanged("", 0)
+}
+
+// recordingMetrics also keeps each re-route in the console's ring.
+type recordingMetrics struct {
+	payments.Metrics
+	recent *console.Recent
+}
+
+func (m recordingMetrics) Rerouted(cellID string, err error, cellHealthy bool) {
+	m.Metrics.Rerouted(cellID, err, cellHealthy)
+	m.recent.Rerouted(cellID, err, cellHealthy)
+}
+
+// startConsole builds the operator console: its handler calls the Admin
+// API through an in-process connection to a gRPC server of its own with
+// the same interceptors as the admin listener's (auth by the operator's
+// token, the policy, the audit), so that nothing the console does bypasses
+// them. The func stops that server and connection.
+func startConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, tel *telemetry.Telemetry, log *slog.Logger) (*http.Server, func(), error) {
+	mem := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
+	adm.Register(gs)
+	go gs.Serve(mem)
+	conn, err := grpc.NewClient("passthrough:///gtr-console",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gs.Stop()
+		return nil, nil, fmt.Errorf("gtr: console: %w", err)
+	}
+	stop := func() {
+		conn.Close()
+		gs.Stop()
+	}
+	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Authenticate, Recent: recent, Log: log})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return console.NewServer(h, log), stop, nil
 }

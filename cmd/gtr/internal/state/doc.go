@@ -75,6 +75,31 @@ func (c CellConfig) WeightAt(t time.Time) int {
 	return r.From + int(int64(c.Weight-r.From)*int64(elapsed)/int64(total))
 }
 
+// RampStalled is how long the routing table, last found to match the
+// configuration at checked, has lagged the cell's ramp at now: 0 while
+// the ramp's weight at now is the one at checked, else the time since the
+// ramp's first step after checked, the one the table missed. A compiler
+// that publishes each step within its tick (State.Run) reads 0 but for a
+// tick; one that has stopped reads the time since the step it missed.
+func (c CellConfig) RampStalled(checked, now time.Time) time.Duration {
+	w := c.WeightAt(checked)
+	if c.Ramp == nil || !now.After(checked) || c.WeightAt(now) == w {
+		return 0
+	}
+	// WeightAt is monotone in t: the first t in (checked, now] whose
+	// weight is not w, to the nanosecond.
+	lo, hi := checked, now // WeightAt(lo) == w, WeightAt(hi) != w
+	for hi.Sub(lo) > 1 {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if c.WeightAt(mid) == w {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return now.Sub(hi)
+}
+
 // Ramping reports whether the cell's weight is still moving at t.
 func (c CellConfig) Ramping(t time.Time) bool { return c.Ramp != nil && t.Before(c.Ramp.End) }
 

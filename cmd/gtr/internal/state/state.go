@@ -96,6 +96,10 @@ type State struct {
 	changed  chan struct{} // signalled after every replicated change
 	dirty    chan struct{} // HealthChanged's signal to the compiler in Run
 	compiles atomic.Uint64 // tables compiled and published, for tests
+	// checked is when the table in force was last found to match what
+	// the configuration says (published, or Refresh found nothing
+	// moved), in Unix nanoseconds: RampStalled's reference.
+	checked atomic.Int64
 
 	mu sync.Mutex // serialises writers: memdb write, compile, publish
 }
@@ -155,6 +159,7 @@ func (s *State) applyLocked(d Doc, rev uint64) error {
 }
 
 func (s *State) publish(tbl *routing.Table) {
+	s.checked.Store(s.now().UnixNano())
 	s.table.Store(tbl)
 	s.compiles.Add(1)
 }
@@ -271,7 +276,9 @@ func (s *State) Refresh() bool {
 	if !ok {
 		return false
 	}
+	at := s.now()
 	if !moved(cur, s.localSpec(txn, d)) {
+		s.checked.Store(at.UnixNano())
 		return false
 	}
 	tbl, err := s.compile(txn)
@@ -308,6 +315,15 @@ func (s *State) Run(ctx context.Context) {
 		}
 		s.Refresh()
 	}
+}
+
+// Checked is when the table in force was last found to match the
+// configuration (see CellConfig.RampStalled); zero before the first table.
+func (s *State) Checked() time.Time {
+	if n := s.checked.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Now is the state's clock.

@@ -1,0 +1,442 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/internal/operators"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+)
+
+// fakeAdmin is the Admin API as the console sees it: it authenticates the
+// token each call carries and authorizes it by admin's policy, as the
+// real interceptors do, and records the changes it let through.
+type fakeAdmin struct {
+	adminproto.AdminClient // methods the console does not call panic
+	ix                     *operators.Index
+
+	mu      sync.Mutex
+	changes []string // "otto Drain cell-b 30"
+	weight  map[string]int32
+}
+
+func (f *fakeAdmin) authorize(ctx context.Context, method string, opts []grpc.CallOption) (operators.Operator, error) {
+	for _, o := range opts {
+		if pc, ok := o.(grpc.PerRPCCredsCallOption); ok {
+			md, err := pc.Creds.GetRequestMetadata(ctx)
+			if err != nil {
+				return operators.Operator{}, err
+			}
+			tok, _ := strings.CutPrefix(md[admin.TokenHeader], "Bearer ")
+			op, err := f.ix.Authenticate(tok)
+			if err != nil {
+				return op, status.Error(codes.Unauthenticated, "invalid operator token")
+			}
+			if !admin.Allowed(op.Role, method) {
+				return op, status.Errorf(codes.PermissionDenied, "%s needs a higher role than %s", method, op.Role)
+			}
+			return op, nil
+		}
+	}
+	return operators.Operator{}, status.Error(codes.Unauthenticated, "missing operator token")
+}
+
+func (f *fakeAdmin) ListCells(ctx context.Context, _ *adminproto.ListCellsRequest, opts ...grpc.CallOption) (*adminproto.ListCellsResponse, error) {
+	if _, err := f.authorize(ctx, "ListCells", opts); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &adminproto.ListCellsResponse{TableVersion: 3}
+	for _, id := range []string{"cell-a", "cell-b"} {
+		w := f.weight[id]
+		resp.Cells = append(resp.Cells, &adminproto.CellStatus{Id: id, Pool: "main", Health: adminproto.Health_HEALTH_UP, HealthShare: 100,
+			Weight: w, TargetWeight: w, TableWeight: 100, TrafficShare: 0.5})
+	}
+	return resp, nil
+}
+
+func (f *fakeAdmin) record(op operators.Operator, what string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.changes = append(f.changes, op.ID+" "+what)
+}
+
+func (f *fakeAdmin) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.changes)
+}
+
+func (f *fakeAdmin) Drain(ctx context.Context, req *adminproto.DrainRequest, opts ...grpc.CallOption) (*adminproto.CellStatus, error) {
+	op, err := f.authorize(ctx, "Drain", opts)
+	if err != nil {
+		return nil, err
+	}
+	f.record(op, "Drain "+req.GetCellId())
+	return &adminproto.CellStatus{Id: req.GetCellId(), Weight: 100 - req.GetPercent()}, nil
+}
+
+func (f *fakeAdmin) ListAudit(ctx context.Context, _ *adminproto.ListAuditRequest, opts ...grpc.CallOption) (*adminproto.ListAuditResponse, error) {
+	if _, err := f.authorize(ctx, "ListAudit", opts); err != nil {
+		return nil, err
+	}
+	return &adminproto.ListAuditResponse{}, nil
+}
+
+type fixture struct {
+	srv        *httptest.Server
+	admin      *fakeAdmin
+	mu         sync.Mutex
+	now        time.Time
+	operatorTk string
+	viewerTk   string
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	var ops []operators.Operator
+	tok := func(id string, role operators.Role) string {
+		tk, op, err := operators.NewToken(nil, id, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, op)
+		return tk
+	}
+	f := &fixture{operatorTk: tok("otto", operators.RoleOperator), viewerTk: tok("vera", operators.RoleViewer)}
+	ix, err := operators.Compile(&operators.File{Operators: ops}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.admin = &fakeAdmin{ix: ix, weight: map[string]int32{"cell-a": 100, "cell-b": 100}}
+	f.now = time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+	cfg.Admin, cfg.Authenticate = f.admin, ix.Authenticate
+	cfg.Now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewTLSServer(h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+// browser is an HTTP client with its own cookie jar, as one browser.
+func (f *fixture) browser(t *testing.T) *http.Client {
+	t.Helper()
+	c := *f.srv.Client() // its TLS transport, with a jar of its own
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Jar = jar
+	return &c
+}
+
+// req is one request; hdr adds or (with "") removes headers from the
+// console's own: the CSRF header, a JSON body's type and the origin.
+func (f *fixture) req(t *testing.T, c *http.Client, method, path, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r, err := http.NewRequest(method, f.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set(CSRFHeader, "1")
+	r.Header.Set("Origin", f.srv.URL)
+	if method == http.MethodPost {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		if v == "" {
+			r.Header.Del(k)
+		} else {
+			r.Header.Set(k, v)
+		}
+	}
+	resp, err := c.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func (f *fixture) login(t *testing.T, c *http.Client, tok string) *http.Response {
+	t.Helper()
+	resp, body := f.req(t, c, "POST", "/api/login", `{"token":"`+tok+`"}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("login: %d %s", resp.StatusCode, body)
+	}
+	return resp
+}
+
+func TestLogin(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	if resp, _ := f.req(t, c, "GET", "/api/cells", "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("cells before login: %d, want 401", resp.StatusCode)
+	}
+	resp, body := f.req(t, c, "POST", "/api/login", `{"token":"cpo_otto_`+strings.Repeat("0", 64)+`"}`, nil)
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Fatalf("bad token: %d %s, cookies %v", resp.StatusCode, body, resp.Cookies())
+	}
+	resp = f.login(t, c, f.operatorTk)
+	ck := resp.Cookies()
+	if len(ck) != 1 || ck[0].Name != CookieName || !ck[0].Secure || !ck[0].HttpOnly || ck[0].SameSite != http.SameSiteStrictMode || ck[0].Path != "/" {
+		t.Fatalf("session cookie %+v", ck)
+	}
+	if strings.Contains(ck[0].Value, f.operatorTk) {
+		t.Fatal("the cookie carries the token")
+	}
+	resp, body = f.req(t, c, "GET", "/api/session", "", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"operator":"otto"`) || !strings.Contains(body, `"Drain":true`) || strings.Contains(body, f.operatorTk) {
+		t.Fatalf("session: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := f.req(t, c, "GET", "/api/cells", "", nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"id":"cell-b"`) {
+		t.Fatalf("cells: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := f.req(t, c, "POST", "/api/logout", "", nil); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	if resp, _ := f.req(t, c, "GET", "/api/cells", "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("cells after logout: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestCSRF: a request without the console's header, from another origin
+// or site, or posting a form instead of JSON, is refused before anything
+// runs, even with the session cookie.
+func TestCSRF(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	f.login(t, c, f.operatorTk)
+	drain := `{"cell":"cell-b","action":"drain","percent":30}`
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+	}{
+		{"no header", map[string]string{CSRFHeader: ""}},
+		{"other origin", map[string]string{"Origin": "https://evil.example"}},
+		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"form post", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}},
+		{"text post", map[string]string{"Content-Type": "text/plain"}},
+	} {
+		if resp, body := f.req(t, c, "POST", "/api/change", drain, tc.hdr); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %d %s, want 403", tc.name, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := f.req(t, c, "POST", "/api/login", `{"token":"`+f.operatorTk+`"}`, map[string]string{CSRFHeader: ""}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("login without the header: %d, want 403", resp.StatusCode)
+	}
+	if n := f.admin.count(); n != 0 {
+		t.Fatalf("%d changes made", n)
+	}
+	if resp, body := f.req(t, c, "POST", "/api/change", drain, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the console's own request: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestRoles: the API's policy decides; a viewer's drain is 403 and
+// reaches no change, an operator's goes through as that operator.
+func TestRoles(t *testing.T) {
+	f := newFixture(t, Config{})
+	viewer, op := f.browser(t), f.browser(t)
+	f.login(t, viewer, f.viewerTk)
+	f.login(t, op, f.operatorTk)
+	drain := `{"cell":"cell-b","action":"drain","percent":30}`
+	if _, body := f.req(t, viewer, "GET", "/api/session", "", nil); !strings.Contains(body, `"Drain":false`) {
+		t.Fatalf("viewer's session: %s", body)
+	}
+	if resp, body := f.req(t, viewer, "POST", "/api/change", drain, nil); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "PermissionDenied") {
+		t.Fatalf("viewer's drain: %d %s, want 403", resp.StatusCode, body)
+	}
+	if resp, body := f.req(t, viewer, "GET", "/api/cells", "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("viewer's cells: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := f.req(t, op, "POST", "/api/change", drain, nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"weight":70`) {
+		t.Fatalf("operator's drain: %d %s", resp.StatusCode, body)
+	}
+	f.admin.mu.Lock()
+	got := strings.Join(f.admin.changes, ";")
+	f.admin.mu.Unlock()
+	if got != "otto Drain cell-b" {
+		t.Fatalf("changes %q, want otto's drain alone", got)
+	}
+}
+
+// TestBadRequests: bodies are bounded and strict.
+func TestBadRequests(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	f.login(t, c, f.operatorTk)
+	for _, tc := range []struct{ name, body string }{
+		{"too big", `{"cell":"` + strings.Repeat("x", maxBody) + `"}`},
+		{"unknown field", `{"cell":"cell-b","action":"drain","percent":30,"as":"admin"}`},
+		{"trailing data", `{"cell":"cell-b","action":"drain","percent":30}{}`},
+		{"bad ramp", `{"cell":"cell-b","action":"drain","percent":30,"over":"soon"}`},
+		{"bad action", `{"cell":"cell-b","action":"delete"}`},
+	} {
+		if resp, body := f.req(t, c, "POST", "/api/change", tc.body, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.name, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestSessionsBounded: sessions are at most MaxSessions (the least
+// recently used goes), and end after SessionTTL or IdleTimeout.
+func TestSessionsBounded(t *testing.T) {
+	f := newFixture(t, Config{MaxSessions: 2, SessionTTL: time.Hour, IdleTimeout: 10 * time.Minute})
+	b := []*http.Client{f.browser(t), f.browser(t), f.browser(t)}
+	for _, c := range b {
+		f.login(t, c, f.operatorTk)
+		f.advance(time.Second)
+	}
+	want := []int{401, 200, 200}
+	for i, c := range b {
+		if resp, _ := f.req(t, c, "GET", "/api/session", "", nil); resp.StatusCode != want[i] {
+			t.Errorf("session %d: %d, want %d", i, resp.StatusCode, want[i])
+		}
+	}
+	f.advance(9 * time.Minute)
+	if resp, _ := f.req(t, b[1], "GET", "/api/session", "", nil); resp.StatusCode != 200 {
+		t.Errorf("session 1 after 9 min: %d", resp.StatusCode)
+	}
+	f.advance(9 * time.Minute)
+	if resp, _ := f.req(t, b[2], "GET", "/api/session", "", nil); resp.StatusCode != 401 {
+		t.Errorf("session 2 idle 18 min: %d, want 401", resp.StatusCode)
+	}
+	for range 7 {
+		f.advance(9 * time.Minute)
+		f.req(t, b[1], "GET", "/api/session", "", nil)
+	}
+	if resp, _ := f.req(t, b[1], "GET", "/api/session", "", nil); resp.StatusCode != 401 {
+		t.Errorf("session 1 after its TTL: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestPageHeaders: a strict CSP, no framing, and pages that need no inline
+// script or style to work under it.
+func TestPageHeaders(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	resp, body := f.req(t, c, "GET", "/", "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, `<script src="/console.js" defer>`) {
+		t.Fatalf("index: %d", resp.StatusCode)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe") || resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("headers %v", resp.Header)
+	}
+	for _, bad := range []*regexp.Regexp{regexp.MustCompile(`<script>|<script [^>]*>[^<]`), regexp.MustCompile(`\son[a-z]+=`),
+		regexp.MustCompile(`\sstyle=`), regexp.MustCompile(`<style`), regexp.MustCompile(`https?://`)} {
+		if bad.MatchString(body) {
+			t.Errorf("index.html has %s: inline code or style, or something from elsewhere", bad)
+		}
+	}
+	for _, p := range []string{"/console.js", "/console.css"} {
+		resp, body := f.req(t, c, "GET", p, "", nil)
+		if resp.StatusCode != 200 || len(body) == 0 || regexp.MustCompile(`https?://|innerHTML|eval\(`).MatchString(body) {
+			t.Errorf("%s: %d, or it loads from elsewhere or writes HTML", p, resp.StatusCode)
+		}
+	}
+	if resp, _ := f.req(t, c, "GET", "/etc/passwd", "", nil); resp.StatusCode != 404 {
+		t.Errorf("other path: %d", resp.StatusCode)
+	}
+}
+
+func TestPreview(t *testing.T) {
+	cell := &adminproto.CellStatus{Id: "cell-b", Weight: 100, TableWeight: 100, TrafficShare: 0.3}
+	for _, tc := range []struct {
+		req          changeReq
+		to           int32
+		after, moved float64
+	}{
+		{changeReq{Action: "drain", Percent: 30}, 70, 0.21, 0.09},
+		{changeReq{Action: "drain", Percent: 100}, 0, 0, 0.3},
+		{changeReq{Action: "weight", Weight: 50, Over: "10m"}, 50, 0.15, 0.15},
+		{changeReq{Action: "restore"}, 100, 0.3, 0},
+	} {
+		p, err := preview(cell, tc.req)
+		if err != nil || p.ToWeight != tc.to || !near(p.ShareAfter, tc.after) || !near(p.Moved, tc.moved) {
+			t.Errorf("%+v: %+v, %v", tc.req, p, err)
+		}
+	}
+	half := &adminproto.CellStatus{Id: "cell-b", Weight: 50, TableWeight: 100, TrafficShare: 0.15}
+	if p, _ := preview(half, changeReq{Action: "restore"}); !near(p.ShareAfter, 0.3) || !near(p.Moved, 0.15) || !strings.Contains(p.Text, "come back") {
+		t.Errorf("restore from 50: %+v", p)
+	}
+	zero := &adminproto.CellStatus{Id: "cell-b", Weight: 0, TableWeight: 100}
+	if p, _ := preview(zero, changeReq{Action: "restore"}); p.Moved != -1 {
+		t.Errorf("restore from 0: %+v, want unknown", p)
+	}
+	if _, err := preview(cell, changeReq{Action: "drain", Percent: 130}); err == nil {
+		t.Error("drain 130%: no error")
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+func TestRecent(t *testing.T) {
+	now := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+	r := NewRecent(func() time.Time { return now })
+	r.HealthChanged("cell-a", 100) // no change
+	r.HealthChanged("cell-a", 0)
+	r.HealthChanged("cell-a", 10) // back, ramping
+	r.HealthChanged("cell-a", 40) // ramping: no event
+	r.Rerouted("cell-b", status.Error(codes.Unavailable, "connection refused"), false)
+	got := r.List(10)
+	var kinds []string
+	for _, e := range got {
+		kinds = append(kinds, e.Cell+" "+e.Kind)
+	}
+	if strings.Join(kinds, ",") != "cell-b reroute,cell-a up,cell-a down" || !strings.Contains(got[0].Detail, "Unavailable: connection refused") {
+		t.Fatalf("events %v", got)
+	}
+	for range recentSize + 10 {
+		r.Rerouted("cell-c", errors.New("x"), true)
+	}
+	if all := r.List(1000); len(all) != recentSize || all[0].Cell != "cell-c" || all[len(all)-1].Cell != "cell-c" {
+		t.Fatalf("after wrapping: %d events", len(all))
+	}
+	if l := r.List(-1); len(l) != 0 {
+		t.Fatalf("List(-1): %d", len(l))
+	}
+	// The payment path's write allocates nothing.
+	err := errors.New("refused")
+	if n := testing.AllocsPerRun(100, func() { r.Rerouted("cell-a", err, false) }); n != 0 {
+		t.Fatalf("Rerouted allocates %v times", n)
+	}
+}

@@ -1,0 +1,101 @@
+package monitoring
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/testutil"
+)
+
+// TestAlertCellDown: Prometheus scrapes the platform's processes with the
+// project's rules loaded. With the platform healthy the cells' database
+// gauges are real (a synchronous standby each, nothing PENDING) and
+// CellpayCellEjected is quiet; once every instance of cell-a is killed it
+// fires for cell-a alone, after the rule's `for` and within it plus the
+// GTR's ejection and a few scrape and evaluation intervals; once the cell
+// is restarted, it resolves.
+func TestAlertCellDown(t *testing.T) {
+	const name = "CellpayCellEjected"
+	pr := startPrometheus(t, env.p)
+	forDur := ruleFor(t, name)
+	testutil.Eventually(t, 30*time.Second, "every target scraped and up", func() bool {
+		up := pr.query(t, `up`, "instance")
+		if len(up) != len(env.cells)+2 { // the cells, the GTR, the issuer simulator
+			return false
+		}
+		for _, v := range up {
+			if v != "1" {
+				return false
+			}
+		}
+		return true
+	})
+	// The cells' database gauges, over the real Postgres pairs.
+	testutil.Eventually(t, 30*time.Second, "each cell's primary reports one synchronous standby", func() bool {
+		got := pr.query(t, `max by (cell) (cellpay_cell_db_sync_standbys)`, "cell")
+		return got["cell-a"] == "1" && got["cell-b"] == "1"
+	})
+	if got := pr.query(t, `max by (cell) (cellpay_cell_pending_oldest_seconds)`, "cell"); got["cell-a"] != "0" || got["cell-b"] != "0" {
+		t.Errorf("oldest pending by cell = %v, want 0 for both", got)
+	}
+	if got := pr.query(t, `max by (cell) (cellpay_gtr_cell_ramp_stalled_seconds)`, "cell"); got["cell-a"] != "0" || got["cell-b"] != "0" {
+		t.Errorf("ramp stalled by cell = %v, want 0 for both", got)
+	}
+	if a := pr.alerts(t, name); len(a) != 0 {
+		t.Fatalf("%s active on a healthy platform: %+v", name, a)
+	}
+
+	// Kill every instance of cell-a, as a crash would.
+	instances := env.p.Instances("cell-a")
+	killed := time.Now()
+	for _, in := range instances {
+		if err := env.p.Process(in.Name).Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The GTR ejects a cell that fails its health checks within about a
+	// second (every 250 ms); the bound allows 5 s for that, and two
+	// intervals for the scrape and the evaluation that see it, and two
+	// for this poll and the HTTP API.
+	bound := forDur + 5*time.Second + 4*interval
+	var firing alert
+	testutil.Eventually(t, bound, name+" firing for cell-a", func() bool {
+		for _, a := range pr.alerts(t, name) {
+			if a.Labels["cell"] != "cell-a" {
+				t.Fatalf("%s active for %s, which is up: %+v", name, a.Labels["cell"], a)
+			}
+			if a.State == "firing" {
+				firing = a
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(killed)
+	t.Logf("%s fired %v after the kill (for %v, bound %v); active since %v after it",
+		name, took.Round(100*time.Millisecond), forDur, bound, firing.ActiveAt.Sub(killed).Round(100*time.Millisecond))
+	if took < forDur {
+		t.Errorf("%s fired %v after the kill, before its for (%v)", name, took, forDur)
+	}
+	if firing.Labels["severity"] != "critical" {
+		t.Errorf("severity %q, want critical", firing.Labels["severity"])
+	}
+
+	// Restart the cell: the GTR re-admits it after its ejection, which
+	// backs off while the cell stays down (health MaxEjection, 30 s),
+	// and ramps it back (a step a second); the alert resolves on the
+	// next evaluation after its health share is over 0.
+	restarted := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, in := range instances {
+		if err := env.p.Process(in.Name).Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 30*time.Second+5*time.Second+4*interval, name+" resolved", func() bool {
+		return len(pr.alerts(t, name)) == 0
+	})
+	t.Logf("%s resolved %v after the restart began", name, time.Since(restarted).Round(100*time.Millisecond))
+}
