@@ -11,12 +11,15 @@ import (
 // (Targets). It returns one line per violation:
 //
 //   - no pod of one cell namespace can reach any pod of another;
-//   - a cell pod admits traffic from the GTR's pods only, and does admit it;
+//   - a cell pod admits traffic from the GTR's pods only, and does admit it,
+//     but for its own namespace's Prometheus on the metrics port (the
+//     scrape, CheckScrape);
 //   - a cell pod's egress reaches only its own Postgres, NATS, the issuer and
 //     DNS, and does reach each of them;
 //   - a cell's Postgres instances (its CloudNativePG Cluster's pods) admit
 //     only its own cell's pods and each other on 5432, and the CNPG
-//     operator on 8000 and 5432, and do admit each of them;
+//     operator on 8000 and 5432, and their cell's Prometheus on 9187, and
+//     do admit each of them;
 //   - the instances send only to each other on 5432, to DNS, and on the
 //     API server's ports (443, 6443) outside the cells, and do reach
 //     each other and DNS;
@@ -70,9 +73,12 @@ func cellIngress(w *World, a string) []string {
 			if !w.Net.ingressAllows(src, cell, t.Port, t.Proto) {
 				continue
 			}
-			if !isGTR(src) {
-				v = append(v, fmt.Sprintf("%s admits %s on %s: only the GTR may reach a cell", cell, src, t))
-			} else if t.Port == 7081 && w.Net.egressAllows(src, cell, t.Port, t.Proto) {
+			switch {
+			case isCellPrometheus(src, a) && t == Target{CellMetricsPort, corev1.ProtocolTCP}:
+				// The scrape (CheckScrape proves it gets through).
+			case !isGTR(src):
+				v = append(v, fmt.Sprintf("%s admits %s on %s: only the GTR (and its own Prometheus, on %d) may reach a cell", cell, src, t, CellMetricsPort))
+			case t.Port == 7081 && w.Net.egressAllows(src, cell, t.Port, t.Proto):
 				gtrReaches = true
 			}
 		}
@@ -153,7 +159,8 @@ func isOperator(p Pod) bool {
 
 // databaseIngress proves who reaches cell a's Postgres instances: its own
 // cell's pods and its own instances on 5432, the operator on 8000 and
-// 5432, nobody else; and that each of them does get through.
+// 5432, its cell's Prometheus on 9187 (CheckScrape proves that one gets
+// through), nobody else; and that each of them does get through.
 func databaseIngress(w *World, a string) []string {
 	db := w.cellCluster(a)
 	pg, ok := w.pod(a, db)
@@ -168,8 +175,9 @@ func databaseIngress(w *World, a string) []string {
 			if !w.Net.ingressAllows(src, pg, t.Port, t.Proto) {
 				continue
 			}
-			if !(own && t == pgPort || isOperator(src) && (t == pgPort || t == Target{8000, corev1.ProtocolTCP})) {
-				v = append(v, fmt.Sprintf("%s admits %s on %s: only its own cell and instances (5432) and the CNPG operator (8000, 5432) may reach it", pg, src, t))
+			if !(own && t == pgPort || isOperator(src) && (t == pgPort || t == Target{8000, corev1.ProtocolTCP}) ||
+				isCellPrometheus(src, a) && t == Target{PostgresMetricsPort, corev1.ProtocolTCP}) {
+				v = append(v, fmt.Sprintf("%s admits %s on %s: only its own cell and instances (5432), the CNPG operator (8000, 5432) and its cell's Prometheus (%d) may reach it", pg, src, t, PostgresMetricsPort))
 			}
 		}
 	}

@@ -27,6 +27,8 @@ func Check(objs []Object) []string {
 	v = append(v, CheckTrust(w)...)
 	v = append(v, CheckHopTLS(w)...)
 	v = append(v, CheckAccessPoints(w)...)
+	v = append(v, CheckMonitoring(w)...)
+	v = append(v, CheckScrape(w)...)
 	sort.Strings(v)
 	return v
 }

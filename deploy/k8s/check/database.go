@@ -107,6 +107,9 @@ func CheckDatabase(w *World, ns string) []string {
 		if r.Superuser || r.CreateDB || r.CreateRole || r.Replication || r.BypassRLS {
 			v = append(v, fmt.Sprintf("%s: role %s may do more than read and write (superuser, createdb, createrole, replication or bypassrls)", co, app))
 		}
+		if !slices.Contains(r.InRoles, "pg_monitor") {
+			v = append(v, fmt.Sprintf("%s: role %s is not in pg_monitor: the cell's standby gauges and their alerts need it", co, app))
+		}
 		grants := strings.Join(initdb.PostInitApplicationSQL, "\n")
 		if !strings.Contains(grants, "ALTER DEFAULT PRIVILEGES FOR ROLE "+owner) || !strings.Contains(grants, "TO "+app) {
 			v = append(v, fmt.Sprintf("%s: postInitApplicationSQL grants %s no default privileges on %s's tables", co, app, owner))

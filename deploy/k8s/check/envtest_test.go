@@ -2,7 +2,8 @@
 
 // The server-side dry run: every overlay applied with dryRun=All and strict
 // field validation against a real kube-apiserver and etcd, with
-// cert-manager's and CloudNativePG's CRDs installed (crdSources). It runs only from
+// cert-manager's, CloudNativePG's and the Prometheus Operator's CRDs
+// installed (crdSources). It runs only from
 // scripts/k8s-envtest.sh, which builds and caches the binaries and sets
 // CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD. Under the tag
 // but without them it fails rather than skips, so that a CI step can never
@@ -13,6 +14,7 @@ package check
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -88,8 +90,12 @@ func (a *applier) apply(ctx context.Context, o Object, dryRun bool) error {
 // the module, and none is copied into the repo.
 type crdSource struct {
 	module string
-	dir    string   // inside the module
-	files  []string // plain controller-gen output
+	// versionOf, when set, is the module of go.mod whose version to take
+	// module at: module itself is not a dependency (its Go API types are
+	// versionOf's), so `go mod download` fetches it at that version.
+	versionOf string
+	dir       string   // inside the module
+	files     []string // plain controller-gen output
 }
 
 // crdSources: cert-manager's from its deploy/crds (its own install bundles
@@ -107,6 +113,17 @@ var crdSources = []crdSource{
 	{module: "github.com/cloudnative-pg/cloudnative-pg", dir: "config/crd/bases", files: []string{
 		"postgresql.cnpg.io_clusters.yaml",
 	}},
+	// The Prometheus Operator's, from the example/prometheus-operator-crd
+	// its bundle is made of. Its API types are the separate module
+	// pkg/apis/monitoring, released with the same version as the operator's
+	// module, which holds the CRDs.
+	{module: "github.com/prometheus-operator/prometheus-operator",
+		versionOf: "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring",
+		dir:       "example/prometheus-operator-crd", files: []string{
+			"monitoring.coreos.com_podmonitors.yaml",
+			"monitoring.coreos.com_prometheuses.yaml",
+			"monitoring.coreos.com_prometheusrules.yaml",
+		}},
 }
 
 // crdFiles finds the CRD files in the module cache: `go list -m` from this
@@ -115,15 +132,20 @@ func crdFiles(t *testing.T) []string {
 	t.Helper()
 	var paths []string
 	for _, src := range crdSources {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", src.module).Output()
-		if err != nil {
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				err = errors.New(strings.TrimSpace(string(ee.Stderr)))
+		var dir string
+		if src.versionOf == "" {
+			dir = goCmd(t, src.module, "", "list", "-m", "-f", "{{.Dir}}", src.module)
+		} else {
+			v := goCmd(t, src.module, "", "list", "-m", "-f", "{{.Version}}", src.versionOf)
+			// Outside this module, so that go.mod and go.sum stay as
+			// they are.
+			out := goCmd(t, src.module, t.TempDir(), "mod", "download", "-json", src.module+"@"+v)
+			var info struct{ Dir, Error string }
+			if err := json.Unmarshal([]byte(out), &info); err != nil || info.Error != "" {
+				t.Fatalf("locate %s's CRDs: go mod download %s@%s: %v %s", src.module, src.module, v, err, info.Error)
 			}
-			t.Fatalf("locate %s's CRDs: go list -m %s: %v", src.module, src.module, err)
+			dir = info.Dir
 		}
-		dir := strings.TrimSpace(string(out))
 		if dir == "" {
 			t.Fatalf("locate %s's CRDs: the module is not in the module cache (go mod download %s)", src.module, src.module)
 		}
@@ -136,6 +158,23 @@ func crdFiles(t *testing.T) []string {
 		}
 	}
 	return paths
+}
+
+// goCmd runs the go command in dir ("" for this module's) and returns its
+// output, trimmed; failing, it ends the test naming what it was locating.
+func goCmd(t *testing.T, what, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = errors.New(strings.TrimSpace(string(ee.Stderr)))
+		}
+		t.Fatalf("locate %s's CRDs: go %s: %v %s", what, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // preinstalled are the namespaces that the cluster's own installs make
@@ -240,7 +279,8 @@ func TestServerDryRun(t *testing.T) {
 		})
 	}
 	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict): %v", n, len(overlays), kinds)
-	for _, k := range []string{"cert-manager.io/Certificate", "cert-manager.io/Issuer", "cert-manager.io/ClusterIssuer", "postgresql.cnpg.io/Cluster"} {
+	for _, k := range []string{"cert-manager.io/Certificate", "cert-manager.io/Issuer", "cert-manager.io/ClusterIssuer", "postgresql.cnpg.io/Cluster",
+		"monitoring.coreos.com/Prometheus", "monitoring.coreos.com/PodMonitor", "monitoring.coreos.com/PrometheusRule"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s accepted: those objects did not meet the server", k)
 		}
@@ -259,6 +299,10 @@ func TestServerDryRun(t *testing.T) {
 			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], privateKey: {algorithm: DSA}}\n",
 		"unknown Cluster field": "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: bad, namespace: cell-a}\n" +
 			"spec: {instances: 3, storage: {size: 1Gi}, instance: 2}\n",
+		"unknown PodMonitor field": "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata: {name: bad, namespace: cell-a}\n" +
+			"spec: {selector: {}, podMetricsEndpoints: [{port: metrics, relabels: []}]}\n",
+		"invalid PrometheusRule value": "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: bad, namespace: cell-a}\n" +
+			"spec: {groups: [{name: g, rules: [{alert: A, expr: up, for: 5 minutes}]}]}\n",
 		// A CEL rule of the CRD: preferred durability with standbyNamesPre.
 		"invalid Cluster value": "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: bad, namespace: cell-a}\n" +
 			"spec: {instances: 3, storage: {size: 1Gi}, postgresql: {synchronous: {method: any, number: 1, dataDurability: preferred, standbyNamesPre: [x]}}}\n",

@@ -160,6 +160,8 @@ func TestDatabaseChecksCatch(t *testing.T) {
 			[]string{"cell-b: 0 CloudNativePG Clusters, want one", "cell-b: no Postgres Cluster"}},
 		{"app role may create roles", cluster(func(c *cnpgv1.Cluster) { c.Spec.Managed.Roles[1].CreateRole = true }),
 			[]string{"role cellpay_app may do more than read and write"}},
+		{"app role outside pg_monitor", cluster(func(c *cnpgv1.Cluster) { c.Spec.Managed.Roles[1].InRoles = nil }),
+			[]string{"role cellpay_app is not in pg_monitor"}},
 		{"app role without grants", cluster(func(c *cnpgv1.Cluster) { c.Spec.Bootstrap.InitDB.PostInitApplicationSQL = nil }),
 			[]string{"postInitApplicationSQL grants cellpay_app no default privileges"}},
 		{"plaintext", setURL(appURLEnv, "sslmode=verify-full", "sslmode=disable"),

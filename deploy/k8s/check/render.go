@@ -1,11 +1,12 @@
 // Package check renders Cellpay's Kubernetes manifests (deploy/k8s) with the
 // kustomize library, decodes every object strictly into the Kubernetes API
-// types (and cert-manager's and CloudNativePG's, see Scheme), and proves
-// properties of the result: probes, limits, pinned images, non-root pods,
-// disruption budgets, the internal hops' mutual TLS (hoptls.go), each
-// cell's database (database.go), and the cell boundary, the last with a
-// small NetworkPolicy evaluator (netpol.go) rather than by reading file
-// names.
+// types (and cert-manager's, CloudNativePG's and the Prometheus Operator's,
+// see Scheme), and proves properties of the result: probes, limits, pinned
+// images, non-root pods, disruption budgets, the internal hops' mutual TLS
+// (hoptls.go), each cell's database (database.go), the monitoring
+// (monitoring.go, its paths scrape.go, its rules rules.go), and the cell
+// boundary, the last with a small NetworkPolicy evaluator (netpol.go)
+// rather than by reading file names.
 //
 // It lives in its own module so that kustomize, client-go and the API types
 // never enter the main module. It must never need a kustomize binary, a
@@ -27,6 +28,7 @@ import (
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cnpgv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -202,8 +204,10 @@ func (t *Tree) RenderAll() ([]Object, error) {
 
 // Scheme holds every kind the manifests may use: the built-in Kubernetes
 // API types, cert-manager's (cert-manager.io/v1: Certificate, Issuer,
-// ClusterIssuer, CertificateRequest) and CloudNativePG's
-// (postgresql.cnpg.io/v1: Cluster and the rest). It is this package's own, so that
+// ClusterIssuer, CertificateRequest), CloudNativePG's
+// (postgresql.cnpg.io/v1: Cluster and the rest) and the Prometheus
+// Operator's (monitoring.coreos.com/v1: Prometheus, PodMonitor,
+// PrometheusRule and the rest). It is this package's own, so that
 // client-go's global scheme is never changed. A kind outside it fails
 // Decode: add its Go API types here, and its CRDs to the server-side dry
 // run (envtest_test.go), before a manifest uses it.
@@ -214,6 +218,7 @@ func newScheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(cmv1.AddToScheme(s))
 	utilruntime.Must(cnpgv1.AddToScheme(s))
+	utilruntime.Must(monitoringv1.AddToScheme(s))
 	return s
 }
 

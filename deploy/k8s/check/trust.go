@@ -312,7 +312,8 @@ func serviceNames(svc, ns string) []string {
 // gtrIngress proves what may reach a GTR pod: anyone its partners' port
 // (partners come through the load balancer, with no pod identity to
 // select), pods of its namespace labelled as admin clients its admin port,
-// and nobody any other port; and that partners and admin clients do get
+// the global Prometheus its metrics port (CheckScrape proves that one gets
+// through), and nobody any other port; and that partners and admin clients do get
 // through.
 func gtrIngress(w *World) []string {
 	var v []string
@@ -330,8 +331,9 @@ func gtrIngress(w *World) []string {
 					continue
 				}
 				isAdmin := src.Namespace == GTRNamespace && src.Labels[AdminClientLabel] == "true"
-				if !(t == Target{7070, corev1.ProtocolTCP} || t == Target{7071, corev1.ProtocolTCP} && isAdmin) {
-					v = append(v, fmt.Sprintf("%s admits %s on %s: the GTR admits partners on 7070 and admin clients on 7071 only", gtr, src, t))
+				if !(t == Target{7070, corev1.ProtocolTCP} || t == Target{7071, corev1.ProtocolTCP} && isAdmin ||
+					t == Target{GTRMetricsPort, corev1.ProtocolTCP} && isGlobalPrometheus(src)) {
+					v = append(v, fmt.Sprintf("%s admits %s on %s: the GTR admits partners on 7070, admin clients on 7071 and the global Prometheus on %d only", gtr, src, t, GTRMetricsPort))
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	cnpgv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -24,6 +25,13 @@ const (
 	// install it.
 	CNPGNamespace    = "cnpg-system"
 	CNPGOperatorName = "cloudnative-pg"
+	// PrometheusNameLabel is the label the Prometheus Operator puts on the
+	// pods of a Prometheus, with its name; CellPrometheus is the name of
+	// each cell's own, GlobalPrometheus the platform's (in
+	// MonitoringNamespace).
+	PrometheusNameLabel = "operator.prometheus.io/name"
+	CellPrometheus      = "cell"
+	GlobalPrometheus    = "global"
 )
 
 // World is every rendered object of every overlay, as one cluster would hold
@@ -31,13 +39,15 @@ const (
 type World struct {
 	Objects []Object
 	Net     Network
-	// Pods: one per workload and one per CloudNativePG Cluster (its
-	// instances, as the operator labels them), plus stand-ins that no
+	// Pods: one per workload, one per CloudNativePG Cluster (its
+	// instances, as the operator labels them) and one per Prometheus (its
+	// pods, as the Prometheus Operator labels them), plus stand-ins that no
 	// manifest declares: cluster DNS, the CNPG operator, an outsider in the
 	// default namespace (also standing for partners, who come through the
 	// load balancer), pods in the default namespace wearing a cell's, the
 	// GTR's, an admin client's, a Postgres instance's and the CNPG
-	// operator's labels, an admin client (gtrctl) in the GTR's namespace,
+	// operator's labels, a cell's and the global Prometheus's labels, an
+	// admin client (gtrctl) in the GTR's namespace,
 	// and an intruder (an unlabelled debug pod) in every cell namespace.
 	Pods []Pod
 	// Cells are the cell namespaces, sorted.
@@ -60,6 +70,8 @@ func NewWorld(objs []Object) *World {
 			w.Net.Policies = append(w.Net.Policies, *t)
 		case *cnpgv1.Cluster:
 			w.Pods = append(w.Pods, instancePod(t))
+		case *monitoringv1.Prometheus:
+			w.Pods = append(w.Pods, prometheusPod(t))
 		}
 		if spec, ok := podTemplate(o); ok {
 			w.Pods = append(w.Pods, Pod{Namespace: o.Namespace, Name: o.Name, Labels: spec.Labels, Ports: containerPorts(spec.Spec)})
@@ -77,6 +89,8 @@ func NewWorld(objs []Object) *World {
 		Pod{Namespace: CNPGNamespace, Name: "cnpg-operator", Labels: map[string]string{NameLabel: CNPGOperatorName}},
 		Pod{Namespace: "default", Name: "spoofed-postgres", Labels: map[string]string{CNPGClusterLabel: "postgres"}},
 		Pod{Namespace: "default", Name: "spoofed-cnpg-operator", Labels: map[string]string{NameLabel: CNPGOperatorName}},
+		Pod{Namespace: "default", Name: "spoofed-cell-prometheus", Labels: prometheusLabels(CellPrometheus)},
+		Pod{Namespace: "default", Name: "spoofed-global-prometheus", Labels: prometheusLabels(GlobalPrometheus)},
 	)
 	for _, c := range w.Cells {
 		w.Pods = append(w.Pods, Pod{Namespace: c, Name: "intruder", Labels: map[string]string{NameLabel: "debug"}})
@@ -101,6 +115,38 @@ func instancePod(c *cnpgv1.Cluster) Pod {
 		{Name: "postgresql", ContainerPort: 5432, Protocol: corev1.ProtocolTCP},
 		{Name: "status", ContainerPort: 8000, Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", ContainerPort: 9187, Protocol: corev1.ProtocolTCP},
+	}}
+}
+
+// prometheusLabels are the labels the Prometheus Operator puts on the pods
+// of Prometheus name (its StatefulSet's selector labels).
+func prometheusLabels(name string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/managed-by": "prometheus-operator",
+		NameLabel:                      "prometheus",
+		"app.kubernetes.io/instance":   name,
+		PrometheusNameLabel:            name,
+		"prometheus":                   name,
+		"operator.prometheus.io/shard": "0",
+	}
+}
+
+// prometheusPod is the pods of a Prometheus as the operator makes them:
+// spec.podMetadata's labels, then its own (which win), and the ports of
+// Prometheus (web) and its config reloader.
+func prometheusPod(p *monitoringv1.Prometheus) Pod {
+	l := map[string]string{}
+	if p.Spec.PodMetadata != nil {
+		for k, v := range p.Spec.PodMetadata.Labels {
+			l[k] = v
+		}
+	}
+	for k, v := range prometheusLabels(p.Name) {
+		l[k] = v
+	}
+	return Pod{Namespace: p.Namespace, Name: "prometheus-" + p.Name, Labels: l, Ports: []corev1.ContainerPort{
+		{Name: "web", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
+		{Name: "reloader-web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
 	}}
 }
 
@@ -137,7 +183,8 @@ var commonPorts = []Target{
 	{443, corev1.ProtocolTCP}, {4222, corev1.ProtocolTCP}, {5432, corev1.ProtocolTCP}, {6222, corev1.ProtocolTCP},
 	{6443, corev1.ProtocolTCP}, {7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP}, {7081, corev1.ProtocolTCP},
 	{7082, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP}, {7091, corev1.ProtocolTCP}, {8000, corev1.ProtocolTCP},
-	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP},
+	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9070, corev1.ProtocolTCP}, {9081, corev1.ProtocolTCP},
+	{9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP},
 	{65535, corev1.ProtocolTCP},
 }
 
