@@ -20,6 +20,9 @@ const (
 	GTRJob      = "cellpay-gtr"
 	CellJob     = "cellpay-cell"
 	PostgresJob = "cellpay-postgres"
+	// CertManagerJob names cert-manager's controller's scrape; no rule
+	// reads it, it only keeps the job stable.
+	CertManagerJob = "cert-manager"
 )
 
 // CheckMonitoring checks the monitoring's objects, cell-local first (the
@@ -37,8 +40,11 @@ const (
 //   - the global Prometheus receives remote writes, discovers PodMonitors
 //     in the GTR's namespace and in no cell's, scrapes every GTR pod on
 //     the port the GTR serves /metrics at, as job cellpay-gtr with
-//     access_point from the pod's label, and evaluates the platform's
-//     PrometheusRule.
+//     access_point from the pod's label, scrapes cert-manager's controller
+//     (and so no other of its pods) on its http-metrics port as job
+//     cert-manager with honorLabels, so that its metrics keep the
+//     Certificate's namespace that CellpayCertificateExpiry names, scrapes
+//     no pod of a cell, and evaluates the platform's PrometheusRule.
 func CheckMonitoring(w *World) []string {
 	var v []string
 	for _, ns := range w.Cells {
@@ -143,7 +149,13 @@ func globalMonitoring(w *World) []string {
 		if nsSelected(w, p.Spec.PodMonitorNamespaceSelector, MonitoringNamespace, ns) {
 			v = append(v, fmt.Sprintf("%s: discovers PodMonitors in cell %s, whose scrape is its own Prometheus's", at, ns))
 		}
+		for _, pod := range w.PodsIn(ns) {
+			for _, s := range scrapes(w, p, pod) {
+				v = append(v, fmt.Sprintf("%s: scrapes %s through %s, whose scrape is its cell's Prometheus's", at, pod, s.monitor))
+			}
+		}
 	}
+	v = append(v, certManagerScrape(w, at, p)...)
 	gtrs := 0
 	for _, obj := range w.Find("Deployment", GTRNamespace) {
 		d := obj.Typed.(*appsv1.Deployment)
@@ -176,6 +188,33 @@ func globalMonitoring(w *World) []string {
 		v = append(v, "no GTR Deployment for the global Prometheus to scrape")
 	}
 	return append(v, rulesSelected(w, at, MonitoringNamespace, p, "platform")...)
+}
+
+// certManagerScrape checks the global Prometheus p's scrape of
+// cert-manager's controller: once, on 9402, as job cert-manager, with the
+// metrics' own labels kept (their namespace is the Certificate's, and
+// the target's, cert-manager, would otherwise take it).
+func certManagerScrape(w *World, at string, p *monitoringv1.Prometheus) []string {
+	pod, _ := w.pod(CertManagerNamespace, "cert-manager")
+	got := scrapes(w, p, pod)
+	if len(got) != 1 {
+		return []string{fmt.Sprintf("%s: scrapes %s through %d endpoints, want one", at, pod, len(got))}
+	}
+	s := got[0]
+	var v []string
+	if s.port != CertManagerMetricsPort {
+		v = append(v, fmt.Sprintf("%s: scrapes %s on %d, want %d", at, pod, s.port, CertManagerMetricsPort))
+	}
+	if !s.honorLabels {
+		v = append(v, fmt.Sprintf("%s: scrapes %s without honorLabels: its metrics' namespace (the Certificate's) would become exported_namespace", s.monitor, pod))
+	}
+	if s.err != nil {
+		return append(v, fmt.Sprintf("%s: %v", s.monitor, s.err))
+	}
+	if s.labels["job"] != CertManagerJob {
+		v = append(v, fmt.Sprintf("%s: job of %s is %q, want %q", s.monitor, pod, s.labels["job"], CertManagerJob))
+	}
+	return v
 }
 
 // metricsListen checks that a container serves /metrics on the named port
@@ -259,14 +298,18 @@ func toGlobal(w *World, raw string) string {
 // A scrape is what one PodMonitor endpoint makes of a pod: the port it
 // asks and the target's labels after its relabelings.
 type scrape struct {
-	monitor string
-	port    int32
-	labels  map[string]string
-	err     error
+	monitor     string
+	port        int32
+	labels      map[string]string
+	honorLabels bool
+	err         error
 }
 
 // scrapes lists what Prometheus p scrapes of pod: every endpoint of every
 // PodMonitor p discovers that selects the pod and names one of its ports.
+// A PodMonitor's namespaceSelector counts unless p ignores them
+// (ignoreNamespaceSelectors), which holds it to its own namespace, and
+// its honorLabels unless p overrides them (overrideHonorLabels).
 func scrapes(w *World, p *monitoringv1.Prometheus, pod Pod) []scrape {
 	var out []scrape
 	for _, o := range w.Find(monitoringv1.PodMonitorsKind, "") {
@@ -275,6 +318,9 @@ func scrapes(w *World, p *monitoringv1.Prometheus, pod Pod) []scrape {
 			continue
 		}
 		ns := m.Spec.NamespaceSelector
+		if p.Spec.IgnoreNamespaceSelectors {
+			ns = monitoringv1.NamespaceSelector{}
+		}
 		inNS := ns.Any || slices.Contains(ns.MatchNames, pod.Namespace) || len(ns.MatchNames) == 0 && pod.Namespace == m.Namespace
 		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
 		if !inNS || err != nil || !sel.Matches(labels.Set(pod.Labels)) {
@@ -287,7 +333,7 @@ func scrapes(w *World, p *monitoringv1.Prometheus, pod Pod) []scrape {
 			for _, cp := range pod.Ports {
 				if cp.Name == *ep.Port {
 					l, err := relabel(targetLabels(m, pod), ep.RelabelConfigs)
-					out = append(out, scrape{monitor: o.String(), port: cp.ContainerPort, labels: l, err: err})
+					out = append(out, scrape{monitor: o.String(), port: cp.ContainerPort, labels: l, honorLabels: ep.HonorLabels && !p.Spec.OverrideHonorLabels, err: err})
 				}
 			}
 		}

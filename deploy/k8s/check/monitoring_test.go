@@ -1,17 +1,20 @@
 package check
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestMonitoringChecksCatch feeds broken monitoring to the checks: leaky or
 // missing scrape policies, a cell's Prometheus that looks beyond its
-// namespace, a global one that scrapes cells, wrong labels, a lost monitor.
+// namespace, a global one that scrapes cells, wrong labels, a lost monitor,
+// and cert-manager's scrape lost, mislabelled or opened too wide.
 func TestMonitoringChecksCatch(t *testing.T) {
 	base := renderAll(t, deployDir)
 	cases := []struct {
@@ -111,6 +114,92 @@ func TestMonitoringChecksCatch(t *testing.T) {
 			name:  "a cell's Postgres not scraped",
 			drop:  "PodMonitor cell-c/postgres",
 			wants: []string{"Prometheus cell-c/cell: scrapes cell-c/postgres through 0 endpoints"},
+		},
+		{
+			name:  "cert-manager not scraped",
+			drop:  "PodMonitor cellpay-monitoring/cert-manager",
+			wants: []string{"Prometheus cellpay-monitoring/global: scrapes cert-manager/cert-manager through 0 endpoints, want one"},
+		},
+		{
+			name:   "cert-manager's scrape without honorLabels",
+			change: "PodMonitor cellpay-monitoring/cert-manager",
+			edit: func(o runtime.Object) {
+				o.(*monitoringv1.PodMonitor).Spec.PodMetricsEndpoints[0].HonorLabels = false
+			},
+			wants: []string{"PodMonitor cellpay-monitoring/cert-manager: scrapes cert-manager/cert-manager without honorLabels"},
+		},
+		{
+			name:   "the global Prometheus overrides honorLabels",
+			change: "Prometheus cellpay-monitoring/global",
+			edit: func(o runtime.Object) {
+				o.(*monitoringv1.Prometheus).Spec.OverrideHonorLabels = true
+			},
+			wants: []string{"scrapes cert-manager/cert-manager without honorLabels"},
+		},
+		{
+			name:   "cert-manager's scrape without its job",
+			change: "PodMonitor cellpay-monitoring/cert-manager",
+			edit: func(o runtime.Object) {
+				o.(*monitoringv1.PodMonitor).Spec.PodMetricsEndpoints[0].RelabelConfigs = nil
+			},
+			wants: []string{`PodMonitor cellpay-monitoring/cert-manager: job of cert-manager/cert-manager is "cellpay-monitoring/cert-manager", want "cert-manager"`},
+		},
+		{
+			// The operator then holds every PodMonitor to its own namespace.
+			name:   "the global Prometheus ignores namespace selectors",
+			change: "Prometheus cellpay-monitoring/global",
+			edit: func(o runtime.Object) {
+				o.(*monitoringv1.Prometheus).Spec.IgnoreNamespaceSelectors = true
+			},
+			wants: []string{"Prometheus cellpay-monitoring/global: scrapes cert-manager/cert-manager through 0 endpoints"},
+		},
+		{
+			name:   "cert-manager's PodMonitor reaching into every namespace",
+			change: "PodMonitor cellpay-monitoring/cert-manager",
+			edit: func(o runtime.Object) {
+				m := o.(*monitoringv1.PodMonitor)
+				m.Spec.NamespaceSelector = monitoringv1.NamespaceSelector{Any: true}
+				m.Spec.Selector = metav1.LabelSelector{}
+				m.Spec.PodMetricsEndpoints[0].Port = new("metrics")
+			},
+			wants: []string{"Prometheus cellpay-monitoring/global: scrapes cell-b/cell through PodMonitor cellpay-monitoring/cert-manager, whose scrape is its cell's Prometheus's",
+				"Prometheus cellpay-monitoring/global: scrapes cert-manager/cert-manager through 0 endpoints"},
+		},
+		{
+			name:   "the global Prometheus shut out of cert-manager",
+			change: "NetworkPolicy cellpay-monitoring/prometheus-egress",
+			edit: func(o runtime.Object) {
+				p := o.(*networkingv1.NetworkPolicy)
+				p.Spec.Egress = slices.DeleteFunc(p.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+					return len(r.Ports) == 1 && r.Ports[0].Port.IntValue() == 9402
+				})
+			},
+			wants: []string{"cellpay-monitoring/prometheus-global cannot scrape cert-manager/cert-manager on 9402/TCP"},
+		},
+		{
+			name: "the global Prometheus's egress open to cert-manager's whole namespace",
+			add: []Object{policy(t, "cellpay-monitoring", "metadata: {name: to-cert-manager}\nspec:\n  podSelector: {}\n"+
+				"  policyTypes: [Egress]\n  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: cert-manager}}}], ports: [{port: 9402}]}]\n")},
+			wants: []string{"cellpay-monitoring/prometheus-global may send to cert-manager/cert-manager-webhook on 9402/TCP",
+				"cellpay-monitoring/prometheus-global may send to cert-manager/cert-manager-cainjector on 9402/TCP"},
+		},
+		{
+			name: "cert-manager's controller admitted by its labels in any namespace",
+			add: []Object{policy(t, "cellpay-monitoring", "metadata: {name: to-cert-manager}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n"+
+				"  egress: [{to: [{namespaceSelector: {}, podSelector: {matchLabels: {app.kubernetes.io/name: cert-manager}}}], ports: [{port: http-metrics}]}]\n")},
+			wants: []string{"cellpay-monitoring/prometheus-global may send to default/spoofed-cert-manager on 9402/TCP"},
+		},
+		{
+			name: "cert-manager's controller on every port",
+			add: []Object{policy(t, "cellpay-monitoring", "metadata: {name: to-cert-manager}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n"+
+				"  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: cert-manager}}, podSelector: {matchLabels: {app.kubernetes.io/component: controller}}}]}]\n")},
+			wants: []string{"cellpay-monitoring/prometheus-global may send to cert-manager/cert-manager on 9403/TCP"},
+		},
+		{
+			name: "a cell's Prometheus scrapes cert-manager",
+			add: []Object{policy(t, "cell-a", "metadata: {name: to-cert-manager}\nspec:\n  podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}\n  policyTypes: [Egress]\n"+
+				"  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: cert-manager}}}], ports: [{port: 9402}]}]\n")},
+			wants: []string{"cell-a/prometheus-cell may send to cert-manager/cert-manager on 9402/TCP"},
 		},
 		{
 			name:  "a cell without its Prometheus",

@@ -135,6 +135,13 @@ func TestLeakyPoliciesAreCaught(t *testing.T) {
 			wants: []string{"cell-c/postgres may send to cellpay-nats/nats on 4222/TCP", "cell-c/postgres may send to cell-c/cell on 7081/TCP"},
 		},
 		{
+			name: "a cell's egress opened to cert-manager",
+			add: []Object{policy(t, "cell-b", "metadata: {name: to-cert-manager}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n"+
+				"  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: cert-manager}}}]}]\n")},
+			wants: []string{"cell-b/cell may send to cert-manager/cert-manager on 9402/TCP", "cell-b/postgres may send to cert-manager/cert-manager-webhook on 10250/TCP",
+				"cell-b: not deny-by-default: an unlabelled pod may send to cert-manager/cert-manager-cainjector on 9402/TCP"},
+		},
+		{
 			name:  "instances cannot replicate",
 			drop:  "cell-b/postgres-egress",
 			wants: []string{"cell-b/postgres cannot reach cell-b/postgres on 5432/TCP", "cell-b/postgres cannot reach kube-system/kube-dns on 53/UDP"},

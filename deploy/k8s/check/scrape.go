@@ -13,6 +13,8 @@ const (
 	GTRMetricsPort      = 9070
 	PostgresMetricsPort = 9187 // CloudNativePG's exporter
 	PrometheusWebPort   = 9090 // remote write, at the global Prometheus
+	// CertManagerMetricsPort is cert-manager's controller's (http-metrics).
+	CertManagerMetricsPort = 9402
 )
 
 // isCellPrometheus says whether p is the Prometheus of cell namespace ns:
@@ -26,6 +28,12 @@ func isGlobalPrometheus(p Pod) bool {
 	return p.Namespace == MonitoringNamespace && p.Labels[NameLabel] == "prometheus" && p.Labels[PrometheusNameLabel] == GlobalPrometheus
 }
 
+// isCertManagerController says whether p is cert-manager's controller's
+// pods, in cert-manager's namespace (not its webhook or cainjector).
+func isCertManagerController(p Pod) bool {
+	return p.Namespace == CertManagerNamespace && p.Labels[NameLabel] == CertManagerName && p.Labels[ComponentLabel] == "controller"
+}
+
 // CheckScrape proves the monitoring's paths over the rendered policies, and
 // that they open nothing else:
 //
@@ -35,8 +43,10 @@ func isGlobalPrometheus(p Pod) bool {
 //     which no pod of ours admits; and nothing admits anything to it;
 //   - the global Prometheus admits only the cells' own Prometheus, on
 //     9090, and each of them gets through; it reaches every GTR pod on
-//     9070 and DNS, sends nowhere else but the API server's ports, and so
-//     into no cell.
+//     9070, cert-manager's controller on 9402 (in cert-manager's
+//     namespace, as far as our policies go: that namespace's own are not
+//     ours) and DNS, sends nowhere else but the API server's ports, and
+//     so into no cell, nor to cert-manager's webhook or cainjector.
 //
 // Who else may reach a cell, its Postgres or the GTR is CheckBoundary's
 // and CheckTrust's, which admit these scrapes and nothing more.
@@ -113,12 +123,18 @@ func globalPrometheusPaths(w *World, global Pod) []string {
 			}
 		}
 	}
-	gtrs := 0
+	gtrs, certManagers := 0, 0
 	for _, dst := range w.Pods {
 		if isGTR(dst) {
 			gtrs++
 			if !w.Net.Allowed(global, dst, GTRMetricsPort, corev1.ProtocolTCP) {
 				v = append(v, fmt.Sprintf("%s cannot scrape %s on %d/TCP", global, dst, GTRMetricsPort))
+			}
+		}
+		if isCertManagerController(dst) {
+			certManagers++
+			if !w.Net.Allowed(global, dst, CertManagerMetricsPort, corev1.ProtocolTCP) {
+				v = append(v, fmt.Sprintf("%s cannot scrape %s on %d/TCP", global, dst, CertManagerMetricsPort))
 			}
 		}
 		for _, t := range Targets(dst) {
@@ -128,14 +144,19 @@ func globalPrometheusPaths(w *World, global Pod) []string {
 			switch {
 			case apiServerPort(t) && apiServerOnly(w, global, dst, t):
 			case isGTR(dst) && t == Target{GTRMetricsPort, corev1.ProtocolTCP}:
+			case isCertManagerController(dst) && t == Target{CertManagerMetricsPort, corev1.ProtocolTCP}:
 			case dst.Namespace == "kube-system" && dst.Labels["k8s-app"] == "kube-dns" && t.Port == 53:
 			default:
-				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), DNS and the API server", global, dst, t, GTRMetricsPort))
+				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), cert-manager's controller (%d), DNS and the API server",
+					global, dst, t, GTRMetricsPort, CertManagerMetricsPort))
 			}
 		}
 	}
 	if gtrs == 0 {
 		v = append(v, "the global Prometheus has no GTR pod to scrape")
+	}
+	if certManagers == 0 {
+		v = append(v, "the global Prometheus has no cert-manager controller pod to scrape")
 	}
 	return v
 }

@@ -32,6 +32,13 @@ const (
 	PrometheusNameLabel = "operator.prometheus.io/name"
 	CellPrometheus      = "cell"
 	GlobalPrometheus    = "global"
+	// CertManagerNamespace is where cert-manager runs (installed
+	// beforehand, not ours), CertManagerName its pods' NameLabel and
+	// ComponentLabel tells its controller from its webhook and
+	// cainjector, as its own chart labels them.
+	CertManagerNamespace = "cert-manager"
+	CertManagerName      = "cert-manager"
+	ComponentLabel       = "app.kubernetes.io/component"
 )
 
 // World is every rendered object of every overlay, as one cluster would hold
@@ -47,8 +54,11 @@ type World struct {
 	// load balancer), pods in the default namespace wearing a cell's, the
 	// GTR's, an admin client's, a Postgres instance's and the CNPG
 	// operator's labels, a cell's and the global Prometheus's labels, an
-	// admin client (gtrctl) in the GTR's namespace,
-	// and an intruder (an unlabelled debug pod) in every cell namespace.
+	// admin client (gtrctl) in the GTR's namespace, cert-manager's
+	// controller, webhook and cainjector (all serving metrics on
+	// http-metrics, 9402), a pod in the default namespace wearing
+	// cert-manager's controller's labels, and an intruder (an unlabelled
+	// debug pod) in every cell namespace.
 	Pods []Pod
 	// Cells are the cell namespaces, sorted.
 	Cells []string
@@ -57,7 +67,7 @@ type World struct {
 // NewWorld builds the evaluator's view of objs.
 func NewWorld(objs []Object) *World {
 	w := &World{Objects: objs, Net: Network{Namespaces: map[string]map[string]string{
-		"kube-system": {}, "default": {}, CNPGNamespace: {},
+		"kube-system": {}, "default": {}, CNPGNamespace: {}, CertManagerNamespace: {},
 	}}}
 	for _, o := range objs {
 		switch t := o.Typed.(type) {
@@ -91,6 +101,13 @@ func NewWorld(objs []Object) *World {
 		Pod{Namespace: "default", Name: "spoofed-cnpg-operator", Labels: map[string]string{NameLabel: CNPGOperatorName}},
 		Pod{Namespace: "default", Name: "spoofed-cell-prometheus", Labels: prometheusLabels(CellPrometheus)},
 		Pod{Namespace: "default", Name: "spoofed-global-prometheus", Labels: prometheusLabels(GlobalPrometheus)},
+		certManagerPod(CertManagerNamespace, "cert-manager", CertManagerName, "controller",
+			corev1.ContainerPort{Name: "http-healthz", ContainerPort: 9403, Protocol: corev1.ProtocolTCP}),
+		certManagerPod(CertManagerNamespace, "cert-manager-webhook", "webhook", "webhook",
+			corev1.ContainerPort{Name: "https", ContainerPort: 10250, Protocol: corev1.ProtocolTCP},
+			corev1.ContainerPort{Name: "healthcheck", ContainerPort: 6080, Protocol: corev1.ProtocolTCP}),
+		certManagerPod(CertManagerNamespace, "cert-manager-cainjector", "cainjector", "cainjector"),
+		certManagerPod("default", "spoofed-cert-manager", CertManagerName, "controller"),
 	)
 	for _, c := range w.Cells {
 		w.Pods = append(w.Pods, Pod{Namespace: c, Name: "intruder", Labels: map[string]string{NameLabel: "debug"}})
@@ -116,6 +133,15 @@ func instancePod(c *cnpgv1.Cluster) Pod {
 		{Name: "status", ContainerPort: 8000, Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", ContainerPort: 9187, Protocol: corev1.ProtocolTCP},
 	}}
+}
+
+// certManagerPod is a pod of cert-manager as its chart makes them: its
+// name and component as labels, the release's instance, and the metrics
+// port every one of them serves (http-metrics, 9402) besides ports.
+func certManagerPod(ns, pod, name, component string, ports ...corev1.ContainerPort) Pod {
+	return Pod{Namespace: ns, Name: pod, Labels: map[string]string{
+		"app": name, NameLabel: name, "app.kubernetes.io/instance": "cert-manager", ComponentLabel: component,
+	}, Ports: append([]corev1.ContainerPort{{Name: "http-metrics", ContainerPort: CertManagerMetricsPort, Protocol: corev1.ProtocolTCP}}, ports...)}
 }
 
 // prometheusLabels are the labels the Prometheus Operator puts on the pods
@@ -184,7 +210,7 @@ var commonPorts = []Target{
 	{6443, corev1.ProtocolTCP}, {7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP}, {7081, corev1.ProtocolTCP},
 	{7082, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP}, {7091, corev1.ProtocolTCP}, {8000, corev1.ProtocolTCP},
 	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9070, corev1.ProtocolTCP}, {9081, corev1.ProtocolTCP},
-	{9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP},
+	{9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP}, {9402, corev1.ProtocolTCP},
 	{65535, corev1.ProtocolTCP},
 }
 
