@@ -48,7 +48,7 @@ func drainKeys(n int) []*adminproto.Attrs {
 // while the ones in flight complete; a ramped restore; and with NATS down,
 // routing and admin reads carry on, and a replica restarts from its file.
 func TestDrain(t *testing.T) {
-	ctx := ctxFor(t, 90*time.Second)
+	ctx := ctxFor(t, 3*time.Minute)
 	_, ns, gtrs, admins2 := twoReplicas(t, "gtr")
 	g1, g2 := gtrs[0], gtrs[1]
 	a1, a2 := admins2[0], admins2[1]

@@ -71,10 +71,11 @@ type Config struct {
 	Keys *cardkeys.Ring
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
 	MaxConns int32
-	// NoGroupCommit writes each durable state in a commit of its own
-	// instead of sharing commits with concurrent transactions (package
-	// store's group commit): for measuring.
-	NoGroupCommit bool
+	// GroupCommit makes the persists of concurrent transactions' states
+	// share commits (package store's group commit). Off by default until
+	// the reconciler's adoption of an issuer outcome checks the
+	// directory: see store/group.go.
+	GroupCommit bool
 	// StartTimeout bounds waiting for Postgres at start; default 60s.
 	StartTimeout time.Duration
 	// ShutdownTimeout bounds finishing in-flight work; default 15s.
@@ -460,7 +461,7 @@ func connectStore(ctx context.Context, cfg Config) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.NoGroupCommit {
+	if cfg.GroupCommit {
 		st.EnableGroupCommit(store.GroupCommit{})
 	}
 	return st, nil

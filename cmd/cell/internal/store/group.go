@@ -44,6 +44,20 @@ import (
 // taking the entry over while the claimant's write is in flight; the
 // window is there without group commit too, but queueing the write would
 // widen it, so that waits for the takeover rule's fix.
+//
+// Group commit is off by default (cell -group-commit turns it on). The
+// fault test that kills one instance of a cell under load
+// (TestCellInstances) found, with it on, a transaction past its point of
+// no return in two cells: the instance died after its batch committed a
+// sending record and before the PNR reached the GTR, the GTR re-routed
+// (its attempt had no Proceed, so another cell may take the entry over),
+// and the cell's reconciler later adopted the issuer's outcome of the
+// other cell's attempt for the orphaned sending record. The window is
+// there without batching (a commit, then the PNR's send), but a batch puts
+// many transactions in it at once. The fix is the reconciler's: adopt an
+// issuer outcome only while the directory entry is the cell's, and
+// abandon the record when another cell holds it (as it already does when
+// the issuer knows nothing).
 
 // GroupCommit configures group commit; zero values take the defaults in
 // brackets.
