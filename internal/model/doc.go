@@ -39,7 +39,9 @@
 //     on a concurrent attempt) and restart's AbandonUnsent (received
 //     becomes abandoned; the entry is not touched);
 //   - the reconciler: inquiry only, for sending records no attempt in the
-//     process is working on; the issuer's outcome if it has one; once no
+//     process is working on; the issuer's outcome if it has one, unless
+//     another cell holds the entry (it took it over: the outcome is its
+//     effect, and the record is abandoned); once no
 //     issuer request of the record's GTR call can still arrive (the
 //     model's NotFoundAfter, 20 s in the code), FAILED issuer_not_reached,
 //     written to the entry first, synchronously, if the entry is this

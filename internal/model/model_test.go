@@ -617,6 +617,11 @@ func (m *model) reconcile(i int) {
 			continue
 		}
 		if r, ok := m.outcome[id]; ok {
+			if m.takenOver(i, id, rec) {
+				// The issuer's effect is the other cell's attempt's.
+				m.logf("reconcile cell %d: %s -> %s (entry taken over)", i, id, rec.state)
+				continue
+			}
 			settle(rec, r)
 			if rec.state != failed {
 				m.finalizeLater(i, id, rec.payload, rec.result())
@@ -631,6 +636,28 @@ func (m *model) reconcile(i int) {
 		}
 		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
 	}
+}
+
+// takenOver is the reconciler's rule for an outcome the issuer has: with
+// the directory, an entry another cell holds was taken over (from an
+// attempt that never had Proceed), so the outcome is that cell's effect,
+// and this record is abandoned instead of adopting it
+// (reconcile.resolve). A missing entry is written by the real Finalize;
+// here the owner's later finalize does it.
+func (m *model) takenOver(i int, id string, rec *record) bool {
+	if m.rules.NoDirectory || m.rules.ReconcilerNoClaim {
+		return false
+	}
+	e := m.dir[id]
+	if e == nil || e.owner == i {
+		return false
+	}
+	if m.proceeded[rec.attempt] {
+		m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
+			i, id, rec.attempt.call, rec.attempt.attempt)
+	}
+	rec.state = abandoned
+	return true
 }
 
 // notReached is the reconciler's FAILED issuer_not_reached. With the

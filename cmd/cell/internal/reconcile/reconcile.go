@@ -53,8 +53,6 @@ type Directory interface {
 	// Finalize records owner's answer for k. It fails with an error
 	// matching ErrNotOwner when another cell owns k's entry.
 	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
-	// Later runs fn in the background, bounded; it may drop it.
-	Later(fn func(ctx context.Context) error, what string)
 }
 
 // Config configures a Reconciler.
@@ -69,13 +67,15 @@ type Config struct {
 	// tell.
 	Busy func(k idempotency.Key) bool
 	// Directory, CellID and ErrNotOwner: the transaction directory this
-	// cell claims transactions in. Optional: without it FAILED is recorded
-	// from the inquiry alone. With it, FAILED issuer_not_reached is
-	// recorded only after the directory took it (so that no other cell
-	// decides the transaction otherwise later); a record whose entry
-	// another cell owns is marked abandoned (that cell took it over, which
+	// cell claims transactions in. Optional: without it an outcome is
+	// recorded from the inquiry alone. With it, every outcome (the
+	// issuer's, or FAILED issuer_not_reached) is recorded only after the
+	// directory took it, so that no other cell decides the transaction
+	// otherwise later; a record whose entry another cell owns is marked
+	// abandoned, whatever the inquiry found (that cell took it over, which
 	// the directory's rules allow only from an attempt that never had the
-	// GTR's Proceed, so nothing of this record reached the issuer).
+	// GTR's Proceed, so nothing of this record reached the issuer, and an
+	// effect the issuer reports is the other cell's).
 	Directory   Directory
 	CellID      string
 	ErrNotOwner error
@@ -193,26 +193,29 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 			return false, nil // the send may still be on its way
 		}
 		out.State, out.DeclineReason = orchestrator.StateFailed, ReasonNotReached
-		if d := r.cfg.Directory; d != nil {
-			err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
-			switch {
-			case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
-				out.State, out.DeclineReason = orchestrator.StateAbandoned, ""
-			case err != nil:
-				return false, err // stays PENDING; tried again next round
-			}
-		}
 	default:
 		return false, err
 	}
+	// With the directory, the outcome is written to the entry first, and
+	// only while the entry is this cell's. The issuer keys effects by
+	// (partner, transaction ID), not by cell: when another cell took the
+	// entry over (allowed only from an attempt that never had the GTR's
+	// Proceed, so this record never reached the issuer), an outcome found
+	// is that cell's effect, and this record is abandoned rather than
+	// adopting it, or two cells would hold the transaction past its point
+	// of no return. The same holds for FAILED: no other cell decides the
+	// transaction otherwise later.
+	if d := r.cfg.Directory; d != nil {
+		err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
+		switch {
+		case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
+			out.State, out.AuthCode, out.DeclineReason = orchestrator.StateAbandoned, "", ""
+		case err != nil:
+			return false, err // stays PENDING; tried again next round
+		}
+	}
 	if err := r.cfg.Store.Persist(ctx, &out, orchestrator.StateSending); err != nil {
 		return false, err
-	}
-	if d := r.cfg.Directory; d != nil && out.State.Terminal() && out.State != orchestrator.StateFailed {
-		txn := out.Transaction()
-		d.Later(func(ctx context.Context) error {
-			return d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, txn)
-		}, "finalize")
 	}
 	return true, nil
 }

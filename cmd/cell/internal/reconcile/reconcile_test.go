@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -134,5 +135,73 @@ func TestResolves(t *testing.T) {
 	iss.down = true
 	if n, err := r.Once(context.Background()); err != nil || n != 0 || st.recs[key("x")].State != orchestrator.StateSending {
 		t.Fatalf("issuer down: %d, %v, %s", n, err, st.recs[key("x")].State)
+	}
+}
+
+// fakeDirectory owns entries by cell: Finalize succeeds for the owner (or
+// a missing entry) and fails with errNotOwner for any other cell.
+type fakeDirectory struct {
+	owners    map[idempotency.Key]string
+	down      bool
+	finalized []idempotency.Key
+}
+
+var errNotOwner = errors.New("not the owner")
+
+func (f *fakeDirectory) Finalize(_ context.Context, k idempotency.Key, owner string, _ idempotency.Fingerprint, _ string, _ *cellpayv1.Transaction) error {
+	if f.down {
+		return status.Error(codes.Unavailable, "nats down")
+	}
+	if o, ok := f.owners[k]; ok && o != owner {
+		return errNotOwner
+	}
+	f.finalized = append(f.finalized, k)
+	return nil
+}
+
+// TestOutcomeOnlyWhileTheEntryIsOurs: an issuer outcome found for a
+// sending record is adopted only after the directory took it for this
+// cell. When another cell took the entry over (the record's attempt never
+// had Proceed), the effect the issuer reports is that cell's, and the
+// record is abandoned, so that only one cell holds the transaction past
+// its point of no return. With the directory down, nothing is decided.
+func TestOutcomeOnlyWhileTheEntryIsOurs(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	rec := func(id string) *orchestrator.Record {
+		return &orchestrator.Record{PartnerID: "p-001", TransactionID: id, State: orchestrator.StateSending, UpdatedAt: now.Add(-time.Minute)}
+	}
+	st := &memStore{recs: map[idempotency.Key]*orchestrator.Record{
+		key("ours"): rec("ours"), key("taken"): rec("taken"), key("lost-taken"): rec("lost-taken"),
+	}}
+	iss := &fakeIssuer{answers: map[idempotency.Key]*issuerproto.AuthorizeResponse{
+		key("ours"):  {Approved: true, AuthCode: "A1"},
+		key("taken"): {Approved: true, AuthCode: "B1"}, // cell-b's effect
+	}}
+	dir := &fakeDirectory{down: true, owners: map[idempotency.Key]string{key("ours"): "cell-a", key("taken"): "cell-b", key("lost-taken"): "cell-b"}}
+	r, err := New(Config{Store: st, Issuer: iss, Directory: dir, CellID: "cell-a", ErrNotOwner: errNotOwner,
+		Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Once(context.Background()); n != 0 {
+		t.Fatalf("directory down: %d resolved, want 0", n)
+	}
+	for k, rec := range st.recs {
+		if rec.State != orchestrator.StateSending {
+			t.Fatalf("directory down: %s became %s", k, rec.State)
+		}
+	}
+	dir.down = false
+	if n, err := r.Once(context.Background()); err != nil || n != 3 {
+		t.Fatalf("Once = %d, %v; want 3", n, err)
+	}
+	for k, w := range map[idempotency.Key]string{key("ours"): "approved/A1/", key("taken"): "abandoned//", key("lost-taken"): "abandoned//"} {
+		r := st.recs[k]
+		if got := string(r.State) + "/" + r.AuthCode + "/" + r.DeclineReason; got != w {
+			t.Errorf("%s: %s, want %s", k, got, w)
+		}
+	}
+	if len(dir.finalized) != 1 || dir.finalized[0] != key("ours") {
+		t.Fatalf("finalized %v, want ours only", dir.finalized)
 	}
 }
