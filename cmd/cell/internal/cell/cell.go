@@ -73,8 +73,8 @@ type Config struct {
 	MaxConns int32
 	// GroupCommit makes the persists of concurrent transactions' states
 	// share commits (package store's group commit). Off by default until
-	// the reconciler's adoption of an issuer outcome checks the
-	// directory: see store/group.go.
+	// the fault tests have run with it on since the reconciler's fix: see
+	// store/group.go.
 	GroupCommit bool
 	// StartTimeout bounds waiting for Postgres at start; default 60s.
 	StartTimeout time.Duration

@@ -54,10 +54,10 @@ import (
 // and the cell's reconciler later adopted the issuer's outcome of the
 // other cell's attempt for the orphaned sending record. The window is
 // there without batching (a commit, then the PNR's send), but a batch puts
-// many transactions in it at once. The fix is the reconciler's: adopt an
-// issuer outcome only while the directory entry is the cell's, and
-// abandon the record when another cell holds it (as it already does when
-// the issuer knows nothing).
+// many transactions in it at once. The reconciler now adopts an issuer
+// outcome only while the directory entry is the cell's, and abandons the
+// record when another cell holds it (reconcile.resolve); group commit
+// stays off by default until the fault tests have run with it on again.
 
 // GroupCommit configures group commit; zero values take the defaults in
 // brackets.
