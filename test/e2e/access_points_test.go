@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,11 +36,18 @@ const (
 	callTimeout  = time.Second
 )
 
+// loadSeq numbers the access point loads of this process.
+var loadSeq atomic.Int64
+
 // accessPointLoad is open-loop load through both access points.
 func accessPointLoad(name string, fo failover.Config, rate float64) load.Config {
 	return load.Config{
 		Target: load.TargetGTR, Endpoints: []string{env.gtrAddr, env.backupAddr}, DialOptions: env.gtrOpts,
-		Mode: load.ModeOpen, Rate: rate, Concurrency: 256, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + name,
+		Mode: load.ModeOpen, Rate: rate, Concurrency: 256, Seed: uint64(time.Now().UnixNano()),
+		// A run ID of its own per load (go test -count=N runs a test
+		// again in the same process: the same IDs with other payloads
+		// would be ALREADY_EXISTS).
+		RunID: fmt.Sprintf("%s-%s-%d", runID, name, loadSeq.Add(1)),
 		PerRequestTimeout: 12 * time.Second,
 		// Enough attempts to outlast a transaction caught by the cut in the
 		// middle of its point-of-no-return handshake: its cell holds it until

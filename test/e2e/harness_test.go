@@ -59,7 +59,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer os.RemoveAll(tmp)
+	// CELLPAY_E2E_KEEP=1 keeps the platform's directory (its processes'
+	// logs under logs/) for reading a failure after the run.
+	if os.Getenv("CELLPAY_E2E_KEEP") == "1" {
+		defer fmt.Fprintln(os.Stderr, "e2e: kept", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // the postgres user must traverse it
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
