@@ -308,13 +308,16 @@ func (m *model) persist(x msg, a orchestrator.Persist) orchestrator.Event {
 	return orchestrator.Persisted{}
 }
 
-// markSending delivers a parked persist from received: nothing is
-// persisted from received once the stream is cancelled (server.perform).
+// markSending delivers a parked persist from received: nothing but a step
+// back to abandoned is persisted from received once the stream is
+// cancelled (server.perform).
 func (m *model) markSending(r *run) {
 	cl := m.cells[r.x.cell]
 	a := cl.persisting[r.key()]
 	delete(cl.persisting, r.key())
-	if m.cancelled[r.key()] {
+	if m.cancelled[r.key()] && a.Record.State != orchestrator.StateAbandoned {
+		// A step back to abandoned is written all the same: it lets a
+		// duplicate reclaim the record (server.perform).
 		m.resume(r, orchestrator.StoreFailed{Err: errors.New("caller gone before the point of no return")})
 		return
 	}

@@ -554,8 +554,14 @@ func (m *Machine) afterRisk(ev Event) Action {
 		}
 		return m.finishBeforePNR()
 	case StoreFailed:
-		m.phase = phaseDone
-		return Reroute{Reason: "store: " + ev.Err.Error()}
+		// The record this attempt wrote steps back to abandoned before the
+		// re-route: left in received, it would hold every duplicate of a
+		// live instance in its wait until a restart abandoned it.
+		m.phase = phaseRevert
+		m.reason = "store: " + ev.Err.Error()
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateReceived}
 	}
 	return m.unexpected(ev)
 }

@@ -47,7 +47,7 @@ func accessPointLoad(name string, fo failover.Config, rate float64) load.Config 
 		// A run ID of its own per load (go test -count=N runs a test
 		// again in the same process: the same IDs with other payloads
 		// would be ALREADY_EXISTS).
-		RunID: fmt.Sprintf("%s-%s-%d", runID, name, loadSeq.Add(1)),
+		RunID:             fmt.Sprintf("%s-%s-%d", runID, name, loadSeq.Add(1)),
 		PerRequestTimeout: 12 * time.Second,
 		// Enough attempts to outlast a transaction caught by the cut in the
 		// middle of its point-of-no-return handshake: its cell holds it until

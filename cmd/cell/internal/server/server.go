@@ -322,7 +322,8 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 		}
 		return orchestrator.Velocity{Count: n, Amount: amt}, ctx
 	case orchestrator.Persist:
-		if a.From == orchestrator.StateReceived && ctx.Err() != nil {
+		stepBack := a.Record.State == orchestrator.StateAbandoned
+		if a.From == orchestrator.StateReceived && ctx.Err() != nil && !stepBack {
 			// The GTR has given up on this attempt and may be restarting it
 			// elsewhere: record no outcome here, and stop short of the
 			// point of no return rather than ask for a confirmation it
@@ -330,11 +331,19 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 			return orchestrator.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", ctx.Err())}, ctx
 		}
 		pctx := ctx
-		if a.Record.State == orchestrator.StateSending {
+		switch {
+		case a.Record.State == orchestrator.StateSending:
 			// Once begun, this write must end one way or the other, not be
 			// cut off leaving us unsure whether it committed; the handshake
 			// that follows is what honours a GTR that gave up.
 			pctx = context.WithoutCancel(ctx)
+		case stepBack:
+			// A step back to abandoned is written even when the GTR is
+			// gone (most often why the attempt steps back): it is what
+			// lets a duplicate reclaim the record. Bounded.
+			var cancel context.CancelFunc
+			pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+			defer cancel()
 		}
 		persist := s.cfg.Store.Persist
 		if a.From == orchestrator.StateSending {
