@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -113,7 +113,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		return err
 	}
-	pgBase, err := freePortRun(2 * len(env.cells))
+	pgBase, err := testutil.FreePortRun(2 * len(env.cells))
 	if err != nil {
 		return err
 	}
@@ -207,27 +207,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// freePortRun finds n consecutive free ports (the private Postgres clusters
-// take PGBasePort+i).
-func freePortRun(n int) (int, error) {
-	for range 100 {
-		base := 20000 + rand.IntN(20000)
-		ok := true
-		for i := range n {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no run of %d free ports", n)
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -51,7 +51,7 @@ func instancesTarget(t *testing.T) faultTarget {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := freePortRun(len(cells))
+	pgBase, err := testutil.FreePortRun(len(cells))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -89,7 +90,7 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := freePortRun(cells)
+	pgBase, err := testutil.FreePortRun(cells)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -43,7 +44,7 @@ func TestTelemetryScrape(t *testing.T) {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := freePortRun(1)
+	pgBase, err := testutil.FreePortRun(1)
 	if err != nil {
 		t.Fatal(err)
 	}

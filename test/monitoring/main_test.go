@@ -9,8 +9,6 @@ package monitoring
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // env is what the package's tests share: one platform, one Prometheus,
@@ -78,7 +77,7 @@ func run(m *testing.M) int {
 // env.traces.
 func startPlatform(ctx context.Context, tmp, bin string) error {
 	// Each component's port and its port + 2000 (its metrics) free.
-	ports, err := freePortPairs(6)
+	ports, err := testutil.FreePortPairs(6, 2000)
 	if err != nil {
 		return err
 	}
@@ -94,7 +93,7 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		return err
 	}
-	pgBase, err := freePortRun(2 * len(env.cells))
+	pgBase, err := testutil.FreePortRun(2 * len(env.cells))
 	if err != nil {
 		return err
 	}
@@ -120,51 +119,4 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 		},
 	})
 	return err
-}
-
-// freePortPairs returns n loopback ports that were free a moment ago, each
-// with its port + 2000 (platform.MetricsAddr) free too.
-func freePortPairs(n int) ([]int, error) {
-	var out []int
-	seen := map[int]bool{}
-	for tries := 0; len(out) < n && tries < 1000; tries++ {
-		p := 20000 + rand.IntN(40000)
-		if seen[p] || seen[p+2000] || seen[p-2000] || !free(p) || !free(p+2000) {
-			continue
-		}
-		seen[p], seen[p+2000] = true, true
-		out = append(out, p)
-	}
-	if len(out) < n {
-		return nil, fmt.Errorf("found %d of %d free port pairs", len(out), n)
-	}
-	return out, nil
-}
-
-// freePortRun finds n consecutive free ports (the private Postgres clusters
-// take PGBasePort+i).
-func freePortRun(n int) (int, error) {
-	for range 100 {
-		base := 20000 + rand.IntN(40000)
-		ok := true
-		for i := range n {
-			if !free(base + i) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no run of %d free ports", n)
-}
-
-func free(port int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }

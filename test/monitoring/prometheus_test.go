@@ -91,7 +91,7 @@ func startPrometheus(t *testing.T, p *platform.Platform) *prometheus {
 	if err := os.WriteFile(cfgFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ports, err := freePortPairs(1)
+	ports, err := testutil.FreePortPairs(1, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
