@@ -64,6 +64,9 @@ func (m *model) claim(r *run, a orchestrator.Claim) orchestrator.Event {
 		ours = ours || e.Owner == r.in.CellID
 	}
 	if ours {
+		if m.rules.IgnorePayload {
+			e.Fingerprint = r.in.Fingerprint // the cell does not compare payloads
+		}
 		return orchestrator.Claimed{Entry: e, Active: m.active(r)}
 	}
 	return m.held(r, e)

@@ -71,9 +71,9 @@
 //
 // With Rules.GroupCommit (TestProtocolGroupCommit) every persist waits in
 // the process for a shared commit, a message of its own, as the cell's
-// group commit does; Rules.AsyncInsert queues the insert or reclaim too,
-// and shows a race in the window between a claim and its record's write
-// that is there with or without group commit (TestClaimWriteWindow).
+// group commit does; Rules.AsyncInsert (TestProtocolAsyncInsert) queues
+// the insert or reclaim too, which opens the window between a claim and
+// its record's write to every other step.
 //
 // instances_test.go is a second, smaller model: one cell of two instances
 // sharing its store (docs/design/cell-instances.md), each attempt the real

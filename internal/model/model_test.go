@@ -97,16 +97,16 @@ type Rules struct {
 	GroupCommit bool
 	// AsyncInsert, with GroupCommit, queues the insert or reclaim too,
 	// which opens the window between a claim and its record's write to
-	// other steps. It is not a broken rule either: the window exists in
-	// the code with or without group commit (two round trips), and with
-	// it rapid finds at once a duplicate attempt in the same cell taking
-	// over an entry whose claimant's reclaim has not yet committed (its
-	// record still reads abandoned), so that the issuer is called by an
-	// attempt that no longer holds the entry (TestClaimWriteWindow). The
-	// entry stays the cell's and the issuer's dedupe keeps one effect, but
-	// the rule "the issuer is called by the owner only" breaks; the
-	// takeover rule needs the claimant's liveness (the instance lease) as
-	// well as the record's state. Left for the directory's owner.
+	// other steps (the window is in the code with or without group
+	// commit: two round trips). Rapid found two races in it, both fixed in
+	// the machine: a duplicate attempt in the same cell took the entry over
+	// from a claimant whose reclaim had not yet committed (the record
+	// still read abandoned), and the claimant called the issuer under an
+	// entry naming another call (a reclaim now comes before the claim, so
+	// only the attempt that wins the record takes the entry); and an entry
+	// taken over by a cell that crashed before its insert let another
+	// payload start there (a claimed entry's payload is now compared, as a
+	// record's is). TestProtocolAsyncInsert.
 	AsyncInsert bool
 }
 

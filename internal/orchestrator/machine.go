@@ -159,9 +159,6 @@ const (
 	// thenGoOn: the record was inserted under an entry of another attempt
 	// of this cell; the entry is now this attempt's: go on to risk.
 	thenGoOn
-	// thenReclaim: the abandoned record is restarted under this attempt's
-	// entry.
-	thenReclaim
 	// thenPin: the entry is pinned, and the sending record answers
 	// PENDING.
 	thenPin
@@ -259,6 +256,14 @@ func (m *Machine) afterClaim(ev Event) Action {
 	case Claimed:
 		e := ev.Entry
 		m.claim = &e
+		if err := m.checkPayload(e.FingerprintKeyID, e.Fingerprint); err != nil {
+			// This cell's entry names another first payload: one of its
+			// attempts claimed it and may have been lost before its record
+			// was written (a crash between the claim and the insert), while
+			// the payload was decided in the cell it was taken over from.
+			// The entry's payload is the transaction's, as a record's is.
+			return m.giveUp(Reject{Err: err})
+		}
 		switch m.next {
 		case thenInsert:
 			if e.State == EntryAbandoned {
@@ -281,10 +286,6 @@ func (m *Machine) afterClaim(ev Event) Action {
 				return m.giveUp(Reject{Err: ErrInProgress})
 			}
 			return m.claimEntry(e.Revision, m.next)
-		}
-		if m.next == thenReclaim {
-			m.phase = phaseInsert
-			return Reclaim{Record: m.rec}
 		}
 		return m.checkRisk()
 	case Held:
@@ -487,7 +488,14 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// the transaction (it would own the entry), so restart it here.
 		return Reclaim{Record: m.rec}
 	case prev.State == StateAbandoned && m.claim != nil:
-		return m.claimEntry(m.claim.Revision, thenReclaim)
+		// The entry is this cell's, of another attempt. The record decides
+		// which attempt here restarts it: reclaim first (only one attempt
+		// wins the conditional write), then take the entry for the winner
+		// (afterInsert's Inserted). Claiming first let a loser take the
+		// entry from the winner while the winner's write was in flight,
+		// and the winner went on to the issuer under an entry naming
+		// another call (TestClaimWriteWindow).
+		return Reclaim{Record: m.rec}
 	case prev.State == StateAbandoned && !m.in.LastResort:
 		// An attempt here stopped before its point of no return; the GTR
 		// may have completed the transaction on another cell since. Send it
