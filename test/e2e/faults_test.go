@@ -52,6 +52,9 @@ type fault struct {
 	heal   func(t *testing.T, ctx context.Context)
 	// hold is how long the fault lasts.
 	hold time.Duration
+	// extra, if set, returns the answers of calls the fault made itself,
+	// checked with the load's.
+	extra func() []checker.Answer
 }
 
 // runFault runs load with the fault in the middle, then checks the
@@ -114,6 +117,9 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	t.Logf("%s: load: sent %d, completed %d, statuses %v, errors %v, p99 %.1f ms",
 		f.name, rep.Sent, rep.Completed, rep.Statuses, rep.Errors, rep.Latency.P99)
 
+	if f.extra != nil {
+		answers = append(answers, f.extra()...)
+	}
 	ccfg := target.checkerConfig()
 	keys := make([]idempotency.Key, 0, len(answers))
 	for _, a := range answers {

@@ -219,7 +219,14 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // cellDB connects to a cell's own Postgres.
 func cellDB(t *testing.T, ctx context.Context, cellID string) *pgx.Conn {
 	t.Helper()
-	url := env.p.CellDatabaseURL(cellID)
+	return sharedTarget().db(t, ctx, cellID)
+}
+
+// db connects to the database of target's cell cellID, closed with the
+// test.
+func (target faultTarget) db(t *testing.T, ctx context.Context, cellID string) *pgx.Conn {
+	t.Helper()
+	url := target.p.CellDatabaseURL(cellID)
 	if url == "" {
 		t.Fatalf("no database for cell %q", cellID)
 	}
@@ -235,7 +242,13 @@ func cellDB(t *testing.T, ctx context.Context, cellID string) *pgx.Conn {
 // partner's transaction id.
 func effects(t *testing.T, ctx context.Context, partner, id string) (effects, requests int32) {
 	t.Helper()
-	resp, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{
+	return effectsOn(t, ctx, env.issuer, partner, id)
+}
+
+// effectsOn is effects at issuer.
+func effectsOn(t *testing.T, ctx context.Context, issuer issuerproto.IssuerClient, partner, id string) (effects, requests int32) {
+	t.Helper()
+	resp, err := issuer.Effects(ctx, &issuerproto.EffectsRequest{
 		Transactions: []*issuerproto.TransactionRef{{PartnerId: partner, TransactionId: id}},
 	})
 	if err != nil {

@@ -11,9 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/cellpay/cellpay/internal/checker"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -51,14 +55,14 @@ func instancesTarget(t *testing.T) faultTarget {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := testutil.FreePortRun(len(cells))
+	pgBase, err := testutil.FreePortRun(2 * len(cells)) // primaries, then standbys
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := platform.Start(ctx, platform.Config{
 		BinDir: env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
 		RefData: filepath.Join(env.root, "config", "refdata.json"), Cells: cells, CellInstances: 2,
-		IssuerAddr: addr(ports[0]), GTRAddr: addr(ports[1]), AdminAddr: addr(ports[2]), PGBasePort: pgBase,
+		IssuerAddr: addr(ports[0]), GTRAddr: addr(ports[1]), AdminAddr: addr(ports[2]), PGBasePort: pgBase, StandbyBasePort: pgBase + len(cells),
 		NoBackupGTR: true, NATS: true, NATSAddr: addr(ports[3]),
 		RefDataSource: filepath.Join(env.root, "config", "refdata"), CallbackAddr: addr(ports[4]),
 	})
@@ -105,8 +109,9 @@ func pairPort(t *testing.T) int {
 // TestCellInstances: a cell of two instances sharing one Postgres rides
 // through the loss of either, under load, with every invariant held and
 // no partner seeing an error: kill -9 of one instance (and its restart), a
-// rolling restart of both, and duplicates of in-flight transactions that
-// land on the other instance.
+// rolling restart of both, kill -9 of the cell's primary Postgres (both
+// instances move to the promoted standby), and duplicates of in-flight
+// transactions that land on the other instance.
 func TestCellInstances(t *testing.T) {
 	target := instancesTarget(t)
 
@@ -149,54 +154,119 @@ func TestCellInstances(t *testing.T) {
 		noFailuresShown(t, answers)
 	})
 
+	// Both instances of cell-a lose their database at once and move to the
+	// promoted standby (the lease table and the reconciler's lock with it).
+	t.Run("kill the primary database", func(t *testing.T) { killPrimary(t, target, "cell-a") })
+
 	t.Run("duplicate on the other instance", func(t *testing.T) {
-		ctx := ctxFor(t, time.Minute)
-		// A slow issuer keeps each first attempt in flight while its
-		// duplicate arrives; round robin sends the two calls to the two
-		// instances.
-		if _, err := target.issuer.SetFaults(ctx, &issuerproto.Faults{LatencyMs: 400}); err != nil {
-			t.Fatal(err)
-		}
-		defer target.issuer.SetFaults(context.Background(), &issuerproto.Faults{})
-		const n = 20
-		var wg sync.WaitGroup
-		answers := make([][2]*cellpayv1.Transaction, n)
-		errs := make([][2]error, n)
-		for i := range n {
-			req := request(fmt.Sprintf("instdup-%d", i), freshPAN())
-			for j := range 2 {
-				wg.Go(func() { answers[i][j], errs[i][j] = target.payments.SubmitTransaction(ctx, req) })
-			}
-		}
-		wg.Wait()
-		for i := range n {
-			a, b := answers[i][0], answers[i][1]
-			if errs[i][0] != nil || errs[i][1] != nil {
-				t.Fatalf("duplicate %d: errors %v, %v", i, errs[i][0], errs[i][1])
-			}
-			if a.GetStatus() != cellpayv1.TransactionStatus_APPROVED || b.GetStatus() != a.GetStatus() || a.GetAuthCode() != b.GetAuthCode() || a.GetCellId() != b.GetCellId() {
-				t.Fatalf("duplicate %d answered %v/%s on %s and %v/%s on %s; want one APPROVED answer", i,
-					a.GetStatus(), a.GetAuthCode(), a.GetCellId(), b.GetStatus(), b.GetAuthCode(), b.GetCellId())
-			}
-		}
-		// One charge per transaction, for the two calls.
-		refs := make([]*issuerproto.TransactionRef, n)
-		for i := range n {
-			refs[i] = &issuerproto.TransactionRef{PartnerId: "p-001", TransactionId: runID + "-" + fmt.Sprintf("instdup-%d", i)}
-		}
-		resp, err := target.issuer.Effects(ctx, &issuerproto.EffectsRequest{Transactions: refs})
+		var mu sync.Mutex
+		var dups []checker.Answer
+		answers := runFaultOn(t, target, fault{
+			name: "instdup",
+			break_: func(t *testing.T, ctx context.Context) {
+				for i := range 5 {
+					a := duplicateOnSibling(t, ctx, target, "cell-a", fmt.Sprintf("instdup-%d", i))
+					mu.Lock()
+					dups = append(dups, a...)
+					mu.Unlock()
+				}
+			},
+			heal:  func(*testing.T, context.Context) {},
+			extra: func() []checker.Answer { mu.Lock(); defer mu.Unlock(); return dups },
+		})
+		noFailuresShown(t, answers)
+	})
+}
+
+// duplicateOnSibling plays the GTR on two instances of cell: an attempt
+// at the first instance is held between its durable sending state and
+// the GTR's Proceed, and a duplicate of it (another GTR call, as from the
+// other GTR replica or a partner's retry) starts at the second instance.
+// The duplicate must wait on the durable record, not answer PENDING or
+// re-route, and then answer what the first attempt answered; the issuer
+// charges once. It returns both answers for the checker.
+func duplicateOnSibling(t *testing.T, ctx context.Context, target faultTarget, cell, id string) []checker.Answer {
+	t.Helper()
+	in := target.p.Instances(cell)
+	if len(in) < 2 {
+		t.Fatalf("%s has %d instances, want 2", cell, len(in))
+	}
+	asGTR, err := target.p.ClientTLS(platform.GTR) // a cell serves Process to the GTR's identity only
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request(id, freshPAN())
+	start := func(addr, call string) cellproto.Cell_ProcessClient {
+		conn, err := grpc.NewClient(addr, asGTR)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen := 0
-		for _, e := range resp.GetEffects() {
-			seen++
-			if e.GetEffects() != 1 {
-				t.Fatalf("%s charged %d times", e.GetTransactionId(), e.GetEffects())
-			}
+		t.Cleanup(func() { conn.Close() })
+		stream, err := cellproto.NewCellClient(conn).Process(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if seen != n {
-			t.Fatalf("issuer knows %d of the %d transactions", seen, n)
+		if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+			Request: req, Attempt: 1, RouteRule: "everything", CallId: call,
+		}}}); err != nil {
+			t.Fatal(err)
 		}
-	})
+		return stream
+	}
+	first := start(in[0].Addr, "e2e-"+runID+"-"+id+"-first")
+	if ev, err := first.Recv(); err != nil || ev.GetPointOfNoReturn() == nil {
+		t.Fatalf("%s at %s: want its point of no return, got %v %v", id, in[0].Name, ev, err)
+	}
+	dup := start(in[1].Addr, "e2e-"+runID+"-"+id+"-dup")
+	type recv struct {
+		ev  *cellproto.ProcessEvent
+		err error
+		at  time.Time
+	}
+	got := make(chan recv, 1)
+	go func() {
+		ev, err := dup.Recv()
+		got <- recv{ev, err, time.Now()}
+	}()
+	// The first attempt is in sending at the other instance, which may yet
+	// step back: any answer now (PENDING, a re-route) would be wrong.
+	select {
+	case r := <-got:
+		t.Fatalf("the duplicate at %s answered while the attempt at %s was before its Proceed: %v %v", in[1].Name, in[0].Name, r.ev, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	proceeded := time.Now()
+	if err := first.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := first.Recv()
+	if err != nil || ev.GetResult() == nil {
+		t.Fatalf("%s at %s after Proceed: %v %v, want its result", id, in[0].Name, ev, err)
+	}
+	a := ev.GetResult()
+	var r recv
+	select {
+	case r = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the duplicate at %s did not answer within 15 s of the first attempt's Proceed", in[1].Name)
+	}
+	b := r.ev.GetResult()
+	if r.err != nil || b == nil {
+		t.Fatalf("the duplicate at %s: %v %v, want a result", in[1].Name, r.ev, r.err)
+	}
+	if r.at.Before(proceeded) {
+		t.Fatalf("the duplicate at %s answered before the first attempt's Proceed", in[1].Name)
+	}
+	if a.GetStatus() == cellpayv1.TransactionStatus_PENDING || b.GetStatus() != a.GetStatus() || b.GetAuthCode() != a.GetAuthCode() || b.GetDeclineReason() != a.GetDeclineReason() {
+		t.Fatalf("%s answered %v/%s%s at %s and %v/%s%s at %s; want one final answer", id,
+			a.GetStatus(), a.GetAuthCode(), a.GetDeclineReason(), in[0].Name, b.GetStatus(), b.GetAuthCode(), b.GetDeclineReason(), in[1].Name)
+	}
+	eff, _ := effectsOn(t, ctx, target.issuer, req.GetPartnerId(), req.GetTransactionId())
+	if eff > 1 || a.GetStatus() == cellpayv1.TransactionStatus_APPROVED && eff != 1 {
+		t.Fatalf("%s %v: the issuer applied it %d times", id, a.GetStatus(), eff)
+	}
+	return []checker.Answer{
+		checker.AnswerOf(req.GetPartnerId(), req.GetTransactionId(), a, nil),
+		checker.AnswerOf(req.GetPartnerId(), req.GetTransactionId(), b, nil),
+	}
 }

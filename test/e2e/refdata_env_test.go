@@ -90,20 +90,21 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := testutil.FreePortRun(cells)
+	pgBase, err := testutil.FreePortRun(2 * cells) // primaries, then standbys
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.p, err = platform.Start(ctx, platform.Config{
-		BinDir:     env.bin,
-		DataDir:    filepath.Join(dir, "data"),
-		GTRConfig:  gtrConfig,
-		RefData:    filepath.Join(env.root, "config", "refdata.json"), // bootstrap only
-		Cells:      e.cells,
-		IssuerAddr: addr(ports[1]),
-		GTRAddr:    addr(ports[2]),
-		AdminAddr:  addr(ports[3]),
-		PGBasePort: pgBase,
+		BinDir:          env.bin,
+		DataDir:         filepath.Join(dir, "data"),
+		GTRConfig:       gtrConfig,
+		RefData:         filepath.Join(env.root, "config", "refdata.json"), // bootstrap only
+		Cells:           e.cells,
+		IssuerAddr:      addr(ports[1]),
+		GTRAddr:         addr(ports[2]),
+		AdminAddr:       addr(ports[3]),
+		PGBasePort:      pgBase,
+		StandbyBasePort: pgBase + cells,
 		// One access point: these tests look at one GTR.
 		NoBackupGTR: true,
 		Env:         []string{"CELL_NATS_URL=" + e.natsURL},

@@ -52,9 +52,13 @@ func finalRows(t *testing.T, ctx context.Context, conn *pgx.Conn) map[[2]string]
 // still readable and equal (GetTransaction), nothing lost or applied
 // twice, no re-route after a PNR, PENDING all resolved. The old primary's
 // node returns as the synchronous standby and takes no writes.
-func TestFaultKillPrimaryPostgres(t *testing.T) {
-	const cell = "cell-b"
-	if env.p.Standby(cell) == nil {
+func TestFaultKillPrimaryPostgres(t *testing.T) { killPrimary(t, sharedTarget(), "cell-b") }
+
+// killPrimary is TestFaultKillPrimaryPostgres on target's cell.
+func killPrimary(t *testing.T, target faultTarget, cell string) {
+	t.Helper()
+	p := target.p
+	if p.Standby(cell) == nil {
 		t.Fatalf("%s has no standby", cell)
 	}
 	var (
@@ -63,11 +67,11 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 		promoted time.Time
 		oldDir   string
 	)
-	answers := runFault(t, fault{
+	answers := runFaultOn(t, target, fault{
 		name: "pgprimary",
 		break_: func(t *testing.T, ctx context.Context) {
-			prim := env.p.Postgres(cell)
-			before = finalRows(t, ctx, cellDB(t, ctx, cell))
+			prim := p.Postgres(cell)
+			before = finalRows(t, ctx, target.db(t, ctx, cell))
 			oldDir = prim.DataDir()
 			killed = time.Now()
 			if err := syscall.Kill(-prim.Pid(), syscall.SIGKILL); err != nil {
@@ -81,10 +85,10 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 		hold: 100 * time.Millisecond,
 		heal: func(t *testing.T, ctx context.Context) {
 			// Nobody heals it: the launcher must have failed over by itself.
-			testutil.Eventually(t, failoverBound, "the standby promoted", func() bool { return len(env.p.Failovers(cell)) > 0 })
-			f := env.p.Failovers(cell)[len(env.p.Failovers(cell))-1]
+			testutil.Eventually(t, failoverBound, "the standby promoted", func() bool { return len(p.Failovers(cell)) > 0 })
+			f := p.Failovers(cell)[len(p.Failovers(cell))-1]
 			promoted = f.Promoted
-			testutil.Eventually(t, failoverBound, cell+" serving on its promoted standby", func() bool { return serving(cell, time.Second) })
+			testutil.Eventually(t, failoverBound, cell+" serving on its promoted standby", func() bool { return target.serving(cell, time.Second) })
 			t.Logf("%s: %s; promoted %d ms after the kill (%d ms after detection), serving %d ms after the kill",
 				cell, f.Reason, f.Promoted.Sub(killed).Milliseconds(), f.Took().Milliseconds(), time.Since(killed).Milliseconds())
 			if time.Since(killed) > failoverBound {
@@ -97,7 +101,7 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 	if len(before) == 0 {
 		t.Fatalf("%s had no final transaction before the kill: the fault tested nothing", cell)
 	}
-	after := finalRows(t, ctx, cellDB(t, ctx, cell))
+	after := finalRows(t, ctx, target.db(t, ctx, cell))
 	for k, st := range before {
 		if after[k] != st {
 			t.Errorf("%s/%s was %s on the old primary, %q on the new one", k[0], k[1], st, after[k])
@@ -108,7 +112,7 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 	// The cell takes traffic again: transactions created after the
 	// promotion are committed there (a short second load, since the GTR
 	// brings a returning cell back on a small share first).
-	conn := cellDB(t, ctx, cell)
+	conn := target.db(t, ctx, cell)
 	newRows := func() int {
 		var n int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM transactions WHERE created_at > $1", promoted).Scan(&n); err != nil {
@@ -118,9 +122,9 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 	}
 	if newRows() == 0 {
 		cfg := load.Config{
-			Target: load.TargetGTR, Addr: env.gtrAddr, DialOptions: env.gtrOpts, Mode: load.ModeOpen,
+			Target: load.TargetGTR, Addr: target.gtrAddr, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
 			Rate: 50, Concurrency: 64, Count: 150, Duration: 3 * time.Second, Seed: uint64(time.Now().UnixNano()),
-			RunID: runID + "-pgprimary-after", PerRequestTimeout: 12 * time.Second,
+			RunID: runID + "-pgprimary-after-" + cell, PerRequestTimeout: 12 * time.Second,
 		}
 		if _, err := load.Run(ctx, cfg, nil); err != nil {
 			t.Fatal(err)
@@ -135,9 +139,9 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 	// The old primary's node comes back as the synchronous standby,
 	// read-only; the old data dir is never started.
 	testutil.Eventually(t, 90*time.Second, "a new synchronous standby for "+cell, func() bool {
-		return !env.p.Degraded(cell) && env.p.Standby(cell) != nil
+		return !p.Degraded(cell) && p.Standby(cell) != nil
 	})
-	sb := env.p.Standby(cell)
+	sb := p.Standby(cell)
 	if sb.DataDir() != oldDir {
 		t.Errorf("new standby in %s, want the old primary's node %s", sb.DataDir(), oldDir)
 	}
@@ -149,7 +153,7 @@ func TestFaultKillPrimaryPostgres(t *testing.T) {
 	if _, err := su.Exec(ctx, "CREATE TABLE fenced_probe (id int)"); err == nil || !isReadOnly(err) {
 		t.Fatalf("a write on the old primary's node: %v, want read_only_sql_transaction", err)
 	}
-	if names, err := env.p.Postgres(cell).SynchronousStandby(ctx); err != nil || names != "cellpay_standby" {
+	if names, err := p.Postgres(cell).SynchronousStandby(ctx); err != nil || names != "cellpay_standby" {
 		t.Fatalf("synchronous_standby_names on the new primary = %q, %v", names, err)
 	}
 }

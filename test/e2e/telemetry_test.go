@@ -44,20 +44,21 @@ func TestTelemetryScrape(t *testing.T) {
 	if err := os.WriteFile(gtrConfig, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pgBase, err := testutil.FreePortRun(1)
+	pgBase, err := testutil.FreePortRun(2 * 1) // primaries, then standbys
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := platform.Start(ctx, platform.Config{
-		BinDir:     env.bin,
-		DataDir:    filepath.Join(dir, "data"),
-		GTRConfig:  gtrConfig,
-		RefData:    filepath.Join(env.root, "config", "refdata.json"),
-		Cells:      []platform.CellSpec{cell},
-		IssuerAddr: addr(1),
-		GTRAddr:    addr(2),
-		AdminAddr:  addr(3),
-		PGBasePort: pgBase,
+		BinDir:          env.bin,
+		DataDir:         filepath.Join(dir, "data"),
+		GTRConfig:       gtrConfig,
+		RefData:         filepath.Join(env.root, "config", "refdata.json"),
+		Cells:           []platform.CellSpec{cell},
+		IssuerAddr:      addr(1),
+		GTRAddr:         addr(2),
+		AdminAddr:       addr(3),
+		PGBasePort:      pgBase,
+		StandbyBasePort: pgBase + 1,
 		// One access point: these tests look at one GTR.
 		NoBackupGTR: true,
 		Env: []string{
