@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -107,5 +108,25 @@ func TestKeyIsPerPartner(t *testing.T) {
 	m := map[Key]int{ka: 1, kb: 2}
 	if len(m) != 2 || m[KeyOf(a)] != 1 || m[KeyOf(b)] != 2 {
 		t.Fatalf("map by Key: %v", m)
+	}
+}
+
+// TestFingerprintAllocatesNothing: Of runs once per transaction on the
+// GTR's path; once its pool is warm it allocates nothing, and a long field
+// (longer than its chunk) hashes as it did before.
+func TestFingerprintAllocatesNothing(t *testing.T) {
+	f := NewFingerprinter([]byte("k"))
+	long := sample()
+	long.Merchant.Id = strings.Repeat("m", 200)
+	if f.Of(long) == f.Of(sample()) {
+		t.Fatal("a 200-byte merchant ID did not change the fingerprint")
+	}
+	if testutil.Race {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	r := sample()
+	f.Of(r)
+	if n := testing.AllocsPerRun(200, func() { f.Of(r) }); n != 0 {
+		t.Fatalf("Of allocates %.1f times per call, want 0", n)
 	}
 }
