@@ -79,7 +79,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.TLS.Key, "tls-key", env("CELL_TLS_KEY", ""), "the cell's private key, PEM (env CELL_TLS_KEY)")
 	flag.StringVar(&c.TLS.CA, "tls-ca", env("CELL_TLS_CA", ""), "CA that the GTR's and the issuer's certificates must chain to (env CELL_TLS_CA)")
 	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); \"\" for plaintext NATS without authentication")
-	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "") == "1", "share the commits of concurrent transactions' state writes (group commit); off by default until a known gap is closed, see cmd/cell/internal/store/group.go (env CELL_GROUP_COMMIT=1)")
+	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "1") != "0", "share the commits of concurrent transactions' durable writes (group commit, cmd/cell/internal/store/group.go); -group-commit=false or env CELL_GROUP_COMMIT=0 writes each alone, for measuring")
 	flag.Parse()
 	sched, err := callback.ParseSchedule(schedule)
 	if err != nil {

@@ -71,10 +71,10 @@ type Config struct {
 	Keys *cardkeys.Ring
 	// MaxConns caps the Postgres pool; 0 means pgx's default.
 	MaxConns int32
-	// GroupCommit makes the persists of concurrent transactions' states
-	// share commits (package store's group commit). Off by default until
-	// the fault tests have run with it on since the reconciler's fix: see
-	// store/group.go.
+	// GroupCommit makes the durable writes of concurrent transactions
+	// (inserts, reclaims, persists of a state) share commits (package
+	// store's group commit). The cell binary turns it on unless told not
+	// to.
 	GroupCommit bool
 	// StartTimeout bounds waiting for Postgres at start; default 60s.
 	StartTimeout time.Duration

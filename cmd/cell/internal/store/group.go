@@ -12,13 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Group commit: the durable writes of concurrent transactions' states
-// (Persist: the sending record before the PNR, every final state before
-// its answer) share commits. A writer queues its one statement
-// and waits; each of a few committers takes the first write queued and
-// every other one queued behind it (up to MaxBatch), and sends them as one
-// pgx batch: one round trip, one implicit transaction, one commit, so one
-// WAL flush and one wait for the synchronous standby for all of them.
+// Group commit: the durable writes of concurrent transactions (Insert
+// and Reclaim of the received record, Persist of the sending record before
+// the PNR and of every final state before its answer) share commits. A
+// writer queues its one statement and waits; each of a few committers
+// takes the first write queued and every other one queued behind it (up
+// to MaxBatch), and sends them as one pgx batch: one round trip, one
+// implicit transaction, one commit, so one WAL flush and one wait for the
+// synchronous standby for all of them.
 //
 // Nothing waits to fill a batch: a committer sends what is queued the
 // moment it is free, so a write alone goes out at once, and under load the
@@ -27,37 +28,35 @@ import (
 // have waited for anyway for a connection.
 //
 // Every invariant holds because no writer returns before its batch has
-// committed (or failed): an Insert or a sending state reported done is
-// durable, and so is a final state before its answer. A batch commits
-// whole or not at all, so a crash leaves each transaction in it either
-// before its write or after it, as if the writes had been committed one by
-// one. The batched statements never fail in the normal course (conflicts
-// are ON CONFLICT DO NOTHING, a state that moved is 0 rows); when one does
-// fail on the server, the batch is rolled back whole and each of its writes
-// is run again alone, so that one bad write cannot fail the others. A
-// connection lost mid-batch leaves the batch's outcome unknown, which each
-// writer is told, as it would be of its own statement.
+// committed (or failed): a record reported inserted or a state reported
+// persisted is durable, and so is a final state before its answer. A batch
+// commits whole or not at all, so a crash leaves each transaction in it
+// either before its write or after it, as if the writes had been committed
+// one by one. The batched statements never fail in the normal course
+// (conflicts are ON CONFLICT DO NOTHING, a state that moved is 0 rows);
+// when one does fail on the server, the batch is rolled back whole and
+// each of its writes is run again alone, so that one bad write cannot fail
+// the others. A connection lost mid-batch leaves the batch's outcome
+// unknown, which each writer is told, as it would be of its own statement.
 //
-// Insert and Reclaim stay alone. The model (internal/model, Rules.
-// AsyncInsert) shows a race in the window between a transaction's claim
-// in the directory and its record's write, a duplicate in the same cell
-// taking the entry over while the claimant's write is in flight; the
-// window is there without group commit too, but queueing the write would
-// widen it, so that waits for the takeover rule's fix.
+// Two races in the window between a transaction's directory claim and its
+// record's write, which queueing widens, were found by the model
+// (internal/model, Rules.AsyncInsert) and fixed in the orchestrator's
+// machine before the insert joined the batches: the record, not the
+// claim, decides which attempt in a cell restarts an abandoned
+// transaction, and a claimed entry's payload is compared.
 //
-// Group commit is off by default (cell -group-commit turns it on). The
-// fault test that kills one instance of a cell under load
-// (TestCellInstances) found, with it on, a transaction past its point of
-// no return in two cells: the instance died after its batch committed a
-// sending record and before the PNR reached the GTR, the GTR re-routed
-// (its attempt had no Proceed, so another cell may take the entry over),
-// and the cell's reconciler later adopted the issuer's outcome of the
-// other cell's attempt for the orphaned sending record. The window is
-// there without batching (a commit, then the PNR's send), but a batch puts
-// many transactions in it at once. The reconciler now adopts an issuer
-// outcome only while the directory entry is the cell's, and abandons the
-// record when another cell holds it (reconcile.resolve); group commit
-// stays off by default until the fault tests have run with it on again.
+// The fault test that kills one instance of a cell under load
+// (TestCellInstances) found, with group commit on, a transaction past its
+// point of no return in two cells: the instance died after its batch
+// committed a sending record and before the PNR reached the GTR, the GTR
+// re-routed (its attempt had no Proceed, so another cell may take the
+// entry over), and the cell's reconciler later adopted the issuer's
+// outcome of the other cell's attempt for the orphaned sending record. The
+// window is there without batching (a commit, then the PNR's send), but a
+// batch puts many transactions in it at once. The reconciler adopts an
+// issuer outcome only while the directory entry is the cell's, and
+// abandons the record when another cell holds it (reconcile.resolve).
 
 // GroupCommit configures group commit; zero values take the defaults in
 // brackets.

@@ -11,8 +11,8 @@ import (
 	"github.com/cellpay/cellpay/internal/orchestrator"
 )
 
-// lifecycle runs one transaction's three durable writes: the insert
-// (alone), then the sending state and the approval (group-committed).
+// lifecycle runs one transaction's three durable writes, each
+// group-committed: the insert, the sending state and the approval.
 func lifecycle(ctx context.Context, s *Store, id string) error {
 	r := record(id)
 	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
@@ -53,8 +53,8 @@ func TestGroupCommitShares(t *testing.T) {
 		t.Error(err)
 	}
 	st := s.GroupCommitStats()
-	if st.Writes != 2*n || st.Batches >= st.Writes {
-		t.Fatalf("group commit: %d writes in %d batches, want %d persists in fewer batches", st.Writes, st.Batches, 2*n)
+	if st.Writes != 3*n || st.Batches >= st.Writes {
+		t.Fatalf("group commit: %d writes in %d batches, want %d inserts and persists in fewer batches", st.Writes, st.Batches, 3*n)
 	}
 	t.Logf("%d writes in %d batches", st.Writes, st.Batches)
 	for i := range n {
@@ -137,4 +137,50 @@ func TestGroupCommitClose(t *testing.T) {
 		t.Fatal("persist after close succeeded")
 	}
 	s.group = nil // Close (cleanup) would close it again
+}
+
+// TestGroupCommitReclaimHasOneWinner: attempts that reclaim one abandoned
+// record at once, their reclaims queued for shared commits (in one batch
+// or several), leave one winner; every other is handed the winner's
+// record, received. The orchestrator's machine relies on it: the record,
+// not the directory claim, decides which attempt restarts the transaction.
+func TestGroupCommitReclaimHasOneWinner(t *testing.T) {
+	s, _ := open(t)
+	s.EnableGroupCommit(GroupCommit{Committers: 2})
+	ctx := ctxT(t)
+	r := record("rc-1")
+	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
+		t.Fatalf("insert: %v, %v", ins, err)
+	}
+	r.State = orchestrator.StateAbandoned
+	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	winners, losers := 0, 0
+	for i := range n {
+		wg.Go(func() {
+			a := record("rc-1")
+			a.Attempt = int32(i + 2)
+			ok, ex, err := s.Reclaim(ctx, a)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("reclaim %d: %v", i, err)
+			case ok:
+				winners++
+			case ex == nil || ex.State != orchestrator.StateReceived:
+				t.Errorf("reclaim %d lost, handed %+v; want the winner's received record", i, ex)
+			default:
+				losers++
+			}
+		})
+	}
+	wg.Wait()
+	if winners != 1 || losers != n-1 {
+		t.Fatalf("%d winners and %d losers of %d reclaims, want 1 and %d", winners, losers, n, n-1)
+	}
 }

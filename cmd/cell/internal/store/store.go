@@ -6,10 +6,10 @@
 // the schema's owner before Connect as a role that can only read and write
 // rows (package pgcluster's Roles). Every write that the orchestrator
 // depends on is a single statement, durable (synchronous commit) when it
-// returns, either in its own transaction or, for the persists of a state
-// with group commit (EnableGroupCommit), in a batch shared with concurrent
-// writes that commits whole; a final outcome's statement writes its outbox
-// row too.
+// returns, either in its own transaction or, with group commit
+// (EnableGroupCommit: the insert, the reclaim and every persist of a
+// state), in a batch shared with concurrent writes that commits whole; a
+// final outcome's statement writes its outbox row too.
 //
 // The store never sees a full card number: rows carry the masked PAN and a
 // keyed hash only.
@@ -246,8 +246,7 @@ func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 // inserted is false. Another partner's record with the same transaction ID
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
-	// Alone, not group-committed: see the package's group commit notes.
-	n, err := s.execAlone(ctx, `INSERT INTO transactions (`+columns+`, owner)
+	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance)...)
 	if err != nil {
@@ -268,7 +267,7 @@ func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bo
 // and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
 	a := append(args(r), s.instance)
-	n, err := s.execAlone(ctx, `UPDATE transactions SET (`+columns+`, owner) =
+	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner) =
 		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
