@@ -132,7 +132,9 @@ func (s *Store) RecordAttempt(ctx context.Context, id int64, owner string, a Att
 	if a.Status == CallbackDelivered {
 		delivered = &a.Now
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE outbox SET status = $3, attempts = $4, next_attempt_at = $5, last_error = $6,
+	// One per delivered callback, so a commit per transaction of its own
+	// without group commit: it shares the transactions' batches with it.
+	n, err := s.exec(ctx, false, `UPDATE outbox SET status = $3, attempts = $4, next_attempt_at = $5, last_error = $6,
 		last_http_status = $7, last_endpoint = $8, delivered_to = $9, delivered_at = $10, updated_at = $11,
 		lease_owner = NULL, lease_until = NULL
 		WHERE id = $1 AND lease_owner = $2 AND status = 'pending'`,
@@ -140,7 +142,7 @@ func (s *Store) RecordAttempt(ctx context.Context, id int64, owner string, a Att
 	if err != nil {
 		return fmt.Errorf("store: record attempt: %w", err)
 	}
-	if tag.RowsAffected() != 1 {
+	if n != 1 {
 		return ErrLeaseLost
 	}
 	return nil

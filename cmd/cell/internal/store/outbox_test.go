@@ -102,9 +102,18 @@ func TestFinalOutcomeWritesItsEvent(t *testing.T) {
 
 // TestClaimIsExclusive: several claimers at once (notifier instances
 // sharing the database) never get the same row; a row whose lease ran out
-// is claimed again, and the old owner's result is refused.
+// is claimed again, and the old owner's result is refused; with the
+// results written alone and group-committed.
 func TestClaimIsExclusive(t *testing.T) {
+	t.Run("alone", func(t *testing.T) { claimIsExclusive(t, false) })
+	t.Run("group commit", func(t *testing.T) { claimIsExclusive(t, true) })
+}
+
+func claimIsExclusive(t *testing.T, group bool) {
 	s, _ := open(t)
+	if group {
+		s.EnableGroupCommit(GroupCommit{})
+	}
 	ctx := ctxT(t)
 	const n = 40
 	for i := range n {
