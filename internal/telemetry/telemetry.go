@@ -89,6 +89,8 @@ type Telemetry struct {
 	srv    *http.Server
 	lis    net.Listener
 	served chan struct{} // closed when the metrics server has stopped
+	// stopProfile ends the CPU profile ProfileDirEnv asked for.
+	stopProfile func() error
 }
 
 // Setup builds the providers and, with MetricsListen, starts serving
@@ -121,14 +123,20 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		mp:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
 		prop: propagation.TraceContext{},
 	}
+	if t.stopProfile, err = startProfile(cfg); err != nil {
+		_ = t.mp.Shutdown(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if err := t.setupTracing(ctx, res); err != nil {
 		_ = t.mp.Shutdown(context.WithoutCancel(ctx))
+		_ = t.stopProfile()
 		return nil, err
 	}
 	if cfg.MetricsListen != "" {
 		if err := t.serve(reg); err != nil {
 			_ = t.stopTP(context.WithoutCancel(ctx))
 			_ = t.mp.Shutdown(context.WithoutCancel(ctx))
+			_ = t.stopProfile()
 			return nil, err
 		}
 	}
@@ -250,7 +258,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		}
 		<-t.served
 	}
-	errs = append(errs, t.stopTP(ctx), t.mp.Shutdown(ctx))
+	errs = append(errs, t.stopTP(ctx), t.mp.Shutdown(ctx), t.stopProfile())
 	return errors.Join(errs...)
 }
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -212,5 +214,36 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 	g.Done(txn, nil, 2)
 	if n := testing.AllocsPerRun(100, func() { g.Done(txn, nil, 2) }); n > 0 {
 		t.Fatalf("Done allocates %v times", n)
+	}
+}
+
+// TestCPUProfileOnRequest: with ProfileDirEnv set, Setup starts a CPU
+// profile and Shutdown leaves it complete in that directory, named after
+// the process; without it, nothing is written.
+func TestCPUProfileOnRequest(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(ProfileDirEnv, dir)
+	tel, err := Setup(ctxT(t), Config{Service: "cell", Instance: "cell-a", Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.Shutdown(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cell-cell-a.pprof"))
+	if err != nil || len(b) == 0 {
+		t.Fatalf("profile: %d bytes, %v", len(b), err)
+	}
+	if b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("the profile is not a gzipped pprof protobuf: % x", b[:2])
+	}
+	t.Setenv(ProfileDirEnv, "")
+	tel, err = Setup(ctxT(t), Config{Service: "cell", Instance: "cell-b", Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tel.Shutdown(ctxT(t))
+	if _, err := os.Stat(filepath.Join(dir, "cell-cell-b.pprof")); !os.IsNotExist(err) {
+		t.Fatalf("a profile without %s: %v", ProfileDirEnv, err)
 	}
 }
