@@ -131,9 +131,9 @@ bench-overload:
 bench-access-points:
 	CELLPAY_AP_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestAccessPointBenchmark$$' -v ./test/e2e/
 
-## bench-hops: the cost of mutual TLS and the cell's policy on GTR→cell, side by side (in-process GTR, fake cell).
+## bench-hops: the cost of mutual TLS and the hops' policies on GTR→cell (in-process GTR, fake cell) and cell→issuer (issuer simulator), plaintext and mTLS side by side in one run.
 bench-hops:
-	$(GO) test -run '^$$' -bench '^BenchmarkSubmitOverMTLS$$' -benchmem -benchtime 3s -count 5 ./cmd/gtr/internal/payments/
+	$(GO) test -run '^$$' -bench '^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$' -benchmem -benchtime 3s -count 5 ./cmd/gtr/internal/payments/ ./internal/issuersim/
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust:

@@ -13,6 +13,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/testutil/hoptest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -26,76 +27,48 @@ import (
 // GTR's pool keeps them: the handshake is paid once, the record layer and
 // the policy on every call.
 func BenchmarkSubmitOverMTLS(b *testing.B) {
-	dir := b.TempDir()
-	ca, err := pki.EnsureCA(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := ca.Issue("gtr", []string{hop.GTR}, pki.Client); err != nil {
-		b.Fatal(err)
-	}
-	if err := ca.Issue("c1", []string{"127.0.0.1", hop.Cell("c1")}, pki.Server); err != nil {
-		b.Fatal(err)
-	}
-	files := func(name string) pki.Files {
-		return pki.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()}
-	}
-	for _, mtls := range []bool{false, true} {
-		b.Run("mtls="+strconv.FormatBool(mtls), func(b *testing.B) {
-			var srvOpts []grpc.ServerOption
-			var dialOpts []grpc.DialOption
-			if mtls {
-				opts, stop, err := hop.ServerOptions(files("c1"), hop.CellPolicy)
-				if err != nil {
-					b.Fatal(err)
+	files := hoptest.PKI(b,
+		hoptest.Cert{Name: "gtr", Hosts: []string{hop.GTR}, Usage: pki.Client},
+		hoptest.Cert{Name: "c1", Hosts: []string{"127.0.0.1", hop.Cell("c1")}, Usage: pki.Server})
+	hoptest.Variants(b, files("c1"), hop.CellPolicy, files("gtr"), func(b *testing.B, srvOpts []grpc.ServerOption, dialOpts []grpc.DialOption) {
+		a := &fakeCell{id: "c1"}
+		a.do = func(r *cellproto.ProcessRequest, s srv) error { return approve(r, s, a.id) }
+		addr := serve(b, a, srvOpts...)
+		table, err := routing.Compile(routing.Spec{Version: 1, Rules: []routing.Rule{{Name: "all", Pool: "p"}},
+			Cells: []routing.Cell{{ID: "c1", Addr: addr, Pool: "p", Weight: 100}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pool := cellconn.New(dialOpts...)
+		defer pool.Close()
+		pay, err := New(Config{Table: func() *routing.Table { return table }, Cells: pool})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lis, _ := net.Listen("tcp", "127.0.0.1:0")
+		gs := grpc.NewServer()
+		cellpayv1.RegisterPaymentsServer(gs, pay)
+		go gs.Serve(lis)
+		defer gs.Stop()
+		conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		defer conn.Close()
+		client := cellpayv1.NewPaymentsClient(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := client.SubmitTransaction(ctx, req("m-warm-"+strconv.FormatInt(time.Now().UnixNano(), 36))); err != nil {
+			b.Fatal(err) // the handshake, and a refused identity, before the clock
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				i++
+				if _, err := client.SubmitTransaction(ctx, req("m-"+strconv.Itoa(i)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))); err != nil {
+					b.Error(err)
+					return
 				}
-				defer stop()
-				dial, stopDial, err := hop.DialOption(files("gtr"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer stopDial()
-				srvOpts, dialOpts = opts, []grpc.DialOption{dial}
 			}
-			a := &fakeCell{id: "c1"}
-			a.do = func(r *cellproto.ProcessRequest, s srv) error { return approve(r, s, a.id) }
-			addr := serve(b, a, srvOpts...)
-			table, err := routing.Compile(routing.Spec{Version: 1, Rules: []routing.Rule{{Name: "all", Pool: "p"}},
-				Cells: []routing.Cell{{ID: "c1", Addr: addr, Pool: "p", Weight: 100}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			pool := cellconn.New(dialOpts...)
-			defer pool.Close()
-			pay, err := New(Config{Table: func() *routing.Table { return table }, Cells: pool})
-			if err != nil {
-				b.Fatal(err)
-			}
-			lis, _ := net.Listen("tcp", "127.0.0.1:0")
-			gs := grpc.NewServer()
-			cellpayv1.RegisterPaymentsServer(gs, pay)
-			go gs.Serve(lis)
-			defer gs.Stop()
-			conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			defer conn.Close()
-			client := cellpayv1.NewPaymentsClient(conn)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := client.SubmitTransaction(ctx, req("m-warm-"+strconv.FormatBool(mtls))); err != nil {
-				b.Fatal(err) // the handshake, and a refused identity, before the clock
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					i++
-					if _, err := client.SubmitTransaction(ctx, req("m-"+strconv.Itoa(i)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
 		})
-	}
+	})
 }
