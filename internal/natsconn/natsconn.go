@@ -42,8 +42,13 @@ func Connect(url, name string, files pki.Files, opts ...nats.Option) (*nats.Conn
 }
 
 // TLSOptions are the options that make a connection present files.Cert
-// (reloaded at every connect) and trust only files.CA, with the inbox
-// prefix of the certificate's identity; none when files are not set.
+// and trust only files.CA, both read from their files at every TLS
+// handshake (every connect and reconnect: nats.go calls the callbacks of
+// nats.ClientTLSConfig each time), with the inbox prefix of the
+// certificate's identity; none when files are not set. A certificate
+// replaced in place (cert-manager, Platform.RotateCertificates) is thus
+// presented from the next reconnect on; the identity, and so the inbox
+// prefix, must stay the same.
 func TLSOptions(files pki.Files) ([]nats.Option, error) {
 	if !files.Set() {
 		return nil, nil
@@ -68,7 +73,7 @@ func TLSOptions(files pki.Files) ([]nats.Option, error) {
 	}
 	return []nats.Option{
 		nats.ClientTLSConfig(
-			func() (tls.Certificate, error) { return tls.LoadX509KeyPair(files.Cert, files.Key) },
+			func() (tls.Certificate, error) { return pki.LoadKeyPair(files.Cert, files.Key) },
 			func() (*x509.CertPool, error) { return pki.CertPool(files.CA) }),
 		nats.CustomInboxPrefix(natsauth.InboxPrefix(id)),
 	}, nil

@@ -1,6 +1,8 @@
 package pgcluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,7 +11,8 @@ import (
 	"strings"
 )
 
-// Files a cluster with TLS keeps in its data dir, written on every Start.
+// Files a cluster with TLS keeps in its data dir, written on every Start
+// and by ReloadTLS.
 const (
 	tlsCertFile = "cellpay-server.crt"
 	tlsKeyFile  = "cellpay-server.key"
@@ -79,6 +82,42 @@ func (c *Cluster) prepareTLS(t TLS) error {
 	}
 	if err := c.writeOwned(hbaFile, []byte(hbaFor(c.replUser)), 0o600); err != nil {
 		return fmt.Errorf("tls: %w", err)
+	}
+	return nil
+}
+
+// ReloadTLS serves a renewed certificate without a restart: it copies
+// t's certificate and key into the data dir again (as Start does) and
+// has the running server re-read them, with pg_reload_conf() as the
+// superuser over the Unix socket. Sessions already open keep the
+// certificate they were set up with; every new connection gets the new
+// one. A server that cannot load the new files logs it and keeps serving
+// the old ones (PostgreSQL's reload keeps the previous SSL context on
+// error). The cluster must have been started with Config.TLS.
+func (c *Cluster) ReloadTLS(ctx context.Context, t TLS) error {
+	if !c.tls {
+		return errors.New("pgcluster: reload TLS: the cluster was started without TLS")
+	}
+	if t.CertFile == "" || t.KeyFile == "" {
+		return errors.New("pgcluster: reload TLS: CertFile and KeyFile are required")
+	}
+	c.mu.Lock() // not while a start or stop rewrites the data dir
+	err := c.prepareTLS(t)
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("pgcluster: reload %w", err)
+	}
+	conn, err := c.superConn(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcluster: reload TLS: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_reload_conf()").Scan(&ok); err != nil {
+		return fmt.Errorf("pgcluster: reload TLS: %w", err)
+	}
+	if !ok {
+		return errors.New("pgcluster: reload TLS: pg_reload_conf() returned false")
 	}
 	return nil
 }

@@ -240,6 +240,10 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return nil
 }
 
+// ReadCertificate reads the first certificate of the PEM file path (a
+// leaf, when the file holds a chain).
+func ReadCertificate(path string) (*x509.Certificate, error) { return readCert(path) }
+
 func readCert(path string) (*x509.Certificate, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -145,3 +145,23 @@ func MutualClientConfig(f Files, refresh time.Duration) (*tls.Config, func(), er
 	}
 	return cfg, prov.Close, nil
 }
+
+// LoadKeyPair is tls.LoadX509KeyPair for files that may be being replaced:
+// Issue, like cert-manager, renames the new key into place and then the new
+// certificate, so a reader between the two sees a key that does not match
+// its certificate. LoadKeyPair reads both again, a few times over about
+// 100 ms, before it gives up with the last error. It is for a client
+// that reads its certificate at each handshake (natsconn).
+func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	var err error
+	for i := 0; ; i++ {
+		var pair tls.Certificate
+		if pair, err = tls.LoadX509KeyPair(certFile, keyFile); err == nil {
+			return pair, nil
+		}
+		if i == 4 {
+			return tls.Certificate{}, err
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,19 +74,7 @@ func (p *Platform) writeNATSConfig(host string, port int, store string) (string,
 	if err != nil {
 		return "", err
 	}
-	hosts := []string{"127.0.0.1", "::1", "localhost"}
-	if !slices.Contains(hosts, host) {
-		hosts = append(hosts, host)
-	}
-	for _, c := range []struct {
-		name  string
-		hosts []string
-		usage pki.Usage
-	}{
-		{natsCertName, hosts, pki.Server},
-		{ReplicatorCertName, []string{hop.Replicator}, pki.Client},
-		{NATSAdminCertName, []string{hop.NATSAdmin}, pki.Client},
-	} {
+	for _, c := range natsCerts(host) {
 		if err := ca.EnsureCert(c.name, c.hosts, c.usage); err != nil {
 			return "", err
 		}
@@ -173,4 +163,83 @@ func (p *Platform) waitNATS(ctx context.Context, exited <-chan struct{}) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// natsCerts are NATS's certificates: the server's, for host and loopback,
+// and the replicator's and NATS's administrator's client identities. (The
+// GTR and the cells present their hop certificates, hopCerts.)
+func natsCerts(host string) []certSpec {
+	hosts := slices.Clone(loopbackHosts)
+	if host != "" && !slices.Contains(hosts, host) {
+		hosts = append(hosts, host)
+	}
+	return []certSpec{
+		{natsCertName, hosts, pki.Server},
+		{ReplicatorCertName, []string{hop.Replicator}, pki.Client},
+		{NATSAdminCertName, []string{hop.NATSAdmin}, pki.Client},
+	}
+}
+
+// natsReloadTimeout bounds how long reloadNATS waits for NATS to serve
+// its new certificate.
+const natsReloadTimeout = 10 * time.Second
+
+// reloadNATS has the running NATS server re-read its configuration and
+// certificate files (SIGHUP, as nats-server --signal reload does), and
+// waits until it presents the certificate now in its file to a new
+// connection. Connections already open are kept: they were authenticated
+// with the certificate they presented then. Clients present their own
+// renewed certificates from their next (re)connect (package natsconn).
+func (p *Platform) reloadNATS(ctx context.Context) error {
+	proc := p.procs[NATS]
+	if proc == nil || !proc.Running() {
+		return nil
+	}
+	want, err := pki.ReadCertificate(pki.CertFile(filepath.Join(p.cfg.DataDir, pkiDir), natsCertName))
+	if err != nil {
+		return fmt.Errorf("platform: NATS reload: %w", err)
+	}
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("platform: NATS reload: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, natsReloadTimeout)
+	defer cancel()
+	var last error
+	for {
+		served, err := p.NATSServedCertificate()
+		if err == nil && served.Equal(want) {
+			return nil
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("it still presents serial %x", served.SerialNumber)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("platform: NATS reload: not serving the new certificate after %v: %v", natsReloadTimeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// NATSServedCertificate is the leaf certificate NATS presents to a new
+// connection of its administrator (hop.NATSAdmin).
+func (p *Platform) NATSServedCertificate() (*x509.Certificate, error) {
+	opts, err := p.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(p.NATSURL(), append(opts, nats.Name("cellpay launcher"), nats.Timeout(time.Second))...)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	cs, err := nc.TLSConnectionState()
+	if err != nil {
+		return nil, err
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return nil, fmt.Errorf("NATS presented no certificate")
+	}
+	return cs.PeerCertificates[0], nil
 }

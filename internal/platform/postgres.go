@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cellpay/cellpay/internal/pgcluster"
+	"github.com/cellpay/cellpay/internal/pki"
 )
 
 // The roles of a cell's database in its private cluster (package
@@ -286,4 +287,40 @@ func withDatabase(serverURL, name string) (string, error) {
 	u.Path = "/" + name
 	u.RawPath = ""
 	return u.String(), nil
+}
+
+// postgresCertName is the server certificate of cellID's private Postgres
+// (both nodes), under DataDir/pki.
+func postgresCertName(cellID string) string { return "postgres-" + cellID }
+
+// rotatePostgres issues each private cluster's server certificate again
+// and has its running nodes, primary and standby, serve it without a
+// restart (pgcluster's ReloadTLS: the files copied into the data dir,
+// then pg_reload_conf()). A node that is not running (a standby being
+// rebuilt after a failover) copies the new files when it starts. Nothing
+// to do on DatabaseURL.
+func (p *Platform) rotatePostgres(ctx context.Context, ca *pki.CA) error {
+	var errs []error
+	for _, cell := range p.cfg.Cells {
+		pp := p.pairs[cell.ID]
+		if pp == nil {
+			continue
+		}
+		name := postgresCertName(cell.ID)
+		if err := ca.Issue(name, loopbackHosts, pki.Server); err != nil {
+			errs = append(errs, fmt.Errorf("platform: %s: %w", name, err))
+			continue
+		}
+		f := TLSFiles(p.cfg.DataDir, name)
+		prim, sb := pp.current()
+		for _, c := range []*pgcluster.Cluster{prim, sb} {
+			if c == nil || !c.Running() {
+				continue
+			}
+			if err := c.ReloadTLS(ctx, pgcluster.TLS{CertFile: f.Cert, KeyFile: f.Key}); err != nil {
+				errs = append(errs, fmt.Errorf("platform: %s (port %d): %w", name, c.Port(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

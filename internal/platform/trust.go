@@ -1,7 +1,9 @@
 package platform
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -89,23 +91,54 @@ func (p *Platform) provisionTrust() error {
 	return ensurePartners(filepath.Join(dir, partnersDir), filepath.Join(dir, partnersFile), SamplePartners, p.cfg.CallbackAddr)
 }
 
-// RotateCertificates issues every component's certificate of the internal
-// hops and the partners' listener again, with new keys, in place (each
-// file replaced by a rename, as cert-manager's Secret updates are). The
-// running components pick them up within pki.DefaultRefresh, without a
-// restart.
+// RotateCertificates issues every certificate of the platform again, with
+// new keys, in place (each file replaced by a rename, as cert-manager's
+// Secret updates are), and has every running server take its new one
+// without a restart:
+//
+//   - the GTR, the cells and the issuer re-read theirs within
+//     pki.DefaultRefresh by themselves (gRPC servers and clients alike);
+//   - NATS's server certificate and its clients' (the replicator's, NATS's
+//     administrator's, and the GTR's and cells' hop certificates, which
+//     are their NATS identities): NATS is sent SIGHUP, and
+//     RotateCertificates waits until it presents the new certificate;
+//     clients read theirs at each TLS handshake (package natsconn), so a
+//     reconnect presents the new one;
+//   - each cell's Postgres, primary and standby (one certificate for
+//     both): the files are copied into their data dirs again and
+//     pg_reload_conf() is run, as the superuser over the Unix socket.
+//
+// Connections already open keep going on the certificates they were set
+// up with. The CA is kept: the gRPC components and the cells' database
+// pools read its file once, at start (NATS clients at each connect), so a
+// new CA needs restarts.
 func (p *Platform) RotateCertificates() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	ca, err := pki.EnsureCA(filepath.Join(p.cfg.DataDir, pkiDir))
 	if err != nil {
 		return err
 	}
-	for _, c := range hopCerts(p.cfg) {
+	certs := hopCerts(p.cfg)
+	if p.cfg.NATS {
+		host, _, _ := net.SplitHostPort(p.cfg.NATSAddr)
+		certs = append(certs, natsCerts(host)...)
+	}
+	for _, c := range certs {
 		if err := ca.Issue(c.name, c.hosts, c.usage); err != nil {
 			return err
 		}
 	}
-	return nil
+	var errs []error
+	if p.cfg.NATS {
+		errs = append(errs, p.reloadNATS(ctx))
+	}
+	errs = append(errs, p.rotatePostgres(ctx, ca))
+	return errors.Join(errs...)
 }
+
+// loopbackHosts are what a server certificate for this machine covers.
+var loopbackHosts = []string{"127.0.0.1", "::1", "localhost"}
 
 // certSpec is a certificate to issue: its file name, hosts (DNS names,
 // addresses, identity URIs) and usage.
@@ -120,7 +153,7 @@ type certSpec struct {
 // for their addresses (and a cell's for its name in the domain,
 // cell-a.cellpay.internal), and the tools' client identity.
 func hopCerts(cfg Config) []certSpec {
-	loopback := []string{"127.0.0.1", "::1", "localhost"}
+	loopback := loopbackHosts
 	withHost := func(addrs []string, more ...string) []string {
 		hosts := append(slices.Clone(loopback), more...)
 		for _, addr := range addrs {
@@ -148,7 +181,7 @@ func ensurePostgresCert(dataDir, name string) (pki.Files, error) {
 	if err != nil {
 		return pki.Files{}, err
 	}
-	if err := ca.EnsureCert(name, []string{"127.0.0.1", "::1", "localhost"}, pki.Server); err != nil {
+	if err := ca.EnsureCert(name, loopbackHosts, pki.Server); err != nil {
 		return pki.Files{}, err
 	}
 	return TLSFiles(dataDir, name), nil
