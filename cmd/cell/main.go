@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/internal/cardkeys"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
 	"github.com/cellpay/cellpay/internal/pki"
 )
@@ -58,6 +59,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 func configure() (cell.Config, error) {
 	var c cell.Config
 	var keyFile, schedule, natsCA string
+	var insecurePlaintext bool
 	flag.StringVar(&c.ID, "id", env("CELL_ID", "cell-a"), "cell ID (env CELL_ID)")
 	flag.StringVar(&c.Instance, "instance", env("CELL_INSTANCE", ""), "this process's name among the cell's instances, which share its Postgres and NATS: unique among them, and the same across a restart where it can be (a pod's name); \"\" for <hostname>-<pid> (env CELL_INSTANCE)")
 	flag.StringVar(&c.Listen, "listen", env("CELL_LISTEN", "127.0.0.1:7081"), "gRPC listen address (env CELL_LISTEN)")
@@ -75,12 +77,16 @@ func configure() (cell.Config, error) {
 	flag.DurationVar(&c.Callbacks.Timeout, "callback-timeout", envDuration("CELL_CALLBACK_TIMEOUT", 10*time.Second), "timeout of one callback endpoint call (env CELL_CALLBACK_TIMEOUT)")
 	flag.StringVar(&c.Callbacks.CAFile, "callback-ca-file", env("CELL_CALLBACK_CA_FILE", ""), "CA certificate that callback endpoints are verified with; \"\" for the system roots (env CELL_CALLBACK_CA_FILE)")
 	flag.BoolVar(&c.NoDirectory, "no-directory", env("CELL_NO_DIRECTORY", "") == "1", "do not claim transactions in the transaction directory (NATS bucket "+directory.DefaultBucket+"): the cell then decides from its own records alone, and a transaction sent to two cells may get two answers; for benchmarks and a lone cell (env CELL_NO_DIRECTORY=1)")
-	flag.StringVar(&c.TLS.Cert, "tls-cert", env("CELL_TLS_CERT", ""), "the cell's certificate, PEM (identity spiffe://cellpay.internal/cell/<id>), served to the GTR and presented to the issuer, reloaded when it changes (env CELL_TLS_CERT); with -tls-key and -tls-ca the Cell API takes only the GTR's certificate. \"\" for plaintext with no authorization: benchmarks only")
+	flag.StringVar(&c.TLS.Cert, "tls-cert", env("CELL_TLS_CERT", ""), "the cell's certificate, PEM (identity spiffe://cellpay.internal/cell/<id>), served to the GTR and presented to the issuer, reloaded when it changes (env CELL_TLS_CERT); with -tls-key and -tls-ca the Cell API takes only the GTR's certificate. Required unless -insecure-plaintext")
 	flag.StringVar(&c.TLS.Key, "tls-key", env("CELL_TLS_KEY", ""), "the cell's private key, PEM (env CELL_TLS_KEY)")
 	flag.StringVar(&c.TLS.CA, "tls-ca", env("CELL_TLS_CA", ""), "CA that the GTR's and the issuer's certificates must chain to (env CELL_TLS_CA)")
+	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("CELL_INSECURE_PLAINTEXT", "") == "1", "without TLS files, serve and dial plaintext with no authorization: anyone may call the Cell API; benchmarks and a lone cell only (env CELL_INSECURE_PLAINTEXT=1). Without it and without -tls-cert, -tls-key and -tls-ca the cell refuses to start")
 	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); \"\" for plaintext NATS without authentication")
 	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "1") != "0", "share the commits of concurrent transactions' durable writes (group commit, cmd/cell/internal/store/group.go); -group-commit=false or env CELL_GROUP_COMMIT=0 writes each alone, for measuring")
 	flag.Parse()
+	if err := hop.RequireTLS(c.TLS, insecurePlaintext, "-tls-cert, -tls-key and -tls-ca (CELL_TLS_CERT, CELL_TLS_KEY, CELL_TLS_CA)"); err != nil {
+		return c, err
+	}
 	sched, err := callback.ParseSchedule(schedule)
 	if err != nil {
 		return c, fmt.Errorf("-callback-schedule: %w", err)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
 	"github.com/cellpay/cellpay/internal/pki"
 )
@@ -29,6 +30,7 @@ func env(name, def string) string {
 func main() {
 	var cfg gtr.Config
 	var tokenFile, natsCA string
+	var insecurePlaintext bool
 	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
@@ -45,12 +47,13 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", env("GTR_METRICS_LISTEN", ""), "address for Prometheus /metrics, e.g. 127.0.0.1:9070 (env GTR_METRICS_LISTEN); \"\" for none. Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&cfg.TLSCertFile, "tls-cert", env("GTR_TLS_CERT", ""), "partners' listener certificate, PEM, reloaded when it changes (env GTR_TLS_CERT); required")
 	flag.StringVar(&cfg.TLSKeyFile, "tls-key", env("GTR_TLS_KEY", ""), "partners' listener private key, PEM (env GTR_TLS_KEY); required")
-	flag.StringVar(&cfg.CellTLS.CA, "cell-ca", env("GTR_CELL_CA", ""), "CA that the cells' certificates chain to; with it the GTR dials cells over mutual TLS as spiffe://cellpay.internal/gtr (env GTR_CELL_CA); \"\" for plaintext: benchmarks only")
+	flag.StringVar(&cfg.CellTLS.CA, "cell-ca", env("GTR_CELL_CA", ""), "CA that the cells' certificates chain to; with it the GTR dials cells over mutual TLS as spiffe://cellpay.internal/gtr (env GTR_CELL_CA); required unless -insecure-plaintext")
 	flag.StringVar(&cfg.CellTLS.Cert, "cell-tls-cert", env("GTR_CELL_TLS_CERT", ""), "client certificate towards the cells, PEM, reloaded when it changes (env GTR_CELL_TLS_CERT); default -tls-cert when -cell-ca is set")
 	flag.StringVar(&cfg.CellTLS.Key, "cell-tls-key", env("GTR_CELL_TLS_KEY", ""), "its private key, PEM (env GTR_CELL_TLS_KEY); default -tls-key when -cell-ca is set")
 	flag.BoolVar(&cfg.NoAdmission, "no-admission", env("GTR_NO_ADMISSION", "") == "1", "turn admission control off: no partner limits, no adaptive cell limits (env GTR_NO_ADMISSION=1); for measuring only")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
+	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone: benchmarks only (env GTR_INSECURE_PLAINTEXT=1). Without it and without -cell-ca the GTR refuses to start")
 	flag.StringVar(&natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); \"\" for plaintext NATS without authentication")
 	flag.Parse()
 	if natsCA != "" {
@@ -58,6 +61,10 @@ func main() {
 	}
 	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
 		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
+	}
+	if err := hop.RequireTLS(cfg.CellTLS, insecurePlaintext, "-cell-ca (GTR_CELL_CA)"); err != nil {
+		fmt.Fprintln(os.Stderr, "gtr:", err)
+		os.Exit(2)
 	}
 	log, closeLog := logging.New(os.Stderr)
 	cfg.Log = log.With("replica", cfg.ReplicaID)

@@ -9,10 +9,13 @@
 //	-tls-key         ISSUERSIM_TLS_KEY         its private key, PEM
 //	-tls-ca          ISSUERSIM_TLS_CA          CA that callers' certificates must chain to
 //	-health-listen   ISSUERSIM_HEALTH_LISTEN   address serving gRPC health alone, in plaintext (default: none)
+//	-insecure-plaintext  ISSUERSIM_INSECURE_PLAINTEXT=1  run without TLS files: plaintext to anyone
 //
 // With the three TLS files it serves mutual TLS only, and package hop's
 // IssuerPolicy: Authorize and Inquire for cells, Effects and SetFaults for
-// operators' tools; without them, plaintext to anyone. The health port
+// operators' tools. Without them it refuses to start, unless
+// -insecure-plaintext chose plaintext to anyone (benchmarks, local tests).
+// The health port
 // (package healthport) is for probes that cannot present a client
 // certificate, kubelet's: it answers health and nothing else.
 //
@@ -56,12 +59,18 @@ func main() {
 	metricsListen := flag.String("metrics-listen", envOr("ISSUERSIM_METRICS_LISTEN", ""),
 		"address for Prometheus /metrics, e.g. 127.0.0.1:9090 (env ISSUERSIM_METRICS_LISTEN); \"\" for none")
 	var files pki.Files
-	flag.StringVar(&files.Cert, "tls-cert", envOr("ISSUERSIM_TLS_CERT", ""), "certificate, PEM, reloaded when it changes (env ISSUERSIM_TLS_CERT); \"\" for plaintext")
+	flag.StringVar(&files.Cert, "tls-cert", envOr("ISSUERSIM_TLS_CERT", ""), "certificate, PEM, reloaded when it changes (env ISSUERSIM_TLS_CERT); required unless -insecure-plaintext")
 	flag.StringVar(&files.Key, "tls-key", envOr("ISSUERSIM_TLS_KEY", ""), "private key, PEM (env ISSUERSIM_TLS_KEY)")
 	flag.StringVar(&files.CA, "tls-ca", envOr("ISSUERSIM_TLS_CA", ""), "CA that callers' certificates must chain to (env ISSUERSIM_TLS_CA)")
 	healthListen := flag.String("health-listen", envOr("ISSUERSIM_HEALTH_LISTEN", ""),
 		"address serving gRPC health alone, in plaintext, for probes that cannot present a client certificate (kubelet's), e.g. :7091; \"\" for none (env ISSUERSIM_HEALTH_LISTEN)")
+	insecurePlaintext := flag.Bool("insecure-plaintext", envOr("ISSUERSIM_INSECURE_PLAINTEXT", "") == "1",
+		"without TLS files, serve plaintext to anyone, no authorization: benchmarks and local tests only (env ISSUERSIM_INSECURE_PLAINTEXT=1)")
 	flag.Parse()
+	if err := hop.RequireTLS(files, *insecurePlaintext, "-tls-cert, -tls-key and -tls-ca (ISSUERSIM_TLS_CERT, ISSUERSIM_TLS_KEY, ISSUERSIM_TLS_CA)"); err != nil {
+		fmt.Fprintln(os.Stderr, "issuersim:", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := serve(ctx, log, *listen, *metricsListen, *healthListen, files)

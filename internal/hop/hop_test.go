@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,5 +224,21 @@ func TestPolicyDeniesWhatItDoesNotName(t *testing.T) {
 	}
 	if !hop.IsCell(hop.Cell("cell-a")) || hop.IsCell(hop.GTR) || hop.IsCell(hop.Cell("")) {
 		t.Error("IsCell")
+	}
+}
+
+// TestRequireTLS: without TLS files a component refuses to start, naming
+// its flags, unless -insecure-plaintext chose plaintext.
+func TestRequireTLS(t *testing.T) {
+	const flags = "-tls-cert, -tls-key and -tls-ca"
+	err := hop.RequireTLS(pki.Files{}, false, flags)
+	if err == nil || !strings.Contains(err.Error(), flags) || !strings.Contains(err.Error(), hop.InsecurePlaintextFlag) {
+		t.Fatalf("no files, no -insecure-plaintext: %v, want an error naming %s and %s", err, flags, hop.InsecurePlaintextFlag)
+	}
+	if err := hop.RequireTLS(pki.Files{}, true, flags); err != nil {
+		t.Errorf("-insecure-plaintext: %v", err)
+	}
+	if err := hop.RequireTLS(pki.Files{Cert: "c", Key: "k", CA: "ca"}, false, flags); err != nil {
+		t.Errorf("TLS files: %v", err)
 	}
 }

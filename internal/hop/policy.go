@@ -1,6 +1,8 @@
 package hop
 
 import (
+	"fmt"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,9 +36,28 @@ var IssuerPolicy = append(Policy{
 	{Prefix: issuerproto.Issuer_SetFaults_FullMethodName, Allow: Only(Ops)},
 }, common...)
 
+// InsecurePlaintextFlag is the flag every component takes to run its hops
+// without TLS files; without it, no TLS files refuse the start
+// (RequireTLS).
+const InsecurePlaintextFlag = "-insecure-plaintext"
+
+// RequireTLS is a component's start-up check of its hop TLS files: with
+// any of them set it is nil (pki checks they are complete); with none, an
+// error naming tlsFlags unless insecure (-insecure-plaintext) chose
+// plaintext explicitly. Plaintext serves every caller and checks no
+// identity, so it is never what a component falls into by leaving a flag
+// out.
+func RequireTLS(files pki.Files, insecure bool, tlsFlags string) error {
+	if files.Set() || insecure {
+		return nil
+	}
+	return fmt.Errorf("no TLS files: give %s, or %s to run plaintext with no authorization (anyone may call; benchmarks and local tests only)", tlsFlags, InsecurePlaintextFlag)
+}
+
 // ServerOptions serve mutual TLS with files and enforce p; with no files
-// they are none (plaintext, every caller allowed: benchmarks and a lone
-// cell only). The func stops the certificate's reloading.
+// they are none (plaintext, every caller allowed), which a component
+// reaches only through an explicit -insecure-plaintext (RequireTLS). The
+// func stops the certificate's reloading.
 func ServerOptions(files pki.Files, p Policy) ([]grpc.ServerOption, func(), error) {
 	if !files.Set() {
 		return nil, func() {}, nil

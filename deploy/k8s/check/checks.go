@@ -245,7 +245,7 @@ func CheckPlatform(w *World) []string {
 		v = append(v, "gtr has no GTR_NATS_URL")
 	}
 	// Each file the GTR reads is in a rendered object of the right kind.
-	// The partner registry holds key hashes and, later, callback signing
+	// The partner registry holds key hashes and callback signing
 	// secrets: a Secret, never a ConfigMap.
 	if c, ok := container(d.Spec.Template.Spec, "gtr"); !ok {
 		v = append(v, "gtr: no container gtr")

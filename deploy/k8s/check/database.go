@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -24,6 +25,11 @@ const (
 //   - exactly one Cluster in the namespace, of 2 or more instances, with
 //     synchronous replication (spec.postgresql.synchronous, or
 //     minSyncReplicas) and storage;
+//   - its pg_hba rejects every TCP connection without TLS before anything
+//     could take it (CNPG's own default rule, host all all all
+//     scram-sha-256, would take a password in the clear), and over TLS
+//     takes scram-sha-256 for the database and its roles, never a weaker
+//     method (checkHBA);
 //   - the database's owner and an app role are managed roles with LOGIN
 //     and a password Secret; the app role may not create, replicate or
 //     bypass anything, and is granted its rows by the owner's default
@@ -67,6 +73,7 @@ func CheckDatabase(w *World, ns string) []string {
 			roles[r.Name] = r
 		}
 	}
+	v = append(v, checkHBA(co, cl.Spec.PostgresConfiguration.PgHBA, initdb.Database, slices.Sorted(maps.Keys(roles)))...)
 	if _, ok := roles[owner]; !ok {
 		v = append(v, fmt.Sprintf("%s: the owner %s is not a managed role", co, owner))
 	}
@@ -204,6 +211,92 @@ func rootCert(spec corev1.PodSpec, c corev1.Container, at, root, caSecret string
 	}
 	if items := src.Volume.Secret.Items; len(items) == 0 || slices.ContainsFunc(items, func(it corev1.KeyToPath) bool { return it.Key != "ca.crt" }) {
 		v = append(v, fmt.Sprintf("%s: the volume of Secret %s holds more than ca.crt: the CA's key (ca.key) is in the same Secret; list items: [{key: ca.crt}]", at, src.Volume.Secret.SecretName))
+	}
+	return v
+}
+
+// hbaRule is one pg_hba line, by its fields.
+type hbaRule struct {
+	typ, db, user, method string
+	line                  string
+}
+
+// parseHBA splits pg_hba lines into rules; an address (every TCP type has
+// one) is skipped, options after the method are ignored.
+func parseHBA(lines []string) []hbaRule {
+	var rules []hbaRule
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if i := slices.IndexFunc(f, func(s string) bool { return strings.HasPrefix(s, "#") }); i >= 0 {
+			f = f[:i]
+		}
+		n := 4 // type db user address method
+		if len(f) > 0 && f[0] == "local" {
+			n = 3
+		}
+		if len(f) < n+1 {
+			rules = append(rules, hbaRule{line: l})
+			continue
+		}
+		rules = append(rules, hbaRule{typ: f[0], db: f[1], user: f[2], method: f[n], line: l})
+	}
+	return rules
+}
+
+// listHas says whether a rule's comma-separated database or user list
+// covers name: by name or by "all" (group and file references are not
+// followed).
+func listHas(list, name string) bool {
+	return slices.ContainsFunc(strings.Split(list, ","), func(s string) bool { return s == "all" || s == name })
+}
+
+// checkHBA checks a Cluster's user-defined pg_hba rules, which CNPG places
+// after its fixed ones (local peer; hostssl cert for streaming_replica and
+// the pooler) and before its default "host all all all scram-sha-256":
+//
+//   - a "hostnossl all all all reject" (or host ... reject) comes before any
+//     host or hostnossl rule that would take a connection without TLS, so
+//     that CNPG's default never sees one;
+//   - no rule authenticates by trust, password (in the clear) or md5;
+//   - a hostssl scram-sha-256 rule covers the database for every role
+//     (the owner for migrations, the app role), before anything else
+//     that would take them over TLS.
+func checkHBA(co Object, lines []string, db string, roles []string) []string {
+	weak := []string{"trust", "password", "md5"}
+	var v []string
+	closed := false
+	scram := map[string]bool{}
+	for _, r := range parseHBA(lines) {
+		switch {
+		case r.typ == "":
+			v = append(v, fmt.Sprintf("%s: pg_hba %q is not a rule (type database user [address] method)", co, r.line))
+			continue
+		case slices.Contains(weak, r.method):
+			v = append(v, fmt.Sprintf("%s: pg_hba %q authenticates by %s, want scram-sha-256 (or cert)", co, r.line, r.method))
+		}
+		tcp := r.typ == "host" || r.typ == "hostnossl"
+		if tcp && !closed {
+			if r.method != "reject" {
+				v = append(v, fmt.Sprintf("%s: pg_hba %q takes connections without TLS", co, r.line))
+			} else if r.db == "all" && r.user == "all" {
+				closed = true
+			}
+		}
+		if r.typ == "hostssl" || r.typ == "host" {
+			for _, role := range roles {
+				if _, seen := scram[role]; !seen && listHas(r.db, db) && listHas(r.user, role) {
+					scram[role] = r.method == "scram-sha-256"
+				}
+			}
+		}
+	}
+	if !closed {
+		v = append(v, fmt.Sprintf("%s: pg_hba has no \"hostnossl all all all reject\": CNPG's default rule (host all all all scram-sha-256) takes a password over plaintext", co))
+	}
+	for _, role := range roles {
+		if !scram[role] {
+			v = append(v, fmt.Sprintf("%s: pg_hba: role %s reaches database %s over TLS by no hostssl scram-sha-256 rule of its own (the first rule to match it must be one)", co, role, db))
+		}
 	}
 	return v
 }

@@ -51,6 +51,8 @@ type hopEnd struct {
 //     their own, that issuer is a ClusterIssuer;
 //   - cells' and the issuer's probes ask their plaintext health port, never
 //     their mutual-TLS port, which kubelet's probes cannot speak to;
+//   - no cell, issuer or GTR container opts into plaintext hops
+//     (-insecure-plaintext, or its env form *_INSECURE_PLAINTEXT);
 //   - no GTR container uses the legacy shared admin token.
 func CheckHopTLS(w *World) []string {
 	var v []string
@@ -83,6 +85,7 @@ func CheckHopTLS(w *World) []string {
 				continue
 			}
 			at := fmt.Sprintf("%s container %s", o, c.Name)
+			v = append(v, insecurePlaintext(at, c)...)
 			cert, msgs := hopFiles(w, at, o.Namespace, tmpl.Spec, c, end)
 			v = append(v, msgs...)
 			if cert.Name != "" {
@@ -229,6 +232,23 @@ func oneIssuer(w *World, certs []Object) []string {
 			}
 			v = append(v, fmt.Sprintf("%s: issued by %s, %s by %s %s: the hops' CAs differ, so their peers would not verify each other; use one ClusterIssuer for all",
 				o, what, certs[0], first.kind, first.name))
+		}
+	}
+	return v
+}
+
+// insecurePlaintext reports a container that chooses plaintext hops, with
+// the flag or its env form: for benchmarks, never a deployment.
+func insecurePlaintext(at string, c corev1.Container) []string {
+	var v []string
+	for _, e := range c.Env {
+		if strings.HasSuffix(e.Name, "_INSECURE_PLAINTEXT") {
+			v = append(v, fmt.Sprintf("%s: %s: plaintext hops that serve anyone (benchmarks only)", at, e.Name))
+		}
+	}
+	for _, a := range slices.Concat(c.Command, c.Args) {
+		if f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); f == "insecure-plaintext" {
+			v = append(v, fmt.Sprintf("%s: %s: plaintext hops that serve anyone (benchmarks only)", at, a))
 		}
 	}
 	return v

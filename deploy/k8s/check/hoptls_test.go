@@ -101,6 +101,12 @@ func TestHopTLSChecksCatch(t *testing.T) {
 			"Certificate cellpay-gtr/gtr: usages lack client auth",
 			"Certificate cellpay-gtr/gtr: issued by Issuer gtr-ca of namespace cellpay-gtr",
 		}},
+		{"cell in plaintext", cell(func(d *appsv1.Deployment) {
+			containerOf(d).Env = append(containerOf(d).Env, corev1.EnvVar{Name: "CELL_INSECURE_PLAINTEXT", Value: "1"})
+		}), []string{"Deployment cell-b/cell container cell: CELL_INSECURE_PLAINTEXT: plaintext hops"}},
+		{"GTR in plaintext", withObject(t, base, "Deployment", GTRNamespace, "gtr", func(d *appsv1.Deployment) {
+			containerOf(d).Args = append(containerOf(d).Args, "-insecure-plaintext")
+		}), []string{"Deployment cellpay-gtr/gtr container gtr: -insecure-plaintext: plaintext hops"}},
 		{"GTR with the legacy admin token", withObject(t, base, "Deployment", GTRNamespace, "gtr", func(d *appsv1.Deployment) {
 			setEnv(containerOf(d), corev1.EnvVar{Name: "GTR_ADMIN_TOKEN_FILE", Value: "/etc/cellpay/operators/operators.yaml"})
 		}), []string{"Deployment cellpay-gtr/gtr container gtr: GTR_ADMIN_TOKEN_FILE: the legacy shared admin token"}},
@@ -164,6 +170,21 @@ func TestDatabaseChecksCatch(t *testing.T) {
 			[]string{"role cellpay_app is not in pg_monitor"}},
 		{"app role without grants", cluster(func(c *cnpgv1.Cluster) { c.Spec.Bootstrap.InitDB.PostInitApplicationSQL = nil }),
 			[]string{"postInitApplicationSQL grants cellpay_app no default privileges"}},
+		{"server takes plaintext (no pg_hba)", cluster(func(c *cnpgv1.Cluster) { c.Spec.PostgresConfiguration.PgHBA = nil }),
+			[]string{`Cluster cell-a/postgres: pg_hba has no "hostnossl all all all reject"`,
+				"Cluster cell-a/postgres: pg_hba: role cellpay_app reaches database cellpay over TLS by no hostssl scram-sha-256 rule",
+				"Cluster cell-a/postgres: pg_hba: role cellpay_owner reaches database cellpay over TLS by no hostssl scram-sha-256 rule"}},
+		{"server takes plaintext before the reject", cluster(func(c *cnpgv1.Cluster) {
+			c.Spec.PostgresConfiguration.PgHBA = append([]string{"host cellpay cellpay_app 10.0.0.0/8 scram-sha-256"}, c.Spec.PostgresConfiguration.PgHBA...)
+		}), []string{`Cluster cell-a/postgres: pg_hba "host cellpay cellpay_app 10.0.0.0/8 scram-sha-256" takes connections without TLS`}},
+		{"md5 over TLS", cluster(func(c *cnpgv1.Cluster) {
+			c.Spec.PostgresConfiguration.PgHBA = []string{"hostnossl all all all reject", "hostssl all all all md5"}
+		}), []string{`Cluster cell-a/postgres: pg_hba "hostssl all all all md5" authenticates by md5`,
+			"Cluster cell-a/postgres: pg_hba: role cellpay_app reaches database cellpay over TLS by no hostssl scram-sha-256 rule"}},
+		{"trust for the owner ahead of scram", cluster(func(c *cnpgv1.Cluster) {
+			c.Spec.PostgresConfiguration.PgHBA = append([]string{"hostssl all cellpay_owner all trust"}, c.Spec.PostgresConfiguration.PgHBA...)
+		}), []string{`pg_hba "hostssl all cellpay_owner all trust" authenticates by trust`,
+			"pg_hba: role cellpay_owner reaches database cellpay over TLS by no hostssl scram-sha-256 rule"}},
 		{"plaintext", setURL(appURLEnv, "sslmode=verify-full", "sslmode=disable"),
 			[]string{"cell-a: CELL_DATABASE_URL: sslmode=disable, want verify-full"}},
 		{"a replica, not the primary", setURL(appURLEnv, "postgres-rw:", "postgres-ro:"),
