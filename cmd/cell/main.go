@@ -80,8 +80,8 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.TLS.Cert, "tls-cert", env("CELL_TLS_CERT", ""), "the cell's certificate, PEM (identity spiffe://cellpay.internal/cell/<id>), served to the GTR and presented to the issuer, reloaded when it changes (env CELL_TLS_CERT); with -tls-key and -tls-ca the Cell API takes only the GTR's certificate. Required unless -insecure-plaintext")
 	flag.StringVar(&c.TLS.Key, "tls-key", env("CELL_TLS_KEY", ""), "the cell's private key, PEM (env CELL_TLS_KEY)")
 	flag.StringVar(&c.TLS.CA, "tls-ca", env("CELL_TLS_CA", ""), "CA that the GTR's and the issuer's certificates must chain to (env CELL_TLS_CA)")
-	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("CELL_INSECURE_PLAINTEXT", "") == "1", "without TLS files, serve and dial plaintext with no authorization: anyone may call the Cell API; benchmarks and a lone cell only (env CELL_INSECURE_PLAINTEXT=1). Without it and without -tls-cert, -tls-key and -tls-ca the cell refuses to start")
-	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); \"\" for plaintext NATS without authentication")
+	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("CELL_INSECURE_PLAINTEXT", "") == "1", "without TLS files, serve and dial plaintext with no authorization: anyone may call the Cell API; and without -nats-ca, speak anonymous plaintext NATS: benchmarks, a lone cell and local tests only (env CELL_INSECURE_PLAINTEXT=1). Without it, without -tls-cert, -tls-key and -tls-ca (or with -nats-url and no -nats-ca) the cell refuses to start")
+	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "1") != "0", "share the commits of concurrent transactions' durable writes (group commit, cmd/cell/internal/store/group.go); -group-commit=false or env CELL_GROUP_COMMIT=0 writes each alone, for measuring")
 	flag.Parse()
 	if err := hop.RequireTLS(c.TLS, insecurePlaintext, "-tls-cert, -tls-key and -tls-ca (CELL_TLS_CERT, CELL_TLS_KEY, CELL_TLS_CA)"); err != nil {
@@ -92,6 +92,9 @@ func configure() (cell.Config, error) {
 		return c, fmt.Errorf("-callback-schedule: %w", err)
 	}
 	c.Callbacks.Schedule = sched
+	if err := hop.RequireNATSTLS(c.NATSURL, natsCA, insecurePlaintext, "-nats-ca (CELL_NATS_CA)"); err != nil {
+		return c, err
+	}
 	if natsCA != "" {
 		if c.TLS.Cert == "" || c.TLS.Key == "" {
 			return c, fmt.Errorf("-nats-ca needs -tls-cert and -tls-key: the certificate is the cell's NATS identity")

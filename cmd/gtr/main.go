@@ -53,8 +53,8 @@ func main() {
 	flag.BoolVar(&cfg.NoAdmission, "no-admission", env("GTR_NO_ADMISSION", "") == "1", "turn admission control off: no partner limits, no adaptive cell limits (env GTR_NO_ADMISSION=1); for measuring only")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
-	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone: benchmarks only (env GTR_INSECURE_PLAINTEXT=1). Without it and without -cell-ca the GTR refuses to start")
-	flag.StringVar(&natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); \"\" for plaintext NATS without authentication")
+	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone, and without -nats-ca, speak anonymous plaintext NATS: benchmarks and local tests only (env GTR_INSECURE_PLAINTEXT=1). Without it, without -cell-ca (or with -nats-url and no -nats-ca) the GTR refuses to start")
+	flag.StringVar(&natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 	flag.Parse()
 	if natsCA != "" {
 		cfg.NATSTLS = pki.Files{Cert: cmp.Or(cfg.CellTLS.Cert, cfg.TLSCertFile), Key: cmp.Or(cfg.CellTLS.Key, cfg.TLSKeyFile), CA: natsCA}
@@ -62,9 +62,14 @@ func main() {
 	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
 		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
 	}
-	if err := hop.RequireTLS(cfg.CellTLS, insecurePlaintext, "-cell-ca (GTR_CELL_CA)"); err != nil {
-		fmt.Fprintln(os.Stderr, "gtr:", err)
-		os.Exit(2)
+	for _, err := range []error{
+		hop.RequireTLS(cfg.CellTLS, insecurePlaintext, "-cell-ca (GTR_CELL_CA)"),
+		hop.RequireNATSTLS(cfg.NATSURL, natsCA, insecurePlaintext, "-nats-ca (GTR_NATS_CA)"),
+	} {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gtr:", err)
+			os.Exit(2)
+		}
 	}
 	log, closeLog := logging.New(os.Stderr)
 	cfg.Log = log.With("replica", cfg.ReplicaID)

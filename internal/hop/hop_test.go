@@ -241,4 +241,16 @@ func TestRequireTLS(t *testing.T) {
 	if err := hop.RequireTLS(pki.Files{Cert: "c", Key: "k", CA: "ca"}, false, flags); err != nil {
 		t.Errorf("TLS files: %v", err)
 	}
+	// NATS: a URL without the CA is refused unless plaintext is chosen.
+	if err := hop.RequireNATSTLS("nats://127.0.0.1:4222", "", false, "-nats-ca"); err == nil || !strings.Contains(err.Error(), "-nats-ca") {
+		t.Errorf("NATS URL without CA: %v, want an error naming -nats-ca", err)
+	}
+	for _, c := range []struct {
+		url, ca  string
+		insecure bool
+	}{{"", "", false}, {"tls://n:4222", "ca.crt", false}, {"nats://n:4222", "", true}} {
+		if err := hop.RequireNATSTLS(c.url, c.ca, c.insecure, "-nats-ca"); err != nil {
+			t.Errorf("RequireNATSTLS(%q, %q, %v): %v", c.url, c.ca, c.insecure, err)
+		}
+	}
 }

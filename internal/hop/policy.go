@@ -54,6 +54,17 @@ func RequireTLS(files pki.Files, insecure bool, tlsFlags string) error {
 	return fmt.Errorf("no TLS files: give %s, or %s to run plaintext with no authorization (anyone may call; benchmarks and local tests only)", tlsFlags, InsecurePlaintextFlag)
 }
 
+// RequireNATSTLS is RequireTLS for a component's NATS connection: with a
+// NATS URL, the CA of NATS's certificate (caFlag names its flag) is needed
+// to speak TLS and be authenticated, unless insecure is set (anonymous
+// plaintext NATS, which a locked-down server refuses).
+func RequireNATSTLS(url, ca string, insecure bool, caFlag string) error {
+	if url == "" || ca != "" || insecure {
+		return nil
+	}
+	return fmt.Errorf("a NATS URL without %s: give it to speak TLS to NATS as this component's identity, or %s for anonymous plaintext NATS (local tests only)", caFlag, InsecurePlaintextFlag)
+}
+
 // ServerOptions serve mutual TLS with files and enforce p; with no files
 // they are none (plaintext, every caller allowed), which a component
 // reaches only through an explicit -insecure-plaintext (RequireTLS). The

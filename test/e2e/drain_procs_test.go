@@ -144,6 +144,8 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 	g.args = append(g.args, "-tls-cert", cert, "-tls-key", key, "-cell-ca", env.p.CAFile(), "-partners", env.p.PartnersFile())
 	if strings.HasPrefix(natsURL, "tls://") {
 		g.args = append(g.args, "-nats-ca", env.p.CAFile())
+	} else {
+		g.args = append(g.args, "-insecure-plaintext") // a plaintext NATS of the test's own
 	}
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
 	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))

@@ -107,7 +107,9 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		StandbyBasePort: pgBase + cells,
 		// One access point: these tests look at one GTR.
 		NoBackupGTR: true,
-		Env:         []string{"CELL_NATS_URL=" + e.natsURL},
+		// This NATS of its own is plaintext and open: the cells must be
+		// told that is meant.
+		Env: []string{"CELL_NATS_URL=" + e.natsURL, "CELL_INSECURE_PLAINTEXT=1"},
 	})
 	if err != nil {
 		t.Fatal(err)
