@@ -3,10 +3,7 @@ package pgcluster_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"math/big"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -89,17 +86,9 @@ func TestReloadTLS(t *testing.T) {
 
 func fileSerialOf(t *testing.T, path string) *big.Int {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	c, err := pki.ReadCertificate(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		t.Fatalf("%s: no PEM", path)
-	}
-	cert, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert.SerialNumber
+	return c.SerialNumber
 }

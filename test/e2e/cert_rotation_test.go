@@ -4,13 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
-	"fmt"
 	"math/big"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -350,15 +347,7 @@ func servedSerial(t *testing.T, addr string) *big.Int {
 
 func fileSerial(t *testing.T, path string) *big.Int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		t.Fatal(fmt.Errorf("%s: no PEM", path))
-	}
-	c, err := x509.ParseCertificate(blk.Bytes)
+	c, err := pki.ReadCertificate(path)
 	if err != nil {
 		t.Fatal(err)
 	}
