@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -27,10 +28,19 @@ func env(name, def string) string {
 	return def
 }
 
+// envInt is env's integer, or def when it is unset or not a number.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(env(name, "")); err == nil {
+		return n
+	}
+	return def
+}
+
 func main() {
 	var cfg gtr.Config
 	var tokenFile, natsCA string
 	var insecurePlaintext bool
+	var logBuffer int
 	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
@@ -39,6 +49,8 @@ func main() {
 	flag.StringVar(&cfg.OperatorsFile, "operators", env("GTR_OPERATORS", ""), "operators file (YAML: id, role viewer|operator|admin, token_sha256 of each operator's cpo_ token) of the admin API (env GTR_OPERATORS); without it or a legacy token the admin API refuses every call")
 	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "legacy: file holding one shared admin token, which acts as operator legacy-admin with role admin (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN)")
 	flag.StringVar(&cfg.AuditFile, "audit-file", env("GTR_AUDIT_FILE", ""), "the admin audit log's local spool while the CELLPAY_AUDIT stream is unreachable, or the audit log itself without NATS (env GTR_AUDIT_FILE); default <state-file>.audit.jsonl")
+	flag.IntVar(&cfg.AuditReplicas, "audit-replicas", envInt("GTR_AUDIT_REPLICAS", 1), "replicas of the CELLPAY_AUDIT stream when this GTR creates it (nobody has yet): 3 on a 3-node NATS cluster (env GTR_AUDIT_REPLICAS); an existing stream is used as it is")
+	flag.IntVar(&logBuffer, "log-buffer", envInt("GTR_LOG_BUFFER", logging.DefaultBuffer), "records the asynchronous logger holds before it drops (env GTR_LOG_BUFFER); a test and diagnostic knob: tests saturate the logger with 1")
 	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration and carrying the cells' reference data status (env GTR_NATS_URL); empty: standalone")
 	flag.StringVar(&cfg.NATSBucket, "nats-bucket", env("GTR_NATS_BUCKET", "cellpay_gtr"), "NATS KV bucket of the routing configuration (env GTR_NATS_BUCKET)")
 	flag.StringVar(&cfg.StateFile, "state-file", env("GTR_STATE_FILE", ""), "file keeping the last-known routing configuration, read at start when present (env GTR_STATE_FILE)")
@@ -71,7 +83,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	log, closeLog := logging.New(os.Stderr)
+	log, closeLog := logging.NewSize(os.Stderr, logBuffer)
 	cfg.Log = log.With("replica", cfg.ReplicaID)
 	tok, err := adminToken(tokenFile)
 	if err != nil {

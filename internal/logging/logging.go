@@ -44,10 +44,17 @@ func NewAsync(inner slog.Handler, size int) *Async {
 	return &Async{inner: inner, q: q}
 }
 
-// New returns a logger writing JSON lines to w through a 4096-record async
-// buffer, and the function that flushes it.
-func New(w io.Writer) (*slog.Logger, func()) {
-	a := NewAsync(slog.NewJSONHandler(w, nil), 4096)
+// DefaultBuffer is New's buffer, in records.
+const DefaultBuffer = 4096
+
+// New returns a logger writing JSON lines to w through a DefaultBuffer-record
+// async buffer, and the function that flushes it.
+func New(w io.Writer) (*slog.Logger, func()) { return NewSize(w, DefaultBuffer) }
+
+// NewSize is New with a buffer of size records (at least 1): a smaller
+// one is a test and diagnostic knob, to see the logger saturate and drop.
+func NewSize(w io.Writer, size int) (*slog.Logger, func()) {
+	a := NewAsync(slog.NewJSONHandler(w, nil), max(size, 1))
 	return slog.New(a), a.Close
 }
 

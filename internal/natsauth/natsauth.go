@@ -14,8 +14,10 @@
 //	            (cell-<id>), publishes its own status subject only, reads
 //	            the GTR's KV bucket (partners' callback settings), and
 //	            uses the transaction directory's bucket
-//	gtr         uses its KV bucket (routing table, partners) and the audit
-//	            stream, and reads every cell's status subject
+//	gtr         uses its KV bucket (routing table, partners), publishes
+//	            and reads the audit stream (and may create it, never
+//	            update, purge or delete it: AuditStreamConfig), and reads
+//	            every cell's status subject
 //	replicator  publishes reference data and reads the cells' status
 //	nats-admin  everything: a local platform's launcher and tests only
 //
@@ -30,6 +32,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/internal/hop"
 )
@@ -119,12 +124,29 @@ func Cell(id string) User {
 	return User{Identity: identity, Publish: dedupe(pub), Subscribe: []string{InboxPrefix(identity) + ".>"}}
 }
 
+// AuditStreamConfig is the CELLPAY_AUDIT stream's configuration with
+// replicas replicas. A local platform's launcher creates it with its NATS
+// administrator before any GTR starts; a GTR creates it only where nobody
+// did (a Kubernetes platform's first replica). The GTR's user may create
+// the stream but never update it: NATS refuses a create whose
+// configuration differs from the existing stream's, so a GTR cannot
+// shrink its own audit log's limits, purge or delete it.
+func AuditStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: AuditStream, Subjects: []string{AuditSubjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		Replicas: max(replicas, 1), Duplicates: 10 * time.Minute,
+		Description: "GTR admin API audit log: one record per admin change or refused call",
+	}
+}
+
 // GTR is the user of every GTR replica.
 func GTR() User {
 	gtrStream, gtrSubjects := kv(GTRBucket)
 	pub := []string{jsAPI + "INFO"}
 	pub = append(pub, ownStream(gtrStream, gtrSubjects)...)
-	pub = append(pub, ownStream(AuditStream, AuditSubjectPrefix+">")...)
+	// The audit stream: read, publish, create if missing; no update.
+	pub = append(pub, readStream(AuditStream, "*")...)
+	pub = append(pub, jsAPI+"STREAM.CREATE."+AuditStream, jsAPI+"CONSUMER.CREATE."+AuditStream, AuditSubjectPrefix+">")
 	return User{Identity: hop.GTR, Publish: dedupe(pub),
 		Subscribe: []string{InboxPrefix(hop.GTR) + ".>", StatusPrefix + "*"}}
 }

@@ -248,8 +248,24 @@ func TestCellCannotPublishReferenceDataOrRoute(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cell-a: open the GTR's bucket to read it: %v", err)
 	}
+	// The routing entry's subject: through the KV API (a JetStream
+	// publish, which the server drops: the call only times out) and as a
+	// core publish, each refused with a permissions violation naming it.
+	routingSubject := "$KV." + natsauth.GTRBucket + ".routing"
+	before, err := ckv.Get(ctx(t), "routing")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ckv.Put(denied(t), "routing", []byte("forged table")); err == nil {
 		t.Fatal("cell-a wrote the routing table")
+	}
+	v.expectViolation(t, routingSubject)
+	if err := cell.Publish(routingSubject, []byte("forged table")); err != nil {
+		t.Fatal(err)
+	}
+	v.expectViolation(t, routingSubject)
+	if e, err := kv.Get(ctx(t), "routing"); err != nil || e.Revision() != before.Revision() || string(e.Value()) != "the table" {
+		t.Fatalf("routing entry after cell-a's writes: %v, %v; want revision %d, \"the table\"", e, err, before.Revision())
 	}
 	if err := cjs.DeleteStream(denied(t), natsauth.RefdataStream); err == nil {
 		t.Fatal("cell-a deleted the reference data stream")
@@ -318,6 +334,71 @@ func TestGTRCannotPublishReferenceData(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.expectViolation(t, natsauth.StatusPrefix+"cell-a")
+}
+
+// TestGTRCannotShrinkItsAuditStream: the GTR publishes to and reads the
+// audit stream the administrator made, and may ask to create it (with the
+// same configuration: a no-op), but cannot update, purge or delete it,
+// nor create it with other limits.
+func TestGTRCannotShrinkItsAuditStream(t *testing.T) {
+	s := start(t)
+	admin, _ := s.connect(t, "admin")
+	ajs, _ := jetstream.New(admin)
+	stream, err := ajs.CreateStream(ctx(t), natsauth.AuditStreamConfig(1))
+	if err != nil {
+		t.Fatalf("admin: create the audit stream: %v", err)
+	}
+	want, err := stream.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	gtr, v := s.connect(t, "gtr")
+	gjs, _ := jetstream.New(gtr)
+	if _, err := gjs.CreateStream(ctx(t), natsauth.AuditStreamConfig(1)); err != nil {
+		t.Fatalf("gtr: create the existing stream with its configuration: %v", err)
+	}
+	if _, err := gjs.Publish(ctx(t), natsauth.AuditSubjectPrefix+"gtr-1", []byte(`{"id":"1"}`)); err != nil {
+		t.Fatalf("gtr: publish a record: %v", err)
+	}
+	gst, err := gjs.Stream(ctx(t), natsauth.AuditStream)
+	if err != nil {
+		t.Fatalf("gtr: read the stream: %v", err)
+	}
+	if m, err := gst.GetLastMsgForSubject(ctx(t), natsauth.AuditSubjectPrefix+"gtr-1"); err != nil || string(m.Data) != `{"id":"1"}` {
+		t.Fatalf("gtr: read its record: %v, %v", m, err)
+	}
+
+	shrunk := natsauth.AuditStreamConfig(1)
+	shrunk.MaxMsgs, shrunk.MaxAge = 1, time.Hour
+	if _, err := gjs.UpdateStream(denied(t), shrunk); err == nil {
+		t.Fatal("gtr updated the audit stream")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.UPDATE."+natsauth.AuditStream)
+	if _, err := gjs.CreateStream(ctx(t), shrunk); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		t.Fatalf("gtr: create the stream with other limits: %v; want %v", err, jetstream.ErrStreamNameAlreadyInUse)
+	}
+	if err := gst.Purge(denied(t)); err == nil {
+		t.Fatal("gtr purged the audit stream")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.PURGE."+natsauth.AuditStream)
+	if err := gjs.DeleteStream(denied(t), natsauth.AuditStream); err == nil {
+		t.Fatal("gtr deleted the audit stream")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.DELETE."+natsauth.AuditStream)
+	if err := gst.DeleteMsg(denied(t), 1); err == nil {
+		t.Fatal("gtr deleted an audit record")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.MSG.DELETE."+natsauth.AuditStream)
+
+	got, err := stream.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Config.MaxMsgs != want.Config.MaxMsgs || got.Config.MaxAge != want.Config.MaxAge || got.State.Msgs != 1 {
+		t.Fatalf("audit stream after the GTR's attempts: max msgs %d, max age %v, %d records; want %d, %v, 1",
+			got.Config.MaxMsgs, got.Config.MaxAge, got.State.Msgs, want.Config.MaxMsgs, want.Config.MaxAge)
+	}
 }
 
 // TestNamesMatch holds the names the permissions are written against

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
@@ -123,6 +124,9 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	if err := proc.start(ctx); err != nil {
 		return fmt.Errorf("platform: %w", err)
 	}
+	if err := p.createAuditStream(ctx); err != nil {
+		return fmt.Errorf("platform: NATS: %w", err)
+	}
 	url := p.NATSURL()
 	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url,
 		"CELL_NATS_CA="+p.CAFile(), "GTR_NATS_CA="+p.CAFile())
@@ -137,6 +141,32 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
+	}
+	return nil
+}
+
+// createAuditStream makes (or brings back to natsauth.AuditStreamConfig)
+// the GTRs' audit stream as NATS's administrator, before any GTR starts:
+// the GTR's own user may create it but never update it, so its limits are
+// the administrator's.
+func (p *Platform) createAuditStream(ctx context.Context) error {
+	opts, err := p.NATSOptions()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(p.NATSURL(), append(opts, nats.Name("cellpay launcher"))...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateOrUpdateStream(ctx, natsauth.AuditStreamConfig(1)); err != nil {
+		return fmt.Errorf("audit stream %s: %w", natsauth.AuditStream, err)
 	}
 	return nil
 }

@@ -22,6 +22,12 @@ import (
 // and returns its exit code, stdout and stderr.
 func gtrctlAs(t *testing.T, role operators.Role, args ...string) (int, string, string) {
 	t.Helper()
+	return gtrctlAt(t, env.p.Config().AdminAddr, role, args...)
+}
+
+// gtrctlAt is gtrctlAs against the GTR whose admin API is at addr.
+func gtrctlAt(t *testing.T, addr string, role operators.Role, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(env.bin, "gtrctl"), args...)
 	cmd.Dir = t.TempDir() // no .cellpay here: no default credential
 	for _, kv := range os.Environ() {
@@ -29,7 +35,7 @@ func gtrctlAs(t *testing.T, role operators.Role, args ...string) (int, string, s
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "GTR_ADMIN_ADDR="+env.p.Config().AdminAddr, "GTRCTL_CA="+env.p.CAFile())
+	cmd.Env = append(cmd.Env, "GTR_ADMIN_ADDR="+addr, "GTRCTL_CA="+env.p.CAFile())
 	if role != operators.RoleNone {
 		cmd.Env = append(cmd.Env, "GTRCTL_TOKEN_FILE="+env.p.OperatorTokenFile(role))
 	}

@@ -309,11 +309,24 @@ func (l *Log) ensureStream(ctx context.Context) error {
 	if made {
 		return nil
 	}
-	_, err := l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: l.cfg.Stream, Subjects: []string{SubjectPrefix + ">"}, Storage: jetstream.FileStorage,
-		Replicas: l.cfg.StreamReplicas, Duplicates: 10 * time.Minute,
-		Description: "GTR admin API audit log: one record per admin change or refused call",
-	})
+	// Create only, never update: the GTR's NATS user may not update the
+	// stream (natsauth.AuditStreamConfig). An existing stream, made by
+	// the platform's NATS administrator or another replica, is used as
+	// it is, whatever its configuration.
+	sc := natsauth.AuditStreamConfig(l.cfg.StreamReplicas)
+	sc.Name = l.cfg.Stream
+	st, err := l.js.Stream(ctx, l.cfg.Stream)
+	switch {
+	case err == nil:
+		if r := st.CachedInfo().Config.Replicas; r != sc.Replicas {
+			l.cfg.Log.Warn("audit: the stream exists with another replica count; used as it is", "stream", l.cfg.Stream, "replicas", r, "want", sc.Replicas)
+		}
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = l.js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // another replica made it meanwhile
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("audit: stream %s: %w", l.cfg.Stream, err)
 	}

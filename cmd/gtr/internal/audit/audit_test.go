@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/internal/testutil/natstest"
 )
@@ -121,5 +124,41 @@ func TestFileOnly(t *testing.T) {
 	defer none.Close()
 	if _, err := none.Reserve(); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("no log configured: %v", err)
+	}
+}
+
+// TestExistingStreamIsUsedAsItIs: a stream the administrator made with
+// other limits takes the records, and the log never updates it (the GTR's
+// NATS user may not).
+func TestExistingStreamIsUsedAsItIs(t *testing.T) {
+	ns := natstest.Start(t)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	sc := natsauth.AuditStreamConfig(1)
+	sc.MaxMsgs, sc.Description = 1000, "made by the administrator"
+	st, err := js.CreateStream(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(Config{NATSURL: ns.URL(), Replica: "gtr-1", File: filepath.Join(t.TempDir(), "spool.jsonl"), StreamReplicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	commit(t, l, Record{Actor: "alice", Method: "Drain", Outcome: "OK"})
+	if l.Pending() != 0 {
+		t.Fatalf("pending %d: the record did not reach the existing stream", l.Pending())
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxMsgs != 1000 || info.Config.Description != sc.Description || info.Config.Replicas != 1 || info.State.Msgs != 1 {
+		t.Fatalf("stream after the log's first record: %+v, %d msgs; want the administrator's configuration and 1 record", info.Config, info.State.Msgs)
 	}
 }

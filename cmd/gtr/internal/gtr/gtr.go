@@ -77,6 +77,9 @@ type Config struct {
 	// with neither it nor NATS every admin change is refused, since it
 	// could not be audited.
 	AuditFile string
+	// AuditReplicas is the CELLPAY_AUDIT stream's replica count when this
+	// replica is the one to create it (nobody has); default 1.
+	AuditReplicas int
 	// NATSURL is the NATS server holding the shared routing configuration
 	// and carrying the cells' reference data status reports; "" runs this
 	// replica standalone (admin changes stay local, and no cell's reference
@@ -298,7 +301,7 @@ func Run(ctx context.Context, cfg Config) error {
 			lis.Close()
 			return err
 		}
-		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, Log: cfg.Log})
+		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, StreamReplicas: cfg.AuditReplicas, Log: cfg.Log})
 		if err != nil {
 			lis.Close()
 			return err
