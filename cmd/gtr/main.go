@@ -28,12 +28,19 @@ func env(name, def string) string {
 	return def
 }
 
-// envInt is env's integer, or def when it is unset or not a number.
+// envInt is env's integer, or def when it is unset; a value that is not
+// a number stops the GTR, naming the variable.
 func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(env(name, "")); err == nil {
-		return n
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gtr: %s=%q is not a number\n", name, v)
+		os.Exit(2)
+	}
+	return n
 }
 
 func main() {
