@@ -287,12 +287,6 @@ func (s *Store) EnableGroupCommit(cfg GroupCommit) {
 	s.group = newCommitter(cfg, s.pool.SendBatch)
 }
 
-// execAlone runs one write in a transaction of its own.
-func (s *Store) execAlone(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := s.pool.Exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
 // exec runs one durable write: through group commit when enabled, else
 // alone. count says the statement returns one integer rather than rows
 // affected.
