@@ -170,14 +170,19 @@ func (c *Config) validate() error {
 type Server struct {
 	cellproto.UnimplementedCellServer
 	cfg Config
+	// releases bounds the releases being retried in the background.
+	releases chan struct{}
 }
+
+// maxReleaseRetries bounds the releases retried at once (release).
+const maxReleaseRetries = 256
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg}, nil
+	return &Server{cfg: cfg, releases: make(chan struct{}, maxReleaseRetries)}, nil
 }
 
 // Get returns the recorded transaction of (partner, transaction ID).
@@ -255,16 +260,46 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 
 // release ends this attempt's ownership of the record it leaves in state
 // sending (PENDING): from now on the reconciler resolves it, and a
-// duplicate answers PENDING at once. Best effort: a release that fails
-// lapses after store.ActiveFor.
+// duplicate answers PENDING at once. A release that fails (most often the
+// very database trouble that made the answer PENDING) is tried again in
+// the background every releaseRetry until it succeeds, for up to
+// store.ActiveFor, after which the ownership lapses by itself: without
+// the retries, a PENDING answered while the database was away stayed
+// unresolved for ActiveFor after it came back (TestFaultStopCellPostgres).
 func (s *Server) release(ctx context.Context, k idempotency.Key) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := s.cfg.Store.Release(ctx, k); err != nil {
-		s.cfg.Log.Warn("release of a pending transaction failed; it lapses", "partner_id", k.PartnerID,
-			"transaction_id", k.TransactionID, "error", err)
+	try := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		return s.cfg.Store.Release(ctx, k)
 	}
+	err := try()
+	if err == nil {
+		return
+	}
+	log := s.cfg.Log.With("partner_id", k.PartnerID, "transaction_id", k.TransactionID)
+	select {
+	case s.releases <- struct{}{}:
+	default:
+		log.Warn("release of a pending transaction failed, too many retried already; it lapses", "error", err)
+		return
+	}
+	log.Warn("release of a pending transaction failed; retrying", "error", err)
+	go func() {
+		defer func() { <-s.releases }()
+		deadline := time.Now().Add(store.ActiveFor)
+		for time.Now().Before(deadline) {
+			time.Sleep(releaseRetry)
+			if err = try(); err == nil {
+				log.Info("pending transaction released after a retry")
+				return
+			}
+		}
+		log.Warn("release of a pending transaction failed; it lapses", "error", err)
+	}()
 }
+
+// releaseRetry is how often a failed release is tried again.
+const releaseRetry = 500 * time.Millisecond
 
 // settleEntry brings the transaction's directory entry up to date with
 // how the attempt ended, in the background (best effort: no rule depends

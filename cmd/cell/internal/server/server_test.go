@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/orchestrator"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -40,6 +42,8 @@ type memStore struct {
 	recs map[idempotency.Key]orchestrator.Record
 	// owned: an attempt works on the record (one instance: no leases).
 	owned map[idempotency.Key]bool
+	// releaseFails is how many Release calls fail before one succeeds.
+	releaseFails int
 }
 
 func (m *memStore) own(k idempotency.Key, ok bool) {
@@ -62,6 +66,10 @@ func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*orchestrato
 func (m *memStore) Release(_ context.Context, k idempotency.Key) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.releaseFails > 0 {
+		m.releaseFails--
+		return errors.New("store: release: connection refused")
+	}
 	if m.recs[k].State == orchestrator.StateSending {
 		m.own(k, false)
 	}
@@ -410,5 +418,33 @@ func TestKeyRotationKeepsReplays(t *testing.T) {
 	proceed(t, open(t, ctxT(t), c2, "t-new"))
 	if rec, _ := st.Get(ctxT(t), idempotency.Key{PartnerID: "p-001", TransactionID: "t-new"}); rec.FingerprintKeyID != after.FingerprintKeyID() {
 		t.Fatalf("new record names key %q, want %q", rec.FingerprintKeyID, after.FingerprintKeyID())
+	}
+}
+
+// TestFailedReleaseIsRetried: a PENDING answer's release that fails (the
+// database away) is tried again in the background until it succeeds, so
+// that the reconciler may resolve the record soon after the database is
+// back rather than after store.ActiveFor.
+func TestFailedReleaseIsRetried(t *testing.T) {
+	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}, releaseFails: 3}
+	k := idempotency.Key{PartnerID: "p-001", TransactionID: "t-release"}
+	st.recs[k] = orchestrator.Record{TransactionID: k.TransactionID, PartnerID: k.PartnerID, State: orchestrator.StateSending}
+	st.own(k, true)
+	srv, err := New(Config{CellID: "cell-t", Store: st, Issuer: &countingIssuer{},
+		RefData: func() orchestrator.RefData { return nil }, Policy: orchestrator.Policy{LimitCurrency: "EUR"},
+		Keys: testKeys, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.release(context.Background(), k)
+	released := func() bool { st.mu.Lock(); defer st.mu.Unlock(); return !st.owned[k] }
+	if released() {
+		t.Fatal("released at once although the store refused")
+	}
+	testutil.Eventually(t, 10*time.Second, "the release retried until it succeeds", released)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.releaseFails != 0 {
+		t.Fatalf("%d failures left: the retries stopped early", st.releaseFails)
 	}
 }
