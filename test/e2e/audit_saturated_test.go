@@ -3,14 +3,12 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,7 +18,6 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/operators"
-	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 )
 
@@ -116,14 +113,7 @@ func TestAuditWithSaturatedLogger(t *testing.T) {
 	}
 
 	// The audit log has each change, with its actor and before and after.
-	code, out, errs := gtrctlAt(t, g.AdminAddr, operators.RoleViewer, "audit", "-o", "json", "--since", start.Format(time.RFC3339Nano))
-	if code != 0 {
-		t.Fatalf("gtrctl audit: %s", errs)
-	}
-	var au auditJSON
-	if err := json.Unmarshal([]byte(out), &au); err != nil {
-		t.Fatalf("gtrctl audit -o json: %v\n%s", err, out)
-	}
+	au, out := auditSince(t, g.AdminAddr, start)
 	var got []string
 	weights := map[string][2]int32{}
 	var versions [2]uint64
@@ -245,38 +235,4 @@ func readLog(t *testing.T, path string) (lines []map[string]any, dropped float64
 		}
 	}
 	return lines, dropped
-}
-
-// startStderr is Start with the process's stderr (its log) on stderr.
-func (g *gtrProc) startStderr(t *testing.T, stderr *os.File) {
-	t.Helper()
-	logf, err := os.OpenFile(g.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(env.bin, "gtr"), g.args...)
-	cmd.Env = g.env
-	cmd.Stdout, cmd.Stderr = logf, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(done) }()
-	g.cmd, g.done = cmd, done
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for {
-		if err := platform.CheckHealth(ctx, g.AdminAddr, env.adminTLS); err == nil {
-			return
-		}
-		select {
-		case <-done:
-			t.Fatalf("%s exited at start", g.ID)
-		case <-ctx.Done():
-			t.Fatalf("%s not healthy", g.ID)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

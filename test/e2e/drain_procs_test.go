@@ -163,6 +163,13 @@ func (g *gtrProc) cellsOf(p *platform.Platform) {
 // Start runs the binary and waits for its health check.
 func (g *gtrProc) Start(t *testing.T) {
 	t.Helper()
+	g.startStderr(t, nil)
+}
+
+// startStderr is Start with the process's stderr (its log) on stderr, or
+// in its log file with the rest when stderr is nil.
+func (g *gtrProc) startStderr(t *testing.T, stderr *os.File) {
+	t.Helper()
 	logf, err := os.OpenFile(g.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +177,9 @@ func (g *gtrProc) Start(t *testing.T) {
 	cmd := exec.Command(filepath.Join(env.bin, "gtr"), g.args...)
 	cmd.Env = g.env
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

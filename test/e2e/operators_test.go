@@ -25,6 +25,22 @@ func gtrctlAs(t *testing.T, role operators.Role, args ...string) (int, string, s
 	return gtrctlAt(t, env.p.Config().AdminAddr, role, args...)
 }
 
+// auditSince reads, as a viewer through gtrctl audit -o json, the audit
+// records since start of the GTR whose admin API is at addr; with gtrctl's
+// output.
+func auditSince(t *testing.T, addr string, start time.Time) (auditJSON, string) {
+	t.Helper()
+	code, out, errs := gtrctlAt(t, addr, operators.RoleViewer, "audit", "-o", "json", "--since", start.Format(time.RFC3339Nano))
+	if code != 0 {
+		t.Fatalf("gtrctl audit: %s", errs)
+	}
+	var au auditJSON
+	if err := json.Unmarshal([]byte(out), &au); err != nil {
+		t.Fatalf("gtrctl audit -o json: %v\n%s", err, out)
+	}
+	return au, out
+}
+
 // gtrctlAt is gtrctlAs against the GTR whose admin API is at addr.
 func gtrctlAt(t *testing.T, addr string, role operators.Role, args ...string) (int, string, string) {
 	t.Helper()
@@ -126,14 +142,7 @@ func TestOperatorRolesAndAudit(t *testing.T) {
 		t.Fatalf("operator restore: %s", errs)
 	}
 
-	code, out, errs := gtrctlAs(t, operators.RoleViewer, "audit", "-o", "json", "--since", start.Format(time.RFC3339Nano))
-	if code != 0 {
-		t.Fatalf("gtrctl audit: %s", errs)
-	}
-	var au auditJSON
-	if err := json.Unmarshal([]byte(out), &au); err != nil {
-		t.Fatalf("gtrctl audit -o json: %v\n%s", err, out)
-	}
+	au, out := auditSince(t, env.p.Config().AdminAddr, start)
 	var got []string
 	weights := map[string][2]int32{}
 	for _, r := range au.Records {

@@ -110,7 +110,10 @@ type Config struct {
 	// ProceedTimeout bounds waiting for the GTR's Proceed after the PNR
 	// event; past it the attempt steps back, as for a refused PNR. It must
 	// be well above the GTR's attempt timeout (2s), past which the GTR
-	// never sends Proceed; default 10s.
+	// never sends Proceed; default 5s. It is also how long a duplicate
+	// waits when the GTR holding the attempt froze or died after the PNR
+	// (the sending record stays active), so it is kept well inside a
+	// partner's retries (10s was not: TestAccessPointFreeze).
 	ProceedTimeout time.Duration
 	// StoreTimeout bounds each try of the final write after the issuer has
 	// answered; it is tried StoreTries times, then left to the reconciler
@@ -149,7 +152,7 @@ func (c *Config) validate() error {
 		c.StartTimeout = 5 * time.Second
 	}
 	if c.ProceedTimeout <= 0 {
-		c.ProceedTimeout = 10 * time.Second
+		c.ProceedTimeout = 5 * time.Second
 	}
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = 5 * time.Second

@@ -19,7 +19,7 @@ import (
 
 // ActiveFor bounds how long a row's owner counts as still working on it
 // after the row was last written: longer than any attempt can last once
-// recorded (the GTR's Proceed, 10 s, then the issuer, 5 s, then the final
+// recorded (the GTR's Proceed, 5 s, then the issuer, 5 s, then the final
 // write's tries, 3 × 5 s), so that an ownership left behind (a release that
 // failed) does not hold a row for the owner's whole life.
 const ActiveFor = 60 * time.Second
