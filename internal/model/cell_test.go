@@ -190,8 +190,17 @@ func (m *model) perform(r *run, a orchestrator.Action) (orchestrator.Event, bool
 			// The persist from received (a decline, or the sending
 			// record): a cancellation may overtake it.
 			m.send(msg{kind: mMarkSend, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
+			if a.Record.State == orchestrator.StateSending {
+				// Or the write commits and its answer is lost (the
+				// connection died with it: a failing-over database);
+				// whichever is delivered first happens.
+				m.send(msg{kind: mMarkSendLost, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
+			}
 			cl.persisting[x.key()] = a
 			return nil, false
+		}
+		if a.OrFrom != "" && m.rules.NoStepBackAfterLostCommit {
+			return orchestrator.StoreFailed{Err: errors.New("store: no step back")}, true
 		}
 		if m.rules.GroupCommit {
 			return m.queueWrite(r, a)
@@ -298,10 +307,15 @@ func (m *model) active(r *run) bool {
 	return false
 }
 
-// persist is the store's conditional write of a.Record, from a.From.
+// persist is the store's conditional write of a.Record, from a.From (or
+// a.OrFrom, on the row of x's attempt only).
 func (m *model) persist(x msg, a orchestrator.Persist) orchestrator.Event {
 	rec := m.cells[x.cell].db[x.id]
-	if rec == nil || rec.state != state(a.From) {
+	from := rec != nil && rec.state == state(a.From)
+	if a.OrFrom != "" {
+		from = rec != nil && (rec.state == state(a.From) || rec.state == state(a.OrFrom)) && rec.attempt == x.key()
+	}
+	if !from {
 		return orchestrator.StoreFailed{Err: errors.New("store: record is not in the expected state")}
 	}
 	rec.state, rec.auth, rec.reason = state(a.Record.State), a.Record.AuthCode, a.Record.DeclineReason
@@ -310,10 +324,15 @@ func (m *model) persist(x msg, a orchestrator.Persist) orchestrator.Event {
 
 // markSending delivers a parked persist from received: nothing but a step
 // back to abandoned is persisted from received once the stream is
-// cancelled (server.perform).
-func (m *model) markSending(r *run) {
+// cancelled (server.perform). lost: the write commits, and the machine
+// hears that it failed (mMarkSendLost). The first of mMarkSend and
+// mMarkSendLost delivered decides; the other finds nothing parked.
+func (m *model) markSending(r *run, lost bool) {
 	cl := m.cells[r.x.cell]
-	a := cl.persisting[r.key()]
+	a, ok := cl.persisting[r.key()]
+	if !ok {
+		return
+	}
 	delete(cl.persisting, r.key())
 	if m.cancelled[r.key()] && a.Record.State != orchestrator.StateAbandoned {
 		// A step back to abandoned is written all the same: it lets a
@@ -321,7 +340,12 @@ func (m *model) markSending(r *run) {
 		m.resume(r, orchestrator.StoreFailed{Err: errors.New("caller gone before the point of no return")})
 		return
 	}
-	m.resume(r, m.persist(r.x, a))
+	ev := m.persist(r.x, a)
+	if _, ok := ev.(orchestrator.Persisted); ok && lost {
+		m.logf("cell %d: %s sending committed, its answer lost", r.x.cell, r.x.id)
+		ev = orchestrator.StoreFailed{Err: errors.New("store: persist: unexpected EOF")}
+	}
+	m.resume(r, ev)
 }
 
 // waited ends a Wait: the record settled (left received, and is not

@@ -177,7 +177,7 @@ func TestDirectory(t *testing.T) {
 			m.deliverKind(mProcess) // next takes over (an earlier attempt of the same call)
 			m.deadline(m.calls[0])  // DEADLINE_EXCEEDED: next's stream cancelled
 			m.deliverKind(mCancel)
-			m.deliverKind(mMarkSend) // next persists nothing: abandoned, in the entry too
+			m.deliverKind(mMarkSend) // next does not go on to sending, and steps back: abandoned, in the entry too
 			m.drain()
 			m.restart(home)
 			m.reconcile(home) // not reached, but the entry is next's: abandoned
@@ -188,7 +188,7 @@ func TestDirectory(t *testing.T) {
 			m.drain()
 		}, "", func(t *testing.T, m *model) {
 			answered(1, "APPROVED", home)(t, m)
-			wantState(t, m, next, "t0", received)
+			wantState(t, m, next, "t0", abandoned)
 		}},
 		{"PENDING from a leftover sending record pins the entry: the leftover's call no longer takes it over", Rules{}, noPinScript, "", func(t *testing.T, m *model) {
 			answered(1, "PENDING", home)(t, m)

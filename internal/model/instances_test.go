@@ -162,7 +162,12 @@ func (m *instModel) perform(r *instRun, a orchestrator.Action) (orchestrator.Eve
 			return nil, false // parked: markSending
 		}
 		r.step = false
-		if row == nil || row.rec.State != a.From {
+		from := row != nil && row.rec.State == a.From
+		if a.OrFrom != "" { // this attempt's row only (store.AbandonOwn)
+			from = row != nil && (row.rec.State == a.From || row.rec.State == a.OrFrom) &&
+				row.owner == r.inst && row.rec.Attempt == a.Record.Attempt && row.rec.CreatedAt.Equal(a.Record.CreatedAt)
+		}
+		if !from {
 			return orchestrator.StoreFailed{Err: errors.New("store: state changed")}, true
 		}
 		row.rec.State, row.rec.AuthCode, row.rec.DeclineReason = a.Record.State, a.Record.AuthCode, a.Record.DeclineReason

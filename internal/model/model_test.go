@@ -52,6 +52,12 @@ type Rules struct {
 	// record whose handshake may still be open (Machine.existing and
 	// Server.wait before they looked at othersBusy).
 	NoWaitOnSending bool
+	// NoStepBackAfterLostCommit: the driver does not write the step back
+	// of an attempt whose write to sending failed (Persist.OrFrom), and
+	// the attempt re-routes with its record as the write left it (the
+	// machine before it asked for the step back; TestCellInstances found
+	// it).
+	NoStepBackAfterLostCommit bool
 
 	// The transaction directory's rules
 	// (docs/design/transaction-directory.md).
@@ -274,21 +280,22 @@ func (c *call) key() attemptKey { return attemptKey{c.n, c.attempt} }
 type msgKind int
 
 const (
-	mProcess    msgKind = iota // GTR -> cell: start an attempt (opens its stream)
-	mCancel                    // GTR -> cell: the attempt's stream is cancelled
-	mProceed                   // GTR -> cell: confirms the point of no return
-	mMarkSend                  // cell, in memory: persist from received (decline or sending)
-	mWait                      // cell, in memory: wait for a concurrent attempt at the ID
-	mPNR                       // cell -> GTR on the attempt's stream
-	mResult                    // cell -> GTR on the attempt's stream
-	mReroutable                // cell -> GTR on the attempt's stream
-	mIssuerReq                 // cell -> issuer
-	mIssuerResp                // issuer -> cell
-	mDirUpdate                 // cell -> directory: a best-effort entry update
-	mCommit                    // cell, in memory: a queued write commits (Rules.GroupCommit)
+	mProcess      msgKind = iota // GTR -> cell: start an attempt (opens its stream)
+	mCancel                      // GTR -> cell: the attempt's stream is cancelled
+	mProceed                     // GTR -> cell: confirms the point of no return
+	mMarkSend                    // cell, in memory: persist from received (decline or sending)
+	mWait                        // cell, in memory: wait for a concurrent attempt at the ID
+	mPNR                         // cell -> GTR on the attempt's stream
+	mResult                      // cell -> GTR on the attempt's stream
+	mReroutable                  // cell -> GTR on the attempt's stream
+	mIssuerReq                   // cell -> issuer
+	mIssuerResp                  // issuer -> cell
+	mDirUpdate                   // cell -> directory: a best-effort entry update
+	mCommit                      // cell, in memory: a queued write commits (Rules.GroupCommit)
+	mMarkSendLost                // cell, in memory: the sending write commits, and its answer is lost
 )
 
-var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit"}
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost"}
 
 type msg struct {
 	kind       msgKind
@@ -468,14 +475,16 @@ func (m *model) deliver(i int) {
 			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
 			m.resume(cl.runs[x.key()], orchestrator.PNRConfirmed{})
 		}
-	case mMarkSend, mWait, mIssuerResp, mCommit:
+	case mMarkSend, mWait, mIssuerResp, mCommit, mMarkSendLost:
 		r, ok := m.runOf(x)
 		if !ok || cl.epoch != x.epoch {
 			return // in the memory of a process that is gone
 		}
 		switch x.kind {
 		case mMarkSend:
-			m.markSending(r)
+			m.markSending(r, false)
+		case mMarkSendLost:
+			m.markSending(r, true)
 		case mWait:
 			m.waited(r)
 		case mCommit:

@@ -232,6 +232,7 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 		{"owner ignored", Rules{IgnoreOwner: true}, "the issuer is called by the owner only"},
 		{"final entry answered for any payload", Rules{AnswerEntryAnyPayload: true}, "ALREADY_EXISTS"},
 		{"PENDING from a leftover without a pin", Rules{NoPin: true}, "lost|every accepted transaction is final"},
+		{"no step back after a lost commit", Rules{NoStepBackAfterLostCommit: true}, "lost|no re-route after a PNR"},
 	}
 	noFailFile(t)
 	for _, tt := range tests {
@@ -282,6 +283,24 @@ func TestScripted(t *testing.T) {
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
 			m.crash(home) // sending recorded, PNR lost
+		}, "", func(t *testing.T, m *model) {
+			wantAnswer(t, m, "t0", "APPROVED")
+			wantState(t, m, home, "t0", abandoned)
+			wantState(t, m, next, "t0", approved)
+		}},
+		// The write to sending commits and its answer is lost (the primary
+		// died with the commit on its way; the promoted standby has it):
+		// the attempt steps back before the re-route, and the record
+		// does not stay past its PNR in the home while next completes
+		// the transaction (TestCellInstances found it).
+		{"sending committed with its answer lost: the attempt steps back, then re-routes", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSendLost)
+			if s := m.cells[home].db["t0"].state; s != abandoned {
+				panic("after the lost commit: " + s)
+			}
+			m.drain()
 		}, "", func(t *testing.T, m *model) {
 			wantAnswer(t, m, "t0", "APPROVED")
 			wantState(t, m, home, "t0", abandoned)

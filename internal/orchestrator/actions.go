@@ -55,9 +55,18 @@ type CheckVelocity struct {
 
 // Persist durably writes Record, only if the stored state is still From.
 // Answer: Persisted; StoreFailed (including when the state was not From).
+//
+// OrFrom, when set, is the state the record may be in instead of From:
+// the write that was to bring it from OrFrom to From failed, and may have
+// committed all the same (a connection lost with its commit on the way,
+// as when the database fails over: the standby had it). The state alone
+// then no longer tells this attempt's row from another's, so the write
+// applies only to the row this attempt wrote (its instance, attempt and
+// creation time).
 type Persist struct {
 	Record *Record
 	From   State
+	OrFrom State
 }
 
 // EmitPNR asks the GTR to confirm the point of no return: the sending

@@ -411,9 +411,10 @@ func (m *Machine) Step(ev Event) Action {
 	case phaseRevert:
 		switch ev.(type) {
 		case Persisted, StoreFailed:
-			// On a store failure the record stays in sending, and the
-			// reconciler resolves it by inquiry: nothing reached the issuer
-			// from this cell.
+			// On a store failure the record stays where it is (the driver
+			// tries the step back again for a while), and a record left in
+			// sending is the reconciler's, resolved by inquiry: nothing
+			// reached the issuer from this cell.
 			m.phase = phaseDone
 			return Reroute{Reason: m.reason}
 		}
@@ -595,11 +596,18 @@ func (m *Machine) afterMarkSending(ev Event) Action {
 		m.phase = phaseEmitPNR
 		return EmitPNR{Key: m.rec.Key()}
 	case StoreFailed:
-		// Not durably at the point of no return: the issuer has not been
-		// called, so the GTR may restart the transaction elsewhere.
-		m.rec.State = StateReceived
-		m.phase = phaseDone
-		return Reroute{Reason: "store: " + ev.Err.Error()}
+		// Not known to be at the point of no return, and the issuer has
+		// not been called, so the GTR may restart the transaction
+		// elsewhere. But the write may have committed all the same (the
+		// primary died with the commit on its way, and the promoted
+		// standby has it): left in sending, the record would hold the
+		// transaction past its point of no return here while another cell
+		// completes it. Step back from either state first.
+		m.phase = phaseRevert
+		m.reason = "store: " + ev.Err.Error()
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateSending, OrFrom: StateReceived}
 	}
 	return m.unexpected(ev)
 }

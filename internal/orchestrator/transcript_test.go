@@ -322,6 +322,9 @@ func formatAction(a Action) string {
 		}
 		return s
 	case Persist:
+		if a.OrFrom != "" {
+			return fmt.Sprintf("Persist from=%s or=%s own-row %s", a.From, a.OrFrom, formatRecord(a.Record))
+		}
 		return fmt.Sprintf("Persist from=%s %s", a.From, formatRecord(a.Record))
 	case EmitPNR:
 		return "EmitPNR " + formatKey(a.Key)

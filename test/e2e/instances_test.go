@@ -169,7 +169,8 @@ func TestCellInstances(t *testing.T) {
 			name: "instdup",
 			break_: func(t *testing.T, ctx context.Context) {
 				for i := range 5 {
-					a := duplicateOnSibling(t, ctx, target, "cell-a", fmt.Sprintf("instdup-%d", i))
+					// Not instdup-N: the load's IDs are those (load.Config.RunID).
+					a := duplicateOnSibling(t, ctx, target, "cell-a", fmt.Sprintf("sibling-dup-%d", i))
 					mu.Lock()
 					dups = append(dups, a...)
 					mu.Unlock()

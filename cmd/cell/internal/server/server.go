@@ -38,6 +38,10 @@ type Store interface {
 	Reclaim(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
 	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
 	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
+	// AbandonOwn marks r's record abandoned if it is in one of states and
+	// still the row r's attempt wrote (Persist.OrFrom); otherwise an error
+	// matching store.ErrStateChanged.
+	AbandonOwn(ctx context.Context, r *orchestrator.Record, states ...orchestrator.State) error
 	Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (int64, int64, error)
 	// GetActive reads k's record as Get does and, from the same snapshot
 	// of it, whether an attempt is working on it now, in this instance of
@@ -275,33 +279,40 @@ func (s *Server) release(ctx context.Context, k idempotency.Key) {
 		defer cancel()
 		return s.cfg.Store.Release(ctx, k)
 	}
-	err := try()
-	if err == nil {
-		return
+	if err := try(); err != nil {
+		s.retryLater(k, "release of a pending transaction", err, try)
 	}
+}
+
+// retryLater tries again in the background, every releaseRetry, a write
+// for k that failed with err, until it succeeds or finds nothing left to
+// do (store.ErrStateChanged), for up to store.ActiveFor, after which an
+// ownership it was to end lapses by itself. At most maxReleaseRetries are
+// retried at once; past that the write is given up, logged.
+func (s *Server) retryLater(k idempotency.Key, what string, err error, try func() error) {
 	log := s.cfg.Log.With("partner_id", k.PartnerID, "transaction_id", k.TransactionID)
 	select {
 	case s.releases <- struct{}{}:
 	default:
-		log.Warn("release of a pending transaction failed, too many retried already; it lapses", "error", err)
+		log.Warn(what+" failed, too many retried already; given up", "error", err)
 		return
 	}
-	log.Warn("release of a pending transaction failed; retrying", "error", err)
+	log.Warn(what+" failed; retrying", "error", err)
 	go func() {
 		defer func() { <-s.releases }()
 		deadline := time.Now().Add(store.ActiveFor)
 		for time.Now().Before(deadline) {
 			time.Sleep(releaseRetry)
-			if err = try(); err == nil {
-				log.Info("pending transaction released after a retry")
+			if err = try(); err == nil || errors.Is(err, store.ErrStateChanged) {
+				log.Info(what+" done after a retry", "error", err)
 				return
 			}
 		}
-		log.Warn("release of a pending transaction failed; it lapses", "error", err)
+		log.Warn(what+" failed; given up", "error", err)
 	}()
 }
 
-// releaseRetry is how often a failed release is tried again.
+// releaseRetry is how often a failed release or step back is tried again.
 const releaseRetry = 500 * time.Millisecond
 
 // settleEntry brings the transaction's directory entry up to date with
@@ -383,6 +394,9 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 			pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 			defer cancel()
 		}
+		if a.OrFrom != "" {
+			return s.abandonOwn(pctx, a), ctx
+		}
 		persist := s.cfg.Store.Persist
 		if a.From == orchestrator.StateSending {
 			persist = s.persistAfterIssuer
@@ -402,6 +416,29 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 		return s.authorize(ctx, a), ctx
 	}
 	return orchestrator.StoreFailed{Err: fmt.Errorf("server: no driver for action %T", a)}, ctx
+}
+
+// abandonOwn is the step back of an attempt whose write to a.From failed
+// and may have committed (Persist.OrFrom). A try that fails is tried
+// again in the background (retryLater), the machine told at once: a
+// record left in sending by a commit that went through unseen would hold
+// the transaction here past its point of no return, with no issuer call
+// behind it, while the GTR completes it on another cell.
+func (s *Server) abandonOwn(ctx context.Context, a orchestrator.Persist) orchestrator.Event {
+	r := *a.Record
+	try := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		defer cancel()
+		return s.cfg.Store.AbandonOwn(ctx, &r, a.From, a.OrFrom)
+	}
+	err := try()
+	if err == nil {
+		return orchestrator.Persisted{}
+	}
+	if !errors.Is(err, store.ErrStateChanged) {
+		s.retryLater(r.Key(), "step back of an attempt whose sending write failed", err, try)
+	}
+	return orchestrator.StoreFailed{Err: err}
 }
 
 // confirmPNR asks the GTR to confirm the point of no return and waits for

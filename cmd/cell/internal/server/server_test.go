@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,11 @@ type memStore struct {
 	recs map[idempotency.Key]orchestrator.Record
 	// owned: an attempt works on the record (one instance: no leases).
 	owned map[idempotency.Key]bool
-	// releaseFails is how many Release calls fail before one succeeds.
-	releaseFails int
+	// releaseFails is how many Release calls fail before one succeeds;
+	// abandonFails, AbandonOwn calls. sendingAckLost: the next write to
+	// sending commits and then fails, as a commit whose connection is lost.
+	releaseFails, abandonFails int
+	sendingAckLost             bool
 }
 
 func (m *memStore) own(k idempotency.Key, ok bool) {
@@ -118,7 +122,27 @@ func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orche
 	m.recs[r.Key()] = *r
 	if r.State != orchestrator.StateSending {
 		m.own(r.Key(), false)
+	} else if m.sendingAckLost {
+		m.sendingAckLost = false
+		return errors.New("store: persist: unexpected EOF")
 	}
+	return nil
+}
+
+func (m *memStore) AbandonOwn(_ context.Context, r *orchestrator.Record, states ...orchestrator.State) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.abandonFails > 0 {
+		m.abandonFails--
+		return errors.New("store: abandon: connection refused")
+	}
+	prev, ok := m.recs[r.Key()]
+	if !ok || !slices.Contains(states, prev.State) || !m.owned[r.Key()] || prev.Attempt != r.Attempt || !prev.CreatedAt.Equal(r.CreatedAt) {
+		return store.ErrStateChanged
+	}
+	prev.State, prev.UpdatedAt = orchestrator.StateAbandoned, r.UpdatedAt
+	m.recs[r.Key()] = prev
+	m.own(r.Key(), false)
 	return nil
 }
 
@@ -446,5 +470,33 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 	defer st.mu.Unlock()
 	if st.releaseFails != 0 {
 		t.Fatalf("%d failures left: the retries stopped early", st.releaseFails)
+	}
+}
+
+// TestLostSendingCommitStepsBack: the write to sending commits but its
+// answer is lost (the primary died with the commit on its way, and the
+// promoted standby has it). The attempt must not leave the record in
+// sending while the GTR re-routes it: it steps back to abandoned, and a
+// step back the database refuses at first is tried again until it is
+// written. The issuer is never called.
+func TestLostSendingCommitStepsBack(t *testing.T) {
+	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}, sendingAckLost: true, abandonFails: 2}
+	c, _, iss := startWith(t, testKeys, st)
+	s, err := c.Process(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: request("t-lost"), Attempt: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.Recv()
+	if err != nil || ev.GetReroutable() == nil {
+		t.Fatalf("want the attempt re-routable, got %v, %v", ev, err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the record stepped back to abandoned", func() bool {
+		return st.state("t-lost") == orchestrator.StateAbandoned
+	})
+	if iss.calls.Load() != 0 {
+		t.Fatal("the issuer was called for an attempt that never had Proceed")
 	}
 }

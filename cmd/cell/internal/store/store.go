@@ -318,6 +318,31 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 	return nil
 }
 
+// AbandonOwn marks r's record abandoned (update time r.UpdatedAt) if its
+// state is one of states and it is still the row r's attempt wrote: owned
+// by this store's instance, for r.Attempt, created at r.CreatedAt (a
+// reclaim by another attempt rewrites all three); otherwise
+// ErrStateChanged. It is the step back of an attempt whose write to
+// sending failed and may have committed nonetheless (orchestrator.Persist's
+// OrFrom), where the state alone cannot tell its row from another
+// attempt's. Safe to repeat.
+func (s *Store) AbandonOwn(ctx context.Context, r *orchestrator.Record, states ...orchestrator.State) error {
+	from := make([]string, len(states))
+	for i, st := range states {
+		from[i] = string(st)
+	}
+	n, err := s.exec(ctx, false, `UPDATE transactions SET state = 'abandoned', decline_reason = '', auth_code = '', updated_at = $3, owner = ''
+		WHERE partner_id = $1 AND transaction_id = $2 AND state = ANY($4) AND owner = $5 AND attempt = $6 AND created_at = $7`,
+		r.PartnerID, r.TransactionID, r.UpdatedAt, from, s.instance, r.Attempt, r.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("store: abandon: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("store: abandon %v -> abandoned: %w", states, ErrStateChanged)
+	}
+	return nil
+}
+
 // persistFinal is Persist of a final outcome: one statement (so one round
 // trip, and atomic without an explicit transaction) that updates the
 // record and, only if it did, inserts the outbox row.

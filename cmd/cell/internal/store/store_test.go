@@ -278,3 +278,81 @@ func TestUnresolved(t *testing.T) {
 		t.Fatalf("Unresolved = %d records", len(got))
 	}
 }
+
+// TestAbandonOwn: the step back of an attempt whose write to sending may
+// or may not have committed applies from either state, to the row that
+// attempt wrote only: not once another attempt reclaimed the row, not to
+// another instance's row, and not twice.
+func TestAbandonOwn(t *testing.T) {
+	s, url := open(t)
+	ctx := ctxT(t)
+	s.SetInstance("inst-1")
+	back := func(r *orchestrator.Record) error {
+		b := *r
+		b.State, b.UpdatedAt = orchestrator.StateAbandoned, t0.Add(time.Second)
+		return s.AbandonOwn(ctx, &b, orchestrator.StateSending, orchestrator.StateReceived)
+	}
+	for _, committed := range []bool{false, true} {
+		r := record(fmt.Sprintf("own-%v", committed))
+		if _, _, err := s.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if committed {
+			sent := *r
+			sent.State = orchestrator.StateSending
+			if err := s.Persist(ctx, &sent, orchestrator.StateReceived); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := back(r); err != nil {
+			t.Fatalf("committed %v: %v", committed, err)
+		}
+		if got, _ := s.Get(ctx, r.Key()); got.State != orchestrator.StateAbandoned {
+			t.Fatalf("committed %v: state %s, want abandoned", committed, got.State)
+		}
+		if err := back(r); !errors.Is(err, ErrStateChanged) {
+			t.Fatalf("committed %v: a second step back: %v, want ErrStateChanged", committed, err)
+		}
+	}
+	// Reclaimed by a later attempt, which went on to sending: not this
+	// attempt's row any more.
+	first := record("own-reclaimed")
+	if _, _, err := s.Insert(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := back(first); err != nil {
+		t.Fatal(err)
+	}
+	later := record("own-reclaimed")
+	later.Attempt, later.CreatedAt = 2, t0.Add(2*time.Second)
+	if ok, _, err := s.Reclaim(ctx, later); err != nil || !ok {
+		t.Fatalf("Reclaim = %v, %v", ok, err)
+	}
+	sent := *later
+	sent.State = orchestrator.StateSending
+	if err := s.Persist(ctx, &sent, orchestrator.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	if err := back(first); !errors.Is(err, ErrStateChanged) {
+		t.Fatalf("step back of the first attempt over the later one's row: %v, want ErrStateChanged", err)
+	}
+	// Another instance's row, same attempt and creation time.
+	other, err := Open(ctx, url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetInstance("inst-2")
+	theirs := record("own-theirs")
+	if _, _, err := other.Insert(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := back(theirs); !errors.Is(err, ErrStateChanged) {
+		t.Fatalf("step back of a sibling's row: %v, want ErrStateChanged", err)
+	}
+	for id, want := range map[string]orchestrator.State{"own-reclaimed": orchestrator.StateSending, "own-theirs": orchestrator.StateReceived} {
+		if got, _ := s.Get(ctx, key(id)); got.State != want {
+			t.Fatalf("%s: state %s, want %s", id, got.State, want)
+		}
+	}
+}
