@@ -156,7 +156,21 @@ func (target faultTarget) checkerConfig() checker.Config {
 
 // noFailuresShown: partners never see a transaction that stopped before
 // its point of no return as a failure; the GTR restarts it elsewhere.
-// logsFor returns the platform's log lines that carry the reference the
+// logDirs are the log directories of the platforms the tests started
+// for themselves (ownLogs), besides the shared one's.
+var logDirs struct {
+	sync.Mutex
+	dirs []string
+}
+
+// ownLogs adds p's logs to those logsFor searches.
+func ownLogs(p *platform.Platform) {
+	logDirs.Lock()
+	defer logDirs.Unlock()
+	logDirs.dirs = append(logDirs.dirs, p.LogDir())
+}
+
+// logsFor returns the platforms' log lines that carry the reference the
 // GTR's generic error message names, so that a failed run says why.
 func logsFor(msg string) string {
 	_, ref, ok := strings.Cut(msg, "(reference ")
@@ -165,6 +179,12 @@ func logsFor(msg string) string {
 		return ""
 	}
 	files, _ := filepath.Glob(filepath.Join(env.p.LogDir(), "*"))
+	logDirs.Lock()
+	for _, d := range logDirs.dirs {
+		more, _ := filepath.Glob(filepath.Join(d, "*"))
+		files = append(files, more...)
+	}
+	logDirs.Unlock()
 	var out strings.Builder
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -70,6 +70,7 @@ func instancesTarget(t *testing.T) faultTarget {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Stop() })
+	ownLogs(p)
 	gtrOpts, err := p.GTRDialOptions()
 	if err != nil {
 		t.Fatal(err)
