@@ -35,14 +35,32 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
 
-// feed releases n attempts of the given latency, each acquired first.
+// feed releases n attempts of the given latency, with the cell kept at its
+// limit (a loaded cell): each round acquires as many as the limit admits,
+// then releases them. at, if set, is called before each round's releases
+// with the round's size.
 func feed(t *testing.T, l *CellLimit, n int, latency time.Duration, o Outcome) {
 	t.Helper()
-	for range n {
-		if !l.Acquire() {
+	feedWith(t, l, n, latency, o, nil)
+}
+
+func feedWith(t *testing.T, l *CellLimit, n int, latency time.Duration, o Outcome, at func(k int)) {
+	t.Helper()
+	for n > 0 {
+		k := 0
+		for k < n && l.Acquire() {
+			k++
+		}
+		if k == 0 {
 			t.Fatalf("Acquire refused with %d in flight, limit %d", l.InFlight(), l.Limit())
 		}
-		l.Release(latency, o)
+		if at != nil {
+			at(k)
+		}
+		for range k {
+			l.Release(latency, o)
+		}
+		n -= k
 	}
 }
 
@@ -109,14 +127,59 @@ func TestCellLimitSheds(t *testing.T) {
 	}
 }
 
+// feedAt is feed at rate attempts a second of the clock.
+func feedAt(t *testing.T, c *fakeClock, l *CellLimit, n int, rate float64, latency time.Duration) {
+	t.Helper()
+	feedWith(t, l, n, latency, Served, func(k int) { c.Add(time.Duration(float64(k) * float64(time.Second) / rate)) })
+}
+
+// TestCellLimitHoldsWhenUnused: a limit far above what the cell is asked
+// for does not grow, so that the onset of overload does not find it at
+// its ceiling.
+func TestCellLimitHoldsWhenUnused(t *testing.T) {
+	l := NewCells(CellConfig{InitialLimit: 32, Window: 10}).Cell("c1")
+	for range 1000 {
+		if !l.Acquire() {
+			t.Fatal("refused one attempt at a time")
+		}
+		l.Release(time.Millisecond, Served)
+	}
+	if l.Limit() != 32 {
+		t.Fatalf("limit %d after 1,000 attempts one at a time, want it held at 32", l.Limit())
+	}
+}
+
 func TestCellLimitLearnsASlowerNormal(t *testing.T) {
-	l := NewCells(CellConfig{InitialLimit: 32, Window: 10, LongWindows: 10}).Cell("c1")
-	feed(t, l, 100, time.Millisecond, Served)
+	c := newClock()
+	l := NewCells(CellConfig{InitialLimit: 32, Window: 10, Baseline: time.Second, Now: c.Now}).Cell("c1")
+	feedAt(t, c, l, 100, 100, time.Millisecond)
 	// The cell becomes slower for good (say, a bigger table): its new
-	// normal is learned, and the limit recovers instead of starving it.
-	feed(t, l, 3000, 10*time.Millisecond, Served)
+	// normal is learned within a few Baselines, and the limit recovers
+	// instead of starving it.
+	feedAt(t, c, l, 1000, 100, 10*time.Millisecond)
 	if l.Limit() < 32 {
 		t.Fatalf("limit %d: a permanently slower cell is starved", l.Limit())
+	}
+}
+
+// TestCellLimitShedsASustainedQueue: at a high rate, a latency ten times
+// the normal for a second is a queue, not a new normal: the limit falls
+// and stays down. Counted in samples (30 windows), the long-term average
+// learned it within a fifth of that second, and the limit grew back while
+// the queue went on.
+func TestCellLimitShedsASustainedQueue(t *testing.T) {
+	c := newClock()
+	l := NewCells(CellConfig{InitialLimit: 64, MinLimit: 4, Window: 20, Now: c.Now}).Cell("c1")
+	feedAt(t, c, l, 2000, 2000, 2*time.Millisecond)
+	before := l.Limit()
+	feedAt(t, c, l, 2000, 2000, 20*time.Millisecond)
+	if l.Limit() > 8 {
+		t.Fatalf("limit %d (from %d) after a second of queueing at 2,000/s, want near the floor 4", l.Limit(), before)
+	}
+	// When the queue drains, the limit comes back.
+	feedAt(t, c, l, 4000, 2000, 2*time.Millisecond)
+	if l.Limit() < before {
+		t.Fatalf("limit %d after the queue drained, want back to at least %d", l.Limit(), before)
 	}
 }
 

@@ -11,6 +11,10 @@
 //     work, not the issuer's), and when the latency of recent attempts rises
 //     well above it (the cell is queueing), it lowers the number of attempts
 //     it lets the cell have at once; when latency falls back, it raises it.
+//     The long-term average moves with time, not with the number of
+//     samples: counted in samples, at 1,600 attempts a second it learned a
+//     queue as the new normal within half a second, and overload went on
+//     unshed.
 //
 // A shed request was never sent to any cell, so a partner may retry it
 // safely under the same transaction ID; the errors say so, with a retry
@@ -42,10 +46,14 @@ type CellConfig struct {
 	Tolerance float64
 	// Window is how many samples make one update of the limit [20].
 	Window int
-	// LongWindows is how many windows the long-term average spans, about
-	// [30]: a cell that becomes slower for good is learned within it, and is
-	// not starved for ever.
-	LongWindows int
+	// Baseline is the time constant of the long-term average as it rises
+	// toward a slower latency [10s]: a cell that becomes slower for good is
+	// learned within a few of it, and is not starved for ever, while a
+	// queue that builds under overload is shed before it becomes the
+	// normal. The average falls eight times faster.
+	Baseline time.Duration
+	// Now is the clock [time.Now].
+	Now func() time.Time
 	// Disabled admits everything (for measuring without admission control).
 	Disabled bool
 }
@@ -67,8 +75,11 @@ func (c *CellConfig) defaults() {
 	if c.Window <= 0 {
 		c.Window = 20
 	}
-	if c.LongWindows <= 0 {
-		c.LongWindows = 30
+	if c.Baseline <= 0 {
+		c.Baseline = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -120,16 +131,18 @@ type CellLimit struct {
 	shed     atomic.Int64 // attempts refused, for metrics
 
 	mu        sync.Mutex // guards the fields below
-	long      float64    // long-term average latency, seconds (EWMA over windows)
+	long      float64    // long-term average latency, seconds (EWMA in time)
+	last      time.Time  // of the last update
 	samples   int        // in this window
 	served    int        // of which answered
 	sum       time.Duration
-	dropped   int // timed out or failed
+	dropped   int   // timed out or failed
+	peak      int64 // most attempts in flight seen in this window
 	estimated float64
 }
 
 func newCellLimit(cfg *CellConfig) *CellLimit {
-	l := &CellLimit{cfg: cfg, estimated: float64(cfg.InitialLimit)}
+	l := &CellLimit{cfg: cfg, estimated: float64(cfg.InitialLimit), last: cfg.Now()}
 	l.limit.Store(int64(cfg.InitialLimit))
 	return l
 }
@@ -171,12 +184,13 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 	if l == nil || l.cfg.Disabled {
 		return
 	}
-	l.inflight.Add(-1)
+	inflight := l.inflight.Add(-1) + 1
 	if o == Ignored {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.peak = max(l.peak, inflight)
 	if o == Served {
 		l.served++
 		l.sum += latency
@@ -193,12 +207,16 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 // update recomputes the limit from the window of samples. Called with mu
 // held. The gradient is the tolerated latency over the recent one, clamped
 // to [0.5, 1]: at or under tolerance the limit grows by a queue allowance
-// of √limit (at least 2); above it, the limit shrinks in proportion
+// of √limit (at least 2), if the window used at least half of it; above
+// it, the limit shrinks in proportion
 // (smoothed, so that one noisy window does not swing it). A window in which
 // more than a tenth of the attempts timed out or failed cuts the limit by a
 // quarter (AIMD's multiplicative decrease); a dead cell is health's to
 // eject, not this limit's to starve.
 func (l *CellLimit) update() {
+	now := l.cfg.Now()
+	dt := max(0, now.Sub(l.last).Seconds())
+	l.last = now
 	cur := l.estimated
 	next := cur
 	short := 0.0
@@ -214,20 +232,27 @@ func (l *CellLimit) update() {
 	case short > 0:
 		gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*l.long/short))
 		next = cur*gradient + math.Max(2, math.Sqrt(cur))
-		if next < cur {
+		switch {
+		case next < cur:
 			next = 0.5*cur + 0.5*next
+		case float64(2*l.peak) < cur:
+			// Far from its limit, the cell says nothing of what it could
+			// take: hold. A limit grown while unused would admit a burst
+			// of that size at the onset of overload.
+			next = cur
 		}
 		// The long-term average follows slowly, and faster down than up,
-		// so that a queue does not become the new normal.
-		a := 1 / float64(l.cfg.LongWindows)
+		// so that a queue does not become the new normal: by the time
+		// since the last update, whatever the rate.
+		tau := l.cfg.Baseline.Seconds()
 		if short < l.long {
-			a *= 4
+			tau /= 8
 		}
-		l.long += a * (short - l.long)
+		l.long += (1 - math.Exp(-dt/tau)) * (short - l.long)
 	}
 	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), next))
 	l.limit.Store(int64(math.Round(l.estimated)))
-	l.samples, l.served, l.sum, l.dropped = 0, 0, 0, 0
+	l.samples, l.served, l.sum, l.dropped, l.peak = 0, 0, 0, 0, 0
 }
 
 // Limit is the cell's current concurrency limit.
