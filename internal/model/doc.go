@@ -37,7 +37,9 @@
 //     delayed, reordered, lost or never delivered;
 //   - the records' store (Insert, Reclaim, conditional Persist, the wait
 //     on a concurrent attempt) and restart's AbandonUnsent (received
-//     becomes abandoned; the entry is not touched);
+//     becomes abandoned; the entry is not touched); a write to sending
+//     may commit with its answer lost (the machine hears it failed), and
+//     the step back that follows applies to the attempt's own row only;
 //   - the reconciler: inquiry only, for sending records no attempt in the
 //     process is working on; the issuer's outcome if it has one, unless
 //     another cell holds the entry (it took it over: the outcome is its

@@ -127,7 +127,7 @@ func TestOverloadBenchmark(t *testing.T) {
 	for _, g := range []*gtrProc{on, off} {
 		name := g.ID
 		_ = runPhase(t, ctx, g.Addr, runID+"-"+name+"-warm", load.ModeClosed, 0, 32, 3*time.Second, nil, env.gtrOpts)
-		sat := runPhase(t, ctx, g.Addr, runID+"-"+name+"-sat", load.ModeClosed, 0, 32, 8*time.Second, nil, env.gtrOpts)
+		sat := saturation(t, ctx, g.Addr, runID+"-"+name)
 		S := sat.goodput()
 		stop := watchEjections(ctx, adminClientFor(t, g.AdminAddr, tok))
 		over := runPhase(t, ctx, g.Addr, runID+"-"+name+"-over", load.ModeOpen, 2.5*S, 8192, 10*time.Second, nil, env.gtrOpts)
@@ -142,6 +142,28 @@ func TestOverloadBenchmark(t *testing.T) {
 			100*over.share("DeadlineExceeded"), 100*over.share("Unavailable"), 100*over.share("ResourceExhausted"), over.rep.Dropped, ej,
 			after.ok, after.rep.Sent, after.codes)
 	}
+}
+
+// saturation is the closed-loop phase of the most goodput through the GTR
+// at addr: workers doubled from 32 while a doubling gains at least 5%
+// (up to 1,024). With group commit the cells' throughput grows with
+// concurrency, so a fixed number of workers measured their latency, not
+// the platform's saturation (32 workers found a third of it).
+func saturation(t *testing.T, ctx context.Context, addr, id string) phase {
+	t.Helper()
+	var best phase
+	for conc := 32; conc <= 1024; conc *= 2 {
+		p := runPhase(t, ctx, addr, fmt.Sprintf("%s-sat%d", id, conc), load.ModeClosed, 0, conc, 6*time.Second, nil, env.gtrOpts)
+		t.Logf("%s: closed loop, %d workers: %.0f tx/s, p99 %.1f ms, errors %v", id, conc, p.goodput(), p.p99, p.codes)
+		if p.goodput() < 1.05*best.goodput() {
+			if p.goodput() > best.goodput() {
+				best = p
+			}
+			break
+		}
+		best = p
+	}
+	return best
 }
 
 // adminClientFor is an Admin API client of a GTR replica (the platform's,
@@ -180,24 +202,31 @@ func TestFairnessBenchmark(t *testing.T) {
 	}
 	dial := []grpc.DialOption{tlsOpt, grpc.WithChainUnaryInterceptor(client.PartnerKeys(keys))}
 	time.Sleep(2 * time.Second) // both replicas of the registry have them
-	var alone, beside []float64
+	// B beside A offering rate: B's phase, and A's.
+	beside := func(round int, tag string, rate float64) (phase, phase) {
+		var wg sync.WaitGroup
+		var a phase
+		wg.Go(func() {
+			a = runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-%s-a-%d", runID, tag, round), load.ModeOpen, rate, 2048, 6*time.Second, []string{ids["a"]}, dial)
+		})
+		b := runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-%s-b-%d", runID, tag, round), load.ModeOpen, 30, 256, 6*time.Second, []string{ids["b"]}, dial)
+		wg.Wait()
+		return b, a
+	}
+	var alone, atLimit, flooded []float64
 	for round := range 3 {
 		b := runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-alone-%d", runID, round), load.ModeOpen, 30, 256, 6*time.Second, []string{ids["b"]}, dial)
-		alone = append(alone, b.p99)
-		var wg sync.WaitGroup
-		var flood phase
-		wg.Go(func() {
-			flood = runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-flood-%d", runID, round), load.ModeOpen, 400, 2048, 6*time.Second, []string{ids["a"]}, dial)
-		})
-		b2 := runPhase(t, ctx, env.gtrAddr, fmt.Sprintf("%s-fair-beside-%d", runID, round), load.ModeOpen, 30, 256, 6*time.Second, []string{ids["b"]}, dial)
-		wg.Wait()
-		beside = append(beside, b2.p99)
-		t.Logf("round %d: B alone p99 %.1f ms (%d ok, errors %v); B beside A's flood p99 %.1f ms (%d ok, errors %v); A: %d ok, %v", round,
-			b.p99, b.ok, b.codes, b2.p99, b2.ok, b2.codes, flood.ok, flood.codes)
+		bl, al := beside(round, "limit", 40)
+		bf, af := beside(round, "flood", 400)
+		alone, atLimit, flooded = append(alone, b.p99), append(atLimit, bl.p99), append(flooded, bf.p99)
+		t.Logf("round %d: B alone p99 %.1f ms (%d ok, errors %v); beside A at its limit %.1f ms (%d ok, errors %v; A %d ok, %v); beside A's flood %.1f ms (%d ok, errors %v; A %d ok, %v)", round,
+			b.p99, b.ok, b.codes, bl.p99, bl.ok, bl.codes, al.ok, al.codes, bf.p99, bf.ok, bf.codes, af.ok, af.codes)
 	}
 	sort.Float64s(alone)
-	sort.Float64s(beside)
-	t.Logf("median B p99: alone %.1f ms, beside A at 10× its limit %.1f ms (%.2f×)", alone[1], beside[1], beside[1]/alone[1])
+	sort.Float64s(atLimit)
+	sort.Float64s(flooded)
+	t.Logf("median B p99: alone %.1f ms, beside A at its limit (40/s) %.1f ms, beside A at 10× its limit %.1f ms (%.2f× alone, %.2f× beside A at its limit)",
+		alone[1], atLimit[1], flooded[1], flooded[1]/alone[1], flooded[1]/atLimit[1])
 }
 
 // ejectionReasons counts the GTR log's ejections by reason.
