@@ -316,3 +316,59 @@ func TestInterceptorOverGRPC(t *testing.T) {
 		t.Fatalf("onShed: %v", shed)
 	}
 }
+
+// TestAcquireShareKeepsTheLightPartner: at the GTR-wide limit, the
+// partner whose flood filled it is shed, and one within its fair share is
+// still admitted, up to half the limit again.
+func TestAcquireShareKeepsTheLightPartner(t *testing.T) {
+	l := NewCells(CellConfig{InitialLimit: 20, MinLimit: 4, Window: 1000}).Cell(WholeGTR)
+	for range 20 {
+		if !l.AcquireShare(20, 2) {
+			t.Fatal("refused under the limit")
+		}
+	}
+	if l.AcquireShare(21, 2) {
+		t.Fatal("at the limit, the partner holding it all was admitted")
+	}
+	if l.AcquireShare(1, 1) {
+		t.Fatal("at the limit, with one partner only, a request was admitted")
+	}
+	for i := range 10 {
+		if !l.AcquireShare(int64(i%5)+1, 2) { // within its share, 20/2
+			t.Fatalf("at the limit, the light partner's request %d was shed", i)
+		}
+	}
+	if l.AcquireShare(1, 2) {
+		t.Fatal("admitted past one and a half times the limit")
+	}
+}
+
+// TestPartnersShare counts requests in flight and the partners with any.
+func TestPartnersShare(t *testing.T) {
+	a := NewPartners(false, nil)
+	pa, pb := partner("p-a", 1000, 1000, 100), partner("p-b", 1000, 1000, 100)
+	for range 3 {
+		if !a.Acquire(pa).OK {
+			t.Fatal("refused")
+		}
+	}
+	if !a.Acquire(pb).OK {
+		t.Fatal("refused")
+	}
+	if mine, active := a.Share("p-a"); mine != 3 || active != 2 {
+		t.Fatalf("Share(p-a) = %d, %d; want 3, 2", mine, active)
+	}
+	a.Release("p-b")
+	if mine, active := a.Share("p-b"); mine != 0 || active != 1 {
+		t.Fatalf("Share(p-b) after its release = %d, %d; want 0, 1", mine, active)
+	}
+	for range 3 {
+		a.Release("p-a")
+	}
+	if _, active := a.Share("p-a"); active != 1 { // reported at least 1
+		t.Fatalf("active %d with nothing in flight, want the floor 1", active)
+	}
+	if a.active.Load() != 0 {
+		t.Fatalf("active count %d with nothing in flight, want 0", a.active.Load())
+	}
+}

@@ -165,6 +165,30 @@ func (l *CellLimit) Acquire() bool {
 	}
 }
 
+// AcquireShare is Acquire for a limit over every partner's requests (the
+// GTR-wide one), told that the caller's partner has mine requests in
+// flight (this one included) among active partners with any. At the
+// limit, a partner still within its fair share of it (fewer than
+// limit/active before this one) is admitted all the same, up to half the
+// limit again: so that one partner's flood, whose latency the limit
+// reacts to, sheds that partner's requests and not another's at its
+// normal rate. Without partners (active 0) it is Acquire.
+func (l *CellLimit) AcquireShare(mine, active int64) bool {
+	if l == nil || l.cfg.Disabled {
+		return true
+	}
+	for {
+		n, limit := l.inflight.Load(), l.limit.Load()
+		if n >= limit && (active < 2 || (mine-1)*active >= limit || 2*n >= 3*limit) {
+			l.shed.Add(1)
+			return false
+		}
+		if l.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // Outcome of one attempt, for the limit.
 type Outcome int
 

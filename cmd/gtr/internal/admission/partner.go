@@ -18,6 +18,8 @@ type Partners struct {
 	now      func() time.Time
 	mu       sync.RWMutex // guards the map only
 	byID     map[string]*partnerLimit
+	// active counts the partners with requests in flight (Share).
+	active atomic.Int64
 }
 
 type partnerLimit struct {
@@ -53,24 +55,57 @@ func (a *Partners) Acquire(p *partners.Partner) Verdict {
 		return Verdict{OK: true}
 	}
 	l := a.limit(p)
-	if n := l.inflight.Add(1); n > int64(l.limits.MaxInFlight) {
-		l.inflight.Add(-1)
+	if n := a.inc(l); n > int64(l.limits.MaxInFlight) {
+		a.dec(l)
 		l.shed.Add(1)
 		return Verdict{Reason: "in_flight", RetryAfter: 50 * time.Millisecond}
 	}
 	r := l.lim.ReserveN(a.now(), 1)
 	if !r.OK() {
-		l.inflight.Add(-1)
+		a.dec(l)
 		l.shed.Add(1)
 		return Verdict{Reason: "rate", RetryAfter: time.Second}
 	}
 	if d := r.DelayFrom(a.now()); d > 0 {
 		r.CancelAt(a.now())
-		l.inflight.Add(-1)
+		a.dec(l)
 		l.shed.Add(1)
 		return Verdict{Reason: "rate", RetryAfter: d}
 	}
 	return Verdict{OK: true}
+}
+
+// inc and dec count one of l's requests in or out of flight, and the
+// partners with requests in flight.
+func (a *Partners) inc(l *partnerLimit) int64 {
+	n := l.inflight.Add(1)
+	if n == 1 {
+		a.active.Add(1)
+	}
+	return n
+}
+
+func (a *Partners) dec(l *partnerLimit) {
+	if l.inflight.Add(-1) == 0 {
+		a.active.Add(-1)
+	}
+}
+
+// Share returns how many of partner id's requests are in flight (admitted
+// and not yet released), and how many partners have requests in flight:
+// for a limit over all partners to tell a partner within its fair share
+// of it from one over it (CellLimit.AcquireShare).
+func (a *Partners) Share(id string) (inflight, active int64) {
+	if a == nil || a.disabled {
+		return 0, 0
+	}
+	a.mu.RLock()
+	l := a.byID[id]
+	a.mu.RUnlock()
+	if l == nil {
+		return 0, max(1, a.active.Load())
+	}
+	return l.inflight.Load(), max(1, a.active.Load())
 }
 
 // Release ends an admitted request of partner id.
@@ -82,7 +117,7 @@ func (a *Partners) Release(id string) {
 	l := a.byID[id]
 	a.mu.RUnlock()
 	if l != nil {
-		l.inflight.Add(-1)
+		a.dec(l)
 	}
 }
 

@@ -263,6 +263,7 @@ func Run(ctx context.Context, cfg Config) error {
 		InFlight: st.InFlight,
 		Metrics:  recordingMetrics{metrics, recent},
 		Limits:   cellLimits,
+		Partners: partnerLimits,
 		Log:      cfg.Log,
 	})
 	if err != nil {

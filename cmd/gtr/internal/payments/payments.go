@@ -84,6 +84,10 @@ type Config struct {
 	// attempt on a cell at its limit is not made, and the transaction is
 	// answered RESOURCE_EXHAUSTED at once (admission control).
 	Limits *admission.Cells
+	// Partners, if set, tells the GTR-wide limit how many requests each
+	// partner has in flight, so that at the limit a partner within its
+	// fair share is still admitted (admission.CellLimit.AcquireShare).
+	Partners *admission.Partners
 	// MaxAttempts bounds the cells one transaction is tried on; default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt up to its point of no return;
@@ -226,7 +230,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	}
 	// The GTR's own adaptive limit, over all cells: when the whole
 	// platform (the GTR included) queues, shed here, before routing.
-	gtrSlot := s.gtrSlot()
+	gtrSlot := s.gtrSlot(req.GetPartnerId())
 	if !gtrSlot.acquired {
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Shed("gtr_busy")
@@ -390,12 +394,13 @@ type slot struct {
 	released bool
 }
 
-func (s *Server) gtrSlot() *slot {
+func (s *Server) gtrSlot(partnerID string) *slot {
 	sl := &slot{start: time.Now()}
 	if s.cfg.Limits != nil {
 		sl.lim = s.cfg.Limits.Cell(admission.WholeGTR)
 	}
-	sl.acquired = sl.lim.Acquire()
+	mine, active := s.cfg.Partners.Share(partnerID)
+	sl.acquired = sl.lim.AcquireShare(mine, active)
 	return sl
 }
 
