@@ -133,22 +133,6 @@ func feedAt(t *testing.T, c *fakeClock, l *CellLimit, n int, rate float64, laten
 	feedWith(t, l, n, latency, Served, func(k int) { c.Add(time.Duration(float64(k) * float64(time.Second) / rate)) })
 }
 
-// TestCellLimitHoldsWhenUnused: a limit far above what the cell is asked
-// for does not grow, so that the onset of overload does not find it at
-// its ceiling.
-func TestCellLimitHoldsWhenUnused(t *testing.T) {
-	l := NewCells(CellConfig{InitialLimit: 32, Window: 10}).Cell("c1")
-	for range 1000 {
-		if !l.Acquire() {
-			t.Fatal("refused one attempt at a time")
-		}
-		l.Release(time.Millisecond, Served)
-	}
-	if l.Limit() != 32 {
-		t.Fatalf("limit %d after 1,000 attempts one at a time, want it held at 32", l.Limit())
-	}
-}
-
 func TestCellLimitLearnsASlowerNormal(t *testing.T) {
 	c := newClock()
 	l := NewCells(CellConfig{InitialLimit: 32, Window: 10, Baseline: time.Second, Now: c.Now}).Cell("c1")

@@ -136,8 +136,7 @@ type CellLimit struct {
 	samples   int        // in this window
 	served    int        // of which answered
 	sum       time.Duration
-	dropped   int   // timed out or failed
-	peak      int64 // most attempts in flight seen in this window
+	dropped   int // timed out or failed
 	estimated float64
 }
 
@@ -208,13 +207,12 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 	if l == nil || l.cfg.Disabled {
 		return
 	}
-	inflight := l.inflight.Add(-1) + 1
+	l.inflight.Add(-1)
 	if o == Ignored {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.peak = max(l.peak, inflight)
 	if o == Served {
 		l.served++
 		l.sum += latency
@@ -231,8 +229,10 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 // update recomputes the limit from the window of samples. Called with mu
 // held. The gradient is the tolerated latency over the recent one, clamped
 // to [0.5, 1]: at or under tolerance the limit grows by a queue allowance
-// of √limit (at least 2), if the window used at least half of it; above
-// it, the limit shrinks in proportion
+// of √limit (at least 2), used or not (a limit held while unused, as
+// gradient limiters do, stood at its initial 32 when a frozen cell held 40
+// transactions, and the GTR-wide one shed partners that a healthy cell
+// could serve); above it, the limit shrinks in proportion
 // (smoothed, so that one noisy window does not swing it). A window in which
 // more than a tenth of the attempts timed out or failed cuts the limit by a
 // quarter (AIMD's multiplicative decrease); a dead cell is health's to
@@ -256,14 +256,8 @@ func (l *CellLimit) update() {
 	case short > 0:
 		gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*l.long/short))
 		next = cur*gradient + math.Max(2, math.Sqrt(cur))
-		switch {
-		case next < cur:
+		if next < cur {
 			next = 0.5*cur + 0.5*next
-		case float64(2*l.peak) < cur:
-			// Far from its limit, the cell says nothing of what it could
-			// take: hold. A limit grown while unused would admit a burst
-			// of that size at the onset of overload.
-			next = cur
 		}
 		// The long-term average follows slowly, and faster down than up,
 		// so that a queue does not become the new normal: by the time
@@ -276,7 +270,7 @@ func (l *CellLimit) update() {
 	}
 	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), next))
 	l.limit.Store(int64(math.Round(l.estimated)))
-	l.samples, l.served, l.sum, l.dropped, l.peak = 0, 0, 0, 0, 0
+	l.samples, l.served, l.sum, l.dropped = 0, 0, 0, 0
 }
 
 // Limit is the cell's current concurrency limit.
