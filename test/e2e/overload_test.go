@@ -22,8 +22,9 @@ import (
 
 // The overload benchmark (make bench-overload): saturation S measured
 // closed loop through the GTR, then 2.5 × S offered open loop for 10 s,
-// then 100 tx/s, on two extra GTR replicas over the shared cells, one with
-// admission control and one without, side by side in one run. And the
+// then 100 tx/s, on extra GTR replicas over the shared cells (admission
+// control as shipped, the -admission-baseline experiment, and none), side
+// by side in one run. And the
 // fairness measurement: one partner offering ten times its limit beside
 // another at its normal rate.
 
@@ -122,9 +123,14 @@ func TestOverloadBenchmark(t *testing.T) {
 	on := newGTR(t, dir, "gtr-adm-on", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
 	off := newGTR(t, dir, "gtr-adm-off", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
 	off.args = append(off.args, "-no-admission")
+	// The experiment (gtr -admission-baseline): the limits' average moves
+	// with time, and the GTR-wide limit keeps partners within their share.
+	exp := newGTR(t, dir, "gtr-adm-exp", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
+	exp.args = append(exp.args, "-admission-baseline", "10s")
 	on.Start(t)
 	off.Start(t)
-	for _, g := range []*gtrProc{on, off} {
+	exp.Start(t)
+	for _, g := range []*gtrProc{on, exp, off} {
 		name := g.ID
 		_ = runPhase(t, ctx, g.Addr, runID+"-"+name+"-warm", load.ModeClosed, 0, 32, 3*time.Second, nil, env.gtrOpts)
 		sat := saturation(t, ctx, g.Addr, runID+"-"+name)

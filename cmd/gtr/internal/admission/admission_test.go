@@ -134,6 +134,14 @@ func feedAt(t *testing.T, c *fakeClock, l *CellLimit, n int, rate float64, laten
 }
 
 func TestCellLimitLearnsASlowerNormal(t *testing.T) {
+	t.Run("windows", func(t *testing.T) {
+		l := NewCells(CellConfig{InitialLimit: 32, Window: 10, LongWindows: 10}).Cell("c1")
+		feed(t, l, 100, time.Millisecond, Served)
+		feed(t, l, 3000, 10*time.Millisecond, Served)
+		if l.Limit() < 32 {
+			t.Fatalf("limit %d: a permanently slower cell is starved", l.Limit())
+		}
+	})
 	c := newClock()
 	l := NewCells(CellConfig{InitialLimit: 32, Window: 10, Baseline: time.Second, Now: c.Now}).Cell("c1")
 	feedAt(t, c, l, 100, 100, time.Millisecond)
@@ -146,14 +154,14 @@ func TestCellLimitLearnsASlowerNormal(t *testing.T) {
 	}
 }
 
-// TestCellLimitShedsASustainedQueue: at a high rate, a latency ten times
-// the normal for a second is a queue, not a new normal: the limit falls
-// and stays down. Counted in samples (30 windows), the long-term average
-// learned it within a fifth of that second, and the limit grew back while
-// the queue went on.
+// TestCellLimitShedsASustainedQueue: with Baseline, at a high rate, a
+// latency ten times the normal for a second is a queue, not a new normal:
+// the limit falls and stays down. Counted in samples (the default, 30
+// windows), the long-term average learns it within a fifth of that
+// second, and the limit grows back while the queue goes on.
 func TestCellLimitShedsASustainedQueue(t *testing.T) {
 	c := newClock()
-	l := NewCells(CellConfig{InitialLimit: 64, MinLimit: 4, Window: 20, Now: c.Now}).Cell("c1")
+	l := NewCells(CellConfig{InitialLimit: 64, MinLimit: 4, Window: 20, Baseline: 10 * time.Second, Now: c.Now}).Cell("c1")
 	feedAt(t, c, l, 2000, 2000, 2*time.Millisecond)
 	before := l.Limit()
 	feedAt(t, c, l, 2000, 2000, 20*time.Millisecond)

@@ -11,10 +11,12 @@
 //     work, not the issuer's), and when the latency of recent attempts rises
 //     well above it (the cell is queueing), it lowers the number of attempts
 //     it lets the cell have at once; when latency falls back, it raises it.
-//     The long-term average moves with time, not with the number of
-//     samples: counted in samples, at 1,600 attempts a second it learned a
-//     queue as the new normal within half a second, and overload went on
-//     unshed.
+//     By default the long-term average moves by a share of each window
+//     of samples, so the faster a cell is asked, the sooner a queue
+//     becomes its new normal (at 1,600 attempts a second, within half a
+//     second). CellConfig.Baseline moves it with time instead; it is an
+//     experiment, off by default, until it is measured on a host where
+//     its runs agree (BENCHMARKS.md §7).
 //
 // A shed request was never sent to any cell, so a partner may retry it
 // safely under the same transaction ID; the errors say so, with a retry
@@ -46,11 +48,16 @@ type CellConfig struct {
 	Tolerance float64
 	// Window is how many samples make one update of the limit [20].
 	Window int
-	// Baseline is the time constant of the long-term average as it rises
-	// toward a slower latency [10s]: a cell that becomes slower for good is
-	// learned within a few of it, and is not starved for ever, while a
-	// queue that builds under overload is shed before it becomes the
-	// normal. The average falls eight times faster.
+	// LongWindows is how many windows the long-term average spans, about
+	// [30], when Baseline is zero: a cell that becomes slower for good is
+	// learned within it, and is not starved for ever.
+	LongWindows int
+	// Baseline, if set, is instead the time constant of the long-term
+	// average as it rises toward a slower latency, whatever the rate: a
+	// cell that becomes slower for good is learned within a few of it,
+	// while a queue that builds under overload is shed before it becomes
+	// the normal. The average falls eight times faster. Experimental (gtr
+	// -admission-baseline).
 	Baseline time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
@@ -75,8 +82,8 @@ func (c *CellConfig) defaults() {
 	if c.Window <= 0 {
 		c.Window = 20
 	}
-	if c.Baseline <= 0 {
-		c.Baseline = 10 * time.Second
+	if c.LongWindows <= 0 {
+		c.LongWindows = 30
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -260,13 +267,19 @@ func (l *CellLimit) update() {
 			next = 0.5*cur + 0.5*next
 		}
 		// The long-term average follows slowly, and faster down than up,
-		// so that a queue does not become the new normal: by the time
-		// since the last update, whatever the rate.
-		tau := l.cfg.Baseline.Seconds()
-		if short < l.long {
-			tau /= 8
+		// so that a queue does not become the new normal: by a share per
+		// window, or by the time since the last update (Baseline).
+		a := 1 / float64(l.cfg.LongWindows)
+		if b := l.cfg.Baseline; b > 0 {
+			a = 1 - math.Exp(-dt/b.Seconds())
 		}
-		l.long += (1 - math.Exp(-dt/tau)) * (short - l.long)
+		if short < l.long {
+			a = min(1, 4*a)
+			if l.cfg.Baseline > 0 {
+				a = 1 - math.Exp(-8*dt/l.cfg.Baseline.Seconds())
+			}
+		}
+		l.long += a * (short - l.long)
 	}
 	l.estimated = math.Min(float64(l.cfg.MaxLimit), math.Max(float64(l.cfg.MinLimit), next))
 	l.limit.Store(int64(math.Round(l.estimated)))

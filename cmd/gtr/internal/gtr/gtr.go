@@ -111,6 +111,13 @@ type Config struct {
 	// NoAdmission turns admission control off (partners' limits and the
 	// cells' adaptive concurrency limits), to measure without it.
 	NoAdmission bool
+	// AdmissionBaseline, if set, is an experiment in admission control:
+	// the adaptive limits' long-term latency average moves with this time
+	// constant rather than per window of samples, and at the GTR-wide
+	// limit a partner within its fair share of it is still admitted
+	// (admission.CellConfig.Baseline, CellLimit.AcquireShare). Off by
+	// default until measured (BENCHMARKS.md §7).
+	AdmissionBaseline time.Duration
 	// Reflection serves gRPC reflection on the partners' listener (for
 	// grpcurl); off in production.
 	Reflection bool
@@ -237,8 +244,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission})
+	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
+	var fairShare *admission.Partners
+	if cfg.AdmissionBaseline > 0 {
+		fairShare = partnerLimits
+	}
 	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
 		d, _, _ := st.Doc()
 		checked, now := st.Checked(), st.Now()
@@ -263,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 		InFlight: st.InFlight,
 		Metrics:  recordingMetrics{metrics, recent},
 		Limits:   cellLimits,
-		Partners: partnerLimits,
+		Partners: fairShare,
 		Log:      cfg.Log,
 	})
 	if err != nil {
