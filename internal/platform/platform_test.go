@@ -386,33 +386,15 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// consecutiveFreePorts returns the first of n consecutive free loopback ports.
+// consecutiveFreePorts returns the first of n consecutive free loopback
+// ports, below the kernel's ephemeral range (testutil.FreePortRun).
 func consecutiveFreePorts(t *testing.T, n int) int {
 	t.Helper()
-	for range 50 {
-		base := freePorts(t, 1)[0]
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		var ls []net.Listener
-		for i := range n {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
+	base, err := testutil.FreePortRun(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
+	return base
 }
 
 // answers reports whether proc answers a gRPC health check within d.
