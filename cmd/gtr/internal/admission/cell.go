@@ -138,7 +138,7 @@ type CellLimit struct {
 	shed     atomic.Int64 // attempts refused, for metrics
 
 	mu        sync.Mutex // guards the fields below
-	long      float64    // long-term average latency, seconds (EWMA in time)
+	long      float64    // long-term average latency, seconds (EWMA per window, or in time)
 	last      time.Time  // of the last update
 	samples   int        // in this window
 	served    int        // of which answered
@@ -237,9 +237,9 @@ func (l *CellLimit) Release(latency time.Duration, o Outcome) {
 // held. The gradient is the tolerated latency over the recent one, clamped
 // to [0.5, 1]: at or under tolerance the limit grows by a queue allowance
 // of √limit (at least 2), used or not (a limit held while unused, as
-// gradient limiters do, stood at its initial 32 when a frozen cell held 40
-// transactions, and the GTR-wide one shed partners that a healthy cell
-// could serve); above it, the limit shrinks in proportion
+// gradient limiters do, would stand at its initial 32 when a frozen cell
+// holds more transactions than that, and the GTR-wide one would shed
+// partners a healthy cell could serve); above it, the limit shrinks in proportion
 // (smoothed, so that one noisy window does not swing it). A window in which
 // more than a tenth of the attempts timed out or failed cuts the limit by a
 // quarter (AIMD's multiplicative decrease); a dead cell is health's to
