@@ -309,7 +309,10 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 	t.Helper()
 	ports := freePorts(t, 8)
-	pgBase := consecutiveFreePorts(t, 6)
+	pgBase, err := testutil.FreePortRun(6) // below the ephemeral range
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	return platform.Config{
 		BinDir:     bin,
@@ -384,17 +387,6 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
-}
-
-// consecutiveFreePorts returns the first of n consecutive free loopback
-// ports, below the kernel's ephemeral range (testutil.FreePortRun).
-func consecutiveFreePorts(t *testing.T, n int) int {
-	t.Helper()
-	base, err := testutil.FreePortRun(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base
 }
 
 // answers reports whether proc answers a gRPC health check within d.

@@ -156,9 +156,9 @@ func TestCellLimitLearnsASlowerNormal(t *testing.T) {
 
 // TestCellLimitShedsASustainedQueue: with Baseline, at a high rate, a
 // latency ten times the normal for a second is a queue, not a new normal:
-// the limit falls and stays down. Counted in samples (the default, 30
-// windows), the long-term average learns it within a fifth of that
-// second, and the limit grows back while the queue goes on.
+// the limit falls and stays down. With a Baseline of 30 ms, about what
+// the default rule (30 windows of 20) spans at this rate, the limit grows
+// back while the queue goes on and the test fails.
 func TestCellLimitShedsASustainedQueue(t *testing.T) {
 	c := newClock()
 	l := NewCells(CellConfig{InitialLimit: 64, MinLimit: 4, Window: 20, Baseline: 10 * time.Second, Now: c.Now}).Cell("c1")

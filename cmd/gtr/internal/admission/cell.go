@@ -178,7 +178,7 @@ func (l *CellLimit) Acquire() bool {
 // limit/active before this one) is admitted all the same, up to half the
 // limit again: so that one partner's flood, whose latency the limit
 // reacts to, sheds that partner's requests and not another's at its
-// normal rate. Without partners (active 0) it is Acquire.
+// normal rate. With fewer than two partners active it is Acquire.
 func (l *CellLimit) AcquireShare(mine, active int64) bool {
 	if l == nil || l.cfg.Disabled {
 		return true

@@ -18,7 +18,10 @@ type Partners struct {
 	now      func() time.Time
 	mu       sync.RWMutex // guards the map only
 	byID     map[string]*partnerLimit
-	// active counts the partners with requests in flight (Share).
+	// active counts the partners with requests in flight (Share). It can
+	// drift by one when a partner's limits change in the registry while
+	// one of its requests is being refused (the refusal counts out of
+	// the replaced limiter); Share reports at least 1.
 	active atomic.Int64
 }
 
