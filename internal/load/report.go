@@ -92,22 +92,59 @@ var codeNames = [numCodes]string{
 }
 
 // recorder collects results from many goroutines without locks: counters
-// are atomic and each latency goes to its own slot of a slice preallocated
-// for Count requests.
+// are atomic and each latency goes to its own slot of a latencies store.
 type recorder struct {
 	sent, completed, dropped      atomic.Int64
 	reroutable, pnr, protocolErrs atomic.Int64
 	codes                         [numCodes]atomic.Int64
 	statuses                      [5]atomic.Int64 // by TransactionStatus
-	lat                           []time.Duration
-	nlat                          atomic.Int64
+	lat                           latencies
 	endpoints                     []string       // Config.Endpoints, fixed
 	perEndpoint                   []atomic.Int64 // completed, by endpoints' index
 	failedOver                    atomic.Int64
 }
 
 func newRecorder(count int64, endpoints []string) *recorder {
-	return &recorder{lat: make([]time.Duration, count), endpoints: endpoints, perEndpoint: make([]atomic.Int64, len(endpoints))}
+	return &recorder{lat: newLatencies(count), endpoints: endpoints, perEndpoint: make([]atomic.Int64, len(endpoints))}
+}
+
+// latChunk is how many latencies one chunk of a latencies store holds.
+const latChunk = 1 << 14
+
+// latencies holds up to a fixed count of latencies, written concurrently
+// without locks, in chunks allocated when first written: a run's memory
+// follows the requests it completes, not its Count (a slice for MaxCount
+// is 80 MB, which every run used to clear before its first request).
+type latencies struct {
+	chunks []atomic.Pointer[[latChunk]time.Duration]
+	n      atomic.Int64
+}
+
+func newLatencies(count int64) latencies {
+	return latencies{chunks: make([]atomic.Pointer[[latChunk]time.Duration], (count+latChunk-1)/latChunk)}
+}
+
+// add stores d in the next slot; at most count adds are made (one per
+// request).
+func (l *latencies) add(d time.Duration) {
+	i := l.n.Add(1) - 1
+	c := &l.chunks[i/latChunk]
+	p := c.Load()
+	if p == nil {
+		c.CompareAndSwap(nil, new([latChunk]time.Duration)) // the first writer's chunk wins
+		p = c.Load()
+	}
+	p[i%latChunk] = d
+}
+
+// all copies the latencies out; call it once every add has returned.
+func (l *latencies) all() []time.Duration {
+	n := l.n.Load()
+	out := make([]time.Duration, 0, n)
+	for i := int64(0); i < n; i += latChunk {
+		out = append(out, l.chunks[i/latChunk].Load()[:min(latChunk, n-i)]...)
+	}
+	return out
 }
 
 // done is how many slots are resolved: finished requests plus drops.
@@ -152,7 +189,7 @@ func (r *recorder) record(o outcome, err error, latency time.Duration) {
 			}
 			r.statuses[s].Add(1)
 		}
-		r.lat[r.nlat.Add(1)-1] = latency
+		r.lat.add(latency)
 		r.completed.Add(1)
 	}
 }
@@ -169,7 +206,7 @@ func (r *recorder) report(elapsed time.Duration) Report {
 		PointOfNoReturn: r.pnr.Load(),
 		Dropped:         r.dropped.Load(),
 		ElapsedSeconds:  elapsed.Seconds(),
-		Latency:         summarize(r.lat[:r.nlat.Load()]),
+		Latency:         summarize(r.lat.all()),
 	}
 	if len(r.endpoints) > 0 {
 		rep.Endpoints = map[string]int64{}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +120,40 @@ func TestReportJSONRoundTrip(t *testing.T) {
 		if _, ok := lat[k]; !ok {
 			t.Errorf("latency_ms has no %q: %s", k, b)
 		}
+	}
+}
+
+// TestLatenciesConcurrent: concurrent adds across chunk boundaries keep
+// every value, and only the chunks written are allocated.
+func TestLatenciesConcurrent(t *testing.T) {
+	const n, workers = 3*latChunk + 17, 8
+	l := newLatencies(10 * latChunk)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				l.add(time.Duration(i))
+			}
+		})
+	}
+	wg.Wait()
+	got := l.all()
+	if len(got) != n {
+		t.Fatalf("%d latencies, want %d", len(got), n)
+	}
+	slices.Sort(got)
+	for i, d := range got {
+		if d != time.Duration(i) {
+			t.Fatalf("latency %d is %v, want %v", i, d, time.Duration(i))
+		}
+	}
+	allocated := 0
+	for i := range l.chunks {
+		if l.chunks[i].Load() != nil {
+			allocated++
+		}
+	}
+	if allocated != 4 {
+		t.Errorf("%d chunks allocated for %d latencies, want 4", allocated, n)
 	}
 }
