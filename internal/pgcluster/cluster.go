@@ -133,6 +133,11 @@ type Cluster struct {
 	stopped bool
 	// fenced: Fence was called; the server never starts again.
 	fenced bool
+
+	// probeMu guards probe, the superuser session InRecovery keeps
+	// between calls. It is not mu: a check must not wait for a restart.
+	probeMu sync.Mutex
+	probe   *pgx.Conn
 }
 
 // Start initialises cfg.DataDir if needed, starts the server and waits until
@@ -361,6 +366,7 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop() error {
 	c.stopped = true
+	c.closeProbe()
 	if !c.srv.running() {
 		return nil
 	}
@@ -388,6 +394,7 @@ func (c *Cluster) Kill() error {
 }
 
 func (c *Cluster) kill() error {
+	c.closeProbe()
 	if !c.srv.running() {
 		return nil
 	}

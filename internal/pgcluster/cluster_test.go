@@ -219,3 +219,63 @@ func TestStartHonoursContext(t *testing.T) {
 		t.Fatalf("Start with an expiring context: %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestInRecoveryKeepsItsSession: checks run on one session (no backend
+// start per check), fail while the server is down, and connect again once
+// it is back.
+func TestInRecoveryKeepsItsSession(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := startCluster(t, ctx, pgcluster.Config{NoSync: true})
+	sessions := func() int64 {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL("template1")) // not counted with postgres's
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT sessions FROM pg_stat_database WHERE datname = 'postgres'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	check := func() error {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		rec, err := c.InRecovery(cctx)
+		if err == nil && rec {
+			return errors.New("a primary in recovery")
+		}
+		return err
+	}
+	if err := check(); err != nil {
+		t.Fatal(err)
+	}
+	before := sessions()
+	for range 20 {
+		if err := check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A backend reports its session to pg_stat_database when it flushes
+	// its statistics (at exit, or idle at most once a second), so the kept
+	// session may be counted in between: one, where 20 checks that each
+	// connected would count 20.
+	if n := sessions() - before; n > 1 {
+		t.Fatalf("20 checks started %d sessions, want at most 1 (one session kept)", n)
+	}
+
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(); err == nil {
+		t.Fatal("a check of a killed server succeeded")
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(); err != nil {
+		t.Fatalf("a check after the restart: %v", err)
+	}
+}
