@@ -57,8 +57,9 @@ const (
 type Config struct {
 	// Service names the binary ("gtr", "cell", "issuersim"). Required.
 	Service string
-	// Instance names this process among its service's: the cell ID, the
-	// GTR replica ID. Required.
+	// Instance names this process among its service's, uniquely (OTel's
+	// service.instance.id): the cell instance's ID (the cell's ID is a
+	// label), the GTR replica ID. Required.
 	Instance string
 	// Labels are further resource attributes set as constant labels on
 	// every metric, e.g. {"cell": "cell-a"}. Optional.

@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Log.With("cell", cfg.ID, "instance", cfg.Instance)
-	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: cfg.ID,
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: cfg.Instance,
 		Labels: map[string]string{"cell": cfg.ID}, MetricsListen: cfg.MetricsListen, Log: log})
 	if err != nil {
 		return err
