@@ -100,8 +100,7 @@ func (a *Partners) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 }
 
 func (a *Partners) authenticate(ctx context.Context) (*partners.Partner, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization") // copies this key's values, not every header
 	if len(vals) == 0 {
 		return nil, errNoKey
 	}
