@@ -385,7 +385,7 @@ func openDirectory(cfg Config, log *slog.Logger) (*directory.Directory, func(), 
 // func, which stops it and waits for it, is called.
 func startNotifier(ctx context.Context, cfg Config, st *store.Store, reg *partnerstate.Store, tel *telemetry.Telemetry, log *slog.Logger) (func(), error) {
 	ncfg := notifier.Config{Store: st, Registry: reg, CellID: cfg.ID, Schedule: cfg.Callbacks.Schedule,
-		Timeout: cfg.Callbacks.Timeout, Wake: st.OutboxWritten(), Log: log}
+		Timeout: cfg.Callbacks.Timeout, Log: log}
 	if cfg.Callbacks.CAFile != "" {
 		roots, err := pki.CertPool(cfg.Callbacks.CAFile)
 		if err != nil {

@@ -94,15 +94,9 @@ type Config struct {
 	// enough for a pass over the most endpoints a partner may have.
 	Lease time.Duration
 	// Batch is how many rows one claim takes [64]; Parallel how many are
-	// delivered at once [16]; Idle the pause when nothing is due [100ms,
-	// or 1s with Wake].
+	// delivered at once [16]; Idle the pause when nothing is due [100ms].
 	Batch, Parallel int
 	Idle            time.Duration
-	// Wake, if set, ends an idle pause at once: the store's signal that a
-	// row due now was committed (store.Store.OutboxWritten). The poll
-	// every Idle remains, for retries coming due and for rows another
-	// instance wrote.
-	Wake <-chan struct{}
 	// MaxRetryAfter caps how far a 429/503's Retry-After pushes the next
 	// attempt [1h].
 	MaxRetryAfter time.Duration
@@ -137,9 +131,6 @@ func (c *Config) validate() error {
 	}
 	if c.Idle <= 0 {
 		c.Idle = 100 * time.Millisecond
-		if c.Wake != nil {
-			c.Idle = time.Second
-		}
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = time.Hour
@@ -220,17 +211,10 @@ func (n *Notifier) Run(ctx context.Context) {
 			n.sample(ctx)
 		default:
 		}
-		switch {
-		case err != nil: // a failing database is asked again only after Idle
+		if did == 0 || err != nil {
 			select {
 			case <-ctx.Done():
 			case <-time.After(n.cfg.Idle):
-			}
-		case did == 0:
-			select {
-			case <-ctx.Done():
-			case <-time.After(n.cfg.Idle):
-			case <-n.cfg.Wake: // nil without Wake: never ready
 			}
 		}
 	}

@@ -284,35 +284,3 @@ func TestInstancesShareTheOutbox(t *testing.T) {
 		t.Fatalf("%d calls, %d events for %d outcomes", calls, events, n)
 	}
 }
-
-// TestWakeClaimsAtOnce: with Wake (the store's OutboxWritten), a row is
-// delivered as soon as its outcome commits, though the next poll is an
-// hour away.
-func TestWakeClaimsAtOnce(t *testing.T) {
-	f := newFixture(t)
-	a := f.receiver("a")
-	f.setCallbacks(partners.Callbacks{Mode: partners.ModeOrdered, Endpoints: []string{a.URL}})
-	roots, err := pki.CertPool(f.roots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := New(Config{Store: f.st, Registry: f.reg, CellID: "cell-a", Schedule: quick, Timeout: 300 * time.Millisecond,
-		Lease: 5 * time.Second, Idle: time.Hour, Wake: f.st.OutboxWritten(), RootCAs: roots,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	for i := range 3 {
-		// Let the notifier reach its idle wait first; a row it claims on
-		// its way there would not need the wake (the test would pass
-		// without showing it).
-		time.Sleep(200 * time.Millisecond)
-		total := len(f.rows(store.CallbackDelivered))
-		f.final(fmt.Sprintf("t-wake-%d", i), 1)
-		testutil.Eventually(t, 10*time.Second, "delivered on the wake, not the hourly poll", delivered(f, total+1))
-	}
-}

@@ -235,9 +235,6 @@ func (s *Store) ReplayCallbacks(ctx context.Context, partnerID, eventID string, 
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("store: replay callbacks: %w", err)
 	}
-	if tag.RowsAffected() > 0 {
-		s.signalOutbox()
-	}
 	return tag.RowsAffected(), nil
 }
 

@@ -65,10 +65,6 @@ type Store struct {
 	// group, when set, gathers the durable writes of concurrent
 	// transactions into shared commits (group.go).
 	group *committer
-
-	// outboxWritten holds a token once this store has committed an outbox
-	// row that is due now (OutboxWritten).
-	outboxWritten chan struct{}
 }
 
 // DefaultStatementTimeout bounds every statement of a cell, unless the
@@ -135,21 +131,7 @@ func Connect(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	return &Store{pool: pool, healthCfg: cfg.ConnConfig.Copy(), outboxWritten: make(chan struct{}, 1)}, nil
-}
-
-// OutboxWritten receives after this store committed an outbox row that is
-// due at once (a final outcome's event, a replay): the notifier's cue to
-// claim it now rather than at its next poll. Tokens do not pile up: one
-// stands for every commit since the last receive. Rows another instance
-// writes are not signalled here; its own notifier takes them, or a poll.
-func (s *Store) OutboxWritten() <-chan struct{} { return s.outboxWritten }
-
-func (s *Store) signalOutbox() {
-	select {
-	case s.outboxWritten <- struct{}{}:
-	default:
-	}
+	return &Store{pool: pool, healthCfg: cfg.ConnConfig.Copy()}, nil
 }
 
 func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
@@ -386,7 +368,6 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 	if n != 1 {
 		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
 	}
-	s.signalOutbox()
 	return nil
 }
 
