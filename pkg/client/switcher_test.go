@@ -81,10 +81,20 @@ func TestFailsOverOnceOnTheOtherAccessPoint(t *testing.T) {
 		timeout time.Duration
 	}{
 		{"UNAVAILABLE", always(status.Error(codes.Unavailable, "down")), 0},
-		{"read timeout", func(int) (*cellpayv1.Transaction, error) { time.Sleep(300 * time.Millisecond); return approved(), nil }, 50 * time.Millisecond},
+		// The primary answers only once the test ends. The call timeout
+		// leaves room for the connection to be made first (at 50 ms, a
+		// loaded host sometimes timed out before the request reached the
+		// primary at all).
+		{"read timeout", nil, time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, b := serveAccessPoint(t, tt.primary), serveAccessPoint(t, always(nil))
+			primary := tt.primary
+			if primary == nil {
+				release := make(chan struct{})
+				t.Cleanup(func() { close(release) })
+				primary = func(int) (*cellpayv1.Transaction, error) { <-release; return approved(), nil }
+			}
+			p, b := serveAccessPoint(t, primary), serveAccessPoint(t, always(nil))
 			c := dialPair(t, p.addr, b.addr, Config{Failover: failover.Config{SplitRatio: 100}, CallTimeout: tt.timeout})
 			txn, info, err := c.SubmitWithInfo(ctxT(t), req())
 			if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
