@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cellpay/cellpay/internal/hop"
 )
 
 // errExited marks a component that exited before it became healthy.
@@ -22,7 +24,7 @@ func waitHealthy(ctx context.Context, addr string, creds credentials.TransportCr
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), hop.Reconnect)
 	if err != nil {
 		return err
 	}

@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cell: issuer TLS: %w", err)
 	}
 	defer stopIssuerCreds()
-	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), issuerCreds)...)
+	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), issuerCreds, hop.Reconnect)...)
 	if err != nil {
 		return fmt.Errorf("cell: issuer client: %w", err)
 	}

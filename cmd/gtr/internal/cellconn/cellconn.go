@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -121,7 +122,7 @@ const resolverScheme = "cellpay-instances"
 // connection to it alone would be.
 func Dial(c *routing.Cell, b routing.Balancer, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(ServiceConfig(b))}, opts...)
+		grpc.WithDefaultServiceConfig(ServiceConfig(b)), hop.Reconnect}, opts...)
 	target := c.Addr
 	if len(c.Addrs) > 0 {
 		r := manual.NewBuilderWithScheme(resolverScheme)

@@ -1,6 +1,8 @@
 package health
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	hs "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // stoppableHealth serves gRPC health on loopback until stop.
@@ -114,4 +118,53 @@ func TestDNSInstances(t *testing.T) {
 	if m.Share("a") != 0 || len(m.Instances("a")) != 0 {
 		t.Fatalf("a name that does not resolve: share %d, instances %+v", m.Share("a"), m.Instances("a"))
 	}
+}
+
+// serveHealth serves gRPC health, SERVING, at addr ("127.0.0.1:0" for any
+// port) until the returned stop; it returns the address it listens on.
+func serveHealth(t *testing.T, addr string) (string, func()) {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, hs.NewServer())
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String(), s.Stop
+}
+
+// TestReadmittedSoonAfterALongOutage: a cell that was down long enough for
+// gRPC's default reconnect back-off to reach several seconds (it grows to
+// two minutes) is re-admitted within about its own ejection once it serves
+// again: the monitor dials with hop.ReconnectWithin its check interval.
+// With gRPC's default, the attempt after a 12 s outage comes about 3.8 s
+// after the cell is back (at 15.8 s), and never before 12.6 s.
+func TestReadmittedSoonAfterALongOutage(t *testing.T) {
+	t.Parallel()
+	addr, stop := serveHealth(t, "127.0.0.1:0")
+	other, _ := serveHealth(t, "127.0.0.1:0")
+	rec := &recorder{}
+	m, err := New(Config{OnChange: rec.on, Interval: 50 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{ID: "a", Addr: addr, Pool: "p"}, {ID: "b", Addr: other, Pool: "p"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	testutil.Eventually(t, 5*time.Second, "a checked", func() bool { return states(m.Instances("a")) == "up" })
+	stop()
+	testutil.Eventually(t, 5*time.Second, "a ejected", func() bool { return m.Share("a") == 0 })
+	time.Sleep(12 * time.Second)
+	serveHealth(t, addr)
+	back := time.Now()
+	// The ejection is BaseEjection (1 s) from the last failed check; the
+	// bound allows 1.5 s more for the reconnect (within 50 ms) and the
+	// checks.
+	testutil.Eventually(t, 2500*time.Millisecond, "a re-admitted", func() bool { return m.Share("a") > 0 })
+	t.Logf("re-admitted %v after the cell served again", time.Since(back).Round(10*time.Millisecond))
 }
