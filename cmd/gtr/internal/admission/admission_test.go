@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -241,16 +243,26 @@ func (s okPayments) SubmitTransaction(ctx context.Context, r *cellpayv1.SubmitTr
 	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId()}, nil
 }
 
-// TestInterceptorOverGRPC: a partner over its rate gets RESOURCE_EXHAUSTED
-// at once, saying a retry is safe, with the pushback trailer; another
-// partner is served meanwhile.
-func TestInterceptorOverGRPC(t *testing.T) {
+// TestRefusalOverGRPC: a partner over its rate, or at its in-flight cap,
+// gets RESOURCE_EXHAUSTED at once, saying a retry is safe, with the retry
+// hint as a RetryInfo detail (and in the pushback trailer when the
+// interceptor refused it; the tap's early answer has no trailers); another
+// partner is served meanwhile. With the tap, each call still costs one
+// rate token, not two, and calls the tap cannot attribute are refused by
+// the interceptors with their own codes.
+func TestRefusalOverGRPC(t *testing.T) {
+	for _, withTap := range []bool{false, true} {
+		t.Run("tap="+strconv.FormatBool(withTap), func(t *testing.T) { testRefusalOverGRPC(t, withTap) })
+	}
+}
+
+func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	reg := &partners.Registry{Version: 1}
 	keys := map[string]string{}
 	for _, id := range []string{"a", "b"} {
 		k, key, _ := partners.NewKey(nil, time.Now())
 		keys[id] = k
-		p := partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}, Limits: partners.Limits{RatePerSecond: 1, Burst: 3, MaxInFlight: 10}}
+		p := partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}, Limits: partners.Limits{RatePerSecond: 1, Burst: 3, MaxInFlight: 2}}
 		reg.Partners = append(reg.Partners, p)
 	}
 	ix, err := partners.Compile(reg)
@@ -261,8 +273,14 @@ func TestInterceptorOverGRPC(t *testing.T) {
 	lim := NewPartners(false, nil)
 	var shed []string
 	var mu sync.Mutex
-	gs := grpc.NewServer(append(au.ServerOptions(), grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() })))...)
-	cellpayv1.RegisterPaymentsServer(gs, okPayments{})
+	onShed := func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() }
+	opts := append(au.ServerOptions(), grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(onShed)))
+	if withTap {
+		opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, onShed)))
+	}
+	gs := grpc.NewServer(opts...)
+	hold := make(chan struct{})
+	cellpayv1.RegisterPaymentsServer(gs, okPayments{hold: hold})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -280,32 +298,73 @@ func TestInterceptorOverGRPC(t *testing.T) {
 	c := cellpayv1.NewPaymentsClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	call := func(p string, i int) (metadata.MD, error) {
+	callAs := func(key, p string, i int) (metadata.MD, error) {
 		var tr metadata.MD
-		_, err := c.SubmitTransaction(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+keys[p]),
+		_, err := c.SubmitTransaction(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key),
 			&cellpayv1.SubmitTransactionRequest{PartnerId: p, TransactionId: p + strconv.Itoa(i)}, grpc.Trailer(&tr))
 		return tr, err
 	}
-	for i := range 3 {
-		if _, err := call("a", i); err != nil {
-			t.Fatalf("within the burst: %v", err)
+	call := func(p string, i int) (metadata.MD, error) { return callAs(keys[p], p, i) }
+	refused := func(what string, tr metadata.MD, err error, maxRetry time.Duration) {
+		t.Helper()
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s: %v, want RESOURCE_EXHAUSTED", what, err)
+		}
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "not sent to any cell") {
+			t.Fatalf("%s: the error does not say a retry is safe: %q", what, msg)
+		}
+		var retry *errdetails.RetryInfo
+		for _, d := range status.Convert(err).Details() {
+			if r, ok := d.(*errdetails.RetryInfo); ok {
+				retry = r
+			}
+		}
+		if d := retry.GetRetryDelay().AsDuration(); retry == nil || d <= 0 || d > maxRetry {
+			t.Fatalf("%s: RetryInfo %v, want a delay in (0, %v]", what, retry, maxRetry)
+		}
+		// The trailer tells who refused: the tap's early answer has none.
+		if ms := tr.Get(PushbackKey); withTap != (len(ms) == 0) {
+			t.Fatalf("%s: %s trailer %v, want one only without the tap", what, PushbackKey, ms)
 		}
 	}
-	tr, err := call("a", 3)
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("over the rate: %v, want RESOURCE_EXHAUSTED", err)
+
+	// The in-flight cap: two held, the third refused.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			if _, err := call("a", i); err != nil {
+				t.Errorf("held call within the cap: %v", err)
+			}
+		})
 	}
-	if ms := tr.Get(PushbackKey); len(ms) != 1 {
-		t.Fatalf("no %s trailer: %v", PushbackKey, tr)
+	testutil.Eventually(t, 5*time.Second, "two of a's calls in flight", func() bool { inflight, _ := lim.Share("a"); return inflight == 2 })
+	tr, err := call("a", 2)
+	refused("at the in-flight cap", tr, err, time.Second)
+	close(hold)
+	wg.Wait()
+	// The rate: a burst of 3 (2 used, none by the refusal), then 1/s.
+	if _, err := call("a", 3); err != nil {
+		t.Fatalf("within the burst: %v", err)
 	}
-	if msg := status.Convert(err).Message(); !strings.Contains(msg, "not sent to any cell") {
-		t.Fatalf("the error does not say a retry is safe: %q", msg)
-	}
+	tr, err = call("a", 4)
+	refused("over the rate", tr, err, time.Second)
 	if _, err := call("b", 0); err != nil {
 		t.Fatalf("another partner: %v", err)
 	}
-	if len(shed) != 1 || shed[0] != "partner_rate" {
+	// What the tap cannot attribute is refused by the interceptors.
+	if _, err := callAs("not-a-key", "a", 5); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a wrong key: %v, want UNAUTHENTICATED", err)
+	}
+	if _, err := callAs(keys["b"], "a", 6); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("b's key for a: %v, want PERMISSION_DENIED", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(shed) != 2 || shed[0] != "partner_in_flight" || shed[1] != "partner_rate" {
 		t.Fatalf("onShed: %v", shed)
+	}
+	if got := lim.Shed("a"); got != 2 {
+		t.Fatalf("Shed(a) = %d, want 2", got)
 	}
 }
 

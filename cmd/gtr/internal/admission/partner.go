@@ -53,7 +53,12 @@ type Verdict struct {
 
 // Acquire admits one request of p, or refuses it. An admitted request is
 // followed by one Release(p.ID).
-func (a *Partners) Acquire(p *partners.Partner) Verdict {
+func (a *Partners) Acquire(p *partners.Partner) Verdict { return a.acquire(p, nil) }
+
+// acquire is Acquire for a request whose rate token the tap handle
+// already took (t; nil when it did not): only its in-flight count is
+// left to check, and the token is given back if that refuses it.
+func (a *Partners) acquire(p *partners.Partner, t *rate.Reservation) Verdict {
 	if a.disabled {
 		return Verdict{OK: true}
 	}
@@ -61,21 +66,55 @@ func (a *Partners) Acquire(p *partners.Partner) Verdict {
 	if n := a.inc(l); n > int64(l.limits.MaxInFlight) {
 		a.dec(l)
 		l.shed.Add(1)
-		return Verdict{Reason: "in_flight", RetryAfter: 50 * time.Millisecond}
+		if t != nil {
+			t.CancelAt(a.now())
+		}
+		return Verdict{Reason: "in_flight", RetryAfter: inFlightRetry}
 	}
-	r := l.lim.ReserveN(a.now(), 1)
-	if !r.OK() {
-		a.dec(l)
-		l.shed.Add(1)
-		return Verdict{Reason: "rate", RetryAfter: time.Second}
-	}
-	if d := r.DelayFrom(a.now()); d > 0 {
-		r.CancelAt(a.now())
-		a.dec(l)
-		l.shed.Add(1)
-		return Verdict{Reason: "rate", RetryAfter: d}
+	if t == nil {
+		if _, v := a.reserve(l); !v.OK {
+			a.dec(l)
+			l.shed.Add(1)
+			return v
+		}
 	}
 	return Verdict{OK: true}
+}
+
+// inFlightRetry is the retry hint of a request over its partner's
+// in-flight cap.
+const inFlightRetry = 50 * time.Millisecond
+
+// reserve takes one of l's rate tokens now, or says when one will be
+// there.
+func (a *Partners) reserve(l *partnerLimit) (*rate.Reservation, Verdict) {
+	now := a.now()
+	r := l.lim.ReserveN(now, 1)
+	if !r.OK() {
+		return nil, Verdict{Reason: "rate", RetryAfter: time.Second}
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return nil, Verdict{Reason: "rate", RetryAfter: d}
+	}
+	return r, Verdict{OK: true}
+}
+
+// peek is the tap handle's verdict on a request of p before the request
+// exists: refused if p is at its in-flight cap (counted, not taken: the
+// interceptor takes it) or over its rate (the token is taken, and
+// returned for the interceptor to pass on to acquire).
+func (a *Partners) peek(p *partners.Partner) (*rate.Reservation, Verdict) {
+	l := a.limit(p)
+	if l.inflight.Load() >= int64(l.limits.MaxInFlight) {
+		l.shed.Add(1)
+		return nil, Verdict{Reason: "in_flight", RetryAfter: inFlightRetry}
+	}
+	r, v := a.reserve(l)
+	if !v.OK {
+		l.shed.Add(1)
+	}
+	return r, v
 }
 
 // inc and dec count one of l's requests in or out of flight, and the

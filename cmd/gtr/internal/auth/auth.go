@@ -100,7 +100,21 @@ func (a *Partners) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 }
 
 func (a *Partners) authenticate(ctx context.Context) (*partners.Partner, error) {
-	vals := metadata.ValueFromIncomingContext(ctx, "authorization") // copies this key's values, not every header
+	return a.byKey(metadata.ValueFromIncomingContext(ctx, "authorization")) // copies this key's values, not every header
+}
+
+// FromHeader returns the partner whose API key a call's headers carry, or
+// false for none, a wrong one or a suspended partner: for a gRPC tap
+// handle (admission's), which runs before the call's interceptors. The
+// interceptor still authenticates and authorizes every call; this only
+// lets the tap refuse a known partner's excess cheaply.
+func (a *Partners) FromHeader(md metadata.MD) (*partners.Partner, bool) {
+	p, err := a.byKey(md.Get("authorization"))
+	return p, err == nil
+}
+
+// byKey authenticates the values of a call's authorization header.
+func (a *Partners) byKey(vals []string) (*partners.Partner, error) {
 	if len(vals) == 0 {
 		return nil, errNoKey
 	}

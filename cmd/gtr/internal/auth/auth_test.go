@@ -142,3 +142,42 @@ func TestInterceptor(t *testing.T) {
 		t.Fatalf("health without a key: %v", err)
 	}
 }
+
+// TestFromHeader: the tap's view of a call names the partner of a valid
+// key only: not for no key, a wrong one, two, another scheme or a
+// suspended partner.
+func TestFromHeader(t *testing.T) {
+	reg := &partners.Registry{Version: 1}
+	plain := map[string]string{}
+	for _, id := range []string{"a", "gone"} {
+		k, key, err := partners.NewKey(nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain[id] = k
+		p := partners.Partner{ID: id, Status: partners.StatusActive, Keys: []partners.Key{key}}
+		if id == "gone" {
+			p.Status = partners.StatusSuspended
+		}
+		reg.Partners = append(reg.Partners, p)
+	}
+	ix, err := partners.Compile(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Partners{Index: func() *partners.Index { return ix }}
+	if p, ok := a.FromHeader(metadata.Pairs("authorization", "Bearer "+plain["a"])); !ok || p.ID != "a" {
+		t.Fatalf("a's key: %v %v", p, ok)
+	}
+	for name, md := range map[string]metadata.MD{
+		"no key":    metadata.MD{},
+		"wrong key": metadata.Pairs("authorization", "Bearer nope"),
+		"two keys":  metadata.Pairs("authorization", "Bearer "+plain["a"], "authorization", "Bearer "+plain["a"]),
+		"basic":     metadata.Pairs("authorization", "Basic "+plain["a"]),
+		"suspended": metadata.Pairs("authorization", "Bearer "+plain["gone"]),
+	} {
+		if p, ok := a.FromHeader(md); ok {
+			t.Errorf("%s: named %s", name, p.ID)
+		}
+	}
+}

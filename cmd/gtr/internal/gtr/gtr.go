@@ -287,9 +287,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopTLS()
 	authn := &auth.Partners{Index: partnerStore.Index, OnDenied: metrics.Denied}
 	hs := grpchealth.NewServer()
-	// Interceptors, outermost first: authenticate, admit against the
-	// partner's limits, then keep platform details out of partners' errors.
-	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, grpclimits.Partners.ServerOptions()...)
+	// A partner over its limits is refused from the headers (the tap),
+	// before any stream; then the interceptors, outermost first:
+	// authenticate, admit against the partner's limits, then keep
+	// platform details out of partners' errors.
+	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.InTapHandle(partnerLimits.Tap(authn.FromHeader, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
 	srvOpts = append(srvOpts, tel.PublicServerOptions()...)
 	srvOpts = append(srvOpts, authn.ServerOptions()...)
 	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(
