@@ -219,8 +219,15 @@ func TestDirectoryFailedNotReached(t *testing.T) {
 		}
 	}
 	restartCell(t, ctx, home)
+	// The GTR dials the restarted cell again within a second; until then
+	// a read answers UNAVAILABLE (retry), as a partner is told.
 	for _, g := range []cellpayv1.PaymentsClient{backup, env.payments} {
-		got, err := g.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: req.GetTransactionId(), PartnerId: req.GetPartnerId()})
+		var got *cellpayv1.Transaction
+		var err error
+		testutil.Eventually(t, 10*time.Second, "GetTransaction answers once the GTR reaches every cell", func() bool {
+			got, err = g.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{TransactionId: req.GetTransactionId(), PartnerId: req.GetPartnerId()})
+			return status.Code(err) != codes.Unavailable
+		})
 		if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_FAILED {
 			t.Errorf("GetTransaction after the retries: %s %v, want FAILED", got.GetStatus(), err)
 		}

@@ -62,8 +62,9 @@ type tapKey struct{}
 // Tap returns the partners' listener's tap handle (grpc.InTapHandle): it
 // refuses a Payments call of a partner over its rate or at its in-flight
 // cap from the call's headers alone, before gRPC makes a stream, decodes
-// the request or runs the stats handler and the interceptors, about half
-// of what refusing it in UnaryInterceptor costs (BenchmarkRefusal). Its
+// the request or runs the stats handler and the interceptors: 0.61 of
+// the CPU of a refusal in UnaryInterceptor, client and server together
+// (BenchmarkRefusal, BENCHMARKS.md §7). Its
 // answer carries the retry hint as a RetryInfo detail and in the message,
 // not in the grpc-retry-pushback-ms trailer: an early answer has none.
 // who names the partner whose API key the headers carry (auth's
