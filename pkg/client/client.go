@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -218,11 +219,36 @@ func Retryable(err error) bool {
 	return false
 }
 
+// MaxRetryHint bounds how long Submit waits on the GTR's retry hint.
+const MaxRetryHint = 30 * time.Second
+
+// RetryAfter returns the retry hint of an error: the delay of the
+// google.rpc.RetryInfo detail that the GTR attaches to every
+// RESOURCE_EXHAUSTED it sheds (the request was not sent to any cell; a
+// resend after the delay is safe). It is false when the error carries
+// none, or a negative one.
+func RetryAfter(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().IsValid() {
+			if h := ri.GetRetryDelay().AsDuration(); h >= 0 {
+				return h, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // Submit sends req, resending it unchanged on retryable answers until it
 // gets an answer, MaxAttempts is reached or ctx ends. With two access
 // points, a connect or read timeout or UNAVAILABLE is retried at once on
 // the other one (once per Submit), and later attempts go where the
-// failover rules say. The answer may be PENDING: see WaitFinal.
+// failover rules say. A refusal with a retry hint (RetryAfter) is resent
+// no sooner than the hint says (at most MaxRetryHint), whatever the
+// back-off. The answer may be PENDING: see WaitFinal.
 func (c *Client) Submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
 	txn, _, err := c.SubmitWithInfo(ctx, req)
 	return txn, err
@@ -284,7 +310,11 @@ func (c *Client) invoke(ctx context.Context, attempts int, fn func(context.Conte
 		if !Retryable(err) || ctx.Err() != nil {
 			return info, err
 		}
-		if serr := sleep(ctx, jitter(wait)); serr != nil {
+		d := jitter(wait)
+		if h, ok := RetryAfter(err); ok {
+			d = max(d, min(h, MaxRetryHint))
+		}
+		if serr := sleep(ctx, d); serr != nil {
 			return info, errors.Join(err, serr)
 		}
 		wait = min(wait*2, c.cfg.MaxBackoff)

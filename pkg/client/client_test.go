@@ -2,17 +2,20 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -201,6 +204,61 @@ func TestReadsAreForThePartner(t *testing.T) {
 	for i := range want {
 		if !proto.Equal(f.getReqs[i], want[i]) {
 			t.Errorf("read %d asked for %v, want %v", i, f.getReqs[i], want[i])
+		}
+	}
+}
+
+// TestWaitsForTheRetryHint: a refusal carrying a RetryInfo delay (as the
+// GTR's shedding does) is resent no sooner than the delay, however short
+// the back-off; one without a hint is resent after the back-off.
+func TestWaitsForTheRetryHint(t *testing.T) {
+	const hint = 300 * time.Millisecond
+	var mu sync.Mutex
+	var at []time.Time
+	f := &fakeGTR{submit: func(n int) (*cellpayv1.Transaction, error) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if n == 1 {
+			st, err := status.New(codes.ResourceExhausted, "partner rate limit reached; the request was not sent to any cell").
+				WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
+			if err != nil {
+				return nil, err
+			}
+			return nil, st.Err()
+		}
+		return approved(), nil
+	}}
+	c := start(t, f) // back-off 1 to 5 ms
+	if got, err := c.Submit(ctxT(t), req()); err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d calls, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < hint {
+		t.Fatalf("resent %v after the refusal, before its hint of %v", gap, hint)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	withHint, _ := status.New(codes.ResourceExhausted, "shed").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(25 * time.Millisecond)})
+	negative, _ := status.New(codes.ResourceExhausted, "shed").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(-time.Second)})
+	for name, c := range map[string]struct {
+		err  error
+		want time.Duration
+		ok   bool
+	}{
+		"hint":     {withHint.Err(), 25 * time.Millisecond, true},
+		"negative": {negative.Err(), 0, false},
+		"no hint":  {status.Error(codes.ResourceExhausted, "shed"), 0, false},
+		"nil":      {nil, 0, false},
+		"not gRPC": {errors.New("plain"), 0, false},
+	} {
+		if got, ok := RetryAfter(c.err); got != c.want || ok != c.ok {
+			t.Errorf("%s: RetryAfter = %v, %v; want %v, %v", name, got, ok, c.want, c.ok)
 		}
 	}
 }
