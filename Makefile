@@ -127,7 +127,7 @@ bench-failover:
 bench-standby:
 	CELLPAY_STANDBY_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestStandbyBenchmark$$' -v ./test/e2e/
 
-## bench-overload: saturation (closed loop, 32 to 1,024 workers), then 2.5x it for 10 s, then 100 tx/s, with admission control as shipped, the -admission-baseline experiment, and none; and fairness between partners.
+## bench-overload: saturation (closed loop, 32 to 1,024 workers), then 2.5x it for 10 s, then 100 tx/s, with admission control as shipped, an alternative (CELLPAY_OVERLOAD_EXP, default the former rule -admission-baseline 0), and none (CELLPAY_OVERLOAD_MODES=on,exp,off picks and orders them); and fairness between partners.
 bench-overload:
 	CELLPAY_OVERLOAD_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^(TestOverloadBenchmark|TestFairnessBenchmark)$$' -v ./test/e2e/
 

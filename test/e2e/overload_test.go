@@ -27,7 +27,8 @@ import (
 // The overload benchmark (make bench-overload): saturation S measured
 // closed loop through the GTR, then 2.5 × S offered open loop for 10 s,
 // then 100 tx/s, on extra GTR replicas over the shared cells (admission
-// control as shipped, the -admission-baseline experiment, and none), side
+// control as shipped, an alternative (by default the former per-window
+// rule, -admission-baseline 0), and none), side
 // by side in one run. And the
 // fairness measurement: one partner offering ten times its limit beside
 // another at its normal rate.
@@ -36,6 +37,14 @@ func overloadBench(t *testing.T) {
 	if os.Getenv("CELLPAY_OVERLOAD_BENCH") != "1" {
 		t.Skip("set CELLPAY_OVERLOAD_BENCH=1 (make bench-overload)")
 	}
+}
+
+// envOr is the environment variable name, or def when it is unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
 }
 
 // phase is one load phase's outcome, as a partner saw it.
@@ -213,14 +222,24 @@ func TestOverloadBenchmark(t *testing.T) {
 	on := newGTR(t, dir, "gtr-adm-on", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
 	off := newGTR(t, dir, "gtr-adm-off", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
 	off.args = append(off.args, "-no-admission")
-	// The experiment (gtr -admission-baseline): the limits' average moves
-	// with time, and the GTR-wide limit keeps partners within their share.
+	// The alternative, by default the former rule (gtr -admission-baseline
+	// 0: the limits' average moves per window of samples, no fair share at
+	// the GTR-wide limit); CELLPAY_OVERLOAD_EXP sets its flags, and
+	// CELLPAY_OVERLOAD_MODES which replicas run, in which order.
 	exp := newGTR(t, dir, "gtr-adm-exp", env.p.Config().GTRConfig, env.p.NATSURL(), tok)
-	exp.args = append(exp.args, "-admission-baseline", "10s")
-	on.Start(t)
-	off.Start(t)
-	exp.Start(t)
-	for _, g := range []*gtrProc{on, exp, off} {
+	exp.args = append(exp.args, strings.Fields(envOr("CELLPAY_OVERLOAD_EXP", "-admission-baseline 0"))...)
+	byName := map[string]*gtrProc{"on": on, "exp": exp, "off": off}
+	var modes []*gtrProc
+	for _, m := range strings.Split(envOr("CELLPAY_OVERLOAD_MODES", "on,exp,off"), ",") {
+		g, ok := byName[strings.TrimSpace(m)]
+		if !ok {
+			t.Fatalf("CELLPAY_OVERLOAD_MODES: %q is not one of on, exp, off, or is named twice", m)
+		}
+		delete(byName, strings.TrimSpace(m))
+		g.Start(t)
+		modes = append(modes, g)
+	}
+	for _, g := range modes {
 		name := g.ID
 		_ = runPhase(t, ctx, g.Addr, runID+"-"+name+"-warm", load.ModeClosed, 0, 32, 3*time.Second, nil, env.gtrOpts)
 		sat := saturation(t, ctx, g.Addr, runID+"-"+name)

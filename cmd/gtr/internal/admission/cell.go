@@ -11,12 +11,13 @@
 //     work, not the issuer's), and when the latency of recent attempts rises
 //     well above it (the cell is queueing), it lowers the number of attempts
 //     it lets the cell have at once; when latency falls back, it raises it.
-//     By default the long-term average moves by a share of each window
-//     of samples, so the faster a cell is asked, the sooner a queue
-//     becomes its new normal (at 1,600 attempts a second, within half a
-//     second). CellConfig.Baseline moves it with time instead; it is an
-//     experiment, off by default, until it is measured on a host where
-//     its runs agree (BENCHMARKS.md §7).
+//     CellConfig.Baseline moves the long-term average with time (the gtr
+//     command's default, 10 s), so that a queue built under overload is
+//     shed before it becomes the normal. Without it the average moves by
+//     a share of each window of samples, so the faster a cell is asked,
+//     the sooner a queue becomes its new normal (at 1,600 attempts a
+//     second, within half a second): requests then wait out their
+//     deadline instead of being refused (BENCHMARKS.md §7).
 //
 // A shed request was never sent to any cell, so a partner may retry it
 // safely under the same transaction ID; the errors say so, with a retry
@@ -56,8 +57,8 @@ type CellConfig struct {
 	// average as it rises toward a slower latency, whatever the rate: a
 	// cell that becomes slower for good is learned within a few of it,
 	// while a queue that builds under overload is shed before it becomes
-	// the normal. The average falls eight times faster. Experimental (gtr
-	// -admission-baseline).
+	// the normal. The average falls eight times faster (gtr
+	// -admission-baseline, default 10 s).
 	Baseline time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time

@@ -51,6 +51,12 @@ import (
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
+// DefaultAdmissionBaseline is the gtr command's -admission-baseline: with
+// it, overload is answered RESOURCE_EXHAUSTED (safe to retry: nothing was
+// sent) where the per-window rule let requests wait out their deadline
+// (DEADLINE_EXCEEDED: ambiguous to the partner). BENCHMARKS.md §7.
+const DefaultAdmissionBaseline = 10 * time.Second
+
 // Config is everything the GTR needs to run.
 type Config struct {
 	Listen      string // partners' Payments API
@@ -111,13 +117,18 @@ type Config struct {
 	// NoAdmission turns admission control off (partners' limits and the
 	// cells' adaptive concurrency limits), to measure without it.
 	NoAdmission bool
-	// AdmissionBaseline, if set, is an experiment in admission control:
-	// the adaptive limits' long-term latency average moves with this time
-	// constant rather than per window of samples, and at the GTR-wide
-	// limit a partner within its fair share of it is still admitted
-	// (admission.CellConfig.Baseline, CellLimit.AcquireShare). Off by
-	// default until measured (BENCHMARKS.md §7).
+	// AdmissionBaseline, if set, is the time constant with which the
+	// adaptive limits' long-term latency average moves, whatever the
+	// rate, and at the GTR-wide limit a partner within its fair share of
+	// it is still admitted (admission.CellConfig.Baseline,
+	// CellLimit.AcquireShare). Zero is the former rule: the average moves
+	// by a share of each window of samples, and no fair share. The gtr
+	// command's default is DefaultAdmissionBaseline (BENCHMARKS.md §7).
 	AdmissionBaseline time.Duration
+	// AdmissionTolerance is how much slower than its long-term latency a
+	// cell (or the GTR as a whole) may answer before its adaptive limit
+	// falls (admission.CellConfig.Tolerance); 0 is the default, 2.
+	AdmissionTolerance float64
 	// Reflection serves gRPC reflection on the partners' listener (for
 	// grpcurl); off in production.
 	Reflection bool
@@ -244,7 +255,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline})
+	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline, Tolerance: cfg.AdmissionTolerance})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	var fairShare *admission.Partners
 	if cfg.AdmissionBaseline > 0 {
