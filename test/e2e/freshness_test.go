@@ -49,10 +49,27 @@ func TestFreshnessGating(t *testing.T) {
 	g.Start(t)
 	adm := adminClient(t, g.AdminAddr)
 
-	// The GTR hears every cell at v1.
+	// The GTR hears every cell at v1 (the cells report every second). What
+	// it last showed is logged if it does not, so that a failure says
+	// whether the GTR missed the reports or the cells.
+	var seen string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the GTR last showed: %s; its log: %s", seen, tail(g.logPath))
+		}
+	}()
 	testutil.Eventually(t, 10*time.Second, "the GTR hears every cell at v1", func() bool {
 		l, err := adm.ListCells(ctx, &adminproto.ListCellsRequest{})
-		if err != nil || len(l.GetCells()) != len(e.cells) {
+		if err != nil {
+			seen = "ListCells: " + err.Error()
+			return false
+		}
+		var b strings.Builder
+		for _, c := range l.GetCells() {
+			fmt.Fprintf(&b, "%s at v%d since %v; ", c.GetId(), c.GetRefdataVersion(), c.GetRefdataSince().AsTime())
+		}
+		seen = b.String()
+		if len(l.GetCells()) != len(e.cells) {
 			return false
 		}
 		for _, c := range l.GetCells() {
