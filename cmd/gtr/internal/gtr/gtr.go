@@ -153,6 +153,12 @@ func (c *Config) validate() error {
 	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
 		return errors.New("gtr: the partners' listener needs a TLS certificate and key (tls-cert, tls-key)")
 	}
+	if c.AdmissionBaseline < 0 {
+		return fmt.Errorf("gtr: admission-baseline: %v is negative (0 for the per-window rule)", c.AdmissionBaseline)
+	}
+	if t := c.AdmissionTolerance; t != 0 && !(t > 1 && t <= 100) {
+		return fmt.Errorf("gtr: admission-tolerance: %v is not above 1 and at most 100 (0 for the default, 2)", t)
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +141,37 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	}
 	if _, err := cellpayv1.NewPaymentsClient(health).GetTransaction(cctx, &cellpayv1.GetTransactionRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("Payments on the health port: %v, want Unimplemented", err)
+	}
+}
+
+// TestAdmissionFlagsRefused: an admission tolerance or baseline that the
+// limits cannot use is refused at start, naming the flag, rather than
+// replaced by a default without a word.
+func TestAdmissionFlagsRefused(t *testing.T) {
+	base := Config{Listen: "127.0.0.1:0", ConfigFile: "gtr.yaml", TLSCertFile: "c", TLSKeyFile: "k"}
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"tolerance at 1", func(c *Config) { c.AdmissionTolerance = 1 }, "admission-tolerance"},
+		{"tolerance negative", func(c *Config) { c.AdmissionTolerance = -2 }, "admission-tolerance"},
+		{"tolerance huge", func(c *Config) { c.AdmissionTolerance = 1e9 }, "admission-tolerance"},
+		{"baseline negative", func(c *Config) { c.AdmissionBaseline = -time.Second }, "admission-baseline"},
+		{"defaults", func(*Config) {}, ""},
+		{"tolerance 1.5, baseline 0", func(c *Config) { c.AdmissionTolerance, c.AdmissionBaseline = 1.5, 0 }, ""},
+	} {
+		c := base
+		tc.set(&c)
+		err := c.validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+		}
 	}
 }
