@@ -94,7 +94,13 @@ type Config struct {
 	// enough for a pass over the most endpoints a partner may have.
 	Lease time.Duration
 	// Batch is how many rows one claim takes [64]; Parallel how many are
-	// delivered at once [16]; Idle the pause when nothing is due [100ms].
+	// delivered at once [16]. Idle is the longest pause when nothing is
+	// due [1s]: rows it was not told of (another instance's, or theirs
+	// after their lease ran out) are polled for 100 ms after a claim that
+	// found some, the pause doubling with each empty claim up to Idle (so
+	// every instance shares a backlog, and an idle cell polls once a
+	// second); its own new rows (Wake) and the retries it scheduled itself
+	// are taken when they are due.
 	Batch, Parallel int
 	Idle            time.Duration
 	// MaxRetryAfter caps how far a 429/503's Retry-After pushes the next
@@ -130,7 +136,7 @@ func (c *Config) validate() error {
 		c.Parallel = 16
 	}
 	if c.Idle <= 0 {
-		c.Idle = 100 * time.Millisecond
+		c.Idle = time.Second
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = time.Hour
@@ -155,6 +161,12 @@ type Notifier struct {
 	client *http.Client
 	// backlog is the last sample, for metrics (which must not block).
 	pending, dead, oldestNanos atomic.Int64
+	// wake holds a signal that a row was written (Wake); soonest is the
+	// earliest retry this notifier scheduled since its last claim, in
+	// Unix nanoseconds (0: none). Only the earliest is kept: one due after
+	// it is found by a later claim, at most Idle after its time.
+	wake    chan struct{}
+	soonest atomic.Int64
 }
 
 // New returns a Notifier.
@@ -177,7 +189,42 @@ func New(cfg Config) (*Notifier, error) {
 		// follow one (it could send the signed event elsewhere).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Notifier{cfg: cfg, client: client}, nil
+	return &Notifier{cfg: cfg, client: client, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake tells the notifier that a row is due now (this instance committed
+// a final outcome), so that it claims at once rather than at its next
+// poll. It never blocks: wakes before the notifier gets to them coalesce
+// into one claim.
+func (n *Notifier) Wake() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pause is how long Run waits with nothing claimed: poll, or less when a
+// retry it scheduled itself falls due sooner.
+func (n *Notifier) pause(poll time.Duration) time.Duration {
+	d := poll
+	if at := n.soonest.Load(); at != 0 {
+		d = min(d, max(0, time.Unix(0, at).Sub(n.cfg.Now())))
+	}
+	return d
+}
+
+// scheduled notes a retry this notifier decided for at.
+func (n *Notifier) scheduled(at time.Time) {
+	v := at.UnixNano()
+	for {
+		cur := n.soonest.Load()
+		if cur != 0 && cur <= v {
+			return
+		}
+		if n.soonest.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
 // SetMetrics sets the notifier's Metrics (built from Backlog, so after
@@ -198,6 +245,7 @@ func (n *Notifier) Run(ctx context.Context) {
 	defer sample.Stop()
 	n.sample(ctx)
 	var lastErr string
+	poll := min(busyPoll, n.cfg.Idle)
 	for ctx.Err() == nil {
 		did, err := n.Once(ctx)
 		if err != nil && ctx.Err() == nil && err.Error() != lastErr {
@@ -211,14 +259,24 @@ func (n *Notifier) Run(ctx context.Context) {
 			n.sample(ctx)
 		default:
 		}
-		if did == 0 || err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(n.cfg.Idle):
-			}
+		if did > 0 && err == nil {
+			poll = min(busyPoll, n.cfg.Idle)
+			continue
 		}
+		t := time.NewTimer(n.pause(poll))
+		select {
+		case <-ctx.Done():
+		case <-n.wake:
+		case <-t.C:
+		}
+		t.Stop()
+		poll = min(2*poll, n.cfg.Idle)
 	}
 }
+
+// busyPoll is the pause after a claim that found rows and then nothing:
+// other instances' rows are likely still coming.
+const busyPoll = 100 * time.Millisecond
 
 func (n *Notifier) sample(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -240,6 +298,11 @@ func (n *Notifier) sample(ctx context.Context) {
 // returning how many rows it claimed.
 func (n *Notifier) Once(ctx context.Context) (int, error) {
 	now := n.cfg.Now()
+	// Every row due by now, the retries noted in soonest among them, is
+	// claimed here or was already taken by another instance.
+	if at := n.soonest.Load(); at != 0 && at <= now.UnixNano() {
+		n.soonest.CompareAndSwap(at, 0)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	rows, err := n.cfg.Store.ClaimCallbacks(cctx, n.cfg.Owner, now, n.cfg.Lease, n.cfg.Batch)
 	cancel()
@@ -304,6 +367,9 @@ func (n *Notifier) deliver(ctx context.Context, row store.Callback, disabled []s
 		a.Status, a.NextAttemptAt = store.CallbackDead, now
 	}
 	err := n.cfg.Store.RecordAttempt(ctx, row.ID, n.cfg.Owner, a)
+	if err == nil && a.Status == store.CallbackPending {
+		n.scheduled(a.NextAttemptAt)
+	}
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		n.cfg.Log.Warn("notifier: lease ran out before the attempt was recorded; another instance retries", "event_id", row.EventID)

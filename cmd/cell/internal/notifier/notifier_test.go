@@ -78,14 +78,18 @@ func (f *fixture) receiver(name string) *cbrecv.Receiver {
 	return cbrecv.Start(f.t, name, f.cert[0], f.cert[1], func() []string { return []string{f.secret} })
 }
 
-// run starts a notifier instance with schedule s and a 300 ms timeout.
-func (f *fixture) run(s callback.Schedule) {
+// run starts a notifier instance with schedule s, a 300 ms timeout and a
+// 20 ms poll.
+func (f *fixture) run(s callback.Schedule) { f.runIdle(s, 20*time.Millisecond) }
+
+// runIdle is run with the poll's pause idle.
+func (f *fixture) runIdle(s callback.Schedule, idle time.Duration) *Notifier {
 	roots, err := pki.CertPool(f.roots)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	n, err := New(Config{Store: f.st, Registry: f.reg, CellID: "cell-a", Schedule: s, Timeout: 300 * time.Millisecond,
-		Lease: 5 * time.Second, Idle: 20 * time.Millisecond, Batch: 4, RootCAs: roots,
+		Lease: 5 * time.Second, Idle: idle, Batch: 4, RootCAs: roots,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		f.t.Fatal(err)
@@ -95,6 +99,7 @@ func (f *fixture) run(s callback.Schedule) {
 	go func() { n.Run(ctx); close(done) }()
 	f.t.Cleanup(func() { cancel(); <-done })
 	f.notifier = append(f.notifier, n)
+	return n
 }
 
 // final records n approved transactions and returns their records.
@@ -282,5 +287,37 @@ func TestInstancesShareTheOutbox(t *testing.T) {
 	testutil.Eventually(t, 15*time.Second, "all delivered", delivered(f, n))
 	if calls, events := r.Calls(), len(r.Events()); calls != n || events != n {
 		t.Fatalf("%d calls, %d events for %d outcomes", calls, events, n)
+	}
+}
+
+// TestWokenAndRetriedWithoutPolling: with a poll far longer than the test,
+// an outcome this instance commits is delivered at once (the store wakes
+// the notifier), and a failed attempt is retried when its schedule says,
+// not at the next poll.
+func TestWokenAndRetriedWithoutPolling(t *testing.T) {
+	f := newFixture(t)
+	r := f.receiver("r")
+	f.setCallbacks(partners.Callbacks{Mode: partners.ModeOrdered, Endpoints: []string{r.URL}})
+	n := f.runIdle(quick, time.Hour)
+	// Its first claim, at start, finds nothing; after it only a wake or a
+	// scheduled retry makes the notifier look again within the hour. (Were
+	// the first claim later than this pause, the test would pass without
+	// the wake, not fail.)
+	time.Sleep(500 * time.Millisecond)
+	f.st.OnOutbox(n.Wake)
+
+	f.final("t-woken", 1)
+	testutil.Eventually(t, 10*time.Second, "delivered after the wake", delivered(f, 1))
+
+	r.Behave(func(k int) cbrecv.Behaviour {
+		if k == 2 { // this event's first attempt fails
+			return cbrecv.Behaviour{Status: 500}
+		}
+		return cbrecv.Behaviour{}
+	})
+	f.final("t-retried", 1)
+	testutil.Eventually(t, 10*time.Second, "delivered by the scheduled retry", delivered(f, 2))
+	if c := r.Calls(); c != 3 {
+		t.Fatalf("%d calls for two events, one failed once; want 3", c)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,7 +66,19 @@ type Store struct {
 	// group, when set, gathers the durable writes of concurrent
 	// transactions into shared commits (group.go).
 	group *committer
+
+	// outboxed, when set, is called after a final outcome and its outbox
+	// row are committed (OnOutbox).
+	outboxed atomic.Pointer[func()]
+	// committed is when exec last succeeded, in Unix nanoseconds.
+	committed atomic.Int64
 }
+
+// OnOutbox sets f to be called after every commit of a final outcome with
+// its outbox row, so that this instance's notifier delivers it at once
+// instead of at its next poll. f must not block: it runs on the
+// transaction's goroutine. It may be set while the store is in use.
+func (s *Store) OnOutbox(f func()) { s.outboxed.Store(&f) }
 
 // DefaultStatementTimeout bounds every statement of a cell, unless the
 // database URL sets statement_timeout itself: no query waits without end
@@ -367,6 +380,9 @@ func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from o
 	}
 	if n != 1 {
 		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
+	}
+	if f := s.outboxed.Load(); f != nil {
+		(*f)()
 	}
 	return nil
 }
