@@ -247,9 +247,7 @@ func TestOverloadBenchmark(t *testing.T) {
 		stop := watchEjections(ctx, adminClientFor(t, g.AdminAddr, tok))
 		over := runPhase(t, ctx, g.Addr, runID+"-"+name+"-over", load.ModeOpen, 2.5*S, 8192, 10*time.Second, nil, env.gtrOpts)
 		ej := stop()
-		if ej > 0 {
-			t.Logf("%s: ejections logged: %v", name, ejectionReasons(g.logPath))
-		}
+		t.Logf("%s: ejections and re-routes logged so far: %v", name, ejectionReasons(g.logPath))
 		// Recovery: 100 tx/s right after.
 		after := runPhase(t, ctx, g.Addr, runID+"-"+name+"-after", load.ModeOpen, 100, 512, 5*time.Second, nil, env.gtrOpts)
 		t.Logf("%s: S = %.0f tx/s (p99 %.1f ms); at 2.5×S offered: goodput %.0f tx/s (%.2f×S), p99 accepted %.1f ms (%.2f× p99 at S), DEADLINE_EXCEEDED %.1f%%, UNAVAILABLE %.1f%%, RESOURCE_EXHAUSTED %.1f%%, dropped by the load tool %d, cells below full health at once: %d; after: %d ok of %d, errors %v",
@@ -350,17 +348,25 @@ func quiet(t *testing.T, ctx context.Context, share float64, within time.Duratio
 	}
 }
 
-// ejectionReasons counts the GTR log's ejections by reason.
+// ejectionReasons counts the GTR log's ejections by reason, and the
+// re-routes before them by cell and reason (its first 100 bytes), which
+// say what the cell failed with.
 func ejectionReasons(logPath string) map[string]int {
 	b, _ := os.ReadFile(logPath)
 	out := map[string]int{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, "cell ejected") {
+		ejected, rerouted := strings.Contains(line, "cell ejected"), strings.Contains(line, "re-routing before the point of no return")
+		if !ejected && !rerouted {
 			continue
 		}
 		var rec struct{ Reason, Cell string }
-		if json.Unmarshal([]byte(line), &rec) == nil {
-			out[rec.Cell+": "+rec.Reason]++
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		if ejected {
+			out[rec.Cell+" ejected: "+rec.Reason]++
+		} else {
+			out[rec.Cell+" re-routed: "+rec.Reason[:min(len(rec.Reason), 100)]]++
 		}
 	}
 	return out

@@ -402,6 +402,9 @@ func startNotifier(ctx context.Context, cfg Config, st *store.Store, reg *partne
 		return nil, err
 	}
 	n.SetMetrics(m)
+	// This instance's final outcomes are delivered as soon as they are
+	// committed; the notifier polls only for the rest.
+	st.OnOutbox(n.Wake)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
@@ -469,13 +472,25 @@ func connectStore(ctx context.Context, cfg Config) (*store.Store, error) {
 
 // downAfter is how many failed database checks in a row (every 500 ms)
 // take a cell out: one slow answer under load is a busy database, not a
-// dead one; a second of silence is.
+// dead one; a second of silence is. A failed check while writes still
+// commit (Store.Committed within the last checkEvery) is not counted.
 const downAfter = 3
+
+// checkEvery is the period of the database checks.
+const checkEvery = 500 * time.Millisecond
+
+// database is what watchDatabase reads of the store.
+type database interface {
+	// Ping checks the database on a connection of its own.
+	Ping(ctx context.Context) error
+	// Committed is when a write last committed (zero: never).
+	Committed() time.Time
+}
 
 // watchDatabase keeps health in step with the database: a cell that cannot
 // record a transaction must not be sent one.
-func watchDatabase(ctx context.Context, st *store.Store, ready func(bool), log *slog.Logger) {
-	t := time.NewTicker(500 * time.Millisecond)
+func watchDatabase(ctx context.Context, st database, ready func(bool), log *slog.Logger) {
+	t := time.NewTicker(checkEvery)
 	defer t.Stop()
 	up, fails := true, 0
 	for {
@@ -487,10 +502,16 @@ func watchDatabase(ctx context.Context, st *store.Store, ready func(bool), log *
 		pctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
 		err := st.Ping(pctx)
 		cancel()
-		if err != nil {
-			fails++
-		} else {
+		switch {
+		case err == nil:
 			fails = 0
+		case time.Since(st.Committed()) < checkEvery:
+			// The check failed, but a transaction's write committed since
+			// the last one: the database is busy, not down. Not counted;
+			// when the writes stop too, the checks count again (a dead
+			// database is found at most one check later).
+		default:
+			fails++
 		}
 		if ok := fails < downAfter; ok != up {
 			up = ok

@@ -291,6 +291,14 @@ func (s *Store) EnableGroupCommit(cfg GroupCommit) {
 // alone. count says the statement returns one integer rather than rows
 // affected.
 func (s *Store) exec(ctx context.Context, count bool, sql string, args ...any) (int64, error) {
+	n, err := s.execOnce(ctx, count, sql, args...)
+	if err == nil {
+		s.committed.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (s *Store) execOnce(ctx context.Context, count bool, sql string, args ...any) (int64, error) {
 	if s.group != nil {
 		return s.group.do(ctx, count, sql, args...)
 	}
@@ -301,4 +309,13 @@ func (s *Store) exec(ctx context.Context, count bool, sql string, args ...any) (
 	}
 	tag, err := s.pool.Exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
+}
+
+// Committed is when a durable write (exec) last succeeded, or the zero
+// time: evidence that the database is up when its health check is slow.
+func (s *Store) Committed() time.Time {
+	if n := s.committed.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,9 @@ type Config struct {
 	// SlowChecks is how many active checks in a row may time out before
 	// the cell counts as down [3]: a busy cell answers late, a dead one
 	// not at all; an answer of NOT_SERVING, or a refused connection, counts
-	// at once.
+	// at once. A cell whose checks time out but which answered a
+	// transaction within the last SlowChecks × Interval is busy, not dead,
+	// and stays (Answered).
 	SlowChecks    int
 	FailureWindow time.Duration // passive failure-rate window [5s]
 	// FailureRate ejects a cell whose failure share over FailureWindow
@@ -173,6 +176,8 @@ type cellState struct {
 	rampedAt   time.Time
 	consecFail int
 	slowChecks int // active checks in a row that timed out
+	// answeredAt is when the cell last answered a request (Answered).
+	answeredAt time.Time
 	// window and recent are the cell's one outcome window: the failure
 	// rate over the last FailureWindow and the success rate over the last
 	// SuccessWindow requests, both reset on ejection. Stats reports them.
@@ -289,22 +294,51 @@ func (m *Monitor) Stats(cellID string) CellStats {
 	return st
 }
 
+// Outcome is what one request sent to a cell says of the cell.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Answered: the cell answered about the transaction itself (whatever
+	// the answer): it is alive.
+	Answered Outcome = iota
+	// Failed: the cell failed the request (unreachable, broken, a
+	// re-routable answer through a fault of its own).
+	Failed
+	// TimedOut: the GTR stopped waiting. Not a failure (a busy cell is
+	// slow; the adaptive limits deal with slowness) and no sign of life.
+	TimedOut
+)
+
 // Observe records the outcome of one request sent to a cell: ok is false
-// for a failure of the cell (connection refused, timeout, a re-routable
-// answer), true for any answer about the transaction itself. It is on the
+// for a failure of the cell, true for an answer; Record with TimedOut
+// tells a timeout.
+func (m *Monitor) Observe(cellID string, ok bool) {
+	o := Answered
+	if !ok {
+		o = Failed
+	}
+	m.Record(cellID, o)
+}
+
+// Record records the outcome of one request sent to a cell. It is on the
 // payment path: it takes the cell's own lock only, never the monitor's,
 // unless the failure ejects the cell; it never compiles anything, and an
 // ejection is reported to OnChange, which must not block either.
-func (m *Monitor) Observe(cellID string, ok bool) {
+func (m *Monitor) Record(cellID string, o Outcome) {
 	s := m.cell(cellID)
 	if s == nil {
 		return
 	}
 	now := m.cfg.Now()
+	ok := o != Failed
 	s.mu.Lock()
 	s.window.add(now, ok)
 	s.recent.add(ok)
 	reason := ""
+	if o == Answered {
+		s.answeredAt = now
+	}
 	if ok {
 		s.consecFail = 0
 	} else {
@@ -452,6 +486,15 @@ func (m *Monitor) applyCheck(s *cellState, res checkResult, now time.Time, pendi
 		if s.slowChecks++; s.slowChecks < m.cfg.SlowChecks {
 			return pending // late, not yet down
 		}
+		if now.Sub(s.answeredAt) < time.Duration(m.cfg.SlowChecks)*m.cfg.Interval {
+			// Its checks go unanswered, but it answers transactions:
+			// busy, not dead (its limit sheds the excess). When the
+			// answers stop too, the next slow check ejects it.
+			if s.slowChecks == m.cfg.SlowChecks {
+				m.cfg.Log.Warn("health: checks unanswered, but the cell is answering transactions: busy, not ejected", "cell", s.ID)
+			}
+			return pending
+		}
 	default:
 		s.slowChecks = 0
 	}
@@ -459,7 +502,7 @@ func (m *Monitor) applyCheck(s *cellState, res checkResult, now time.Time, pendi
 	share := int(s.share.Load())
 	switch {
 	case !serving && share > 0:
-		return m.eject(s, now, "health check", pending)
+		return m.eject(s, now, checkReason(s, res), pending)
 	case !serving:
 		// Stays out; the back-off restarts from the last failure.
 		s.ejectedAt = now
@@ -475,4 +518,22 @@ func (m *Monitor) applyCheck(s *cellState, res checkResult, now time.Time, pendi
 		return set(s, min(100, share*2), pending)
 	}
 	return pending
+}
+
+// checkReason says why the active checks eject s: silence, or what its
+// instances answered.
+func checkReason(s *cellState, res checkResult) string {
+	if res == checkSlow {
+		return "health check: no answer in time, several checks in a row"
+	}
+	var seen []string
+	for _, in := range *s.insts.Load() {
+		if p := in.last.Load(); p != nil && p.detail != "" && !slices.Contains(seen, p.detail) {
+			seen = append(seen, p.detail)
+		}
+	}
+	if len(seen) == 0 {
+		return "health check: down"
+	}
+	return "health check: " + strings.Join(seen, ", ")
 }

@@ -2,8 +2,10 @@ package health
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -340,6 +342,71 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatalf("share %d after 3 silent checks in a row, want ejected", m.Share("a"))
 	}
+}
+
+// TestBusyCellIsNotEjected: a cell whose health checks time out while it
+// answers transactions is busy, not dead, and keeps its share; timeouts of
+// transactions are no sign of life; once its answers stop for
+// SlowChecks × Interval, the next slow check ejects it, naming why.
+func TestBusyCellIsNotEjected(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &slowHealth{delay: 5 * time.Second}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	addrB, _ := healthServer(t)
+	var logged strings.Builder
+	var logMu sync.Mutex
+	m, err := New(Config{Now: clock.Now, OnChange: rec.on, Interval: 250 * time.Millisecond, CheckTimeout: 50 * time.Millisecond, SlowChecks: 3,
+		Log: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetCells([]Cell{{ID: "a", Addr: lis.Addr().String(), Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
+	t.Cleanup(m.close)
+	m.checkAll(ctxT(t)) // connections up
+	h.slow.Store(true)
+	for i := range 8 {
+		clock.Add(250 * time.Millisecond)
+		m.Record("a", Answered)
+		m.Record("a", TimedOut)
+		m.checkAll(ctxT(t))
+		if m.Share("a") != 100 {
+			t.Fatalf("a cell answering transactions was ejected after %d slow checks", i+1)
+		}
+	}
+	// Only timeouts from here: after 750 ms without an answer it is dead.
+	for range 3 {
+		clock.Add(250 * time.Millisecond)
+		m.Record("a", TimedOut)
+		m.checkAll(ctxT(t))
+	}
+	if m.Share("a") != 0 {
+		t.Fatalf("share %d after 750 ms of silence from checks and transactions, want ejected", m.Share("a"))
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if l := logged.String(); !strings.Contains(l, "busy, not ejected") || !strings.Contains(l, "no answer in time") {
+		t.Fatalf("the log does not say the cell was busy, then why it was ejected:\n%s", l)
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // TestStatsIsTheWindowThatEjects: the success rate Stats reports (what

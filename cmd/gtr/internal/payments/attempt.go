@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/gtrattempt"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -33,6 +34,18 @@ type outcome struct {
 // timeout is slowness, for the cell's adaptive limit; a frozen or dead cell
 // is found by the active health checks, which it no longer answers.
 func (o outcome) failed() bool { return o.reroute != nil && !o.cellHealthy && !o.slow }
+
+// health is what the attempt tells the cell's health: a failure (failed),
+// a timeout (slowness, and no sign of life either), or an answer.
+func (o outcome) health() health.Outcome {
+	switch {
+	case o.failed():
+		return health.Failed
+	case o.reroute != nil && o.slow:
+		return health.TimedOut
+	}
+	return health.Answered
+}
 
 // sample is what an attempt that ended before its point of no return tells
 // the cell's adaptive limit (one past it gave its sample at the PNR): its

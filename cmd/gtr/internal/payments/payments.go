@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -47,11 +48,11 @@ type Cells interface {
 }
 
 // Observer learns the outcome of every attempt; *health.Monitor implements
-// it. Observe must not block.
+// it. Record must not block.
 type Observer interface {
-	// Observe records an attempt on a cell: ok is false when the cell
-	// failed it (unreachable, timed out, re-routable through its own fault).
-	Observe(cellID string, ok bool)
+	// Record records an attempt on a cell: answered, failed by the cell
+	// (unreachable, re-routable through its own fault), or timed out.
+	Record(cellID string, o health.Outcome)
 }
 
 // Metrics counts what happens to transactions; *telemetry.GTR implements
@@ -328,7 +329,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			lim.Release(out.sample(time.Since(began)))
 		}
 		if s.cfg.Health != nil {
-			s.cfg.Health.Observe(cell.ID, !out.failed())
+			s.cfg.Health.Record(cell.ID, out.health())
 		}
 		if out.reroute == nil {
 			if i > 0 && out.txn != nil {

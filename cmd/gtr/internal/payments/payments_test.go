@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -582,9 +583,9 @@ type observer struct {
 	seen []string
 }
 
-func (o *observer) Observe(id string, ok bool) {
+func (o *observer) Record(id string, out health.Outcome) {
 	o.mu.Lock()
-	o.seen = append(o.seen, fmt.Sprintf("%s=%v", id, ok))
+	o.seen = append(o.seen, fmt.Sprintf("%s=%v", id, out != health.Failed))
 	o.mu.Unlock()
 }
 
