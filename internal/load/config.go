@@ -11,7 +11,8 @@
 // send time so that a slow server cannot hide its queueing (coordinated
 // omission); when Concurrency requests are outstanding a scheduled request is
 // counted as dropped instead of delaying the schedule. The closed loop runs
-// Concurrency workers back to back.
+// Concurrency workers back to back; a worker refused with a retry hint (a
+// request the GTR shed) waits it, up to a second, before its next request.
 package load
 
 import (

@@ -179,20 +179,6 @@ func serveCell(t *testing.T, f *fakeCell) string {
 	return serve(t, func(s *grpc.Server) { cellproto.RegisterCellServer(s, f) })
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 func errorf(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }

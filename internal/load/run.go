@@ -153,7 +153,11 @@ func (r *runner) openLoop(ctx context.Context, start, deadline time.Time) string
 }
 
 // closedLoop runs Concurrency workers back to back; it returns once every
-// issued request has finished.
+// issued request has finished. A worker refused with a retry hint (a shed
+// request: client.RetryAfter) waits it, at most maxHintWait, before its
+// next request, as a partner's client does: a refusal answered in
+// microseconds must not turn the loop into a spin that measures the
+// refusals instead of the service.
 func (r *runner) closedLoop(ctx context.Context, deadline time.Time) string {
 	issueCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -167,7 +171,9 @@ func (r *runner) closedLoop(ctx context.Context, deadline time.Time) string {
 					return
 				}
 				req := r.gen.request(seq)
-				r.do(req, time.Now())
+				if hint, ok := client.RetryAfter(r.do(req, time.Now())); ok {
+					_ = sleep(issueCtx, min(hint, maxHintWait))
+				}
 			}
 		})
 	}
@@ -182,8 +188,27 @@ func (r *runner) closedLoop(ctx context.Context, deadline time.Time) string {
 	}
 }
 
-// do sends one request and records its answer with the latency since at.
-func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
+// sleep waits d or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// maxHintWait bounds a closed-loop worker's wait on a retry hint.
+const maxHintWait = time.Second
+
+// do sends one request and records its answer with the latency since at;
+// it returns the request's error.
+func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) error {
 	r.rec.sent.Add(1)
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.PerRequestTimeout)
 	defer cancel()
@@ -194,6 +219,7 @@ func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) {
 		r.cfg.OnResult(Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat,
 			Endpoint: o.endpoint, FailedOver: o.failedOver})
 	}
+	return err
 }
 
 func gtrCaller(c cellpayv1.PaymentsClient) caller {

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -317,5 +319,29 @@ func TestOnResultReportsEveryRequest(t *testing.T) {
 	}
 	if len(seen) != 50 {
 		t.Fatalf("OnResult saw %d distinct requests, want 50", len(seen))
+	}
+}
+
+// TestClosedLoopWaitsForTheRetryHint: a closed-loop worker refused with a
+// retry hint waits it before its next request, instead of spinning on
+// refusals that are answered at once.
+func TestClosedLoopWaitsForTheRetryHint(t *testing.T) {
+	ctx := setup(t)
+	shed, err := status.New(codes.ResourceExhausted, "shed").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(200 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakePayments{answer: func(*cellpayv1.SubmitTransactionRequest) (cellpayv1.TransactionStatus, error) {
+		return 0, shed.Err()
+	}}
+	cfg := closedConfig(TargetGTR, servePayments(t, f), 100_000)
+	cfg.Concurrency, cfg.Duration = 2, time.Second
+	rep, err := Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two workers, one request each per 200 ms for a second: about 12.
+	if rep.Sent > 20 || rep.Errors["RESOURCE_EXHAUSTED"] != rep.Sent {
+		t.Fatalf("sent %d, errors %v: want at most 20, every one refused", rep.Sent, rep.Errors)
 	}
 }
