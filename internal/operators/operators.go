@@ -205,7 +205,11 @@ func (ix *Index) Authenticate(tok string) (Operator, error) {
 	return e.op, nil
 }
 
-// Load reads an operators file.
+// Load reads an operators file. An empty one (no YAML document: nothing,
+// or comments only) is an error, not a file with no operators: a GTR that
+// reads the file while an editor or a non-atomic write has just truncated
+// it must keep the operators in force, not lock every one out. A file that
+// means no operators says so: operators: [].
 func Load(path string) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -214,7 +218,10 @@ func Load(path string) (*File, error) {
 	var f File
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	switch err := dec.Decode(&f); {
+	case errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("operators: %s is empty (a file with no operators says operators: [])", path)
+	case err != nil:
 		return nil, fmt.Errorf("operators: %s: %w", path, err)
 	}
 	return &f, nil

@@ -83,6 +83,18 @@ func TestCompileRefuses(t *testing.T) {
 	if _, err := Load(path); err == nil {
 		t.Fatal("unknown role loaded")
 	}
+	// An empty file (truncated mid-write) is refused; operators: [] is no
+	// operators, on purpose.
+	for _, empty := range []string{"", "# only a comment\n"} {
+		os.WriteFile(path, []byte(empty), 0o600)
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "is empty") {
+			t.Fatalf("empty file %q: %v, want refused as empty", empty, err)
+		}
+	}
+	os.WriteFile(path, []byte("operators: []\n"), 0o600)
+	if f, err := Load(path); err != nil || len(f.Operators) != 0 {
+		t.Fatalf("operators: []: %v, %v", f, err)
+	}
 }
 
 // otherHex is a hex digit other than c, so that a token with its last digit

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
 
@@ -25,7 +27,7 @@ func TestCallbackBenchmark(t *testing.T) {
 		t.Skip("set CELLPAY_CALLBACK_BENCH=1 (make bench-callbacks)")
 	}
 	ctx := ctxFor(t, 10*time.Minute)
-	on, off := newCBPartner(t, "benchon"), newCBPartner(t, "benchoff")
+	on, off := newCBPartner(t, "benchon"), newCBPartner(t, sameCellAs(t, ctx, "benchon", "benchoff"))
 	r := on.receiver(t, "bench")
 	on.set(t, "ordered", []string{r.URL}, "")
 	off.set(t, "ordered", nil, "")
@@ -55,4 +57,32 @@ func TestCallbackBenchmark(t *testing.T) {
 	slices.Sort(lags)
 	pct := func(p float64) time.Duration { return lags[min(len(lags)-1, int(p*float64(len(lags))))] }
 	t.Logf("delivery lag over %d callbacks: p50 %v, p99 %v, max %v", len(lags), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+}
+
+// sameCellAs returns a partner name, prefix-N, whose transactions the
+// table in force sends to the cell that name's go to: the benchmark's two
+// partners share a cell, so that only delivery differs between rounds
+// (the IDs are new every run, and on different cells the rounds measured
+// different cells and a lag without the silent partner's retries).
+func sameCellAs(t *testing.T, ctx context.Context, name, prefix string) string {
+	t.Helper()
+	attrs := func(n string) *adminproto.Attrs {
+		return &adminproto.Attrs{PartnerId: runID + "-" + n, Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	}
+	keys := []*adminproto.Attrs{attrs(name)}
+	for i := range 64 {
+		keys = append(keys, attrs(fmt.Sprintf("%s-%d", prefix, i)))
+	}
+	r, err := platformAdmin(t).RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range r.GetHome()[1:] {
+		if h != "" && h == r.GetHome()[0] {
+			t.Logf("partners %s and %s-%d on %s", name, prefix, i, h)
+			return fmt.Sprintf("%s-%d", prefix, i)
+		}
+	}
+	t.Fatalf("none of 64 names routes to %s's cell %q", name, r.GetHome()[0])
+	return ""
 }
