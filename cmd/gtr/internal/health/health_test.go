@@ -299,12 +299,9 @@ func (h *slowHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) 
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-// TestSlowChecksAreNotDeath: a cell whose health check times out once or
-// twice (busy) keeps its share; one that stays silent for SlowChecks checks
-// in a row is ejected.
-func TestSlowChecksAreNotDeath(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
-	rec := &recorder{}
+// serveSlowHealth serves a slowHealth (5 s late while slow) on loopback
+// until the test ends.
+func serveSlowHealth(t *testing.T) (*slowHealth, string) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -314,12 +311,22 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 	healthpb.RegisterHealthServer(s, h)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
+	return h, lis.Addr().String()
+}
+
+// TestSlowChecksAreNotDeath: a cell whose health check times out once or
+// twice (busy) keeps its share; one that stays silent for SlowChecks checks
+// in a row is ejected.
+func TestSlowChecksAreNotDeath(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	rec := &recorder{}
+	h, addrA := serveSlowHealth(t)
 	addrB, _ := healthServer(t)
 	m, err := New(Config{Now: clock.Now, OnChange: rec.on, CheckTimeout: 100 * time.Millisecond, SlowChecks: 3, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{ID: "a", Addr: lis.Addr().String(), Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: addrA, Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
 	t.Cleanup(m.close)
 	m.checkAll(ctxT(t)) // connections up
 	h.slow.Store(true)
@@ -351,15 +358,7 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 func TestBusyCellIsNotEjected(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
 	rec := &recorder{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &slowHealth{delay: 5 * time.Second}
-	s := grpc.NewServer()
-	healthpb.RegisterHealthServer(s, h)
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
+	h, addrA := serveSlowHealth(t)
 	addrB, _ := healthServer(t)
 	var logged strings.Builder
 	var logMu sync.Mutex
@@ -368,7 +367,7 @@ func TestBusyCellIsNotEjected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetCells([]Cell{{ID: "a", Addr: lis.Addr().String(), Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
+	m.SetCells([]Cell{{ID: "a", Addr: addrA, Pool: "p"}, {ID: "b", Addr: addrB, Pool: "p"}})
 	t.Cleanup(m.close)
 	m.checkAll(ctxT(t)) // connections up
 	h.slow.Store(true)
