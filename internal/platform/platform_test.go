@@ -374,17 +374,13 @@ func goBuild(t *testing.T, ctx context.Context, dir, out string, pkgs ...string)
 	}
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
+// freePorts returns n distinct loopback ports that were free a moment ago,
+// claimed by no other test process (testutil.FreePorts).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := testutil.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -2,11 +2,15 @@ package testutil
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // portRange is where the ports handed out here are picked: below the
@@ -37,6 +41,50 @@ func randomPort(n int) int {
 	return lo + rand.IntN(hi-lo-n)
 }
 
+// reserved is this process's claim on the ports it handed out. Free at the
+// moment of asking is not enough: go test runs packages as parallel
+// processes, and two that each pick ports for a platform started seconds
+// later can pick the same one (CI: the monitoring test's GTR metrics
+// listener "bind: address already in use"). So every port handed out is
+// also claimed, for the life of the process, by a write lock on its byte
+// of one file that all test processes share (fcntl record locks: the
+// kernel drops them when the process exits, however it exits). A port
+// another process holds is passed over.
+var reserved struct {
+	sync.Mutex
+	f     *os.File // never closed: closing any descriptor drops the locks
+	err   error
+	mine  map[int]bool // record locks don't exclude their own process
+	tried bool
+}
+
+// portLockFile is the file whose bytes stand for the ports.
+func portLockFile() string { return filepath.Join(os.TempDir(), "cellpay-test-ports.lock") }
+
+// reserve claims port for this process; false if this or another test
+// process holds it already.
+func reserve(port int) bool {
+	reserved.Lock()
+	defer reserved.Unlock()
+	if !reserved.tried {
+		reserved.tried = true
+		reserved.mine = map[int]bool{}
+		reserved.f, reserved.err = os.OpenFile(portLockFile(), os.O_RDWR|os.O_CREATE, 0o666)
+	}
+	if reserved.mine[port] {
+		return false
+	}
+	if reserved.err == nil {
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: int64(port), Len: 1}
+		if err := syscall.FcntlFlock(reserved.f.Fd(), syscall.F_SETLK, &lk); err != nil {
+			return false
+		}
+	}
+	// Without the file (unwritable temp dir) the bind check is all there is.
+	reserved.mine[port] = true
+	return true
+}
+
 // FreePort reports whether port is free on loopback at this moment.
 func FreePort(port int) bool {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
@@ -47,15 +95,34 @@ func FreePort(port int) bool {
 	return true
 }
 
+// claim reports whether port is free now and is now this process's.
+func claim(port int) bool { return FreePort(port) && reserve(port) }
+
+// FreePorts returns n distinct loopback ports, each free a moment ago and
+// claimed by no other test process.
+func FreePorts(n int) ([]int, error) {
+	var out []int
+	for tries := 0; len(out) < n && tries < 1000; tries++ {
+		if p := randomPort(0); claim(p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("testutil: found %d of %d free ports", len(out), n)
+	}
+	return out, nil
+}
+
 // FreePortRun finds n consecutive loopback ports that were free a moment
-// ago and returns the first (a platform's private Postgres clusters take
-// PGBasePort+i).
+// ago, claimed by no other test process, and returns the first (a
+// platform's private Postgres clusters take PGBasePort+i). A run that
+// fails part way keeps the ports it claimed out of later runs, harmlessly.
 func FreePortRun(n int) (int, error) {
 	for range 100 {
 		base := randomPort(n)
 		ok := true
 		for i := range n {
-			if !FreePort(base + i) {
+			if !claim(base + i) {
 				ok = false
 				break
 			}
@@ -69,16 +136,17 @@ func FreePortRun(n int) (int, error) {
 
 // FreePortPairs returns n loopback ports that were free a moment ago, each
 // with its port + offset free too (a platform process's metrics listener,
-// platform.MetricsAddr).
+// platform.MetricsAddr), all claimed by no other test process.
 func FreePortPairs(n, offset int) ([]int, error) {
 	var out []int
-	seen := map[int]bool{}
 	for tries := 0; len(out) < n && tries < 1000; tries++ {
 		p := randomPort(offset)
-		if seen[p] || seen[p+offset] || seen[p-offset] || !FreePort(p) || !FreePort(p+offset) {
+		if !claim(p) {
 			continue
 		}
-		seen[p], seen[p+offset] = true, true
+		if !claim(p + offset) {
+			continue // p stays claimed and unused
+		}
 		out = append(out, p)
 	}
 	if len(out) < n {

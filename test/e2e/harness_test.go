@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,25 +188,9 @@ func dialGTR(addr string) *grpc.ClientConn {
 	return conn
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts returns n distinct loopback ports that were free a moment ago,
+// claimed by no other test process (testutil.FreePorts).
+func freePorts(n int) ([]int, error) { return testutil.FreePorts(n) }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
