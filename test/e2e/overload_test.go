@@ -20,6 +20,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -169,10 +170,10 @@ func TestFairnessBenchmark(t *testing.T) {
 
 	const bRate, bFor = 30, 12 * time.Second // 360 calls: B's p99 is not its 2nd-worst call
 	bPhase := func(tag string) phase {
-		busy := hostBusy(t)
+		busy, cpu := hostBusy(t), procsCPU(env.p.Processes())
 		p := runPhase(t, ctx, env.gtrAddr, runID+"-fair-"+tag, load.ModeOpen, bRate, 256, bFor, []string{ids["b"]}, dial)
 		l := p.rep.Latency
-		t.Logf("B %s: p50 %.1f, p90 %.1f, p99 %.1f, max %.1f ms; host CPU busy %.0f%%", tag, l.P50, l.P90, l.P99, l.Max, 100*busy())
+		t.Logf("B %s: p50 %.1f, p90 %.1f, p99 %.1f, max %.1f ms; host CPU busy %.0f%%; CPU ms/s by process: %s", tag, l.P50, l.P90, l.P99, l.Max, 100*busy(), cpu())
 		return p
 	}
 	// B beside A offering rate: A starts a second before B and ends a
@@ -290,6 +291,43 @@ func adminClientFor(t *testing.T, addr, token string) adminproto.AdminClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return adminproto.NewAdminClient(conn)
+}
+
+// procsCPU starts measuring the CPU the platform's processes use (their
+// utime+stime from /proc, Postgres servers not among them); the function
+// it returns ends the measurement and says it per process, in ms per
+// second of wall time.
+func procsCPU(procs []*platform.Proc) func() string {
+	read := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, p := range procs {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+			if err != nil {
+				continue
+			}
+			s := string(b)
+			f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+			var ut, st float64
+			if len(f) > 12 {
+				fmt.Sscan(f[11], &ut)
+				fmt.Sscan(f[12], &st)
+			}
+			m[p.Name] += (ut + st) * 10 // clock ticks of 10 ms
+		}
+		return m
+	}
+	start, c0 := time.Now(), read()
+	return func() string {
+		secs, c1 := time.Since(start).Seconds(), read()
+		var out []string
+		for _, p := range procs {
+			if v, ok := c1[p.Name]; ok {
+				out = append(out, fmt.Sprintf("%s %.0f", p.Name, (v-c0[p.Name])/secs))
+				delete(c1, p.Name) // a name seen once
+			}
+		}
+		return strings.Join(out, ", ")
+	}
 }
 
 // hostBusy starts measuring the share of the host's CPU time that is not
