@@ -97,19 +97,25 @@ func instanceWith(t *testing.T, url, id string, iss server.Issuer, policy orches
 
 type stream = grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent]
 
-func startAttempt(t *testing.T, ctx context.Context, c cellproto.CellClient, id string) stream {
-	t.Helper()
-	s, err := c.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+// start is the first message of an attempt at a card payment of p-001,
+// always on the same card.
+func start(id string) *cellproto.ProcessInput {
 	r := &cellpayv1.SubmitTransactionRequest{
 		TransactionId: id, PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerId: "p-001", Market: "GB",
 		Amount:   &cellpayv1.Money{MinorUnits: 1250, Currency: "GBP"},
 		Merchant: &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
 		Card:     &cellpayv1.Card{Pan: "4242424242424242", ExpiryMonth: 12, ExpiryYear: 2030},
 	}
-	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: r, Attempt: 1}}}); err != nil {
+	return &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: r, Attempt: 1}}}
+}
+
+func startAttempt(t *testing.T, ctx context.Context, c cellproto.CellClient, id string) stream {
+	t.Helper()
+	s, err := c.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(start(id)); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -193,15 +199,15 @@ func TestVelocityHoldsUnderABurst(t *testing.T) {
 		err error
 	}
 	answers := make(chan answer, burst)
-	start := make(chan struct{})
+	begin := make(chan struct{})
 	for i := range burst {
 		go func() {
-			<-start
+			<-begin
 			txn, err := pay(ctx, cells[i%2], fmt.Sprintf("t-burst-%d", i))
 			answers <- answer{txn, err}
 		}()
 	}
-	close(start)
+	close(begin)
 	var approved, declined int
 	for range burst {
 		a := <-answers
@@ -232,13 +238,7 @@ func pay(ctx context.Context, c cellproto.CellClient, id string) (*cellpayv1.Tra
 	if err != nil {
 		return nil, err
 	}
-	r := &cellpayv1.SubmitTransactionRequest{
-		TransactionId: id, PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerId: "p-001", Market: "GB",
-		Amount:   &cellpayv1.Money{MinorUnits: 1250, Currency: "GBP"},
-		Merchant: &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
-		Card:     &cellpayv1.Card{Pan: "4242424242424242", ExpiryMonth: 12, ExpiryYear: 2030},
-	}
-	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{Request: r, Attempt: 1}}}); err != nil {
+	if err := s.Send(start(id)); err != nil {
 		return nil, err
 	}
 	for {
