@@ -30,6 +30,14 @@ type Limits struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// KeepaliveMinTime: a client pinging more often is cut off.
 	KeepaliveMinTime time.Duration
+	// StreamWindow and ConnWindow are fixed HTTP/2 flow-control windows,
+	// per call and per connection, in bytes (at least 64 KiB; 0 keeps
+	// gRPC's dynamic window). Fixed, they turn off gRPC's bandwidth-delay
+	// estimation, which answers data with a ping of its own whenever no
+	// ping is out: with calls a few milliseconds apart that is nearly
+	// every call, a write and a read more on each side, for windows that
+	// messages this small never need to grow.
+	StreamWindow, ConnWindow int32
 }
 
 // The listeners' limits. A transaction is well under 4 KiB on the wire.
@@ -39,6 +47,7 @@ var (
 		MaxRecvMsg: 64 << 10, MaxSendMsg: 64 << 10, MaxConcurrentStreams: 1000,
 		MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: time.Minute,
 		KeepaliveMinTime: 10 * time.Second,
+		StreamWindow:     256 << 10, ConnWindow: 4 << 20,
 	}
 	// Internal is a cell's and the issuer's listener: the GTR's (or a
 	// cell's) calls only, but many at once on few connections.
@@ -46,6 +55,7 @@ var (
 		MaxRecvMsg: 256 << 10, MaxSendMsg: 256 << 10, MaxConcurrentStreams: 4000,
 		MaxConnectionIdle: 15 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: 2 * time.Minute,
 		KeepaliveMinTime: 5 * time.Second,
+		StreamWindow:     1 << 20, ConnWindow: 16 << 20,
 	}
 	// Admin is the GTR's admin listener: routing tables and registries
 	// travel on it, bounded by their own caps.
@@ -58,7 +68,7 @@ var (
 
 // ServerOptions are the grpc.ServerOptions that enforce l.
 func (l Limits) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxRecvMsg),
 		grpc.MaxSendMsgSize(l.MaxSendMsg),
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
@@ -74,4 +84,18 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 		// garbage or a silent client does not hold a slot.
 		grpc.ConnectionTimeout(10 * time.Second),
 	}
+	if l.StreamWindow > 0 {
+		opts = append(opts, grpc.InitialWindowSize(l.StreamWindow), grpc.InitialConnWindowSize(l.ConnWindow))
+	}
+	return opts
+}
+
+// DialOptions are the windows of a client of a listener with limits l
+// (the GTR's connections to the cells, a cell's to the issuer): fixed
+// as the listener's are, so neither side pings to size them.
+func (l Limits) DialOptions() []grpc.DialOption {
+	if l.StreamWindow <= 0 {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithInitialWindowSize(l.StreamWindow), grpc.WithInitialConnWindowSize(l.ConnWindow)}
 }

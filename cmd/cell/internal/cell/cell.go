@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cell: issuer TLS: %w", err)
 	}
 	defer stopIssuerCreds()
-	conn, err := grpc.NewClient(cfg.IssuerAddr, append(tel.DialOptions(), issuerCreds, hop.Reconnect)...)
+	conn, err := grpc.NewClient(cfg.IssuerAddr, slices.Concat(tel.DialOptions(), []grpc.DialOption{issuerCreds, hop.Reconnect}, grpclimits.Internal.DialOptions())...)
 	if err != nil {
 		return fmt.Errorf("cell: issuer client: %w", err)
 	}

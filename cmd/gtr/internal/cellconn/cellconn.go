@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -121,8 +122,8 @@ const resolverScheme = "cellpay-instances"
 // An instance listed in Addrs is authenticated under its own host, as a
 // connection to it alone would be.
 func Dial(c *routing.Cell, b routing.Balancer, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(ServiceConfig(b)), hop.Reconnect}, opts...)
+	all := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(ServiceConfig(b)), hop.Reconnect}, grpclimits.Internal.DialOptions()...), opts...)
 	target := c.Addr
 	if len(c.Addrs) > 0 {
 		r := manual.NewBuilderWithScheme(resolverScheme)

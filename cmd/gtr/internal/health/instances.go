@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
@@ -102,7 +103,7 @@ func (m *Monitor) dialAll(cellID string, addrs []string, authority string) []*in
 	if dial == nil {
 		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	opts := []grpc.DialOption{dial, hop.ReconnectWithin(m.cfg.Interval)}
+	opts := append([]grpc.DialOption{dial, hop.ReconnectWithin(m.cfg.Interval)}, grpclimits.Internal.DialOptions()...)
 	if authority != "" {
 		opts = append(opts, grpc.WithAuthority(authority))
 	}
