@@ -312,7 +312,7 @@ func procsCPU(procs []*platform.Proc) func() string {
 				fmt.Sscan(f[11], &ut)
 				fmt.Sscan(f[12], &st)
 			}
-			m[p.Name] += (ut + st) * 10 // clock ticks of 10 ms
+			m[p.Name] = (ut + st) * 10 // clock ticks (USER_HZ) of 10 ms
 		}
 		return m
 	}
@@ -320,10 +320,9 @@ func procsCPU(procs []*platform.Proc) func() string {
 	return func() string {
 		secs, c1 := time.Since(start).Seconds(), read()
 		var out []string
-		for _, p := range procs {
+		for _, p := range procs { // names are unique: a cell's instance n > 1 is <cell>-<n>
 			if v, ok := c1[p.Name]; ok {
 				out = append(out, fmt.Sprintf("%s %.0f", p.Name, (v-c0[p.Name])/secs))
-				delete(c1, p.Name) // a name seen once
 			}
 		}
 		return strings.Join(out, ", ")
