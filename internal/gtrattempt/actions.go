@@ -33,8 +33,8 @@ type Read struct{}
 // Disarm stops both standing orders of Open, the attempt timer and the
 // caller watch. Answer: Disarmed when both were stopped before they fired;
 // DisarmFailed when either had fired (the stream is being cancelled, and
-// the attempt is given up). After Disarmed nothing but the machine ends
-// the stream.
+// the attempt is given up), saying which. After Disarmed nothing but the
+// machine ends the stream.
 type Disarm struct{}
 
 // SendProceed confirms the cell's point of no return on the stream.
@@ -70,8 +70,14 @@ type Answer struct {
 	// transaction directory, to try next; "" when the cell named none.
 	Owner string
 	// Slow (with Reroute): the attempt timer ended the attempt, not the
-	// caller and not the cell.
+	// caller and not the cell: the cell is slow (its adaptive limit's
+	// business), not failed.
 	Slow bool
+	// Gone (with Reroute): the caller left before the point of no return.
+	// The attempt says nothing of the cell, neither failure nor
+	// slowness: a partner that cancels its calls must not get a cell
+	// ejected, nor its limit lowered, for every other partner.
+	Gone bool
 	// Released: ReleaseSlot was performed; the slots are given back.
 	Released bool
 	// Detach: the stream is past Proceed and still open. The driver must
@@ -128,8 +134,10 @@ type CallerGone struct{}
 // Disarmed: both standing orders were stopped before they fired.
 type Disarmed struct{}
 
-// DisarmFailed: a standing order had already fired.
-type DisarmFailed struct{}
+// DisarmFailed: a standing order had already fired. Timer: it was the
+// attempt timer (the cell was slow); otherwise the caller's watch (the
+// caller left).
+type DisarmFailed struct{ Timer bool }
 
 // ProceedSent: Proceed was sent.
 type ProceedSent struct{ Now time.Time }

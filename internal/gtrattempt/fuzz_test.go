@@ -83,10 +83,14 @@ func checkSteps(t *testing.T, data []byte) {
 			continue
 		}
 		// What the event tells, as the machine was owed it.
-		switch ev.(type) {
+		switch ev := ev.(type) {
 		case CallerGone:
 			if _, ok := prev.(Read); ok {
 				gone = true
+			}
+		case DisarmFailed:
+			if _, ok := prev.(Disarm); ok && !ev.Timer {
+				gone = true // the caller's watch fired
 			}
 		case PNR:
 			if _, ok := prev.(Read); ok && !proceeded {
@@ -122,6 +126,16 @@ func checkSteps(t *testing.T, data []byte) {
 		case Answer:
 			answer = &act
 			checkAnswer(fail, act, ev, prev, proceeded, releasedAck)
+			// A caller who left is never the cell's slowness or failure.
+			if act.Gone && !gone || act.Slow && gone {
+				fail("answer %s, the caller left: %v", formatAnswer(act), gone)
+			}
+			switch ev.(type) {
+			case StreamEnded, PNR, DisarmFailed:
+				if gone && act.Reroute != nil && !act.Gone {
+					fail("re-route on %s after the caller left, not marked gone", name(ev))
+				}
+			}
 		}
 		if _, ok := prev.(Read); ok && answer == nil {
 			switch ev.(type) {
@@ -142,8 +156,11 @@ func checkAnswer(fail func(string, ...any), a Answer, ev Event, prev Action, pro
 	if set != 1 {
 		fail("answer %s: want exactly one of txn, pending, final, reroute", formatAnswer(a))
 	}
-	if (a.Slow || a.CellHealthy) && a.Reroute == nil {
-		fail("slow or cell-healthy without a re-route")
+	if (a.Slow || a.CellHealthy || a.Gone) && a.Reroute == nil {
+		fail("slow, gone or cell-healthy without a re-route")
+	}
+	if a.Slow && a.Gone {
+		fail("both slow and gone: the cell is blamed for a caller who left")
 	}
 	if a.Released != released {
 		fail("answer says released=%v, the slots were given back: %v", a.Released, released)
@@ -199,7 +216,7 @@ func fuzzEvent(k byte, a Action, now time.Time) Event {
 	case 7:
 		return Disarmed{}
 	case 8:
-		return DisarmFailed{}
+		return DisarmFailed{Timer: now.UnixMilli()%2 == 0}
 	case 9:
 		return ProceedSent{Now: now}
 	case 10:

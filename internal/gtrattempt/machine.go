@@ -113,14 +113,17 @@ func (m *Machine) Step(ev Event) Action {
 	case phaseRead:
 		return m.read(ev)
 	case phaseDisarm:
-		switch ev.(type) {
+		switch ev := ev.(type) {
 		case Disarmed:
 			m.phase = phaseProceed
 			return SendProceed{}
 		case DisarmFailed:
 			// The timer or the caller's watch fired between the PNR and
 			// now: the stream is being cancelled, the attempt is given up.
-			return m.answer(Answer{Reroute: m.givenUp()})
+			if !ev.Timer {
+				m.gone = true
+			}
+			return m.answer(m.givenUp())
 		}
 	case phaseProceed:
 		switch ev := ev.(type) {
@@ -156,7 +159,7 @@ func (m *Machine) read(ev Event) Action {
 		// timer that fired, or a caller that left, has given the attempt
 		// up, and the cell, hearing nothing, will not call the issuer.
 		if m.gone || !ev.Now.Before(m.deadline) {
-			return m.answer(Answer{Reroute: m.givenUp()})
+			return m.answer(m.givenUp())
 		}
 		m.phase = phaseDisarm
 		return Disarm{}
@@ -202,11 +205,14 @@ func (m *Machine) broken(ev StreamEnded) Action {
 	// cell: the cell is slow, which its limit answers; whether it is dead,
 	// health decides.
 	slow := !m.gone && !ev.Now.Before(m.deadline)
-	return m.answer(Answer{Reroute: fmt.Errorf("cell %s: %w", m.cfg.CellID, err), Slow: slow})
+	return m.answer(Answer{Reroute: fmt.Errorf("cell %s: %w", m.cfg.CellID, err), Slow: slow, Gone: m.gone})
 }
 
-func (m *Machine) givenUp() error {
-	return fmt.Errorf("cell %s: point of no return after the attempt was given up", m.cfg.CellID)
+// givenUp answers a PNR that came after the attempt was given up: by the
+// caller (Gone), or else by the attempt timer (Slow: the cell reached its
+// PNR, late; it did not fail).
+func (m *Machine) givenUp() Answer {
+	return Answer{Reroute: fmt.Errorf("cell %s: point of no return after the attempt was given up", m.cfg.CellID), Slow: !m.gone, Gone: m.gone}
 }
 
 // pending answers for a transaction past its point of no return whose

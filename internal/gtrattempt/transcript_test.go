@@ -138,7 +138,7 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 	case "disarmed":
 		return Disarmed{}
 	case "disarm-failed":
-		return DisarmFailed{}
+		return DisarmFailed{Timer: args["by"] == "timer"}
 	case "proceed-sent":
 		return ProceedSent{Now: at(t, args)}
 	case "proceed-failed":
@@ -183,7 +183,7 @@ func formatAnswer(a Answer) string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{a.CellHealthy, "cell-healthy"}, {a.Slow, "slow"}, {a.Released, "released"}, {a.Detach, "detach"}} {
+	}{{a.CellHealthy, "cell-healthy"}, {a.Slow, "slow"}, {a.Gone, "gone"}, {a.Released, "released"}, {a.Detach, "detach"}} {
 		if f.on {
 			s += " " + f.name
 		}

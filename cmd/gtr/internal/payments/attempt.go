@@ -26,14 +26,16 @@ type outcome struct {
 	cellHealthy bool   // with reroute: the cell is fine, the transaction is not its
 	owner       string // with reroute: the cell that owns the transaction, to try next
 	slow        bool   // with reroute: the attempt's own timer ended it before the PNR
+	gone        bool   // with reroute: the caller left before the PNR
 	released    bool   // the attempt's slot of the cell's limit was given back at the PNR
 }
 
 // failed reports whether the attempt counts against the cell's health: it
 // failed the attempt itself (unreachable, broken, a fault of its own). A
 // timeout is slowness, for the cell's adaptive limit; a frozen or dead cell
-// is found by the active health checks, which it no longer answers.
-func (o outcome) failed() bool { return o.reroute != nil && !o.cellHealthy && !o.slow }
+// is found by the active health checks, which it no longer answers. A
+// caller who left says nothing of the cell.
+func (o outcome) failed() bool { return o.reroute != nil && !o.cellHealthy && !o.slow && !o.gone }
 
 // health is what the attempt tells the cell's health: a failure (failed),
 // a timeout (slowness, and no sign of life either), or an answer.
@@ -41,8 +43,8 @@ func (o outcome) health() health.Outcome {
 	switch {
 	case o.failed():
 		return health.Failed
-	case o.reroute != nil && o.slow:
-		return health.TimedOut
+	case o.reroute != nil && (o.slow || o.gone):
+		return health.TimedOut // neither a failure nor a sign of life
 	}
 	return health.Answered
 }
@@ -53,6 +55,8 @@ func (o outcome) health() health.Outcome {
 // about the request says nothing of the cell's load.
 func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) {
 	switch {
+	case o.gone:
+		return total, admission.Ignored
 	case o.reroute != nil && (!o.cellHealthy || o.slow):
 		return total, admission.Dropped
 	case o.reroute != nil, o.final != nil:
@@ -109,10 +113,13 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		case gtrattempt.Read:
 			a = d.read(m)
 		case gtrattempt.Disarm:
-			if d.timer.Stop() && d.stopWatch() {
-				a = m.Step(gtrattempt.Disarmed{})
-			} else {
+			switch {
+			case !d.timer.Stop():
+				a = m.Step(gtrattempt.DisarmFailed{Timer: true})
+			case !d.stopWatch():
 				a = m.Step(gtrattempt.DisarmFailed{})
+			default:
+				a = m.Step(gtrattempt.Disarmed{})
 			}
 		case gtrattempt.SendProceed:
 			if err := d.stream.Send(proceed); err != nil {
@@ -212,7 +219,7 @@ func (d *driver) read(m *gtrattempt.Machine) gtrattempt.Action {
 
 // finish turns the machine's answer into the attempt's outcome.
 func (d *driver) finish(s *Server, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, a gtrattempt.Answer) outcome {
-	o := outcome{txn: a.Txn, final: a.Final, reroute: a.Reroute, cellHealthy: a.CellHealthy, owner: a.Owner, slow: a.Slow, released: a.Released}
+	o := outcome{txn: a.Txn, final: a.Final, reroute: a.Reroute, cellHealthy: a.CellHealthy, owner: a.Owner, slow: a.Slow, gone: a.Gone, released: a.Released}
 	if a.Pending {
 		o.txn = s.pending(cell, req).txn
 	}

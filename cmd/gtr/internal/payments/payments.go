@@ -328,6 +328,12 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if !out.released {
 			lim.Release(out.sample(time.Since(began)))
 		}
+		if out.gone {
+			// The caller left before the PNR: nothing to re-route, and
+			// nothing learned of the cell, nor of the platform's load.
+			gtrSlot.release(admission.Ignored)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
 		if s.cfg.Health != nil {
 			s.cfg.Health.Record(cell.ID, out.health())
 		}

@@ -572,7 +572,7 @@ func TestLastResortFlagAndHealthObservations(t *testing.T) {
 	if a.seen[0].GetLastResort() || b.seen[0].GetLastResort() || !c.seen[0].GetLastResort() {
 		t.Fatal("last_resort must be set on the last attempt only")
 	}
-	want := []string{a.id + "=false", b.id + "=true", c.id + "=true"}
+	want := []string{a.id + "=failed", b.id + "=answered", c.id + "=answered"}
 	if strings.Join(obs.seen, ",") != strings.Join(want, ",") {
 		t.Fatalf("health observations %v, want %v", obs.seen, want)
 	}
@@ -585,7 +585,7 @@ type observer struct {
 
 func (o *observer) Record(id string, out health.Outcome) {
 	o.mu.Lock()
-	o.seen = append(o.seen, fmt.Sprintf("%s=%v", id, out != health.Failed))
+	o.seen = append(o.seen, id+"="+[...]string{health.Answered: "answered", health.Failed: "failed", health.TimedOut: "timed-out"}[out])
 	o.mu.Unlock()
 }
 
@@ -676,4 +676,39 @@ func approve2(req *cellproto.ProcessRequest, s srv, cell string) error {
 	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: &cellpayv1.Transaction{
 		TransactionId: req.Request.TransactionId, Status: cellpayv1.TransactionStatus_APPROVED, CellId: cell, Attempts: req.Attempt,
 	}}})
+}
+
+// TestCallerWhoLeavesBlamesNoCell: a caller whose deadline passes before
+// the point of no return ends its call, and tells the cell's health
+// nothing: were it a failure, a partner cancelling its calls (or timing
+// out on a busy platform) would get a cell ejected for every partner
+// after three of them. Nor is the transaction re-routed for a caller who
+// left.
+func TestCallerWhoLeavesBlamesNoCell(t *testing.T) {
+	a := &fakeCell{do: func(_ *cellproto.ProcessRequest, s srv) error {
+		<-s.Context().Done() // never reaches its PNR
+		return s.Context().Err()
+	}}
+	b := &fakeCell{}
+	b.do = func(r *cellproto.ProcessRequest, s srv) error { return approve(r, s, b.id) }
+	s, _ := setup(t, a, b)
+	obs := &observer{}
+	s.cfg.Health = obs
+	for i := range 5 {
+		c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := s.SubmitTransaction(c, req(fmt.Sprintf("t-gone-%d", i)))
+		cancel()
+		if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Canceled {
+			t.Fatalf("call %d: err = %v, want DeadlineExceeded or Canceled", i, err)
+		}
+	}
+	if got := a.calls.Load(); got != 5 {
+		t.Fatalf("cell a saw %d attempts, want 5", got)
+	}
+	if got := b.calls.Load(); got != 0 {
+		t.Fatalf("%d attempts re-routed to cell b for callers who had left", got)
+	}
+	if len(obs.seen) != 0 {
+		t.Fatalf("health observations %v for callers who left, want none", obs.seen)
+	}
 }
