@@ -42,8 +42,8 @@ type Disarm struct{}
 // not delivered, so the cell cannot have gone past its PNR).
 type SendProceed struct{}
 
-// ReleaseSlot gives back the attempt's slots in the adaptive concurrency
-// limits, where the cell's own work ends (what follows is the issuer's),
+// ReleaseSlot gives back the attempt's slot in the cell's adaptive
+// concurrency limit, where the cell's own work ends (what follows is the issuer's),
 // with the latency from the stream's opening to the point of no return.
 // Answer: Released.
 type ReleaseSlot struct{ Latency time.Duration }

@@ -106,8 +106,9 @@ func NewCells(cfg CellConfig) *Cells {
 }
 
 // WholeGTR names the GTR-wide limit among the cells' (no cell ID has a
-// '*'): a limit over every attempt in flight, that sheds when the platform
-// as a whole, the GTR's own CPU included, is queueing.
+// '*'): a limit over every call in flight, each until it is answered (past
+// its point of no return too), that sheds when the platform as a whole,
+// the GTR's own CPU included, is queueing.
 const WholeGTR = "*"
 
 // maxCells bounds the map: a routing table holds at most this many cells.

@@ -83,9 +83,9 @@ type callInfo struct {
 // is its driver, performing the machine's actions on the stream, the
 // attempt timer and the caller's context.
 //
-// atPNR gives back the slots the attempt holds in the adaptive limits (the
-// cell's, the GTR's) at the PNR, where the cell's own work ends (what
-// follows is the issuer's), with the latency up to it.
+// atPNR gives back the attempt's slot in the cell's adaptive limit at the
+// PNR, where the cell's own work ends (what follows is the issuer's), with
+// the latency up to it. The GTR-wide slot is the call's, held to its end.
 func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) outcome {
 	client, err := s.cfg.Cells.Client(cell, call.balancer)
 	if err != nil {

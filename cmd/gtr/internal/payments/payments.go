@@ -323,7 +323,6 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		call := callInfo{id: callID, home: res.Home != nil && cell.ID == res.Home.ID, balancer: table.Balancer(cell.Pool)}
 		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, call, func(toPNR time.Duration) {
 			lim.Release(toPNR, admission.Served)
-			gtrSlot.release(admission.Served)
 		})
 		if !out.released {
 			lim.Release(out.sample(time.Since(began)))
@@ -392,8 +391,13 @@ func newCallID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// slot is a transaction's place in the GTR-wide adaptive limit, given
-// back once: at the point of no return, or when the transaction ends.
+// slot is a call's place in the GTR-wide adaptive limit, given back once,
+// when the call ends, with the call's whole latency: the limit bounds the
+// transactions in flight in the platform, past their points of no return
+// too. Given back at the PNR (as a cell's slot is), it let the work after
+// the PNR (the issuer, the final write, the answer) pile up under overload
+// unbounded: 18.7% of the accepted calls waited out their deadline
+// (BENCHMARKS.md §7, 2026-12-03 18:26).
 type slot struct {
 	lim      *admission.CellLimit
 	start    time.Time

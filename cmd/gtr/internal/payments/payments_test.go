@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -710,5 +711,52 @@ func TestCallerWhoLeavesBlamesNoCell(t *testing.T) {
 	}
 	if len(obs.seen) != 0 {
 		t.Fatalf("health observations %v for callers who left, want none", obs.seen)
+	}
+}
+
+// TestGTRWideSlotHeldToTheAnswer: past the point of no return, the cell's
+// adaptive limit has its slot back (what follows is the issuer's), but
+// the GTR-wide limit still counts the call until it is answered: it
+// bounds the platform's transactions in flight, the work after the PNR
+// included.
+func TestGTRWideSlotHeldToTheAnswer(t *testing.T) {
+	proceeded, answer := make(chan struct{}), make(chan struct{})
+	a := &fakeCell{}
+	a.do = func(r *cellproto.ProcessRequest, s srv) error {
+		if err := pnr(s); err != nil {
+			return err
+		}
+		close(proceeded)
+		<-answer
+		return approve2(r, s, a.id)
+	}
+	s, _ := setup(t, a)
+	lims := admission.NewCells(admission.CellConfig{})
+	s.cfg.Limits = lims
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SubmitTransaction(ctx(t), req("t-slot"))
+		done <- err
+	}()
+	select {
+	case <-proceeded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PNR")
+	}
+	// The cell's slot is given back as Proceed is sent: wait for it, bounded.
+	for deadline := time.Now().Add(5 * time.Second); lims.Cell(a.id).InFlight() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cell's limit: %d in flight past the PNR, want 0", lims.Cell(a.id).InFlight())
+		}
+	}
+	if got := lims.Cell(admission.WholeGTR).InFlight(); got != 1 {
+		t.Fatalf("GTR-wide limit: %d in flight past the PNR, want 1 until the answer", got)
+	}
+	close(answer)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := lims.Cell(admission.WholeGTR).InFlight(); got != 0 {
+		t.Fatalf("GTR-wide limit: %d in flight after the answer, want 0", got)
 	}
 }
