@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
