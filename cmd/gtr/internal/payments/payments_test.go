@@ -696,7 +696,8 @@ func TestCallerWhoLeavesBlamesNoCell(t *testing.T) {
 	obs := &observer{}
 	s.cfg.Health = obs
 	for i := range 5 {
-		c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		// Within the attempt timer (300ms), well past MinAttemptTime.
+		c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err := s.SubmitTransaction(c, req(fmt.Sprintf("t-gone-%d", i)))
 		cancel()
 		if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Canceled {
