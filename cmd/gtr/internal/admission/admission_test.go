@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,7 +277,7 @@ func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	onShed := func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() }
 	opts := append(au.ServerOptions(), grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(onShed)))
 	if withTap {
-		opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, onShed)))
+		opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{}, onShed)))
 	}
 	gs := grpc.NewServer(opts...)
 	hold := make(chan struct{})
@@ -368,6 +369,71 @@ func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	}
 }
 
+// TestTapRefusesAtTheRouterLimit: with the GTR-wide limit full, the tap
+// refuses a partner's call before it is decoded or reaches an
+// interceptor, as RESOURCE_EXHAUSTED saying a retry is safe, and without
+// taking one of the partner's rate tokens; with a slot free again, the
+// call passes.
+func TestTapRefusesAtTheRouterLimit(t *testing.T) {
+	k, key, _ := partners.NewKey(nil, time.Now())
+	ix, err := partners.Compile(&partners.Registry{Version: 1, Partners: []partners.Partner{
+		{ID: "a", Status: partners.StatusActive, Keys: []partners.Key{key}, Limits: partners.Limits{RatePerSecond: 1, Burst: 1, MaxInFlight: 10}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au := &auth.Partners{Index: func() *partners.Index { return ix }}
+	lim := NewPartners(false, nil)
+	whole := NewCells(CellConfig{InitialLimit: 1, MinLimit: 1, MaxLimit: 1}).Cell(WholeGTR)
+	var reached atomic.Int32
+	var shed []string
+	var mu sync.Mutex
+	onShed := func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() }
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		reached.Add(1)
+		return h(ctx, req)
+	}
+	opts := append(au.ServerOptions(), grpc.ChainUnaryInterceptor(count, lim.UnaryInterceptor(onShed)),
+		grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{Limit: whole}, onShed)))
+	gs := grpc.NewServer(opts...)
+	cellpayv1.RegisterPaymentsServer(gs, okPayments{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := cellpayv1.NewPaymentsClient(conn)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+k), 10*time.Second)
+	defer cancel()
+	if !whole.Acquire() {
+		t.Fatal("the GTR-wide limit refused its first slot")
+	}
+	_, err = c.SubmitTransaction(ctx, &cellpayv1.SubmitTransactionRequest{PartnerId: "a", TransactionId: "t-1"})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), RouterBusy) ||
+		!strings.Contains(status.Convert(err).Message(), "not sent to any cell") {
+		t.Fatalf("at the GTR-wide limit: %v, want RESOURCE_EXHAUSTED saying the router is busy and a retry is safe", err)
+	}
+	if reached.Load() != 0 {
+		t.Fatal("a call refused at the GTR-wide limit reached the interceptors")
+	}
+	whole.Release(0, Ignored)
+	// The refusal took no rate token: the burst of 1 is still there.
+	if _, err := c.SubmitTransaction(ctx, &cellpayv1.SubmitTransactionRequest{PartnerId: "a", TransactionId: "t-2"}); err != nil {
+		t.Fatalf("with a slot free: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(shed) != 1 || shed[0] != "gtr_busy" {
+		t.Fatalf("onShed: %v, want [gtr_busy]", shed)
+	}
+}
+
 // TestAcquireShareKeepsTheLightPartner: at the GTR-wide limit, the
 // partner whose flood filled it is shed, and one within its fair share is
 // still admitted, up to half the limit again.
@@ -377,6 +443,10 @@ func TestAcquireShareKeepsTheLightPartner(t *testing.T) {
 		if !l.AcquireShare(20, 2) {
 			t.Fatal("refused under the limit")
 		}
+	}
+	// The tap's advance check agrees, and takes nothing.
+	if !l.WouldRefuse(21, 2) || l.WouldRefuse(1, 2) || l.InFlight() != 20 {
+		t.Fatalf("WouldRefuse disagrees with AcquireShare (in flight %d)", l.InFlight())
 	}
 	if l.AcquireShare(21, 2) {
 		t.Fatal("at the limit, the partner holding it all was admitted")

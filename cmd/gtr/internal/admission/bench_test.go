@@ -67,7 +67,7 @@ func BenchmarkRefusal(b *testing.B) {
 			opts = append(opts, au.ServerOptions()...)
 			opts = append(opts, grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(nil)))
 			if withTap {
-				opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, nil)))
+				opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{}, nil)))
 			}
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

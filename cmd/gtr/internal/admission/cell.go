@@ -187,7 +187,7 @@ func (l *CellLimit) AcquireShare(mine, active int64) bool {
 	}
 	for {
 		n, limit := l.inflight.Load(), l.limit.Load()
-		if n >= limit && (active < 2 || (mine-1)*active >= limit || 2*n >= 3*limit) {
+		if refusesShare(n, limit, mine, active) {
 			l.shed.Add(1)
 			return false
 		}
@@ -196,6 +196,30 @@ func (l *CellLimit) AcquireShare(mine, active int64) bool {
 		}
 	}
 }
+
+// refusesShare is AcquireShare's rule: n in flight against limit, for a
+// partner with mine in flight (this one included) among active partners.
+func refusesShare(n, limit, mine, active int64) bool {
+	return n >= limit && (active < 2 || (mine-1)*active >= limit || 2*n >= 3*limit)
+}
+
+// WouldRefuse reports whether AcquireShare(mine, active) would refuse now,
+// without taking a slot or counting a refusal: for refusing a call before
+// it is decoded (Partners.Tap). It is advisory: AcquireShare still decides
+// for a call it passes.
+func (l *CellLimit) WouldRefuse(mine, active int64) bool {
+	if l == nil || l.cfg.Disabled {
+		return false
+	}
+	return refusesShare(l.inflight.Load(), l.limit.Load(), mine, active)
+}
+
+// RouterBusy is what a partner is told for a request refused at the
+// GTR-wide limit, and RouterBusyRetry its retry hint.
+const (
+	RouterBusy      = "the router is at its concurrency limit"
+	RouterBusyRetry = 100 * time.Millisecond
+)
 
 // Outcome of one attempt, for the limit.
 type Outcome int

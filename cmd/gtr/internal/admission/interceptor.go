@@ -72,7 +72,13 @@ type tapKey struct{}
 // refuse with the right code. onShed is told of every refusal. The rate
 // token a passed call took is used by UnaryInterceptor, which still
 // counts the call in flight.
-func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, bool), onShed func(reason string)) tap.ServerInHandle {
+//
+// Before the partner's own limits, the tap refuses a call the GTR-wide
+// limit would refuse now (router: CellLimit.WouldRefuse, with the
+// partner's fair share when router.FairShare), so that under overload the
+// excess costs no more than a refusal of a partner over its rate. A call
+// it passes is admitted, or refused, by the GTR-wide limit itself.
+func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, bool), router RouterLimit, onShed func(reason string)) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if a.disabled || !strings.HasPrefix(info.FullMethodName, auth.PaymentsPrefix) {
 			return ctx, nil
@@ -80,6 +86,12 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, bool), onShed f
 		p, ok := who(info.Header)
 		if !ok {
 			return ctx, nil
+		}
+		if router.wouldRefuse(a, p.ID) {
+			if onShed != nil {
+				onShed("gtr_busy")
+			}
+			return nil, shedStatus(RouterBusy, RouterBusyRetry).Err()
 		}
 		r, v := a.peek(p)
 		if !v.OK {
@@ -90,6 +102,28 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, bool), onShed f
 		}
 		return context.WithValue(ctx, tapKey{}, r), nil
 	}
+}
+
+// RouterLimit is the GTR-wide limit as the tap sees it: Limit (nil for
+// none), and whether a partner within its fair share of it is admitted at
+// the limit (FairShare; the partners' in-flight counts are those of the
+// Partners the tap belongs to).
+type RouterLimit struct {
+	Limit     *CellLimit
+	FairShare bool
+}
+
+// wouldRefuse reports whether the GTR-wide limit would refuse a new call of
+// partner id now (the call not yet counted in flight).
+func (r RouterLimit) wouldRefuse(a *Partners, id string) bool {
+	if r.Limit == nil {
+		return false
+	}
+	mine, active := int64(0), int64(0)
+	if r.FairShare {
+		mine, active = a.Share(id)
+	}
+	return r.Limit.WouldRefuse(mine+1, active)
 }
 
 // UnaryInterceptor admits each authenticated Payments call against its

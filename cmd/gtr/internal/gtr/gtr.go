@@ -309,7 +309,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// authenticate, admit against the partner's limits, then keep
 	// platform details out of partners' errors.
 	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.InTapHandle(partnerLimits.Tap(authn.FromHeader, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
+		grpc.InTapHandle(partnerLimits.Tap(authn.FromHeader,
+			admission.RouterLimit{Limit: cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
 	srvOpts = append(srvOpts, tel.PublicServerOptions()...)
 	srvOpts = append(srvOpts, authn.ServerOptions()...)
 	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(

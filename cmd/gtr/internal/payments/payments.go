@@ -236,7 +236,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Shed("gtr_busy")
 		}
-		return nil, admission.Shed(ctx, "the router is at its concurrency limit", 100*time.Millisecond)
+		return nil, admission.Shed(ctx, admission.RouterBusy, admission.RouterBusyRetry)
 	}
 	defer func() {
 		o := admission.Served
@@ -396,8 +396,9 @@ func newCallID() string {
 // transactions in flight in the platform, past their points of no return
 // too. Given back at the PNR (as a cell's slot is), it let the work after
 // the PNR (the issuer, the final write, the answer) pile up under overload
-// unbounded: 18.7% of the accepted calls waited out their deadline
-// (BENCHMARKS.md §7, 2026-12-03 18:26).
+// without bound: in bench-overload the same flags timed out 18.7% of the
+// requests with the slot given back at the PNR, 0.4% with it held
+// (BENCHMARKS.md §7, evening of 2026-12-03).
 type slot struct {
 	lim      *admission.CellLimit
 	start    time.Time
