@@ -232,6 +232,28 @@ func TestPartnerRateAndInFlight(t *testing.T) {
 	}
 }
 
+// servePayments serves srv with opts on a loopback port until the test
+// ends, and returns a plaintext client of it. Keys over plaintext only in
+// these tests of admission: the metadata is set by hand, and gRPC's
+// transport-security check applies to per-RPC credentials only.
+func servePayments(t *testing.T, srv cellpayv1.PaymentsServer, opts []grpc.ServerOption) cellpayv1.PaymentsClient {
+	t.Helper()
+	gs := grpc.NewServer(opts...)
+	cellpayv1.RegisterPaymentsServer(gs, srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return cellpayv1.NewPaymentsClient(conn)
+}
+
 type okPayments struct {
 	cellpayv1.UnimplementedPaymentsServer
 	hold chan struct{}
@@ -279,24 +301,8 @@ func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	if withTap {
 		opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{}, onShed)))
 	}
-	gs := grpc.NewServer(opts...)
 	hold := make(chan struct{})
-	cellpayv1.RegisterPaymentsServer(gs, okPayments{hold: hold})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	defer gs.Stop()
-	// Keys over plaintext only in this test of the interceptor: the
-	// metadata is set by hand, and gRPC's transport-security check applies
-	// to per-RPC credentials only.
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := cellpayv1.NewPaymentsClient(conn)
+	c := servePayments(t, okPayments{hold: hold}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	callAs := func(key, p string, i int) (metadata.MD, error) {
@@ -395,20 +401,7 @@ func TestTapRefusesAtTheRouterLimit(t *testing.T) {
 	}
 	opts := append(au.ServerOptions(), grpc.ChainUnaryInterceptor(count, lim.UnaryInterceptor(onShed)),
 		grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{Limit: whole}, onShed)))
-	gs := grpc.NewServer(opts...)
-	cellpayv1.RegisterPaymentsServer(gs, okPayments{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := cellpayv1.NewPaymentsClient(conn)
+	c := servePayments(t, okPayments{}, opts)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+k), 10*time.Second)
 	defer cancel()
 	if !whole.Acquire() {
