@@ -55,6 +55,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/gtrattempt
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./pkg/webhook
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cardkeys
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/operators
 
 test-e2e:
 	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...

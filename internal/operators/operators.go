@@ -215,14 +215,20 @@ func Load(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operators: %w", err)
 	}
+	return Parse(b, path)
+}
+
+// Parse decodes an operators file's bytes (Load's rules); name is the
+// file's, for the errors.
+func Parse(b []byte, name string) (*File, error) {
 	var f File
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	switch err := dec.Decode(&f); {
 	case errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("operators: %s is empty (a file with no operators says operators: [])", path)
+		return nil, fmt.Errorf("operators: %s is empty (a file with no operators says operators: [])", name)
 	case err != nil:
-		return nil, fmt.Errorf("operators: %s: %w", path, err)
+		return nil, fmt.Errorf("operators: %s: %w", name, err)
 	}
 	return &f, nil
 }
