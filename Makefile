@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/gtrattempt
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./pkg/webhook
+	$(GO) test -run '^$$' -fuzz '^FuzzCallbackHandler$$' -fuzztime $(FUZZTIME) ./pkg/client
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cardkeys
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/operators
 
