@@ -283,7 +283,7 @@ func measuredPhase(t *testing.T, ctx context.Context, g *gtrProc, id string, mod
 }
 
 // saturation is the closed-loop phase of the most goodput through the GTR
-// at addr: workers doubled from 32 (up to 1,024) until two doublings in a
+// replica g: workers doubled from 32 (up to 1,024) until two doublings in a
 // row gain less than 5% over the best phase so far. With group commit the
 // cells' throughput grows with concurrency, so a fixed number of workers
 // measured their latency, not the platform's saturation (32 workers found
@@ -348,7 +348,7 @@ func procsCPU(procs []*platform.Proc) func() string {
 
 // namedPid is a process to measure, by name.
 type namedPid struct {
-	Name string
+	name string
 	pid  int
 }
 
@@ -368,7 +368,7 @@ func pidsCPU(procs []namedPid) func() string {
 				fmt.Sscan(f[11], &ut)
 				fmt.Sscan(f[12], &st)
 			}
-			m[p.Name] = (ut + st) * 10 // clock ticks (USER_HZ) of 10 ms
+			m[p.name] = (ut + st) * 10 // clock ticks (USER_HZ) of 10 ms
 		}
 		return m
 	}
@@ -377,8 +377,8 @@ func pidsCPU(procs []namedPid) func() string {
 		secs, c1 := time.Since(start).Seconds(), read()
 		var out []string
 		for _, p := range procs { // names are unique: a cell's instance n > 1 is <cell>-<n>
-			if v, ok := c1[p.Name]; ok {
-				out = append(out, fmt.Sprintf("%s %.0f", p.Name, (v-c0[p.Name])/secs))
+			if v, ok := c1[p.name]; ok {
+				out = append(out, fmt.Sprintf("%s %.0f", p.name, (v-c0[p.name])/secs))
 			}
 		}
 		return strings.Join(out, ", ")
