@@ -2,14 +2,18 @@ package cardkeys
 
 import (
 	"encoding/hex"
+	"regexp"
 	"strings"
 	"testing"
 )
 
+// parseErr is every error Parse may give: a line's number, never its text.
+var parseErr = regexp.MustCompile(`^cardkeys: (line [0-9]+: not hex|no master secret)$`)
+
 // FuzzParse: a card key file, as read from disk, into the ring. Whatever
-// the file holds, Parse and New answer without panicking; an error never
-// quotes a line of the file (a line may be a master secret, or most of
-// one); what Parse accepts, written back one hex master a line, parses to
+// the file holds, Parse and New answer without panicking; an error names
+// a line by its number and never quotes it (a line may be a master
+// secret, or most of one); what Parse accepts, written back one hex master a line, parses to
 // the same masters; and a ring New builds derives keys for a PAN.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("# current\n" + strings.Repeat("ab", 32) + "\n" + strings.Repeat("cd", 32) + "\n"))
@@ -20,10 +24,8 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, text []byte) {
 		masters, err := Parse(text)
 		if err != nil {
-			for _, line := range strings.Split(string(text), "\n") {
-				if line = strings.TrimSpace(line); len(line) >= 8 && strings.Contains(err.Error(), line) {
-					t.Fatalf("the error %q quotes a line of the file", err)
-				}
+			if !parseErr.MatchString(err.Error()) {
+				t.Fatalf("the error %q says more than a line's number", err)
 			}
 			return
 		}

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -8,8 +9,8 @@ import (
 // FuzzParse: an operators file from disk, compiled, then a bearer token
 // from the network checked against it. Whatever either holds, nothing
 // panics; a token is accepted only as the operator whose entry holds its
-// hash (or as the legacy token), with that entry's role; and no error
-// quotes the token.
+// hash (or as the legacy token), with that entry's role; and a refused
+// token gets ErrUnauthenticated, which says nothing of it.
 func FuzzParse(f *testing.F) {
 	tok, op, err := NewToken(nil, "ops-1", RoleOperator)
 	if err != nil {
@@ -29,13 +30,13 @@ func FuzzParse(f *testing.F) {
 		}
 		ix, err := Compile(file, legacy)
 		if err != nil {
-			if tok != "" && len(tok) >= 8 && strings.Contains(err.Error(), tok) {
-				t.Fatalf("the error %q quotes the token", err)
-			}
 			return
 		}
 		got, err := ix.Authenticate(tok)
 		if err != nil {
+			if !errors.Is(err, ErrUnauthenticated) {
+				t.Fatalf("refused with %v, want ErrUnauthenticated", err)
+			}
 			return
 		}
 		if legacy != "" && tok == legacy && got.ID == LegacyID && got.Role == RoleAdmin {

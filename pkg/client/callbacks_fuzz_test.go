@@ -44,7 +44,8 @@ func FuzzCallbackHandler(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 2 { // the second delivery is a duplicate
+		first := 0
+		for delivery := range 2 { // the second delivery is a duplicate
 			req := httptest.NewRequest(http.MethodPost, "/callbacks", bytes.NewReader(body))
 			if sign {
 				if err := webhook.Headers(req.Header, id, now, body, []string{secret}); err != nil {
@@ -57,8 +58,17 @@ func FuzzCallbackHandler(f *testing.F) {
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
-			if ok := w.Code/100 == 2; ok && (!sign || id == "") {
+			ok := w.Code/100 == 2
+			switch {
+			case ok && (!sign || id == ""):
 				t.Fatalf("answered %d to an unsigned delivery", w.Code)
+			case delivery == 0 && ok != (handled[id] == 1):
+				// 2xx exactly when the body decoded and Handle took it.
+				t.Fatalf("answered %d, Handle called %d times", w.Code, handled[id])
+			case delivery == 0:
+				first = w.Code
+			case ok != (first/100 == 2):
+				t.Fatalf("the duplicate answered %d, the first delivery %d", w.Code, first)
 			}
 		}
 		for id, n := range handled {
