@@ -271,8 +271,10 @@ func (s okPayments) SubmitTransaction(ctx context.Context, r *cellpayv1.SubmitTr
 // hint as a RetryInfo detail (and in the pushback trailer when the
 // interceptor refused it; the tap's early answer has no trailers); another
 // partner is served meanwhile. With the tap, each call still costs one
-// rate token, not two, and calls the tap cannot attribute are refused by
-// the interceptors with their own codes.
+// rate token, not two; a call with a wrong key is refused UNAUTHENTICATED
+// (by the tap, before any interceptor, when there is one), and one that
+// acts for another partner PERMISSION_DENIED by the interceptors, which
+// alone see the request.
 func TestRefusalOverGRPC(t *testing.T) {
 	for _, withTap := range []bool{false, true} {
 		t.Run("tap="+strconv.FormatBool(withTap), func(t *testing.T) { testRefusalOverGRPC(t, withTap) })
@@ -297,7 +299,13 @@ func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	var shed []string
 	var mu sync.Mutex
 	onShed := func(r string) { mu.Lock(); shed = append(shed, r); mu.Unlock() }
-	opts := append(au.ServerOptions(), grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(onShed)))
+	var reached atomic.Int32
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		reached.Add(1)
+		return h(ctx, req)
+	}
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(count)}, au.ServerOptions()...)
+	opts = append(opts, grpc.ChainUnaryInterceptor(lim.UnaryInterceptor(onShed)))
 	if withTap {
 		opts = append(opts, grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{}, onShed)))
 	}
@@ -358,9 +366,12 @@ func testRefusalOverGRPC(t *testing.T, withTap bool) {
 	if _, err := call("b", 0); err != nil {
 		t.Fatalf("another partner: %v", err)
 	}
-	// What the tap cannot attribute is refused by the interceptors.
+	before := reached.Load()
 	if _, err := callAs("not-a-key", "a", 5); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a wrong key: %v, want UNAUTHENTICATED", err)
+	}
+	if got := reached.Load() - before; withTap != (got == 0) {
+		t.Fatalf("a wrong key reached the interceptors %d times; want none only with the tap", got)
 	}
 	if _, err := callAs(keys["b"], "a", 6); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("b's key for a: %v, want PERMISSION_DENIED", err)

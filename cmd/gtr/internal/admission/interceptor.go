@@ -67,9 +67,11 @@ type tapKey struct{}
 // (BenchmarkRefusal, BENCHMARKS.md §7). Its
 // answer carries the retry hint as a RetryInfo detail and in the message,
 // not in the grpc-retry-pushback-ms trailer: an early answer has none.
-// who names the partner whose API key the headers carry (auth's
-// FromHeader); a call it does not know passes, for the interceptors to
-// refuse with the right code. onShed is told of every refusal. The rate
+// who authenticates the call from its headers (auth's FromHeader): a
+// call with no key, a wrong one or of a suspended partner is refused here
+// with who's error (UNAUTHENTICATED or PERMISSION_DENIED), never decoded,
+// so that a flood of bad keys costs no more than a known partner's
+// excess; what needs the request is checked by the interceptors. onShed is told of every refusal. The rate
 // token a passed call took is used by UnaryInterceptor, which still
 // counts the call in flight.
 //
@@ -78,14 +80,14 @@ type tapKey struct{}
 // partner's fair share when router.FairShare), so that under overload the
 // excess costs no more than a refusal of a partner over its rate. A call
 // it passes is admitted, or refused, by the GTR-wide limit itself.
-func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, bool), router RouterLimit, onShed func(reason string)) tap.ServerInHandle {
+func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router RouterLimit, onShed func(reason string)) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if a.disabled || !strings.HasPrefix(info.FullMethodName, auth.PaymentsPrefix) {
 			return ctx, nil
 		}
-		p, ok := who(info.Header)
-		if !ok {
-			return ctx, nil
+		p, err := who(info.Header)
+		if err != nil {
+			return nil, err
 		}
 		if router.wouldRefuse(a, p.ID) {
 			if onShed != nil {

@@ -103,14 +103,21 @@ func (a *Partners) authenticate(ctx context.Context) (*partners.Partner, error) 
 	return a.byKey(metadata.ValueFromIncomingContext(ctx, "authorization")) // copies this key's values, not every header
 }
 
-// FromHeader returns the partner whose API key a call's headers carry, or
-// false for none, a wrong one or a suspended partner: for a gRPC tap
-// handle (admission's), which runs before the call's interceptors. The
-// interceptor still authenticates and authorizes every call; this only
-// lets the tap refuse a known partner's excess cheaply.
-func (a *Partners) FromHeader(md metadata.MD) (*partners.Partner, bool) {
+// FromHeader authenticates a call from its headers alone, for a gRPC tap
+// handle (admission's), which runs before gRPC makes a stream or decodes
+// the request: it returns the partner whose API key the headers carry, or
+// the error the interceptor would give for no key, a wrong one or a
+// suspended partner (told to OnDenied like the interceptor's), so that a
+// flood of calls with bad keys is refused as cheaply as a known
+// partner's excess. The interceptor still authenticates and authorizes
+// every call the tap passes; what needs the request (the partner_id, the
+// market, the payment type) is checked there.
+func (a *Partners) FromHeader(md metadata.MD) (*partners.Partner, error) {
 	p, err := a.byKey(md.Get("authorization"))
-	return p, err == nil
+	if err != nil && a.OnDenied != nil {
+		a.OnDenied(status.Code(err), reason(err))
+	}
+	return p, err
 }
 
 // byKey authenticates the values of a call's authorization header.

@@ -3,8 +3,10 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,8 +146,9 @@ func TestInterceptor(t *testing.T) {
 }
 
 // TestFromHeader: the tap's view of a call names the partner of a valid
-// key only: not for no key, a wrong one, two, another scheme or a
-// suspended partner.
+// key only, and refuses no key, a wrong one, two, another scheme or a
+// suspended partner with the interceptor's code and message, each told to
+// OnDenied once.
 func TestFromHeader(t *testing.T) {
 	reg := &partners.Registry{Version: 1}
 	plain := map[string]string{}
@@ -165,19 +168,35 @@ func TestFromHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Partners{Index: func() *partners.Index { return ix }}
-	if p, ok := a.FromHeader(metadata.Pairs("authorization", "Bearer "+plain["a"])); !ok || p.ID != "a" {
-		t.Fatalf("a's key: %v %v", p, ok)
+	var denied []string
+	a := &Partners{Index: func() *partners.Index { return ix }, OnDenied: func(c codes.Code, r string) { denied = append(denied, c.String()+" "+r) }}
+	if p, err := a.FromHeader(metadata.Pairs("authorization", "Bearer "+plain["a"])); err != nil || p.ID != "a" {
+		t.Fatalf("a's key: %v %v", p, err)
 	}
-	for name, md := range map[string]metadata.MD{
-		"no key":    metadata.MD{},
-		"wrong key": metadata.Pairs("authorization", "Bearer nope"),
-		"two keys":  metadata.Pairs("authorization", "Bearer "+plain["a"], "authorization", "Bearer "+plain["a"]),
-		"basic":     metadata.Pairs("authorization", "Basic "+plain["a"]),
-		"suspended": metadata.Pairs("authorization", "Bearer "+plain["gone"]),
+	for _, c := range []struct {
+		name string
+		md   metadata.MD
+		want error
+	}{
+		{"no key", metadata.MD{}, errNoKey},
+		{"wrong key", metadata.Pairs("authorization", "Bearer nope"), errBadKey},
+		{"two keys", metadata.Pairs("authorization", "Bearer "+plain["a"], "authorization", "Bearer "+plain["a"]), errBadKey},
+		{"basic", metadata.Pairs("authorization", "Basic "+plain["a"]), errBadKey},
+		{"suspended", metadata.Pairs("authorization", "Bearer "+plain["gone"]), errSuspended},
 	} {
-		if p, ok := a.FromHeader(md); ok {
-			t.Errorf("%s: named %s", name, p.ID)
+		p, err := a.FromHeader(c.md)
+		if p != nil {
+			t.Errorf("%s: named %s", c.name, p.ID)
 		}
+		if err != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, plain["a"]) || strings.Contains(msg, plain["gone"]) {
+			t.Errorf("%s: the error quotes a key", c.name)
+		}
+	}
+	want := "[Unauthenticated no_key Unauthenticated bad_key Unauthenticated bad_key Unauthenticated bad_key PermissionDenied suspended]"
+	if got := fmt.Sprint(denied); got != want {
+		t.Errorf("OnDenied: %s, want %s", got, want)
 	}
 }
