@@ -1,6 +1,7 @@
 // Package grpclimits holds the limits every gRPC listener of the platform
 // serves with, so that none runs on gRPC's defaults (unbounded concurrent
-// streams, 4 MB messages, idle connections and connection age unbounded).
+// streams, 4 MB messages, 16 MB of headers per call, idle connections and
+// connection age unbounded).
 //
 // Connections are aged out (MaxConnectionAge) so that clients re-resolve
 // and find new instances behind a name; idle ones are closed; clients that
@@ -21,6 +22,12 @@ type Limits struct {
 	MaxRecvMsg int
 	// MaxSendMsg is the largest response message sent, in bytes.
 	MaxSendMsg int
+	// MaxHeaderList is the largest header list a call may send, in bytes
+	// as HTTP/2 counts it (each field's name and value plus 32); a call
+	// over it is reset (FRAME_SIZE_ERROR) without its headers being kept,
+	// and a gRPC client, told the limit in the server's SETTINGS, refuses
+	// to send it at all.
+	MaxHeaderList uint32
 	// MaxConcurrentStreams bounds the calls in flight on one connection.
 	MaxConcurrentStreams uint32
 	// MaxConnectionIdle closes a connection with no call for this long.
@@ -43,8 +50,10 @@ type Limits struct {
 // The listeners' limits. A transaction is well under 4 KiB on the wire.
 var (
 	// Partners is the GTR's partners' listener.
+	// A partner's call carries its API key, a deadline and trace
+	// context: a few hundred bytes of headers.
 	Partners = Limits{
-		MaxRecvMsg: 64 << 10, MaxSendMsg: 64 << 10, MaxConcurrentStreams: 1000,
+		MaxRecvMsg: 64 << 10, MaxSendMsg: 64 << 10, MaxHeaderList: 16 << 10, MaxConcurrentStreams: 1000,
 		MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: time.Minute,
 		KeepaliveMinTime: 10 * time.Second,
 		StreamWindow:     256 << 10, ConnWindow: 4 << 20,
@@ -52,7 +61,7 @@ var (
 	// Internal is a cell's and the issuer's listener: the GTR's (or a
 	// cell's) calls only, but many at once on few connections.
 	Internal = Limits{
-		MaxRecvMsg: 256 << 10, MaxSendMsg: 256 << 10, MaxConcurrentStreams: 4000,
+		MaxRecvMsg: 256 << 10, MaxSendMsg: 256 << 10, MaxHeaderList: 64 << 10, MaxConcurrentStreams: 4000,
 		MaxConnectionIdle: 15 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: 2 * time.Minute,
 		KeepaliveMinTime: 5 * time.Second,
 		StreamWindow:     1 << 20, ConnWindow: 16 << 20,
@@ -60,7 +69,7 @@ var (
 	// Admin is the GTR's admin listener: routing tables and registries
 	// travel on it, bounded by their own caps.
 	Admin = Limits{
-		MaxRecvMsg: 8 << 20, MaxSendMsg: 16 << 20, MaxConcurrentStreams: 100,
+		MaxRecvMsg: 8 << 20, MaxSendMsg: 16 << 20, MaxHeaderList: 16 << 10, MaxConcurrentStreams: 100,
 		MaxConnectionIdle: 15 * time.Minute, MaxConnectionAge: 2 * time.Hour, MaxConnectionAgeGrace: 5 * time.Minute,
 		KeepaliveMinTime: 10 * time.Second,
 	}
@@ -83,6 +92,9 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 		// A connection must finish its TLS and HTTP/2 handshake quickly:
 		// garbage or a silent client does not hold a slot.
 		grpc.ConnectionTimeout(10 * time.Second),
+	}
+	if l.MaxHeaderList > 0 { // 0 would refuse every call
+		opts = append(opts, grpc.MaxHeaderListSize(l.MaxHeaderList))
 	}
 	if l.StreamWindow > 0 {
 		opts = append(opts, grpc.InitialWindowSize(l.StreamWindow), grpc.InitialConnWindowSize(l.ConnWindow))

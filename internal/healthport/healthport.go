@@ -20,7 +20,7 @@ import (
 
 // limits are a probe's: one small call at a time, a connection or two.
 var limits = grpclimits.Limits{
-	MaxRecvMsg: 4 << 10, MaxSendMsg: 4 << 10, MaxConcurrentStreams: 16,
+	MaxRecvMsg: 4 << 10, MaxSendMsg: 4 << 10, MaxHeaderList: 8 << 10, MaxConcurrentStreams: 16,
 	MaxConnectionIdle: time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: 10 * time.Second,
 	KeepaliveMinTime: 5 * time.Second,
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -27,7 +28,9 @@ func servesStill(t *testing.T, ctx context.Context, what string) {
 }
 
 // TestOversizedRequestRefused: a 5 MB request is refused with
-// RESOURCE_EXHAUSTED before it is decoded, and nothing was processed.
+// RESOURCE_EXHAUSTED before it is decoded, and nothing was processed; so
+// is a request with 5 MB of headers (internal/grpclimits's
+// TestOversizedHeadersRefused shows the server's side of it).
 func TestOversizedRequestRefused(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	r := request("limits-5mb", freshPAN())
@@ -37,6 +40,14 @@ func TestOversizedRequestRefused(t *testing.T) {
 		t.Fatalf("5 MB request: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	servesStill(t, ctx, "5mb")
+	// 5 MB of headers: the listener's limit (16 KiB, in its SETTINGS) makes
+	// gRPC's client refuse to send them, naming the limit.
+	big := metadata.AppendToOutgoingContext(ctx, "x-padding", strings.Repeat("h", 5<<20))
+	_, err = env.payments.SubmitTransaction(big, request("limits-5mb-headers", freshPAN()))
+	if err == nil || !strings.Contains(status.Convert(err).Message(), "header list size") {
+		t.Fatalf("5 MB of headers: %v, want a refusal naming the header list size", err)
+	}
+	servesStill(t, ctx, "5mb-headers")
 }
 
 // TestHostileBytesOnTheGRPCPort: garbage, HTTP/1.1 and a silent client on
