@@ -157,6 +157,47 @@ func TestCellLimitLearnsASlowerNormal(t *testing.T) {
 	}
 }
 
+// TestShedBaselineWhileShedding: ShedBaseline slows the long-term
+// average's rise only while the limit refuses attempts. A cell kept at its
+// limit (every round refuses one) whose latency rises tenfold learns it
+// more slowly with ShedBaseline than without; a cell below its limit
+// learns it as fast with as without.
+func TestShedBaselineWhileShedding(t *testing.T) {
+	long := func(shedBaseline time.Duration, atLimit bool) float64 {
+		c := newClock()
+		l := NewCells(CellConfig{InitialLimit: 64, MaxLimit: 64, Window: 20, Baseline: 10 * time.Second, ShedBaseline: shedBaseline, Now: c.Now}).Cell("c1")
+		run := func(n int, latency time.Duration) {
+			if atLimit {
+				feedAt(t, c, l, n, 1000, latency)
+				return
+			}
+			for range n / 3 { // three at a time: under the floor of 4, never at the limit
+				for range 3 {
+					if !l.Acquire() {
+						t.Fatalf("refused below the limit (%d in flight, limit %d)", l.InFlight(), l.Limit())
+					}
+				}
+				c.Add(3 * time.Millisecond)
+				for range 3 {
+					l.Release(latency, Served)
+				}
+			}
+		}
+		run(2000, 2*time.Millisecond)
+		run(3000, 20*time.Millisecond)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.long
+	}
+	plain, slow := long(0, true), long(time.Minute, true)
+	if !(slow < plain*0.7) {
+		t.Fatalf("at the limit: the average rose to %.1f ms with ShedBaseline, %.1f ms without; want well below", slow*1e3, plain*1e3)
+	}
+	if a, b := long(0, false), long(time.Minute, false); a != b {
+		t.Fatalf("below the limit: %.2f ms with ShedBaseline, %.2f ms without; want the same", b*1e3, a*1e3)
+	}
+}
+
 // TestCellLimitShedsASustainedQueue: with Baseline, at a high rate, a
 // latency ten times the normal for a second is a queue, not a new normal:
 // the limit falls and stays down. With a Baseline of 30 ms, about what

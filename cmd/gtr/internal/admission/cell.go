@@ -60,6 +60,13 @@ type CellConfig struct {
 	// the normal. The average falls eight times faster (gtr
 	// -admission-baseline, default 10 s).
 	Baseline time.Duration
+	// ShedBaseline, if set with Baseline, is the time constant of that
+	// rise instead while the limit is refusing attempts (it refused any
+	// since its last update): a latency that rises while the excess is
+	// being shed is more likely the queue the limit admits than a slower
+	// cell, so it becomes the normal more slowly (gtr
+	// -admission-shed-baseline; experimental, BENCHMARKS.md §7).
+	ShedBaseline time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// Disabled admits everything (for measuring without admission control).
@@ -138,6 +145,7 @@ type CellLimit struct {
 	inflight atomic.Int64
 	limit    atomic.Int64
 	shed     atomic.Int64 // attempts refused, for metrics
+	early    atomic.Int64 // calls refused before decoding (WouldRefuse)
 
 	mu        sync.Mutex // guards the fields below
 	long      float64    // long-term average latency, seconds (EWMA per window, or in time)
@@ -147,6 +155,7 @@ type CellLimit struct {
 	sum       time.Duration
 	dropped   int // timed out or failed
 	estimated float64
+	refused   int64 // shed + early at the last update
 }
 
 func newCellLimit(cfg *CellConfig) *CellLimit {
@@ -211,7 +220,11 @@ func (l *CellLimit) WouldRefuse(mine, active int64) bool {
 	if l == nil || l.cfg.Disabled {
 		return false
 	}
-	return refusesShare(l.inflight.Load(), l.limit.Load(), mine, active)
+	if refusesShare(l.inflight.Load(), l.limit.Load(), mine, active) {
+		l.early.Add(1)
+		return true
+	}
+	return false
 }
 
 // RouterBusy is what a partner is told for a request refused at the
@@ -274,6 +287,9 @@ func (l *CellLimit) update() {
 	now := l.cfg.Now()
 	dt := max(0, now.Sub(l.last).Seconds())
 	l.last = now
+	refused := l.shed.Load() + l.early.Load()
+	shedding := refused != l.refused
+	l.refused = refused
 	cur := l.estimated
 	next := cur
 	short := 0.0
@@ -297,6 +313,9 @@ func (l *CellLimit) update() {
 		// window, or by the time since the last update (Baseline).
 		a := 1 / float64(l.cfg.LongWindows)
 		if b := l.cfg.Baseline; b > 0 {
+			if shedding && l.cfg.ShedBaseline > 0 {
+				b = l.cfg.ShedBaseline
+			}
 			a = 1 - math.Exp(-dt/b.Seconds())
 		}
 		if short < l.long {

@@ -129,6 +129,10 @@ type Config struct {
 	// cell (or the GTR as a whole) may answer before its adaptive limit
 	// falls (admission.CellConfig.Tolerance); 0 is the default, 2.
 	AdmissionTolerance float64
+	// AdmissionShedBaseline, if set, is the time constant of the long-term
+	// average's rise while a limit is refusing attempts
+	// (admission.CellConfig.ShedBaseline); 0 is AdmissionBaseline's.
+	AdmissionShedBaseline time.Duration
 	// Reflection serves gRPC reflection on the partners' listener (for
 	// grpcurl); off in production.
 	Reflection bool
@@ -155,6 +159,9 @@ func (c *Config) validate() error {
 	}
 	if c.AdmissionBaseline < 0 {
 		return fmt.Errorf("gtr: admission-baseline: %v is negative (0 for the per-window rule)", c.AdmissionBaseline)
+	}
+	if c.AdmissionShedBaseline < 0 {
+		return fmt.Errorf("gtr: admission-shed-baseline: %v is negative (0 for admission-baseline's)", c.AdmissionShedBaseline)
 	}
 	if t := c.AdmissionTolerance; t != 0 && !(t > 1 && t <= 100) {
 		return fmt.Errorf("gtr: admission-tolerance: %v is not above 1 and at most 100 (0 for the default, 2)", t)
@@ -261,7 +268,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline, Tolerance: cfg.AdmissionTolerance})
+	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline,
+		ShedBaseline: cfg.AdmissionShedBaseline, Tolerance: cfg.AdmissionTolerance})
 	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
 	var fairShare *admission.Partners
 	if cfg.AdmissionBaseline > 0 {

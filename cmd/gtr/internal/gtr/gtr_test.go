@@ -158,6 +158,8 @@ func TestAdmissionFlagsRefused(t *testing.T) {
 		{"tolerance negative", func(c *Config) { c.AdmissionTolerance = -2 }, "admission-tolerance"},
 		{"tolerance huge", func(c *Config) { c.AdmissionTolerance = 1e9 }, "admission-tolerance"},
 		{"baseline negative", func(c *Config) { c.AdmissionBaseline = -time.Second }, "admission-baseline"},
+		{"shed baseline negative", func(c *Config) { c.AdmissionShedBaseline = -time.Second }, "admission-shed-baseline"},
+		{"shed baseline 60 s", func(c *Config) { c.AdmissionShedBaseline = time.Minute }, ""},
 		{"defaults", func(*Config) {}, ""},
 		{"tolerance 1.5, baseline 0", func(c *Config) { c.AdmissionTolerance, c.AdmissionBaseline = 1.5, 0 }, ""},
 	} {
