@@ -23,10 +23,10 @@ type Limits struct {
 	// MaxSendMsg is the largest response message sent, in bytes.
 	MaxSendMsg int
 	// MaxHeaderList is the largest header list a call may send, in bytes
-	// as HTTP/2 counts it (each field's name and value plus 32); a call
-	// over it is reset (FRAME_SIZE_ERROR) without its headers being kept,
-	// and a gRPC client, told the limit in the server's SETTINGS, refuses
-	// to send it at all.
+	// as HTTP/2 counts it (each field's name and value plus 32); past it
+	// the server stops reading the headers and cuts the connection, and
+	// a gRPC client, told the limit in the server's SETTINGS, refuses to
+	// send such a call at all, naming the limit. Zero is gRPC's 16 MB.
 	MaxHeaderList uint32
 	// MaxConcurrentStreams bounds the calls in flight on one connection.
 	MaxConcurrentStreams uint32
@@ -49,9 +49,9 @@ type Limits struct {
 
 // The listeners' limits. A transaction is well under 4 KiB on the wire.
 var (
-	// Partners is the GTR's partners' listener.
-	// A partner's call carries its API key, a deadline and trace
-	// context: a few hundred bytes of headers.
+	// Partners is the GTR's partners' listener. A partner's call carries
+	// its API key, a deadline and trace context: a few hundred bytes of
+	// headers.
 	Partners = Limits{
 		MaxRecvMsg: 64 << 10, MaxSendMsg: 64 << 10, MaxHeaderList: 16 << 10, MaxConcurrentStreams: 1000,
 		MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: time.Minute,

@@ -213,9 +213,10 @@ func refusesShare(n, limit, mine, active int64) bool {
 }
 
 // WouldRefuse reports whether AcquireShare(mine, active) would refuse now,
-// without taking a slot or counting a refusal: for refusing a call before
-// it is decoded (Partners.Tap). It is advisory: AcquireShare still decides
-// for a call it passes.
+// without taking a slot or counting a refusal in Shed: for refusing a
+// call before it is decoded (Partners.Tap). It is advisory: AcquireShare
+// still decides for a call it passes. A true answer counts as the limit
+// refusing, for ShedBaseline.
 func (l *CellLimit) WouldRefuse(mine, active int64) bool {
 	if l == nil || l.cfg.Disabled {
 		return false

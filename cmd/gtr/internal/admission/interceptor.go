@@ -71,9 +71,9 @@ type tapKey struct{}
 // call with no key, a wrong one or of a suspended partner is refused here
 // with who's error (UNAUTHENTICATED or PERMISSION_DENIED), never decoded,
 // so that a flood of bad keys costs no more than a known partner's
-// excess; what needs the request is checked by the interceptors. onShed is told of every refusal. The rate
-// token a passed call took is used by UnaryInterceptor, which still
-// counts the call in flight.
+// excess; what needs the request is checked by the interceptors. onShed
+// is told of every refusal. The rate token a passed call took is used by
+// UnaryInterceptor, which still counts the call in flight.
 //
 // Before the partner's own limits, the tap refuses a call the GTR-wide
 // limit would refuse now (router: CellLimit.WouldRefuse, with the
