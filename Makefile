@@ -59,6 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCallbackHandler$$' -fuzztime $(FUZZTIME) ./pkg/client
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cardkeys
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/operators
+	$(GO) test -run '^$$' -fuzz '^FuzzFromHeader$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/auth
 
 test-e2e:
 	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...
