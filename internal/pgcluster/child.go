@@ -2,10 +2,10 @@ package pgcluster
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,12 +71,37 @@ func (c *child) signal(sig syscall.Signal) error {
 }
 
 // signalGroup signals the process's whole group (Setpgid makes its pid the
-// group id): the postmaster and every backend.
+// group id): for a tool such as initdb, it and every process it started.
+// Not for the server: each of a postmaster's children makes itself a
+// session leader (Postgres's InitPostmasterChild calls setsid), so the
+// postmaster's group holds the postmaster alone; signalTree reaches them.
 func (c *child) signalGroup(sig syscall.Signal) error {
 	if !c.running() {
 		return nil
 	}
 	return syscall.Kill(-c.pid(), sig)
+}
+
+// signalTree signals the process and each of its children (a
+// postmaster's backends, WAL sender and receiver, checkpointer...), and
+// returns the pids it signalled. The children are listed before and after
+// the parent is signalled: a child forked meanwhile is in the second list,
+// and one already reparented (the parent killed) in the first.
+func (c *child) signalTree(sig syscall.Signal) ([]int, error) {
+	if !c.running() {
+		return nil, nil
+	}
+	pids := childrenOf(c.pid())
+	err := syscall.Kill(c.pid(), sig)
+	for _, k := range childrenOf(c.pid()) {
+		if !slices.Contains(pids, k) {
+			pids = append(pids, k)
+		}
+	}
+	for _, k := range pids {
+		_ = syscall.Kill(k, sig) // gone already: nothing to do
+	}
+	return append(pids, c.pid()), err
 }
 
 // wait waits up to d for the process to exit and reports whether it did.
@@ -91,43 +116,55 @@ func (c *child) wait(d time.Duration) bool {
 	}
 }
 
-// waitGroupGone waits up to d until no live process is left in the child's
-// group, which after a SIGKILL takes a moment for the backends.
-func (c *child) waitGroupGone(d time.Duration) {
+// waitGone waits up to d until none of pids is a live process (a zombie
+// counts as gone), which after a SIGKILL takes a moment for the backends.
+func waitGone(pids []int, d time.Duration) {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && groupAlive(c.pid()) {
+	for time.Now().Before(deadline) && slices.ContainsFunc(pids, alive) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// groupAlive reports whether a process other than a zombie is in group pgid.
-// kill(-pgid, 0) is not enough: orphaned backends are reparented to pid 1,
-// and a pid 1 that never reaps (some containers) keeps them as zombies.
-func groupAlive(pgid int) bool {
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
+// procStat returns the fields of /proc/<pid>/stat after the command's
+// closing parenthesis (state, ppid, pgrp, ...), or nil when the process
+// is gone. The command may hold spaces and parentheses, hence the last ')'.
+func procStat(pid string) []string {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil
 	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(stat[i+1:]))
+}
+
+// alive reports whether pid is a process other than a zombie. Orphaned
+// backends are reparented to pid 1, and a pid 1 that never reaps (some
+// containers) keeps them as zombies, so kill(pid, 0) is not enough.
+func alive(pid int) bool {
+	f := procStat(strconv.Itoa(pid))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// childrenOf returns the pids of pid's live children.
+func childrenOf(pid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return true // cannot tell; the caller's bound applies
+		return nil
 	}
+	parent := strconv.Itoa(pid)
+	var out []int
 	for _, e := range entries {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces, so split after ')'.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
+		if f := procStat(e.Name()); len(f) >= 2 && f[0] != "Z" && f[1] == parent {
+			if k, err := strconv.Atoi(e.Name()); err == nil {
+				out = append(out, k)
+			}
 		}
 	}
-	return false
+	return out
 }

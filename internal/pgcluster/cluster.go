@@ -335,8 +335,8 @@ func DropDatabase(ctx context.Context, serverURL, name string) error {
 	return nil
 }
 
-// Pid returns the postmaster's process id (its process group holds every
-// backend), or 0 before the first start. After the server exits it keeps
+// Pid returns the postmaster's process id (its children, each in a
+// session of its own, are reached by Signal and Kill), or 0 before the first start. After the server exits it keeps
 // returning the last one.
 func (c *Cluster) Pid() int {
 	c.mu.Lock()
@@ -345,6 +345,18 @@ func (c *Cluster) Pid() int {
 		return 0
 	}
 	return c.srv.pid()
+}
+
+// Signal sends sig to the server's postmaster and every process it
+// started (backends, WAL sender and receiver, checkpointer): SIGSTOP
+// freezes the server as a hung host would (its sockets stay open, nothing
+// answers, a standby acknowledges no WAL), SIGCONT thaws it. Signalling a
+// server that is not running does nothing.
+func (c *Cluster) Signal(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.srv.signalTree(sig)
+	return err
 }
 
 // Running reports whether the server process is alive.
@@ -398,13 +410,13 @@ func (c *Cluster) kill() error {
 	if !c.srv.running() {
 		return nil
 	}
-	// The whole group: a backend that outlives its postmaster keeps the
-	// shared memory attached, and the next postmaster refuses to start.
-	_ = c.srv.signalGroup(syscall.SIGKILL)
+	// Every backend too: one that outlives its postmaster keeps the shared
+	// memory attached, and the next postmaster refuses to start.
+	pids, _ := c.srv.signalTree(syscall.SIGKILL)
 	if !c.srv.wait(killTimeout) {
 		return fmt.Errorf("pgcluster: kill: postgres (pid %d) did not exit within %v of SIGKILL", c.srv.pid(), killTimeout)
 	}
-	c.srv.waitGroupGone(killTimeout)
+	waitGone(pids, killTimeout)
 	return nil
 }
 

@@ -289,6 +289,93 @@ func TestFaultKillCell(t *testing.T) {
 	noFailuresShown(t, answers)
 }
 
+// TestFaultKillCellMidBatch: kill -9 of a cell while its group commit
+// has batches in flight, and those batches then commit with nobody left
+// to hear it. The issuer is made slow (300 ms), so that many of cell-b's
+// transactions are past their point of no return at once; then cell-b's
+// synchronous standby is frozen (SIGSTOP), so every commit on its primary
+// waits for the standby's flush. Once the primary shows both group
+// committers' commits waiting (pg_stat_activity's wait_event SyncRep:
+// the batch sent, its commit record written, its writers not yet told)
+// and the transactions at the issuer have come back to queue their final
+// states behind them, the cell is killed and the standby thawed. The
+// waiting batches commit on a server whose client is gone (sending
+// records whose Proceed never went out, final states whose answer was
+// never sent); the writes still queued in the dead process are lost
+// before they were durable (transactions left in sending, after their
+// PNR). The GTR restarts on other cells the attempts it had no Proceed
+// for and answers PENDING those past it; the restarted cell's reconciler
+// resolves what it finds. The checker finds nothing lost, nothing applied
+// twice and every PENDING resolved; no partner sees a failure.
+func TestFaultKillCellMidBatch(t *testing.T) {
+	const cell = "cell-b"
+	// An earlier fault may have left the pair degraded (no synchronous
+	// standby, so no commit would wait): wait for it to stream again.
+	testutil.Eventually(t, 90*time.Second, cell+"'s synchronous standby streaming", func() bool {
+		sb := env.p.Standby(cell)
+		return sb != nil && sb.Running() && !env.p.Degraded(cell)
+	})
+	sb := env.p.Standby(cell)
+	setIssuer := func(t *testing.T, f *issuerproto.Faults) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := env.issuer.SetFaults(ctx, f); err != nil {
+			t.Errorf("issuer faults %v: %v", f, err)
+		}
+	}
+	var waiting int
+	answers := runFault(t, fault{
+		name: "killbatch",
+		break_: func(t *testing.T, ctx context.Context) {
+			db := cellDB(t, ctx, cell)
+			setIssuer(t, &issuerproto.Faults{LatencyMs: 300})
+			defer setIssuer(t, &issuerproto.Faults{})
+			time.Sleep(500 * time.Millisecond) // transactions pile up at the issuer
+			if err := sb.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			thawed := false
+			thaw := func() {
+				if !thawed {
+					thawed = true
+					if err := sb.Signal(syscall.SIGCONT); err != nil {
+						t.Errorf("thaw %s's standby: %v", cell, err)
+					}
+				}
+			}
+			defer thaw() // also when a wait below fails the test
+			testutil.Eventually(t, 5*time.Second, cell+"'s group commits waiting for its frozen standby", func() bool {
+				err := db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND datname = current_database()").Scan(&waiting)
+				return err == nil && waiting >= 2
+			})
+			// The transactions at the issuer come back and queue their
+			// final states behind the waiting batches.
+			time.Sleep(400 * time.Millisecond)
+			if err := env.p.Process(cell).Kill(); err != nil {
+				t.Fatal(err)
+			}
+			thaw()
+			t.Logf("killbatch: %s killed with %d commits waiting for its standby, then the standby thawed", cell, waiting)
+			waitCellDown(t, cell, "killed mid-batch")
+		},
+		hold: 3 * time.Second,
+		heal: func(t *testing.T, ctx context.Context) { restartCell(t, ctx, cell) },
+	})
+	noFailuresShown(t, answers)
+	pending := 0
+	for _, a := range answers {
+		if a.Status == cellpayv1.TransactionStatus_PENDING {
+			pending++
+		}
+	}
+	// Transactions at the issuer when the cell died were past their PNR:
+	// answered PENDING, never restarted. None means the kill missed them.
+	if pending == 0 {
+		t.Fatal("no transaction was answered PENDING: the kill caught none past its point of no return")
+	}
+	t.Logf("killbatch: %d answers PENDING, all resolved", pending)
+}
+
 func TestFaultStopCellPostgres(t *testing.T) {
 	answers := runFault(t, fault{
 		name: "pgstop",
