@@ -270,7 +270,7 @@ func TestInRecoveryKeepsItsSession(t *testing.T) {
 	// A crash, not Kill (which closes the session first): the kept
 	// session breaks under the checks, which must fail and then connect
 	// again.
-	if err := syscall.Kill(-c.Pid(), syscall.SIGKILL); err != nil {
+	if err := c.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// A backend may take a moment longer than its postmaster to die.

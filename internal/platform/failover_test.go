@@ -62,7 +62,7 @@ func TestPlatformFailover(t *testing.T) {
 	}
 
 	// kill -9 of the postmaster and every backend, and the data dir gone.
-	if err := syscall.Kill(-old.Pid(), syscall.SIGKILL); err != nil {
+	if err := old.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(old.DataDir(), old.DataDir()+".moved"); err != nil {
@@ -106,7 +106,7 @@ func TestPlatformFailover(t *testing.T) {
 		t.Fatalf("Restart of the old primary: %v, want ErrFenced", err)
 	}
 	// A standby that crashes is not waited for: degraded, then back.
-	if err := syscall.Kill(-nsb.Pid(), syscall.SIGKILL); err != nil {
+	if err := nsb.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "degraded after the standby's crash", func() bool { return p.Degraded(cell) })
@@ -133,7 +133,7 @@ func TestPlatformFailover(t *testing.T) {
 	if err := p.Standby(cell).Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(-sb.Pid(), syscall.SIGKILL); err != nil {
+	if err := sb.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
