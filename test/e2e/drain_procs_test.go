@@ -16,6 +16,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -32,7 +33,7 @@ type natsProc struct {
 
 func startNATS(t *testing.T, dir string) *natsProc {
 	t.Helper()
-	ports, err := freePorts(1)
+	ports, err := testutil.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ type gtrProc struct {
 
 func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 	t.Helper()
-	ports, err := freePorts(2)
+	ports, err := testutil.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}

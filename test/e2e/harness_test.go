@@ -95,7 +95,7 @@ func run(m *testing.M) int {
 }
 
 func startPlatform(ctx context.Context, tmp string) error {
-	ports, err := freePorts(5)
+	ports, err := testutil.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -116,11 +116,11 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
-	adminPorts, err := freePorts(3)
+	adminPorts, err := testutil.FreePorts(3)
 	if err != nil {
 		return err
 	}
-	natsPort, err := freePorts(2)
+	natsPort, err := testutil.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -187,10 +187,6 @@ func dialGTR(addr string) *grpc.ClientConn {
 	}
 	return conn
 }
-
-// freePorts returns n distinct loopback ports that were free a moment ago,
-// claimed by no other test process (testutil.FreePorts).
-func freePorts(n int) ([]int, error) { return testutil.FreePorts(n) }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	t.Helper()

@@ -38,7 +38,7 @@ func instancesTarget(t *testing.T) faultTarget {
 	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
 		t.Fatal(err)
 	}
-	ports, err := freePorts(6)
+	ports, err := testutil.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
 	}

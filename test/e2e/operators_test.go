@@ -128,7 +128,9 @@ func TestOperatorRolesAndAudit(t *testing.T) {
 		t.Fatalf("operator table get: %s", errs)
 	}
 	file := filepath.Join(t.TempDir(), "table.yaml")
-	os.WriteFile(file, []byte(table), 0o600)
+	if err := os.WriteFile(file, []byte(table), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code, _, errs := gtrctlAs(t, operators.RoleOperator, "table", "apply", "-f", file, "--dry-run"); code != 1 || !strings.Contains(errs, "needs role admin") {
 		t.Fatalf("operator table apply: code %d, %s", code, errs)
 	}

@@ -69,7 +69,7 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		t.Fatal(err)
 	}
 	e := &refEnv{t: t, dir: dir}
-	ports, err := freePorts(cells + 4)
+	ports, err := testutil.FreePorts(cells + 4)
 	if err != nil {
 		t.Fatal(err)
 	}

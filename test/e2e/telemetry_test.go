@@ -32,7 +32,7 @@ func TestTelemetryScrape(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
 		t.Fatal(err)
 	}
-	ports, err := freePorts(7)
+	ports, err := testutil.FreePorts(7)
 	if err != nil {
 		t.Fatal(err)
 	}
