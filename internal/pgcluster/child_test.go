@@ -35,9 +35,6 @@ func TestSignalAndKillReachEveryProcess(t *testing.T) {
 	if len(kids) < 3 { // checkpointer, background writer, WAL writer, this session's backend...
 		t.Fatalf("postmaster %d has %d children (%v), want the server's processes", c.Pid(), len(kids), kids)
 	}
-	if pgid, _ := syscall.Getpgid(kids[0]); pgid == c.Pid() {
-		t.Logf("child %d is in the postmaster's group: this Postgres does not setsid its children", kids[0])
-	}
 
 	query := func(d time.Duration) error {
 		qctx, cancel := context.WithTimeout(ctx, d)

@@ -335,9 +335,9 @@ func DropDatabase(ctx context.Context, serverURL, name string) error {
 	return nil
 }
 
-// Pid returns the postmaster's process id (its children, each in a
-// session of its own, are reached by Signal and Kill), or 0 before the first start. After the server exits it keeps
-// returning the last one.
+// Pid returns the postmaster's process id, or 0 before the first start;
+// after the server exits it keeps returning the last one. Its children
+// run each in a session of its own: Signal and Kill reach them.
 func (c *Cluster) Pid() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -316,20 +316,13 @@ func TestFaultKillCellMidBatch(t *testing.T) {
 		return sb != nil && sb.Running() && !env.p.Degraded(cell)
 	})
 	sb := env.p.Standby(cell)
-	setIssuer := func(t *testing.T, f *issuerproto.Faults) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := env.issuer.SetFaults(ctx, f); err != nil {
-			t.Errorf("issuer faults %v: %v", f, err)
-		}
-	}
 	var waiting int
 	answers := runFault(t, fault{
 		name: "killbatch",
 		break_: func(t *testing.T, ctx context.Context) {
 			db := cellDB(t, ctx, cell)
-			setIssuer(t, &issuerproto.Faults{LatencyMs: 300})
-			defer setIssuer(t, &issuerproto.Faults{})
+			setIssuerFaults(t, ctx, &issuerproto.Faults{LatencyMs: 300})
+			defer setIssuerFaults(t, context.Background(), &issuerproto.Faults{})
 			time.Sleep(500 * time.Millisecond) // transactions pile up at the issuer
 			if err := sb.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
@@ -362,12 +355,7 @@ func TestFaultKillCellMidBatch(t *testing.T) {
 		heal: func(t *testing.T, ctx context.Context) { restartCell(t, ctx, cell) },
 	})
 	noFailuresShown(t, answers)
-	pending := 0
-	for _, a := range answers {
-		if a.Status == cellpayv1.TransactionStatus_PENDING {
-			pending++
-		}
-	}
+	pending := countPending(answers)
 	// Transactions at the issuer when the cell died were past their PNR:
 	// answered PENDING, never restarted. None means the kill missed them.
 	if pending == 0 {
@@ -424,29 +412,19 @@ func TestFaultFreezeCell(t *testing.T) {
 // their point of no return are answered PENDING, never resent, and resolved
 // by inquiry once the issuer heals.
 func TestFaultIssuerAfterPNR(t *testing.T) {
-	setFaults := func(t *testing.T, ctx context.Context, f *issuerproto.Faults) {
-		if _, err := env.issuer.SetFaults(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
 	answers := runFault(t, fault{
 		name: "issuer",
 		break_: func(t *testing.T, ctx context.Context) {
-			setFaults(t, ctx, &issuerproto.Faults{ErrorRate: 0.5, AfterEffect: true})
+			setIssuerFaults(t, ctx, &issuerproto.Faults{ErrorRate: 0.5, AfterEffect: true})
 			go func() {
 				time.Sleep(1500 * time.Millisecond)
-				setFaults(t, context.Background(), &issuerproto.Faults{LatencyMs: 6000})
+				setIssuerFaults(t, context.Background(), &issuerproto.Faults{LatencyMs: 6000})
 			}()
 		},
 		hold: 3 * time.Second,
-		heal: func(t *testing.T, ctx context.Context) { setFaults(t, ctx, &issuerproto.Faults{}) },
+		heal: func(t *testing.T, ctx context.Context) { setIssuerFaults(t, ctx, &issuerproto.Faults{}) },
 	})
-	pending := 0
-	for _, a := range answers {
-		if a.Status == cellpayv1.TransactionStatus_PENDING {
-			pending++
-		}
-	}
+	pending := countPending(answers)
 	if pending == 0 {
 		t.Fatal("no transaction was answered PENDING: the fault did not bite")
 	}
@@ -455,4 +433,25 @@ func TestFaultIssuerAfterPNR(t *testing.T) {
 	// inquiry, after their point of no return.
 	noFailuresShown(t, answers, "issuer_not_reached")
 	t.Logf("issuer: %d answers PENDING, all resolved", pending)
+}
+
+// setIssuerFaults sets the issuer simulator's faults, within 10 s of ctx.
+// It reports a failure with t.Errorf, so a goroutine of the test may call it.
+func setIssuerFaults(t *testing.T, ctx context.Context, f *issuerproto.Faults) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := env.issuer.SetFaults(ctx, f); err != nil {
+		t.Errorf("issuer faults %v: %v", f, err)
+	}
+}
+
+// countPending counts the answers that were PENDING.
+func countPending(answers []checker.Answer) int {
+	n := 0
+	for _, a := range answers {
+		if a.Status == cellpayv1.TransactionStatus_PENDING {
+			n++
+		}
+	}
+	return n
 }
