@@ -21,12 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -438,9 +438,18 @@ func partnerOf(ctx context.Context, req *cellpayv1.GetTransactionRequest) (strin
 
 // GetTransaction asks every cell of the table (cells never call each
 // other; only the GTR crosses cell boundaries) for the caller's partner's
-// transaction, and returns the record of the cell that owns it. Another
+// transaction, and returns the first record a cell has: only the cell that
+// took a transaction past its point of no return holds a record partners
+// see (a cell answers NOT_FOUND for one it gave up before), so the first
+// found is the answer and the rest of the fan-out is cancelled. Another
 // partner's transaction with the same ID is NOT_FOUND, like an ID never
 // used: every cell answers for the asked partner only.
+//
+// A cell whose connection is down (restarting, reconnecting after a cut)
+// is waited for within the fan-out's bound instead of counted unanswered
+// at once: NOT_FOUND is said only when every cell answered it, and a cell
+// that did not answer within the bound makes the read UNAVAILABLE, which a
+// partner retries.
 func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
 	partner, err := partnerOf(ctx, req)
 	if err != nil {
@@ -460,37 +469,32 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 		txn *cellpayv1.Transaction
 		err error
 	}
-	answers := make([]answer, len(cells))
-	var wg sync.WaitGroup
-	for i, c := range cells {
-		wg.Add(1)
+	// Buffered for every cell: a fan-out answered early leaves no sender
+	// blocked, and each ends when cancel does.
+	answers := make(chan answer, len(cells))
+	for i := range cells {
+		c := &cells[i]
 		go func() {
-			defer wg.Done()
-			client, err := s.cfg.Cells.Client(&c, tbl.Balancer(c.Pool))
+			client, err := s.cfg.Cells.Client(c, tbl.Balancer(c.Pool))
 			if err != nil {
-				answers[i].err = err
+				answers <- answer{err: err}
 				return
 			}
-			answers[i].txn, answers[i].err = client.Get(ctx, get)
+			txn, err := client.Get(ctx, get, grpc.WaitForReady(true))
+			answers <- answer{txn, err}
 		}()
 	}
-	wg.Wait()
-	var best *cellpayv1.Transaction
 	var unreachable int
-	for _, a := range answers {
+	for range cells {
+		a := <-answers
 		switch {
 		case a.err == nil:
-			if best == nil || best.GetStatus() == cellpayv1.TransactionStatus_PENDING {
-				best = a.txn
-			}
+			return a.txn, nil
 		case status.Code(a.err) != codes.NotFound:
 			unreachable++
 		}
 	}
-	switch {
-	case best != nil:
-		return best, nil
-	case unreachable > 0:
+	if unreachable > 0 {
 		return nil, status.Errorf(codes.Unavailable, "transaction not found, and %d of %d cells did not answer", unreachable, len(cells))
 	}
 	return nil, status.Error(codes.NotFound, "transaction not found")

@@ -20,6 +20,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/internal/retrybudget"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -327,17 +328,13 @@ func TestValidatesBeforeRouting(t *testing.T) {
 }
 
 func TestGetTransaction(t *testing.T) {
-	a := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
-		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_PENDING}, nil
-	}}
 	b := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
 		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_APPROVED}, nil
 	}}
-	c := &fakeCell{}
-	s, _ := setup(t, a, b, c)
+	s, _ := setup(t, &fakeCell{}, b, &fakeCell{})
 	got, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-1"})
 	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetPartnerId() != "p-001" {
-		t.Fatalf("got %v, %v; want p-001's final record over a PENDING one", got, err)
+		t.Fatalf("got %v, %v; want p-001's record from the cell that has it", got, err)
 	}
 	s2, _ := setup(t, &fakeCell{}, &fakeCell{})
 	if _, err := s2.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-2"}); status.Code(err) != codes.NotFound {
@@ -355,6 +352,90 @@ func TestGetTransaction(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), bad.field+":") {
 			t.Fatalf("GetTransaction(%v) = %v, want InvalidArgument naming %s", bad.req, err, bad.field)
 		}
+	}
+}
+
+// TestGetTransactionAnswersWithoutWaitingForAHungCell: the record of the
+// cell that has it is the answer at once; a cell that does not answer
+// (hung here for a minute, the fan-out's bound) is not waited out.
+func TestGetTransactionAnswersWithoutWaitingForAHungCell(t *testing.T) {
+	release := make(chan struct{})
+	hung := &fakeCell{get: func(idempotency.Key) (*cellpayv1.Transaction, error) {
+		<-release
+		return nil, status.Error(codes.NotFound, "no")
+	}}
+	owner := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_PENDING}, nil
+	}}
+	s, _ := setup(t, hung, owner)
+	t.Cleanup(func() { close(release) }) // before the servers stop (cleanups run last first)
+	s.cfg.GetTimeout = time.Minute
+	type result struct {
+		txn *cellpayv1.Transaction
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		txn, err := s.GetTransaction(context.Background(), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-1"})
+		done <- result{txn, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.txn.GetStatus() != cellpayv1.TransactionStatus_PENDING {
+			t.Fatalf("got %v, %v; want the owner's PENDING record", r.txn, r.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("GetTransaction waited for a cell that does not answer although another had the record")
+	}
+}
+
+// TestGetTransactionWaitsForARestartingCell: a cell whose server is down
+// when the read starts (restarting; its connection refused and backing
+// off) and back within the fan-out's bound is waited for, so its record
+// is found instead of the read failing UNAVAILABLE at once; one that stays
+// down makes the read UNAVAILABLE, never NOT_FOUND.
+func TestGetTransactionWaitsForARestartingCell(t *testing.T) {
+	owner := &fakeCell{get: func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_APPROVED}, nil
+	}}
+	s, _ := setup(t, &fakeCell{}, &fakeCell{})
+	// The second cell's address has nothing listening until the owner is
+	// served there.
+	ports, err := testutil.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	spec := s.cfg.Table().Spec()
+	spec.Cells[1].Addr = addr
+	table, err := routing.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Table = func() *routing.Table { return table }
+	s.cfg.GetTimeout = 500 * time.Millisecond
+	read := func() (*cellpayv1.Transaction, error) {
+		return s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "t-1"})
+	}
+	if _, err := read(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("with a cell down throughout: %v, want UNAVAILABLE", err)
+	}
+	s.cfg.GetTimeout = 20 * time.Second
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("the restarted cell's listener: %v", err)
+			return
+		}
+		srv := grpc.NewServer()
+		cellproto.RegisterCellServer(srv, owner)
+		t.Cleanup(srv.Stop)
+		go srv.Serve(lis)
+	}()
+	got, err := read()
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("with the cell back within the bound: %v, %v; want its record", got, err)
 	}
 }
 
@@ -390,9 +471,15 @@ func TestGetTransactionIsPerPartner(t *testing.T) {
 	for _, k := range asked {
 		count[k]++
 	}
-	want := map[idempotency.Key]int{owned: 3, {PartnerID: "p-002", TransactionID: "t-1"}: 3, {PartnerID: "p-002", TransactionID: "t-never"}: 3}
+	// The owner's read ends at the first record found, so the cells its
+	// fan-out reached before that answer were asked it (one to three).
+	if n := count[owned]; n < 1 || n > 3 {
+		t.Fatalf("the owner's read was asked of %d cells, want 1 to 3", n)
+	}
+	delete(count, owned)
+	want := map[idempotency.Key]int{{PartnerID: "p-002", TransactionID: "t-1"}: 3, {PartnerID: "p-002", TransactionID: "t-never"}: 3}
 	if !maps.Equal(count, want) {
-		t.Fatalf("cells were asked for %v, want each read's partner and ID from every cell: %v", count, want)
+		t.Fatalf("cells were asked for %v, want each NOT_FOUND read's partner and ID from every cell: %v", count, want)
 	}
 }
 
