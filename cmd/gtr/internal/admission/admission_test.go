@@ -130,6 +130,33 @@ func TestCellLimitSheds(t *testing.T) {
 	}
 }
 
+// TestRetryAfterFollowsLatency: the retry hint of a refusal is the
+// latency the limit last served at, within its bounds; before any
+// sample, and for a nil or disabled limit, the floor.
+func TestRetryAfterFollowsLatency(t *testing.T) {
+	l := NewCells(CellConfig{Window: 10}).Cell("c1")
+	var none *CellLimit
+	off := NewCells(CellConfig{Disabled: true}).Cell("c1")
+	if l.RetryAfter() != MinRetryAfter || none.RetryAfter() != MinRetryAfter || off.RetryAfter() != MinRetryAfter {
+		t.Fatalf("before any sample: %v, nil %v, disabled %v; want %v", l.RetryAfter(), none.RetryAfter(), off.RetryAfter(), MinRetryAfter)
+	}
+	for _, c := range []struct{ latency, want time.Duration }{
+		{700 * time.Millisecond, 700 * time.Millisecond},
+		{time.Millisecond, MinRetryAfter},
+		{time.Minute, MaxRetryAfter},
+	} {
+		feed(t, l, 10, c.latency, Served)
+		if got := l.RetryAfter(); got != c.want {
+			t.Fatalf("after a window served at %v: RetryAfter %v, want %v", c.latency, got, c.want)
+		}
+	}
+	// Timeouts are no latency to wait out: the hint stays the last served.
+	feed(t, l, 10, time.Hour, Dropped)
+	if got := l.RetryAfter(); got != MaxRetryAfter {
+		t.Fatalf("after a window of timeouts: %v, want the last served latency's %v", got, MaxRetryAfter)
+	}
+}
+
 // feedAt is feed at rate attempts a second of the clock.
 func feedAt(t *testing.T, c *fakeClock, l *CellLimit, n int, rate float64, latency time.Duration) {
 	t.Helper()
@@ -456,6 +483,9 @@ func TestTapRefusesAtTheRouterLimit(t *testing.T) {
 	c := servePayments(t, okPayments{}, opts)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+k), 10*time.Second)
 	defer cancel()
+	// A window of calls served at 700 ms: the limit's latency, and so
+	// its retry hint.
+	feed(t, whole, 20, 700*time.Millisecond, Served)
 	if !whole.Acquire() {
 		t.Fatal("the GTR-wide limit refused its first slot")
 	}
@@ -466,6 +496,9 @@ func TestTapRefusesAtTheRouterLimit(t *testing.T) {
 	}
 	if reached.Load() != 0 {
 		t.Fatal("a call refused at the GTR-wide limit reached the interceptors")
+	}
+	if d := retryDelay(err); d != 700*time.Millisecond {
+		t.Fatalf("retry hint %v, want the limit's served latency of 700ms", d)
 	}
 	whole.Release(0, Ignored)
 	// The refusal took no rate token: the burst of 1 is still there.
@@ -537,4 +570,14 @@ func TestPartnersShare(t *testing.T) {
 	if a.active.Load() != 0 {
 		t.Fatalf("active count %d with nothing in flight, want 0", a.active.Load())
 	}
+}
+
+// retryDelay is the RetryInfo delay of err's status, zero without one.
+func retryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			return r.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }

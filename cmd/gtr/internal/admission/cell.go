@@ -146,6 +146,7 @@ type CellLimit struct {
 	limit    atomic.Int64
 	shed     atomic.Int64 // attempts refused, for metrics
 	early    atomic.Int64 // calls refused before decoding (WouldRefuse)
+	recent   atomic.Int64 // the last window's average latency of served attempts, ns (RetryAfter)
 
 	mu        sync.Mutex // guards the fields below
 	long      float64    // long-term average latency, seconds (EWMA per window, or in time)
@@ -229,11 +230,28 @@ func (l *CellLimit) WouldRefuse(mine, active int64) bool {
 }
 
 // RouterBusy is what a partner is told for a request refused at the
-// GTR-wide limit, and RouterBusyRetry its retry hint.
+// GTR-wide limit.
+const RouterBusy = "the router is at its concurrency limit"
+
+// MinRetryAfter and MaxRetryAfter bound RetryAfter.
 const (
-	RouterBusy      = "the router is at its concurrency limit"
-	RouterBusyRetry = 100 * time.Millisecond
+	MinRetryAfter = 100 * time.Millisecond
+	MaxRetryAfter = 5 * time.Second
 )
+
+// RetryAfter is the retry hint of a request refused at this limit: the
+// average latency of the attempts it served in its last window, within
+// [MinRetryAfter, MaxRetryAfter] (MinRetryAfter before any, and for a nil
+// or disabled limit). In about that time the work in flight turns over
+// and frees its slots; a retry sooner mostly meets the same full limit,
+// and under overload a fixed short hint multiplied the refusals a
+// well-behaved client (pkg/client honours the hint) caused.
+func (l *CellLimit) RetryAfter() time.Duration {
+	if l == nil || l.cfg.Disabled {
+		return MinRetryAfter
+	}
+	return min(max(time.Duration(l.recent.Load()), MinRetryAfter), MaxRetryAfter)
+}
 
 // Outcome of one attempt, for the limit.
 type Outcome int
@@ -296,6 +314,7 @@ func (l *CellLimit) update() {
 	short := 0.0
 	if l.served > 0 {
 		short = (l.sum / time.Duration(l.served)).Seconds()
+		l.recent.Store(int64(l.sum / time.Duration(l.served)))
 		if l.long == 0 {
 			l.long = short
 		}

@@ -93,7 +93,7 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 			if onShed != nil {
 				onShed("gtr_busy")
 			}
-			return nil, shedStatus(RouterBusy, RouterBusyRetry).Err()
+			return nil, shedStatus(RouterBusy, router.Limit.RetryAfter()).Err()
 		}
 		r, v := a.peek(p)
 		if !v.OK {

@@ -236,7 +236,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Shed("gtr_busy")
 		}
-		return nil, admission.Shed(ctx, admission.RouterBusy, admission.RouterBusyRetry)
+		return nil, admission.Shed(ctx, admission.RouterBusy, gtrSlot.lim.RetryAfter())
 	}
 	defer func() {
 		o := admission.Served
@@ -272,9 +272,11 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 	attempts := min(len(ranked), s.cfg.MaxAttempts)
 	var last error
 	s.retries.Request()
-	// busy: a cell was skipped at its concurrency limit; sent: an attempt
-	// reached a cell.
+	// busy: a cell was skipped at its concurrency limit (retry: the
+	// soonest of those cells' retry hints); sent: an attempt reached a
+	// cell.
 	busy, sent := false, false
+	retry := admission.MaxRetryAfter
 	shed := func() error {
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Shed("cell_busy")
@@ -283,7 +285,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		if sent {
 			what += " (a cell refused it before its point of no return, so nothing was charged)"
 		}
-		return admission.Shed(ctx, what, 100*time.Millisecond)
+		return admission.Shed(ctx, what, retry)
 	}
 	callID := newCallID()
 	redirected := false
@@ -314,6 +316,7 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			// not hold the transaction up, and a pool that is full
 			// everywhere sheds.
 			busy = true
+			retry = min(retry, lim.RetryAfter())
 			last = fmt.Errorf("cell %s is at its concurrency limit", cell.ID)
 			continue
 		}
