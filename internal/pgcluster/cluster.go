@@ -347,6 +347,20 @@ func (c *Cluster) Pid() int {
 	return c.srv.pid()
 }
 
+// Pids returns the process ids of the running server: the postmaster
+// and every live process it started, or none when it is not running. For
+// tests that check a stopped server left nothing behind (each child is in
+// a session of its own, so the postmaster's process group does not hold
+// them).
+func (c *Cluster) Pids() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.srv.running() {
+		return nil
+	}
+	return append([]int{c.srv.pid()}, childrenOf(c.srv.pid())...)
+}
+
 // Signal sends sig to the server's postmaster and every process it
 // started (backends, WAL sender and receiver, checkpointer): SIGSTOP
 // freezes the server as a hung host would (its sockets stay open, nothing

@@ -283,8 +283,16 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 	for _, name := range names {
 		pids = append(pids, p.Process(name).Pid())
 	}
+	// Each Postgres backend runs in a session of its own: the
+	// postmaster's process group holds the postmaster alone, so every
+	// server process is checked by its own pid.
+	var pgPids []int
 	for _, c := range cfg.Cells {
-		pids = append(pids, p.Postgres(c.ID).Pid())
+		server := p.Postgres(c.ID).Pids()
+		if len(server) < 2 {
+			t.Fatalf("%s's Postgres: processes %v, want the postmaster and its children", c.ID, server)
+		}
+		pgPids = append(pgPids, server...)
 	}
 	stopped = true
 	if err := p.Stop(); err != nil {
@@ -294,6 +302,12 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 		var err error
 		if !testutil.Within(10*time.Second, func() bool { err = syscall.Kill(-pid, 0); return errors.Is(err, syscall.ESRCH) }) {
 			t.Errorf("process group %d still has processes 10 s after Stop (kill: %v)", pid, err)
+		}
+	}
+	for _, pid := range pgPids {
+		gone := func() bool { s, err := testutil.ProcState(pid); return err != nil || s == 'Z' }
+		if !testutil.Within(10*time.Second, gone) {
+			t.Errorf("Postgres process %d still running 10 s after Stop", pid)
 		}
 	}
 	for _, name := range names {
