@@ -548,8 +548,11 @@ func ensureSecret(path string) (string, error) {
 	return path, nil
 }
 
-// stopTimeout is how long a component gets to exit after SIGTERM.
-const stopTimeout = 10 * time.Second
+// stopTimeout is how long a component gets to exit after SIGTERM: more
+// than the GTR's and the cell's own bound on finishing the work in flight
+// (their ShutdownTimeout, 15 s), as a pod's termination grace period is, so
+// that a slow drain is the component's to log and end, not a kill.
+const stopTimeout = 20 * time.Second
 
 // MetricsAddr is where the component listening on addr serves /metrics
 // when Config.Metrics is set: the same host, port + 2000.

@@ -323,17 +323,43 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	stopWatch()
 	hs.Shutdown() // NOT_SERVING to every watcher before we stop taking work
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(cfg.ShutdownTimeout):
-		log.Warn("in-flight work did not finish in time; stopping hard")
-		gs.Stop()
-	}
-	log.Info("cell stopped")
+	drain(gs, srv.InFlight, cfg.ShutdownTimeout, log)
 	return nil
 }
+
+// drain stops gs gracefully: the attempts in flight finish, within
+// timeout, and then the server stops hard. While it waits it logs how many
+// attempts are still in flight (inFlight), every drainReportEvery, so that a slow
+// stop says what it waits for.
+func drain(gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *slog.Logger) {
+	start := time.Now()
+	log.Info("cell draining", "in_flight", inFlight())
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	hard := time.NewTimer(timeout)
+	defer hard.Stop()
+	report := time.NewTicker(drainReportEvery)
+	defer report.Stop()
+	for {
+		select {
+		case <-stopped:
+			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond))
+			return
+		case <-report.C:
+			log.Warn("cell still draining", "in_flight", inFlight(), "waited", time.Since(start).Round(time.Millisecond))
+		case <-hard.C:
+			log.Warn("in-flight work did not finish in time; stopping hard", "in_flight", inFlight())
+			gs.Stop()
+			<-stopped
+			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond))
+			return
+		}
+	}
+}
+
+// drainReportEvery is how often a graceful stop that is still waiting
+// says so.
+const drainReportEvery = 2 * time.Second
 
 // reconcileCell is the work of the cell's one reconciler: transactions
 // past their point of no return with no known outcome, and the leftovers

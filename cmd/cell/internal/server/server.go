@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -179,7 +180,13 @@ type Server struct {
 	cfg Config
 	// releases bounds the releases being retried in the background.
 	releases chan struct{}
+	// inFlight counts the Process streams being served (InFlight).
+	inFlight atomic.Int64
 }
+
+// InFlight is the number of Process streams being served: what a graceful
+// stop waits for.
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // maxReleaseRetries bounds the releases retried at once (release).
 const maxReleaseRetries = 256
@@ -217,6 +224,8 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 
 // Process runs one attempt; see the Cell service's contract.
 func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]) error {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	first, err := recvWithin(stream, s.cfg.StartTimeout)
 	if err != nil {
 		return err
