@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/internal/operators"
+	"github.com/cellpay/cellpay/internal/pgcluster"
 	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -288,11 +289,16 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 	// server process is checked by its own pid.
 	var pgPids []int
 	for _, c := range cfg.Cells {
-		server := p.Postgres(c.ID).Pids()
-		if len(server) < 2 {
-			t.Fatalf("%s's Postgres: processes %v, want the postmaster and its children", c.ID, server)
+		for role, cl := range map[string]*pgcluster.Cluster{"primary": p.Postgres(c.ID), "standby": p.Standby(c.ID)} {
+			if cl == nil {
+				t.Fatalf("%s has no %s Postgres", c.ID, role)
+			}
+			server := cl.Pids()
+			if len(server) < 2 {
+				t.Fatalf("%s's %s Postgres: processes %v, want the postmaster and its children", c.ID, role, server)
+			}
+			pgPids = append(pgPids, server...)
 		}
-		pgPids = append(pgPids, server...)
 	}
 	stopped = true
 	if err := p.Stop(); err != nil {
