@@ -343,15 +343,15 @@ func drain(gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *s
 	for {
 		select {
 		case <-stopped:
-			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond))
+			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond).String())
 			return
 		case <-report.C:
-			log.Warn("cell still draining", "in_flight", inFlight(), "waited", time.Since(start).Round(time.Millisecond))
+			log.Warn("cell still draining", "in_flight", inFlight(), "waited", time.Since(start).Round(time.Millisecond).String())
 		case <-hard.C:
 			log.Warn("in-flight work did not finish in time; stopping hard", "in_flight", inFlight())
 			gs.Stop()
 			<-stopped
-			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond))
+			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond).String())
 			return
 		}
 	}
