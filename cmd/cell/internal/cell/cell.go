@@ -330,7 +330,7 @@ func Run(ctx context.Context, cfg Config) error {
 // drain stops gs gracefully: the attempts in flight finish, within
 // timeout, and then the server stops hard. While it waits it logs how
 // many attempts are still in flight (inFlight), every drainReportEvery,
-// so that a slow stop says what it waits for.
+// so that a slow stop says whether attempts are what it waits for.
 func drain(gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *slog.Logger) {
 	start := time.Now()
 	log.Info("cell draining", "in_flight", inFlight())

@@ -28,6 +28,7 @@ func TestDrainStopsHardAtItsBound(t *testing.T) {
 		gs := grpc.NewServer()
 		healthpb.RegisterHealthServer(gs, health.NewServer())
 		go gs.Serve(lis)
+		t.Cleanup(gs.Stop) // drain's to stop; this if the test ends first
 		return gs, lis.Addr().String()
 	}
 

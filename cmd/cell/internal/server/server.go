@@ -184,8 +184,8 @@ type Server struct {
 	inFlight atomic.Int64
 }
 
-// InFlight is the number of Process streams being served: what a graceful
-// stop waits for.
+// InFlight is the number of Process streams being served: the attempts a
+// graceful stop waits for (it waits for every other call too).
 func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // maxReleaseRetries bounds the releases retried at once (release).
