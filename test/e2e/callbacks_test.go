@@ -81,18 +81,28 @@ func (p *cbPartner) set(t *testing.T, mode string, endpoints []string, public st
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, "every cell follows the registry", func() bool {
+	// The last answer is kept, so that a cell that lags says which it is
+	// and whether it answered (a cell's error) or lagged (its version).
+	var last string
+	follows := func() bool {
 		resp, err := p.admin.ListCallbacks(ctx, &cellproto.ListCallbacksRequest{PartnerId: p.id, Limit: 1})
 		if err != nil {
+			last = err.Error()
 			return false
 		}
+		ok := true
+		last = ""
 		for _, c := range resp.GetCells() {
+			last += fmt.Sprintf("%s: registry version %d, error %q; ", c.GetCellId(), c.GetRegistryVersion(), c.GetError())
 			if c.GetError() != "" || c.GetRegistryVersion() < ch.GetRegistryVersion() {
-				return false
+				ok = false
 			}
 		}
-		return true
-	})
+		return ok
+	}
+	if !testutil.Within(20*time.Second, follows) {
+		t.Fatalf("not within 20s: every cell follows registry version %d; last seen: %s", ch.GetRegistryVersion(), last)
+	}
 }
 
 func (p *cbPartner) submit(t *testing.T, ctx context.Context, suffix string) *cellpayv1.Transaction {
