@@ -9,10 +9,11 @@ BIN      ?= bin
 # fixed in Go 1.27). 20000 runs is 1-4 s for most targets, about 16 s for
 # FuzzProcessStreamOrder, on the CI machine.
 FUZZTIME ?= 20000x
-# Debian's prometheus package (.ci/run installs it).
+# Debian's prometheus package (make deps installs it).
 PROMTOOL ?= promtool
 
-.PHONY: bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run test test-unit test-e2e fuzz verify k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+FORCE:
+.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
 
 all: build
 
@@ -22,20 +23,55 @@ build:
 
 ## run: build everything and start the platform (private Postgres per cell, issuer, 3 cells, GTR).
 run: build
+	./scripts/deps.sh run
 	./$(BIN)/cellpay -bin $(BIN)
 
-## test: unit, store, fuzz, end-to-end and manifest tests, with the race detector.
-test: test-unit fuzz k8s-test monitoring-test
+## deps: install what make test needs and this machine lacks (Postgres
+## server binaries, nats-server, prometheus, chromium), saying why.
+deps:
+	./scripts/deps.sh test
 
-# The e2e package runs after the others, alone: its platform and the fault
-# tests' timing bounds do not share the two cores with the other packages'
-# platforms (internal/platform, test/monitoring).
+## test: unit, store, model, end-to-end and fault, manifests, alert rules,
+## console (headless Chromium); fuzz targets' seed corpora replayed. About
+## 8 minutes on 2 cores with a warm build cache.
+test: deps build test-unit test-e2e k8s-test promtool-test
+
+# The tests that start platforms use the binaries make build made
+# (testutil.PrebuiltBin) rather than each linking its own.
+test-unit test-e2e: export CELLPAY_TEST_BIN = $(abspath $(BIN))
+
+# NORACE: packages with no goroutine of their own (pure state machines and
+# their model), whose tests the race detector would slow five to ten times
+# and could find nothing in. norace-check (make verify) keeps them so.
+NORACE := ./internal/model ./internal/orchestrator ./internal/gtrattempt ./pkg/routing ./internal/validate ./internal/card ./internal/iso
+# PLATFORMS: packages whose tests start platforms or Postgres clusters and
+# spend most of their time waiting on them; they run beside the end-to-end
+# shards, not among the packages that keep both cores compiling.
+PLATFORMS := ./internal/platform ./test/monitoring ./internal/pgcluster
+# go test's own vet pass is off: make verify runs go vet on every package.
+TESTFLAGS := -count=1 -vet=off
+# The module's packages but these (patterns as go list prints them).
+others = $$($(GO) list ./... | grep -v -x -F $(foreach p,$(1),-e github.com/cellpay/cellpay/$(p:./%=%)))
+
+# Every package but the end-to-end one and PLATFORMS, with the race
+# detector where it instruments code that runs concurrently; fuzz targets
+# replay their seed corpora (testdata/fuzz) as plain tests here.
 test-unit:
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/e2e$$')
-	$(GO) test -race -count=1 -timeout 20m ./test/e2e/...
+	$(GO) test $(TESTFLAGS) -timeout 10m $(NORACE)
+	$(GO) test $(TESTFLAGS) -race -p 3 -timeout 15m $(call others,$(NORACE) $(PLATFORMS) ./test/e2e)
 
-# A few seconds of each fuzz target over the decoders, validators and
-# protocol machines.
+# The end-to-end package as shards run at once, each with a platform of its
+# own (test/e2e/shards_test.go, scripts/test-e2e.sh), and beside them the
+# PLATFORMS packages (-race). The e2e package's code under test runs in the
+# platform's processes, built without the race detector, so its test
+# process is too: under -race its load generators took CPU from the
+# platform they measure (the load tool, client and checker run under -race
+# in their own packages).
+test-e2e:
+	GO=$(GO) E2E_FLAGS="-vet=off" E2E_BESIDE="$(PLATFORMS)" ./scripts/test-e2e.sh
+
+# Exploratory fuzzing: every fuzz target for FUZZTIME past its seed corpus,
+# which make test replays. Not part of make test; CI runs it bounded.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/validate
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) ./pkg/idempotency
@@ -61,11 +97,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/operators
 	$(GO) test -run '^$$' -fuzz '^FuzzFromHeader$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/auth
 
-test-e2e:
-	$(GO) test -race -count=1 -timeout 15m ./test/e2e/...
-
 ## verify: formatting, vet, lint, tidy modules, fresh generated code.
-verify: fmt-check vet lint tidy-check proto-check k8s-verify
+verify: fmt-check vet lint tidy-check proto-check k8s-verify norace-check
+
+# The NORACE packages start no goroutine and share no memory (no go
+# statement, no sync or sync/atomic import, no channel), so their tests
+# run without the race detector; one that gains any goes back under it.
+# (internal/model/rapid_test.go holds a mutex only in case rapid calls its
+# test recorder from another goroutine.)
+norace-check:
+	@bad=$$(grep -lE '(^|[^a-zA-Z_.])go (func|[a-zA-Z_.]+\()|"sync(/atomic)?"|chan ' $(addsuffix /*.go,$(NORACE)) | grep -v '^./internal/model/rapid_test.go$$' || true); \
+	if [ -n "$$bad" ]; then echo "norace-check: these files of NORACE packages start goroutines or share memory; take their package out of NORACE:"; echo "$$bad"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -88,32 +130,26 @@ proto:
 proto-check: proto
 	@if [ -n "$$(git status --porcelain -- pkg proto)" ]; then git status --porcelain -- pkg proto; echo "generated code is stale: run make proto and commit"; exit 1; fi
 
-## bench: Go benchmarks (routing hot path and friends).
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/routing/ ./internal/orchestrator/
-
-## bench-e2e: the platform benchmarks of BENCHMARKS.md (minutes; not part of make test).
-bench-e2e:
-	./scripts/bench-e2e.sh
-
-bench-directory:
-	./scripts/bench-directory.sh
-
 ## k8s-test: render every overlay, decode strictly, check probes, limits, policies (deploy/k8s/check).
 k8s-test:
 	cd deploy/k8s/check && $(GO) test -count=1 ./...
 
 ## monitoring-test: alert rules checked and unit-tested by promtool; rules'
 ## and dashboards' metric names checked against the code (deploy/monitoring).
-monitoring-test:
-	@command -v $(PROMTOOL) >/dev/null || { echo "monitoring-test: $(PROMTOOL) not found: apt-get install prometheus (bash .ci/run installs it)"; exit 1; }
+monitoring-test: promtool-test
+	$(GO) test -count=1 ./deploy/monitoring
+
+# The promtool half of monitoring-test (make test runs deploy/monitoring's
+# Go tests with every other package).
+promtool-test:
+	@command -v $(PROMTOOL) >/dev/null || { echo "promtool-test: $(PROMTOOL) not found: make deps installs it"; exit 1; }
 	$(PROMTOOL) check rules deploy/monitoring/rules/cellpay.rules.yaml
 	cd deploy/monitoring/rules && $(PROMTOOL) test rules cellpay.rules_test.yaml
-	$(GO) test -count=1 ./deploy/monitoring
 
 ## monitoring-e2e: a real Prometheus with the project's rules over a platform
 ## started as make run does (an alert fires and resolves), and one trace
-## across the GTR, a cell and the issuer (test/monitoring; about 2 minutes).
+## across the GTR, a cell and the issuer (test/monitoring, which make test
+## runs too; about 2 minutes).
 monitoring-e2e:
 	$(GO) test -race -count=1 -timeout 10m ./test/monitoring/...
 
@@ -124,38 +160,62 @@ k8s-envtest:
 k8s-verify:
 	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff
 
+## Benchmarks. Every bench target runs through the harness (benchrun,
+## internal/benchrun): its variants interleaved, BENCH_RUNS runs each (at
+## least 5), each on a quiet host, every figure as its median and spread.
+## BENCHMARKS.md has the current figures and says how to read them.
+BENCH_RUNS ?= 5
+BENCHRUN    = $(BIN)/benchrun -runs $(BENCH_RUNS)
+# e2ebench NAME TEST ENV: one platform benchmark of test/e2e as a benchrun
+# variant (each run starts a platform of its own).
+e2ebench = $(BENCHRUN) -v $(1)='$(3)=1 $(GO) test -count=1 -timeout 30m -run "^($(2))$$" -v ./test/e2e/'
+
+$(BIN)/benchrun: FORCE
+	$(GO) build -o $(BIN)/ ./cmd/benchrun
+
+## bench: the Go benchmarks (routing hot path, orchestrator).
+bench: $(BIN)/benchrun
+	$(BENCHRUN) -v go='$(GO) test -run "^$$" -bench . -benchmem -count 1 ./pkg/routing/ ./internal/orchestrator/'
+
+## bench-e2e: end-to-end against pgbench (throughput, CPU µs per transaction per process) and the GTR's added latency (minutes).
+bench-e2e: build
+	RUNS=$(BENCH_RUNS) ./scripts/bench-e2e.sh
+
+## bench-directory: the transaction directory's claim, its cost per transaction.
+bench-directory: $(BIN)/benchrun
+	$(BENCHRUN) -v directory='./scripts/bench-directory.sh'
+
 ## bench-failover: kill -9 a cell under load; detection time, p99 and throughput around it.
-bench-failover:
-	CELLPAY_FAILOVER_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestFailoverBenchmark$$' -v ./test/e2e/
+bench-failover: $(BIN)/benchrun
+	$(call e2ebench,failover,TestFailoverBenchmark,CELLPAY_FAILOVER_BENCH)
 
-## bench-standby: a synchronous standby's cost (closed loop, sync vs async vs none, one run) and the launcher's failover time after kill -9 of a primary.
-bench-standby:
-	CELLPAY_STANDBY_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestStandbyBenchmark$$' -v ./test/e2e/
+## bench-standby: a synchronous standby's cost (closed loop, sync vs async vs none) and the launcher's failover time after kill -9 of a primary.
+bench-standby: $(BIN)/benchrun
+	$(call e2ebench,standby,TestStandbyBenchmark,CELLPAY_STANDBY_BENCH)
 
-## bench-overload: saturation (closed loop, 32 to 1,024 workers), then 2.5x it for 10 s, then 100 tx/s, with admission control as shipped, an alternative (CELLPAY_OVERLOAD_EXP, default the former rule -admission-baseline 0), and none (CELLPAY_OVERLOAD_MODES=on,exp,off picks and orders them); and fairness between partners.
-bench-overload:
-	CELLPAY_OVERLOAD_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^(TestOverloadBenchmark|TestFairnessBenchmark)$$' -v ./test/e2e/
+## bench-overload: saturation, then 2.5x it for 10 s, then 100 tx/s, with admission control as shipped, an alternative (CELLPAY_OVERLOAD_EXP) and none (CELLPAY_OVERLOAD_MODES=on,exp,off); and fairness between partners. About 15 minutes a run.
+bench-overload: $(BIN)/benchrun
+	$(call e2ebench,overload,TestOverloadBenchmark|TestFairnessBenchmark,CELLPAY_OVERLOAD_BENCH)
 
 ## bench-access-points: the client's failover between the access points, by strategy: loss to the backup's first answer, calls that waited for the retry.
-bench-access-points:
-	CELLPAY_AP_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestAccessPointBenchmark$$' -v ./test/e2e/
+bench-access-points: $(BIN)/benchrun
+	$(call e2ebench,access_points,TestAccessPointBenchmark,CELLPAY_AP_BENCH)
 
-## bench-hops: the cost of mutual TLS and the hops' policies on GTR→cell (in-process GTR, fake cell) and cell→issuer (issuer simulator), plaintext and mTLS side by side in one run.
-bench-hops:
-	$(GO) test -run '^$$' -bench '^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$' -benchmem -benchtime 3s -count 5 ./cmd/gtr/internal/payments/ ./internal/issuersim/
+## bench-hops: the cost of mutual TLS and the hops' policies on GTR→cell (in-process GTR, fake cell) and cell→issuer (issuer simulator), plaintext and mTLS side by side.
+bench-hops: $(BIN)/benchrun
+	$(BENCHRUN) -v hops='$(GO) test -run "^$$" -bench "^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$" -benchmem -benchtime 3s -count 1 ./cmd/gtr/internal/payments/ ./internal/issuersim/'
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
-bench-trust:
-	CELLPAY_TRUST_BENCH=1 $(GO) test -count=1 -timeout 10m -run '^TestTrustCostBenchmark$$' -v ./cmd/gtr/internal/payments/
-	$(GO) test -run '^$$' -bench '^BenchmarkSubmitTrust$$' -benchmem -count 3 ./cmd/gtr/internal/payments/
+bench-trust: $(BIN)/benchrun
+	$(BENCHRUN) -v trust='CELLPAY_TRUST_BENCH=1 $(GO) test -count=1 -timeout 10m -run "^TestTrustCostBenchmark$$" -v ./cmd/gtr/internal/payments/ && $(GO) test -run "^$$" -bench "^BenchmarkSubmitTrust$$" -benchmem -count 1 ./cmd/gtr/internal/payments/'
 
 ## bench-refdata: reference data lag at 100 updates/s and throughput while 10k snapshots apply.
-bench-refdata:
-	CELLPAY_REFDATA_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestRefdataBenchmark$$' -v ./test/e2e/
+bench-refdata: $(BIN)/benchrun
+	$(call e2ebench,refdata,TestRefdataBenchmark,CELLPAY_REFDATA_BENCH)
 
-## bench-callbacks: transactions with callbacks delivered and without, side by side, and delivery lag (BENCHMARKS.md).
-bench-callbacks:
-	CELLPAY_CALLBACK_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestCallbackBenchmark$$' -v ./test/e2e/
+## bench-callbacks: transactions with callbacks delivered and without, side by side, and delivery lag.
+bench-callbacks: $(BIN)/benchrun
+	$(call e2ebench,callbacks,TestCallbackBenchmark,CELLPAY_CALLBACK_BENCH)
 
 ## soak: the fault tests (kill, Postgres stop, freeze, issuer) at a higher rate for longer.
 soak:

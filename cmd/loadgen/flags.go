@@ -34,7 +34,7 @@ const (
 
 type options struct {
 	cfg       load.Config
-	json      bool
+	format    reportFormat
 	progress  bool
 	ca, keys  string
 	cert, key string
@@ -75,13 +75,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&fo.DampWindow, "damp-window", 0, "failover: flap damping window (default 10m)")
 	fs.DurationVar(&c.Client.CallTimeout, "call-timeout", 0, "failover: read timeout of one call before the retry on the other access point (default -timeout/2)")
 	fs.DurationVar(&c.Client.ProbeTimeout, "probe-timeout", 0, "failover: timeout of one probe (default 1s)")
-	fs.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
+	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	bench := fs.Bool("bench", false, "print the report as BENCH lines on stdout, for benchrun (tx, throughput, latency percentiles, errors)")
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when it is not a terminal")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, usageError(fs, stderr, "unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case *asJSON && *bench:
+		return o, usageError(fs, stderr, "-json and -bench: pick one report format")
+	case *asJSON:
+		o.format = formatJSON
+	case *bench:
+		o.format = formatBench
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

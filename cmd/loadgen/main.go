@@ -1,10 +1,12 @@
 // Command loadgen drives synthetic payment load at a local GTR or cell and
-// prints a report: a table, or JSON with -json. It only ever targets
-// loopback addresses, and every run is bounded by -n and -d.
+// prints a report: a table, JSON with -json, or BENCH lines for benchrun
+// with -bench. It only ever targets loopback addresses, and every run is
+// bounded by -n and -d.
 //
 //	loadgen -mode closed -c 32 -n 10000
 //	loadgen -mode open -rate 500 -d 1m -json > report.json
 //	loadgen -target cell -addr 127.0.0.1:7082 -n 2000
+//	loadgen -n 5000 -bench   # BENCH lines, for benchrun
 //	loadgen -addr 127.0.0.1:7070,127.0.0.1:7170 -answers answers.jsonl -json   # through the client's failover
 //
 // Exit status: 0 when at least one request completed, 1 when none did or
@@ -67,7 +69,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 1
 	}
-	if err := printReport(stdout, rep, opts.json); err != nil {
+	if err := printReport(stdout, rep, opts.format); err != nil {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 1
 	}

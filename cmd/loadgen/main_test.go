@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,48 @@ func TestTableReport(t *testing.T) {
 	}
 }
 
+// TestBenchReport: -bench prints the report as BENCH lines for benchrun,
+// and nothing else on stdout.
+func TestBenchReport(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	addr := serveApprover(t)
+	tests := []struct {
+		name string
+		args []string
+		want []string // line prefixes, in order
+	}{
+		{"closed loop", []string{"-n", "120", "-c", "4"},
+			[]string{"BENCH tx 120", "BENCH throughput ", "BENCH p50 ", "BENCH p90 ", "BENCH p99 ", "BENCH max ", "BENCH errors 0"}},
+		{"open loop", []string{"-mode", "open", "-rate", "500", "-n", "50"},
+			[]string{"BENCH tx 50", "BENCH throughput ", "BENCH p50 ", "BENCH p90 ", "BENCH p99 ", "BENCH max ", "BENCH errors 0", "BENCH dropped 0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := runCmd(t, append([]string{"-plaintext", "-addr", addr, "-bench"}, tt.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr: %s", code, stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != len(tt.want) {
+				t.Fatalf("%d lines, want %d:\n%s", len(lines), len(tt.want), out)
+			}
+			for i, line := range lines {
+				f := strings.Fields(line)
+				if !strings.HasPrefix(line, tt.want[i]) || len(f) < 3 || len(f) > 4 {
+					t.Errorf("line %d %q, want BENCH <name> <value> [<unit>] starting %q", i, line, tt.want[i])
+					continue
+				}
+				if _, err := strconv.ParseFloat(f[2], 64); err != nil {
+					t.Errorf("line %q: value: %v", line, err)
+				}
+				if unit := map[string]string{"throughput": "tx/s", "p50": "ms", "p90": "ms", "p99": "ms", "max": "ms"}[f[1]]; unit != "" && (len(f) != 4 || f[3] != unit) {
+					t.Errorf("line %q: want unit %s", line, unit)
+				}
+			}
+		})
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -119,6 +162,7 @@ func TestExitCodes(t *testing.T) {
 		{"count over cap", []string{"-plaintext", "-n", "10000001"}, 2},
 		{"duration over cap", []string{"-plaintext", "-d", "2h"}, 2},
 		{"rate in closed loop", []string{"-plaintext", "-rate", "10"}, 2},
+		{"two report formats", []string{"-plaintext", "-json", "-bench"}, 2},
 		{"nothing completed", []string{"-plaintext", "-addr", deadAddr, "-n", "5", "-timeout", "2s"}, 1},
 		{"no API keys for the GTR", []string{"-keys", t.TempDir(), "-n", "5"}, 2},
 		{"API key folder missing", []string{"-keys", "/nonexistent/cellpay", "-n", "5"}, 2},

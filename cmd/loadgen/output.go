@@ -54,11 +54,23 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-func printReport(w io.Writer, rep load.Report, asJSON bool) error {
-	if asJSON {
+// reportFormat is how the report is printed.
+type reportFormat int
+
+const (
+	formatTable reportFormat = iota
+	formatJSON
+	formatBench
+)
+
+func printReport(w io.Writer, rep load.Report, f reportFormat) error {
+	switch f {
+	case formatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
+	case formatBench:
+		return printBench(w, rep)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	loop := fmt.Sprintf("closed loop, concurrency %d", rep.Concurrency)
@@ -93,6 +105,33 @@ func printReport(w io.Writer, rep load.Report, asJSON bool) error {
 	l := rep.Latency
 	fmt.Fprintf(tw, "latency ms\tp50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", l.P50, l.P90, l.P99, l.Max, l.Mean)
 	return tw.Flush()
+}
+
+// printBench prints the report as benchrun's BENCH lines: one figure a
+// line, named and in units that give benchrun the right direction (tx/s
+// higher is better, ms higher is slower). errors counts every request
+// that did not complete: failed RPCs and cell streams without a terminal
+// event. dropped is there in open loop only, where it means anything.
+func printBench(w io.Writer, rep load.Report) error {
+	var errs int64
+	for _, n := range rep.Errors {
+		errs += n
+	}
+	errs += rep.ProtocolErrors
+	l := rep.Latency
+	var b strings.Builder
+	fmt.Fprintf(&b, "BENCH tx %d\n", rep.Completed)
+	fmt.Fprintf(&b, "BENCH throughput %.3f tx/s\n", rep.Throughput)
+	fmt.Fprintf(&b, "BENCH p50 %.3f ms\n", l.P50)
+	fmt.Fprintf(&b, "BENCH p90 %.3f ms\n", l.P90)
+	fmt.Fprintf(&b, "BENCH p99 %.3f ms\n", l.P99)
+	fmt.Fprintf(&b, "BENCH max %.3f ms\n", l.Max)
+	fmt.Fprintf(&b, "BENCH errors %d\n", errs)
+	if rep.Mode == load.ModeOpen {
+		fmt.Fprintf(&b, "BENCH dropped %d\n", rep.Dropped)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // counts formats m as "K n  K n", first the keys of order, then the others

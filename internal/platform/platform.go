@@ -85,6 +85,13 @@ type Config struct {
 	// NoStandby runs each private cluster alone: no standby, no
 	// watchdog, commits on one server (benchmarks compare with it).
 	NoStandby bool
+	// NoFsync runs every private cluster with fsync off, for tests: a
+	// commit still waits for the synchronous standby, and a server killed
+	// with SIGKILL loses nothing (the OS holds what it wrote); only a host
+	// crash would. It saves the tests a disk flush per commit, which on a
+	// shared two-core machine cost them seconds of system time per run.
+	// Never for make run or a benchmark.
+	NoFsync bool
 	// FailoverCheckInterval and FailoverChecks: the watchdog checks each
 	// primary every interval (default 500ms; each check may take 1 s) and
 	// promotes the standby after FailoverChecks failed checks in a row

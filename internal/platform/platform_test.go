@@ -193,8 +193,11 @@ func TestPlatformEndToEnd(t *testing.T) {
 			t.Skipf("cmd/%s does not exist yet", c)
 		}
 	}
-	bin := t.TempDir()
-	goBuild(t, ctx, root, bin+"/", "./cmd/issuersim", "./cmd/cell", "./cmd/gtr")
+	bin := testutil.PrebuiltBin()
+	if bin == "" {
+		bin = t.TempDir()
+		goBuild(t, ctx, root, bin+"/", "./cmd/issuersim", "./cmd/cell", "./cmd/gtr")
+	}
 
 	cfg := localConfig(t, bin, "", filepath.Join(root, "config", "refdata.json"))
 	cfg.GTRConfig = rewriteAddrs(t, filepath.Join(root, "config", "gtr.yaml"), cfg)
@@ -335,6 +338,7 @@ func localConfig(t *testing.T, bin, gtrConfig, refData string) platform.Config {
 	}
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	return platform.Config{
+		NoFsync:    true, // tests: see Config.NoFsync
 		BinDir:     bin,
 		DataDir:    filepath.Join(t.TempDir(), "cellpay"),
 		GTRConfig:  gtrConfig,

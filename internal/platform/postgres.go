@@ -107,6 +107,9 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 			for k, v := range pgSettings {
 				cfg.Settings[k] = v
 			}
+			if p.cfg.NoFsync {
+				cfg.Settings["fsync"] = "off"
+			}
 			if !p.cfg.NoStandby {
 				cfg.ReplicationUser = ReplicationRole
 			}

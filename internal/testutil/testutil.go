@@ -9,6 +9,7 @@ package testutil
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"testing"
@@ -79,4 +80,31 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// BinEnv names a directory holding the platform's binaries (bin/ after
+// make build), which make test sets so that every test process uses the
+// binaries it built once instead of linking its own: with the end-to-end
+// shards and the platform tests, that was about twenty links of the same
+// seven binaries per run.
+const BinEnv = "CELLPAY_TEST_BIN"
+
+// PrebuiltBin returns BinEnv's directory, or "" when a test must build the
+// binaries it needs.
+func PrebuiltBin() string { return os.Getenv(BinEnv) }
+
+// BenchLine logs one figure of a benchmark test as a line the benchmark
+// harness (cmd/benchrun) reads from go test -v output: "BENCH <name>
+// <value> <unit>". name is lowercase words joined by _, with the variant in
+// it when one run measures several (throughput_sync); unit is ms, s, tx/s,
+// ratio, % or count. A value that is not a finite number (a ratio to zero)
+// is logged without the marker, since benchrun refuses such a line: the run
+// then has no sample of that figure.
+func BenchLine(t testing.TB, name string, value float64, unit string) {
+	t.Helper()
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		t.Logf("%s: %v %s is not a finite number, no figure for benchrun", name, value, unit)
+		return
+	}
+	t.Logf("BENCH %s %g %s", name, value, unit)
 }

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellpay/cellpay/internal/drill"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )
 
@@ -77,6 +79,26 @@ func TestAccessPointBenchmark(t *testing.T) {
 			}
 			rows = append(rows, r)
 			t.Logf("%+v", r)
+			// The row's figures as BENCH lines, for benchrun (make
+			// bench-access-points runs this test through it), the strategy
+			// and the cut in each name (probe_kill, success_rate_stop, ...);
+			// a switch that did not happen (-1) gives no line.
+			v := strings.ReplaceAll(string(strategy), "-", "_") + map[bool]string{false: "_kill", true: "_stop"}[freeze]
+			if s.FirstOtherAfter >= 0 {
+				testutil.BenchLine(t, "first_backup_answer_"+v, r.FirstOnBackupMs, "ms")
+			}
+			if s.SwitchAwayAfter >= 0 {
+				testutil.BenchLine(t, "switch_"+v, r.SwitchMs, "ms")
+			}
+			if s.SwitchBackAfter >= 0 {
+				testutil.BenchLine(t, "switch_back_"+v, r.SwitchBackMs, "ms")
+			}
+			testutil.BenchLine(t, "waited_for_retry_"+v, float64(r.WaitedForRetry), "count")
+			if len(waited) > 0 {
+				testutil.BenchLine(t, "waited_p50_"+v, r.RetryP50Ms, "ms")
+				testutil.BenchLine(t, "waited_max_"+v, r.RetryMaxMs, "ms")
+			}
+			testutil.BenchLine(t, "errors_"+v, float64(r.Errors), "count")
 			thaw(t, env.p.Process("gtr"))
 		}
 	}

@@ -163,11 +163,17 @@ func TestAccessPointKill(t *testing.T) { rideThrough(t, "ap-kill", false) }
 func TestAccessPointFreeze(t *testing.T) { rideThrough(t, "ap-stop", true) }
 
 // TestAccessPointSplit: while the primary serves, about 1% of the calls
-// keep the backup proven.
+// keep the backup proven, end to end through the real client and both
+// access points. The machine's split is exact in its unit test
+// (failover.TestSplit: 1 of rolls 0..99); here the rolls are random, so
+// the count on the backup is binomial: of 3,000 calls, 30 expected, and
+// 12 to 54 hold with probability 0.9998 (10,000 calls held the share to
+// 0.5-1.5% but cost the suite a minute of both cores).
 func TestAccessPointSplit(t *testing.T) {
+	const calls, lo, hi = 3_000, 12, 54
 	ctx := ctxFor(t, 4*time.Minute)
 	cfg := accessPointLoad("ap-split", failover.Config{}, 0)
-	cfg.Mode, cfg.Concurrency, cfg.Count, cfg.Duration = load.ModeClosed, 16, 10_000, 3*time.Minute
+	cfg.Mode, cfg.Concurrency, cfg.Count, cfg.Duration = load.ModeClosed, 16, calls, 3*time.Minute
 	rep, err := load.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -175,11 +181,11 @@ func TestAccessPointSplit(t *testing.T) {
 	backup, total := rep.Endpoints[env.backupAddr], rep.Endpoints[env.gtrAddr]+rep.Endpoints[env.backupAddr]
 	share := float64(backup) / float64(total) * 100
 	t.Logf("split: %d of %d calls on the backup (%.2f%%), errors %v, switches %d, %.0f calls/s", backup, total, share, rep.Errors, len(rep.Switches), rep.Throughput)
-	if total != 10_000 || len(rep.Errors) != 0 {
-		t.Fatalf("completed %d of 10000, errors %v", total, rep.Errors)
+	if total != calls || len(rep.Errors) != 0 {
+		t.Fatalf("completed %d of %d, errors %v", total, calls, rep.Errors)
 	}
-	if share < 0.5 || share > 1.5 {
-		t.Fatalf("backup share %.2f%%, want 1%% ± 0.5%%", share)
+	if backup < lo || backup > hi {
+		t.Fatalf("%d calls on the backup (%.2f%%), want %d to %d of %d (1%%)", backup, share, lo, hi, calls)
 	}
 }
 

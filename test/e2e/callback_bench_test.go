@@ -50,6 +50,12 @@ func TestCallbackBenchmark(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("round %d callbacks %-3s: %d completed, %.0f tx/s, p50 %.1f ms, p99 %.1f ms", round+1, name, rep.Completed, rep.Throughput, rep.Latency.P50, rep.Latency.P99)
+		// The round's figures as BENCH lines, for benchrun (make
+		// bench-callbacks runs this test through it): three rounds of each,
+		// three samples a run.
+		testutil.BenchLine(t, "throughput_"+name, rep.Throughput, "tx/s")
+		testutil.BenchLine(t, "p50_"+name, rep.Latency.P50, "ms")
+		testutil.BenchLine(t, "p99_"+name, rep.Latency.P99, "ms")
 	}
 	testutil.Eventually(t, 2*time.Minute, "every callback delivered", func() bool { return len(r.Events()) >= 3*perRound*95/100 })
 	time.Sleep(2 * time.Second)
@@ -57,6 +63,10 @@ func TestCallbackBenchmark(t *testing.T) {
 	slices.Sort(lags)
 	pct := func(p float64) time.Duration { return lags[min(len(lags)-1, int(p*float64(len(lags))))] }
 	t.Logf("delivery lag over %d callbacks: p50 %v, p99 %v, max %v", len(lags), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	testutil.BenchLine(t, "delivery_lag_p50", ms(pct(0.50)), "ms")
+	testutil.BenchLine(t, "delivery_lag_p99", ms(pct(0.99)), "ms")
+	testutil.BenchLine(t, "delivery_lag_max", ms(lags[len(lags)-1]), "ms")
 }
 
 // sameCellAs returns a partner name, prefix-N, whose transactions the

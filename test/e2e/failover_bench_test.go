@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestFailoverBenchmark measures failover on the real platform: open-loop
@@ -132,6 +133,18 @@ func TestFailoverBenchmark(t *testing.T) {
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	t.Logf("failover:\n%s", b)
+	// The headline figures again as BENCH lines, for benchrun (make
+	// bench-failover runs this test through it and reads only these).
+	testutil.BenchLine(t, "kill_to_last_sent_to_dead", float64(last)/float64(time.Millisecond), "ms")
+	testutil.BenchLine(t, "rerouted", float64(rerouted), "count")
+	testutil.BenchLine(t, "errors", float64(errs), "count")
+	testutil.BenchLine(t, "p99_before", p99(before), "ms")
+	testutil.BenchLine(t, "p99_during", p99(during), "ms")
+	testutil.BenchLine(t, "p99_after", p99(after), "ms")
+	testutil.BenchLine(t, "throughput_before", tput(before, kill.Sub(start.Add(2*time.Second))), "tx/s")
+	testutil.BenchLine(t, "throughput_during", tput(during, duringTo), "tx/s")
+	testutil.BenchLine(t, "throughput_after", tput(after, heal.Sub(kill.Add(duringTo))), "tx/s")
+	testutil.BenchLine(t, "tx", float64(len(samples)), "count")
 	if f := os.Getenv("CELLPAY_FAILOVER_JSON"); f != "" {
 		if err := os.WriteFile(f, b, 0o644); err != nil {
 			t.Fatal(err)

@@ -6,12 +6,14 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +53,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if err := selectShard(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 2
+	}
 	_, file, _, _ := runtime.Caller(0)
 	env.root = filepath.Join(filepath.Dir(file), "..", "..")
 	tmp, err := os.MkdirTemp("", "cellpay-e2e-")
@@ -69,20 +76,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	env.bin = filepath.Join(tmp, "bin")
-	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay")
-	build.Dir = env.root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)
-		return 1
-	}
-	grpcurl := exec.Command("go", "build", "-o", env.bin+"/grpcurl", "github.com/fullstorydev/grpcurl/cmd/grpcurl")
-	grpcurl.Dir = filepath.Join(env.root, "tools", "grpcurl")
-	grpcurl.Stdout, grpcurl.Stderr = os.Stderr, os.Stderr
-	if err := grpcurl.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building grpcurl (tools/grpcurl):", err)
-		return 1
+	if env.bin = testutil.PrebuiltBin(); env.bin == "" {
+		env.bin = filepath.Join(tmp, "bin")
+		if err := buildBinaries(env.root, env.bin); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -92,6 +91,23 @@ func run(m *testing.M) int {
 	}
 	defer env.p.Stop()
 	return m.Run()
+}
+
+// buildBinaries builds the platform's binaries and grpcurl into bin.
+func buildBinaries(root, bin string) error {
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the binaries: %w", err)
+	}
+	grpcurl := exec.Command("go", "build", "-o", bin+"/grpcurl", "github.com/fullstorydev/grpcurl/cmd/grpcurl")
+	grpcurl.Dir = filepath.Join(root, "tools", "grpcurl")
+	grpcurl.Stdout, grpcurl.Stderr = os.Stderr, os.Stderr
+	if err := grpcurl.Run(); err != nil {
+		return fmt.Errorf("building grpcurl (tools/grpcurl): %w", err)
+	}
+	return nil
 }
 
 func startPlatform(ctx context.Context, tmp string) error {
@@ -125,6 +141,9 @@ func startPlatform(ctx context.Context, tmp string) error {
 		return err
 	}
 	env.p, err = platform.Start(ctx, platform.Config{
+		// A benchmark measures the platform as it runs; the tests don't
+		// need its disk flushes (platform.Config.NoFsync).
+		NoFsync:    !benchmarking(),
 		BinDir:     env.bin,
 		DataDir:    filepath.Join(tmp, "data"),
 		GTRConfig:  gtrConfig,
@@ -169,6 +188,18 @@ func startPlatform(ctx context.Context, tmp string) error {
 	}
 	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr, opsTLS))
 	return nil
+}
+
+// benchmarking reports whether a benchmark of this package asked to run
+// (CELLPAY_<NAME>_BENCH=1, as the make bench-* targets set).
+func benchmarking() bool {
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CELLPAY_") && strings.HasSuffix(k, "_BENCH") && v == "1" {
+			return true
+		}
+	}
+	return false
 }
 
 func dial(addr string, creds grpc.DialOption) *grpc.ClientConn {

@@ -60,7 +60,8 @@ func instancesTarget(t *testing.T) faultTarget {
 		t.Fatal(err)
 	}
 	p, err := platform.Start(ctx, platform.Config{
-		BinDir: env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
+		NoFsync: true, // tests: see platform.Config.NoFsync
+		BinDir:  env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
 		RefData: filepath.Join(env.root, "config", "refdata.json"), Cells: cells, CellInstances: 2,
 		IssuerAddr: addr(ports[0]), GTRAddr: addr(ports[1]), AdminAddr: addr(ports[2]), PGBasePort: pgBase, StandbyBasePort: pgBase + len(cells),
 		NoBackupGTR: true, NATS: true, NATSAddr: addr(ports[3]),

@@ -21,6 +21,7 @@ import (
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -208,12 +209,29 @@ func TestFairnessBenchmark(t *testing.T) {
 		alone, atLimit, flooded = append(alone, b.p99), append(atLimit, bl.p99), append(flooded, bf.p99)
 		t.Logf("round %d: B alone p99 %.1f ms (%d ok, errors %v); beside A at its limit %.1f ms (%d ok, errors %v; A sent %d, %d ok, %v); beside A's flood %.1f ms (%d ok, errors %v; A sent %d, %d ok, %v)", round,
 			b.p99, b.ok, b.codes, bl.p99, bl.ok, bl.codes, al.Sent, al.Completed, al.Errors, bf.p99, bf.ok, bf.codes, af.Sent, af.Completed, af.Errors)
+		// The round's figures as BENCH lines, for benchrun (make
+		// bench-overload runs this test through it): three samples a run.
+		testutil.BenchLine(t, "p99_b_alone", b.p99, "ms")
+		testutil.BenchLine(t, "p99_b_beside_limit", bl.p99, "ms")
+		testutil.BenchLine(t, "p99_b_beside_flood", bf.p99, "ms")
+		testutil.BenchLine(t, "errors_b_beside_flood", float64(countCodes(bf.codes)), "count")
 	}
 	sort.Float64s(alone)
 	sort.Float64s(atLimit)
 	sort.Float64s(flooded)
 	t.Logf("median B p99: alone %.1f ms, beside A at its limit (40/s) %.1f ms, beside A at 10× its limit %.1f ms (%.2f× alone, %.2f× beside A at its limit)",
 		alone[1], atLimit[1], flooded[1], flooded[1]/alone[1], flooded[1]/atLimit[1])
+	testutil.BenchLine(t, "p99_b_flood_vs_alone", flooded[1]/alone[1], "ratio")
+	testutil.BenchLine(t, "p99_b_flood_vs_limit", flooded[1]/atLimit[1], "ratio")
+}
+
+// countCodes is the number of calls a phase's error codes count.
+func countCodes(codes map[string]int64) int64 {
+	var n int64
+	for _, v := range codes {
+		n += v
+	}
+	return n
 }
 
 func TestOverloadBenchmark(t *testing.T) {
@@ -264,6 +282,22 @@ func TestOverloadBenchmark(t *testing.T) {
 			name, S, sat.p99, over.goodput(), over.goodput()/S, over.p99, over.p99/sat.p99,
 			100*over.share("DeadlineExceeded"), 100*over.share("Unavailable"), 100*over.share("ResourceExhausted"), over.rep.Dropped, ej,
 			after.ok, after.rep.Sent, after.codes)
+		// The same figures as BENCH lines, for benchrun (make bench-overload
+		// runs this test through it), the mode (on, exp, off) in each name.
+		mode := strings.TrimPrefix(name, "gtr-adm-")
+		testutil.BenchLine(t, "saturation_"+mode, S, "tx/s")
+		testutil.BenchLine(t, "p99_at_saturation_"+mode, sat.p99, "ms")
+		testutil.BenchLine(t, "p99_at_knee_"+mode, knee.p99, "ms")
+		testutil.BenchLine(t, "goodput_"+mode, over.goodput(), "tx/s")
+		testutil.BenchLine(t, "goodput_vs_saturation_"+mode, over.goodput()/S, "ratio")
+		testutil.BenchLine(t, "p99_accepted_"+mode, over.p99, "ms")
+		testutil.BenchLine(t, "p99_accepted_vs_saturation_"+mode, over.p99/sat.p99, "ratio")
+		testutil.BenchLine(t, "timeouts_"+mode, 100*over.share("DeadlineExceeded"), "%")
+		testutil.BenchLine(t, "unavailable_"+mode, 100*over.share("Unavailable"), "%")
+		testutil.BenchLine(t, "shed_"+mode, 100*over.share("ResourceExhausted"), "%")
+		testutil.BenchLine(t, "dropped_"+mode, float64(over.rep.Dropped), "count")
+		testutil.BenchLine(t, "cells_below_full_health_"+mode, float64(ej), "count")
+		testutil.BenchLine(t, "errors_after_"+mode, float64(countCodes(after.codes)), "count")
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
+	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestRefdataBenchmark measures, on the real binaries with a nats-server
@@ -51,6 +52,12 @@ func TestRefdataBenchmark(t *testing.T) {
 		all = append(all, l...)
 	}
 	t.Logf("lag all cells: %d samples, p50 %v, p99 %v, max %v", len(all), pct(all, 50), pct(all, 99), pct(all, 100))
+	// The headline figures as BENCH lines, for benchrun (make bench-refdata
+	// runs this test through it).
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	testutil.BenchLine(t, "lag_p50", ms(pct(all, 50)), "ms")
+	testutil.BenchLine(t, "lag_p99", ms(pct(all, 99)), "ms")
+	testutil.BenchLine(t, "lag_max", ms(pct(all, 100)), "ms")
 
 	// 2. Throughput: baseline, with 10,000-entry snapshots applying, baseline.
 	big := bigSnapshot(t, source)
@@ -75,6 +82,10 @@ func TestRefdataBenchmark(t *testing.T) {
 	// first with a new 10k-entry snapshot every second, then back to back
 	// (the next published as soon as every cell serves the last).
 	for _, every := range []time.Duration{time.Second, 0} {
+		v := "every_1s" // the variant, in the BENCH lines' names
+		if every == 0 {
+			v = "back_to_back"
+		}
 		var base, loaded float64
 		const pairs = 3
 		for i := 1; i <= pairs; i++ {
@@ -88,6 +99,11 @@ func TestRefdataBenchmark(t *testing.T) {
 			wg.Wait()
 			t.Logf("pair %d (every %v): %+.1f%% with %d snapshots of %d entries applied during the run",
 				i, every, 100*(l.Throughput-b.Throughput)/b.Throughput, applied.Load(), len(big.MCC)+len(big.FXRates)+len(big.Currencies))
+			// One sample of each a pair, three a run.
+			testutil.BenchLine(t, "throughput_baseline_"+v, b.Throughput, "tx/s")
+			testutil.BenchLine(t, "throughput_snapshots_"+v, l.Throughput, "tx/s")
+			testutil.BenchLine(t, "throughput_change_"+v, 100*(l.Throughput-b.Throughput)/b.Throughput, "%")
+			testutil.BenchLine(t, "snapshots_applied_"+v, float64(applied.Load()), "count")
 			base += b.Throughput / pairs
 			loaded += l.Throughput / pairs
 		}

@@ -46,6 +46,9 @@ type refEnv struct {
 }
 
 var buildReplicator = sync.OnceValue(func() error {
+	if testutil.PrebuiltBin() != "" {
+		return nil // make build built it
+	}
 	build := exec.Command("go", "build", "-o", env.bin+"/", "./cmd/replicator")
 	build.Dir = env.root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -95,6 +98,7 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		t.Fatal(err)
 	}
 	e.p, err = platform.Start(ctx, platform.Config{
+		NoFsync:         true, // tests: see platform.Config.NoFsync
 		BinDir:          env.bin,
 		DataDir:         filepath.Join(dir, "data"),
 		GTRConfig:       gtrConfig,

@@ -103,6 +103,16 @@ func TestStandbyBenchmark(t *testing.T) {
 		r := run{Mode: mode, Throughput: rep.Throughput, P50: rep.Latency.P50, P99: rep.Latency.P99, Completed: rep.Completed, Errors: rep.Errors}
 		runs = append(runs, r)
 		t.Logf("%-5s %7.1f tx/s  p50 %6.1f ms  p99 %6.1f ms  errors %v", mode, r.Throughput, r.P50, r.P99, rep.Errors)
+		// The same as BENCH lines, for benchrun (make bench-standby runs this
+		// test through it): each mode runs twice, two samples a run.
+		var modeErrs int64
+		for _, n := range rep.Errors {
+			modeErrs += n
+		}
+		testutil.BenchLine(t, "throughput_"+mode, r.Throughput, "tx/s")
+		testutil.BenchLine(t, "p50_"+mode, r.P50, "ms")
+		testutil.BenchLine(t, "p99_"+mode, r.P99, "ms")
+		testutil.BenchLine(t, "errors_"+mode, float64(modeErrs), "count")
 	}
 	setMode("sync")
 
@@ -194,6 +204,20 @@ func TestStandbyBenchmark(t *testing.T) {
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	t.Logf("standby benchmark:\n%s", b)
+	// The failover's figures as BENCH lines, for benchrun.
+	testutil.BenchLine(t, "failover_kill_to_detected", ms(f.Detected.Sub(kill)), "ms")
+	testutil.BenchLine(t, "failover_kill_to_promoted", ms(f.Promoted.Sub(kill)), "ms")
+	testutil.BenchLine(t, "failover_detected_to_promoted", ms(f.Took()), "ms")
+	if firstCommit >= 0 { // -1: the cell answered nothing sent after the kill
+		testutil.BenchLine(t, "failover_kill_to_first_commit", ms(firstCommit), "ms")
+	}
+	testutil.BenchLine(t, "failover_promoted_to_restored", ms(f.Restored.Sub(f.Promoted)), "ms")
+	testutil.BenchLine(t, "failover_p99_3s_after_kill", p99During, "ms")
+	nErrs := 0
+	for _, n := range errs {
+		nErrs += n
+	}
+	testutil.BenchLine(t, "failover_errors", float64(nErrs), "count")
 	if out := os.Getenv("CELLPAY_STANDBY_JSON"); out != "" {
 		if err := os.WriteFile(out, b, 0o644); err != nil {
 			t.Fatal(err)

@@ -49,6 +49,7 @@ func TestTelemetryScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := platform.Start(ctx, platform.Config{
+		NoFsync:         true, // tests: see platform.Config.NoFsync
 		BinDir:          env.bin,
 		DataDir:         filepath.Join(dir, "data"),
 		GTRConfig:       gtrConfig,

@@ -47,13 +47,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "monitoring:", err)
 		return 1
 	}
-	bin := filepath.Join(tmp, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim")
-	build.Dir = env.root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "monitoring: building the binaries:", err)
-		return 1
+	bin := testutil.PrebuiltBin()
+	if bin == "" {
+		bin = filepath.Join(tmp, "bin")
+		build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim")
+		build.Dir = env.root
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "monitoring: building the binaries:", err)
+			return 1
+		}
 	}
 	env.traces, err = startReceiver()
 	if err != nil {
@@ -98,6 +101,7 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 		return err
 	}
 	env.p, err = platform.Start(ctx, platform.Config{
+		NoFsync:         true, // tests: see platform.Config.NoFsync
 		BinDir:          bin,
 		DataDir:         filepath.Join(tmp, "data"),
 		GTRConfig:       gtrConfig,

@@ -17,7 +17,7 @@
 //     a share of each window of samples, so the faster a cell is asked,
 //     the sooner a queue becomes its new normal (at 1,600 attempts a
 //     second, within half a second): requests then wait out their
-//     deadline instead of being refused (BENCHMARKS.md §7).
+//     deadline instead of being refused (docs/benchmarks/log/overload.md).
 //
 // A shed request was never sent to any cell, so a partner may retry it
 // safely under the same transaction ID; the errors say so, with a retry
@@ -65,7 +65,7 @@ type CellConfig struct {
 	// since its last update): a latency that rises while the excess is
 	// being shed is more likely the queue the limit admits than a slower
 	// cell, so it becomes the normal more slowly (gtr
-	// -admission-shed-baseline; experimental, BENCHMARKS.md §7).
+	// -admission-shed-baseline; experimental, docs/benchmarks/log/overload.md).
 	ShedBaseline time.Duration
 	// Now is the clock [time.Now].
 	Now func() time.Time

@@ -64,7 +64,7 @@ type tapKey struct{}
 // cap from the call's headers alone, before gRPC makes a stream, decodes
 // the request or runs the stats handler and the interceptors: 0.61 of
 // the CPU of a refusal in UnaryInterceptor, client and server together
-// (BenchmarkRefusal, BENCHMARKS.md §7). Its
+// (BenchmarkRefusal, docs/benchmarks/log/overload.md). Its
 // answer carries the retry hint as a RetryInfo detail and in the message,
 // not in the grpc-retry-pushback-ms trailer: an early answer has none.
 // who authenticates the call from its headers (auth's FromHeader): a

@@ -54,7 +54,7 @@ import (
 // DefaultAdmissionBaseline is the gtr command's -admission-baseline: with
 // it, overload is answered RESOURCE_EXHAUSTED (safe to retry: nothing was
 // sent) where the per-window rule let requests wait out their deadline
-// (DEADLINE_EXCEEDED: ambiguous to the partner). BENCHMARKS.md §7.
+// (DEADLINE_EXCEEDED: ambiguous to the partner). docs/benchmarks/log/overload.md.
 const DefaultAdmissionBaseline = 10 * time.Second
 
 // Config is everything the GTR needs to run.
@@ -123,7 +123,7 @@ type Config struct {
 	// it is still admitted (admission.CellConfig.Baseline,
 	// CellLimit.AcquireShare). Zero is the former rule: the average moves
 	// by a share of each window of samples, and no fair share. The gtr
-	// command's default is DefaultAdmissionBaseline (BENCHMARKS.md §7).
+	// command's default is DefaultAdmissionBaseline (docs/benchmarks/log/overload.md).
 	AdmissionBaseline time.Duration
 	// AdmissionTolerance is how much slower than its long-term latency a
 	// cell (or the GTR as a whole) may answer before its adaptive limit

@@ -13,7 +13,7 @@ import (
 // submitAllocBudget bounds the allocations of one transaction through the
 // GTR's payments server to a fake cell over a real gRPC stream on loopback
 // (the PNR handshake included), counting both ends, since they share the
-// process: BENCHMARKS.md §1 has the figures. Most of it is gRPC's and
+// process: docs/benchmarks/log/gtr-overhead-and-pgbench.md has the figures. Most of it is gRPC's and
 // protobuf's; what is the GTR's own is held here, so that a change that
 // adds to the path shows. Lower it when the path gets cheaper.
 const submitAllocBudget = 285

@@ -401,7 +401,7 @@ func newCallID() string {
 // the PNR (the issuer, the final write, the answer) pile up under overload
 // without bound: in bench-overload the same flags timed out 18.7% of the
 // requests with the slot given back at the PNR, 0.4% with it held
-// (BENCHMARKS.md §7, evening of 2026-12-03).
+// (docs/benchmarks/log/overload.md, evening of 2026-12-03).
 type slot struct {
 	lim      *admission.CellLimit
 	start    time.Time

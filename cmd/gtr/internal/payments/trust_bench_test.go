@@ -20,6 +20,7 @@ import (
 	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -179,5 +180,15 @@ func TestTrustCostBenchmark(t *testing.T) {
 		r := res[m]
 		t.Logf("%-10s saturated %7.0f tx/s (%.2f× plaintext)  at half: p50 %.2f ms  p99 %.2f ms (%.2f× plaintext)",
 			m, med(r.tput), med(r.tput)/med(base.tput), med(r.p50), med(r.p99), med(r.p99)/med(base.p99))
+		// The same figures as BENCH lines, for benchrun (make bench-trust
+		// runs this test through it), the mode in each name.
+		v := strings.ReplaceAll(m, "+", "_")
+		testutil.BenchLine(t, "throughput_"+v, med(r.tput), "tx/s")
+		testutil.BenchLine(t, "p50_half_"+v, med(r.p50), "ms")
+		testutil.BenchLine(t, "p99_half_"+v, med(r.p99), "ms")
+		if m != "plaintext" {
+			testutil.BenchLine(t, "throughput_"+v+"_vs_plaintext", med(r.tput)/med(base.tput), "ratio")
+			testutil.BenchLine(t, "p99_half_"+v+"_vs_plaintext", med(r.p99)/med(base.p99), "ratio")
+		}
 	}
 }
