@@ -182,7 +182,7 @@ func parseProcStat(b []byte) (procStat, error) {
 }
 
 // procName names a process for the per-process table, from its argv (as
-// scripts/bench/proccpu.py does): postgres by its data directory, a cell
+// the former scripts/bench/proccpu.py did): postgres by its data directory, a cell
 // by its instance, a GTR by its listen address, anything else by its
 // program's base name.
 func procName(argv []string) string {

@@ -96,7 +96,7 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
-// TestProcName holds the names scripts/bench/proccpu.py gives.
+// TestProcName holds the names the former scripts/bench/proccpu.py gave.
 func TestProcName(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -110,7 +110,7 @@ func TestProcName(t *testing.T) {
 		{[]string{"postgres", "-D"}, "postgres ?"},
 		{[]string{"bin/cell", "-instance", "a1", "-listen", ":7081"}, "cell a1"},
 		{[]string{"bin/cell", "--id=b"}, "cell b"},
-		{[]string{"bin/cell", "-id", "c", "-instance=c2"}, "cell c2"}, // -instance before -id, as proccpu.py
+		{[]string{"bin/cell", "-id", "c", "-instance=c2"}, "cell c2"}, // -instance before -id, as proccpu.py did
 		{[]string{"bin/cell"}, "cell ?"},
 		{[]string{"./bin/gtr", "-listen", "127.0.0.1:7070"}, "gtr 127.0.0.1:7070"},
 		{[]string{"./bin/gtr"}, "gtr"},
