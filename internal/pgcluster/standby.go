@@ -92,14 +92,23 @@ func conninfoValue(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
 
+// Connection timeouts to the primary, in seconds. The standby's WAL
+// receiver reconnects by itself, so a short one only costs a retry; the
+// base backup connects once, and on a machine busy starting several
+// clusters a TLS handshake with a SCRAM exchange has taken longer than 2 s.
+const (
+	streamConnectTimeout = 2
+	backupConnectTimeout = 30
+)
+
 // primaryConninfo is how the standby on dataDir reaches its primary, with
 // the password in a passfile so that the command line (ps) never holds it.
-func primaryConninfo(s Standby, passfile, caFile string) string {
+func primaryConninfo(s Standby, passfile, caFile string, connectTimeout int) string {
 	parts := []string{
 		"host=127.0.0.1",
 		"port=" + strconv.Itoa(s.PrimaryPort),
 		"application_name=" + s.Name,
-		"connect_timeout=2",
+		"connect_timeout=" + strconv.Itoa(connectTimeout),
 	}
 	if s.User == "" {
 		parts = append(parts, "user="+Superuser, "sslmode=disable")
@@ -116,7 +125,7 @@ func primaryConninfo(s Standby, passfile, caFile string) string {
 
 func standbySettings(dataDir string, s Standby) map[string]string {
 	return map[string]string{
-		"primary_conninfo":  primaryConninfo(s, filepath.Join(dataDir, standbyPassFile), filepath.Join(dataDir, standbyCAFile)),
+		"primary_conninfo":  primaryConninfo(s, filepath.Join(dataDir, standbyPassFile), filepath.Join(dataDir, standbyCAFile), streamConnectTimeout),
 		"primary_slot_name": s.Slot,
 		"hot_standby":       "on",
 	}
@@ -165,7 +174,7 @@ func (c *Cluster) basebackup(ctx context.Context, s Standby, noSync bool) error 
 		return fmt.Errorf("basebackup: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	conninfo := primaryConninfo(s, filepath.Join(tmp, "pgpass"), filepath.Join(tmp, "ca.crt"))
+	conninfo := primaryConninfo(s, filepath.Join(tmp, "pgpass"), filepath.Join(tmp, "ca.crt"), backupConnectTimeout)
 	if s.User != "" {
 		ca, err := os.ReadFile(s.CAFile)
 		if err != nil {
