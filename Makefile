@@ -43,11 +43,11 @@ test-unit test-e2e: export CELLPAY_TEST_BIN = $(abspath $(BIN))
 # NORACE: packages with no goroutine of their own (pure state machines and
 # their model), whose tests the race detector would slow five to ten times
 # and could find nothing in. norace-check (make verify) keeps them so.
-NORACE := ./internal/model ./internal/orchestrator ./internal/gtrattempt ./pkg/routing ./internal/validate ./internal/card ./internal/iso
+NORACE := ./internal/dev/model ./internal/pnr/cellside ./internal/pnr/gtrside ./pkg/routing ./internal/validate ./internal/card ./internal/iso
 # PLATFORMS: packages whose tests start platforms or Postgres clusters and
 # spend most of their time waiting on them; they run beside the end-to-end
 # shards, not among the packages that keep both cores compiling.
-PLATFORMS := ./internal/platform ./test/monitoring ./internal/pgcluster
+PLATFORMS := ./internal/dev/platform ./test/monitoring ./internal/dev/pgcluster
 # go test's own vet pass is off: make verify runs go vet on every package.
 TESTFLAGS := -count=1 -vet=off
 # The module's packages but these (patterns as go list prints them).
@@ -79,7 +79,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/refdata
-	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/issuersim
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/dev/issuersim
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/partnerstate
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
@@ -90,7 +90,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/directory
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
-	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/gtrattempt
+	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/pnr/gtrside
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./pkg/webhook
 	$(GO) test -run '^$$' -fuzz '^FuzzCallbackHandler$$' -fuzztime $(FUZZTIME) ./pkg/client
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cardkeys
@@ -103,10 +103,10 @@ verify: fmt-check vet lint tidy-check proto-check k8s-verify norace-check
 # The NORACE packages start no goroutine and share no memory (no go
 # statement, no sync or sync/atomic import, no channel), so their tests
 # run without the race detector; one that gains any goes back under it.
-# (internal/model/rapid_test.go holds a mutex only in case rapid calls its
+# (internal/dev/model/rapid_test.go holds a mutex only in case rapid calls its
 # test recorder from another goroutine.)
 norace-check:
-	@bad=$$(grep -lE '(^|[^a-zA-Z_.])go (func|[a-zA-Z_.]+\()|"sync(/atomic)?"|chan ' $(addsuffix /*.go,$(NORACE)) | grep -v '^./internal/model/rapid_test.go$$' || true); \
+	@bad=$$(grep -lE '(^|[^a-zA-Z_.])go (func|[a-zA-Z_.]+\()|"sync(/atomic)?"|chan ' $(addsuffix /*.go,$(NORACE)) | grep -v '^./internal/dev/model/rapid_test.go$$' || true); \
 	if [ -n "$$bad" ]; then echo "norace-check: these files of NORACE packages start goroutines or share memory; take their package out of NORACE:"; echo "$$bad"; exit 1; fi
 
 fmt-check:
@@ -161,7 +161,7 @@ k8s-verify:
 	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff
 
 ## Benchmarks. Every bench target runs through the harness (benchrun,
-## internal/benchrun): its variants interleaved, BENCH_RUNS runs each (at
+## internal/dev/benchrun): its variants interleaved, BENCH_RUNS runs each (at
 ## least 5), each on a quiet host, every figure as its median and spread.
 ## BENCHMARKS.md has the current figures and says how to read them.
 BENCH_RUNS ?= 5
@@ -175,7 +175,7 @@ $(BIN)/benchrun: FORCE
 
 ## bench: the Go benchmarks (routing hot path, orchestrator).
 bench: $(BIN)/benchrun
-	$(BENCHRUN) -v go='$(GO) test -run "^$$" -bench . -benchmem -count 1 ./pkg/routing/ ./internal/orchestrator/'
+	$(BENCHRUN) -v go='$(GO) test -run "^$$" -bench . -benchmem -count 1 ./pkg/routing/ ./internal/pnr/cellside/'
 
 ## bench-e2e: end-to-end against pgbench (throughput, CPU µs per transaction per process) and the GTR's added latency (minutes).
 bench-e2e: build
@@ -203,7 +203,7 @@ bench-access-points: $(BIN)/benchrun
 
 ## bench-hops: the cost of mutual TLS and the hops' policies on GTR→cell (in-process GTR, fake cell) and cell→issuer (issuer simulator), plaintext and mTLS side by side.
 bench-hops: $(BIN)/benchrun
-	$(BENCHRUN) -v hops='$(GO) test -run "^$$" -bench "^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$" -benchmem -benchtime 3s -count 1 ./cmd/gtr/internal/payments/ ./internal/issuersim/'
+	$(BENCHRUN) -v hops='$(GO) test -run "^$$" -bench "^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$" -benchmem -benchtime 3s -count 1 ./cmd/gtr/internal/payments/ ./internal/dev/issuersim/'
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust: $(BIN)/benchrun

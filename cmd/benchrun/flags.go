@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cellpay/cellpay/internal/benchrun"
+	"github.com/cellpay/cellpay/internal/dev/benchrun"
 )
 
 const usage = `usage: benchrun [-runs 5] [-quiet 0.15] [-quiet-wait 2m] [-procs PID] [-per METRIC]

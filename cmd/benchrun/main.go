@@ -1,7 +1,7 @@
 // Command benchrun runs benchmark commands side by side, interleaved and
 // repeated, on a quiet host, and prints each metric's median and spread
 // per variant and whether a variant differs from the first, the baseline
-// (see internal/benchrun for the method). Every make bench-* target runs
+// (see internal/dev/benchrun for the method). Every make bench-* target runs
 // its variants through it.
 //
 //	benchrun -v a='sleep 0.1' -v b='sleep 0.2'
@@ -26,7 +26,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/cellpay/cellpay/internal/benchrun"
+	"github.com/cellpay/cellpay/internal/dev/benchrun"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/cellpay/cellpay/internal/benchrun"
+	"github.com/cellpay/cellpay/internal/dev/benchrun"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

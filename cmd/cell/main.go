@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,7 +18,7 @@ import (
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 func main() {
@@ -28,16 +29,31 @@ func main() {
 	}
 	log, closeLog := logging.New(os.Stderr)
 	cfg.Log = log
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = cell.Run(ctx, cfg)
-	stop()
-	if err != nil {
+	if err := serve(cfg); err != nil {
 		log.Error("cell failed", "error", err)
-	}
-	closeLog()
-	if err != nil {
+		closeLog()
 		os.Exit(1)
 	}
+	closeLog()
+}
+
+// serve starts the cell and serves until SIGINT or SIGTERM, or until it
+// can no longer serve, then drains it (bounded by its ShutdownTimeout).
+func serve(cfg cell.Config) error {
+	c, err := cell.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-c.Done():
+	}
+	return errors.Join(c.Err(), c.Shutdown(context.Background()))
 }
 
 func env(name, def string) string {
@@ -56,6 +72,8 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// configure reads the flags, the environment and the card data keys
+// file into the cell's Config; an error is the operator's to fix.
 func configure() (cell.Config, error) {
 	var c cell.Config
 	var keyFile, schedule, natsCA string
@@ -99,21 +117,28 @@ func configure() (cell.Config, error) {
 		if c.TLS.Cert == "" || c.TLS.Key == "" {
 			return c, fmt.Errorf("-nats-ca needs -tls-cert and -tls-key: the certificate is the cell's NATS identity")
 		}
-		c.NATSTLS = pki.Files{Cert: c.TLS.Cert, Key: c.TLS.Key, CA: natsCA}
+		c.NATSTLS = tlsconf.Files{Cert: c.TLS.Cert, Key: c.TLS.Key, CA: natsCA}
 	}
-	if keyFile == "" {
-		return c, fmt.Errorf("-pan-key-file is required")
+	c.Keys, err = loadKeys(keyFile)
+	return c, err
+}
+
+// loadKeys reads the card data master secrets of -pan-key-file.
+func loadKeys(file string) (*cardkeys.Ring, error) {
+	if file == "" {
+		return nil, fmt.Errorf("-pan-key-file is required")
 	}
-	raw, err := os.ReadFile(keyFile)
+	raw, err := os.ReadFile(file)
 	if err != nil {
-		return c, err
+		return nil, err
 	}
 	masters, err := cardkeys.Parse(raw)
 	if err != nil {
-		return c, fmt.Errorf("-pan-key-file: %w", err)
+		return nil, fmt.Errorf("-pan-key-file: %w", err)
 	}
-	if c.Keys, err = cardkeys.New(masters...); err != nil {
-		return c, fmt.Errorf("-pan-key-file: %w", err)
+	keys, err := cardkeys.New(masters...)
+	if err != nil {
+		return nil, fmt.Errorf("-pan-key-file: %w", err)
 	}
-	return c, nil
+	return keys, nil
 }

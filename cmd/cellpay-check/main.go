@@ -3,7 +3,7 @@
 // database) and reports lost transactions, duplicated issuer effects,
 // records past the point of no return in two cells and answers that differ
 // from the final record. A transaction is (partner_id, id) throughout:
-// transaction IDs are a namespace per partner. See package internal/checker.
+// transaction IDs are a namespace per partner. See package internal/dev/checker.
 //
 //	cellpay-check -answers answers.jsonl \
 //	    -cell cell-a=postgres://... -cell cell-b=postgres://... -cell cell-c=postgres://...
@@ -48,10 +48,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
@@ -130,7 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.cfg.GTRDialOptions = opts
 		dir := filepath.Dir(*ca)
-		files := pki.Files{Cert: cmp.Or(*cert, filepath.Join(dir, "ops.crt")), Key: cmp.Or(*key, filepath.Join(dir, "ops.key")), CA: *ca}
+		files := tlsconf.Files{Cert: cmp.Or(*cert, filepath.Join(dir, "ops.crt")), Key: cmp.Or(*key, filepath.Join(dir, "ops.key")), CA: *ca}
 		issuer, _, err := hop.DialOption(files) // reloads until the process exits
 		if err != nil {
 			fmt.Fprintf(stderr, "cellpay-check: issuer credentials: %v\n", err)

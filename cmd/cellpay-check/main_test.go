@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/checker"
-	"github.com/cellpay/cellpay/internal/issuersim"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -79,8 +79,8 @@ func TestRun(t *testing.T) {
 	defer cancel()
 	dbURL := cellDatabase(ctx, t)
 	iss := issuersim.New(issuersim.Config{})
-	issuerAddr := serve(t, func(gs *grpc.Server) { issuerproto.RegisterIssuerServer(gs, iss) })
-	gtrAddr := serve(t, func(gs *grpc.Server) { cellpayv1.RegisterPaymentsServer(gs, gtr{}) })
+	issuerAddr := grpctest.Serve(t, func(gs *grpc.Server) { issuerproto.RegisterIssuerServer(gs, iss) })
+	gtrAddr := grpctest.Serve(t, func(gs *grpc.Server) { cellpayv1.RegisterPaymentsServer(gs, gtr{}) })
 	if _, err := iss.Authorize(ctx, &issuerproto.AuthorizeRequest{PartnerId: "p", TransactionId: "t-1", Pan: issuersim.CardApproved,
 		ExpiryMonth: 12, ExpiryYear: 2099, AmountMinorUnits: 100}); err != nil {
 		t.Fatal(err)
@@ -148,24 +148,4 @@ func cellDatabase(ctx context.Context, t *testing.T) string {
 		t.Fatal(err)
 	}
 	return url
-}
-
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	register(gs)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
-	return lis.Addr().String()
 }

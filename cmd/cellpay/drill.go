@@ -15,11 +15,11 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/cellpay/cellpay/internal/checker"
-	"github.com/cellpay/cellpay/internal/drill"
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/drill"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )

@@ -5,7 +5,7 @@
 //	cellpay drill [flags]   # a DR drill against the running platform (-h)
 //
 // Every flag has an environment fallback (CELLPAY_*; PG_BIN_DIR for the
-// Postgres binaries). See DESIGN.md, "Local defaults", for the ports.
+// Postgres binaries). See docs/design/README.md, "Local defaults", for the ports.
 package main
 
 import (
@@ -21,8 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/operators"
-	"github.com/cellpay/cellpay/internal/platform"
 )
 
 // startTimeout bounds starting the platform, initdb of every cell included.

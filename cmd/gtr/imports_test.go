@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestNoDatabaseDriver holds DESIGN.md's "the GTR imports no database
+// TestNoDatabaseDriver holds docs/design/README.md's "the GTR imports no database
 // driver": it keeps no state of its own beyond memory, NATS KV and a file.
 func TestNoDatabaseDriver(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()

@@ -18,7 +18,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 func env(name, def string) string {
@@ -44,20 +44,88 @@ func envInt(name string, def int) int {
 }
 
 func main() {
+	cfg, logBuffer, err := configure()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gtr:", err)
+		os.Exit(2)
+	}
+	log, closeLog := logging.NewSize(os.Stderr, logBuffer)
+	cfg.Log = log.With("replica", cfg.ReplicaID)
+	err = serve(cfg)
+	closeLog()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gtr:", err)
+		os.Exit(1)
+	}
+}
+
+// serve starts the GTR and serves until SIGINT or SIGTERM, or until it
+// can no longer serve, then shuts it down (bounded by its
+// ShutdownTimeout).
+func serve(cfg gtr.Config) error {
+	g, err := gtr.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-g.Done():
+	}
+	return errors.Join(g.Err(), g.Shutdown(context.Background()))
+}
+
+// options are the flags that are not a field of gtr.Config.
+type options struct {
+	tokenFile, natsCA string
+	insecurePlaintext bool
+	logBuffer         int
+}
+
+// configure reads the flags and the environment into the GTR's Config,
+// and the asynchronous logger's buffer; an error is the operator's to fix.
+func configure() (gtr.Config, int, error) {
 	var cfg gtr.Config
-	var tokenFile, natsCA string
-	var insecurePlaintext bool
-	var logBuffer int
+	var o options
+	defineFlags(&cfg, &o)
+	flag.Parse()
+	if o.natsCA != "" {
+		cfg.NATSTLS = tlsconf.Files{Cert: cmp.Or(cfg.CellTLS.Cert, cfg.TLSCertFile), Key: cmp.Or(cfg.CellTLS.Key, cfg.TLSKeyFile), CA: o.natsCA}
+	}
+	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
+		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
+	}
+	if err := hop.RequireTLS(cfg.CellTLS, o.insecurePlaintext, "-cell-ca (GTR_CELL_CA)"); err != nil {
+		return cfg, 0, err
+	}
+	if err := hop.RequireNATSTLS(cfg.NATSURL, o.natsCA, o.insecurePlaintext, "-nats-ca (GTR_NATS_CA)"); err != nil {
+		return cfg, 0, err
+	}
+	tok, err := adminToken(o.tokenFile)
+	if err != nil {
+		return cfg, 0, err
+	}
+	cfg.AdminToken = tok
+	return cfg, o.logBuffer, nil
+}
+
+// defineFlags defines the gtr command's flags, each with its environment
+// variable as the default, into cfg and o.
+func defineFlags(cfg *gtr.Config, o *options) {
 	host, _ := os.Hostname()
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
 	flag.StringVar(&cfg.HealthListen, "health-listen", env("GTR_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot speak TLS such as kubelet's (env GTR_HEALTH_LISTEN); \"\" for none")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
 	flag.StringVar(&cfg.OperatorsFile, "operators", env("GTR_OPERATORS", ""), "operators file (YAML: id, role viewer|operator|admin, token_sha256 of each operator's cpo_ token) of the admin API (env GTR_OPERATORS); without it or a legacy token the admin API refuses every call")
-	flag.StringVar(&tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "legacy: file holding one shared admin token, which acts as operator legacy-admin with role admin (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN)")
+	flag.StringVar(&o.tokenFile, "admin-token-file", env("GTR_ADMIN_TOKEN_FILE", ""), "legacy: file holding one shared admin token, which acts as operator legacy-admin with role admin (env GTR_ADMIN_TOKEN_FILE; or the token itself in env GTR_ADMIN_TOKEN)")
 	flag.StringVar(&cfg.AuditFile, "audit-file", env("GTR_AUDIT_FILE", ""), "the admin audit log's local spool while the CELLPAY_AUDIT stream is unreachable, or the audit log itself without NATS (env GTR_AUDIT_FILE); default <state-file>.audit.jsonl")
 	flag.IntVar(&cfg.AuditReplicas, "audit-replicas", envInt("GTR_AUDIT_REPLICAS", 1), "replicas of the CELLPAY_AUDIT stream when this GTR creates it (nobody has yet): 3 on a 3-node NATS cluster (env GTR_AUDIT_REPLICAS); an existing stream is used as it is")
-	flag.IntVar(&logBuffer, "log-buffer", envInt("GTR_LOG_BUFFER", logging.DefaultBuffer), "records the asynchronous logger holds before it drops (env GTR_LOG_BUFFER); a test and diagnostic knob: tests saturate the logger with 1")
+	flag.IntVar(&o.logBuffer, "log-buffer", envInt("GTR_LOG_BUFFER", logging.DefaultBuffer), "records the asynchronous logger holds before it drops (env GTR_LOG_BUFFER); a test and diagnostic knob: tests saturate the logger with 1")
 	flag.StringVar(&cfg.NATSURL, "nats-url", env("GTR_NATS_URL", ""), "NATS server holding the shared routing configuration and carrying the cells' reference data status (env GTR_NATS_URL); empty: standalone")
 	flag.StringVar(&cfg.NATSBucket, "nats-bucket", env("GTR_NATS_BUCKET", "cellpay_gtr"), "NATS KV bucket of the routing configuration (env GTR_NATS_BUCKET)")
 	flag.StringVar(&cfg.StateFile, "state-file", env("GTR_STATE_FILE", ""), "file keeping the last-known routing configuration, read at start when present (env GTR_STATE_FILE)")
@@ -75,40 +143,8 @@ func main() {
 	flag.Float64Var(&cfg.AdmissionTolerance, "admission-tolerance", 0, "how many times slower than its long-term latency a cell, or the GTR as a whole, may answer before its adaptive concurrency limit falls; above 1, 0 for the default (2)")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
-	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone, and without -nats-ca, speak anonymous plaintext NATS: benchmarks and local tests only (env GTR_INSECURE_PLAINTEXT=1). Without it, without -cell-ca (or with -nats-url and no -nats-ca) the GTR refuses to start")
-	flag.StringVar(&natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
-	flag.Parse()
-	if natsCA != "" {
-		cfg.NATSTLS = pki.Files{Cert: cmp.Or(cfg.CellTLS.Cert, cfg.TLSCertFile), Key: cmp.Or(cfg.CellTLS.Key, cfg.TLSKeyFile), CA: natsCA}
-	}
-	if cfg.CellTLS.CA != "" && cfg.CellTLS.Cert == "" && cfg.CellTLS.Key == "" {
-		cfg.CellTLS.Cert, cfg.CellTLS.Key = cfg.TLSCertFile, cfg.TLSKeyFile
-	}
-	for _, err := range []error{
-		hop.RequireTLS(cfg.CellTLS, insecurePlaintext, "-cell-ca (GTR_CELL_CA)"),
-		hop.RequireNATSTLS(cfg.NATSURL, natsCA, insecurePlaintext, "-nats-ca (GTR_NATS_CA)"),
-	} {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gtr:", err)
-			os.Exit(2)
-		}
-	}
-	log, closeLog := logging.NewSize(os.Stderr, logBuffer)
-	cfg.Log = log.With("replica", cfg.ReplicaID)
-	tok, err := adminToken(tokenFile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gtr:", err)
-		os.Exit(2)
-	}
-	cfg.AdminToken = tok
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = gtr.Run(ctx, cfg)
-	stop()
-	closeLog()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gtr:", err)
-		os.Exit(1)
-	}
+	flag.BoolVar(&o.insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone, and without -nats-ca, speak anonymous plaintext NATS: benchmarks and local tests only (env GTR_INSECURE_PLAINTEXT=1). Without it, without -cell-ca (or with -nats-url and no -nats-ca) the GTR refuses to start")
+	flag.StringVar(&o.natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 }
 
 // adminToken reads the token from file, else from GTR_ADMIN_TOKEN. There is

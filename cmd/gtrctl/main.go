@@ -49,12 +49,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/tlsconf"
+	"github.com/cellpay/cellpay/pkg/adminproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
 const defaultAddr = "127.0.0.1:7071"
@@ -221,7 +220,7 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 	}
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.g.serverName}
 	if caFile != "" {
-		pool, err := pki.CertPool(caFile)
+		pool, err := tlsconf.CertPool(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--ca: %w", err)
 		}

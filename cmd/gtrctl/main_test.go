@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
@@ -98,13 +98,7 @@ func serve(t *testing.T) (*fakeAdmin, string) {
 func serveOn(t *testing.T, gs *grpc.Server, srv adminproto.AdminServer) string {
 	t.Helper()
 	adminproto.RegisterAdminServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return grpctest.ServeOn(t, gs)
 }
 
 func gtrctl(t *testing.T, args ...string) (code int, stdout, stderr string) {

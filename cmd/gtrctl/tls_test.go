@@ -8,7 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // testCA is one loopback CA and server certificate for every fake admin
@@ -34,7 +35,7 @@ func tlsServer(t *testing.T) *grpc.Server {
 	if testCA.err != nil {
 		t.Fatal(testCA.err)
 	}
-	cfg, stop, err := pki.ServerConfig(testCA.cert, testCA.key, 0)
+	cfg, stop, err := tlsconf.ServerConfig(testCA.cert, testCA.key, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

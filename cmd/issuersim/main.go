@@ -1,5 +1,5 @@
 // Command issuersim serves the card issuer simulator (package
-// internal/issuersim) over gRPC, with gRPC health and reflection.
+// internal/dev/issuersim) over gRPC, with gRPC health and reflection.
 //
 // Flags, each with an environment fallback:
 //
@@ -34,13 +34,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/issuersim"
 	"github.com/cellpay/cellpay/internal/logging"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -58,7 +58,7 @@ func main() {
 		"address to serve gRPC on (env ISSUERSIM_LISTEN)")
 	metricsListen := flag.String("metrics-listen", envOr("ISSUERSIM_METRICS_LISTEN", ""),
 		"address for Prometheus /metrics, e.g. 127.0.0.1:9090 (env ISSUERSIM_METRICS_LISTEN); \"\" for none")
-	var files pki.Files
+	var files tlsconf.Files
 	flag.StringVar(&files.Cert, "tls-cert", envOr("ISSUERSIM_TLS_CERT", ""), "certificate, PEM, reloaded when it changes (env ISSUERSIM_TLS_CERT); required unless -insecure-plaintext")
 	flag.StringVar(&files.Key, "tls-key", envOr("ISSUERSIM_TLS_KEY", ""), "private key, PEM (env ISSUERSIM_TLS_KEY)")
 	flag.StringVar(&files.CA, "tls-ca", envOr("ISSUERSIM_TLS_CA", ""), "CA that callers' certificates must chain to (env ISSUERSIM_TLS_CA)")
@@ -86,13 +86,13 @@ func main() {
 
 // run serves until ctx ends, then stops gracefully within shutdownGrace.
 func run(ctx context.Context, log *slog.Logger, addr string) error {
-	return serve(ctx, log, addr, "", "", pki.Files{})
+	return serve(ctx, log, addr, "", "", tlsconf.Files{})
 }
 
 // serve is run with Prometheus metrics at metricsAddr ("" for none), a
 // health port at healthAddr ("" for none) and mutual TLS with files (none
 // for plaintext).
-func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr, healthAddr string, files pki.Files) error {
+func serve(ctx context.Context, log *slog.Logger, addr, metricsAddr, healthAddr string, files tlsconf.Files) error {
 	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "issuersim", Instance: addr, MetricsListen: metricsAddr, Log: log})
 	if err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/issuersim"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -99,7 +99,7 @@ func TestHealthPort(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	addrs, done := serveForTest(t, ctx, runCtx, func(ctx context.Context, log *slog.Logger) error {
-		return serve(ctx, log, "127.0.0.1:0", "", "127.0.0.1:0", pki.Files{})
+		return serve(ctx, log, "127.0.0.1:0", "", "127.0.0.1:0", tlsconf.Files{})
 	}, "issuersim listening", "issuersim health port listening")
 
 	conn, err := grpc.NewClient("passthrough:///"+addrs["issuersim health port listening"], grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -8,8 +8,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/cellpay/cellpay/internal/checker"
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/load"
 )
 
 // answerWriter writes -answers: one line per call, the checker's answer

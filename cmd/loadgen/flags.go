@@ -12,15 +12,15 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/cellpay/cellpay/internal/dev/load"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/load"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )
 
-// Default addresses from DESIGN.md's local defaults.
+// Default addresses from docs/design/README.md's local defaults.
 const (
 	defaultGTRAddr  = "127.0.0.1:7070"
 	defaultCellAddr = "127.0.0.1:7081"
@@ -114,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if c.Target == load.TargetCell && !o.plaintext {
 		// A cell serves Process to the GTR's identity only: play it.
 		cert, key := cmp.Or(o.cert, filepath.Join(filepath.Dir(o.ca), "gtr.crt")), cmp.Or(o.key, filepath.Join(filepath.Dir(o.ca), "gtr.key"))
-		opt, _, err := hop.DialOption(pki.Files{Cert: cert, Key: key, CA: o.ca}) // reloads until the process exits
+		opt, _, err := hop.DialOption(tlsconf.Files{Cert: cert, Key: key, CA: o.ca}) // reloads until the process exits
 		if err != nil {
 			return o, usageError(fs, stderr, "cell TLS: %v (make run writes the GTR's certificate; or -cert, -key, -ca)", err)
 		}

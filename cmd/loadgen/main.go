@@ -23,7 +23,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
 )
 
 // progress draws a bar on stderr, or nothing.

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 var commands = map[string]func(ctx context.Context, target natsTarget, args []string) error{
@@ -34,7 +34,7 @@ const opTimeout = 15 * time.Second
 // (TLS zero: plaintext, no authentication).
 type natsTarget struct {
 	URL string
-	TLS pki.Files
+	TLS tlsconf.Files
 }
 
 func connect(target natsTarget) (*nats.Conn, *refnats.Publisher, error) {

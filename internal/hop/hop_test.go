@@ -2,7 +2,6 @@ package hop_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,9 +16,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/issuersim"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -42,7 +43,7 @@ func (fakeCell) Process(s cellproto.Cell_ProcessServer) error {
 
 // identities issues, from one CA in dir, the certificates of the platform's
 // hops, and one from another CA claiming to be the GTR.
-func identities(t *testing.T) (dir string, files func(name string) pki.Files) {
+func identities(t *testing.T) (dir string, files func(name string) tlsconf.Files) {
 	t.Helper()
 	dir = t.TempDir()
 	ca, err := pki.EnsureCA(dir)
@@ -70,37 +71,31 @@ func identities(t *testing.T) (dir string, files func(name string) pki.Files) {
 	if err := other.Issue("gtr", []string{hop.GTR}, pki.Client); err != nil {
 		t.Fatal(err)
 	}
-	return dir, func(name string) pki.Files {
+	return dir, func(name string) tlsconf.Files {
 		d := dir
 		if name == "forged-gtr" {
 			d, name = filepath.Join(dir, "other"), "gtr"
 		}
-		return pki.Files{Cert: pki.CertFile(d, name), Key: pki.KeyFile(d, name), CA: ca.CertFile()}
+		return tlsconf.Files{Cert: pki.CertFile(d, name), Key: pki.KeyFile(d, name), CA: ca.CertFile()}
 	}
 }
 
 // serve runs a gRPC server with files' mutual TLS and policy p on
 // loopback, with register's services and health.
-func serve(t *testing.T, files pki.Files, p hop.Policy, register func(*grpc.Server)) string {
+func serve(t *testing.T, files tlsconf.Files, p hop.Policy, register func(*grpc.Server)) string {
 	t.Helper()
 	opts, stop, err := hop.ServerOptions(files, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	gs := grpc.NewServer(opts...)
-	register(gs)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return grpctest.Serve(t, func(gs *grpc.Server) {
+		register(gs)
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+	}, opts...)
 }
 
-func dialAs(t *testing.T, addr string, files *pki.Files) *grpc.ClientConn {
+func dialAs(t *testing.T, addr string, files *tlsconf.Files) *grpc.ClientConn {
 	t.Helper()
 	opt := grpc.WithTransportCredentials(insecure.NewCredentials())
 	if files != nil {
@@ -122,7 +117,7 @@ func dialAs(t *testing.T, addr string, files *pki.Files) *grpc.ClientConn {
 // caOnly trusts the CA but presents no certificate.
 func caOnly(t *testing.T, addr string, caFile string) *grpc.ClientConn {
 	t.Helper()
-	cfg, err := pki.ClientConfig(caFile)
+	cfg, err := tlsconf.ClientConfig(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,14 +226,14 @@ func TestPolicyDeniesWhatItDoesNotName(t *testing.T) {
 // its flags, unless -insecure-plaintext chose plaintext.
 func TestRequireTLS(t *testing.T) {
 	const flags = "-tls-cert, -tls-key and -tls-ca"
-	err := hop.RequireTLS(pki.Files{}, false, flags)
+	err := hop.RequireTLS(tlsconf.Files{}, false, flags)
 	if err == nil || !strings.Contains(err.Error(), flags) || !strings.Contains(err.Error(), hop.InsecurePlaintextFlag) {
 		t.Fatalf("no files, no -insecure-plaintext: %v, want an error naming %s and %s", err, flags, hop.InsecurePlaintextFlag)
 	}
-	if err := hop.RequireTLS(pki.Files{}, true, flags); err != nil {
+	if err := hop.RequireTLS(tlsconf.Files{}, true, flags); err != nil {
 		t.Errorf("-insecure-plaintext: %v", err)
 	}
-	if err := hop.RequireTLS(pki.Files{Cert: "c", Key: "k", CA: "ca"}, false, flags); err != nil {
+	if err := hop.RequireTLS(tlsconf.Files{Cert: "c", Key: "k", CA: "ca"}, false, flags); err != nil {
 		t.Errorf("TLS files: %v", err)
 	}
 	// NATS: a URL without the CA is refused unless plaintext is chosen.

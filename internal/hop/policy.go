@@ -3,13 +3,12 @@ package hop
 import (
 	"fmt"
 
+	"github.com/cellpay/cellpay/internal/tlsconf"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/pkg/cellproto"
-	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
 // Services every server opens: health to any verified caller (the GTR's
@@ -47,7 +46,7 @@ const InsecurePlaintextFlag = "-insecure-plaintext"
 // plaintext explicitly. Plaintext serves every caller and checks no
 // identity, so it is never what a component falls into by leaving a flag
 // out.
-func RequireTLS(files pki.Files, insecure bool, tlsFlags string) error {
+func RequireTLS(files tlsconf.Files, insecure bool, tlsFlags string) error {
 	if files.Set() || insecure {
 		return nil
 	}
@@ -69,11 +68,11 @@ func RequireNATSTLS(url, ca string, insecure bool, caFlag string) error {
 // they are none (plaintext, every caller allowed), which a component
 // reaches only through an explicit -insecure-plaintext (RequireTLS). The
 // func stops the certificate's reloading.
-func ServerOptions(files pki.Files, p Policy) ([]grpc.ServerOption, func(), error) {
+func ServerOptions(files tlsconf.Files, p Policy) ([]grpc.ServerOption, func(), error) {
 	if !files.Set() {
 		return nil, func() {}, nil
 	}
-	cfg, stop, err := pki.MutualServerConfig(files, 0)
+	cfg, stop, err := tlsconf.MutualServerConfig(files, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,11 +81,11 @@ func ServerOptions(files pki.Files, p Policy) ([]grpc.ServerOption, func(), erro
 
 // DialOption dials with mutual TLS as files' identity, or plaintext with
 // no files. The func stops the certificate's reloading.
-func DialOption(files pki.Files) (grpc.DialOption, func(), error) {
+func DialOption(files tlsconf.Files) (grpc.DialOption, func(), error) {
 	if !files.Set() {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), func() {}, nil
 	}
-	cfg, stop, err := pki.MutualClientConfig(files, 0)
+	cfg, stop, err := tlsconf.MutualClientConfig(files, 0)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Errors Update returns; callers branch on them.
@@ -100,7 +100,7 @@ type ReplicaConfig[D any] struct {
 	NATSURL string
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// Bucket and Key name the KV entry; Bucket defaults to DefaultBucket,
 	// Key is required.
 	Bucket, Key string

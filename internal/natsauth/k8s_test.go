@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/k8s/base/nats/auth.conf from the overlays' cells")
@@ -119,23 +120,9 @@ func TestKubernetesNATSConfigBoots(t *testing.T) {
 	if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := natsserver.ProcessConfigFile(file)
-	if err != nil {
-		t.Fatalf("nats.conf: %v", err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := natsserver.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready within 10s")
-	}
-	url := srv.ClientURL()
+	url := natstest.StartFile(t, file).URL()
 	for name, ok := range map[string]bool{"cell-a": true, "ops": false} {
-		tlsOpts, err := natsconn.TLSOptions(pki.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()})
+		tlsOpts, err := natsconn.TLSOptions(tlsconf.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,12 +16,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/platform"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // server runs the nats-server binary that make run runs, configured by
@@ -31,7 +32,7 @@ import (
 type server struct {
 	url   string
 	dir   string
-	files func(name string) pki.Files
+	files func(name string) tlsconf.Files
 }
 
 func start(t *testing.T) *server {
@@ -112,12 +113,12 @@ func start(t *testing.T) *server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &server{url: "tls://" + addr, dir: dir, files: func(name string) pki.Files {
+	return &server{url: "tls://" + addr, dir: dir, files: func(name string) tlsconf.Files {
 		d := dir
 		if name == "forged-gtr" {
 			d, name = filepath.Join(dir, "other"), "gtr"
 		}
-		return pki.Files{Cert: pki.CertFile(d, name), Key: pki.KeyFile(d, name), CA: ca.CertFile()}
+		return tlsconf.Files{Cert: pki.CertFile(d, name), Key: pki.KeyFile(d, name), CA: ca.CertFile()}
 	}}
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Connect connects to url as name. It returns at once even when NATS is
@@ -26,7 +26,7 @@ import (
 // at every (re)connect, so that a renewed certificate is used from the
 // next connection on; its replies come to the certificate identity's own
 // inbox prefix. opts come after the defaults, so they may override them.
-func Connect(url, name string, files pki.Files, opts ...nats.Option) (*nats.Conn, error) {
+func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
@@ -49,7 +49,7 @@ func Connect(url, name string, files pki.Files, opts ...nats.Option) (*nats.Conn
 // replaced in place (cert-manager, Platform.RotateCertificates) is thus
 // presented from the next reconnect on; the identity, and so the inbox
 // prefix, must stay the same.
-func TLSOptions(files pki.Files) ([]nats.Option, error) {
+func TLSOptions(files tlsconf.Files) ([]nats.Option, error) {
 	if !files.Set() {
 		return nil, nil
 	}
@@ -68,13 +68,13 @@ func TLSOptions(files pki.Files) ([]nats.Option, error) {
 	if id == "" {
 		return nil, fmt.Errorf("natsconn: certificate %s has no identity in %s", files.Cert, hop.Domain)
 	}
-	if _, err := pki.CertPool(files.CA); err != nil {
+	if _, err := tlsconf.CertPool(files.CA); err != nil {
 		return nil, err
 	}
 	return []nats.Option{
 		nats.ClientTLSConfig(
-			func() (tls.Certificate, error) { return pki.LoadKeyPair(files.Cert, files.Key) },
-			func() (*x509.CertPool, error) { return pki.CertPool(files.CA) }),
+			func() (tls.Certificate, error) { return tlsconf.LoadKeyPair(files.Cert, files.Key) },
+			func() (*x509.CertPool, error) { return tlsconf.CertPool(files.CA) }),
 		nats.CustomInboxPrefix(natsauth.InboxPrefix(id)),
 	}, nil
 }

@@ -6,18 +6,19 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // TestReconnectPresentsRenewedCertificate replaces a client's certificate
@@ -46,24 +47,11 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := server.ProcessConfigFile(confFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS not ready")
-	}
+	ns := natstest.StartFile(t, confFile)
 
-	files := pki.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()}
+	files := tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()}
 	reconnected := make(chan struct{}, 1)
-	nc, err := natsconn.Connect("tls://127.0.0.1:"+strconv.Itoa(port), "test", files, nats.ReconnectHandler(func(*nats.Conn) {
+	nc, err := natsconn.Connect(ns.URL(), "test", files, nats.ReconnectHandler(func(*nats.Conn) {
 		select {
 		case reconnected <- struct{}{}:
 		default:
@@ -79,7 +67,7 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 	// connection, and the user it mapped it to.
 	presented := func() (sum, user string) {
 		t.Helper()
-		cz, err := srv.Connz(&server.ConnzOptions{Username: true})
+		cz, err := ns.NATS().Connz(&server.ConnzOptions{Username: true})
 		if err != nil || len(cz.Conns) != 1 || len(cz.Conns[0].TLSPeerCerts) == 0 {
 			t.Fatalf("connz: %v, %+v", err, cz)
 		}
@@ -120,7 +108,7 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 		t.Fatalf("no reconnect within 10s: %v", nc.LastError())
 	}
 	testutil.Eventually(t, 5*time.Second, "the reconnected connection in connz", func() bool {
-		cz, err := srv.Connz(&server.ConnzOptions{Username: true})
+		cz, err := ns.NATS().Connz(&server.ConnzOptions{Username: true})
 		return err == nil && len(cz.Conns) == 1
 	})
 	if sum, user := presented(); sum != renewed || user != hop.Cell("cell-a") {

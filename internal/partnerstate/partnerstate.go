@@ -27,7 +27,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Key is the registry's key in the config store's bucket.
@@ -55,7 +55,7 @@ type Config struct {
 	NATSURL string
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// Bucket is the config store's KV bucket; default kvsync.DefaultBucket.
 	Bucket string
 	// StateFile keeps the last-known registry; "" keeps none. It holds

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -30,21 +30,6 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %d %v\n%s", resp.StatusCode, err, b)
-	}
-	return string(b)
-}
 
 func TestScrapeOverLoopback(t *testing.T) {
 	t.Setenv(EndpointEnv, "")
@@ -67,7 +52,7 @@ func TestScrapeOverLoopback(t *testing.T) {
 	cm.Finished("sending")
 	cm.PNR(true)
 	cm.Reconciled("approved")
-	expect(t, scrape(t, tel.MetricsAddr()),
+	expect(t, testutil.Scrape(t, tel.MetricsAddr()),
 		`cellpay_test_things_total{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 3`,
 		`cellpay_cell_transactions_total{cell="cell-t",service_instance_id="cell-t",service_name="cell",state="pending"} 1`,
 		`cellpay_cell_pnr_total{cell="cell-t",result="confirmed",`,
@@ -89,7 +74,7 @@ func TestScrapeOverLoopback(t *testing.T) {
 	g.Done(&cellpayv1.Transaction{Status: cellpayv1.TransactionStatus_APPROVED}, nil, 1)
 	g.Done(nil, status.Error(codes.Unavailable, "no cell"), 3)
 	g.Rerouted("cell-b", status.Error(codes.Unavailable, "down"), false)
-	expect(t, scrape(t, gt.MetricsAddr()),
+	expect(t, testutil.Scrape(t, gt.MetricsAddr()),
 		`cellpay_gtr_transactions_total{code="OK",service_instance_id="r1",service_name="gtr",status="APPROVED"} 1`,
 		`cellpay_gtr_transactions_total{code="Unavailable",service_instance_id="r1",service_name="gtr",status="none"} 1`,
 		`cellpay_gtr_reroutes_total{cell="cell-b",reason="unavailable",service_instance_id="r1",service_name="gtr"} 1`,
@@ -158,7 +143,7 @@ func TestShutdownStopsListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := tel.MetricsAddr()
-	_ = scrape(t, addr)
+	_ = testutil.Scrape(t, addr)
 	if err := tel.Shutdown(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}

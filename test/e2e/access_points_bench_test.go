@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/drill"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/drill"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )
 

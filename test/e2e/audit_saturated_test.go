@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/operators"
-	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestAuditWithSaturatedLogger: a GTR replica on the platform's NATS (as

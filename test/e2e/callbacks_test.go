@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/testutil"
-	"github.com/cellpay/cellpay/internal/testutil/cbrecv"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/cbrecv"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"

@@ -18,13 +18,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/pgcluster"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pgcluster"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // TestCertificatesRotateUnderLoad replaces every certificate and key file
@@ -132,7 +133,7 @@ func TestCertificatesRotateUnderLoad(t *testing.T) {
 		if want.Cmp(before[name]) == 0 {
 			t.Fatalf("%s: the rotated file has the old serial", name)
 		}
-		testutil.Eventually(t, 2*pki.DefaultRefresh+5*time.Second, name+" serves its new certificate", func() bool {
+		testutil.Eventually(t, 2*tlsconf.DefaultRefresh+5*time.Second, name+" serves its new certificate", func() bool {
 			return servedSerial(t, addr).Cmp(want) == 0
 		})
 	}
@@ -233,7 +234,7 @@ func checkNATSRotated(t *testing.T, ctx context.Context, before *big.Int, natsFi
 // serial of the certificate each handshake presented. Permission errors
 // go to violations when it is not nil; reconnected receives a value at
 // each reconnect.
-func natsConnRecording(t *testing.T, files pki.Files, violations chan<- error) (*nats.Conn, func() *big.Int, <-chan struct{}) {
+func natsConnRecording(t *testing.T, files tlsconf.Files, violations chan<- error) (*nats.Conn, func() *big.Int, <-chan struct{}) {
 	t.Helper()
 	opts, err := natsconn.TLSOptions(files)
 	if err != nil {
@@ -328,7 +329,7 @@ func pgServedSerial(t *testing.T, ctx context.Context, u string) *big.Int {
 // server takes).
 func servedSerial(t *testing.T, addr string) *big.Int {
 	t.Helper()
-	pool, err := pki.CertPool(env.p.CAFile())
+	pool, err := tlsconf.CertPool(env.p.CAFile())
 	if err != nil {
 		t.Fatal(err)
 	}

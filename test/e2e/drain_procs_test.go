@@ -15,8 +15,9 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -27,7 +28,7 @@ import (
 type natsProc struct {
 	URL  string
 	cmd  *exec.Cmd
-	srv  *natsserver.Server
+	srv  *natstest.Server
 	done chan struct{}
 }
 
@@ -45,16 +46,7 @@ func startNATS(t *testing.T, dir string) *natsProc {
 	}
 	if bin == "" {
 		t.Log("nats-server binary not found; using the embedded server")
-		srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: ports[0], JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Start()
-		if !srv.ReadyForConnections(10 * time.Second) {
-			t.Fatal("embedded nats not ready")
-		}
-		n.srv = srv
-		t.Cleanup(n.Stop)
+		n.srv = natstest.StartWith(t, func(o *natsserver.Options) { o.Port, o.StoreDir = ports[0], dir })
 		return n
 	}
 	logf, err := os.Create(filepath.Join(dir, "..", "nats.log"))
@@ -79,8 +71,7 @@ func startNATS(t *testing.T, dir string) *natsProc {
 func (n *natsProc) Stop() {
 	switch {
 	case n.srv != nil:
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
+		n.srv.Stop()
 		n.srv = nil
 	case n.cmd != nil:
 		n.cmd.Process.Signal(syscall.SIGTERM)

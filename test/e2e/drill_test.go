@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
 )
 
 // TestDrillCommand runs `cellpay drill` against the running platform, as
@@ -23,7 +23,7 @@ func TestDrillCommand(t *testing.T) {
 	// to another cell by a replica whose health view differs (seen once:
 	// 36 transactions past the PNR in two cells, one issuer effect each):
 	// a known gap between per-replica coalescing and cross-replica
-	// retries, left to the GTR (README, "Two access points").
+	// retries, left to the GTR (docs/partners.md, "Two access points").
 	warm(t, ctx)
 	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "cellpay"), "drill", "-data", env.p.Config().DataDir,
 		"-cut", "primary,backup", "-rate", "30", "-hold", "6s", "-settle", "4s")

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // TestFailoverBenchmark measures failover on the real platform: open-loop

@@ -14,10 +14,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/cellpay/cellpay/internal/checker"
-	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -27,7 +27,7 @@ import (
 // The fault tests run sustained open-loop load through the GTR, break
 // something real in the middle (kill -9 a cell, stop its Postgres, freeze
 // it, make the issuer slow or fail after the point of no return), heal it,
-// wait for every PENDING answer to resolve, and check DESIGN.md's
+// wait for every PENDING answer to resolve, and check docs/design/README.md's
 // invariants with the checker over the GTR, the issuer's effect counters
 // and every cell's database. Rates and lengths fit a 2-core CI machine;
 // `make soak` runs them longer and harder.

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cellpay/cellpay/internal/card"
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/issuerproto"

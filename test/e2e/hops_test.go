@@ -11,9 +11,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/issuersim"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -44,7 +44,7 @@ func TestHopsAreMutualTLS(t *testing.T) {
 		}
 		return opt
 	}
-	cfg, err := pki.ClientConfig(env.p.CAFile())
+	cfg, err := tlsconf.ClientConfig(env.p.CAFile())
 	if err != nil {
 		t.Fatal(err)
 	}

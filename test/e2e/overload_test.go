@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cellpay/cellpay/internal/checker"
+	"github.com/cellpay/cellpay/internal/dev/checker"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cellpay/cellpay/internal/issuersim"
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 

@@ -15,10 +15,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
-	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestRefdataBenchmark measures, on the real binaries with a nats-server

@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 
-	"github.com/cellpay/cellpay/internal/platform"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // TestStandbyBenchmark measures what the synchronous standby costs and

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 
-	"github.com/cellpay/cellpay/internal/checker"
-	"github.com/cellpay/cellpay/internal/load"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // failoverBound is how long a cell may take, from kill -9 of its primary

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -90,7 +88,7 @@ func TestTelemetryScrape(t *testing.T) {
 		}
 	}
 
-	gtr := scrapeMetrics(t, gtrMetrics)
+	gtr := testutil.Scrape(t, gtrMetrics)
 	if got := sumMetric(gtr, "cellpay_gtr_transactions_total", `code="OK"`); got != n {
 		t.Errorf("cellpay_gtr_transactions_total{code=OK} = %v, want %d\n%s", got, n, grep(gtr, "cellpay_gtr_"))
 	}
@@ -101,7 +99,7 @@ func TestTelemetryScrape(t *testing.T) {
 		t.Errorf("GTR metrics lack the service label or gRPC metrics:\n%s", gtr)
 	}
 
-	cellText := scrapeMetrics(t, cellMetrics)
+	cellText := testutil.Scrape(t, cellMetrics)
 	if got := sumMetric(cellText, "cellpay_cell_transactions_total", `cell="cell-m"`); got != n {
 		t.Errorf("cellpay_cell_transactions_total = %v, want %d\n%s", got, n, grep(cellText, "cellpay_"))
 	}
@@ -115,7 +113,7 @@ func TestTelemetryScrape(t *testing.T) {
 		t.Errorf("cellpay_refdata_serving = %v\n%s", got, grep(cellText, "cellpay_refdata_"))
 	}
 
-	issuer := scrapeMetrics(t, issuerMetrics)
+	issuer := testutil.Scrape(t, issuerMetrics)
 	if !strings.Contains(issuer, `service_name="issuersim"`) || !strings.Contains(issuer, "rpc_server_") {
 		t.Errorf("issuer simulator metrics:\n%s", issuer)
 	}
@@ -127,21 +125,6 @@ func TestTelemetryScrape(t *testing.T) {
 			}
 		}
 	}
-}
-
-func scrapeMetrics(t *testing.T, addr string) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape %s: %d %v", addr, resp.StatusCode, err)
-	}
-	return string(b)
 }
 
 // sumMetric adds the samples of name (exactly: not its _bucket or _sum)

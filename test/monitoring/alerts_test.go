@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // TestAlertCellDown: Prometheus scrapes the platform's processes with the

@@ -1,4 +1,4 @@
-// Package monitoring runs the platform as `make run` does (internal/platform)
+// Package monitoring runs the platform as `make run` does (internal/dev/platform)
 // under a real Prometheus loaded with the project's alert rules, and with
 // its traces sent to an OTLP receiver in this process, and checks alerting
 // and tracing from the outside: an alert fires and resolves over the real
@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/platform"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // env is what the package's tests share: one platform, one Prometheus,

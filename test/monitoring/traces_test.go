@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cellpay/cellpay/internal/card"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 

@@ -1,6 +1,10 @@
 // Package cell assembles one cell: its store, reference data, issuer client
 // and gRPC server, with health that says SERVING only while the cell's
 // Postgres answers and its reference data is loaded.
+//
+// A Cell has a life cycle (New, Start, Shutdown), which main and tests go
+// through alike; it reads no flag and no environment variable: everything
+// comes in its Config.
 package cell
 
 import (
@@ -9,35 +13,31 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/cmd/cell/internal/instance"
-	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
-	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
-	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/lifecycle"
 	"github.com/cellpay/cellpay/internal/partnerstate"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/telemetry"
-	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
-// Config is everything a cell needs to run.
+// Config is everything a cell needs to run: New validates it and fills in
+// the defaults the fields name.
 type Config struct {
 	ID string
 	// Instance names this process among the cell's instances, which share
@@ -58,7 +58,7 @@ type Config struct {
 	NATSURL     string
 	// NATSTLS is the cell's NATS identity (hop.Cell(ID)); zero for
 	// plaintext NATS without authentication.
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -95,7 +95,7 @@ type Config struct {
 	// hop's CellPolicy), and it presents it to the issuer. With no files
 	// both hops are plaintext and every caller is served: a lone cell in
 	// a benchmark only.
-	TLS pki.Files
+	TLS tlsconf.Files
 	Log *slog.Logger
 }
 
@@ -140,198 +140,166 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Run runs the cell until ctx ends, then drains: health goes NOT_SERVING,
-// in-flight attempts finish (bounded by ShutdownTimeout), and it returns.
-func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	log := cfg.Log.With("cell", cfg.ID, "instance", cfg.Instance)
-	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "cell", Instance: cfg.Instance,
-		Labels: map[string]string{"cell": cfg.ID}, MetricsListen: cfg.MetricsListen, Log: log})
-	if err != nil {
-		return err
-	}
-	defer tel.Close(ctx)
-	metrics, err := telemetry.NewCell(tel.Meter(meterName))
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	st.SetInstance(cfg.Instance)
-	// The lease first, so that siblings leave this instance's rows alone
-	// from its first write; then its own leftovers and those of dead
-	// siblings, restart not resume.
-	if err := st.RenewLease(ctx, instance.LeaseTTL, nil); err != nil {
-		return err
-	}
-	if n, err := st.AbandonUnsent(ctx, time.Now()); err != nil {
-		return err
-	} else if n > 0 {
-		log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
-	}
-	ref, err := refsync.New(ctx, refsync.Config{CellID: cfg.ID, Store: st, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS,
-		BootstrapFile: cfg.RefDataFile, Log: log})
-	if err != nil {
-		return err
-	}
-	// The lease outlives serving: it is dropped (by the deferred stop)
-	// only once the in-flight attempts have finished.
-	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
-	leaseDone := make(chan struct{})
-	go func() {
-		instance.KeepLease(leaseCtx, st, instance.LeaseTTL, instance.RenewEvery, ref.Served, log)
-		close(leaseDone)
-	}()
-	defer func() { stopLease(); <-leaseDone }()
-	if _, err := ref.RegisterMetrics(tel.Meter(meterName)); err != nil {
-		return err
-	}
-	dbs := &dbStats{st: st, log: log}
-	if err := telemetry.NewDatabase(tel.Meter(meterName), dbs.Sample); err != nil {
-		return err
-	}
-	dbsCtx, stopDBS := context.WithCancel(ctx)
-	dbsDone := make(chan struct{})
-	go func() { dbs.run(dbsCtx); close(dbsDone) }()
-	defer func() { stopDBS(); <-dbsDone }()
-	refCtx, stopRef := context.WithCancel(ctx)
-	refDone := make(chan error, 1)
-	go func() { refDone <- ref.Run(refCtx) }()
-	defer func() { stopRef(); <-refDone }()
-	policy, err := st.Policy(ctx)
-	if err != nil {
-		return err
-	}
-	if !cfg.TLS.Set() {
-		log.Warn("no TLS files: plaintext to the issuer and from every caller, none authorized")
-	}
-	issuerCreds, stopIssuerCreds, err := hop.DialOption(cfg.TLS)
-	if err != nil {
-		return fmt.Errorf("cell: issuer TLS: %w", err)
-	}
-	defer stopIssuerCreds()
-	conn, err := grpc.NewClient(cfg.IssuerAddr, slices.Concat(tel.DialOptions(), []grpc.DialOption{issuerCreds, hop.Reconnect}, grpclimits.Internal.DialOptions())...)
-	if err != nil {
-		return fmt.Errorf("cell: issuer client: %w", err)
-	}
-	defer conn.Close()
-	issuer := metrics.Issuer(issuerproto.NewIssuerClient(conn))
-	reg, err := partnerstate.Start(partnerstate.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, StateFile: cfg.PartnersStateFile,
-		ReplicaID: cfg.ID + "-" + cfg.Instance, ReadOnly: true, Log: log})
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	dir, closeDir, err := openDirectory(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeDir()
-	scfg := server.Config{
-		CellID:          cfg.ID,
-		Store:           st,
-		Issuer:          issuer,
-		Metrics:         metrics,
-		RefData:         func() orchestrator.RefData { return ref.View() },
-		Policy:          policy,
-		Keys:            cfg.Keys,
-		Outbox:          st,
-		RegistryVersion: func() uint64 { return reg.Index().Version() },
-		Log:             log,
-	}
-	rcfg := reconcile.Config{Store: resolutions{st, metrics}, Issuer: issuer, Log: log}
-	if dir != nil {
-		scfg.Directory = dir
-		rcfg.Directory, rcfg.CellID, rcfg.ErrNotOwner = dir, cfg.ID, directory.ErrNotOwner
-	}
-	srv, err := server.New(scfg)
-	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("cell: listen: %w", err)
-	}
-	hopOpts, stopHop, err := hop.ServerOptions(cfg.TLS, hop.CellPolicy)
-	if err != nil {
-		lis.Close()
-		return fmt.Errorf("cell: TLS: %w", err)
-	}
-	defer stopHop()
-	gs := grpc.NewServer(slices.Concat(grpclimits.Internal.ServerOptions(), tel.ServerOptions(), hopOpts)...)
-	cellproto.RegisterCellServer(gs, srv)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	if cfg.HealthListen != "" {
-		hp, err := healthport.Listen(cfg.HealthListen, hs)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("cell: %w", err)
-		}
-		defer hp.Stop() // after hs.Shutdown: probes see NOT_SERVING while draining
-		log.Info("cell health port listening", "addr", hp.Addr().String())
-	}
+// Cell is one instance of a cell. Its life is New, Start and Shutdown,
+// each called once, in that order, from one goroutine (nats-server's
+// Server): New builds, Start connects, listens and serves in the
+// background, Shutdown drains and releases. Addr and HealthAddr are safe
+// once Start has returned nil; Done and Err at any time, from any
+// goroutine.
+type Cell struct {
+	cfg Config
+	log *slog.Logger
+	// hs is the one health server, the Cell API listener's and the health
+	// port's: NOT_SERVING on both at once, first thing at shutdown.
+	hs *health.Server
 
-	ready := func(ok bool) {
-		s := healthpb.HealthCheckResponse_NOT_SERVING
-		if ok && ref.Serving() { // not ready until it serves reference data
-			s = healthpb.HealthCheckResponse_SERVING
-		}
-		hs.SetServingStatus("", s)
-		hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
+	// Set by Start's steps (start.go), in this order, and only read once
+	// Start has returned.
+	tel     *telemetry.Telemetry
+	metrics *telemetry.Cell
+	st      *store.Store
+	ref     *refsync.Syncer
+	policy  cellside.Policy
+	issuer  issuerproto.IssuerClient
+	reg     *partnerstate.Store
+	dir     *directory.Directory // nil without a transaction directory
+	srv     *server.Server
+	gs      *grpc.Server
+	lis     net.Listener
+	hp      *healthport.Server
+	// run is what ran off Run's context when there was one: refsync, the
+	// database sampling and watch, the reconciler and the notifier run
+	// under it, and Shutdown ends it first, as the end of that context
+	// did. The lease does not: it outlives serving.
+	run     context.Context
+	stopRun context.CancelFunc
+	// rel is what Start acquired, released in the reverse order by
+	// Shutdown or by a Start that fails.
+	rel lifecycle.Releases
+
+	serving  sync.WaitGroup // the server's Serve goroutine
+	stopping atomic.Bool    // Shutdown has begun: Serve returning is no failure
+
+	life lifecycle.Life
+}
+
+// ErrStarted is Start's answer when it was called before, or after
+// Shutdown: a Cell is started at most once.
+var ErrStarted = errors.New("cell: Start called twice, or after Shutdown")
+
+// New validates cfg (filling in its defaults, the instance's name among
+// them) and builds the health server. It connects to nothing, reads no
+// file, listens nowhere and starts no goroutine; a Cell that is never
+// started needs no Shutdown.
+func New(cfg Config) (*Cell, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	ready(true)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go watchDatabase(watchCtx, st, ready, log)
-	rec, err := reconcile.New(rcfg)
-	if err != nil {
-		return err
+	return &Cell{cfg: cfg, log: cfg.Log.With("cell", cfg.ID, "instance", cfg.Instance), hs: health.NewServer()}, nil
+}
+
+// Start connects to Postgres (waiting up to StartTimeout for it), takes
+// the instance's lease, loads the reference data, connects to the issuer
+// and NATS, binds the listeners and starts serving in the background,
+// then returns: once it returns nil the Cell API's listener (Addr) and
+// the health port accept, and Done tells when serving fails. Health says
+// SERVING only once the reference data is loaded. On error it has
+// released whatever it had started, nothing keeps running, and Done is
+// closed with Err the same error. ctx bounds starting only: its end after
+// Start has returned does not stop the cell; Shutdown does.
+func (c *Cell) Start(ctx context.Context) error {
+	if !c.life.Begin() {
+		return ErrStarted
 	}
-	reconciled := make(chan struct{})
-	go func() {
-		instance.Lead(watchCtx, st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, st, log) }, log)
-		close(reconciled)
-	}()
-	defer func() { stopWatch(); <-reconciled }()
-	if !cfg.Callbacks.Off {
-		stopNotifier, err := startNotifier(watchCtx, cfg, st, reg, tel, log)
-		if err != nil {
+	c.run, c.stopRun = context.WithCancel(context.WithoutCancel(ctx))
+	for _, step := range []func(context.Context) error{
+		c.startTelemetry, // metrics, traces
+		c.startStore,     // Postgres, the lease, this instance's leftovers
+		c.startRefdata,   // reference data, the lease's keeper, database gauges
+		c.startPeers,     // the issuer, the partner registry, the transaction directory
+		c.startServer,    // the Cell API's server and listener, the health port
+		c.startWatchers,  // database health, the reconciler, the notifier
+	} {
+		if err := step(ctx); err != nil {
+			c.rel.Release(context.WithoutCancel(ctx))
+			c.stopRun()
+			c.life.Failed(err)
 			return err
 		}
-		defer stopNotifier()
 	}
-	go func() {
-		if ref.WaitServing(watchCtx) == nil {
-			ready(st.Ping(watchCtx) == nil)
+	c.life.Serving()
+	c.serving.Go(func() {
+		if err := c.gs.Serve(c.lis); err != nil && !c.stopping.Load() {
+			c.life.End(fmt.Errorf("cell: serve: %w", err))
 		}
-	}()
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(lis) }()
-	log.Info("cell listening", "addr", lis.Addr().String(), "refdata_version", ref.View().Version())
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("cell: serve: %w", err)
-	case <-ctx.Done():
-	}
-	stopWatch()
-	hs.Shutdown() // NOT_SERVING to every watcher before we stop taking work
-	drain(gs, srv.InFlight, cfg.ShutdownTimeout, log)
+	})
+	c.log.Info("cell listening", "addr", c.lis.Addr().String(), "refdata_version", c.ref.View().Version())
 	return nil
 }
 
+// Shutdown drains the cell: what ran in the background stops (reference
+// data updates, the database watch, the reconciler, the notifier), health
+// goes NOT_SERVING, the attempts in flight finish, within ShutdownTimeout
+// and ctx, after which the server stops hard; then everything Start
+// acquired is released in the reverse order (the lease only once the
+// attempts in flight are over). It returns ctx's error (wrapped) if ctx
+// ended before the attempts in flight finished, and nil otherwise,
+// ShutdownTimeout's cut included. Call it once Start has returned (or
+// instead of Start); later calls wait for the first and return what it
+// did. Before Start, or after a Start that failed, there is nothing to
+// stop.
+func (c *Cell) Shutdown(ctx context.Context) error {
+	return c.life.Shutdown(func() error { return c.shutdown(ctx) })
+}
+
+func (c *Cell) shutdown(ctx context.Context) error {
+	if !c.life.Stop() {
+		c.life.End(nil)
+		return nil
+	}
+	c.stopping.Store(true)
+	c.stopRun()
+	c.hs.Shutdown() // NOT_SERVING to every watcher before we stop taking work
+	err := drain(ctx, c.gs, c.srv.InFlight, c.cfg.ShutdownTimeout, c.log)
+	c.serving.Wait()
+	c.rel.Release(ctx)
+	c.life.End(nil)
+	return err
+}
+
+// Done is closed when the cell no longer serves: Start failed, the server
+// stopped serving on its own (Err says why; call Shutdown to release the
+// rest), or Shutdown has stopped it.
+func (c *Cell) Done() <-chan struct{} { return c.life.Done() }
+
+// Err is why serving ended: Start's error, or the server's; nil while the
+// cell serves and after a Shutdown that stopped a cell serving fine.
+func (c *Cell) Err() error { return c.life.Err() }
+
+// Addr is the Cell API listener's address (the port the system chose, if
+// Listen's was 0); nil before Start.
+func (c *Cell) Addr() net.Addr {
+	if c.lis == nil {
+		return nil
+	}
+	return c.lis.Addr()
+}
+
+// HealthAddr is the health port's address; nil before Start and without
+// HealthListen.
+func (c *Cell) HealthAddr() net.Addr {
+	if c.hp == nil {
+		return nil
+	}
+	return c.hp.Addr()
+}
+
 // drain stops gs gracefully: the attempts in flight finish, within
-// timeout, and then the server stops hard. While it waits it logs how
-// many attempts are still in flight (inFlight), every drainReportEvery,
-// so that a slow stop says whether attempts are what it waits for.
-func drain(gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *slog.Logger) {
+// timeout and ctx, and then the server stops hard. While it waits it logs
+// how many attempts are still in flight (inFlight), every
+// drainReportEvery, so that a slow stop says whether attempts are what it
+// waits for. It returns ctx's error (wrapped) if ctx cut the wait short.
+func drain(ctx context.Context, gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *slog.Logger) error {
 	start := time.Now()
 	log.Info("cell draining", "in_flight", inFlight())
 	stopped := make(chan struct{})
@@ -340,209 +308,27 @@ func drain(gs *grpc.Server, inFlight func() int64, timeout time.Duration, log *s
 	defer hard.Stop()
 	report := time.NewTicker(drainReportEvery)
 	defer report.Stop()
+	var err error
 	for {
 		select {
 		case <-stopped:
 			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond).String())
-			return
+			return nil
 		case <-report.C:
 			log.Warn("cell still draining", "in_flight", inFlight(), "waited", time.Since(start).Round(time.Millisecond).String())
+			continue
+		case <-ctx.Done():
+			err = fmt.Errorf("cell: shutdown: %w", ctx.Err())
 		case <-hard.C:
-			log.Warn("in-flight work did not finish in time; stopping hard", "in_flight", inFlight())
-			gs.Stop()
-			<-stopped
-			log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond).String())
-			return
 		}
+		log.Warn("in-flight work did not finish in time; stopping hard", "in_flight", inFlight())
+		gs.Stop()
+		<-stopped
+		log.Info("cell stopped", "drain", time.Since(start).Round(time.Millisecond).String())
+		return err
 	}
 }
 
 // drainReportEvery is how often a graceful stop that is still waiting
 // says so.
 const drainReportEvery = 2 * time.Second
-
-// reconcileCell is the work of the cell's one reconciler: transactions
-// past their point of no return with no known outcome, and the leftovers
-// short of it of instances that are gone (orphanGrace after their last
-// write; any row stuck past store.ActiveFor).
-func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, st *store.Store, log *slog.Logger) {
-	ran := make(chan struct{})
-	go func() { rec.Run(ctx); close(ran) }()
-	defer func() { <-ran }()
-	t := time.NewTicker(instance.RenewEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		n, err := st.AbandonOrphans(ctx, now, now.Add(-orphanGrace), now.Add(-store.ActiveFor))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("abandoning other instances' leftovers failed", "error", err)
-		case n > 0:
-			log.Warn("abandoned transactions of instances that are gone, short of their point of no return", "count", n)
-		}
-	}
-}
-
-// orphanGrace is how long a row short of its point of no return is left
-// to an owner that is gone (or to no owner: a binary from before
-// instances) before it is abandoned.
-const orphanGrace = 5 * time.Second
-
-// openDirectory opens the transaction directory, unless the cell has no
-// NATS or is told not to; the func closes it.
-func openDirectory(cfg Config, log *slog.Logger) (*directory.Directory, func(), error) {
-	if cfg.NATSURL == "" || cfg.NoDirectory {
-		log.Warn("no transaction directory: this cell decides from its own records alone")
-		return nil, func() {}, nil
-	}
-	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, CellID: cfg.ID, Log: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, d.Close, nil
-}
-
-// startNotifier runs the callback notifier until ctx ends or the returned
-// func, which stops it and waits for it, is called.
-func startNotifier(ctx context.Context, cfg Config, st *store.Store, reg *partnerstate.Store, tel *telemetry.Telemetry, log *slog.Logger) (func(), error) {
-	ncfg := notifier.Config{Store: st, Registry: reg, CellID: cfg.ID, Schedule: cfg.Callbacks.Schedule,
-		Timeout: cfg.Callbacks.Timeout, Log: log}
-	if cfg.Callbacks.CAFile != "" {
-		roots, err := pki.CertPool(cfg.Callbacks.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("cell: callback CA: %w", err)
-		}
-		ncfg.RootCAs = roots
-	}
-	n, err := notifier.New(ncfg)
-	if err != nil {
-		return nil, err
-	}
-	m, err := telemetry.NewCallbacks(tel.Meter(meterName), n.Backlog)
-	if err != nil {
-		return nil, err
-	}
-	n.SetMetrics(m)
-	// This instance's final outcomes are delivered as soon as they are
-	// committed; the notifier polls only for the rest.
-	st.OnOutbox(n.Wake)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { n.Run(ctx); close(done) }()
-	sched := cfg.Callbacks.Schedule
-	if len(sched) == 0 {
-		sched = callback.DefaultSchedule
-	}
-	log.Info("callback notifier started", "schedule", sched.String(), "timeout", ncfg.Timeout, "system_roots", cfg.Callbacks.CAFile == "")
-	return func() { cancel(); <-done }, nil
-}
-
-// meterName is the instrumentation scope of a cell's own metrics.
-const meterName = "github.com/cellpay/cellpay/cmd/cell"
-
-// resolutions counts the outcomes the reconciler records.
-type resolutions struct {
-	reconcile.Store
-	metrics *telemetry.Cell
-}
-
-func (r resolutions) Persist(ctx context.Context, rec *orchestrator.Record, from orchestrator.State) error {
-	err := r.Store.Persist(ctx, rec, from)
-	if err == nil {
-		r.metrics.Reconciled(string(rec.State))
-	}
-	return err
-}
-
-// openStore connects, retrying while Postgres is starting up.
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
-		st, err := connectStore(ctx, cfg)
-		if err == nil {
-			return st, nil
-		}
-		log.Info("waiting for postgres", "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cell: postgres not reachable: %w", err)
-		case <-time.After(delay):
-		}
-	}
-}
-
-// connectStore migrates and connects, as one role or as the owner then
-// the application role.
-func connectStore(ctx context.Context, cfg Config) (*store.Store, error) {
-	var st *store.Store
-	var err error
-	if cfg.MigrateDatabaseURL == "" {
-		st, err = store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns)
-	} else if err = store.Migrate(ctx, cfg.MigrateDatabaseURL); err == nil {
-		st, err = store.Connect(ctx, cfg.DatabaseURL, cfg.MaxConns)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if cfg.GroupCommit {
-		st.EnableGroupCommit(store.GroupCommit{})
-	}
-	return st, nil
-}
-
-// downAfter is how many failed database checks in a row (every 500 ms)
-// take a cell out: one slow answer under load is a busy database, not a
-// dead one; a second of silence is. A failed check while writes still
-// commit (Store.Committed within the last checkEvery) is not counted.
-const downAfter = 3
-
-// checkEvery is the period of the database checks.
-const checkEvery = 500 * time.Millisecond
-
-// database is what watchDatabase reads of the store.
-type database interface {
-	// Ping checks the database on a connection of its own.
-	Ping(ctx context.Context) error
-	// Committed is when a write last committed (zero: never).
-	Committed() time.Time
-}
-
-// watchDatabase keeps health in step with the database: a cell that cannot
-// record a transaction must not be sent one.
-func watchDatabase(ctx context.Context, st database, ready func(bool), log *slog.Logger) {
-	t := time.NewTicker(checkEvery)
-	defer t.Stop()
-	up, fails := true, 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
-		err := st.Ping(pctx)
-		cancel()
-		switch {
-		case err == nil:
-			fails = 0
-		case time.Since(st.Committed()) < checkEvery:
-			// The check failed, but a transaction's write committed since
-			// the last one: the database is busy, not down. Not counted;
-			// when the writes stop too, the checks count again (a dead
-			// database is found at most one check later).
-		default:
-			fails++
-		}
-		if ok := fails < downAfter; ok != up {
-			up = ok
-			ready(ok)
-			log.Warn("database health changed", "serving", ok, "error", err)
-		}
-	}
-}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // slowDB fails every health check; its writes commit while writing is set.

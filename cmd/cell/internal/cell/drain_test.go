@@ -2,13 +2,14 @@ package cell
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -17,8 +18,8 @@ import (
 
 // TestDrainStopsHardAtItsBound: a stream that does not end (a health
 // Watch, over real gRPC on loopback) holds a graceful stop; drain reports
-// what is in flight while it waits, stops hard at its bound, and returns.
-// With nothing open it returns at once.
+// what is in flight while it waits, stops hard at its bound or when its
+// context ends, and returns. With nothing open it returns at once.
 func TestDrainStopsHardAtItsBound(t *testing.T) {
 	serve := func(t *testing.T) (*grpc.Server, string) {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -32,49 +33,73 @@ func TestDrainStopsHardAtItsBound(t *testing.T) {
 		return gs, lis.Addr().String()
 	}
 
-	t.Run("a stream held open", func(t *testing.T) {
-		gs, addr := serve(t)
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Recv(); err != nil { // the stream is open at the server
-			t.Fatal(err)
-		}
-		var logs testutil.Buffer
-		done := make(chan struct{})
-		go func() {
-			drain(gs, func() int64 { return 1 }, drainReportEvery+time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(drainReportEvery + 10*time.Second):
-			t.Fatal("drain did not return after its bound")
-		}
-		for _, want := range []string{"cell draining", "cell still draining", "stopping hard", "cell stopped"} {
-			if !strings.Contains(logs.String(), want) {
-				t.Errorf("drain's log lacks %q:\n%s", want, logs.String())
+	// Held open, the stream is cut at drain's bound (nil: the configured
+	// one) or when its context ends (which drain returns), whichever is
+	// first.
+	for _, tc := range []struct {
+		name        string
+		timeout     time.Duration
+		ctx         time.Duration
+		want        error
+		stillReport bool // drain waited past drainReportEvery
+	}{
+		{"a stream held open", drainReportEvery + time.Second, time.Minute, nil, true},
+		{"a stream held open, the context ends first", time.Minute, 300 * time.Millisecond, context.DeadlineExceeded, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs, addr := serve(t)
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if _, err := w.Recv(); err == nil {
-			t.Error("the held stream is still open after the hard stop")
-		}
-	})
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Recv(); err != nil { // the stream is open at the server
+				t.Fatal(err)
+			}
+			var logs testutil.Buffer
+			done := make(chan error, 1)
+			dctx, dcancel := context.WithTimeout(context.Background(), tc.ctx)
+			defer dcancel()
+			go func() {
+				done <- drain(dctx, gs, func() int64 { return 1 }, tc.timeout, slog.New(slog.NewTextHandler(&logs, nil)))
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, tc.want) {
+					t.Errorf("drain: %v, want %v", err, tc.want)
+				}
+			case <-time.After(drainReportEvery + 10*time.Second):
+				t.Fatal("drain did not return after its bound")
+			}
+			want := []string{"cell draining", "stopping hard", "cell stopped"}
+			if tc.stillReport {
+				want = append(want, "cell still draining")
+			}
+			for _, want := range want {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("drain's log lacks %q:\n%s", want, logs.String())
+				}
+			}
+			if _, err := w.Recv(); err == nil {
+				t.Error("the held stream is still open after the hard stop")
+			}
+		})
+	}
 
 	t.Run("nothing open", func(t *testing.T) {
 		gs, _ := serve(t)
 		var logs testutil.Buffer
 		done := make(chan struct{})
 		go func() {
-			drain(gs, func() int64 { return 0 }, time.Minute, slog.New(slog.NewTextHandler(&logs, nil)))
+			if err := drain(context.Background(), gs, func() int64 { return 0 }, time.Minute, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+				t.Error(err)
+			}
 			close(done)
 		}()
 		select {

@@ -16,8 +16,8 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -44,12 +44,12 @@ func ctxT(t *testing.T) context.Context {
 // database is url.
 func instanceOf(t *testing.T, url, id string, iss server.Issuer) cellproto.CellClient {
 	t.Helper()
-	return instanceWith(t, url, id, iss, orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute}, nil)
+	return instanceWith(t, url, id, iss, cellside.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute}, nil)
 }
 
 // instanceWith is instanceOf with the risk policy, and with group commit
 // when gc is not nil.
-func instanceWith(t *testing.T, url, id string, iss server.Issuer, policy orchestrator.Policy, gc *store.GroupCommit) cellproto.CellClient {
+func instanceWith(t *testing.T, url, id string, iss server.Issuer, policy cellside.Policy, gc *store.GroupCommit) cellproto.CellClient {
 	t.Helper()
 	st, err := store.Open(ctxT(t), url, 8)
 	if err != nil {
@@ -73,7 +73,7 @@ func instanceWith(t *testing.T, url, id string, iss server.Issuer, policy orches
 	}
 	srv, err := server.New(server.Config{
 		CellID: "cell-t", Store: st, Issuer: iss,
-		RefData: func() orchestrator.RefData { return ref },
+		RefData: func() cellside.RefData { return ref },
 		Policy:  policy,
 		Keys:    keys, WaitTimeout: 5 * time.Second, Log: slog.New(slog.DiscardHandler),
 	})
@@ -188,7 +188,7 @@ func TestVelocityHoldsUnderABurst(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	iss := &approver{}
 	const limit, burst = 3, 32
-	policy := orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Hour, VelocityMaxCount: limit}
+	policy := cellside.Policy{LimitCurrency: "EUR", VelocityWindow: time.Hour, VelocityMaxCount: limit}
 	cells := []cellproto.CellClient{
 		instanceWith(t, url, "a", iss, policy, &store.GroupCommit{}),
 		instanceWith(t, url, "b", iss, policy, &store.GroupCommit{}),

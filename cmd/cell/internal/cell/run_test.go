@@ -15,8 +15,8 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/pgtest"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -30,19 +30,9 @@ func (s issuerServer) Authorize(ctx context.Context, in *issuerproto.AuthorizeRe
 	return s.a.Authorize(ctx, in)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// TestTwoInstancesRun: two cell.Run of one cell on one database, each
-// serving; one of them runs the reconciler, and when it stops the other
-// takes over.
+// TestTwoInstancesRun: two instances of one cell on one database, each
+// started as main starts one (New, Start, Shutdown) and serving; one of
+// them runs the reconciler, and when it stops the other takes over.
 func TestTwoInstancesRun(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, pgtest.IgnoreGoroutines()) })
 	url := pgtest.NewDatabase(t)
@@ -64,21 +54,26 @@ func TestTwoInstancesRun(t *testing.T) {
 		stop func()
 	}
 	start := func(id string) instance {
-		in := instance{addr: freeAddr(t), logs: &testutil.Buffer{}}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- cell.Run(ctx, cell.Config{ID: "cell-t", Instance: id, Listen: in.addr, DatabaseURL: url,
-				IssuerAddr: lis.Addr().String(), RefDataFile: "../../../../config/refdata.json", Keys: keys,
-				Callbacks: cell.Callbacks{Off: true}, ShutdownTimeout: 2 * time.Second,
-				Log: slog.New(slog.NewTextHandler(in.logs, nil))})
-		}()
+		in := instance{logs: &testutil.Buffer{}}
+		c, err := cell.New(cell.Config{ID: "cell-t", Instance: id, Listen: "127.0.0.1:0", DatabaseURL: url,
+			IssuerAddr: lis.Addr().String(), RefDataFile: "../../../../config/refdata.json", Keys: keys,
+			Callbacks: cell.Callbacks{Off: true}, ShutdownTimeout: 2 * time.Second,
+			Log: slog.New(slog.NewTextHandler(in.logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.Start(ctx); err != nil {
+			t.Fatalf("instance %s: %v", id, err)
+		}
+		in.addr = c.Addr().String()
 		in.stop = func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := c.Shutdown(context.Background()); err != nil {
 				t.Errorf("instance %s: %v", id, err)
 			}
 		}
+		t.Cleanup(in.stop) // if the test fails first; a no-op after in.stop
 		conn, err := grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)

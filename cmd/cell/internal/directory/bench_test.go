@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/testutil"
-	"github.com/cellpay/cellpay/internal/testutil/natstest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -29,14 +29,14 @@ import (
 // Entry and its states are the orchestrator's: the directory stores what
 // the machine decides with.
 type (
-	Entry = orchestrator.Entry
-	State = orchestrator.EntryState
+	Entry = cellside.Entry
+	State = cellside.EntryState
 )
 
 const (
-	Owned     = orchestrator.EntryOwned
-	Abandoned = orchestrator.EntryAbandoned
-	Final     = orchestrator.EntryFinal
+	Owned     = cellside.EntryOwned
+	Abandoned = cellside.EntryAbandoned
+	Final     = cellside.EntryFinal
 )
 
 // Bounds on an entry's fields, so that a decoded entry is small.

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/pgtest"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -15,12 +15,13 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/cbrecv"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pgtest"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/testutil"
-	"github.com/cellpay/cellpay/internal/testutil/cbrecv"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/webhook"
 )
@@ -84,7 +85,7 @@ func (f *fixture) run(s callback.Schedule) { f.runIdle(s, 20*time.Millisecond) }
 
 // runIdle is run with the poll's pause idle.
 func (f *fixture) runIdle(s callback.Schedule, idle time.Duration) *Notifier {
-	roots, err := pki.CertPool(f.roots)
+	roots, err := tlsconf.CertPool(f.roots)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -103,21 +104,21 @@ func (f *fixture) runIdle(s callback.Schedule, idle time.Duration) *Notifier {
 }
 
 // final records n approved transactions and returns their records.
-func (f *fixture) final(prefix string, n int) []*orchestrator.Record {
+func (f *fixture) final(prefix string, n int) []*cellside.Record {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out []*orchestrator.Record
+	var out []*cellside.Record
 	for i := range n {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		r := &orchestrator.Record{TransactionID: fmt.Sprintf("%s-%d", prefix, i), State: orchestrator.StateReceived,
+		r := &cellside.Record{TransactionID: fmt.Sprintf("%s-%d", prefix, i), State: cellside.StateReceived,
 			PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerID: "p-001", Market: "GB", Amount: 1250, Currency: "GBP",
 			SettlementAmount: 1250, SettlementCurrency: "GBP", RiskAmount: 1250, MerchantID: "m-1", MCC: "5411", MerchantCountry: "GB",
 			MaskedPAN: "424242******4242", RefdataVersion: "1", RouteRule: "r", Attempt: 1, CellID: "cell-a", CreatedAt: now, UpdatedAt: now}
 		if _, _, err := f.st.Insert(ctx, r); err != nil {
 			f.t.Fatal(err)
 		}
-		r.State, r.AuthCode = orchestrator.StateApproved, "A1"
-		if err := f.st.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+		r.State, r.AuthCode = cellside.StateApproved, "A1"
+		if err := f.st.Persist(ctx, r, cellside.StateReceived); err != nil {
 			f.t.Fatal(err)
 		}
 		out = append(out, r)

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -36,9 +36,9 @@ const ReasonNotReached = "issuer_not_reached"
 type Store interface {
 	// Unresolved returns up to limit records in state sending last updated
 	// before the given time, oldest first.
-	Unresolved(ctx context.Context, before time.Time, limit int) ([]*orchestrator.Record, error)
+	Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error)
 	// Persist writes r's outcome if the stored state is still from.
-	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
+	Persist(ctx context.Context, r *cellside.Record, from cellside.State) error
 }
 
 // Issuer answers inquiries; issuerproto.IssuerClient implements it.
@@ -175,7 +175,7 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	return resolved, nil
 }
 
-func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now time.Time) (bool, error) {
+func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time.Time) (bool, error) {
 	ictx, cancel := context.WithTimeout(ctx, r.cfg.InquiryTimeout)
 	defer cancel()
 	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{PartnerId: rec.PartnerID, TransactionId: rec.TransactionID})
@@ -184,15 +184,15 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 	switch status.Code(err) {
 	case codes.OK:
 		if resp.GetApproved() {
-			out.State, out.AuthCode = orchestrator.StateApproved, resp.GetAuthCode()
+			out.State, out.AuthCode = cellside.StateApproved, resp.GetAuthCode()
 		} else {
-			out.State, out.DeclineReason = orchestrator.StateDeclined, resp.GetDeclineReason()
+			out.State, out.DeclineReason = cellside.StateDeclined, resp.GetDeclineReason()
 		}
 	case codes.NotFound:
 		if now.Sub(rec.UpdatedAt) < r.cfg.NotFoundAfter {
 			return false, nil // the send may still be on its way
 		}
-		out.State, out.DeclineReason = orchestrator.StateFailed, ReasonNotReached
+		out.State, out.DeclineReason = cellside.StateFailed, ReasonNotReached
 	default:
 		return false, err
 	}
@@ -209,12 +209,12 @@ func (r *Reconciler) resolve(ctx context.Context, rec *orchestrator.Record, now 
 		err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
 		switch {
 		case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
-			out.State, out.AuthCode, out.DeclineReason = orchestrator.StateAbandoned, "", ""
+			out.State, out.AuthCode, out.DeclineReason = cellside.StateAbandoned, "", ""
 		case err != nil:
 			return false, err // stays PENDING; tried again next round
 		}
 	}
-	if err := r.cfg.Store.Persist(ctx, &out, orchestrator.StateSending); err != nil {
+	if err := r.cfg.Store.Persist(ctx, &out, cellside.StateSending); err != nil {
 		return false, err
 	}
 	return true, nil

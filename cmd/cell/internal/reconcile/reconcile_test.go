@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
@@ -21,15 +21,15 @@ import (
 // memStore is an in-memory Store for the reconciler's pure logic.
 type memStore struct {
 	mu   sync.Mutex
-	recs map[idempotency.Key]*orchestrator.Record
+	recs map[idempotency.Key]*cellside.Record
 }
 
-func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([]*orchestrator.Record, error) {
+func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([]*cellside.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []*orchestrator.Record
+	var out []*cellside.Record
 	for _, r := range m.recs {
-		if r.State == orchestrator.StateSending && r.UpdatedAt.Before(before) && len(out) < limit {
+		if r.State == cellside.StateSending && r.UpdatedAt.Before(before) && len(out) < limit {
 			c := *r
 			out = append(out, &c)
 		}
@@ -37,7 +37,7 @@ func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([
 	return out, nil
 }
 
-func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orchestrator.State) error {
+func (m *memStore) Persist(_ context.Context, r *cellside.Record, from cellside.State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.recs[r.Key()].State != from {
@@ -73,27 +73,27 @@ func key(id string) idempotency.Key { return idempotency.Key{PartnerID: "p-001",
 
 func TestResolves(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	rec := func(k idempotency.Key, state orchestrator.State, age time.Duration) *orchestrator.Record {
-		return &orchestrator.Record{PartnerID: k.PartnerID, TransactionID: k.TransactionID, State: state, UpdatedAt: now.Add(-age)}
+	rec := func(k idempotency.Key, state cellside.State, age time.Duration) *cellside.Record {
+		return &cellside.Record{PartnerID: k.PartnerID, TransactionID: k.TransactionID, State: state, UpdatedAt: now.Add(-age)}
 	}
 	// "shared" is one transaction ID of two partners: two transactions,
 	// each resolved by its own partner's inquiry.
 	sharedB := idempotency.Key{PartnerID: "p-002", TransactionID: "shared"}
-	recs := map[idempotency.Key]*orchestrator.Record{}
+	recs := map[idempotency.Key]*cellside.Record{}
 	for k, r := range map[idempotency.Key]struct {
-		state orchestrator.State
+		state cellside.State
 		age   time.Duration
 	}{
-		key("approved"):  {orchestrator.StateSending, 5 * time.Second},
-		key("declined"):  {orchestrator.StateSending, 5 * time.Second},
-		key("lost-new"):  {orchestrator.StateSending, 5 * time.Second},
-		key("lost-old"):  {orchestrator.StateSending, time.Minute},
-		key("too-young"): {orchestrator.StateSending, 100 * time.Millisecond},
-		key("busy"):      {orchestrator.StateSending, 5 * time.Second},
-		key("final"):     {orchestrator.StateApproved, time.Minute},
-		key("received"):  {orchestrator.StateReceived, time.Minute},
-		key("shared"):    {orchestrator.StateSending, 5 * time.Second},
-		sharedB:          {orchestrator.StateSending, 5 * time.Second},
+		key("approved"):  {cellside.StateSending, 5 * time.Second},
+		key("declined"):  {cellside.StateSending, 5 * time.Second},
+		key("lost-new"):  {cellside.StateSending, 5 * time.Second},
+		key("lost-old"):  {cellside.StateSending, time.Minute},
+		key("too-young"): {cellside.StateSending, 100 * time.Millisecond},
+		key("busy"):      {cellside.StateSending, 5 * time.Second},
+		key("final"):     {cellside.StateApproved, time.Minute},
+		key("received"):  {cellside.StateReceived, time.Minute},
+		key("shared"):    {cellside.StateSending, 5 * time.Second},
+		sharedB:          {cellside.StateSending, 5 * time.Second},
 	} {
 		recs[k] = rec(k, r.state, r.age)
 	}
@@ -131,9 +131,9 @@ func TestResolves(t *testing.T) {
 		}
 	}
 	// The issuer down: nothing changes, no error escapes per record.
-	st.recs[key("x")] = rec(key("x"), orchestrator.StateSending, time.Minute)
+	st.recs[key("x")] = rec(key("x"), cellside.StateSending, time.Minute)
 	iss.down = true
-	if n, err := r.Once(context.Background()); err != nil || n != 0 || st.recs[key("x")].State != orchestrator.StateSending {
+	if n, err := r.Once(context.Background()); err != nil || n != 0 || st.recs[key("x")].State != cellside.StateSending {
 		t.Fatalf("issuer down: %d, %v, %s", n, err, st.recs[key("x")].State)
 	}
 }
@@ -167,10 +167,10 @@ func (f *fakeDirectory) Finalize(_ context.Context, k idempotency.Key, owner str
 // its point of no return. With the directory down, nothing is decided.
 func TestOutcomeOnlyWhileTheEntryIsOurs(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	rec := func(id string) *orchestrator.Record {
-		return &orchestrator.Record{PartnerID: "p-001", TransactionID: id, State: orchestrator.StateSending, UpdatedAt: now.Add(-time.Minute)}
+	rec := func(id string) *cellside.Record {
+		return &cellside.Record{PartnerID: "p-001", TransactionID: id, State: cellside.StateSending, UpdatedAt: now.Add(-time.Minute)}
 	}
-	st := &memStore{recs: map[idempotency.Key]*orchestrator.Record{
+	st := &memStore{recs: map[idempotency.Key]*cellside.Record{
 		key("ours"): rec("ours"), key("taken"): rec("taken"), key("lost-taken"): rec("lost-taken"),
 	}}
 	iss := &fakeIssuer{answers: map[idempotency.Key]*issuerproto.AuthorizeResponse{
@@ -187,7 +187,7 @@ func TestOutcomeOnlyWhileTheEntryIsOurs(t *testing.T) {
 		t.Fatalf("directory down: %d resolved, want 0", n)
 	}
 	for k, rec := range st.recs {
-		if rec.State != orchestrator.StateSending {
+		if rec.State != cellside.StateSending {
 			t.Fatalf("directory down: %s became %s", k, rec.State)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 )
 
@@ -28,9 +28,9 @@ import (
 // view taken before the apply still answers as base; and after a restart
 // the cell's Postgres gives back next.
 
-var _ orchestrator.RefData = View{}
+var _ cellside.RefData = View{}
 
-// lookups is what the orchestrator reads (orchestrator.RefData); View,
+// lookups is what the orchestrator reads (cellside.RefData); View,
 // *refdata.Snapshot and a restarted cell's View all implement it.
 type lookups interface {
 	Version() string

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/refdata"
-	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestInstancesApplyEveryVersion: two instances of a cell share its

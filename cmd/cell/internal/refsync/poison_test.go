@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
-	"github.com/cellpay/cellpay/internal/testutil"
-	"github.com/cellpay/cellpay/internal/testutil/natstest"
 )
 
 // TestPoisonedVersionsAreRefusedAndLaterVersionsApply is issue 12's

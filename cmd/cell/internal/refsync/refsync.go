@@ -47,9 +47,9 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Sources of the served version, as reported in refdata.Status.
@@ -94,7 +94,7 @@ type Config struct {
 	NATSURL string
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// BootstrapFile, if set, is served as version 0 by a cell that has no
 	// stored version.
 	BootstrapFile string

@@ -6,23 +6,22 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
 	"github.com/cellpay/cellpay/internal/telemetry"
-	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // TestMain starts a private Postgres for the benchmark; each test checks
@@ -86,18 +85,11 @@ func (s *fakeStore) SaveRefdataUpdate(_ context.Context, base, version uint64, u
 	return nil
 }
 
+// runNATS starts a NATS server with JetStream for the test and returns its
+// URL.
 func runNATS(t *testing.T) string {
 	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	return srv.ClientURL()
+	return natstest.Start(t).URL()
 }
 
 func sample(t *testing.T) refdata.File {
@@ -252,7 +244,7 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	if _, err := s.RegisterMetrics(tel.Meter("test")); err != nil {
 		t.Fatal(err)
 	}
-	metrics := scrape(t, tel.MetricsAddr())
+	metrics := testutil.Scrape(t, tel.MetricsAddr())
 	for _, want := range []string{
 		`cellpay_refdata_version{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 6`,
 		`cellpay_refdata_refused_total{cell="cell-t",service_instance_id="cell-t",service_name="cell"} 3`,
@@ -278,22 +270,6 @@ func TestSyncAppliesRefusesAndRestarts(t *testing.T) {
 	if _, ok := again.View().MCC("1111"); !ok {
 		t.Fatal("restart lost the update")
 	}
-}
-
-// scrape reads /metrics at addr.
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %d %v\n%s", resp.StatusCode, err, b)
-	}
-	return string(b)
 }
 
 func TestBootstrap(t *testing.T) {

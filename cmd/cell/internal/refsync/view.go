@@ -24,7 +24,7 @@ type metaRow struct {
 // View is one version of the reference data as a transaction sees it: the
 // snapshot served when it was taken, so every lookup of one attempt
 // answers from the same version even while a newer one is applied. It
-// implements orchestrator.RefData. The zero View serves nothing (version
+// implements cellside.RefData. The zero View serves nothing (version
 // ""). Reads take no lock.
 type View struct{ snap *refdata.Snapshot }
 

@@ -1,5 +1,5 @@
 // Package server is a cell's gRPC face: it implements the Cell service by
-// driving one orchestrator.Machine per attempt, performing each action
+// driving one cellside.Machine per attempt, performing each action
 // against the store, the GTR's stream and the issuer.
 //
 // Context rule: until the point of no return the attempt runs under the
@@ -24,7 +24,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -35,14 +35,14 @@ import (
 // implements it. Each method's contract is the store's: records are keyed by
 // (partner, transaction ID).
 type Store interface {
-	Insert(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
-	Reclaim(ctx context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error)
-	Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error)
-	Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error
+	Insert(ctx context.Context, r *cellside.Record) (bool, *cellside.Record, error)
+	Reclaim(ctx context.Context, r *cellside.Record) (bool, *cellside.Record, error)
+	Get(ctx context.Context, k idempotency.Key) (*cellside.Record, error)
+	Persist(ctx context.Context, r *cellside.Record, from cellside.State) error
 	// AbandonOwn marks r's record abandoned if it is in one of states and
 	// still the row r's attempt wrote (Persist.OrFrom); otherwise an error
 	// matching store.ErrStateChanged.
-	AbandonOwn(ctx context.Context, r *orchestrator.Record, states ...orchestrator.State) error
+	AbandonOwn(ctx context.Context, r *cellside.Record, states ...cellside.State) error
 	Velocity(ctx context.Context, hashes []card.KeyedHash, since time.Time, exclude idempotency.Key) (int64, int64, error)
 	// GetActive reads k's record as Get does and, from the same snapshot
 	// of it, whether an attempt is working on it now, in this instance of
@@ -50,7 +50,7 @@ type Store interface {
 	// durable owner and its lease): the orchestrator's Existing.Active.
 	// Release ends this instance's ownership of k's record left in state
 	// sending, once its attempt has answered PENDING.
-	GetActive(ctx context.Context, k idempotency.Key) (*orchestrator.Record, bool, error)
+	GetActive(ctx context.Context, k idempotency.Key) (*cellside.Record, bool, error)
 	Release(ctx context.Context, k idempotency.Key) error
 }
 
@@ -66,10 +66,10 @@ type Issuer interface {
 type Directory interface {
 	// Claim creates k's entry as e; it returns the entry that holds k and
 	// whether it is e.Owner's.
-	Claim(ctx context.Context, k idempotency.Key, e orchestrator.Entry) (orchestrator.Entry, bool, error)
+	Claim(ctx context.Context, k idempotency.Key, e cellside.Entry) (cellside.Entry, bool, error)
 	// Take replaces k's entry, read at revision rev, with e; it returns the
 	// entry that holds k and whether it is now e.
-	Take(ctx context.Context, k idempotency.Key, e orchestrator.Entry, rev uint64) (orchestrator.Entry, bool, error)
+	Take(ctx context.Context, k idempotency.Key, e cellside.Entry, rev uint64) (cellside.Entry, bool, error)
 	// Finalize records owner's answer for k; Abandon marks k's entry
 	// abandoned if it is still the claim of call's attempt at owner.
 	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
@@ -100,8 +100,8 @@ type Config struct {
 	// cell decides from its own records alone (tests, a lone cell).
 	Directory Directory
 	// RefData returns the reference data to use now.
-	RefData func() orchestrator.RefData
-	Policy  orchestrator.Policy
+	RefData func() cellside.RefData
+	Policy  cellside.Policy
 	// Keys computes the PAN hash and the payload fingerprint, under keys
 	// derived from the cell's master secrets (internal/cardkeys).
 	Keys *cardkeys.Ring
@@ -216,7 +216,7 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 		return nil, status.Error(codes.NotFound, "transaction not found")
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
-	case r.State == orchestrator.StateReceived, r.State == orchestrator.StateAbandoned:
+	case r.State == cellside.StateReceived, r.State == cellside.StateAbandoned:
 		return nil, status.Error(codes.NotFound, "transaction not found")
 	}
 	return r.Transaction(), nil
@@ -235,7 +235,7 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 		return status.Error(codes.InvalidArgument, "start: the first message must be a ProcessRequest")
 	}
 	r := req.GetRequest()
-	in := orchestrator.Input{
+	in := cellside.Input{
 		Request:    r,
 		Attempt:    req.GetAttempt(),
 		RouteRule:  req.GetRouteRule(),
@@ -255,19 +255,19 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 			in.PANHash, in.PANHashKeyID, in.OtherPANHashes = hashes[0].Sum, hashes[0].KeyID, hashes[1:]
 		}
 	}
-	m := orchestrator.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
+	m := cellside.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
 	ctx := stream.Context()
 	a := m.Start()
 	owns := false // this attempt wrote the record (an insert, or a reclaim)
-	for !orchestrator.Done(a) {
-		var ev orchestrator.Event
+	for !cellside.Done(a) {
+		var ev cellside.Event
 		ev, ctx = s.perform(ctx, stream, a)
-		if _, ok := ev.(orchestrator.Inserted); ok {
+		if _, ok := ev.(cellside.Inserted); ok {
 			owns = true
 		}
 		a = m.Step(ev)
 	}
-	if r, ok := a.(orchestrator.Reply); ok && owns && r.Record.State == orchestrator.StateSending {
+	if r, ok := a.(cellside.Reply); ok && owns && r.Record.State == cellside.StateSending {
 		s.release(ctx, r.Record.Key())
 	}
 	s.settleEntry(m, in, a)
@@ -329,7 +329,7 @@ const releaseRetry = 500 * time.Millisecond
 // on it, it lets other cells answer without the owner): a final answer of
 // this cell's, recorded; a claim of this attempt's given up before its
 // point of no return, abandoned.
-func (s *Server) settleEntry(m *orchestrator.Machine, in orchestrator.Input, a orchestrator.Action) {
+func (s *Server) settleEntry(m *cellside.Machine, in cellside.Input, a cellside.Action) {
 	d := s.cfg.Directory
 	if d == nil {
 		return
@@ -343,13 +343,13 @@ func (s *Server) settleEntry(m *orchestrator.Machine, in orchestrator.Input, a o
 	}
 	k := idempotency.KeyOf(in.Request)
 	switch a := a.(type) {
-	case orchestrator.Reply:
-		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID || claimed && e.State == orchestrator.EntryFinal {
+	case cellside.Reply:
+		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID || claimed && e.State == cellside.EntryFinal {
 			return // not final, not this cell's, or a replay whose entry has the answer already
 		}
 		txn, fp, fpKey := a.Record.Transaction(), a.Record.Fingerprint, a.Record.FingerprintKeyID
 		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn) }, "finalize")
-	case orchestrator.Reroute:
+	case cellside.Reroute:
 		if claimed && e.SameAttempt(in.Call, in.Attempt) {
 			d.Later(func(ctx context.Context) error { return d.Abandon(ctx, k, s.cfg.CellID, in.Call, in.Attempt) }, "abandon")
 		}
@@ -361,36 +361,36 @@ type processStream = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.
 
 // perform carries out one action and returns its event, and the context
 // for the actions after it.
-func (s *Server) perform(ctx context.Context, stream processStream, a orchestrator.Action) (orchestrator.Event, context.Context) {
+func (s *Server) perform(ctx context.Context, stream processStream, a cellside.Action) (cellside.Event, context.Context) {
 	switch a := a.(type) {
-	case orchestrator.Claim:
+	case cellside.Claim:
 		return s.claim(ctx, a), ctx
-	case orchestrator.Insert:
+	case cellside.Insert:
 		ok, existing, err := s.cfg.Store.Insert(ctx, a.Record)
 		return s.existingOr(ctx, ok, existing, err), ctx
-	case orchestrator.Reclaim:
+	case cellside.Reclaim:
 		ok, existing, err := s.cfg.Store.Reclaim(ctx, a.Record)
 		return s.existingOr(ctx, ok, existing, err), ctx
-	case orchestrator.Wait:
+	case cellside.Wait:
 		return s.wait(ctx, a.Key), ctx
-	case orchestrator.CheckVelocity:
+	case cellside.CheckVelocity:
 		n, amt, err := s.cfg.Store.Velocity(ctx, a.PANHashes, a.Since, a.Exclude)
 		if err != nil {
-			return orchestrator.StoreFailed{Err: err}, ctx
+			return cellside.StoreFailed{Err: err}, ctx
 		}
-		return orchestrator.Velocity{Count: n, Amount: amt}, ctx
-	case orchestrator.Persist:
-		stepBack := a.Record.State == orchestrator.StateAbandoned
-		if a.From == orchestrator.StateReceived && ctx.Err() != nil && !stepBack {
+		return cellside.Velocity{Count: n, Amount: amt}, ctx
+	case cellside.Persist:
+		stepBack := a.Record.State == cellside.StateAbandoned
+		if a.From == cellside.StateReceived && ctx.Err() != nil && !stepBack {
 			// The GTR has given up on this attempt and may be restarting it
 			// elsewhere: record no outcome here, and stop short of the
 			// point of no return rather than ask for a confirmation it
 			// will not give.
-			return orchestrator.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", ctx.Err())}, ctx
+			return cellside.StoreFailed{Err: fmt.Errorf("caller gone before the point of no return: %w", ctx.Err())}, ctx
 		}
 		pctx := ctx
 		switch {
-		case a.Record.State == orchestrator.StateSending:
+		case a.Record.State == cellside.StateSending:
 			// Once begun, this write must end one way or the other, not be
 			// cut off leaving us unsure whether it committed; the handshake
 			// that follows is what honours a GTR that gave up.
@@ -407,24 +407,24 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 			return s.abandonOwn(pctx, a), ctx
 		}
 		persist := s.cfg.Store.Persist
-		if a.From == orchestrator.StateSending {
+		if a.From == cellside.StateSending {
 			persist = s.persistAfterIssuer
 		}
 		if err := persist(pctx, a.Record, a.From); err != nil {
-			return orchestrator.StoreFailed{Err: err}, ctx
+			return cellside.StoreFailed{Err: err}, ctx
 		}
-		return orchestrator.Persisted{}, ctx
-	case orchestrator.EmitPNR:
+		return cellside.Persisted{}, ctx
+	case cellside.EmitPNR:
 		ev, ctx := s.confirmPNR(stream, a.Key)
 		if s.cfg.Metrics != nil {
-			_, ok := ev.(orchestrator.PNRConfirmed)
+			_, ok := ev.(cellside.PNRConfirmed)
 			s.cfg.Metrics.PNR(ok)
 		}
 		return ev, ctx
-	case orchestrator.Authorize:
+	case cellside.Authorize:
 		return s.authorize(ctx, a), ctx
 	}
-	return orchestrator.StoreFailed{Err: fmt.Errorf("server: no driver for action %T", a)}, ctx
+	return cellside.StoreFailed{Err: fmt.Errorf("server: no driver for action %T", a)}, ctx
 }
 
 // abandonOwn is the step back of an attempt whose write to a.From failed
@@ -433,7 +433,7 @@ func (s *Server) perform(ctx context.Context, stream processStream, a orchestrat
 // record left in sending by a commit that went through unseen would hold
 // the transaction here past its point of no return, with no issuer call
 // behind it, while the GTR completes it on another cell.
-func (s *Server) abandonOwn(ctx context.Context, a orchestrator.Persist) orchestrator.Event {
+func (s *Server) abandonOwn(ctx context.Context, a cellside.Persist) cellside.Event {
 	r := *a.Record
 	try := func() error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
@@ -442,21 +442,21 @@ func (s *Server) abandonOwn(ctx context.Context, a orchestrator.Persist) orchest
 	}
 	err := try()
 	if err == nil {
-		return orchestrator.Persisted{}
+		return cellside.Persisted{}
 	}
 	if !errors.Is(err, store.ErrStateChanged) {
 		s.retryLater(r.Key(), "step back of an attempt whose sending write failed", err, try)
 	}
-	return orchestrator.StoreFailed{Err: err}
+	return cellside.StoreFailed{Err: err}
 }
 
 // confirmPNR asks the GTR to confirm the point of no return and waits for
 // its Proceed. Once confirmed, the attempt runs to its end under a context
 // of its own: the transaction belongs to this cell whatever the GTR does.
-func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (orchestrator.Event, context.Context) {
+func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (cellside.Event, context.Context) {
 	ctx := stream.Context()
-	refused := func(err error) (orchestrator.Event, context.Context) {
-		return orchestrator.PNRRefused{Err: err}, context.WithoutCancel(ctx)
+	refused := func(err error) (cellside.Event, context.Context) {
+		return cellside.PNRRefused{Err: err}, context.WithoutCancel(ctx)
 	}
 	if err := stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{
 		PointOfNoReturn: &cellproto.PointOfNoReturn{TransactionId: k.TransactionID, PartnerId: k.PartnerID, CellId: s.cfg.CellID},
@@ -470,7 +470,7 @@ func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (orchestrat
 	case in.GetProceed() == nil:
 		return refused(errors.New("expected Proceed"))
 	}
-	return orchestrator.PNRConfirmed{}, context.WithoutCancel(ctx)
+	return cellside.PNRConfirmed{}, context.WithoutCancel(ctx)
 }
 
 // errNoMessage is the error of a stream that sent nothing in time.
@@ -503,7 +503,7 @@ func recvWithin(stream processStream, d time.Duration) (*cellproto.ProcessInput,
 
 // persistAfterIssuer writes the issuer's answer: each try bounded, a few
 // tries, and then it is the reconciler's (by inquiry, never a resend).
-func (s *Server) persistAfterIssuer(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+func (s *Server) persistAfterIssuer(ctx context.Context, r *cellside.Record, from cellside.State) error {
 	var err error
 	for i := range s.cfg.StoreTries {
 		if i > 0 {
@@ -527,9 +527,9 @@ func (s *Server) persistAfterIssuer(ctx context.Context, r *orchestrator.Record,
 }
 
 // claim performs a directory claim or takeover.
-func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.Event {
+func (s *Server) claim(ctx context.Context, a cellside.Claim) cellside.Event {
 	var (
-		e    orchestrator.Entry
+		e    cellside.Entry
 		ours bool
 		err  error
 	)
@@ -555,21 +555,21 @@ func (s *Server) claim(ctx context.Context, a orchestrator.Claim) orchestrator.E
 	}
 	switch {
 	case err != nil:
-		return orchestrator.ClaimFailed{Err: err}
+		return cellside.ClaimFailed{Err: err}
 	case !ours:
-		return orchestrator.Held{Entry: e}
+		return cellside.Held{Entry: e}
 	}
 	// Active is left false: the machine reads it from Existing only, where
 	// the store is asked (a round trip per transaction here for nothing).
-	return orchestrator.Claimed{Entry: e}
+	return cellside.Claimed{Entry: e}
 }
 
-func (s *Server) existingOr(ctx context.Context, ok bool, existing *orchestrator.Record, err error) orchestrator.Event {
+func (s *Server) existingOr(ctx context.Context, ok bool, existing *cellside.Record, err error) cellside.Event {
 	switch {
 	case err != nil:
-		return orchestrator.StoreFailed{Err: err}
+		return cellside.StoreFailed{Err: err}
 	case ok:
-		return orchestrator.Inserted{}
+		return cellside.Inserted{}
 	}
 	return s.existingRecord(ctx, existing)
 }
@@ -580,21 +580,21 @@ func (s *Server) existingOr(ctx context.Context, ok bool, existing *orchestrator
 // one here. A record in sending is read again with it, in one statement:
 // Active read after the record could belong to a later state (the attempt
 // finished in between), and answer PENDING from a stale sending.
-func (s *Server) existingRecord(ctx context.Context, r *orchestrator.Record) orchestrator.Event {
-	if r.State != orchestrator.StateSending {
-		return orchestrator.Existing{Record: r} // Active matters for sending only
+func (s *Server) existingRecord(ctx context.Context, r *cellside.Record) cellside.Event {
+	if r.State != cellside.StateSending {
+		return cellside.Existing{Record: r} // Active matters for sending only
 	}
 	r, active, err := s.cfg.Store.GetActive(ctx, r.Key())
 	if err != nil {
-		return orchestrator.StoreFailed{Err: err}
+		return cellside.StoreFailed{Err: err}
 	}
-	return orchestrator.Existing{Record: r, Active: active && r.State == orchestrator.StateSending}
+	return cellside.Existing{Record: r, Active: active && r.State == cellside.StateSending}
 }
 
 // wait polls the durable record until another attempt's record of k
 // leaves state received, and leaves state sending or its attempt (in any
 // instance) ends: bounded by the caller's deadline and WaitTimeout.
-func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event {
+func (s *Server) wait(ctx context.Context, k idempotency.Key) cellside.Event {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
@@ -602,20 +602,20 @@ func (s *Server) wait(ctx context.Context, k idempotency.Key) orchestrator.Event
 	for {
 		select {
 		case <-ctx.Done():
-			return orchestrator.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", orchestrator.ErrInProgress)}
+			return cellside.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", cellside.ErrInProgress)}
 		case <-t.C:
 		}
 		r, active, err := s.cfg.Store.GetActive(ctx, k)
-		if err != nil || r.State == orchestrator.StateReceived {
+		if err != nil || r.State == cellside.StateReceived {
 			continue
 		}
-		if active = active && r.State == orchestrator.StateSending; !active {
-			return orchestrator.Existing{Record: r}
+		if active = active && r.State == cellside.StateSending; !active {
+			return cellside.Existing{Record: r}
 		}
 	}
 }
 
-func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orchestrator.Event {
+func (s *Server) authorize(ctx context.Context, a cellside.Authorize) cellside.Event {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.IssuerTimeout)
 	defer cancel()
 	r := a.Request
@@ -634,45 +634,45 @@ func (s *Server) authorize(ctx context.Context, a orchestrator.Authorize) orches
 	})
 	switch status.Code(err) {
 	case codes.OK:
-		return orchestrator.IssuerAnswered{Approved: resp.GetApproved(), AuthCode: resp.GetAuthCode(), DeclineReason: resp.GetDeclineReason()}
+		return cellside.IssuerAnswered{Approved: resp.GetApproved(), AuthCode: resp.GetAuthCode(), DeclineReason: resp.GetDeclineReason()}
 	case codes.InvalidArgument:
 		s.cfg.Log.Warn("issuer refused the request", "partner_id", r.GetPartnerId(), "transaction_id", r.GetTransactionId(),
 			"error", status.Convert(err).Message())
-		return orchestrator.IssuerAnswered{DeclineReason: "issuer_invalid_request"}
+		return cellside.IssuerAnswered{DeclineReason: "issuer_invalid_request"}
 	}
 	s.cfg.Log.Warn("issuer outcome unknown; transaction pending", "partner_id", r.GetPartnerId(), "transaction_id", r.GetTransactionId(),
 		"code", status.Code(err).String())
-	return orchestrator.IssuerUnknown{Err: err}
+	return cellside.IssuerUnknown{Err: err}
 }
 
-func (s *Server) finish(stream processStream, a orchestrator.Action) error {
+func (s *Server) finish(stream processStream, a cellside.Action) error {
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Finished(finishedAs(a))
 	}
 	switch a := a.(type) {
-	case orchestrator.Reply:
+	case cellside.Reply:
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Record.Transaction()}})
-	case orchestrator.ReplyEntry:
+	case cellside.ReplyEntry:
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Result{Result: a.Entry.Answer}})
-	case orchestrator.Reroute:
+	case cellside.Reroute:
 		s.cfg.Log.Warn("attempt re-routable", "reason", a.Reason, "owner", a.Owner)
 		return stream.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Reroutable{
 			Reroutable: &cellproto.Reroutable{Reason: a.Reason, CellHealthy: a.CellHealthy, OwnerCell: a.Owner},
 		}})
-	case orchestrator.Reject:
+	case cellside.Reject:
 		return rejectStatus(a.Err)
 	}
 	return status.Errorf(codes.Internal, "server: unexpected final action %T", a)
 }
 
 // finishedAs names a final action for Metrics.
-func finishedAs(a orchestrator.Action) string {
+func finishedAs(a cellside.Action) string {
 	switch a := a.(type) {
-	case orchestrator.Reply:
+	case cellside.Reply:
 		return string(a.Record.State)
-	case orchestrator.ReplyEntry:
+	case cellside.ReplyEntry:
 		return "from_directory"
-	case orchestrator.Reroute:
+	case cellside.Reroute:
 		return "reroutable"
 	}
 	return "rejected"
@@ -683,7 +683,7 @@ func rejectStatus(err error) error {
 	switch {
 	case errors.Is(err, idempotency.ErrConflict):
 		return status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
-	case errors.Is(err, orchestrator.ErrInProgress):
+	case errors.Is(err, cellside.ErrInProgress):
 		return status.Error(codes.Aborted, "transaction_id: an earlier attempt is still in progress; retry")
 	}
 	if _, ok := status.FromError(err); ok {

@@ -23,9 +23,9 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // memStore keys records by (partner, transaction ID), as the real store.
 type memStore struct {
 	mu   sync.Mutex
-	recs map[idempotency.Key]orchestrator.Record
+	recs map[idempotency.Key]cellside.Record
 	// owned: an attempt works on the record (one instance: no leases).
 	owned map[idempotency.Key]bool
 	// releaseFails is how many Release calls fail before one succeeds;
@@ -57,7 +57,7 @@ func (m *memStore) own(k idempotency.Key, ok bool) {
 	m.owned[k] = ok
 }
 
-func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*orchestrator.Record, bool, error) {
+func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*cellside.Record, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.recs[k]
@@ -74,13 +74,13 @@ func (m *memStore) Release(_ context.Context, k idempotency.Key) error {
 		m.releaseFails--
 		return errors.New("store: release: connection refused")
 	}
-	if m.recs[k].State == orchestrator.StateSending {
+	if m.recs[k].State == cellside.StateSending {
 		m.own(k, false)
 	}
 	return nil
 }
 
-func (m *memStore) Insert(_ context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error) {
+func (m *memStore) Insert(_ context.Context, r *cellside.Record) (bool, *cellside.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if prev, ok := m.recs[r.Key()]; ok {
@@ -91,11 +91,11 @@ func (m *memStore) Insert(_ context.Context, r *orchestrator.Record) (bool, *orc
 	return true, nil, nil
 }
 
-func (m *memStore) Reclaim(_ context.Context, r *orchestrator.Record) (bool, *orchestrator.Record, error) {
+func (m *memStore) Reclaim(_ context.Context, r *cellside.Record) (bool, *cellside.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev := m.recs[r.Key()]
-	if prev.State != orchestrator.StateAbandoned {
+	if prev.State != cellside.StateAbandoned {
 		return false, &prev, nil
 	}
 	m.recs[r.Key()] = *r
@@ -103,7 +103,7 @@ func (m *memStore) Reclaim(_ context.Context, r *orchestrator.Record) (bool, *or
 	return true, nil, nil
 }
 
-func (m *memStore) Get(_ context.Context, k idempotency.Key) (*orchestrator.Record, error) {
+func (m *memStore) Get(_ context.Context, k idempotency.Key) (*cellside.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.recs[k]
@@ -113,14 +113,14 @@ func (m *memStore) Get(_ context.Context, k idempotency.Key) (*orchestrator.Reco
 	return &r, nil
 }
 
-func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orchestrator.State) error {
+func (m *memStore) Persist(_ context.Context, r *cellside.Record, from cellside.State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.recs[r.Key()].State != from {
 		return store.ErrStateChanged
 	}
 	m.recs[r.Key()] = *r
-	if r.State != orchestrator.StateSending {
+	if r.State != cellside.StateSending {
 		m.own(r.Key(), false)
 	} else if m.sendingAckLost {
 		m.sendingAckLost = false
@@ -129,7 +129,7 @@ func (m *memStore) Persist(_ context.Context, r *orchestrator.Record, from orche
 	return nil
 }
 
-func (m *memStore) AbandonOwn(_ context.Context, r *orchestrator.Record, states ...orchestrator.State) error {
+func (m *memStore) AbandonOwn(_ context.Context, r *cellside.Record, states ...cellside.State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.abandonFails > 0 {
@@ -140,7 +140,7 @@ func (m *memStore) AbandonOwn(_ context.Context, r *orchestrator.Record, states 
 	if !ok || !slices.Contains(states, prev.State) || !m.owned[r.Key()] || prev.Attempt != r.Attempt || !prev.CreatedAt.Equal(r.CreatedAt) {
 		return store.ErrStateChanged
 	}
-	prev.State, prev.UpdatedAt = orchestrator.StateAbandoned, r.UpdatedAt
+	prev.State, prev.UpdatedAt = cellside.StateAbandoned, r.UpdatedAt
 	m.recs[r.Key()] = prev
 	m.own(r.Key(), false)
 	return nil
@@ -160,7 +160,7 @@ func (m *memStore) Velocity(context.Context, []card.KeyedHash, time.Time, idempo
 }
 
 // state is the state of p-001's transaction id.
-func (m *memStore) state(id string) orchestrator.State {
+func (m *memStore) state(id string) cellside.State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.recs[idempotency.Key{PartnerID: "p-001", TransactionID: id}].State
@@ -193,7 +193,7 @@ func (c *countingIssuer) callsFor(k idempotency.Key) int {
 
 func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
 	t.Helper()
-	return startWith(t, testKeys, &memStore{recs: map[idempotency.Key]orchestrator.Record{}})
+	return startWith(t, testKeys, &memStore{recs: map[idempotency.Key]cellside.Record{}})
 }
 
 // startWith starts a server with card data keys and store st.
@@ -206,8 +206,8 @@ func startWith(t *testing.T, keys *cardkeys.Ring, st *memStore) (cellproto.CellC
 	iss := &countingIssuer{}
 	srv, err := New(Config{
 		CellID: "cell-t", Store: st, Issuer: iss,
-		RefData: func() orchestrator.RefData { return ref },
-		Policy:  orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
+		RefData: func() cellside.RefData { return ref },
+		Policy:  cellside.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
 		Keys:    keys, WaitTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler),
 	})
@@ -286,11 +286,11 @@ func ctxT(t *testing.T) context.Context {
 func TestConfirmedPNRCallsTheIssuerOnce(t *testing.T) {
 	c, st, iss := start(t)
 	s := open(t, ctxT(t), c, "t-ok")
-	if st.state("t-ok") != orchestrator.StateSending || iss.calls.Load() != 0 {
+	if st.state("t-ok") != cellside.StateSending || iss.calls.Load() != 0 {
 		t.Fatal("the sending state must be durable, and the issuer untouched, before Proceed")
 	}
 	got := proceed(t, s)
-	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || iss.calls.Load() != 1 || st.state("t-ok") != orchestrator.StateApproved {
+	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || iss.calls.Load() != 1 || st.state("t-ok") != cellside.StateApproved {
 		t.Fatalf("got %v; issuer calls %d; state %s", got, iss.calls.Load(), st.state("t-ok"))
 	}
 }
@@ -303,7 +303,7 @@ func TestRefusedPNRNeverReachesTheIssuer(t *testing.T) {
 	open(t, ctx, c, "t-refused")
 	cancel()
 	deadline := time.Now().Add(5 * time.Second)
-	for st.state("t-refused") != orchestrator.StateAbandoned {
+	for st.state("t-refused") != cellside.StateAbandoned {
 		if time.Now().After(deadline) {
 			t.Fatalf("state %s, want abandoned", st.state("t-refused"))
 		}
@@ -410,7 +410,7 @@ func TestKeyRotationKeepsReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, st, iss := startWith(t, before, &memStore{recs: map[idempotency.Key]orchestrator.Record{}})
+	c1, st, iss := startWith(t, before, &memStore{recs: map[idempotency.Key]cellside.Record{}})
 	first := proceed(t, open(t, ctxT(t), c1, "t-rot"))
 	k := idempotency.Key{PartnerID: "p-001", TransactionID: "t-rot"}
 	if rec, _ := st.Get(ctxT(t), k); rec.FingerprintKeyID != before.FingerprintKeyID() || rec.PANHashKeyID != before.PANHashKeyID() {
@@ -450,12 +450,12 @@ func TestKeyRotationKeepsReplays(t *testing.T) {
 // that the reconciler may resolve the record soon after the database is
 // back rather than after store.ActiveFor.
 func TestFailedReleaseIsRetried(t *testing.T) {
-	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}, releaseFails: 3}
+	st := &memStore{recs: map[idempotency.Key]cellside.Record{}, releaseFails: 3}
 	k := idempotency.Key{PartnerID: "p-001", TransactionID: "t-release"}
-	st.recs[k] = orchestrator.Record{TransactionID: k.TransactionID, PartnerID: k.PartnerID, State: orchestrator.StateSending}
+	st.recs[k] = cellside.Record{TransactionID: k.TransactionID, PartnerID: k.PartnerID, State: cellside.StateSending}
 	st.own(k, true)
 	srv, err := New(Config{CellID: "cell-t", Store: st, Issuer: &countingIssuer{},
-		RefData: func() orchestrator.RefData { return nil }, Policy: orchestrator.Policy{LimitCurrency: "EUR"},
+		RefData: func() cellside.RefData { return nil }, Policy: cellside.Policy{LimitCurrency: "EUR"},
 		Keys: testKeys, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +480,7 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 // step back the database refuses at first is tried again until it is
 // written. The issuer is never called.
 func TestLostSendingCommitStepsBack(t *testing.T) {
-	st := &memStore{recs: map[idempotency.Key]orchestrator.Record{}, sendingAckLost: true, abandonFails: 2}
+	st := &memStore{recs: map[idempotency.Key]cellside.Record{}, sendingAckLost: true, abandonFails: 2}
 	c, _, iss := startWith(t, testKeys, st)
 	s, err := c.Process(ctxT(t))
 	if err != nil {
@@ -494,7 +494,7 @@ func TestLostSendingCommitStepsBack(t *testing.T) {
 		t.Fatalf("want the attempt re-routable, got %v, %v", ev, err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the record stepped back to abandoned", func() bool {
-		return st.state("t-lost") == orchestrator.StateAbandoned
+		return st.state("t-lost") == cellside.StateAbandoned
 	})
 	if iss.calls.Load() != 0 {
 		t.Fatal("the issuer was called for an attempt that never had Proceed")

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -57,9 +57,9 @@ func startWithIssuer(t *testing.T, iss Issuer) cellproto.CellClient {
 		t.Fatal(err)
 	}
 	srv, err := New(Config{
-		CellID: "cell-t", Store: &memStore{recs: map[idempotency.Key]orchestrator.Record{}}, Issuer: iss,
-		RefData: func() orchestrator.RefData { return ref },
-		Policy:  orchestrator.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
+		CellID: "cell-t", Store: &memStore{recs: map[idempotency.Key]cellside.Record{}}, Issuer: iss,
+		RefData: func() cellside.RefData { return ref },
+		Policy:  cellside.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
 		Keys:    testKeys,
 		// Short waits: every input must finish well within the fuzzing
 		// engine's patience (a worker still busy when -fuzztime ends fails

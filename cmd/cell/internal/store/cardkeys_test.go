@@ -10,8 +10,8 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/cardkeys"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -49,9 +49,9 @@ func cardRequest(id string, amount int64) *cellpayv1.SubmitTransactionRequest {
 
 // keyedRecord is record(id) with its card data computed under ring's
 // current keys, as the cell's driver does.
-func keyedRecord(ring *cardkeys.Ring, id string) *orchestrator.Record {
+func keyedRecord(ring *cardkeys.Ring, id string) *cellside.Record {
 	r := record(id)
-	r.State = orchestrator.StateApproved
+	r.State = cellside.StateApproved
 	r.AuthCode = "A1B2C3"
 	r.Fingerprint, r.FingerprintKeyID = ring.Fingerprint(cardRequest(id, 1250)), ring.FingerprintKeyID()
 	h := ring.PANHashes(testPAN)[0]
@@ -61,22 +61,22 @@ func keyedRecord(ring *cardkeys.Ring, id string) *orchestrator.Record {
 
 // replay runs the orchestrator on a replay of req against the stored
 // record of its key, with ring's keys, as the cell's server does.
-func replay(t *testing.T, s *Store, ring *cardkeys.Ring, req *cellpayv1.SubmitTransactionRequest) orchestrator.Action {
+func replay(t *testing.T, s *Store, ring *cardkeys.Ring, req *cellpayv1.SubmitTransactionRequest) cellside.Action {
 	t.Helper()
-	in := orchestrator.Input{
+	in := cellside.Input{
 		Request: req, Fingerprint: ring.Fingerprint(req), FingerprintKeyID: ring.FingerprintKeyID(),
 		FingerprintUnder: func(id string) (idempotency.Fingerprint, bool) { return ring.FingerprintUnder(id, req) },
 		CellID:           "cell-a", Attempt: 1,
 	}
-	m := orchestrator.New(in, orchestrator.Policy{LimitCurrency: "GBP"}, testRefData, time.Now)
-	if _, ok := m.Start().(orchestrator.Insert); !ok {
+	m := cellside.New(in, cellside.Policy{LimitCurrency: "GBP"}, testRefData, time.Now)
+	if _, ok := m.Start().(cellside.Insert); !ok {
 		t.Fatal("the machine did not insert first")
 	}
 	prev, err := s.Get(ctxT(t), key(req.GetTransactionId()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Step(orchestrator.Existing{Record: prev})
+	return m.Step(cellside.Existing{Record: prev})
 }
 
 // TestRotationKeepsReplaysAndVelocity: a record written under the old
@@ -100,19 +100,19 @@ func TestRotationKeepsReplaysAndVelocity(t *testing.T) {
 		t.Fatalf("stored key IDs %q, %q, %v", got.FingerprintKeyID, got.PANHashKeyID, err)
 	}
 	switch a := replay(t, s, after, cardRequest("t-rot", 1250)).(type) {
-	case orchestrator.Reply:
+	case cellside.Reply:
 		if a.Record.AuthCode != "A1B2C3" {
 			t.Fatalf("replay answered %+v", a.Record)
 		}
 	default:
 		t.Fatalf("replay of the same payload after rotation: %#v", a)
 	}
-	if a, ok := replay(t, s, after, cardRequest("t-rot", 9999)).(orchestrator.Reject); !ok || !strings.Contains(a.Err.Error(), "different payload") {
+	if a, ok := replay(t, s, after, cardRequest("t-rot", 9999)).(cellside.Reject); !ok || !strings.Contains(a.Err.Error(), "different payload") {
 		t.Fatalf("replay of another payload after rotation: %#v", a)
 	}
 	// A ring without the old master cannot compare: ALREADY_EXISTS, never
 	// the recorded answer.
-	if _, ok := replay(t, s, keyRing(t, 2), cardRequest("t-rot", 1250)).(orchestrator.Reject); !ok {
+	if _, ok := replay(t, s, keyRing(t, 2), cardRequest("t-rot", 1250)).(cellside.Reject); !ok {
 		t.Fatal("a replay under a key no longer in the ring got an answer")
 	}
 
@@ -154,12 +154,12 @@ func TestMigrationKeyIDsAndMasks(t *testing.T) {
 	defer conn.Close(ctx)
 	m := bytes.Repeat([]byte{1}, 32)
 	old := record("t-legacy")
-	old.State, old.AuthCode = orchestrator.StateApproved, "A1B2C3"
+	old.State, old.AuthCode = cellside.StateApproved, "A1B2C3"
 	old.Fingerprint = legacyFingerprint(m, cardRequest("t-legacy", 1250))
 	old.PANHash = card.NewHasher(m).Hash(testPAN)
 	short := record("t-short")
 	short.MaskedPAN = "123456**9012" // the old rule, for a 12-digit PAN
-	for _, r := range []*orchestrator.Record{old, short} {
+	for _, r := range []*cellside.Record{old, short} {
 		if _, err := conn.Exec(ctx, `INSERT INTO transactions (`+columns004+`)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)`, args(r)[:24]...); err != nil {
 			t.Fatalf("insert under 004: %v", err)
@@ -175,10 +175,10 @@ func TestMigrationKeyIDsAndMasks(t *testing.T) {
 		t.Fatalf("migrated key IDs %q, %q, %v", got.FingerprintKeyID, got.PANHashKeyID, err)
 	}
 	ring := keyRing(t, 2, 1) // rotated since: the legacy master is the oldest
-	if a, ok := replay(t, s, ring, cardRequest("t-legacy", 1250)).(orchestrator.Reply); !ok || a.Record.AuthCode != "A1B2C3" {
+	if a, ok := replay(t, s, ring, cardRequest("t-legacy", 1250)).(cellside.Reply); !ok || a.Record.AuthCode != "A1B2C3" {
 		t.Fatalf("legacy replay: %#v", a)
 	}
-	if _, ok := replay(t, s, ring, cardRequest("t-legacy", 1)).(orchestrator.Reject); !ok {
+	if _, ok := replay(t, s, ring, cardRequest("t-legacy", 1)).(cellside.Reject); !ok {
 		t.Fatal("legacy replay of another payload got an answer")
 	}
 	if n, _, err := s.Velocity(ctx, ring.PANHashes(testPAN), t0.Add(-time.Minute), key("t-new")); err != nil || n != 1 {

@@ -41,7 +41,7 @@ import (
 //
 // Two races in the window between a transaction's directory claim and its
 // record's write, which queueing widens, were found by the model
-// (internal/model, Rules.AsyncInsert) and fixed in the orchestrator's
+// (internal/dev/model, Rules.AsyncInsert) and fixed in the orchestrator's
 // machine before the insert joined the batches: the record, not the
 // claim, decides which attempt in a cell restarts an abandoned
 // transaction, and a claimed entry's payload is compared.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 )
 
 // lifecycle runs one transaction's three durable writes, each
@@ -18,12 +18,12 @@ func lifecycle(ctx context.Context, s *Store, id string) error {
 	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
 		return fmt.Errorf("%s: insert %v, %v", id, ins, err)
 	}
-	r.State = orchestrator.StateSending
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State = cellside.StateSending
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		return fmt.Errorf("%s: sending: %w", id, err)
 	}
-	r.State, r.AuthCode = orchestrator.StateApproved, "A1"
-	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+	r.State, r.AuthCode = cellside.StateApproved, "A1"
+	if err := s.Persist(ctx, r, cellside.StateSending); err != nil {
 		return fmt.Errorf("%s: approve: %w", id, err)
 	}
 	return nil
@@ -59,7 +59,7 @@ func TestGroupCommitShares(t *testing.T) {
 	t.Logf("%d writes in %d batches", st.Writes, st.Batches)
 	for i := range n {
 		got, err := s.Get(ctx, key(fmt.Sprintf("g-%d", i)))
-		if err != nil || got.State != orchestrator.StateApproved {
+		if err != nil || got.State != cellside.StateApproved {
 			t.Fatalf("g-%d: %v, %v", i, got, err)
 		}
 	}
@@ -69,12 +69,12 @@ func TestGroupCommitShares(t *testing.T) {
 	}
 	// A persist from a state the record has left is refused, batched too.
 	r := record("g-0")
-	r.State = orchestrator.StateDeclined
-	if err := s.Persist(ctx, r, orchestrator.StateSending); !errors.Is(err, ErrStateChanged) {
+	r.State = cellside.StateDeclined
+	if err := s.Persist(ctx, r, cellside.StateSending); !errors.Is(err, ErrStateChanged) {
 		t.Fatalf("stale persist: %v, want ErrStateChanged", err)
 	}
 	// A duplicate insert answers the existing record.
-	if ins, ex, err := s.Insert(ctx, record("g-1")); err != nil || ins || ex == nil || ex.State != orchestrator.StateApproved {
+	if ins, ex, err := s.Insert(ctx, record("g-1")); err != nil || ins || ex == nil || ex.State != cellside.StateApproved {
 		t.Fatalf("duplicate insert: %v, %+v, %v", ins, ex, err)
 	}
 }
@@ -132,8 +132,8 @@ func TestGroupCommitClose(t *testing.T) {
 	}
 	s.group.close()
 	r := record("c-2")
-	r.State = orchestrator.StateSending
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err == nil {
+	r.State = cellside.StateSending
+	if err := s.Persist(ctx, r, cellside.StateReceived); err == nil {
 		t.Fatal("persist after close succeeded")
 	}
 	s.group = nil // Close (cleanup) would close it again
@@ -152,8 +152,8 @@ func TestGroupCommitReclaimHasOneWinner(t *testing.T) {
 	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
 		t.Fatalf("insert: %v, %v", ins, err)
 	}
-	r.State = orchestrator.StateAbandoned
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State = cellside.StateAbandoned
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
 	const n = 16
@@ -172,7 +172,7 @@ func TestGroupCommitReclaimHasOneWinner(t *testing.T) {
 				t.Errorf("reclaim %d: %v", i, err)
 			case ok:
 				winners++
-			case ex == nil || ex.State != orchestrator.StateReceived:
+			case ex == nil || ex.State != cellside.StateReceived:
 				t.Errorf("reclaim %d lost, handed %+v; want the winner's received record", i, ex)
 			default:
 				losers++

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
@@ -97,7 +97,7 @@ func (s *Store) Active(ctx context.Context, k idempotency.Key) (bool, error) {
 // in one statement: one snapshot of the row, so that a record read in
 // sending is never paired with an Active read after its attempt ended.
 // ErrNotFound as Get.
-func (s *Store) GetActive(ctx context.Context, k idempotency.Key) (*orchestrator.Record, bool, error) {
+func (s *Store) GetActive(ctx context.Context, k idempotency.Key) (*cellside.Record, bool, error) {
 	var active bool
 	r, err := scanWith(s.pool.QueryRow(ctx, `SELECT `+columns+`, `+activeSQL+` FROM transactions t
 		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID, s.instance, activeFor), &active)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 )
 
 // sibling opens a second store on url as instance id, with a live lease.
@@ -24,15 +24,15 @@ func sibling(t *testing.T, url, id string) *Store {
 	return s
 }
 
-func insert(t *testing.T, s *Store, id string, state orchestrator.State) {
+func insert(t *testing.T, s *Store, id string, state cellside.State) {
 	t.Helper()
 	r := record(id)
 	if ok, _, err := s.Insert(ctxT(t), r); err != nil || !ok {
 		t.Fatalf("insert %s: %v, %v", id, ok, err)
 	}
-	if state != orchestrator.StateReceived {
+	if state != cellside.StateReceived {
 		r.State = state
-		if err := s.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+		if err := s.Persist(ctxT(t), r, cellside.StateReceived); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,22 +48,22 @@ func TestAbandonUnsentLeavesLiveSiblings(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := sibling(t, url, "b")
-	insert(t, first, "t-a", orchestrator.StateReceived)
-	insert(t, b, "t-b", orchestrator.StateReceived)
+	insert(t, first, "t-a", cellside.StateReceived)
+	insert(t, b, "t-b", cellside.StateReceived)
 
 	// b restarts (same name, lease still live): its own row goes, a's stays.
 	if n, err := b.AbandonUnsent(ctxT(t), t0.Add(time.Second)); err != nil || n != 1 {
 		t.Fatalf("b's AbandonUnsent = %d, %v; want its own row only", n, err)
 	}
-	if st := state(t, first, "t-a"); st != orchestrator.StateReceived {
+	if st := state(t, first, "t-a"); st != cellside.StateReceived {
 		t.Fatalf("live sibling a's row is %s, want received", st)
 	}
-	if st := state(t, first, "t-b"); st != orchestrator.StateAbandoned {
+	if st := state(t, first, "t-b"); st != cellside.StateAbandoned {
 		t.Fatalf("b's own leftover is %s, want abandoned", st)
 	}
 
 	// a's lease runs out: a new instance c abandons its row at start.
-	insert(t, first, "t-a2", orchestrator.StateReceived)
+	insert(t, first, "t-a2", cellside.StateReceived)
 	if err := first.RenewLease(ctxT(t), time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +75,13 @@ func TestAbandonUnsentLeavesLiveSiblings(t *testing.T) {
 
 	// The sweep: a dead owner's row past the grace goes; a live one's
 	// stays until it is stuck.
-	insert(t, first, "t-a3", orchestrator.StateReceived) // a's lease expired
-	insert(t, b, "t-b2", orchestrator.StateReceived)
+	insert(t, first, "t-a3", cellside.StateReceived) // a's lease expired
+	insert(t, b, "t-b2", cellside.StateReceived)
 	now := t0.Add(10 * time.Second)
 	if n, err := c.AbandonOrphans(ctxT(t), now, now, now.Add(-time.Hour)); err != nil || n != 1 {
 		t.Fatalf("AbandonOrphans = %d, %v; want a's row only", n, err)
 	}
-	if st := state(t, first, "t-b2"); st != orchestrator.StateReceived {
+	if st := state(t, first, "t-b2"); st != cellside.StateReceived {
 		t.Fatalf("live b's row is %s after the sweep", st)
 	}
 	if n, err := c.AbandonOrphans(ctxT(t), now, now, now); err != nil || n != 1 {
@@ -89,7 +89,7 @@ func TestAbandonUnsentLeavesLiveSiblings(t *testing.T) {
 	}
 }
 
-func state(t *testing.T, s *Store, id string) orchestrator.State {
+func state(t *testing.T, s *Store, id string) cellside.State {
 	t.Helper()
 	r, err := s.Get(ctxT(t), key(id))
 	if err != nil {
@@ -114,8 +114,8 @@ func TestActiveFollowsOwnerAndLease(t *testing.T) {
 	if ok, _, err := a.Insert(ctxT(t), r); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	r.State = orchestrator.StateSending
-	if err := a.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+	r.State = cellside.StateSending
+	if err := a.Persist(ctxT(t), r, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
 	active := func(s *Store) bool {
@@ -137,7 +137,7 @@ func TestActiveFollowsOwnerAndLease(t *testing.T) {
 	if !active(a) || !active(b) || unresolved() != 0 {
 		t.Fatalf("in flight at a: active at a %v, at b %v, unresolved %d; want true, true, 0", active(a), active(b), unresolved())
 	}
-	if got, ok, err := b.GetActive(ctxT(t), key("t-1")); err != nil || !ok || got.State != orchestrator.StateSending || got.TransactionID != "t-1" {
+	if got, ok, err := b.GetActive(ctxT(t), key("t-1")); err != nil || !ok || got.State != cellside.StateSending || got.TransactionID != "t-1" {
 		t.Fatalf("GetActive at b = %+v, %v, %v; want the sending record, active", got, ok, err)
 	}
 	if _, _, err := b.GetActive(ctxT(t), key("t-none")); !errors.Is(err, ErrNotFound) {
@@ -168,7 +168,7 @@ func TestActiveFollowsOwnerAndLease(t *testing.T) {
 	if err := a.RenewLease(ctxT(t), time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	insert(t, a, "t-2", orchestrator.StateApproved)
+	insert(t, a, "t-2", cellside.StateApproved)
 	if ok, err := b.Active(ctxT(t), key("t-2")); err != nil || ok {
 		t.Fatalf("final row active: %v, %v", ok, err)
 	}
@@ -253,8 +253,8 @@ func TestRestartReleasesItsSendingRows(t *testing.T) {
 		if ok, _, err := s.Insert(ctxT(t), r); err != nil || !ok {
 			t.Fatal(ok, err)
 		}
-		r.State = orchestrator.StateSending
-		if err := s.Persist(ctxT(t), r, orchestrator.StateReceived); err != nil {
+		r.State = cellside.StateSending
+		if err := s.Persist(ctxT(t), r, cellside.StateReceived); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -267,7 +267,7 @@ func TestRestartReleasesItsSendingRows(t *testing.T) {
 	if ok, err := a.Active(ctxT(t), key("t-b")); err != nil || !ok {
 		t.Fatalf("live b's sending row after a's restart: active %v, %v; want still b's", ok, err)
 	}
-	if st := state(t, a, "t-a"); st != orchestrator.StateSending {
+	if st := state(t, a, "t-a"); st != cellside.StateSending {
 		t.Fatalf("a's sending row is %s after the restart, want sending (past its PNR)", st)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 )
 
 // k8sCluster is the part of deploy/k8s/base/cell/postgres.yaml (a
@@ -103,13 +103,13 @@ func TestKubernetesRoles(t *testing.T) {
 	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
 		t.Fatalf("Insert as %s = %v, %v", app, ins, err)
 	}
-	r.State, r.UpdatedAt = orchestrator.StateSending, t0.Add(time.Second)
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State, r.UpdatedAt = cellside.StateSending, t0.Add(time.Second)
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		t.Fatalf("Persist as %s: %v", app, err)
 	}
 	// A final outcome writes its outbox row (a bigserial: the sequence).
-	r.State, r.AuthCode, r.UpdatedAt = orchestrator.StateApproved, "A1B2C3", t0.Add(2*time.Second)
-	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+	r.State, r.AuthCode, r.UpdatedAt = cellside.StateApproved, "A1B2C3", t0.Add(2*time.Second)
+	if err := s.Persist(ctx, r, cellside.StateSending); err != nil {
 		t.Fatalf("final Persist as %s: %v", app, err)
 	}
 	if _, err := s.Policy(ctx); err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/webhook"
 )
 
@@ -31,7 +31,7 @@ type event struct {
 }
 
 // newEvent renders r's final outcome as its callback body.
-func newEvent(r *orchestrator.Record) (event, error) {
+func newEvent(r *cellside.Record) (event, error) {
 	data, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(r.Transaction())
 	if err != nil {
 		return event{}, err

@@ -12,30 +12,30 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/webhook"
 )
 
 // finalize records r as final state st, through sending unless from says.
-func finalize(t *testing.T, s *Store, id string, st orchestrator.State) *orchestrator.Record {
+func finalize(t *testing.T, s *Store, id string, st cellside.State) *cellside.Record {
 	t.Helper()
 	ctx := ctxT(t)
 	r := record(id)
 	if _, _, err := s.Insert(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	r.State, r.UpdatedAt = orchestrator.StateSending, t0.Add(time.Second)
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State, r.UpdatedAt = cellside.StateSending, t0.Add(time.Second)
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
 	r.State, r.UpdatedAt = st, t0.Add(2*time.Second)
-	if st == orchestrator.StateApproved {
+	if st == cellside.StateApproved {
 		r.AuthCode = "A1B2C3"
 	} else {
 		r.DeclineReason = "do_not_honor"
 	}
-	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+	if err := s.Persist(ctx, r, cellside.StateSending); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -47,12 +47,12 @@ func finalize(t *testing.T, s *Store, id string, st orchestrator.State) *orchest
 func TestFinalOutcomeWritesItsEvent(t *testing.T) {
 	s, _ := open(t)
 	ctx := ctxT(t)
-	for i, st := range []orchestrator.State{orchestrator.StateApproved, orchestrator.StateDeclined, orchestrator.StateFailed} {
+	for i, st := range []cellside.State{cellside.StateApproved, cellside.StateDeclined, cellside.StateFailed} {
 		r := finalize(t, s, fmt.Sprintf("t-final-%d", i), st)
 		// A stale write (the reconciler racing the attempt) records nothing.
 		again := *r
-		again.State = orchestrator.StateDeclined
-		if err := s.Persist(ctx, &again, orchestrator.StateSending); !errors.Is(err, ErrStateChanged) {
+		again.State = cellside.StateDeclined
+		if err := s.Persist(ctx, &again, cellside.StateSending); !errors.Is(err, ErrStateChanged) {
 			t.Fatalf("stale final Persist: %v", err)
 		}
 	}
@@ -91,8 +91,8 @@ func TestFinalOutcomeWritesItsEvent(t *testing.T) {
 	if _, _, err := s.Insert(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	r.State = orchestrator.StateSending
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State = cellside.StateSending
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
 	if rows, _ := s.ListCallbacks(ctx, CallbackFilter{}); len(rows) != 3 {
@@ -117,7 +117,7 @@ func claimIsExclusive(t *testing.T, group bool) {
 	ctx := ctxT(t)
 	const n = 40
 	for i := range n {
-		finalize(t, s, fmt.Sprintf("t-claim-%d", i), orchestrator.StateApproved)
+		finalize(t, s, fmt.Sprintf("t-claim-%d", i), cellside.StateApproved)
 	}
 	now := t0.Add(time.Minute)
 	var mu sync.Mutex
@@ -176,8 +176,8 @@ func claimIsExclusive(t *testing.T, group bool) {
 func TestRetryDeadAndReplay(t *testing.T) {
 	s, _ := open(t)
 	ctx := ctxT(t)
-	finalize(t, s, "t-dead", orchestrator.StateDeclined)
-	finalize(t, s, "t-ok", orchestrator.StateApproved)
+	finalize(t, s, "t-dead", cellside.StateDeclined)
+	finalize(t, s, "t-ok", cellside.StateApproved)
 	now := t0.Add(time.Minute)
 	got, err := s.ClaimCallbacks(ctx, "w", now, time.Minute, 10)
 	if err != nil || len(got) != 2 {

@@ -10,14 +10,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/internal/card"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // partnerRecord is record(id) sent by partner with its own amount and
 // merchant.
-func partnerRecord(partner, id string, amount int64, merchant string) *orchestrator.Record {
+func partnerRecord(partner, id string, amount int64, merchant string) *cellside.Record {
 	r := record(id)
 	r.PartnerID, r.Amount, r.SettlementAmount, r.MerchantID = partner, amount, amount, merchant
 	return r
@@ -31,13 +31,13 @@ func TestTwoPartnersOneID(t *testing.T) {
 	ctx := ctxT(t)
 	a := partnerRecord("p-001", "t-1", 1250, "m-1")
 	b := partnerRecord("p-002", "t-1", 9900, "m-2")
-	for _, r := range []*orchestrator.Record{a, b} {
+	for _, r := range []*cellside.Record{a, b} {
 		ins, ex, err := s.Insert(ctx, r)
 		if err != nil || !ins || ex != nil {
 			t.Fatalf("Insert %s = %v, %+v, %v; want a new row", r.Key(), ins, ex, err)
 		}
 	}
-	for _, r := range []*orchestrator.Record{a, b} {
+	for _, r := range []*cellside.Record{a, b} {
 		got, err := s.Get(ctx, r.Key())
 		if err != nil || !proto.Equal(got.Transaction(), r.Transaction()) {
 			t.Fatalf("Get %s = %v, %v; want %v", r.Key(), got.Transaction(), err, r.Transaction())
@@ -55,11 +55,11 @@ func TestTwoPartnersOneID(t *testing.T) {
 	}
 
 	// Persist moves only its own partner's record.
-	b.State, b.UpdatedAt = orchestrator.StateSending, t0.Add(time.Second)
-	if err := s.Persist(ctx, b, orchestrator.StateReceived); err != nil {
+	b.State, b.UpdatedAt = cellside.StateSending, t0.Add(time.Second)
+	if err := s.Persist(ctx, b, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(ctx, a.Key()); got.State != orchestrator.StateReceived {
+	if got, _ := s.Get(ctx, a.Key()); got.State != cellside.StateReceived {
 		t.Fatalf("p-001's record moved with p-002's: %s", got.State)
 	}
 	unresolved, err := s.Unresolved(ctx, t0.Add(time.Minute), 10)
@@ -81,7 +81,7 @@ func TestTwoPartnersOneID(t *testing.T) {
 	b2 := partnerRecord("p-002", "t-1", 9900, "m-2")
 	b2.Attempt = 2
 	ok, ex, err := s.Reclaim(ctx, b2)
-	if err != nil || ok || ex.Key() != b.Key() || ex.State != orchestrator.StateSending {
+	if err != nil || ok || ex.Key() != b.Key() || ex.State != cellside.StateSending {
 		t.Fatalf("Reclaim of p-002's sending record = %v, %+v, %v; want its record untouched", ok, ex, err)
 	}
 	a2 := partnerRecord("p-001", "t-1", 1250, "m-1")
@@ -89,7 +89,7 @@ func TestTwoPartnersOneID(t *testing.T) {
 	if ok, _, err := s.Reclaim(ctx, a2); err != nil || !ok {
 		t.Fatalf("Reclaim of p-001's abandoned record = %v, %v", ok, err)
 	}
-	if got, _ := s.Get(ctx, b.Key()); got.Attempt != 1 || got.State != orchestrator.StateSending {
+	if got, _ := s.Get(ctx, b.Key()); got.Attempt != 1 || got.State != cellside.StateSending {
 		t.Fatalf("p-002's record after p-001's reclaim: %+v", got)
 	}
 }
@@ -115,9 +115,9 @@ func TestMigrationFrom002KeepsRows(t *testing.T) {
 	}
 	// The rows as a cell before 003 wrote them: its own INSERT, keyed by
 	// transaction_id alone.
-	old := map[string]*orchestrator.Record{"old-approved": record("old-approved"), "old-sending": record("old-sending")}
-	old["old-approved"].State, old["old-approved"].AuthCode = orchestrator.StateApproved, "A1B2C3"
-	old["old-sending"].State = orchestrator.StateSending
+	old := map[string]*cellside.Record{"old-approved": record("old-approved"), "old-sending": record("old-sending")}
+	old["old-approved"].State, old["old-approved"].AuthCode = cellside.StateApproved, "A1B2C3"
+	old["old-sending"].State = cellside.StateSending
 	for _, r := range old {
 		if _, err := conn.Exec(ctx, `INSERT INTO transactions (`+columns004+`)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)
@@ -145,7 +145,7 @@ func TestMigrationFrom002KeepsRows(t *testing.T) {
 	}
 	// A replay of an old transaction finds it.
 	ins, ex, err := s.Insert(ctx, record("old-approved"))
-	if err != nil || ins || ex.State != orchestrator.StateApproved {
+	if err != nil || ins || ex.State != cellside.StateApproved {
 		t.Fatalf("replay of an old row: %v, %+v, %v", ins, ex, err)
 	}
 	// The reconciler's view of an old unresolved row, and its resolution.
@@ -153,8 +153,8 @@ func TestMigrationFrom002KeepsRows(t *testing.T) {
 	if err != nil || len(un) != 1 || un[0].Key() != key("old-sending") {
 		t.Fatalf("Unresolved after migration = %v, %v", un, err)
 	}
-	un[0].State, un[0].AuthCode, un[0].UpdatedAt = orchestrator.StateApproved, "Z9Z9Z9", t0.Add(time.Second)
-	if err := s.Persist(ctx, un[0], orchestrator.StateSending); err != nil {
+	un[0].State, un[0].AuthCode, un[0].UpdatedAt = cellside.StateApproved, "Z9Z9Z9", t0.Add(time.Second)
+	if err := s.Persist(ctx, un[0], cellside.StateSending); err != nil {
 		t.Fatalf("resolving an old row: %v", err)
 	}
 	// Another partner's transaction with an old ID is a new one.

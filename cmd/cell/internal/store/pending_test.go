@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 )
 
 // TestOldestPending: zero with no PENDING transaction; the creation time of
@@ -29,16 +29,16 @@ func TestOldestPending(t *testing.T) {
 	if _, _, err := s.Insert(ctx, received); err != nil {
 		t.Fatal(err)
 	}
-	finalize(t, s, "t-final", orchestrator.StateApproved)
-	var pending []*orchestrator.Record
+	finalize(t, s, "t-final", cellside.StateApproved)
+	var pending []*cellside.Record
 	for i, age := range []time.Duration{time.Minute, 10 * time.Minute} {
 		r := record("t-pending-" + string(rune('a'+i)))
 		r.CreatedAt = t0.Add(-age)
 		if _, _, err := s.Insert(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		r.State, r.UpdatedAt = orchestrator.StateSending, t0
-		if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+		r.State, r.UpdatedAt = cellside.StateSending, t0
+		if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 			t.Fatal(err)
 		}
 		pending = append(pending, r)
@@ -47,8 +47,8 @@ func TestOldestPending(t *testing.T) {
 		t.Fatalf("oldest pending = %v, want %v", ts, t0.Add(-10*time.Minute))
 	}
 	for _, r := range pending {
-		r.State, r.UpdatedAt, r.DeclineReason = orchestrator.StateDeclined, t0.Add(time.Second), "do_not_honor"
-		if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+		r.State, r.UpdatedAt, r.DeclineReason = cellside.StateDeclined, t0.Add(time.Second), "do_not_honor"
+		if err := s.Persist(ctx, r, cellside.StateSending); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgcluster"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgcluster"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 )
 
@@ -61,8 +61,8 @@ func TestOwnerMigratesAppServes(t *testing.T) {
 	if ins, _, err := s.Insert(ctx, r); err != nil || !ins {
 		t.Fatalf("Insert: %v, %v", ins, err)
 	}
-	r.State, r.AuthCode, r.UpdatedAt = orchestrator.StateApproved, "A1B2C3", t0.Add(time.Second)
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil { // a final outcome: its outbox row (bigserial) too
+	r.State, r.AuthCode, r.UpdatedAt = cellside.StateApproved, "A1B2C3", t0.Add(time.Second)
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil { // a final outcome: its outbox row (bigserial) too
 		t.Fatalf("Persist: %v", err)
 	}
 	meta := RefdataMeta{Kind: refdata.KindSnapshot, Hash: "h1", PublishedAt: t0, AppliedAt: t0}

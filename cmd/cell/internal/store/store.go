@@ -4,7 +4,7 @@
 // are a namespace per partner, and every query that finds a transaction
 // names both. The schema is embedded and migrated on Open, or by Migrate as
 // the schema's owner before Connect as a role that can only read and write
-// rows (package pgcluster's Roles). Every write that the orchestrator
+// rows (the roles pgcluster.EnsureRoles makes locally). Every write that the orchestrator
 // depends on is a single statement, durable (synchronous commit) when it
 // returns, either in its own transaction or, with group commit
 // (EnableGroupCommit: the insert, the reclaim and every persist of a
@@ -30,8 +30,7 @@ import (
 	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/cellpay/cellpay/internal/card"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgcluster"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -222,18 +221,18 @@ const columns = `transaction_id, fingerprint, state, decline_reason, auth_code, 
 	masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at,
 	pan_hash_key_id, fingerprint_key_id`
 
-func args(r *orchestrator.Record) []any {
+func args(r *cellside.Record) []any {
 	return []any{r.TransactionID, r.Fingerprint[:], string(r.State), r.DeclineReason, r.AuthCode, int16(r.PaymentType),
 		r.PartnerID, r.Market, r.Amount, r.Currency, r.SettlementAmount, r.SettlementCurrency, r.RiskAmount,
 		r.MerchantID, r.MCC, r.MerchantCountry, r.MaskedPAN, r.PANHash, r.RefdataVersion, r.RouteRule,
 		r.Attempt, r.CellID, r.CreatedAt, r.UpdatedAt, r.PANHashKeyID, r.FingerprintKeyID}
 }
 
-func scan(row pgx.Row) (*orchestrator.Record, error) { return scanWith(row) }
+func scan(row pgx.Row) (*cellside.Record, error) { return scanWith(row) }
 
 // scanWith scans a row of columns, then into extra.
-func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
-	var r orchestrator.Record
+func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
+	var r cellside.Record
 	var fp []byte
 	var state string
 	var pt int16
@@ -248,7 +247,7 @@ func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 		return nil, err
 	}
 	copy(r.Fingerprint[:], fp)
-	r.State = orchestrator.State(state)
+	r.State = cellside.State(state)
 	r.PaymentType = cellpayv1.PaymentType(pt)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return &r, nil
@@ -258,7 +257,7 @@ func scanWith(row pgx.Row, extra ...any) (*orchestrator.Record, error) {
 // ID) is already recorded it returns the existing record instead, and
 // inserted is false. Another partner's record with the same transaction ID
 // is no conflict.
-func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bool, existing *orchestrator.Record, err error) {
+func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, existing *cellside.Record, err error) {
 	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
 		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance)...)
@@ -278,7 +277,7 @@ func (s *Store) Insert(ctx context.Context, r *orchestrator.Record) (inserted bo
 // Reclaim replaces the abandoned record of r's key with r for a new
 // attempt, owned by this store's instance. When the record is no longer abandoned it returns it as it is,
 // and ok is false.
-func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, existing *orchestrator.Record, err error) {
+func (s *Store) Reclaim(ctx context.Context, r *cellside.Record) (ok bool, existing *cellside.Record, err error) {
 	a := append(args(r), s.instance)
 	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner) =
 		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
@@ -298,7 +297,7 @@ func (s *Store) Reclaim(ctx context.Context, r *orchestrator.Record) (ok bool, e
 
 // Get reads the record of k, or ErrNotFound: also when only another partner
 // holds k's transaction ID.
-func (s *Store) Get(ctx context.Context, k idempotency.Key) (*orchestrator.Record, error) {
+func (s *Store) Get(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
 	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM transactions
 		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID))
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -313,7 +312,7 @@ func (s *Store) Get(ctx context.Context, k idempotency.Key) (*orchestrator.Recor
 // ownership of the row (owner ”). A final outcome (r.State.Terminal()) writes
 // its callback event to the outbox in the same statement: the outcome and
 // its event commit together or not at all.
-func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+func (s *Store) Persist(ctx context.Context, r *cellside.Record, from cellside.State) error {
 	if r.State.Terminal() {
 		return s.persistFinal(ctx, r, from)
 	}
@@ -336,10 +335,10 @@ func (s *Store) Persist(ctx context.Context, r *orchestrator.Record, from orches
 // by this store's instance, for r.Attempt, created at r.CreatedAt (a
 // reclaim by another attempt rewrites all three); otherwise
 // ErrStateChanged. It is the step back of an attempt whose write to
-// sending failed and may have committed nonetheless (orchestrator.Persist's
+// sending failed and may have committed nonetheless (cellside.Persist's
 // OrFrom), where the state alone cannot tell its row from another
 // attempt's. Safe to repeat.
-func (s *Store) AbandonOwn(ctx context.Context, r *orchestrator.Record, states ...orchestrator.State) error {
+func (s *Store) AbandonOwn(ctx context.Context, r *cellside.Record, states ...cellside.State) error {
 	from := make([]string, len(states))
 	for i, st := range states {
 		from[i] = string(st)
@@ -359,7 +358,7 @@ func (s *Store) AbandonOwn(ctx context.Context, r *orchestrator.Record, states .
 // persistFinal is Persist of a final outcome: one statement (so one round
 // trip, and atomic without an explicit transaction) that updates the
 // record and, only if it did, inserts the outbox row.
-func (s *Store) persistFinal(ctx context.Context, r *orchestrator.Record, from orchestrator.State) error {
+func (s *Store) persistFinal(ctx context.Context, r *cellside.Record, from cellside.State) error {
 	ev, err := newEvent(r)
 	if err != nil {
 		return fmt.Errorf("store: persist: %w", err)
@@ -411,8 +410,8 @@ func (s *Store) Velocity(ctx context.Context, hashes []card.KeyedHash, since tim
 }
 
 // Policy reads the cell's risk limits.
-func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
-	var p orchestrator.Policy
+func (s *Store) Policy(ctx context.Context) (cellside.Policy, error) {
+	var p cellside.Policy
 	var low, medium, high, windowMicros int64
 	err := s.pool.QueryRow(ctx, `SELECT limit_currency, max_amount_low, max_amount_medium, max_amount_high,
 		(extract(epoch FROM velocity_window) * 1000000)::bigint, velocity_max_count, velocity_max_amount FROM risk_limits`).
@@ -429,7 +428,7 @@ func (s *Store) Policy(ctx context.Context) (orchestrator.Policy, error) {
 // with no known outcome (state sending) last updated before before, oldest
 // first, leaving out those an attempt is still working on, in this
 // instance or a live sibling (see Active).
-func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*orchestrator.Record, error) {
+func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions t
 		WHERE state = 'sending' AND updated_at < $1 AND NOT `+activeSQL+` ORDER BY updated_at LIMIT $2`,
 		before, limit, s.instance, activeFor)
@@ -437,7 +436,7 @@ func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]
 		return nil, fmt.Errorf("store: unresolved: %w", err)
 	}
 	defer rows.Close()
-	var out []*orchestrator.Record
+	var out []*cellside.Record
 	for rows.Next() {
 		r, err := scan(rows)
 		if err != nil {
@@ -464,11 +463,4 @@ func (s *Store) OldestPending(ctx context.Context) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return oldest.UTC(), nil
-}
-
-// Replication reads the standbys of the server the store writes to (the
-// primary): see pgcluster.ReadReplication, which needs the role to have
-// pg_monitor.
-func (s *Store) Replication(ctx context.Context) (pgcluster.ReplicationStatus, error) {
-	return pgcluster.ReadReplication(ctx, s.pool)
 }

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cellpay/cellpay/internal/card"
-	"github.com/cellpay/cellpay/internal/orchestrator"
-	"github.com/cellpay/cellpay/internal/pgtest"
+	"github.com/cellpay/cellpay/internal/dev/pgtest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -44,9 +44,9 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 123456000, time.UTC)
 // key is transaction id of p-001, the partner of record(id).
 func key(id string) idempotency.Key { return idempotency.Key{PartnerID: "p-001", TransactionID: id} }
 
-func record(id string) *orchestrator.Record {
-	return &orchestrator.Record{
-		TransactionID: id, Fingerprint: [32]byte{1, 2, 3}, State: orchestrator.StateReceived,
+func record(id string) *cellside.Record {
+	return &cellside.Record{
+		TransactionID: id, Fingerprint: [32]byte{1, 2, 3}, State: cellside.StateReceived,
 		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, PartnerID: "p-001", Market: "GB",
 		Amount: 1250, Currency: "GBP", SettlementAmount: 1250, SettlementCurrency: "GBP", RiskAmount: 1486,
 		MerchantID: "m-1", MCC: "5411", MerchantCountry: "GB", MaskedPAN: "424242******4242",
@@ -78,19 +78,19 @@ func TestInsertGetPersist(t *testing.T) {
 		t.Fatalf("duplicate Insert = %v, %+v, %v", ins, ex, err)
 	}
 	// Conditional persist: received -> sending -> approved.
-	r.State, r.UpdatedAt = orchestrator.StateSending, t0.Add(time.Second)
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); err != nil {
+	r.State, r.UpdatedAt = cellside.StateSending, t0.Add(time.Second)
+	if err := s.Persist(ctx, r, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Persist(ctx, r, orchestrator.StateReceived); !errors.Is(err, ErrStateChanged) {
+	if err := s.Persist(ctx, r, cellside.StateReceived); !errors.Is(err, ErrStateChanged) {
 		t.Fatalf("stale Persist: %v, want ErrStateChanged", err)
 	}
-	r.State, r.AuthCode = orchestrator.StateApproved, "A1B2C3"
-	if err := s.Persist(ctx, r, orchestrator.StateSending); err != nil {
+	r.State, r.AuthCode = cellside.StateApproved, "A1B2C3"
+	if err := s.Persist(ctx, r, cellside.StateSending); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.Get(ctx, key("t-1"))
-	if got.State != orchestrator.StateApproved || got.AuthCode != "A1B2C3" || !got.UpdatedAt.Equal(r.UpdatedAt) {
+	if got.State != cellside.StateApproved || got.AuthCode != "A1B2C3" || !got.UpdatedAt.Equal(r.UpdatedAt) {
 		t.Fatalf("after persist: %+v", got)
 	}
 	if _, err := s.Get(ctx, key("nope")); !errors.Is(err, ErrNotFound) {
@@ -130,8 +130,8 @@ func TestMaskedPANConstraint(t *testing.T) {
 func TestVelocity(t *testing.T) {
 	s, _ := open(t)
 	ctx := ctxT(t)
-	states := []orchestrator.State{orchestrator.StateApproved, orchestrator.StateSending, orchestrator.StateReceived,
-		orchestrator.StateDeclined, orchestrator.StateFailed, orchestrator.StateAbandoned}
+	states := []cellside.State{cellside.StateApproved, cellside.StateSending, cellside.StateReceived,
+		cellside.StateDeclined, cellside.StateFailed, cellside.StateAbandoned}
 	for i, st := range states {
 		r := record("v-" + string(st))
 		r.State, r.CreatedAt = st, t0.Add(time.Duration(i)*time.Second)
@@ -140,10 +140,10 @@ func TestVelocity(t *testing.T) {
 		}
 	}
 	old := record("v-old")
-	old.State, old.CreatedAt = orchestrator.StateApproved, t0.Add(-time.Hour)
+	old.State, old.CreatedAt = cellside.StateApproved, t0.Add(-time.Hour)
 	other := record("v-other-card")
 	other.PANHash = []byte{1}
-	for _, r := range []*orchestrator.Record{old, other} {
+	for _, r := range []*cellside.Record{old, other} {
 		if _, _, err := s.Insert(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestAbandonAndReclaim(t *testing.T) {
 		}
 	}
 	sent := record("a-sent")
-	sent.State = orchestrator.StateSending
+	sent.State = cellside.StateSending
 	if _, _, err := s.Insert(ctx, sent); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestAbandonAndReclaim(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("AbandonUnsent = %d, %v; want 2", n, err)
 	}
-	if got, _ := s.Get(ctx, key("a-sent")); got.State != orchestrator.StateSending {
+	if got, _ := s.Get(ctx, key("a-sent")); got.State != cellside.StateSending {
 		t.Fatalf("a transaction past its PNR was abandoned: %s", got.State)
 	}
 	r := record("a-1")
@@ -184,7 +184,7 @@ func TestAbandonAndReclaim(t *testing.T) {
 		t.Fatalf("Reclaim = %v, %v", ok, err)
 	}
 	ok, ex, err := s.Reclaim(ctx, r)
-	if err != nil || ok || ex.State != orchestrator.StateReceived || ex.Attempt != 2 {
+	if err != nil || ok || ex.State != cellside.StateReceived || ex.Attempt != 2 {
 		t.Fatalf("second Reclaim = %v, %+v, %v", ok, ex, err)
 	}
 }
@@ -258,7 +258,7 @@ func TestPolicyAndMigrationsIdempotent(t *testing.T) {
 func TestUnresolved(t *testing.T) {
 	s, _ := open(t)
 	ctx := ctxT(t)
-	for i, st := range []orchestrator.State{orchestrator.StateSending, orchestrator.StateSending, orchestrator.StateApproved, orchestrator.StateReceived} {
+	for i, st := range []cellside.State{cellside.StateSending, cellside.StateSending, cellside.StateApproved, cellside.StateReceived} {
 		r := record(fmt.Sprintf("u-%d", i))
 		r.State, r.UpdatedAt = st, t0.Add(time.Duration(i)*time.Second)
 		if _, _, err := s.Insert(ctx, r); err != nil {
@@ -266,7 +266,7 @@ func TestUnresolved(t *testing.T) {
 		}
 	}
 	late := record("u-late")
-	late.State, late.UpdatedAt = orchestrator.StateSending, t0.Add(time.Hour)
+	late.State, late.UpdatedAt = cellside.StateSending, t0.Add(time.Hour)
 	if _, _, err := s.Insert(ctx, late); err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +287,10 @@ func TestAbandonOwn(t *testing.T) {
 	s, url := open(t)
 	ctx := ctxT(t)
 	s.SetInstance("inst-1")
-	back := func(r *orchestrator.Record) error {
+	back := func(r *cellside.Record) error {
 		b := *r
-		b.State, b.UpdatedAt = orchestrator.StateAbandoned, t0.Add(time.Second)
-		return s.AbandonOwn(ctx, &b, orchestrator.StateSending, orchestrator.StateReceived)
+		b.State, b.UpdatedAt = cellside.StateAbandoned, t0.Add(time.Second)
+		return s.AbandonOwn(ctx, &b, cellside.StateSending, cellside.StateReceived)
 	}
 	for _, committed := range []bool{false, true} {
 		r := record(fmt.Sprintf("own-%v", committed))
@@ -299,15 +299,15 @@ func TestAbandonOwn(t *testing.T) {
 		}
 		if committed {
 			sent := *r
-			sent.State = orchestrator.StateSending
-			if err := s.Persist(ctx, &sent, orchestrator.StateReceived); err != nil {
+			sent.State = cellside.StateSending
+			if err := s.Persist(ctx, &sent, cellside.StateReceived); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if err := back(r); err != nil {
 			t.Fatalf("committed %v: %v", committed, err)
 		}
-		if got, _ := s.Get(ctx, r.Key()); got.State != orchestrator.StateAbandoned {
+		if got, _ := s.Get(ctx, r.Key()); got.State != cellside.StateAbandoned {
 			t.Fatalf("committed %v: state %s, want abandoned", committed, got.State)
 		}
 		if err := back(r); !errors.Is(err, ErrStateChanged) {
@@ -329,8 +329,8 @@ func TestAbandonOwn(t *testing.T) {
 		t.Fatalf("Reclaim = %v, %v", ok, err)
 	}
 	sent := *later
-	sent.State = orchestrator.StateSending
-	if err := s.Persist(ctx, &sent, orchestrator.StateReceived); err != nil {
+	sent.State = cellside.StateSending
+	if err := s.Persist(ctx, &sent, cellside.StateReceived); err != nil {
 		t.Fatal(err)
 	}
 	if err := back(first); !errors.Is(err, ErrStateChanged) {
@@ -350,7 +350,7 @@ func TestAbandonOwn(t *testing.T) {
 	if err := back(theirs); !errors.Is(err, ErrStateChanged) {
 		t.Fatalf("step back of a sibling's row: %v, want ErrStateChanged", err)
 	}
-	for id, want := range map[string]orchestrator.State{"own-reclaimed": orchestrator.StateSending, "own-theirs": orchestrator.StateReceived} {
+	for id, want := range map[string]cellside.State{"own-reclaimed": cellside.StateSending, "own-theirs": cellside.StateReceived} {
 		if got, _ := s.Get(ctx, key(id)); got.State != want {
 			t.Fatalf("%s: state %s, want %s", id, got.State, want)
 		}

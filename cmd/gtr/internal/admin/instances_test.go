@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )

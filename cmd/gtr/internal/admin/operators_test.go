@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/logging"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
-	"github.com/cellpay/cellpay/internal/testutil/natstest"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/partnerstate"
-	"github.com/cellpay/cellpay/internal/testutil/natstest"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 

@@ -16,9 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
+	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -58,7 +59,7 @@ func benchRefusal(b *testing.B, withTap bool, want codes.Code) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tlsCfg, stop, err := pki.ServerConfig(cert, key, 0)
+	tlsCfg, stop, err := tlsconf.ServerConfig(cert, key, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,7 +41,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Record is one audited call.
@@ -78,7 +78,7 @@ type Config struct {
 	NATSURL string
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// Stream names the stream; default CELLPAY_AUDIT. StreamReplicas is
 	// its replica count in a NATS cluster; default 1.
 	Stream         string

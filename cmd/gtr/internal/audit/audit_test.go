@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/natsauth"
-	"github.com/cellpay/cellpay/internal/testutil"
-	"github.com/cellpay/cellpay/internal/testutil/natstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,8 +17,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -41,34 +42,33 @@ func (echo) GetTransaction(ctx context.Context, r *cellpayv1.GetTransactionReque
 	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId() + "@" + r.GetPartnerId()}, nil
 }
 
+// serve serves echo and a health service with TLS behind the partners
+// interceptors of ix (denials appended to denied), and returns clients.
 func serve(t *testing.T, ix *partners.Index, denied *[]string) (cellpayv1.PaymentsClient, healthpb.HealthClient) {
 	t.Helper()
 	cert, key, caFile, err := pki.Loopback(filepath.Join(t.TempDir(), "pki"), "gtr")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsCfg, stop, err := pki.ServerConfig(cert, key, 0)
+	tlsCfg, stop, err := tlsconf.ServerConfig(cert, key, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
 	a := &Partners{Index: func() *partners.Index { return ix }, OnDenied: func(c codes.Code, r string) { *denied = append(*denied, c.String()+" "+r) }}
-	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, a.ServerOptions()...)...)
-	cellpayv1.RegisterPaymentsServer(gs, echo{})
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
+	addr := grpctest.Serve(t, func(gs *grpc.Server) {
+		cellpayv1.RegisterPaymentsServer(gs, echo{})
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+	}, append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, a.ServerOptions()...)...)
 	opt, err := client.TLS(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), opt)
+	conn, err := grpc.NewClient(addr, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(); gs.Stop(); stop() })
+	t.Cleanup(func() { conn.Close() })
 	return cellpayv1.NewPaymentsClient(conn), healthpb.NewHealthClient(conn)
 }
 

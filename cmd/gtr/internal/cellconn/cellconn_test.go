@@ -13,9 +13,10 @@ import (
 	hs "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -313,8 +314,8 @@ func TestInstancesOverMutualTLS(t *testing.T) {
 	if err := ca.Issue("cell-a", []string{"127.0.0.1", hop.Cell("cell-a")}, pki.Server); err != nil {
 		t.Fatal(err)
 	}
-	files := func(name string) pki.Files {
-		return pki.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()}
+	files := func(name string) tlsconf.Files {
+		return tlsconf.Files{Cert: pki.CertFile(dir, name), Key: pki.KeyFile(dir, name), CA: ca.CertFile()}
 	}
 	srvOpts, stopSrv, err := hop.ServerOptions(files("cell-a"), hop.CellPolicy)
 	if err != nil {

@@ -21,8 +21,8 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
+	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/operators"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -90,18 +90,16 @@ func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok string) {
 	cfg := gtr.Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, OperatorsFile: opsFile,
 		AuditFile: filepath.Join(dir, "audit.jsonl"), StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1",
 		ShutdownTimeout: time.Second, TLSCertFile: cert, TLSKeyFile: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- gtr.Run(ctx, cfg) }()
+	g, err := gtr.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("gtr.Run did not return")
+		if err := g.Shutdown(context.Background()); err != nil {
+			t.Error(err)
 		}
 	})
 	return cfg.AdminListen, ca, operatorTok, viewerTok

@@ -19,7 +19,7 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/dev/pki"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,54 +1,44 @@
 // Package gtr assembles the Global Transaction Router: the routing state
 // (go-memdb, converged across replicas through NATS KV), the health
-// monitor (the one owner of health, which the state's compiler reads), the reference data versions cells report (over NATS, when
-// configured), the connections to cells, the public Payments API on the
-// partners' listener and the Admin API on the operators' listener, each
-// with gRPC health; reflection on both (the admin one behind the token).
-// The operators' listener also serves the operator console (package
-// console), a client of the Admin API.
+// monitor (the one owner of health, which the state's compiler reads), the
+// reference data versions cells report (over NATS, when configured), the
+// connections to cells, the public Payments API on the partners' listener
+// and the Admin API on the operators' listener, each with gRPC health;
+// reflection on both (the admin one behind the token). The operators'
+// listener also serves the operator console (package console), a client
+// of the Admin API.
+//
+// A GTR has a life cycle (New, Start, Shutdown), which main, tests and the
+// launcher go through alike; it reads no flag and no environment variable:
+// everything comes in its Config.
 package gtr
 
 import (
-	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/console"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/edge"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
-	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
-	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/lifecycle"
 	"github.com/cellpay/cellpay/internal/partnerstate"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/telemetry"
-	"github.com/cellpay/cellpay/pkg/adminproto"
-	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // DefaultAdmissionBaseline is the gtr command's -admission-baseline: with
@@ -57,7 +47,8 @@ import (
 // (DEADLINE_EXCEEDED: ambiguous to the partner). docs/benchmarks/log/overload.md.
 const DefaultAdmissionBaseline = 10 * time.Second
 
-// Config is everything the GTR needs to run.
+// Config is everything the GTR needs to run: New validates it and fills
+// in the defaults the fields name.
 type Config struct {
 	Listen      string // partners' Payments API
 	AdminListen string // operators' listener (TLS with the partners' certificate); never the partners' port
@@ -94,7 +85,7 @@ type Config struct {
 	NATSBucket string // KV bucket; default "cellpay_gtr"
 	// NATSTLS is the GTR's NATS identity (hop.GTR); zero for plaintext
 	// NATS without authentication.
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
@@ -106,7 +97,7 @@ type Config struct {
 	// CellTLS is the GTR's identity towards the cells (hop.GTR): its client
 	// certificate and key, and the CA the cells' certificates chain to.
 	// Empty: plaintext to the cells, which then serve anyone (benchmarks).
-	CellTLS pki.Files
+	CellTLS tlsconf.Files
 	// PartnersFile is the partner registry (YAML) that seeds an empty KV
 	// bucket, and that a replica without a partners state file starts
 	// from; "" is an empty registry: every partner call is refused.
@@ -148,10 +139,10 @@ func (c *Config) validate() error {
 	if c.Listen == "" || c.ConfigFile == "" {
 		return errors.New("gtr: listen address and config file are required")
 	}
-	if c.HealthListen != "" && (c.HealthListen == c.Listen || c.HealthListen == c.AdminListen) {
+	if c.HealthListen != "" && (sameAddr(c.HealthListen, c.Listen) || sameAddr(c.HealthListen, c.AdminListen)) {
 		return errors.New("gtr: the health listener must be an address of its own")
 	}
-	if c.AdminListen != "" && c.AdminListen == c.Listen {
+	if c.AdminListen != "" && sameAddr(c.AdminListen, c.Listen) {
 		return errors.New("gtr: the admin listener must not be the partners' address")
 	}
 	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
@@ -178,329 +169,211 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Run serves until ctx ends, then stops taking requests, finishes the ones
-// in flight (bounded by ShutdownTimeout) and returns.
-func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.validate(); err != nil {
-		return err
+// sameAddr reports whether listen addresses a and b are one: two with port
+// 0 are not, since each listener is given a port of its own (tests, which
+// read the ports from Addr and the others).
+func sameAddr(a, b string) bool {
+	if a != b {
+		return false
 	}
-	// The health monitor owns health; the state reads its shares when it
-	// compiles, and an ejection only signals the state's compiler (st is
-	// set before the monitor watches any cell, so before OnChange runs).
-	var st *state.State
-	cellDial, stopCellTLS, err := hop.DialOption(cfg.CellTLS)
-	if err != nil {
-		return fmt.Errorf("gtr: cells' TLS: %w", err)
-	}
-	defer stopCellTLS()
-	if !cfg.CellTLS.Set() {
-		cfg.Log.Warn("no cell TLS files: plaintext to the cells")
-	}
+	_, port, err := net.SplitHostPort(a)
+	return err != nil || port != "0"
+}
+
+// GTR is one replica of the Global Transaction Router. Its life is New,
+// Start and Shutdown, each called once, in that order, from one goroutine
+// (nats-server's Server): New builds, Start connects, listens and serves
+// in the background, Shutdown drains and releases. Addr, AdminAddr and
+// HealthAddr are safe once Start has returned nil; Done and Err at any
+// time, from any goroutine.
+type GTR struct {
+	cfg Config
+	// hs is the one health server: the partners', the admin and the health
+	// listeners all answer from it, so all go NOT_SERVING at once.
+	hs *grpchealth.Server
 	// recent is the console's ring of this replica's re-routes and
 	// ejections, fed by the monitor and the payments' metrics.
-	recent := console.NewRecent(nil)
-	mon, err := health.New(health.Config{OnChange: func(id string, share int) {
-		st.HealthChanged(id, share)
-		recent.HealthChanged(id, share)
-	}, Dial: cellDial, Log: cfg.Log})
-	if err != nil {
-		return err
-	}
-	st, err = state.New(state.Config{Health: mon})
-	if err != nil {
-		return err
-	}
-	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "gtr", Instance: cmp.Or(cfg.ReplicaID, "gtr"), MetricsListen: cfg.MetricsListen, Log: cfg.Log})
-	if err != nil {
-		return err
-	}
-	defer tel.Close(ctx)
-	store, err := routesync.Start(routesync.Config{
-		State: st,
-		Seed: func() (state.Doc, error) {
-			spec, err := config.Load(cfg.ConfigFile)
-			return state.FromSpec(spec), err
-		},
-		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
-		Log: cfg.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	// partnerStore is the partner registry; partnerStore.Index is what
-	// authenticates partners' calls.
-	partnerStore, err := partnerstate.Start(partnerstate.Config{
-		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
-		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer partnerStore.Close()
-	if cfg.NATSURL != "" {
-		// Cells' reference data versions, for rules that need a minimum.
-		rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Sink: st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
-		if err != nil {
-			return err
-		}
-		defer rw.Close()
-	}
+	recent        *console.Recent
+	cellLimits    *admission.Cells
+	partnerLimits *admission.Partners
 
-	pool := cellconn.New(append(tel.DialOptions(), cellDial)...)
-	defer pool.Close()
-	bg, stopBG := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stopBG()
-	wg.Go(func() { st.Run(bg) })
-	followCells(st, mon)
-	wg.Go(func() { mon.Run(bg) })
-	wg.Go(func() {
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case <-st.Changed():
-				followCells(st, mon)
-				pool.Forget(inTable(st))
-			}
-		}
-	})
+	// Set by Start's steps (start.go), in this order, and only read once
+	// Start has returned.
+	cellDial      grpc.DialOption
+	mon           *health.Monitor
+	st            *state.State
+	tel           *telemetry.Telemetry
+	store         *routesync.Syncer
+	partners      *partnerstate.Store
+	pool          *cellconn.Pool
+	tlsCfg        *tls.Config // the partners' listener's, which the admin listener shares
+	lis, adminLis net.Listener
+	hp            *healthport.Server
+	servers       []*grpc.Server // each serves listeners[i]
+	listeners     []net.Listener
+	// rel is what Start acquired, released in the reverse order by
+	// Shutdown or by a Start that fails.
+	rel lifecycle.Releases
 
-	cellLimits := admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline,
-		ShedBaseline: cfg.AdmissionShedBaseline, Tolerance: cfg.AdmissionTolerance})
-	partnerLimits := admission.NewPartners(cfg.NoAdmission, nil)
-	var fairShare *admission.Partners
-	if cfg.AdmissionBaseline > 0 {
-		fairShare = partnerLimits
+	serving  sync.WaitGroup // the servers' Serve goroutines
+	stopping atomic.Bool    // Shutdown has begun: a Serve that returns has not failed
+
+	life lifecycle.Life
+}
+
+// ErrStarted is Start's answer when it was called before, or after
+// Shutdown: a GTR is started at most once.
+var ErrStarted = errors.New("gtr: Start called twice, or after Shutdown")
+
+// New validates cfg (filling in its defaults) and builds what needs no
+// I/O: the health server, the admission limits, the console's ring. It
+// reads no file, dials nothing, listens nowhere and starts no goroutine;
+// a GTR that is never started needs no Shutdown.
+func New(cfg Config) (*GTR, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	metrics, err := telemetry.NewGTR(tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), func(yield func(telemetry.CellGauge) bool) {
-		d, _, _ := st.Doc()
-		checked, now := st.Checked(), st.Now()
-		for _, c := range st.Table().Spec().Cells {
-			g := telemetry.CellGauge{ID: c.ID, HealthShare: mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
-				Limit: cellLimits.Cell(c.ID).Limit()}
-			if dc := d.Cell(c.ID); dc != nil {
-				g.Weight, g.TargetWeight, g.RampStalled = dc.WeightAt(now), dc.Weight, dc.RampStalled(checked, now)
-			}
-			if !yield(g) {
-				return
-			}
-		}
-	})
-	if err != nil {
-		return err
+	return &GTR{
+		cfg:    cfg,
+		hs:     grpchealth.NewServer(),
+		recent: console.NewRecent(nil),
+		cellLimits: admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline,
+			ShedBaseline: cfg.AdmissionShedBaseline, Tolerance: cfg.AdmissionTolerance}),
+		partnerLimits: admission.NewPartners(cfg.NoAdmission, nil),
+	}, nil
+}
+
+// Start reads the certificates, routing table and registries, connects to
+// NATS (when configured), binds every listener and starts serving in the
+// background, then returns: once it returns nil, every listener accepts
+// (Addr and the others name them) and Done tells when serving fails. On
+// error it has released whatever it had started, nothing keeps running,
+// and Done is closed with Err the same error. ctx bounds starting only:
+// its end after Start has returned does not stop the GTR; Shutdown does.
+func (g *GTR) Start(ctx context.Context) error {
+	if !g.life.Begin() {
+		return ErrStarted
 	}
-	pay, err := payments.New(payments.Config{
-		Table:    st.Table,
-		Cells:    pool,
-		Health:   mon,
-		InFlight: st.InFlight,
-		Metrics:  recordingMetrics{metrics, recent},
-		Limits:   cellLimits,
-		Partners: fairShare,
-		Log:      cfg.Log,
-	})
-	if err != nil {
-		return err
-	}
-	tlsCfg, stopTLS, err := pki.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile, 0)
-	if err != nil {
-		return fmt.Errorf("gtr: %w", err)
-	}
-	defer stopTLS()
-	authn := &auth.Partners{Index: partnerStore.Index, OnDenied: metrics.Denied}
-	hs := grpchealth.NewServer()
-	// A partner over its limits is refused from the headers (the tap),
-	// before any stream; then the interceptors, outermost first:
-	// authenticate, admit against the partner's limits, then keep
-	// platform details out of partners' errors.
-	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.InTapHandle(partnerLimits.Tap(authn.FromHeader,
-			admission.RouterLimit{Limit: cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
-	srvOpts = append(srvOpts, tel.PublicServerOptions()...)
-	srvOpts = append(srvOpts, authn.ServerOptions()...)
-	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(
-		partnerLimits.UnaryInterceptor(metrics.Shed),
-		edge.UnaryInterceptor(auth.PaymentsPrefix, cfg.Log)))
-	gs := grpc.NewServer(srvOpts...)
-	cellpayv1.RegisterPaymentsServer(gs, pay)
-	healthpb.RegisterHealthServer(gs, hs)
-	if cfg.Reflection {
-		reflection.Register(gs)
-	}
-	servers := []*grpc.Server{gs}
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("gtr: listen: %w", err)
-	}
-	listeners := []net.Listener{lis}
-	if cfg.AdminListen != "" {
-		ops, err := loadOperators(cfg.OperatorsFile, cfg.AdminToken)
-		if err != nil {
-			lis.Close()
+	for _, step := range []func(context.Context) error{
+		g.startRouting,    // cells' TLS, health monitor, routing state
+		g.startTelemetry,  // metrics, traces
+		g.startStores,     // routing configuration, partner registry, cells' reference data versions
+		g.startFollowing,  // connections to the cells, and what keeps state and monitor in step
+		g.startPartners,   // the Payments API's server and listener
+		g.startAdmin,      // the Admin API's and the console's listener
+		g.startHealthPort, // plaintext health for probes
+	} {
+		if err := step(ctx); err != nil {
+			g.rel.Release(context.WithoutCancel(ctx))
+			g.life.Failed(err)
 			return err
 		}
-		auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, StreamReplicas: cfg.AuditReplicas, Log: cfg.Log})
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		defer auditLog.Close()
-		adm, err := admin.New(admin.Config{State: st, Health: mon, Store: store, Partners: partnerStore, ReplicaID: cfg.ReplicaID, Cells: pool,
-			Audit: auditLog, Log: cfg.Log})
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		alis, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("gtr: admin listen: %w", err)
-		}
-		// TLS with the partners' certificate: operators' tokens never
-		// cross the network in the clear either. The listener is shared
-		// with the operator console: console.Split does the handshake and
-		// hands gRPC clients to as, browsers to the console.
-		grpcLis, webLis := console.Split(alis, tlsCfg)
-		asOpts := append([]grpc.ServerOption{grpc.Creds(console.Handshaken())}, grpclimits.Admin.ServerOptions()...)
-		authn := admin.NewAuth(ops)
-		if cfg.OperatorsFile != "" {
-			stopWatch := watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log)
-			defer stopWatch()
-		}
-		as := grpc.NewServer(append(append(asOpts, adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
-		adm.Register(as)
-		healthpb.RegisterHealthServer(as, hs)
-		reflection.Register(as)
-		servers = append(servers, as)
-		listeners = append(listeners, grpcLis)
-		web, stopWeb, err := startConsole(adm, authn, recent, tel, cfg.Log)
-		if err != nil {
-			grpcLis.Close()
-			webLis.Close()
-			lis.Close()
-			return err
-		}
-		defer stopWeb()
-		go func() {
-			if err := web.Serve(webLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				cfg.Log.Error("console: serve", "error", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-			defer cancel()
-			web.Shutdown(sctx)
-		}()
-		cfg.Log.Info("operator console", "url", "https://"+alis.Addr().String()+"/")
-		if ops.Len() == 0 {
-			cfg.Log.Warn("no operators configured: the admin API refuses every call")
-		}
-		if cfg.AuditFile == "" && cfg.NATSURL == "" {
-			cfg.Log.Warn("no audit log (neither NATS nor an audit file): the admin API refuses every change")
-		}
 	}
-	if cfg.HealthListen != "" {
-		hp, err := healthport.Listen(cfg.HealthListen, hs)
-		if err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
-			return fmt.Errorf("gtr: %w", err)
-		}
-		defer hp.Stop()
+	g.life.Serving()
+	g.serve()
+	return nil
+}
+
+// Shutdown stops the GTR: health goes NOT_SERVING on every listener, the
+// servers stop taking requests and finish the ones in flight, within
+// ShutdownTimeout and ctx, after which they stop hard; then everything
+// Start acquired is released in the reverse order. It returns ctx's error
+// (wrapped) if ctx ended before the requests in flight finished, and nil
+// otherwise, ShutdownTimeout's cut included. Call it once Start has
+// returned (or instead of Start); later calls wait for the first and
+// return what it did. Before Start, or after a Start that failed, there
+// is nothing to stop.
+func (g *GTR) Shutdown(ctx context.Context) error {
+	return g.life.Shutdown(func() error { return g.shutdown(ctx) })
+}
+
+func (g *GTR) shutdown(ctx context.Context) error {
+	if !g.life.Stop() {
+		g.life.End(nil)
+		return nil
 	}
-	errc := make(chan error, len(servers))
-	for i, s := range servers {
-		go func() { errc <- s.Serve(listeners[i]) }()
-	}
-	tbl := st.Table()
-	cfg.Log.Info("gtr listening", "addr", lis.Addr().String(), "admin_addr", cfg.AdminListen, "replica", cfg.ReplicaID,
-		"config_store", store.Status(), "table_version", tbl.Version(), "cells", len(tbl.Spec().Cells))
-	select {
-	case err := <-errc:
-		return fmt.Errorf("gtr: serve: %w", err)
-	case <-ctx.Done():
-	}
-	hs.Shutdown()
+	g.stopping.Store(true)
+	err := g.stopServers(ctx)
+	g.serving.Wait()
+	g.cfg.Log.Info("gtr stopped")
+	g.rel.Release(ctx)
+	g.life.End(nil)
+	return err
+}
+
+// stopServers turns health NOT_SERVING, then stops the servers gracefully:
+// the requests in flight finish, within ShutdownTimeout and ctx, and then
+// the servers stop hard.
+func (g *GTR) stopServers(ctx context.Context) error {
+	g.hs.Shutdown()
 	done := make(chan struct{})
 	go func() {
-		for _, s := range servers {
+		for _, s := range g.servers {
 			s.GracefulStop()
 		}
 		close(done)
 	}()
+	hard := time.NewTimer(g.cfg.ShutdownTimeout)
+	defer hard.Stop()
+	var err error
 	select {
 	case <-done:
-	case <-time.After(cfg.ShutdownTimeout):
-		for _, s := range servers {
-			s.Stop()
-		}
+		return nil
+	case <-hard.C:
+	case <-ctx.Done():
+		err = fmt.Errorf("gtr: shutdown: %w", ctx.Err())
 	}
-	cfg.Log.Info("gtr stopped")
-	return nil
+	for _, s := range g.servers {
+		s.Stop()
+	}
+	<-done
+	return err
 }
 
-// inTable reports whether a cell is in the table in force.
-func inTable(st *state.State) func(string) bool {
-	d, _, ok := st.Doc()
-	return func(id string) bool { return !ok || d.Cell(id) != nil }
+// serve starts each server on its listener; a server that stops serving
+// before Shutdown ends serving (Done, Err).
+func (g *GTR) serve() {
+	for i, s := range g.servers {
+		g.serving.Go(func() {
+			if err := s.Serve(g.listeners[i]); err != nil && !g.stopping.Load() {
+				g.life.End(fmt.Errorf("gtr: serve: %w", err))
+			}
+		})
+	}
+	tbl := g.st.Table()
+	g.cfg.Log.Info("gtr listening", "addr", g.lis.Addr().String(), "admin_addr", g.cfg.AdminListen, "replica", g.cfg.ReplicaID,
+		"config_store", g.store.Status(), "table_version", tbl.Version(), "cells", len(tbl.Spec().Cells))
 }
 
-// followCells points the health monitor at the table's cells, and has the
-// state recompile from the monitor's verdicts (a cell the monitor forgot
-// and learns again starts at 100, which OnChange does not report).
-func followCells(st *state.State, mon *health.Monitor) {
-	d, _, ok := st.Doc()
-	if !ok {
-		return
+// Done is closed when the GTR no longer serves: Start failed, a server
+// stopped serving on its own (Err says why; call Shutdown to release the
+// rest), or Shutdown has stopped it.
+func (g *GTR) Done() <-chan struct{} { return g.life.Done() }
+
+// Err is why serving ended: Start's error, or a server's; nil while the
+// GTR serves and after a Shutdown that stopped a GTR serving fine.
+func (g *GTR) Err() error { return g.life.Err() }
+
+// Addr is the partners' listener's address (the port the system chose, if
+// Listen's was 0); nil before Start.
+func (g *GTR) Addr() net.Addr { return addrOf(g.lis) }
+
+// AdminAddr is the operators' listener's address; nil before Start and
+// without AdminListen.
+func (g *GTR) AdminAddr() net.Addr { return addrOf(g.adminLis) }
+
+// HealthAddr is the health port's address; nil before Start and without
+// HealthListen.
+func (g *GTR) HealthAddr() net.Addr {
+	if g.hp == nil {
+		return nil
 	}
-	cells := make([]health.Cell, 0, len(d.Cells))
-	for _, c := range d.Cells {
-		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool})
-	}
-	mon.SetCells(cells)
-	st.HealthChanged("", 0)
+	return g.hp.Addr()
 }
 
-// recordingMetrics also keeps each re-route in the console's ring.
-type recordingMetrics struct {
-	payments.Metrics
-	recent *console.Recent
-}
-
-func (m recordingMetrics) Rerouted(cellID string, err error, cellHealthy bool) {
-	m.Metrics.Rerouted(cellID, err, cellHealthy)
-	m.recent.Rerouted(cellID, err, cellHealthy)
-}
-
-// startConsole builds the operator console: its handler calls the Admin
-// API through an in-process connection to a gRPC server of its own with
-// the same interceptors as the admin listener's (auth by the operator's
-// token, the policy, the audit), so that nothing the console does bypasses
-// them. The func stops that server and connection.
-func startConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, tel *telemetry.Telemetry, log *slog.Logger) (*http.Server, func(), error) {
-	mem := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
-	adm.Register(gs)
-	go gs.Serve(mem)
-	conn, err := grpc.NewClient("passthrough:///gtr-console",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		gs.Stop()
-		return nil, nil, fmt.Errorf("gtr: console: %w", err)
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
 	}
-	stop := func() {
-		conn.Close()
-		gs.Stop()
-	}
-	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Authenticate, Recent: recent, Log: log})
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return console.NewServer(h, log), stop, nil
+	return l.Addr()
 }

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -38,24 +38,37 @@ func testTLS(t *testing.T) (cert, key, ca string) {
 	return cert, key, ca
 }
 
-// runGTR runs the GTR of cfg until the test ends, and checks that it
-// then returns, without error, within 10 s.
-func runGTR(t *testing.T, cfg Config) {
+// startGTR starts the GTR of cfg, and shuts it down when the test ends,
+// checking that Shutdown then returns, without error, within 10 s.
+func startGTR(t *testing.T, cfg Config) *GTR {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdown(t, g) })
+	return g
+}
+
+// shutdown shuts g down, and fails the test unless Shutdown returns nil
+// within 10 s.
+func shutdown(t *testing.T, g *GTR) {
+	t.Helper()
 	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return")
+	go func() { errc <- g.Shutdown(context.Background()) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Error(err)
 		}
-	})
+	case <-time.After(10 * time.Second):
+		t.Error("Shutdown did not return")
+	}
 }
 
 func freeAddr(t *testing.T) string {
@@ -79,11 +92,11 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
-	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), HealthListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
+	cfg := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", ConfigFile: cfgFile, AdminToken: "tok",
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	runGTR(t, cfg)
+	g := startGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +111,7 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
-	pub, adm := dial(cfg.Listen), dial(cfg.AdminListen)
+	pub, adm := dial(g.Addr().String()), dial(g.AdminAddr().String())
 	for _, c := range []*grpc.ClientConn{pub, adm} {
 		if _, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
 			t.Fatalf("health on %s: %v", c.Target(), err)
@@ -129,10 +142,10 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	}
 	short, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
-	if _, err := adminproto.NewAdminClient(plain(cfg.AdminListen)).ListCells(short, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unavailable {
+	if _, err := adminproto.NewAdminClient(plain(g.AdminAddr().String())).ListCells(short, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("plaintext Admin call: %v, want Unavailable (no TLS, no service)", err)
 	}
-	health := plain(cfg.HealthListen)
+	health := plain(g.HealthAddr().String())
 	if r, err := healthpb.NewHealthClient(health).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health port: %v, %v", r, err)
 	}

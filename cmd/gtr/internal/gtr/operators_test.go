@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/operators"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -43,16 +43,16 @@ func TestOperatorsFileReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
-	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, OperatorsFile: opsFile,
+	cfg := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ConfigFile: cfgFile, OperatorsFile: opsFile,
 		OperatorsRefresh: 50 * time.Millisecond, AuditFile: filepath.Join(dir, "audit.jsonl"),
 		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	runGTR(t, cfg)
+	g := startGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(cfg.AdminListen, tlsOpt)
+	conn, err := grpc.NewClient(g.AdminAddr().String(), tlsOpt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestPartnersWired(t *testing.T) {
 	partnersFile := filepath.Join(dir, "partners.yaml")
 	os.WriteFile(partnersFile, []byte("version: 4\npartners:\n  - {id: p-001, status: active}\n"), 0o644)
 	tlsCert, tlsKey, caFile := testTLS(t)
-	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
+	cfg := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ConfigFile: cfgFile, AdminToken: "tok",
 		TLSCertFile: tlsCert, TLSKeyFile: tlsKey, PartnersFile: partnersFile, PartnersStateFile: filepath.Join(dir, "partners-state.json"),
 		AuditFile: filepath.Join(dir, "audit.jsonl"), ReplicaID: "r1", ShutdownTimeout: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -39,9 +39,14 @@ func TestPartnersWired(t *testing.T) {
 
 	run := func(body func(adm, pub adminproto.AdminClient)) {
 		t.Helper()
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- Run(ctx, cfg) }()
+		g, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Start(cctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Shutdown(context.Background()) }) // if body fails; a no-op after the one below
 		dial := func(addr string) *grpc.ClientConn {
 			tlsOpt, err := client.TLS(caFile)
 			if err != nil {
@@ -53,21 +58,15 @@ func TestPartnersWired(t *testing.T) {
 			}
 			return conn
 		}
-		ac, pc := dial(cfg.AdminListen), dial(cfg.Listen)
+		ac, pc := dial(g.AdminAddr().String()), dial(g.Addr().String())
 		if _, err := healthpb.NewHealthClient(ac).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
 			t.Fatal(err)
 		}
 		body(adminproto.NewAdminClient(ac), adminproto.NewAdminClient(pc))
 		ac.Close()
 		pc.Close()
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return")
+		if err := g.Shutdown(cctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 

@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -25,22 +23,7 @@ import (
 // TestRefdataVersionsFromNATS: with a NATS URL the GTR follows the cells'
 // status reports, and ListCells and Explain show them.
 func TestRefdataVersionsFromNATS(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	url := natstest.Start(t).URL()
 
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "gtr.yaml")
@@ -49,15 +32,15 @@ func TestRefdataVersionsFromNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
-	cfg := Config{Listen: freeAddr(t), AdminListen: freeAddr(t), ConfigFile: cfgFile, AdminToken: "tok",
+	cfg := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ConfigFile: cfgFile, AdminToken: "tok",
 		TLSCertFile: cert, TLSKeyFile: key, NATSURL: url, ReplicaID: "r1", ShutdownTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	runGTR(t, cfg)
+	g := startGTR(t, cfg)
 	tlsOpt, err := client.TLS(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(cfg.AdminListen, tlsOpt, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
+	conn, err := grpc.NewClient(g.AdminAddr().String(), tlsOpt, grpc.WithPerRPCCredentials(admin.TokenCredentials("tok")))
 	if err != nil {
 		t.Fatal(err)
 	}

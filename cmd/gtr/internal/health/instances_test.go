@@ -13,7 +13,7 @@ import (
 	hs "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
 
 // stoppableHealth serves gRPC health on loopback until stop.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 )
 

@@ -9,63 +9,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
-	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/internal/gtrattempt"
+	"github.com/cellpay/cellpay/internal/pnr/gtrside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
-
-// outcome of one attempt: a transaction or a final error for the caller, or
-// a reason to try the next cell.
-type outcome struct {
-	txn         *cellpayv1.Transaction
-	final       error
-	reroute     error
-	cellHealthy bool   // with reroute: the cell is fine, the transaction is not its
-	owner       string // with reroute: the cell that owns the transaction, to try next
-	slow        bool   // with reroute: the attempt's own timer ended it before the PNR
-	gone        bool   // with reroute: the caller left before the PNR
-	released    bool   // the attempt's slot of the cell's limit was given back at the PNR
-}
-
-// failed reports whether the attempt counts against the cell's health: it
-// failed the attempt itself (unreachable, broken, a fault of its own). A
-// timeout is slowness, for the cell's adaptive limit; a frozen or dead cell
-// is found by the active health checks, which it no longer answers. A
-// caller who left says nothing of the cell.
-func (o outcome) failed() bool { return o.reroute != nil && !o.cellHealthy && !o.slow && !o.gone }
-
-// health is what the attempt tells the cell's health: a failure (failed),
-// a timeout (slowness, and no sign of life either), or an answer.
-func (o outcome) health() health.Outcome {
-	switch {
-	case o.failed():
-		return health.Failed
-	case o.reroute != nil && (o.slow || o.gone):
-		return health.TimedOut // neither a failure nor a sign of life
-	}
-	return health.Answered
-}
-
-// sample is what an attempt that ended before its point of no return tells
-// the cell's adaptive limit (one past it gave its sample at the PNR): its
-// latency; a cell that failed or timed out is a dropped sample; an answer
-// about the request says nothing of the cell's load.
-func (o outcome) sample(total time.Duration) (time.Duration, admission.Outcome) {
-	switch {
-	case o.gone:
-		return total, admission.Ignored
-	case o.reroute != nil && (!o.cellHealthy || o.slow):
-		return total, admission.Dropped
-	case o.reroute != nil, o.final != nil:
-		return total, admission.Ignored
-	case o.txn.GetStatus() == cellpayv1.TransactionStatus_PENDING:
-		return total, admission.Ignored
-	}
-	return total, admission.Served
-}
 
 // callInfo is what every attempt of one call tells its cell about the
 // call: its ID (a later attempt may take over an earlier one's directory
@@ -78,18 +26,18 @@ type callInfo struct {
 }
 
 // attempt runs the transaction on one cell: the Process stream, with the
-// point-of-no-return handshake. It re-routes (returns outcome.reroute) only
-// while it has not sent Proceed. What to do is gtrattempt's decision; this
+// point-of-no-return handshake. It re-routes (answers Reroute) only while
+// it has not sent Proceed. What to do is gtrside's decision; this
 // is its driver, performing the machine's actions on the stream, the
 // attempt timer and the caller's context.
 //
 // atPNR gives back the attempt's slot in the cell's adaptive limit at the
 // PNR, where the cell's own work ends (what follows is the issuer's), with
 // the latency up to it. The GTR-wide slot is the call's, held to its end.
-func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) outcome {
+func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, n int32, rule string, lastResort bool, call callInfo, atPNR func(time.Duration)) gtrside.Answer {
 	client, err := s.cfg.Cells.Client(cell, call.balancer)
 	if err != nil {
-		return outcome{reroute: err}
+		return gtrside.Answer{Reroute: err}
 	}
 	if s.cfg.InFlight != nil {
 		s.cfg.InFlight(cell.ID, 1)
@@ -97,7 +45,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 	}
 	// Past afterPNRBound the stream is cut anyway: an attempt timer beyond
 	// it would never fire first.
-	m := gtrattempt.New(gtrattempt.Config{CellID: cell.ID, AttemptTimeout: min(s.cfg.AttemptTimeout, afterPNRBound)})
+	m := gtrside.New(gtrside.Config{CellID: cell.ID, AttemptTimeout: min(s.cfg.AttemptTimeout, afterPNRBound)})
 	d := driver{ctx: ctx, owned: true}
 	defer d.close()
 	// Each case performs the action and steps the machine with what
@@ -106,32 +54,33 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 	a := m.Start(time.Now())
 	for {
 		switch act := a.(type) {
-		case gtrattempt.Open:
+		case gtrside.Open:
 			a = d.open(m, client, act.CancelAt, &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
 				Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort, CallId: call.id, Home: call.home,
 			}}})
-		case gtrattempt.Read:
+		case gtrside.Read:
 			a = d.read(m)
-		case gtrattempt.Disarm:
+		case gtrside.Disarm:
 			switch {
 			case !d.timer.Stop():
-				a = m.Step(gtrattempt.DisarmFailed{Timer: true})
+				a = m.Step(gtrside.DisarmFailed{Timer: true})
 			case !d.stopWatch():
-				a = m.Step(gtrattempt.DisarmFailed{})
+				a = m.Step(gtrside.DisarmFailed{})
 			default:
-				a = m.Step(gtrattempt.Disarmed{})
+				a = m.Step(gtrside.Disarmed{})
 			}
-		case gtrattempt.SendProceed:
+		case gtrside.SendProceed:
 			if err := d.stream.Send(proceed); err != nil {
-				a = m.Step(gtrattempt.ProceedFailed{Err: err})
+				a = m.Step(gtrside.ProceedFailed{Err: err})
 			} else {
-				a = m.Step(gtrattempt.ProceedSent{Now: time.Now()})
+				a = m.Step(gtrside.ProceedSent{Now: time.Now()})
 			}
-		case gtrattempt.ReleaseSlot:
+		case gtrside.ReleaseSlot:
 			atPNR(act.Latency)
-			a = m.Step(gtrattempt.Released{})
-		case gtrattempt.Answer:
-			return d.finish(s, cell, req, act)
+			a = m.Step(gtrside.Released{})
+		case gtrside.Answer:
+			d.finish(act)
+			return act
 		}
 	}
 }
@@ -164,70 +113,66 @@ type driver struct {
 	owned      bool // close cancels the stream
 }
 
-func (d *driver) open(m *gtrattempt.Machine, client cellproto.CellClient, cancelAt time.Time, start *cellproto.ProcessInput) gtrattempt.Action {
+func (d *driver) open(m *gtrside.Machine, client cellproto.CellClient, cancelAt time.Time, start *cellproto.ProcessInput) gtrside.Action {
 	d.sctx, d.scancel = context.WithTimeout(context.WithoutCancel(d.ctx), afterPNRBound)
 	d.timer = time.AfterFunc(time.Until(cancelAt), d.scancel)
 	d.stopWatch = context.AfterFunc(d.ctx, d.scancel)
 	d.callerDone = d.ctx.Done()
 	stream, err := client.Process(d.sctx)
 	if err != nil {
-		return m.Step(gtrattempt.OpenFailed{Err: err})
+		return m.Step(gtrside.OpenFailed{Err: err})
 	}
 	d.stream = stream
 	if err := stream.Send(start); err != nil && !errors.Is(err, io.EOF) {
-		return m.Step(gtrattempt.OpenFailed{Err: err})
+		return m.Step(gtrside.OpenFailed{Err: err})
 	} // on io.EOF the stream's status comes from Recv
 	d.events = receive(d.sctx, stream)
-	return m.Step(gtrattempt.Opened{Now: time.Now()})
+	return m.Step(gtrside.Opened{Now: time.Now()})
 }
 
 // read waits for what the machine's Read asks for, and steps m with it.
-func (d *driver) read(m *gtrattempt.Machine) gtrattempt.Action {
+func (d *driver) read(m *gtrside.Machine) gtrside.Action {
 	for {
 		if d.ended {
 			d.ended = false
-			return m.Step(gtrattempt.StreamEnded{Now: time.Now(), Err: d.endErr})
+			return m.Step(gtrside.StreamEnded{Now: time.Now(), Err: d.endErr})
 		}
 		var r received
 		select {
 		case r = <-d.events:
 		case <-d.callerDone:
 			d.callerDone = nil
-			return m.Step(gtrattempt.CallerGone{})
+			return m.Step(gtrside.CallerGone{})
 		}
 		if r.err != nil {
 			if d.callerDone != nil && d.ctx.Err() != nil {
 				// The caller left (and so, likely, the stream ended): say so
 				// first, so that the machine does not take it for slowness.
 				d.callerDone, d.ended, d.endErr = nil, true, r.err
-				return m.Step(gtrattempt.CallerGone{})
+				return m.Step(gtrside.CallerGone{})
 			}
-			return m.Step(gtrattempt.StreamEnded{Now: time.Now(), Err: r.err})
+			return m.Step(gtrside.StreamEnded{Now: time.Now(), Err: r.err})
 		}
 		switch e := r.ev.GetEvent().(type) {
 		case *cellproto.ProcessEvent_PointOfNoReturn:
-			return m.Step(gtrattempt.PNR{Now: time.Now()})
+			return m.Step(gtrside.PNR{Now: time.Now()})
 		case *cellproto.ProcessEvent_Result:
-			return m.Step(gtrattempt.Result{Now: time.Now(), Txn: e.Result})
+			return m.Step(gtrside.Result{Now: time.Now(), Txn: e.Result})
 		case *cellproto.ProcessEvent_Reroutable:
-			return m.Step(gtrattempt.Reroutable{Now: time.Now(), Reason: e.Reroutable.GetReason(), CellHealthy: e.Reroutable.GetCellHealthy(),
+			return m.Step(gtrside.Reroutable{Now: time.Now(), Reason: e.Reroutable.GetReason(), CellHealthy: e.Reroutable.GetCellHealthy(),
 				Owner: e.Reroutable.GetOwnerCell()})
 		}
 		// A kind of message this GTR does not know: read on.
 	}
 }
 
-// finish turns the machine's answer into the attempt's outcome.
-func (d *driver) finish(s *Server, cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest, a gtrattempt.Answer) outcome {
-	o := outcome{txn: a.Txn, final: a.Final, reroute: a.Reroute, cellHealthy: a.CellHealthy, owner: a.Owner, slow: a.Slow, gone: a.Gone, released: a.Released}
-	if a.Pending {
-		o.txn = s.pending(cell, req).txn
-	}
+// finish leaves a stream past Proceed that is still open (Detach) to be
+// read to its end in the background.
+func (d *driver) finish(a gtrside.Answer) {
 	if a.Detach && d.events != nil && !d.ended {
 		d.owned = false
 		go drain(d.events, d.sctx, d.scancel)
 	}
-	return o
 }
 
 // close stops the standing orders and, unless the stream was detached,
@@ -299,19 +244,20 @@ func drain(events <-chan received, ctx context.Context, cancel context.CancelFun
 	}
 }
 
-// pending answers for a transaction past its PNR whose outcome this GTR
-// did not receive: the owning cell has it, and GetTransaction reads it.
-func (s *Server) pending(cell *routing.Cell, req *cellpayv1.SubmitTransactionRequest) outcome {
+// pending answers for a transaction past its PNR on cellID whose outcome
+// this GTR did not receive: the owning cell has it, and GetTransaction
+// reads it.
+func (s *Server) pending(cellID string, req *cellpayv1.SubmitTransactionRequest) *cellpayv1.Transaction {
 	now := timestamppb.New(s.cfg.Now())
-	return outcome{txn: &cellpayv1.Transaction{
+	return &cellpayv1.Transaction{
 		TransactionId: req.GetTransactionId(),
 		Status:        cellpayv1.TransactionStatus_PENDING,
-		CellId:        cell.ID,
+		CellId:        cellID,
 		Amount:        req.GetAmount(),
 		PaymentType:   req.GetPaymentType(),
 		PartnerId:     req.GetPartnerId(),
 		Market:        req.GetMarket(),
 		CreatedAt:     now,
 		UpdatedAt:     now,
-	}}
+	}
 }

@@ -13,7 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil/hoptest"
 	"github.com/cellpay/cellpay/internal/hop"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/testutil/hoptest"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/routing"

@@ -32,6 +32,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
+	"github.com/cellpay/cellpay/internal/pnr/gtrside"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -221,30 +222,84 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 }
 
 // submit routes and forwards one transaction, re-routing before its point
-// of no return.
-func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, fp idempotency.Fingerprint) (txn *cellpayv1.Transaction, err error) {
+// of no return. What to do is the call machine's decision
+// (gtrside.Call); this is its driver, performing its actions on the
+// limits, the routing table, the retry budget and the cells. The call's
+// clock is the wall clock, as the caller's deadline is.
+func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, fp idempotency.Fingerprint) (*cellpayv1.Transaction, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	tried := 0
-	if m := s.cfg.Metrics; m != nil {
-		defer func() { m.Done(txn, err, tried) }()
-	}
-	// The GTR's own adaptive limit, over all cells: when the whole
-	// platform (the GTR included) queues, shed here, before routing.
-	gtrSlot := s.gtrSlot(req.GetPartnerId())
-	if !gtrSlot.acquired {
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.Shed("gtr_busy")
+	deadline, _ := ctx.Deadline()
+	call := gtrside.NewCall(gtrside.CallConfig{MaxAttempts: s.cfg.MaxAttempts, MinAttemptTime: s.cfg.MinAttemptTime, Deadline: deadline})
+	var (
+		gtrSlot *slot
+		table   *routing.Table
+		res     routing.Result
+		ranked  []routing.Choice
+		buf     [maxRanked]routing.Choice
+		ids     [maxRanked]string
+		info    = callInfo{id: newCallID()}
+	)
+	txnKey := idempotency.KeyOf(req)
+	a := call.Start()
+	for {
+		switch act := a.(type) {
+		case gtrside.Admit:
+			// The GTR's own adaptive limit, over all cells: when the whole
+			// platform (the GTR included) queues, shed here, before routing.
+			gtrSlot = s.gtrSlot(req.GetPartnerId())
+			ev := gtrside.Admitted{OK: gtrSlot.acquired}
+			if !ev.OK {
+				ev.RetryAfter = gtrSlot.lim.RetryAfter()
+			}
+			a = call.Step(ev)
+		case gtrside.Route:
+			var err error
+			table = s.cfg.Table()
+			res, ranked, err = s.route(table, req, txnKey, fp, buf[:0])
+			cells := ids[:0]
+			for _, c := range ranked {
+				cells = append(cells, c.Cell.ID)
+			}
+			if err == nil {
+				s.retries.Request()
+			}
+			a = call.Step(gtrside.Routed{Now: time.Now(), Cells: cells, Err: err})
+		case gtrside.AskRetry:
+			a = call.Step(gtrside.RetryAnswer{Now: time.Now(), OK: s.retries.Retry()})
+		case gtrside.Try:
+			cell := cellOf(table, ranked, act.Cell)
+			var lim *admission.CellLimit
+			if s.cfg.Limits != nil {
+				lim = s.cfg.Limits.Cell(cell.ID)
+			}
+			if !lim.Acquire() {
+				a = call.Step(gtrside.Busy{Now: time.Now(), RetryAfter: lim.RetryAfter()})
+				continue
+			}
+			began := time.Now()
+			info.home = res.Home != nil && cell.ID == res.Home.ID
+			info.balancer = table.Balancer(cell.Pool)
+			ans := s.attempt(ctx, cell, req, act.Attempt, res.Rule.Name, act.LastResort, info, func(toPNR time.Duration) {
+				lim.Release(toPNR, admission.Served)
+			})
+			if !ans.Released {
+				lim.Release(time.Since(began), limitOutcome(ans.Sample()))
+			}
+			if !ans.Gone {
+				s.report(req, cell, act.Attempt, ans)
+			}
+			_, known := table.Cell(ans.Owner)
+			a = call.Step(gtrside.Attempted{Now: time.Now(), Answer: ans, OwnerKnown: ans.Owner != "" && known})
+		case gtrside.Finish:
+			return s.finish(ctx, req, act, gtrSlot, txnKey, fp)
 		}
-		return nil, admission.Shed(ctx, admission.RouterBusy, gtrSlot.lim.RetryAfter())
 	}
-	defer func() {
-		o := admission.Served
-		if status.Code(err) == codes.DeadlineExceeded {
-			o = admission.Dropped
-		}
-		gtrSlot.release(o)
-	}()
+}
+
+// route ranks the cells for req in table (into buf), with a cell that
+// completed the transaction before promoted first; err is the caller's.
+func (s *Server) route(table *routing.Table, req *cellpayv1.SubmitTransactionRequest, key idempotency.Key, fp idempotency.Fingerprint, buf []routing.Choice) (routing.Result, []routing.Choice, error) {
 	attrs := routing.Attrs{
 		TransactionID: req.GetTransactionId(),
 		PartnerID:     req.GetPartnerId(),
@@ -252,139 +307,106 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 		PaymentType:   req.GetPaymentType().String(),
 		MerchantID:    req.GetMerchant().GetId(),
 	}
-	table := s.cfg.Table()
-	var buf [maxRanked]routing.Choice
-	res, err := table.Route(&attrs, buf[:0])
+	res, err := table.Route(&attrs, buf)
 	switch {
 	case errors.Is(err, routing.ErrNoRule):
-		return nil, status.Errorf(codes.Unavailable, "no routing rule for partner %q, market %s, payment type %s",
+		return res, nil, status.Errorf(codes.Unavailable, "no routing rule for partner %q, market %s, payment type %s",
 			attrs.PartnerID, attrs.Market, attrs.PaymentType)
 	case errors.Is(err, routing.ErrNoCell):
-		return nil, status.Errorf(codes.Unavailable, "no cell can take transactions for rule %q", res.Rule.Name)
+		return res, nil, status.Errorf(codes.Unavailable, "no cell can take transactions for rule %q", res.Rule.Name)
 	case err != nil:
-		return nil, status.Error(codes.Internal, err.Error())
+		return res, nil, status.Error(codes.Internal, err.Error())
 	}
-	txnKey := idempotency.KeyOf(req)
-	ranked, err := s.moved.promote(txnKey, fp, res.Ranked)
+	ranked, err := s.moved.promote(key, fp, res.Ranked)
 	if err != nil {
-		return nil, status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
+		return res, nil, status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
 	}
-	attempts := min(len(ranked), s.cfg.MaxAttempts)
-	var last error
-	s.retries.Request()
-	// busy: a cell was skipped at its concurrency limit (retry: the
-	// soonest of those cells' retry hints); sent: an attempt reached a
-	// cell.
-	busy, sent := false, false
-	retry := admission.MaxRetryAfter
-	shed := func() error {
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.Shed("cell_busy")
-		}
-		what := "every cell that could take the transaction is at its concurrency limit"
-		if sent {
-			what += " (a cell refused it before its point of no return, so nothing was charged)"
-		}
-		return admission.Shed(ctx, what, retry)
-	}
-	callID := newCallID()
-	redirected := false
-	// failed: the last attempt sent failed before its PNR, so the next one
-	// is a re-route and takes from the retry budget (skipping a busy cell
-	// sends nothing and takes nothing).
-	failed := false
-	for i := 0; i < attempts; i++ {
-		if failed && !s.retries.Retry() {
-			if busy {
-				return nil, shed()
-			}
-			return nil, status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", last)
-		}
-		failed = false
-		if dl, _ := ctx.Deadline(); time.Until(dl) < s.cfg.MinAttemptTime {
-			return nil, status.Errorf(codes.DeadlineExceeded, "not enough time left for another attempt; last: %v", last)
-		}
-		cell := ranked[i].Cell
-		var lim *admission.CellLimit
-		if s.cfg.Limits != nil {
-			lim = s.cfg.Limits.Cell(cell.ID)
-		}
-		if !lim.Acquire() {
-			// The cell has as many attempts as its adaptive limit allows:
-			// skip it to the next ranked cell (nothing was sent, so the
-			// retry budget is not spent). A cell that is merely full does
-			// not hold the transaction up, and a pool that is full
-			// everywhere sheds.
-			busy = true
-			retry = min(retry, lim.RetryAfter())
-			last = fmt.Errorf("cell %s is at its concurrency limit", cell.ID)
-			continue
-		}
-		tried = i + 1
-		sent = true
-		began := time.Now()
-		call := callInfo{id: callID, home: res.Home != nil && cell.ID == res.Home.ID, balancer: table.Balancer(cell.Pool)}
-		out := s.attempt(ctx, cell, req, int32(i+1), res.Rule.Name, i == attempts-1, call, func(toPNR time.Duration) {
-			lim.Release(toPNR, admission.Served)
-		})
-		if !out.released {
-			lim.Release(out.sample(time.Since(began)))
-		}
-		if out.gone {
-			// The caller left before the PNR: nothing to re-route, and
-			// nothing learned of the cell, nor of the platform's load.
-			gtrSlot.release(admission.Ignored)
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		if s.cfg.Health != nil {
-			s.cfg.Health.Record(cell.ID, out.health())
-		}
-		if out.reroute == nil {
-			if i > 0 && out.txn != nil {
-				s.moved.remember(txnKey, out.txn.GetCellId(), fp)
-			}
-			return out.txn, out.final
-		}
-		last, failed = out.reroute, true
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.Rerouted(cell.ID, out.reroute, out.cellHealthy)
-		}
-		if out.owner != "" && out.owner != cell.ID && !redirected {
-			// The transaction directory names the cell that owns the
-			// transaction: its state is there, so the next attempt goes
-			// there, whatever its weight (a drained cell still answers for
-			// what it owns). Once per call.
-			if owner, ok := table.Cell(out.owner); ok {
-				redirected = true
-				ranked = redirect(ranked, i+1, &owner)
-				attempts = min(len(ranked), s.cfg.MaxAttempts+1)
-			}
-		}
-		s.cfg.Log.Warn("re-routing before the point of no return",
-			"partner_id", req.GetPartnerId(), "transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", i+1, "reason", out.reroute)
-		if ctx.Err() != nil {
-			return nil, status.Errorf(codes.DeadlineExceeded, "deadline passed before the transaction started on a cell; last: %v", last)
-		}
-	}
-	if busy {
-		return nil, shed()
-	}
-	return nil, status.Errorf(codes.Unavailable, "no cell could take the transaction: %v", last)
+	return res, ranked, nil
 }
 
-// redirect returns ranked with owner as the attempt after the first next
-// ones, and owner's place further down dropped. It copies: ranked may be a
-// stack buffer of the caller's.
-func redirect(ranked []routing.Choice, next int, owner *routing.Cell) []routing.Choice {
-	out := make([]routing.Choice, 0, len(ranked)+1)
-	out = append(out, ranked[:next]...)
-	out = append(out, routing.Choice{Cell: owner})
-	for _, c := range ranked[next:] {
-		if c.Cell.ID != owner.ID {
-			out = append(out, c)
+// cellOf is the cell with ID id: one of the ranking's, or the owner a
+// redirect added, from the table the call was routed by.
+func cellOf(table *routing.Table, ranked []routing.Choice, id string) *routing.Cell {
+	for _, c := range ranked {
+		if c.Cell.ID == id {
+			return c.Cell
 		}
 	}
-	return out
+	c, _ := table.Cell(id) // the call redirects only to a known cell
+	return &c
+}
+
+// report tells health and the metrics what an attempt on cell found, and
+// logs a re-route.
+func (s *Server) report(req *cellpayv1.SubmitTransactionRequest, cell *routing.Cell, n int32, a gtrside.Answer) {
+	if s.cfg.Health != nil {
+		s.cfg.Health.Record(cell.ID, healthOutcome(a.Health()))
+	}
+	if a.Reroute == nil {
+		return
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Rerouted(cell.ID, a.Reroute, a.CellHealthy)
+	}
+	s.cfg.Log.Warn("re-routing before the point of no return",
+		"partner_id", req.GetPartnerId(), "transaction_id", req.GetTransactionId(), "cell", cell.ID, "attempt", n, "reason", a.Reroute)
+}
+
+// finish performs the call's end: the answer the caller gets, the GTR-wide
+// slot given back, the cell remembered, the metrics.
+func (s *Server) finish(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, f gtrside.Finish, gtrSlot *slot, key idempotency.Key, fp idempotency.Fingerprint) (txn *cellpayv1.Transaction, err error) {
+	switch {
+	case f.Shed == gtrside.ShedRouter:
+		err = admission.Shed(ctx, admission.RouterBusy, f.RetryAfter)
+	case f.Shed == gtrside.ShedCells:
+		what := "every cell that could take the transaction is at its concurrency limit"
+		if f.Sent {
+			what += " (a cell refused it before its point of no return, so nothing was charged)"
+		}
+		err = admission.Shed(ctx, what, f.RetryAfter)
+	case f.Pending:
+		txn = s.pending(f.Cell, req)
+	default:
+		txn, err = f.Txn, f.Err
+	}
+	if f.GTRSample != gtrside.SampleNone {
+		gtrSlot.release(limitOutcome(f.GTRSample))
+	}
+	if f.Remember {
+		s.moved.remember(key, f.Cell, fp)
+	}
+	if m := s.cfg.Metrics; m != nil {
+		switch f.Shed {
+		case gtrside.ShedRouter:
+			m.Shed("gtr_busy")
+		case gtrside.ShedCells:
+			m.Shed("cell_busy")
+		}
+		m.Done(txn, err, f.Tried)
+	}
+	return txn, err
+}
+
+// limitOutcome is a Sample as the adaptive limits take it.
+func limitOutcome(s gtrside.Sample) admission.Outcome {
+	switch s {
+	case gtrside.SampleDropped:
+		return admission.Dropped
+	case gtrside.SampleIgnored:
+		return admission.Ignored
+	}
+	return admission.Served
+}
+
+// healthOutcome is a Health as the monitor takes it.
+func healthOutcome(h gtrside.Health) health.Outcome {
+	switch h {
+	case gtrside.Failed:
+		return health.Failed
+	case gtrside.TimedOut:
+		return health.TimedOut
+	}
+	return health.Answered
 }
 
 // newCallID names one SubmitTransaction call, uniquely: 128 random bits.
@@ -431,7 +453,7 @@ func (sl *slot) release(o admission.Outcome) {
 // namespace its transaction_id is looked up in. On the partners' listener
 // the authentication interceptor (cmd/gtr/internal/auth) has already set
 // partner_id to the authenticated partner, or refused a call naming another
-// (DESIGN.md: a call acts only for its own partner); here it must be set.
+// (docs/design/README.md: a call acts only for its own partner); here it must be set.
 func partnerOf(ctx context.Context, req *cellpayv1.GetTransactionRequest) (string, error) {
 	if err := idempotency.ValidateKey(req.GetPartnerId()); err != nil {
 		return "", &validate.FieldError{Field: "partner_id", Reason: err.Error()}

@@ -21,8 +21,9 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
 	"github.com/cellpay/cellpay/internal/retrybudget"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -65,21 +66,17 @@ func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1
 	return f.get(idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
 }
 
+// serve serves f as a cell, with opts, until the test ends and returns
+// its address.
 func serve(t testing.TB, f *fakeCell, opts ...grpc.ServerOption) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(opts...)
-	cellproto.RegisterCellServer(s, f)
-	// A health service answering SERVING, as a cell's does: without one
-	// the GTR's client logs an error for every connection, which broke
-	// the benchmarks' result lines in two (make bench-hops).
-	healthpb.RegisterHealthServer(s, hs.NewServer())
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
+	return grpctest.Serve(t, func(s *grpc.Server) {
+		cellproto.RegisterCellServer(s, f)
+		// A health service answering SERVING, as a cell's does: without
+		// one the GTR's client logs an error for every connection, which
+		// broke the benchmarks' result lines in two (make bench-hops).
+		healthpb.RegisterHealthServer(s, hs.NewServer())
+	}, opts...)
 }
 
 // pnr runs the cell's side of the point-of-no-return handshake.

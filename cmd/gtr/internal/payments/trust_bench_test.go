@@ -17,10 +17,11 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
-	"github.com/cellpay/cellpay/internal/load"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/pki"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/partners"
-	"github.com/cellpay/cellpay/internal/pki"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/client"
@@ -61,7 +62,7 @@ func startTrustGTR(tb testing.TB, mode string) trustGTR {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tlsCfg, stop, err := pki.ServerConfig(cert, key, 0)
+		tlsCfg, stop, err := tlsconf.ServerConfig(cert, key, 0)
 		if err != nil {
 			tb.Fatal(err)
 		}

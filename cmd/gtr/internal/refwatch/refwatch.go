@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cellpay/cellpay/internal/natsconn"
-	"github.com/cellpay/cellpay/internal/pki"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	NATSURL string // required
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	Sink    Sink // required
 	// Name names the NATS connection (e.g. "gtr <replica>").
 	Name string

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/refdata"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -25,48 +24,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// natsServer is an in-process core NATS server on a random loopback port
-// that can be stopped and started again on the same port.
-type natsServer struct {
-	t    *testing.T
-	port int
-	srv  *server.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
+// startNATS starts an in-process core NATS server (no JetStream) on a
+// loopback port, which the test can stop and start again on that port.
+func startNATS(t *testing.T) *natstest.Server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &natsServer{t: t, port: l.Addr().(*net.TCPAddr).Port}
-	l.Close()
-	n.start()
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.port) }
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, NoSigs: true, NoLog: true})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats not ready")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
+	return natstest.StartWith(t, func(o *server.Options) { o.JetStream = false })
 }
 
 // fakeSink records the last version per cell.
@@ -147,9 +109,9 @@ func subscribed(t *testing.T, w *Watcher) {
 func TestReportsReachTheSink(t *testing.T) {
 	ns := startNATS(t)
 	sink := &fakeSink{}
-	w := start(t, ns.url(), sink)
+	w := start(t, ns.URL(), sink)
 	subscribed(t, w)
-	pub := newPub(t, ns.url())
+	pub := newPub(t, ns.URL())
 
 	pub.report("cell-a", 3)
 	pub.report("cell-b", 0)
@@ -189,20 +151,20 @@ func TestReportsReachTheSink(t *testing.T) {
 func TestNATSDownKeepsVersions(t *testing.T) {
 	ns := startNATS(t)
 	sink := &fakeSink{}
-	w := start(t, ns.url(), sink)
+	w := start(t, ns.URL(), sink)
 	subscribed(t, w)
-	pub := newPub(t, ns.url())
+	pub := newPub(t, ns.URL())
 	pub.report("cell-a", 5)
 	testutil.Eventually(t, 5*time.Second, "cell-a v5", func() bool { v, _ := sink.get("cell-a"); return v == 5 })
 
-	ns.stop()
+	ns.Stop()
 	testutil.Eventually(t, 5*time.Second, "the watcher to notice", func() bool { return !w.nc.IsConnected() })
 	time.Sleep(300 * time.Millisecond)
 	if v, _ := sink.get("cell-a"); v != 5 {
 		t.Fatalf("cell-a at v%d with NATS down, want v5", v)
 	}
 
-	ns.start()
+	ns.Restart()
 	subscribed(t, w)
 	testutil.Eventually(t, 5*time.Second, "the publisher to reconnect", func() bool { return pub.nc.IsConnected() })
 	pub.report("cell-a", 6)
@@ -212,16 +174,16 @@ func TestNATSDownKeepsVersions(t *testing.T) {
 // TestStartWhileNATSDown: Start does not wait for NATS.
 func TestStartWhileNATSDown(t *testing.T) {
 	ns := startNATS(t)
-	ns.stop()
+	ns.Stop()
 	sink := &fakeSink{}
 	began := time.Now()
-	w := start(t, ns.url(), sink)
+	w := start(t, ns.URL(), sink)
 	if d := time.Since(began); d > time.Second {
 		t.Fatalf("Start waited %v for NATS", d)
 	}
-	ns.start()
+	ns.Restart()
 	subscribed(t, w)
-	newPub(t, ns.url()).report("cell-c", 2)
+	newPub(t, ns.URL()).report("cell-c", 2)
 	testutil.Eventually(t, 5*time.Second, "cell-c v2", func() bool { v, _ := sink.get("cell-c"); return v == 2 })
 }
 
@@ -244,7 +206,7 @@ func TestGatesTheRoutingState(t *testing.T) {
 	if err := st.Apply(doc, 1); err != nil {
 		t.Fatal(err)
 	}
-	w := start(t, ns.url(), st)
+	w := start(t, ns.URL(), st)
 	subscribed(t, w)
 	route := func() ([]string, error) {
 		var buf [4]routing.Choice
@@ -258,7 +220,7 @@ func TestGatesTheRoutingState(t *testing.T) {
 	if _, err := route(); !errors.Is(err, routing.ErrNoCell) {
 		t.Fatalf("before any report: %v", err)
 	}
-	pub := newPub(t, ns.url())
+	pub := newPub(t, ns.URL())
 	pub.report("cell-a", 2)
 	pub.report("cell-b", 3)
 	testutil.Eventually(t, 5*time.Second, "cell-b alone", func() bool { ids, err := route(); return err == nil && len(ids) == 1 && ids[0] == "cell-b" })

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/kvsync"
-	"github.com/cellpay/cellpay/internal/testutil"
 )
 
 // countingTarget counts the entries a Replica decodes.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/kvsync"
-	"github.com/cellpay/cellpay/internal/pki"
+	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
 // Config configures the routing table's Syncer.
@@ -25,7 +25,7 @@ type Config struct {
 	NATSURL string
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
-	NATSTLS pki.Files
+	NATSTLS tlsconf.Files
 	// Bucket and Key name the KV entry; defaults kvsync.DefaultBucket, "routing".
 	Bucket, Key string
 	// StateFile keeps the last-known configuration; "" keeps none.

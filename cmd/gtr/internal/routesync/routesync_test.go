@@ -5,72 +5,33 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
 	"github.com/cellpay/cellpay/internal/kvsync"
-	"github.com/cellpay/cellpay/internal/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// natsServer is an in-process NATS server with JetStream on a temp dir,
-// which can be stopped and started again on the same port and store.
-type natsServer struct {
-	t    *testing.T
-	port int
-	dir  string
-	srv  *server.Server
-}
+// natsServer is natstest's server (JetStream on a temp dir, which can be
+// stopped and started again on the same port and store), with url for
+// this package's tests.
+type natsServer struct{ *natstest.Server }
 
-func startNATS(t *testing.T) *natsServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	n := &natsServer{t: t, port: port, dir: t.TempDir()}
-	n.start()
-	t.Cleanup(n.stop)
-	return n
-}
+func startNATS(t *testing.T) natsServer { return natsServer{natstest.Start(t)} }
 
-func (n *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.port) }
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats not ready")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
+func (n natsServer) url() string { return n.URL() }
 
 func seedDoc() state.Doc {
 	return state.FromSpec(routing.Spec{
@@ -250,7 +211,7 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	}
 	testutil.Eventually(t, time.Second, "replica 2 sees the drain", func() bool { return weight(r2.st, "cell-a") == 50 })
 
-	ns.stop()
+	ns.Stop()
 	testutil.Eventually(t, 5*time.Second, "disconnected", func() bool { return r1.sy.Status() == kvsync.StatusDisconnected })
 	before := r1.st.Table()
 	start := time.Now()
@@ -279,7 +240,7 @@ func TestNATSDownAndFileStart(t *testing.T) {
 	}
 
 	// NATS comes back with its store: both converge on new changes.
-	ns.start()
+	ns.Restart()
 	testutil.Eventually(t, 10*time.Second, "reconnected", func() bool {
 		return r2.sy.Status() == kvsync.StatusConnected && r3.sy.Status() == kvsync.StatusConnected
 	})
@@ -292,7 +253,7 @@ func TestNATSDownAndFileStart(t *testing.T) {
 func TestStartWithoutFileWhileNATSDown(t *testing.T) {
 	ns := startNATS(t)
 	url := ns.url()
-	ns.stop()
+	ns.Stop()
 	r := startReplica(t, url, filepath.Join(t.TempDir(), "none.json"))
 	if r.st.Table() == nil || r.st.Table().Version() != 1 {
 		t.Fatal("did not start from the seed")
@@ -301,7 +262,7 @@ func TestStartWithoutFileWhileNATSDown(t *testing.T) {
 		t.Fatalf("update: %v", err)
 	}
 	// When NATS arrives with an empty bucket, the seed is written.
-	ns.start()
+	ns.Restart()
 	testutil.Eventually(t, 10*time.Second, "connected", func() bool { return r.sy.Status() == kvsync.StatusConnected })
 	if _, err := r.sy.Update(ctxFor(t), drain("cell-a", 10)); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
-	"github.com/cellpay/cellpay/internal/testutil"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 

@@ -1,0 +1,387 @@
+package gtr
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/admission"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/config"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/console"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/edge"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/grpclimits"
+	"github.com/cellpay/cellpay/internal/healthport"
+	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/partnerstate"
+	"github.com/cellpay/cellpay/internal/telemetry"
+	"github.com/cellpay/cellpay/internal/tlsconf"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// Start's steps, in the order Start takes them. Each adds to g.rel what
+// it acquires as soon as it has it, so that a step that fails half-way
+// leaves Start only the releasing of the stack to do.
+
+// startRouting builds the transport to the cells, the health monitor (the
+// one owner of health) and the routing state, which reads the monitor's
+// shares when it compiles: an ejection only signals the state's compiler.
+func (g *GTR) startRouting(context.Context) error {
+	cellDial, stopCellTLS, err := hop.DialOption(g.cfg.CellTLS)
+	if err != nil {
+		return fmt.Errorf("gtr: cells' TLS: %w", err)
+	}
+	g.rel.Add(stopCellTLS)
+	if !g.cfg.CellTLS.Set() {
+		g.cfg.Log.Warn("no cell TLS files: plaintext to the cells")
+	}
+	g.cellDial = cellDial
+	// g.st is set before the monitor watches any cell, so before OnChange
+	// runs.
+	g.mon, err = health.New(health.Config{OnChange: func(id string, share int) {
+		g.st.HealthChanged(id, share)
+		g.recent.HealthChanged(id, share)
+	}, Dial: cellDial, Log: g.cfg.Log})
+	if err != nil {
+		return err
+	}
+	g.st, err = state.New(state.Config{Health: g.mon})
+	return err
+}
+
+// startTelemetry sets up metrics (served on MetricsListen) and traces.
+func (g *GTR) startTelemetry(ctx context.Context) error {
+	tel, err := telemetry.Setup(ctx, telemetry.Config{Service: "gtr", Instance: cmp.Or(g.cfg.ReplicaID, "gtr"), MetricsListen: g.cfg.MetricsListen, Log: g.cfg.Log})
+	if err != nil {
+		return err
+	}
+	g.tel = tel
+	g.rel.AddCtx(tel.Close)
+	return nil
+}
+
+// startStores starts the replicated routing configuration, the partner
+// registry (whose Index authenticates partners' calls) and, with NATS,
+// the watch of the cells' reference data versions, for rules that need a
+// minimum.
+func (g *GTR) startStores(context.Context) error {
+	cfg := g.cfg
+	store, err := routesync.Start(routesync.Config{
+		State: g.st,
+		Seed: func() (state.Doc, error) {
+			spec, err := config.Load(cfg.ConfigFile)
+			return state.FromSpec(spec), err
+		},
+		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
+		Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	g.store = store
+	g.rel.Add(store.Close)
+	g.partners, err = partnerstate.Start(partnerstate.Config{
+		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
+		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	g.rel.Add(g.partners.Close)
+	if cfg.NATSURL == "" {
+		return nil
+	}
+	rw, err := refwatch.Start(refwatch.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Sink: g.st, Name: "gtr refwatch " + cfg.ReplicaID, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	g.rel.Add(rw.Close)
+	return nil
+}
+
+// startFollowing opens the pool of connections to the cells and starts
+// the state's compiler, the monitor's checks, and what points the monitor
+// and the pool at the table's cells whenever the table changes.
+func (g *GTR) startFollowing(context.Context) error {
+	st, mon := g.st, g.mon
+	pool := cellconn.New(append(g.tel.DialOptions(), g.cellDial)...)
+	g.pool = pool
+	g.rel.Add(pool.Close)
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	g.rel.Add(func() {
+		stopBG()
+		wg.Wait()
+	})
+	wg.Go(func() { st.Run(bg) })
+	followCells(st, mon)
+	wg.Go(func() { mon.Run(bg) })
+	wg.Go(func() {
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-st.Changed():
+				followCells(st, mon)
+				pool.Forget(inTable(st))
+			}
+		}
+	})
+	return nil
+}
+
+// startPartners builds the Payments API's server and binds the partners'
+// listener. A partner over its limits is refused from the headers (the
+// tap), before any stream; then the interceptors, outermost first:
+// authenticate, admit against the partner's limits, then keep platform
+// details out of partners' errors.
+func (g *GTR) startPartners(context.Context) error {
+	var fairShare *admission.Partners
+	if g.cfg.AdmissionBaseline > 0 {
+		fairShare = g.partnerLimits
+	}
+	metrics, err := telemetry.NewGTR(g.tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), g.cellGauges)
+	if err != nil {
+		return err
+	}
+	pay, err := payments.New(payments.Config{
+		Table:    g.st.Table,
+		Cells:    g.pool,
+		Health:   g.mon,
+		InFlight: g.st.InFlight,
+		Metrics:  recordingMetrics{metrics, g.recent},
+		Limits:   g.cellLimits,
+		Partners: fairShare,
+		Log:      g.cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	tlsCfg, stopTLS, err := tlsconf.ServerConfig(g.cfg.TLSCertFile, g.cfg.TLSKeyFile, 0)
+	if err != nil {
+		return fmt.Errorf("gtr: %w", err)
+	}
+	g.tlsCfg = tlsCfg
+	g.rel.Add(stopTLS)
+	authn := &auth.Partners{Index: g.partners.Index, OnDenied: metrics.Denied}
+	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.InTapHandle(g.partnerLimits.Tap(authn.FromHeader,
+			admission.RouterLimit{Limit: g.cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
+	srvOpts = append(srvOpts, g.tel.PublicServerOptions()...)
+	srvOpts = append(srvOpts, authn.ServerOptions()...)
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(
+		g.partnerLimits.UnaryInterceptor(metrics.Shed),
+		edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log)))
+	gs := grpc.NewServer(srvOpts...)
+	g.rel.Add(gs.Stop) // a server never served; Shutdown has stopped it by then
+	cellpayv1.RegisterPaymentsServer(gs, pay)
+	healthpb.RegisterHealthServer(gs, g.hs)
+	if g.cfg.Reflection {
+		reflection.Register(gs)
+	}
+	lis, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gtr: listen: %w", err)
+	}
+	g.lis = lis
+	g.rel.Add(func() { lis.Close() })
+	g.servers, g.listeners = append(g.servers, gs), append(g.listeners, lis)
+	return nil
+}
+
+// cellGauges are the table's cells' gauges, read at each scrape.
+func (g *GTR) cellGauges(yield func(telemetry.CellGauge) bool) {
+	st := g.st
+	d, _, _ := st.Doc()
+	checked, now := st.Checked(), st.Now()
+	for _, c := range st.Table().Spec().Cells {
+		cg := telemetry.CellGauge{ID: c.ID, HealthShare: g.mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
+			Limit: g.cellLimits.Cell(c.ID).Limit()}
+		if dc := d.Cell(c.ID); dc != nil {
+			cg.Weight, cg.TargetWeight, cg.RampStalled = dc.WeightAt(now), dc.Weight, dc.RampStalled(checked, now)
+		}
+		if !yield(cg) {
+			return
+		}
+	}
+}
+
+// startAdmin, with AdminListen, builds the Admin API and binds the
+// operators' listener: TLS with the partners' certificate, since
+// operators' tokens never cross the network in the clear either. The
+// listener is shared with the operator console: console.Split does the
+// handshake and hands gRPC clients to the admin server, browsers to the
+// console.
+func (g *GTR) startAdmin(context.Context) error {
+	cfg := g.cfg
+	if cfg.AdminListen == "" {
+		return nil
+	}
+	ops, err := loadOperators(cfg.OperatorsFile, cfg.AdminToken)
+	if err != nil {
+		return err
+	}
+	auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, StreamReplicas: cfg.AuditReplicas, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	g.rel.Add(auditLog.Close)
+	adm, err := admin.New(admin.Config{State: g.st, Health: g.mon, Store: g.store, Partners: g.partners, ReplicaID: cfg.ReplicaID, Cells: g.pool,
+		Audit: auditLog, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	alis, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return fmt.Errorf("gtr: admin listen: %w", err)
+	}
+	g.adminLis = alis
+	grpcLis, webLis := console.Split(alis, g.tlsCfg)
+	g.rel.Add(func() { grpcLis.Close(); webLis.Close() }) // both closed close alis
+	authn := admin.NewAuth(ops)
+	if cfg.OperatorsFile != "" {
+		g.rel.Add(watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log))
+	}
+	asOpts := append([]grpc.ServerOption{grpc.Creds(console.Handshaken())}, grpclimits.Admin.ServerOptions()...)
+	as := grpc.NewServer(append(append(asOpts, adm.ServerOptions(authn)...), g.tel.ServerOptions()...)...)
+	g.rel.Add(as.Stop) // as the partners' server
+	adm.Register(as)
+	healthpb.RegisterHealthServer(as, g.hs)
+	reflection.Register(as)
+	g.servers, g.listeners = append(g.servers, as), append(g.listeners, grpcLis)
+	if err := g.startConsole(adm, authn, webLis); err != nil {
+		return err
+	}
+	cfg.Log.Info("operator console", "url", "https://"+alis.Addr().String()+"/")
+	if ops.Len() == 0 {
+		cfg.Log.Warn("no operators configured: the admin API refuses every call")
+	}
+	if cfg.AuditFile == "" && cfg.NATSURL == "" {
+		cfg.Log.Warn("no audit log (neither NATS nor an audit file): the admin API refuses every change")
+	}
+	return nil
+}
+
+// startConsole serves the operator console on webLis. Its release shuts
+// the console's server down within ShutdownTimeout (and the context it is
+// given), then closes what is still open.
+func (g *GTR) startConsole(adm *admin.Server, authn *admin.Auth, webLis net.Listener) error {
+	web, stopWeb, err := newConsole(adm, authn, g.recent, g.tel, g.cfg.Log)
+	if err != nil {
+		return err
+	}
+	g.rel.Add(stopWeb)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := web.Serve(webLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.cfg.Log.Error("console: serve", "error", err)
+		}
+	}()
+	g.rel.AddCtx(func(ctx context.Context) {
+		sctx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
+		defer cancel()
+		if web.Shutdown(sctx) != nil {
+			web.Close()
+		}
+		<-served
+	})
+	return nil
+}
+
+// startHealthPort, with HealthListen, serves health alone, in plaintext.
+func (g *GTR) startHealthPort(context.Context) error {
+	if g.cfg.HealthListen == "" {
+		return nil
+	}
+	hp, err := healthport.Listen(g.cfg.HealthListen, g.hs)
+	if err != nil {
+		return fmt.Errorf("gtr: %w", err)
+	}
+	g.hp = hp
+	g.rel.Add(hp.Stop)
+	return nil
+}
+
+// inTable reports whether a cell is in the table in force.
+func inTable(st *state.State) func(string) bool {
+	d, _, ok := st.Doc()
+	return func(id string) bool { return !ok || d.Cell(id) != nil }
+}
+
+// followCells points the health monitor at the table's cells, and has the
+// state recompile from the monitor's verdicts (a cell the monitor forgot
+// and learns again starts at 100, which OnChange does not report).
+func followCells(st *state.State, mon *health.Monitor) {
+	d, _, ok := st.Doc()
+	if !ok {
+		return
+	}
+	cells := make([]health.Cell, 0, len(d.Cells))
+	for _, c := range d.Cells {
+		cells = append(cells, health.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool})
+	}
+	mon.SetCells(cells)
+	st.HealthChanged("", 0)
+}
+
+// recordingMetrics also keeps each re-route in the console's ring.
+type recordingMetrics struct {
+	payments.Metrics
+	recent *console.Recent
+}
+
+func (m recordingMetrics) Rerouted(cellID string, err error, cellHealthy bool) {
+	m.Metrics.Rerouted(cellID, err, cellHealthy)
+	m.recent.Rerouted(cellID, err, cellHealthy)
+}
+
+// newConsole builds the operator console: its handler calls the Admin
+// API through an in-process connection to a gRPC server of its own with
+// the same interceptors as the admin listener's (auth by the operator's
+// token, the policy, the audit), so that nothing the console does bypasses
+// them. The func stops that server and connection.
+func newConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, tel *telemetry.Telemetry, log *slog.Logger) (*http.Server, func(), error) {
+	mem := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
+	adm.Register(gs)
+	go gs.Serve(mem)
+	conn, err := grpc.NewClient("passthrough:///gtr-console",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gs.Stop()
+		return nil, nil, fmt.Errorf("gtr: console: %w", err)
+	}
+	stop := func() {
+		conn.Close()
+		gs.Stop()
+	}
+	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Authenticate, Recent: recent, Log: log})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return console.NewServer(h, log), stop, nil
+}

@@ -1,0 +1,897 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
+	"github.com/cellpay/cellpay/internal/pnr/gtrside"
+)
+
+// Rules are test-only knobs, each breaking one rule of the protocol. The
+// zero value is the protocol as designed; the knob tests check that the
+// invariants catch each break. A rule the real machines keep is broken by
+// their drivers (cell_test.go, gtr_test.go, directory_test.go), which
+// perturb an action or an event; the machines are never changed.
+type Rules struct {
+	// RerouteAfterPNR: the GTR's call loop restarts an attempt on the
+	// next cell when the machine answers PENDING for a stream that broke
+	// (or said re-routable) after Proceed.
+	RerouteAfterPNR bool
+	// ProceedAfterTimeout: the GTR's driver sends Proceed for a PNR of an
+	// attempt it has already given up (its timer fired, it re-routed, or
+	// the caller's deadline passed): payments.go ignoring timer.Stop()'s
+	// result.
+	ProceedAfterTimeout bool
+	// IssuerWithoutProceed: the cell's driver answers EmitPNR with
+	// PNRConfirmed at once, without waiting for the GTR's Proceed (the
+	// protocol before the handshake).
+	IssuerWithoutProceed bool
+	// ReconcilerResends: the reconciler sends the authorization again when
+	// the inquiry finds nothing, instead of waiting out the grace period
+	// and recording FAILED.
+	ReconcilerResends bool
+	// IssuerNoDedupe: the issuer applies every request, not one per ID.
+	IssuerNoDedupe bool
+	// IgnorePayload: the cell's store hands the machine an existing record
+	// with the request's fingerprint, so it answers a replay from its
+	// record without telling the payloads apart.
+	IgnorePayload bool
+	// CancelAfterProceed: the GTR's driver cancels the stream on the
+	// caller's deadline even after Proceed (ignoring the machine's
+	// Detach), and grpc-go's server Recv may return that cancellation
+	// before the Proceed sent ahead of it (payments.go before the stream
+	// was detached from the caller's context at the PNR).
+	CancelAfterProceed bool
+	// NoWaitOnSending: the cell's driver tells the machine that no other
+	// attempt at the ID runs in the process (Existing.Active and
+	// Claimed.Active false), so a duplicate answers PENDING from a sending
+	// record whose handshake may still be open (Machine.existing and
+	// Server.wait before they looked at othersBusy).
+	NoWaitOnSending bool
+	// NoStepBackAfterLostCommit: the driver does not write the step back
+	// of an attempt whose write to sending failed (Persist.OrFrom), and
+	// the attempt re-routes with its record as the write left it (the
+	// machine before it asked for the step back; TestCellInstances found
+	// it).
+	NoStepBackAfterLostCommit bool
+
+	// The transaction directory's rules
+	// (docs/design/transaction-directory.md).
+
+	// NoDirectory: cells run without the directory (Input.Directory
+	// false: the protocol before it): an abandoned record is re-routable
+	// unless last_resort, and the reconciler records FAILED
+	// issuer_not_reached on its own.
+	NoDirectory bool
+	// ReconcilerNoClaim: the reconciler records FAILED issuer_not_reached
+	// without the synchronous entry update, and without looking at who
+	// owns the entry.
+	ReconcilerNoClaim bool
+	// TakeoverAnyCall: the directory shows a cell another cell's owned
+	// entry (same payload) as claimed by an earlier attempt of the cell's
+	// own call, unpinned, so the machine takes it over for any call.
+	TakeoverAnyCall bool
+	// IgnoreOwner: where the machine would answer re-routable to the
+	// owner of another cell's entry (not final, same payload), the
+	// directory answers its first claim as unavailable and the cell goes
+	// on without a claim, with its own rules (Input.Home is set).
+	IgnoreOwner bool
+	// AnswerEntryAnyPayload: the directory shows a cell a final entry
+	// with the request's fingerprint, so the machine answers from it
+	// whatever the payload.
+	AnswerEntryAnyPayload bool
+	// NoPin: the directory answers the machine's pin (a Claim of its own
+	// entry, pinned) as written without writing it, so the owner answers
+	// PENDING from a leftover sending record and a later attempt of the
+	// entry's call may still take it over (the design note as first
+	// written).
+	NoPin bool
+
+	// GroupCommit is no broken rule but the store's group commit
+	// (cmd/cell/internal/store/group.go): the durable writes after the
+	// claim (the insert or reclaim, and every persist) wait in the
+	// process for a shared commit, delivered as a message of their own
+	// (mCommit), so any step may come between a write and its commit,
+	// writes of several attempts commit back to back, and a crash loses
+	// the writes not yet committed; an attempt goes on only once its
+	// write has committed. The insert or reclaim stays atomic with the
+	// claim before it unless AsyncInsert is set too: see AsyncInsert.
+	GroupCommit bool
+	// AsyncInsert, with GroupCommit, queues the insert or reclaim too,
+	// which opens the window between a claim and its record's write to
+	// other steps (the window is in the code with or without group
+	// commit: two round trips). Rapid found two races in it, both fixed in
+	// the machine: a duplicate attempt in the same cell took the entry over
+	// from a claimant whose reclaim had not yet committed (the record
+	// still read abandoned), and the claimant called the issuer under an
+	// entry naming another call (a reclaim now comes before the claim, so
+	// only the attempt that wins the record takes the entry); and an entry
+	// taken over by a cell that crashed before its insert let another
+	// payload start there (a claimed entry's payload is now compared, as a
+	// record's is). TestProtocolAsyncInsert.
+	AsyncInsert bool
+}
+
+const (
+	numCells = 3
+	// numReplicas is the number of GTR replicas. Each has its own
+	// coalescing and its own remembered-cell cache.
+	numReplicas = 2
+	// rememberCap bounds each replica's remembered-cell cache (Remember in
+	// payments.Config, 100,000 by default); the oldest entry goes first.
+	rememberCap = 2
+)
+
+// reasonNotReached is reconcile.ReasonNotReached.
+const reasonNotReached = "issuer_not_reached"
+
+// payload is a request's content, reduced to what decides its outcome:
+// payload%3 == 0 is approved by the issuer, 1 declined by the issuer, 2
+// declined by the cell before its PNR (a risk limit).
+type payload int
+
+// result is what a partner is told, and what a record says.
+type result struct {
+	status string // APPROVED, DECLINED, FAILED, PENDING, or an error code
+	auth   string
+	reason string
+}
+
+func (r result) isError() bool {
+	switch r.status {
+	case "APPROVED", "DECLINED", "FAILED", "PENDING":
+		return false
+	}
+	return true
+}
+
+func (r result) final() bool {
+	return r.status == "APPROVED" || r.status == "DECLINED" || r.status == "FAILED"
+}
+
+func (r result) notReached() bool { return r.status == "FAILED" && r.reason == reasonNotReached }
+
+type state string
+
+const (
+	received  state = "received"
+	sending   state = "sending"
+	approved  state = "approved"
+	declined  state = "declined"
+	failed    state = "failed"
+	abandoned state = "abandoned"
+)
+
+type record struct {
+	state   state
+	payload payload
+	auth    string
+	reason  string
+	// attempt is the attempt that wrote the record (Insert or Reclaim):
+	// the reconciler's grace waits for that attempt's issuer request.
+	attempt attemptKey
+}
+
+func (r *record) result() result {
+	switch r.state {
+	case sending:
+		return result{status: "PENDING"}
+	case approved:
+		return result{status: "APPROVED", auth: r.auth}
+	case declined:
+		return result{status: "DECLINED", reason: r.reason}
+	case failed:
+		return result{status: "FAILED", reason: r.reason}
+	}
+	return result{status: "INTERNAL"}
+}
+
+func (r *record) pastPNR() bool {
+	return r.state != received && r.state != abandoned
+}
+
+// attemptKey names one attempt: the GTR call and its attempt number.
+type attemptKey struct {
+	call    int
+	attempt int
+}
+
+// noAttempt marks an issuer request no attempt made (a reconciler's
+// resend).
+var noAttempt = attemptKey{-1, -1}
+
+type cell struct {
+	up    bool
+	epoch int // bumped by a crash: in-memory work of older epochs is gone
+	db    map[string]*record
+	// awaiting: attempts that recorded sending, sent their PNR and wait
+	// for the GTR's Proceed (confirmPNR's stream.Recv), by ID.
+	awaiting map[attemptKey]string
+	// issuerWait: attempts waiting for the issuer's answer, by ID.
+	issuerWait map[attemptKey]string
+	// runs: the attempts in progress in the process, each its machine;
+	// persisting: their persists from received, waiting for mMarkSend.
+	runs       map[attemptKey]*run
+	persisting map[attemptKey]cellside.Persist
+	// committing: their writes waiting for a shared commit, mCommit
+	// (Rules.GroupCommit).
+	committing map[attemptKey]cellside.Action
+}
+
+// replica is one GTR process.
+type replica struct {
+	// moved is the remembered-cell cache: for transactions completed on a
+	// later attempt, the cell that completed them; order is FIFO
+	// eviction, as moved.go's ring.
+	moved map[string]int
+	order []string
+}
+
+func (r *replica) remember(id string, cell int) {
+	if _, ok := r.moved[id]; !ok {
+		if len(r.order) == rememberCap {
+			delete(r.moved, r.order[0])
+			r.order = r.order[1:]
+		}
+		r.order = append(r.order, id)
+	}
+	r.moved[id] = cell
+}
+
+// promote moves the remembered cell of id to the front of ranked.
+func (r *replica) promote(id string, ranked []int) []int {
+	c, ok := r.moved[id]
+	if !ok {
+		return ranked
+	}
+	i := slices.Index(ranked, c)
+	if i <= 0 {
+		return ranked
+	}
+	out := append([]int{c}, ranked[:i]...)
+	return append(out, ranked[i+1:]...)
+}
+
+// call is one SubmitTransaction flight at a GTR replica.
+type call struct {
+	n       int
+	replica int
+	id      string
+	payload payload
+	ranking []int // as routed; the call machine may redirect
+	attempt int   // the current attempt's number, from 0
+	cell    int   // the current attempt's cell
+	pnr     bool  // Proceed sent for the current attempt
+	done    bool
+	answer  result
+	joined  int // coalesced duplicates answered with this call
+	// gm is the current attempt's machine; now is the call's clock, and
+	// deadlineAt the current attempt timer's.
+	cm         *gtrside.Call
+	gm         *gtrside.Machine
+	now        time.Time
+	deadlineAt time.Time
+}
+
+func (c *call) key() attemptKey { return attemptKey{c.n, c.attempt} }
+
+type msgKind int
+
+const (
+	mProcess      msgKind = iota // GTR -> cell: start an attempt (opens its stream)
+	mCancel                      // GTR -> cell: the attempt's stream is cancelled
+	mProceed                     // GTR -> cell: confirms the point of no return
+	mMarkSend                    // cell, in memory: persist from received (decline or sending)
+	mWait                        // cell, in memory: wait for a concurrent attempt at the ID
+	mPNR                         // cell -> GTR on the attempt's stream
+	mResult                      // cell -> GTR on the attempt's stream
+	mReroutable                  // cell -> GTR on the attempt's stream
+	mIssuerReq                   // cell -> issuer
+	mIssuerResp                  // issuer -> cell
+	mDirUpdate                   // cell -> directory: a best-effort entry update
+	mCommit                      // cell, in memory: a queued write commits (Rules.GroupCommit)
+	mMarkSendLost                // cell, in memory: the sending write commits, and its answer is lost
+)
+
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost"}
+
+type msg struct {
+	kind       msgKind
+	call       int
+	attempt    int
+	cell       int
+	epoch      int // the cell's epoch, for messages that live in its memory or answer it
+	id         string
+	payload    payload
+	lastResort bool
+	res        result
+	// recPayload is the payload of the record a result was read from.
+	recPayload payload
+	// owner, with redirect, is the cell a re-routable names: the owner
+	// of the ID's directory entry.
+	owner    int
+	redirect bool
+	// rev and dirState are a directory update's revision and new state.
+	rev      int
+	dirState entryState
+}
+
+func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
+
+func (x msg) String() string {
+	if x.kind == mDirUpdate {
+		return fmt.Sprintf("%s(%s cell %d rev %d %s)", kindNames[x.kind], x.id, x.cell, x.rev, x.dirState)
+	}
+	return fmt.Sprintf("%s(%s call %d attempt %d cell %d)", kindNames[x.kind], x.id, x.call, x.attempt, x.cell)
+}
+
+func (x msg) stream() bool { return x.kind == mPNR || x.kind == mResult || x.kind == mReroutable }
+
+// answered is one answer a partner got.
+type answered struct {
+	payload payload
+	res     result
+}
+
+// model is the whole system. It is deterministic: every choice is made by
+// the caller (rapid, or a scripted test).
+type model struct {
+	rules    Rules
+	cells    [numCells]*cell
+	replicas [numReplicas]*replica
+	calls    []*call
+	pool     []msg
+	effects  map[string]int
+	outcome  map[string]result // the issuer's first outcome per ID
+	answers  map[string][]answered
+	// proceeded: attempts the GTR sent Proceed to. cancelled: attempts
+	// whose stream the GTR cancelled and the cell has seen cancelled (a
+	// property of the stream, not of the cell's memory).
+	proceeded map[attemptKey]bool
+	cancelled map[attemptKey]bool
+	// dir is the transaction directory, shared by all cells.
+	dir map[string]*entry
+	// violations are rule breaks seen as they happen; check reports them.
+	violations []string
+	log        []string
+}
+
+func newModel(rules Rules) *model {
+	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
+		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{}}
+	for i := range m.cells {
+		m.cells[i] = &cell{up: true, db: map[string]*record{}}
+		m.cells[i].forget()
+	}
+	for i := range m.replicas {
+		m.replicas[i] = &replica{moved: map[string]int{}}
+	}
+	return m
+}
+
+func (m *model) logf(format string, args ...any) { m.log = append(m.log, fmt.Sprintf(format, args...)) }
+
+func (m *model) violate(format string, args ...any) {
+	m.violations = append(m.violations, fmt.Sprintf(format, args...))
+}
+
+// ranking is the route for an ID: a fixed permutation of the cells, as
+// rendezvous hashing gives one per key.
+func ranking(id string) []int {
+	h := 0
+	for _, c := range id {
+		h = h*31 + int(c)
+	}
+	first := h % numCells
+	return []int{first, (first + 1) % numCells, (first + 2) % numCells}
+}
+
+// --- GTR ---
+
+// submit is a partner's SubmitTransaction at GTR replica r.
+func (m *model) submit(r int, id string, p payload) { m.submitDrained(r, id, p, -1) }
+
+// submitDrained is submit with cell drained (-1: none) at replica r: the
+// call's ranking skips it, as a cell at weight 0 is skipped. A drained
+// cell still answers for what it owns: a redirect reaches it.
+func (m *model) submitDrained(r int, id string, p payload, drained int) {
+	for _, c := range m.calls {
+		if c.replica == r && c.id == id && c.payload == p && !c.done {
+			c.joined++ // singleflight on ID and payload: answered when c is
+			m.logf("submit %s payload %d at gtr %d: coalesced into call %d", id, p, r, c.n)
+			return
+		}
+	}
+	rk := slices.DeleteFunc(m.replicas[r].promote(id, ranking(id)), func(c int) bool { return c == drained })
+	c := &call{n: len(m.calls), replica: r, id: id, payload: p, ranking: rk, now: modelTime}
+	m.calls = append(m.calls, c)
+	m.logf("submit %s payload %d at gtr %d: call %d, ranking %v (drained %d)", id, p, r, c.n, c.ranking, drained)
+	m.startCall(c, rk)
+}
+
+func (m *model) send(x msg) { m.pool = append(m.pool, x) }
+
+func (m *model) finish(c *call, r result) {
+	c.done, c.answer = true, r
+	for range c.joined + 1 {
+		m.answers[c.id] = append(m.answers[c.id], answered{payload: c.payload, res: r})
+	}
+	m.logf("call %d (%s) answered %v", c.n, c.id, r)
+}
+
+// current reports whether x is about the live attempt of a live call.
+func (m *model) current(x msg) (*call, bool) {
+	c := m.calls[x.call]
+	return c, !c.done && c.attempt == x.attempt
+}
+
+// --- delivery ---
+
+// deliverable lists the pool indexes that may be delivered next: every
+// message, except that a stream's events to the GTR keep their order. A
+// cancellation and a Proceed of one stream are not ordered (grpc-go's
+// server Recv selects at random between a buffered message and a done
+// context); the GTR never cancels a stream it sent Proceed on, unless
+// CancelAfterProceed.
+func (m *model) deliverable() []int {
+	var out []int
+	seen := map[attemptKey]bool{}
+	for i, x := range m.pool {
+		if x.stream() {
+			if seen[x.key()] {
+				continue
+			}
+			seen[x.key()] = true
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+func (m *model) deliver(i int) {
+	x := m.pool[i]
+	m.pool = slices.Delete(m.pool, i, i+1)
+	m.logf("deliver %v", x)
+	cl := m.cells[x.cell]
+	switch x.kind {
+	case mProcess:
+		if !cl.up {
+			if c, ok := m.current(x); ok {
+				m.broken(c, "cell down")
+			}
+			return
+		}
+		m.process(x)
+	case mCancel:
+		m.cancelled[x.key()] = true
+		if _, ok := cl.awaiting[x.key()]; ok && cl.up {
+			m.refused(cl.runs[x.key()])
+		}
+	case mProceed:
+		if _, ok := cl.awaiting[x.key()]; ok && cl.up && cl.epoch == x.epoch {
+			delete(cl.awaiting, x.key())
+			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
+			m.resume(cl.runs[x.key()], cellside.PNRConfirmed{})
+		}
+	case mMarkSend, mWait, mIssuerResp, mCommit, mMarkSendLost:
+		r, ok := m.runOf(x)
+		if !ok || cl.epoch != x.epoch {
+			return // in the memory of a process that is gone
+		}
+		switch x.kind {
+		case mMarkSend:
+			m.markSending(r, false)
+		case mMarkSendLost:
+			m.markSending(r, true)
+		case mWait:
+			m.waited(r)
+		case mCommit:
+			m.committed(r)
+		default:
+			if _, ok := cl.issuerWait[x.key()]; ok {
+				delete(cl.issuerWait, x.key())
+				m.issuerAnswered(r, x.res)
+			}
+		}
+	case mIssuerReq:
+		r := m.authorize(x.key(), x.id, x.payload)
+		m.send(msg{kind: mIssuerResp, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, res: r})
+	case mPNR:
+		m.onPNR(x)
+	case mResult:
+		if c, ok := m.current(x); ok {
+			if !x.res.isError() && x.recPayload != c.payload {
+				m.violate("same ID, other payload, ALREADY_EXISTS: cell %d answered %s payload %d from a record of payload %d",
+					x.cell, c.id, c.payload, x.recPayload)
+			}
+			m.onResult(c, x)
+		}
+	case mReroutable:
+		if c, ok := m.current(x); ok {
+			ev := gtrside.Reroutable{Now: c.now, Reason: "cell said re-routable"}
+			if x.redirect {
+				ev.Owner = cellName(x.owner)
+			}
+			m.gtrStep(c, ev)
+		}
+	case mDirUpdate:
+		m.applyUpdate(x)
+	}
+}
+
+// --- cell ---
+
+func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
+	m.send(msg{kind: kind, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id, res: r, recPayload: recPayload})
+}
+
+func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
+	if !m.proceeded[k] {
+		m.violate("no issuer call without Proceed: cell %d called the issuer for %s (call %d attempt %d) unconfirmed", i, id, k.call, k.attempt)
+	}
+	if e := m.dir[id]; !m.rules.NoDirectory && (e == nil || e.owner != i || e.by != k || e.state != entryOwned) {
+		m.violate("the issuer is called by the owner only: cell %d called the issuer for %s (call %d attempt %d), entry %+v", i, id, k.call, k.attempt, e)
+	}
+	m.cells[i].issuerWait[k] = id
+	m.send(msg{kind: mIssuerReq, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: id, payload: p})
+}
+
+func settle(rec *record, r result) {
+	switch r.status {
+	case "APPROVED":
+		rec.state, rec.auth = approved, r.auth
+	case "DECLINED":
+		rec.state, rec.reason = declined, r.reason
+	default:
+		rec.state, rec.reason = failed, r.reason
+	}
+}
+
+// issuerTimeout: the cell stops waiting for the issuer (IssuerTimeout):
+// IssuerUnknown. The request or response stays where it is.
+func (m *model) issuerTimeout(i int, k attemptKey) {
+	cl := m.cells[i]
+	id := cl.issuerWait[k]
+	delete(cl.issuerWait, k)
+	m.logf("cell %d: issuer timeout for %s", i, id)
+	m.resume(cl.runs[k], cellside.IssuerUnknown{Err: errors.New("issuer timeout")})
+}
+
+// lose drops an issuer request or response, or a directory update, in the
+// network.
+func (m *model) lose(i int) {
+	m.logf("lost %v", m.pool[i])
+	m.pool = slices.Delete(m.pool, i, i+1)
+}
+
+func (m *model) crash(i int) {
+	cl := m.cells[i]
+	cl.up = false
+	cl.epoch++
+	cl.forget()
+	// Whatever the cell had not yet put on the wire to the GTR is gone.
+	m.pool = slices.DeleteFunc(m.pool, func(x msg) bool { return x.stream() && x.cell == i })
+	m.logf("crash cell %d", i)
+	for _, c := range m.calls {
+		if !c.done && c.cell == i && !m.processPending(c) {
+			m.broken(c, fmt.Sprintf("cell %d crashed", i))
+		}
+	}
+}
+
+// processPending reports whether c's current attempt has not reached its
+// cell yet (its stream does not exist, so nothing breaks).
+func (m *model) processPending(c *call) bool {
+	return slices.ContainsFunc(m.pool, func(x msg) bool {
+		return x.kind == mProcess && x.key() == c.key()
+	})
+}
+
+func (m *model) restart(i int) {
+	cl := m.cells[i]
+	cl.up = true
+	for _, rec := range cl.db {
+		if rec.state == received {
+			rec.state = abandoned // AbandonUnsent: never resume work before the PNR
+		}
+	}
+	m.logf("restart cell %d", i)
+}
+
+// forget drops what lives in the cell's process memory.
+func (cl *cell) forget() {
+	cl.awaiting = map[attemptKey]string{}
+	cl.issuerWait = map[attemptKey]string{}
+	cl.runs = map[attemptKey]*run{}
+	cl.persisting = map[attemptKey]cellside.Persist{}
+	cl.committing = map[attemptKey]cellside.Action{}
+}
+
+// reconcile is one reconciler round in cell i: for each sending record not
+// busy, an inquiry. Found: the issuer's outcome. Not found: FAILED
+// issuer_not_reached once no issuer request of the record's GTR call can
+// still arrive: neither the record's own nor another attempt's (the
+// model's NotFoundAfter, 20 s: past the GTR's attempts, 3 x 2 s, and the
+// issuer timeout, 5 s). Never a resend.
+func (m *model) reconcile(i int) {
+	cl := m.cells[i]
+	if !cl.up {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(cl.db)) {
+		rec := cl.db[id]
+		if rec.state != sending || m.busy(i, id) {
+			continue
+		}
+		if r, ok := m.outcome[id]; ok {
+			if m.takenOver(i, id, rec) {
+				// The issuer's effect is the other cell's attempt's.
+				m.logf("reconcile cell %d: %s -> %s (entry taken over)", i, id, rec.state)
+				continue
+			}
+			settle(rec, r)
+			if rec.state != failed {
+				m.finalizeLater(i, id, rec.payload, rec.result())
+			}
+		} else if m.rules.ReconcilerResends {
+			m.callIssuerDirect(i, id, rec.payload)
+			settle(rec, m.outcome[id])
+		} else if m.mayReachIssuer(rec.attempt.call) {
+			continue // a send may still be on its way
+		} else {
+			m.notReached(i, id, rec)
+		}
+		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
+	}
+}
+
+// takenOver is the reconciler's rule for an outcome the issuer has: with
+// the directory, an entry another cell holds was taken over (from an
+// attempt that never had Proceed), so the outcome is that cell's effect,
+// and this record is abandoned instead of adopting it
+// (reconcile.resolve). A missing entry is written by the real Finalize;
+// here the owner's later finalize does it.
+func (m *model) takenOver(i int, id string, rec *record) bool {
+	if m.rules.NoDirectory || m.rules.ReconcilerNoClaim {
+		return false
+	}
+	e := m.dir[id]
+	if e == nil || e.owner == i {
+		return false
+	}
+	if m.proceeded[rec.attempt] {
+		m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
+			i, id, rec.attempt.call, rec.attempt.attempt)
+	}
+	rec.state = abandoned
+	return true
+}
+
+// notReached is the reconciler's FAILED issuer_not_reached. With the
+// directory it is written to the entry first, synchronously, and only if
+// the entry is this cell's; an entry another cell holds was taken over,
+// which the claim allows only from an attempt that never had Proceed, so
+// nothing of this record reached the issuer: it is abandoned instead.
+func (m *model) notReached(i int, id string, rec *record) {
+	fail := result{status: "FAILED", reason: reasonNotReached}
+	if e := m.dir[id]; !m.rules.NoDirectory && !m.rules.ReconcilerNoClaim {
+		switch {
+		case e == nil || e.owner != i:
+			if m.proceeded[rec.attempt] {
+				m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
+					i, id, rec.attempt.call, rec.attempt.attempt)
+			}
+			rec.state = abandoned
+			return
+		case e.state == entryFinal:
+			m.violate("a final entry has a final owner record: cell %d reconciles %s, sending, entry %+v", i, id, *e)
+			return
+		}
+		e.rev++
+		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
+		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
+	}
+	rec.state, rec.reason = failed, reasonNotReached
+}
+
+// mayReachIssuer reports whether an attempt of GTR call n can still reach
+// the issuer: the call is live (a later attempt may yet be confirmed), or
+// a Proceed or an issuer request of one of its attempts is in flight.
+func (m *model) mayReachIssuer(n int) bool {
+	if n >= 0 && !m.calls[n].done {
+		return true
+	}
+	return slices.ContainsFunc(m.pool, func(x msg) bool {
+		return (x.kind == mProceed || x.kind == mIssuerReq) && x.call == n
+	})
+}
+
+// callIssuerDirect is a resend from outside any attempt.
+func (m *model) callIssuerDirect(i int, id string, p payload) {
+	m.violate("no issuer call without Proceed: the reconciler of cell %d resent %s", i, id)
+	m.authorize(noAttempt, id, p)
+}
+
+// --- issuer ---
+
+// authorize is the issuer applying a request of attempt k (noAttempt: a
+// resend).
+func (m *model) authorize(k attemptKey, id string, p payload) result {
+	if r, ok := m.outcome[id]; ok && !m.rules.IssuerNoDedupe {
+		return r
+	}
+	m.effects[id]++
+	for i, cl := range m.cells {
+		rec := cl.db[id]
+		if rec == nil || !rec.pastPNR() || !rec.result().notReached() {
+			continue
+		}
+		if k != noAttempt && k.call == rec.attempt.call {
+			m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d attempt %d) after cell %d recorded it not reached for the same call",
+				id, k.call, k.attempt, i)
+		} else {
+			m.violate("FAILED issuer_not_reached is final: the issuer applied %s (call %d) after cell %d recorded it not reached for call %d",
+				id, k.call, i, rec.attempt.call)
+		}
+	}
+	r := result{status: "APPROVED", auth: "A-" + id}
+	if p%3 == 1 {
+		r = result{status: "DECLINED", reason: "do_not_honor"}
+	}
+	if _, ok := m.outcome[id]; !ok {
+		m.outcome[id] = r
+	}
+	return r
+}
+
+// --- invariants ---
+
+// check returns the first invariant broken so far, if any.
+func (m *model) check() error {
+	if len(m.violations) > 0 {
+		return errors.New(m.violations[0])
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.effects)) {
+		if n := m.effects[id]; n > 1 {
+			return fmt.Errorf("at most one issuer effect per ID: %s has %d", id, n)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
+		as := m.answers[id]
+		var first *answered
+		for i := range as {
+			a := &as[i]
+			if a.res.isError() {
+				continue
+			}
+			if first == nil {
+				first = a
+				continue
+			}
+			if a.payload != first.payload {
+				return fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s answered %v for payload %d and %v for payload %d",
+					id, first.res, first.payload, a.res, a.payload)
+			}
+			if first.res.final() && a.res.final() && a.res != first.res {
+				return fmt.Errorf("same ID and payload, same answer: %s answered %v and %v", id, first.res, a.res)
+			}
+		}
+	}
+	return nil
+}
+
+// heal ends every fault: cells restart, every message is delivered in
+// order, waits on the issuer time out, reconcilers run, and the GTR's
+// calls all end.
+func (m *model) heal() {
+	for i, cl := range m.cells {
+		if !cl.up {
+			m.restart(i)
+		}
+	}
+	for round := 0; round < 20; round++ {
+		for len(m.pool) > 0 {
+			m.deliver(m.deliverable()[0])
+		}
+		for i, cl := range m.cells {
+			for _, k := range slices.SortedFunc(maps.Keys(cl.issuerWait), cmpKey) {
+				m.issuerTimeout(i, k)
+			}
+		}
+		for i := range m.cells {
+			m.reconcile(i)
+		}
+		if len(m.pool) == 0 {
+			return
+		}
+	}
+}
+
+func cmpKey(a, b attemptKey) int {
+	if a.call != b.call {
+		return a.call - b.call
+	}
+	return a.attempt - b.attempt
+}
+
+// checkHealed checks what must hold once faults heal: every call
+// answered, every transaction past its PNR final in every cell that holds
+// it, for one payload per ID, those cells agreeing, the directory's final
+// answers agreeing with them, and every answer equal to the record (a
+// PENDING answer having resolved).
+func (m *model) checkHealed() error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	for _, c := range m.calls {
+		if !c.done {
+			return fmt.Errorf("call %d (%s) never answered", c.n, c.id)
+		}
+	}
+	for i, cl := range m.cells {
+		if len(cl.awaiting) > 0 {
+			return fmt.Errorf("cell %d still waits for Proceed: %v", i, cl.awaiting)
+		}
+	}
+	seen := maps.Clone(m.dir)
+	for _, cl := range m.cells {
+		for id := range cl.db {
+			seen[id] = nil
+		}
+	}
+	records := map[string]*result{}
+	for _, id := range slices.Sorted(maps.Keys(seen)) {
+		rec, err := m.agreedRecord(id)
+		if err != nil {
+			return err
+		}
+		records[id] = rec
+		if e := m.dir[id]; e != nil && e.state == entryFinal && (rec == nil || e.res != *rec) {
+			return fmt.Errorf("the directory agrees with the records: %s is %v in the directory, records %v", id, e.res, rec)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
+		for _, a := range m.answers[id] {
+			if a.res.isError() {
+				continue
+			}
+			switch rec := records[id]; {
+			case rec == nil:
+				return fmt.Errorf("lost: %s answered %v, no record past its PNR", id, a.res)
+			case a.res.final() && a.res != *rec:
+				return fmt.Errorf("answer equals record: %s answered %v, record %v", id, a.res, *rec)
+			}
+		}
+	}
+	return nil
+}
+
+// agreedRecord is the outcome of id's records past their PNR, which must
+// all be of one payload, final, and agree; nil when there are none.
+func (m *model) agreedRecord(id string) (*result, error) {
+	var rec *result
+	at := -1
+	for i := range m.cells {
+		r, ok := m.cells[i].db[id]
+		if !ok || !r.pastPNR() {
+			continue
+		}
+		res := r.result()
+		if !res.final() {
+			return nil, fmt.Errorf("every accepted transaction is final: %s is %s in cell %d", id, r.state, i)
+		}
+		if at >= 0 && m.cells[at].db[id].payload != r.payload {
+			return nil, fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s recorded %v for payload %d in cell %d and %v for payload %d in cell %d",
+				id, *rec, m.cells[at].db[id].payload, at, res, r.payload, i)
+		}
+		if rec != nil && *rec != res {
+			return nil, fmt.Errorf("records agree: %s is %v in cell %d and %v in cell %d", id, *rec, at, res, i)
+		}
+		rec, at = &res, i
+	}
+	return rec, nil
+}

@@ -1,0 +1,668 @@
+// Package cellside decides what a cell does with one transaction. It is a
+// deterministic state machine with no I/O: the driver (the cell's gRPC
+// server) asks it for an Action, performs it against Postgres, the GTR stream
+// or the issuer, and feeds the outcome back as an Event. The clock is passed
+// in, so every path can be tested, and replayed as a transcript, without a
+// database.
+//
+// The one rule it exists to keep: nothing is sent to the issuer until the
+// cell has durably recorded that it is about to send (StateSending) and has
+// told the GTR (EmitPNR). Before that point every failure ends in Reroute,
+// and the GTR may restart the transaction elsewhere; after it, the
+// transaction belongs to this cell and failures end in PENDING, never in a
+// resend.
+//
+// It lives under internal/, not cmd/cell/internal, so that a model of the
+// protocol (internal/dev/model) can drive it beside the GTR's half,
+// internal/pnr/gtrside; only the cell performs its actions.
+package cellside
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellpay/cellpay/internal/card"
+	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/internal/validate"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+// ErrInProgress means another attempt at the same transaction (partner and
+// transaction ID) holds it in this cell and has not passed the point of no
+// return; the caller may retry.
+var ErrInProgress = errors.New("cellside: transaction in progress in this cell")
+
+// RefData is the reference data the machine prices and classifies with.
+// *refdata.Snapshot implements it.
+type RefData interface {
+	// Version names the data, recorded on every transaction.
+	Version() string
+	// SettlementCurrency is the currency a partner settles in.
+	SettlementCurrency(partner string) string
+	// Convert converts minor units between currencies, or fails with
+	// refdata.ErrNoRate.
+	Convert(minor int64, from, to string) (int64, error)
+	// MCC classifies a merchant category code; false when unknown.
+	MCC(code string) (refdata.MCC, bool)
+	// Blocked reports whether transactions in an MCC category are declined
+	// outright.
+	Blocked(category string) bool
+}
+
+// Policy holds the cell's risk limits. Amounts are in minor units of
+// LimitCurrency.
+type Policy struct {
+	LimitCurrency string
+	// MaxAmount is the largest single transaction per MCC risk class.
+	MaxAmount map[string]int64
+	// Per card, over VelocityWindow, including this transaction: at most
+	// VelocityMaxCount transactions and VelocityMaxAmount in total.
+	VelocityWindow    time.Duration
+	VelocityMaxCount  int64
+	VelocityMaxAmount int64
+}
+
+// Input is what the cell knows about one attempt when it starts.
+type Input struct {
+	Request *cellpayv1.SubmitTransactionRequest
+	// Fingerprint is the request's under the current fingerprint key,
+	// named FingerprintKeyID.
+	Fingerprint      idempotency.Fingerprint
+	FingerprintKeyID string
+	// FingerprintUnder returns the request's fingerprint under the key
+	// named keyID, false when the cell no longer has that key: a record or
+	// entry written under an earlier key is compared under its own. It
+	// must be a pure function of keyID (a keyed hash, no I/O); nil means
+	// the cell has no key but the current one.
+	FingerprintUnder func(keyID string) (idempotency.Fingerprint, bool)
+	MaskedPAN        string
+	// PANHash is the card's hash under the current PAN key, named
+	// PANHashKeyID; OtherPANHashes, its hashes under the cell's other keys,
+	// which velocity counts too.
+	PANHash        []byte
+	PANHashKeyID   string
+	OtherPANHashes []card.KeyedHash
+	Attempt        int32
+	RouteRule      string
+	CellID         string
+	// LastResort: the GTR has no other cell to try (see Existing).
+	LastResort bool
+	// Directory: the cell claims transactions in the transaction directory
+	// (see Claim) before it writes anything; without it the machine decides
+	// from the cell's own records alone.
+	Directory bool
+	// Call names the GTR call the attempt belongs to, unique per call.
+	Call string
+	// Home: this cell is the transaction's natural home, the only cell
+	// that may take it without a claim while the directory is unavailable.
+	Home bool
+}
+
+type phase uint8
+
+const (
+	phaseStart phase = iota
+	phaseClaim
+	phaseInsert
+	phaseRisk
+	phaseMarkSending
+	phaseEmitPNR
+	phaseAuthorize
+	phaseFinish
+	phaseRevert
+	phaseDone
+)
+
+var phaseNames = [...]string{"start", "claim", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "done"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// Machine runs one attempt at one transaction. It is not safe for concurrent
+// use; a driver owns it for the attempt's life.
+type Machine struct {
+	in     Input
+	policy Policy
+	ref    RefData
+	now    func() time.Time
+
+	phase phase
+	rec   *Record
+	// decided is the outcome settled before the point of no return (a
+	// decline or failure from enrichment or risk), if any.
+	decided   State
+	reason    string
+	riskClass string
+	// claim is the transaction's directory entry as this attempt last
+	// read or wrote it, when it is this cell's; nil while the attempt holds
+	// none. unclaimed: the attempt went on without one (the directory was
+	// unavailable at the transaction's natural home). next is what follows
+	// the claim step in progress; pending, the record a pinned PENDING
+	// answers with; waited: the attempt waited on a concurrent one, so the
+	// entry it read is stale.
+	claim     *Entry
+	claims    int
+	unclaimed bool
+	next      afterClaimStep
+	pending   *Record
+	waited    bool
+}
+
+// afterClaimStep is what an attempt does once a claim step made the entry
+// what it needs.
+type afterClaimStep uint8
+
+const (
+	// thenInsert: the first claim; the entry is this cell's (new or not).
+	thenInsert afterClaimStep = iota
+	// thenGoOn: the record was inserted under an entry of another attempt
+	// of this cell; the entry is now this attempt's: go on to risk.
+	thenGoOn
+	// thenPin: the entry is pinned, and the sending record answers
+	// PENDING.
+	thenPin
+)
+
+// maxClaims bounds the claim steps of one attempt (a claim, then takeovers
+// lost to other cells' races).
+const maxClaims = 4
+
+// New returns a machine for one attempt. now is its clock.
+func New(in Input, policy Policy, ref RefData, now func() time.Time) *Machine {
+	return &Machine{in: in, policy: policy, ref: ref, now: now}
+}
+
+// Record is the machine's current view of the transaction's record; nil
+// before it is built.
+func (m *Machine) Record() *Record { return m.rec }
+
+// Start validates and enriches the request and returns the first action.
+func (m *Machine) Start() Action {
+	if m.phase != phaseStart {
+		return m.internal(fmt.Errorf("Start called in phase %v", m.phase))
+	}
+	now := m.clock()
+	if err := validate.Request(m.in.Request, now); err != nil {
+		m.phase = phaseDone
+		return Reject{Err: err}
+	}
+	m.rec = m.newRecord(now)
+	m.enrich()
+	if m.in.Directory {
+		return m.claimEntry(0, thenInsert)
+	}
+	m.phase = phaseInsert
+	return Insert{Record: m.rec}
+}
+
+// Claimed returns the directory entry the attempt holds, if any.
+func (m *Machine) Claimed() (Entry, bool) {
+	if m.claim == nil {
+		return Entry{}, false
+	}
+	return *m.claim, true
+}
+
+// Unclaimed reports whether the attempt went on without a directory claim.
+func (m *Machine) Unclaimed() bool { return m.unclaimed }
+
+// claimEntry writes the directory entry for this attempt, next to follow:
+// a Create, or when rev is set an Update of the entry read at rev (a
+// takeover, or this cell's entry taken for this attempt).
+func (m *Machine) claimEntry(rev uint64, next afterClaimStep) Action {
+	return m.claimAs(rev, next, Entry{
+		Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint,
+		FingerprintKeyID: m.in.FingerprintKeyID, State: EntryOwned,
+	})
+}
+
+func (m *Machine) claimAs(rev uint64, next afterClaimStep, e Entry) Action {
+	m.claims++
+	if m.claims > maxClaims {
+		return m.giveUp(Reject{Err: ErrInProgress})
+	}
+	m.phase, m.next = phaseClaim, next
+	return Claim{Key: m.rec.Key(), Revision: rev, Entry: e}
+}
+
+// pin writes this cell's entry e back pinned: the sending record about to
+// answer PENDING is a promise that this cell resolves it, so a later
+// attempt of the entry's call must no longer take it over.
+func (m *Machine) pin(e Entry) Action {
+	p := e
+	p.State, p.Pinned, p.Answer = EntryOwned, true, nil
+	return m.claimAs(e.Revision, thenPin, p)
+}
+
+// giveUp ends the attempt with a; a record this attempt inserted and still
+// holds in state received steps back to abandoned first.
+func (m *Machine) giveUp(a Action) Action {
+	if m.next == thenGoOn && m.rec.State == StateReceived {
+		m.phase = phaseRevert
+		m.reason = "transaction directory: the entry went to another attempt"
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateReceived}
+	}
+	m.phase = phaseDone
+	return a
+}
+
+// afterClaim applies the directory's rules (docs/design/transaction-directory.md):
+// a cell decides a transaction only while it owns its entry.
+func (m *Machine) afterClaim(ev Event) Action {
+	switch ev := ev.(type) {
+	case Claimed:
+		e := ev.Entry
+		m.claim = &e
+		if err := m.checkPayload(e.FingerprintKeyID, e.Fingerprint); err != nil {
+			// This cell's entry names another first payload: one of its
+			// attempts claimed it and may have been lost before its record
+			// was written (a crash between the claim and the insert), while
+			// the payload was decided in the cell it was taken over from.
+			// The entry's payload is the transaction's, as a record's is.
+			return m.giveUp(Reject{Err: err})
+		}
+		switch m.next {
+		case thenInsert:
+			if e.State == EntryAbandoned {
+				// This cell stopped it before its point of no return: take
+				// the entry for this attempt before anything else, so that
+				// no other cell takes it over meanwhile.
+				return m.claimEntry(e.Revision, thenInsert)
+			}
+			m.phase = phaseInsert
+			return Insert{Record: m.rec}
+		case thenPin:
+			if !e.Pinned && e.State != EntryFinal {
+				return m.pin(e)
+			}
+			m.phase = phaseDone
+			return Reply{Record: m.pending}
+		}
+		if !e.SameAttempt(m.in.Call, m.in.Attempt) {
+			if e.State == EntryFinal {
+				return m.giveUp(Reject{Err: ErrInProgress})
+			}
+			return m.claimEntry(e.Revision, m.next)
+		}
+		return m.checkRisk()
+	case Held:
+		e := ev.Entry
+		switch {
+		case m.checkPayload(e.FingerprintKeyID, e.Fingerprint) != nil:
+			return m.giveUp(Reject{Err: idempotency.ErrConflict})
+		case e.State == EntryFinal:
+			return m.giveUp(ReplyEntry{Entry: e})
+		case e.mayTakeOver(m.in.Call, m.in.Attempt) && m.next != thenGoOn:
+			// With thenPin, this cell's sending record answers PENDING
+			// under the new claim, pinned.
+			return m.claimEntry(e.Revision, m.next)
+		}
+		return m.giveUp(Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner})
+	case ClaimFailed:
+		if m.in.Home && m.claims == 1 {
+			// Payments go on at home through a directory outage; failover
+			// waits for it (see the design note's remaining window).
+			m.unclaimed = true
+			m.phase = phaseInsert
+			return Insert{Record: m.rec}
+		}
+		if m.next == thenPin {
+			return m.giveUp(Reject{Err: ErrInProgress})
+		}
+		return m.giveUp(Reroute{Reason: "transaction directory unavailable: " + ev.Err.Error(), CellHealthy: true})
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) newRecord(now time.Time) *Record {
+	r := m.in.Request
+	return &Record{
+		TransactionID:    r.GetTransactionId(),
+		Fingerprint:      m.in.Fingerprint,
+		FingerprintKeyID: m.in.FingerprintKeyID,
+		State:            StateReceived,
+		PaymentType:      r.GetPaymentType(),
+		PartnerID:        r.GetPartnerId(),
+		Market:           r.GetMarket(),
+		Amount:           r.GetAmount().GetMinorUnits(),
+		Currency:         r.GetAmount().GetCurrency(),
+		MerchantID:       r.GetMerchant().GetId(),
+		MCC:              r.GetMerchant().GetMcc(),
+		MerchantCountry:  r.GetMerchant().GetCountry(),
+		MaskedPAN:        m.in.MaskedPAN,
+		PANHash:          m.in.PANHash,
+		PANHashKeyID:     m.in.PANHashKeyID,
+		RefdataVersion:   m.ref.Version(),
+		RouteRule:        m.in.RouteRule,
+		Attempt:          m.in.Attempt,
+		CellID:           m.in.CellID,
+		CreatedAt:        now,
+		UpdatedAt:        now,
+	}
+}
+
+// enrich classifies the merchant and converts the amount into the partner's
+// settlement currency and the policy's limit currency. A problem here is a
+// business outcome, decided now and recorded after the insert.
+func (m *Machine) enrich() {
+	rec := m.rec
+	mcc, ok := m.ref.MCC(rec.MCC)
+	if !ok {
+		m.decide(StateDeclined, "unsupported_mcc")
+		return
+	}
+	m.riskClass = mcc.Risk
+	if m.ref.Blocked(mcc.Category) {
+		m.decide(StateDeclined, "blocked_category")
+		return
+	}
+	rec.SettlementCurrency = m.ref.SettlementCurrency(rec.PartnerID)
+	amt, err := m.ref.Convert(rec.Amount, rec.Currency, rec.SettlementCurrency)
+	if err != nil {
+		m.decide(StateFailed, "no_fx_rate")
+		return
+	}
+	rec.SettlementAmount = amt
+	if rec.RiskAmount, err = m.ref.Convert(rec.Amount, rec.Currency, m.policy.LimitCurrency); err != nil {
+		m.decide(StateFailed, "no_fx_rate")
+	}
+}
+
+// clock reads the time at the precision the store keeps (Postgres
+// timestamptz: microseconds), so that an answer and a later read of its
+// record are identical.
+func (m *Machine) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
+
+func (m *Machine) decide(s State, reason string) {
+	if m.decided == "" {
+		m.decided, m.reason = s, reason
+	}
+}
+
+// Step feeds the outcome of the last action and returns the next one.
+func (m *Machine) Step(ev Event) Action {
+	switch m.phase {
+	case phaseClaim:
+		return m.afterClaim(ev)
+	case phaseInsert:
+		return m.afterInsert(ev)
+	case phaseRisk:
+		return m.afterRisk(ev)
+	case phaseMarkSending:
+		return m.afterMarkSending(ev)
+	case phaseEmitPNR:
+		switch ev := ev.(type) {
+		case PNRConfirmed:
+			m.phase = phaseAuthorize
+			return Authorize{Request: m.in.Request, Record: m.rec}
+		case PNRRefused:
+			// The GTR may be restarting the transaction elsewhere. Nothing
+			// was sent: step back from the point of no return.
+			m.phase = phaseRevert
+			m.reason = "point of no return not confirmed: " + ev.Err.Error()
+			m.rec.State = StateAbandoned
+			m.rec.UpdatedAt = m.clock()
+			return Persist{Record: m.rec, From: StateSending}
+		}
+		return m.unexpected(ev)
+	case phaseRevert:
+		switch ev.(type) {
+		case Persisted, StoreFailed:
+			// On a store failure the record stays where it is (the driver
+			// tries the step back again for a while), and a record left in
+			// sending is the reconciler's, resolved by inquiry: nothing
+			// reached the issuer from this cell.
+			m.phase = phaseDone
+			return Reroute{Reason: m.reason}
+		}
+		return m.unexpected(ev)
+	case phaseAuthorize:
+		return m.afterAuthorize(ev)
+	case phaseFinish:
+		return m.afterFinish(ev)
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterInsert(ev Event) Action {
+	switch ev := ev.(type) {
+	case Inserted:
+		if m.claim != nil && !m.claim.SameAttempt(m.in.Call, m.in.Attempt) {
+			// Recorded under this cell's entry of another attempt (one
+			// gone): take the entry for this one before going on.
+			return m.claimEntry(m.claim.Revision, thenGoOn)
+		}
+		return m.checkRisk()
+	case Existing:
+		if m.waited && m.claim != nil {
+			// The entry read before the wait is stale: it may have been
+			// abandoned and taken over meanwhile. Claim again.
+			m.waited = false
+			return m.claimEntry(0, thenInsert)
+		}
+		return m.existing(ev.Record, ev.Active)
+	case StoreFailed:
+		m.phase = phaseDone
+		if errors.Is(ev.Err, ErrInProgress) {
+			// Another attempt here may yet pass its PNR: re-routing this one
+			// could start a second copy elsewhere. The caller retries.
+			return Reject{Err: ErrInProgress}
+		}
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+// existing applies the idempotency rules to a record this cell already has.
+func (m *Machine) existing(prev *Record, active bool) Action {
+	if prev.Key() != m.rec.Key() {
+		// Another partner's transaction with the same ID is another
+		// transaction: a driver that offers it as this one's record has
+		// mixed two namespaces, and no rule below may apply to it.
+		return m.internal(fmt.Errorf("existing record %s is not the transaction %s", prev.Key(), m.rec.Key()))
+	}
+	if err := m.checkPayload(prev.FingerprintKeyID, prev.Fingerprint); err != nil {
+		m.phase = phaseDone
+		return Reject{Err: err}
+	}
+	switch {
+	case prev.State == StateSending && active:
+		// Another attempt here is between its durable sending state and
+		// the GTR's confirmation: it may yet step back to abandoned, and a
+		// PENDING answer now might never resolve. Wait for it.
+		m.waited = true
+		return Wait{Key: prev.Key()}
+	case prev.State == StateSending && m.claim != nil && !m.claim.Pinned && m.claim.State != EntryFinal:
+		// PENDING from a record no attempt here works on promises that
+		// this cell resolves it: pin the entry first.
+		m.rec, m.pending = prev, prev
+		return m.pin(*m.claim)
+	case prev.State.Terminal(), prev.State == StateSending:
+		m.phase = phaseDone
+		m.rec = prev
+		return Reply{Record: prev}
+	case prev.State == StateAbandoned && m.claim != nil && m.claim.SameAttempt(m.in.Call, m.in.Attempt):
+		// The directory entry is this attempt's: no other cell completed
+		// the transaction (it would own the entry), so restart it here.
+		return Reclaim{Record: m.rec}
+	case prev.State == StateAbandoned && m.claim != nil:
+		// The entry is this cell's, of another attempt. The record decides
+		// which attempt here restarts it: reclaim first (only one attempt
+		// wins the conditional write), then take the entry for the winner
+		// (afterInsert's Inserted). Claiming first let a loser take the
+		// entry from the winner while the winner's write was in flight,
+		// and the winner went on to the issuer under an entry naming
+		// another call (TestClaimWriteWindow).
+		return Reclaim{Record: m.rec}
+	case prev.State == StateAbandoned && !m.in.LastResort:
+		// An attempt here stopped before its point of no return; the GTR
+		// may have completed the transaction on another cell since. Send it
+		// on along its ranking, where a completed copy answers as a replay.
+		m.phase = phaseDone
+		return Reroute{Reason: "abandoned in this cell before its point of no return", CellHealthy: true}
+	case prev.State == StateAbandoned:
+		// Restart, not resume: the earlier attempt never reached the issuer,
+		// so this attempt starts over from the request as if new.
+		return Reclaim{Record: m.rec}
+	default:
+		m.waited = true
+		return Wait{Key: prev.Key()}
+	}
+}
+
+// checkPayload applies the conflict rule to a first payload fingerprinted
+// under keyID: the request is compared under the same key. A key the cell
+// no longer has cannot show the payloads equal, so it is a conflict: a
+// recorded answer is never given to a payload not shown to be the same.
+func (m *Machine) checkPayload(keyID string, first idempotency.Fingerprint) error {
+	fp := m.in.Fingerprint
+	if keyID != m.in.FingerprintKeyID {
+		var ok bool
+		if m.in.FingerprintUnder != nil {
+			fp, ok = m.in.FingerprintUnder(keyID)
+		}
+		if !ok {
+			return idempotency.ErrConflict
+		}
+	}
+	return idempotency.Check(first, fp)
+}
+
+func (m *Machine) checkRisk() Action {
+	if m.decided != "" {
+		return m.finishBeforePNR()
+	}
+	if max, ok := m.policy.MaxAmount[m.riskClass]; ok && m.rec.RiskAmount > max {
+		m.decide(StateDeclined, "amount_limit")
+		return m.finishBeforePNR()
+	}
+	if m.in.Request.GetPaymentType() != cellpayv1.PaymentType_CARD_AUTHORIZATION || len(m.in.PANHash) == 0 {
+		return m.markSending()
+	}
+	m.phase = phaseRisk
+	return CheckVelocity{
+		PANHashes: append([]card.KeyedHash{{KeyID: m.in.PANHashKeyID, Sum: m.in.PANHash}}, m.in.OtherPANHashes...),
+		Since:     m.rec.CreatedAt.Add(-m.policy.VelocityWindow),
+		Exclude:   m.rec.Key(),
+	}
+}
+
+func (m *Machine) afterRisk(ev Event) Action {
+	switch ev := ev.(type) {
+	case Velocity:
+		switch {
+		case m.policy.VelocityMaxCount > 0 && ev.Count+1 > m.policy.VelocityMaxCount:
+			m.decide(StateDeclined, "velocity_limit")
+		case m.policy.VelocityMaxAmount > 0 && ev.Amount+m.rec.RiskAmount > m.policy.VelocityMaxAmount:
+			m.decide(StateDeclined, "velocity_amount_limit")
+		default:
+			return m.markSending()
+		}
+		return m.finishBeforePNR()
+	case StoreFailed:
+		// The record this attempt wrote steps back to abandoned before the
+		// re-route: left in received, it would hold every duplicate of a
+		// live instance in its wait until a restart abandoned it.
+		m.phase = phaseRevert
+		m.reason = "store: " + ev.Err.Error()
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateReceived}
+	}
+	return m.unexpected(ev)
+}
+
+// finishBeforePNR records an outcome decided without the issuer.
+func (m *Machine) finishBeforePNR() Action {
+	m.phase = phaseFinish
+	m.rec.State, m.rec.DeclineReason = m.decided, m.reason
+	m.rec.UpdatedAt = m.clock()
+	return Persist{Record: m.rec, From: StateReceived}
+}
+
+func (m *Machine) markSending() Action {
+	m.phase = phaseMarkSending
+	m.rec.State = StateSending
+	m.rec.UpdatedAt = m.clock()
+	return Persist{Record: m.rec, From: StateReceived}
+}
+
+func (m *Machine) afterMarkSending(ev Event) Action {
+	switch ev := ev.(type) {
+	case Persisted:
+		m.phase = phaseEmitPNR
+		return EmitPNR{Key: m.rec.Key()}
+	case StoreFailed:
+		// Not known to be at the point of no return, and the issuer has
+		// not been called, so the GTR may restart the transaction
+		// elsewhere. But the write may have committed all the same (the
+		// primary died with the commit on its way, and the promoted
+		// standby has it): left in sending, the record would hold the
+		// transaction past its point of no return here while another cell
+		// completes it. Step back from either state first.
+		m.phase = phaseRevert
+		m.reason = "store: " + ev.Err.Error()
+		m.rec.State = StateAbandoned
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateSending, OrFrom: StateReceived}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterAuthorize(ev Event) Action {
+	switch ev := ev.(type) {
+	case IssuerAnswered:
+		m.phase = phaseFinish
+		if ev.Approved {
+			m.rec.State, m.rec.AuthCode = StateApproved, ev.AuthCode
+		} else {
+			m.rec.State, m.rec.DeclineReason = StateDeclined, ev.DeclineReason
+		}
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateSending}
+	case IssuerUnknown:
+		// The issuer may or may not have applied it. Never resend: answer
+		// PENDING and leave it to an inquiry by partner and transaction ID.
+		m.phase = phaseDone
+		return Reply{Record: m.rec}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) afterFinish(ev Event) Action {
+	switch ev := ev.(type) {
+	case Persisted:
+		m.phase = phaseDone
+		return Reply{Record: m.rec}
+	case StoreFailed:
+		m.phase = phaseDone
+		if m.decided == "" {
+			// The issuer answered but the outcome is not recorded: the record
+			// still says sending, and the answer must equal the record.
+			m.rec.State, m.rec.AuthCode, m.rec.DeclineReason = StateSending, "", ""
+			return Reply{Record: m.rec}
+		}
+		return Reroute{Reason: "store: " + ev.Err.Error()}
+	}
+	return m.unexpected(ev)
+}
+
+func (m *Machine) unexpected(ev Event) Action {
+	return m.internal(fmt.Errorf("unexpected event %T in phase %v", ev, m.phase))
+}
+
+// internal handles a driver bug: before the point of no return the attempt
+// is given up as re-routable; after it, the record stands as PENDING.
+func (m *Machine) internal(err error) Action {
+	past := m.phase == phaseAuthorize || m.phase == phaseEmitPNR ||
+		m.phase == phaseFinish && m.decided == ""
+	m.phase = phaseDone
+	if past {
+		m.rec.State = StateSending
+		return Reply{Record: m.rec}
+	}
+	return Reroute{Reason: "cellside: " + err.Error()}
+}

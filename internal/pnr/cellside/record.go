@@ -1,0 +1,118 @@
+package cellside
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+// State is where a transaction stands in its cell. It is what the store
+// persists; the partner sees a Status derived from it.
+type State string
+
+const (
+	// StateReceived: recorded, not yet at the point of no return. A cell that
+	// restarts never continues such a transaction (see StateAbandoned).
+	StateReceived State = "received"
+	// StateSending: the point of no return has passed. The issuer may have
+	// applied it; the outcome is unknown until the issuer answers or an
+	// inquiry resolves it. Partners see PENDING.
+	StateSending  State = "sending"
+	StateApproved State = "approved"
+	StateDeclined State = "declined"
+	StateFailed   State = "failed"
+	// StateAbandoned: stopped before the point of no return (for example by a
+	// restart); nothing reached the issuer, and the GTR may restart the
+	// transaction on any cell, this one included.
+	StateAbandoned State = "abandoned"
+)
+
+// Terminal reports whether s is a final outcome.
+func (s State) Terminal() bool {
+	return s == StateApproved || s == StateDeclined || s == StateFailed
+}
+
+// Status is what a partner sees for s; UNSPECIFIED for states partners never
+// see (received, abandoned).
+func (s State) Status() cellpayv1.TransactionStatus {
+	switch s {
+	case StateSending:
+		return cellpayv1.TransactionStatus_PENDING
+	case StateApproved:
+		return cellpayv1.TransactionStatus_APPROVED
+	case StateDeclined:
+		return cellpayv1.TransactionStatus_DECLINED
+	case StateFailed:
+		return cellpayv1.TransactionStatus_FAILED
+	}
+	return cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED
+}
+
+// Record is one transaction as a cell keeps it, identified by Key (partner
+// and transaction ID). It never holds a full card number: only the masked
+// PAN and a keyed hash.
+type Record struct {
+	TransactionID string
+	Fingerprint   idempotency.Fingerprint
+	// FingerprintKeyID names the key Fingerprint was computed under (a
+	// key ID, never the key): a replay is compared under that key.
+	FingerprintKeyID   string
+	State              State
+	DeclineReason      string
+	AuthCode           string
+	PaymentType        cellpayv1.PaymentType
+	PartnerID          string
+	Market             string
+	Amount             int64
+	Currency           string
+	SettlementAmount   int64
+	SettlementCurrency string
+	// RiskAmount is Amount in the risk policy's limit currency.
+	RiskAmount      int64
+	MerchantID      string
+	MCC             string
+	MerchantCountry string
+	MaskedPAN       string
+	PANHash         []byte
+	// PANHashKeyID names the key PANHash was computed under.
+	PANHashKeyID   string
+	RefdataVersion string
+	RouteRule      string
+	Attempt        int32
+	CellID         string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Key identifies the transaction: transaction IDs are a namespace per
+// partner.
+func (r *Record) Key() idempotency.Key {
+	return idempotency.Key{PartnerID: r.PartnerID, TransactionID: r.TransactionID}
+}
+
+// Transaction renders r for the partner.
+func (r *Record) Transaction() *cellpayv1.Transaction {
+	return &cellpayv1.Transaction{
+		TransactionId:    r.TransactionID,
+		Status:           r.State.Status(),
+		DeclineReason:    r.DeclineReason,
+		AuthCode:         r.AuthCode,
+		CellId:           r.CellID,
+		Attempts:         r.Attempt,
+		Amount:           &cellpayv1.Money{MinorUnits: r.Amount, Currency: r.Currency},
+		SettlementAmount: &cellpayv1.Money{MinorUnits: r.SettlementAmount, Currency: r.SettlementCurrency},
+		RefdataVersion:   r.RefdataVersion,
+		RouteRule:        r.RouteRule,
+		MaskedPan:        r.MaskedPAN,
+		PaymentType:      r.PaymentType,
+		PartnerId:        r.PartnerID,
+		Market:           r.Market,
+		MerchantId:       r.MerchantID,
+		Mcc:              r.MCC,
+		CreatedAt:        timestamppb.New(r.CreatedAt),
+		UpdatedAt:        timestamppb.New(r.UpdatedAt),
+	}
+}
