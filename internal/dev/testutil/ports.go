@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // portRange is where the ports handed out here are picked: below the
@@ -153,4 +154,29 @@ func FreePortPairs(n, offset int) ([]int, error) {
 		return nil, fmt.Errorf("testutil: found %d of %d free port pairs", len(out), n)
 	}
 	return out, nil
+}
+
+// Unbound fails t for each of addrs that cannot be listened on: what a
+// component had bound is free again (its Shutdown, or a Start that failed,
+// released it).
+func Unbound(t testing.TB, addrs ...string) {
+	t.Helper()
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("%s still bound: %v", a, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+// Closed reports whether ch is closed, without waiting.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

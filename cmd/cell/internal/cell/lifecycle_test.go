@@ -54,15 +54,6 @@ func unusedAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // leakCheck fails t if goroutines started after it was called are still
 // running when it is called again (deferred: before t's cleanups, so
 // after lifeConfig, whose issuer runs until then).
@@ -82,7 +73,7 @@ func TestLifeCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr() != nil || c.HealthAddr() != nil || closed(c.Done()) {
+	if c.Addr() != nil || c.HealthAddr() != nil || testutil.Closed(c.Done()) {
 		t.Fatal("New bound a listener or ended serving")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -106,14 +97,14 @@ func TestLifeCycle(t *testing.T) {
 	if err := c.Start(ctx); !errors.Is(err, ErrStarted) {
 		t.Fatalf("a second Start: %v, want ErrStarted", err)
 	}
-	if closed(c.Done()) {
+	if testutil.Closed(c.Done()) {
 		t.Fatalf("Done while serving: %v", c.Err())
 	}
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !closed(c.Done()) || c.Err() != nil {
-		t.Fatalf("after Shutdown: Done closed %v, Err %v", closed(c.Done()), c.Err())
+	if !testutil.Closed(c.Done()) || c.Err() != nil {
+		t.Fatalf("after Shutdown: Done closed %v, Err %v", testutil.Closed(c.Done()), c.Err())
 	}
 	for _, a := range addrs {
 		if conn, err := net.DialTimeout("tcp", a.String(), time.Second); err == nil {
@@ -168,20 +159,16 @@ func TestStartFailsReleasesAll(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start: %v, want an error with %q", err, tc.want)
 			}
-			if !closed(c.Done()) || c.Err() != err {
-				t.Fatalf("after a failed Start: Done closed %v, Err %v", closed(c.Done()), c.Err())
+			if !testutil.Closed(c.Done()) || c.Err() != err {
+				t.Fatalf("after a failed Start: Done closed %v, Err %v", testutil.Closed(c.Done()), c.Err())
 			}
+			var free []string
 			for _, a := range []string{cfg.Listen, cfg.HealthListen} {
-				if a == busy.Addr().String() {
-					continue
+				if a != busy.Addr().String() {
+					free = append(free, a)
 				}
-				l, err := net.Listen("tcp", a)
-				if err != nil {
-					t.Errorf("%s still bound after a failed Start: %v", a, err)
-					continue
-				}
-				l.Close()
 			}
+			testutil.Unbound(t, free...)
 			if err := c.Shutdown(context.Background()); err != nil {
 				t.Fatalf("Shutdown after a failed Start: %v", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/client"
 )
 
@@ -40,16 +41,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// closed reports whether ch is closed.
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // TestLifeCycle: New starts nothing; once Start returns every listener is
 // bound and serves health; Shutdown closes them all and leaves no
 // goroutine behind; a second Shutdown returns what the first did, and a
@@ -61,7 +52,7 @@ func TestLifeCycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Addr() != nil || g.AdminAddr() != nil || g.HealthAddr() != nil || closed(g.Done()) {
+	if g.Addr() != nil || g.AdminAddr() != nil || g.HealthAddr() != nil || testutil.Closed(g.Done()) {
 		t.Fatal("New bound a listener or ended serving")
 	}
 	ctx := ctxFor(t, 30*time.Second)
@@ -88,14 +79,14 @@ func TestLifeCycle(t *testing.T) {
 	if err := g.Start(ctx); !errors.Is(err, ErrStarted) {
 		t.Fatalf("a second Start: %v, want ErrStarted", err)
 	}
-	if closed(g.Done()) {
+	if testutil.Closed(g.Done()) {
 		t.Fatalf("Done while serving: %v", g.Err())
 	}
 	if err := g.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !closed(g.Done()) || g.Err() != nil {
-		t.Fatalf("after Shutdown: Done closed %v, Err %v", closed(g.Done()), g.Err())
+	if !testutil.Closed(g.Done()) || g.Err() != nil {
+		t.Fatalf("after Shutdown: Done closed %v, Err %v", testutil.Closed(g.Done()), g.Err())
 	}
 	for name, a := range addrs {
 		if c, err := net.DialTimeout("tcp", a.String(), time.Second); err == nil {
@@ -145,20 +136,16 @@ func TestStartFailsReleasesAll(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start: %v, want an error with %q", err, tc.want)
 			}
-			if !closed(g.Done()) || g.Err() != err {
-				t.Fatalf("after a failed Start: Done closed %v, Err %v", closed(g.Done()), g.Err())
+			if !testutil.Closed(g.Done()) || g.Err() != err {
+				t.Fatalf("after a failed Start: Done closed %v, Err %v", testutil.Closed(g.Done()), g.Err())
 			}
+			var free []string
 			for _, a := range []string{cfg.Listen, cfg.AdminListen, cfg.HealthListen} {
-				if a == busy.Addr().String() {
-					continue
+				if a != busy.Addr().String() {
+					free = append(free, a)
 				}
-				l, err := net.Listen("tcp", a)
-				if err != nil {
-					t.Errorf("%s still bound after a failed Start: %v", a, err)
-					continue
-				}
-				l.Close()
 			}
+			testutil.Unbound(t, free...)
 			if err := g.Shutdown(context.Background()); err != nil {
 				t.Fatalf("Shutdown after a failed Start: %v", err)
 			}
