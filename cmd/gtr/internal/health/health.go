@@ -148,6 +148,10 @@ type Monitor struct {
 	// cells is copy-on-write: replaced whole under mu, read with one atomic
 	// load and never modified once published.
 	cells atomic.Pointer[map[string]*cellState]
+	// closed: Run has ended and closed every connection; SetCells dials
+	// nothing more (a table change read as Run ends must not leave
+	// connections no one closes). Under mu.
+	closed bool
 }
 
 type change struct {
@@ -199,10 +203,14 @@ func (m *Monitor) cell(id string) *cellState { return (*m.cells.Load())[id] }
 
 // SetCells replaces the watched cells. New cells start at share 100: a
 // cell named in the table is trusted until it fails a check or a request.
-// A cell whose addresses change is a new cell.
+// A cell whose addresses change is a new cell. Once Run has ended it does
+// nothing: no cell is dialled again.
 func (m *Monitor) SetCells(cells []Cell) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
 	old := *m.cells.Load()
 	next := make(map[string]*cellState, len(cells))
 	for _, c := range cells {
@@ -433,6 +441,7 @@ func (m *Monitor) Run(ctx context.Context) {
 func (m *Monitor) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.closed = true
 	for _, s := range *m.cells.Load() {
 		s.closeInstances()
 	}

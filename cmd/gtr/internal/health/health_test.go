@@ -278,6 +278,12 @@ func TestRunStops(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not stop")
 	}
+	// A table change read as Run ends (the GTR's follower) dials nothing:
+	// no connection is left that no one closes.
+	m.SetCells([]Cell{{ID: "b", Addr: addrA, Pool: "p"}})
+	if n := len(*m.cells.Load()); n != 0 {
+		t.Fatalf("%d cells watched after Run ended", n)
+	}
 }
 
 // slowHealth answers gRPC health checks SERVING, after delay while slow is
