@@ -142,14 +142,26 @@ func rideThrough(t *testing.T, name string, freeze bool) {
 	if s.SwitchAwayAfter < 0 || s.SwitchAwayAfter > (round+500*time.Millisecond).Seconds() {
 		t.Errorf("switched to the backup %.2fs after the cut, want within one probe interval and its round (%v)", s.SwitchAwayAfter, round)
 	}
-	if s.SwitchBackAfter < 0 || s.SwitchBackAfter > (round+3*time.Second).Seconds() {
-		t.Errorf("switched back %.2fs after the primary returned, want within %v", s.SwitchBackAfter, round+3*time.Second)
+	// The switch back is timed from when the primary serves again: the
+	// restore (a restart, after kill -9) takes what the host gives it, 4.5 s
+	// beside two other platforms, before any probe can succeed.
+	if back := s.SwitchBackAfter - s.RestoreTook; s.SwitchBackAfter < 0 || back > (round+3*time.Second).Seconds() {
+		t.Errorf("switched back %.2fs after the primary served again, want within %v", back, round+3*time.Second)
 	}
-	// After the switch back, the primary serves (all but the split's 1%).
+	// Once switched back, the primary serves (all but the split's 1%), until
+	// the client leaves it again, if it does: under a loaded host a
+	// restarted primary may fail a probe round and be left once more,
+	// which the damping bounds (TestAccessPointFlapping), not this check.
 	back := s.RestoredAt.Add(time.Duration(s.SwitchBackAfter*float64(time.Second)) + 500*time.Millisecond)
+	until := time.Now()
+	for _, e := range s.SwitchesDuringStep {
+		if e.From == env.gtrAddr && e.At.After(back) && e.At.Before(until) {
+			until = e.At
+		}
+	}
 	onPrimary, after := 0, 0
 	for _, r := range rep.Results {
-		if r.Sent.After(back) && r.Err == nil {
+		if r.Sent.After(back) && r.Sent.Before(until) && r.Err == nil {
 			after++
 			if r.Endpoint == env.gtrAddr {
 				onPrimary++

@@ -89,10 +89,13 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	cfg := load.Config{
 		// Through the partners' client (pkg/client), as a partner sends:
 		// a request the GTR sheds (RESOURCE_EXHAUSTED, sent to no cell) is
-		// resent under the same ID after its hint. Its one call may take
-		// the request's whole budget, so only a quick refusal is retried.
+		// resent under the same ID after its hint, for as long as the
+		// request's budget lasts (MaxAttempts 30: under a loaded host the
+		// GTR shed one call five times in a row, the default's bound). Its
+		// one call may take the request's whole budget, so only a quick
+		// refusal is retried.
 		Target: load.TargetGTR, Endpoints: []string{target.gtrAddr}, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
-		Client: client.Config{CallTimeout: 12 * time.Second},
+		Client: client.Config{CallTimeout: 12 * time.Second, MaxAttempts: 30},
 		Rate:   faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * faultLoad.duration.Seconds()),
 		Duration: faultLoad.duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
 		PerRequestTimeout: 12 * time.Second,
