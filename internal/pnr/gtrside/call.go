@@ -205,8 +205,8 @@ func (c *Call) Step(e CallEvent) CallAction {
 		if e.Err != nil {
 			return c.finish(Finish{Err: e.Err})
 		}
-		// A copy, in the call's own array for the usual few cells: the
-		// driver's slice stays the driver's (and on its stack).
+		// A copy, in the call's own array for the usual few cells: a
+		// redirect rewrites the call's ranking, never the driver's.
 		c.cells = append(c.buf[:0], e.Cells...)
 		c.attempts = min(len(c.cells), c.cfg.MaxAttempts)
 		return c.advance(e.Now)
