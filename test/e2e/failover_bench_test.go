@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cellpay/cellpay/internal/dev/load"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 )
@@ -39,7 +42,7 @@ func TestFailoverBenchmark(t *testing.T) {
 		lat     time.Duration
 		cell    string
 		attempt int32
-		err     bool
+		code    codes.Code // codes.OK when the call was answered
 	}
 	var mu sync.Mutex
 	var samples []sample
@@ -49,7 +52,7 @@ func TestFailoverBenchmark(t *testing.T) {
 		PerRequestTimeout: 10 * time.Second,
 		OnResult: func(r load.Result) {
 			mu.Lock()
-			samples = append(samples, sample{r.Sent, r.Latency, r.Transaction.GetCellId(), r.Transaction.GetAttempts(), r.Err != nil})
+			samples = append(samples, sample{r.Sent, r.Latency, r.Transaction.GetCellId(), r.Transaction.GetAttempts(), status.Code(r.Err)})
 			mu.Unlock()
 		},
 	}
@@ -74,9 +77,23 @@ func TestFailoverBenchmark(t *testing.T) {
 	var last time.Duration
 	var rerouted, errs int
 	var before, during, after []sample
+	// errCodes counts partners' errors by code and by when they were sent
+	// (before the kill, in the first seconds after it, until the restart,
+	// after it), so that a run with errors says which they were.
+	errCodes := map[string]int{}
 	for _, s := range samples {
-		if s.err {
+		if s.code != codes.OK {
 			errs++
+			phase := "after_restart"
+			switch {
+			case s.sent.Before(kill):
+				phase = "before_kill"
+			case s.sent.Before(kill.Add(duringTo)):
+				phase = "first_2s"
+			case s.sent.Before(heal):
+				phase = "until_restart"
+			}
+			errCodes[s.code.String()+" "+phase]++
 		}
 		if s.sent.After(kill) && s.sent.Before(heal) && s.attempt > 1 {
 			rerouted++
@@ -105,7 +122,7 @@ func TestFailoverBenchmark(t *testing.T) {
 	tput := func(ss []sample, d time.Duration) float64 {
 		ok := 0
 		for _, s := range ss {
-			if !s.err {
+			if s.code == codes.OK {
 				ok++
 			}
 		}
@@ -116,6 +133,7 @@ func TestFailoverBenchmark(t *testing.T) {
 		"kill_to_last_sent_to_dead_ms":  float64(last) / float64(time.Millisecond),
 		"rerouted_after_kill":           rerouted,
 		"errors":                        errs,
+		"errors_by_code_and_phase":      errCodes,
 		"p99_ms_before":                 p99(before),
 		"p99_ms_during":                 p99(during),
 		"p99_ms_after":                  p99(after),
