@@ -19,6 +19,9 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+	# The platform's NATS servers: the module's own nats-server, the
+	# version of the Kubernetes manifests' image (make run, the tests).
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 	cd tools/grpcurl && $(GO) build -o $(abspath $(BIN))/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
 
 ## run: build everything and start the platform (private Postgres per cell, issuer, 3 cells, GTR).

@@ -10,8 +10,8 @@
 # What each package is for:
 #   postgresql   server binaries (/usr/lib/postgresql/*/bin): every cell's
 #                private Postgres, in make run and in the store and e2e tests
-#   nats-server  the shared NATS (routing table, reference data, the
-#                transaction directory) in make run and the messaging tests
+# (nats-server is not among them: make build builds the module's own into
+# bin/, the version of the Kubernetes manifests' image.)
 #   prometheus   promtool, for the alert rules' checks and unit tests, and the
 #                server itself for test/monitoring (an alert fires and resolves)
 #   chromium     headless browser for the GTR operator console's test
@@ -36,7 +36,6 @@ die() {
 }
 
 have_postgres() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
-have_nats() { command -v nats-server >/dev/null 2>&1; }
 have_prometheus() { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1; }
 
@@ -45,10 +44,6 @@ why=()
 have_postgres || {
 	need+=(postgresql)
 	why+=("postgresql (each cell's private Postgres)")
-}
-have_nats || {
-	need+=(nats-server)
-	why+=("nats-server (the platform's NATS)")
 }
 if [ "$what" = test ]; then
 	have_prometheus || {
@@ -77,7 +72,6 @@ if ! apt-get install -y -q --no-install-recommends "${need[@]}" >/tmp/cellpay-de
 fi
 
 have_postgres || die "postgresql: no /usr/lib/postgresql/*/bin/initdb after the install"
-have_nats || die "nats-server: not on PATH after the install"
 if [ "$what" = test ]; then
 	have_prometheus || die "prometheus: promtool or prometheus not on PATH after the install"
 	have_chromium || die "chromium: not on PATH after the install"

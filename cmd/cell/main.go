@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -63,6 +64,15 @@ func env(name, def string) string {
 	return def
 }
 
+func envInt(name string, def int64) int64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if v, ok := os.LookupEnv(name); ok {
 		if d, err := time.ParseDuration(v); err == nil {
@@ -86,6 +96,9 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&c.IssuerAddr, "issuer", env("CELL_ISSUER_ADDR", "127.0.0.1:7090"), "issuer address (env CELL_ISSUER_ADDR)")
 	flag.StringVar(&c.RefDataFile, "refdata", env("CELL_REFDATA_FILE", "config/refdata.json"), "reference data file that bootstraps a cell with no stored version, as version 0; \"\" for none (env CELL_REFDATA_FILE)")
 	flag.StringVar(&c.NATSURL, "nats-url", env("CELL_NATS_URL", ""), "NATS server the reference data comes from; \"\" for none (env CELL_NATS_URL)")
+	flag.IntVar(&c.NATSReplicas, "nats-replicas", int(envInt("CELL_NATS_REPLICAS", 3)), "replicas of what this cell creates in NATS where nobody has yet (the transaction directory's bucket, the reference data stream): 3 on a three-server cluster, 1 on a lone server; what exists is kept as it is, and a difference logged and exported as cellpay_nats_config_differs (env CELL_NATS_REPLICAS)")
+	flag.DurationVar(&c.DirectoryMaxAge, "directory-max-age", envDuration("CELL_DIRECTORY_MAX_AGE", directory.DefaultMaxAge), "how long the transaction directory keeps an entry, if this cell creates its bucket: the idempotency window across cells (env CELL_DIRECTORY_MAX_AGE)")
+	flag.Int64Var(&c.DirectoryMaxBytes, "directory-max-bytes", envInt("CELL_DIRECTORY_MAX_BYTES", directory.DefaultMaxBytes), "the transaction directory bucket's size limit on each NATS server, if this cell creates it; past it claims fail and only natural homes take transactions, as in a NATS outage (env CELL_DIRECTORY_MAX_BYTES)")
 	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for Prometheus /metrics (transactions, issuer latency, reference data, gRPC), e.g. 127.0.0.1:9081; \"\" for none (env CELL_METRICS_LISTEN). Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&c.HealthListen, "health-listen", env("CELL_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot present a client certificate (kubelet's), e.g. :7082; \"\" for none (env CELL_HEALTH_LISTEN)")
 	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the card data master secrets, one hex secret of 32+ bytes a line: the current one first, then previous ones newest first (kept while their rows are within the velocity and idempotency windows); the PAN hash and fingerprint keys are derived from them (env CELL_PAN_KEY_FILE)")

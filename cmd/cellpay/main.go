@@ -83,8 +83,9 @@ func configure(args []string) (platform.Config, error) {
 	backup := fs.Bool("backup-gtr", envBool("CELLPAY_BACKUP_GTR", true), "run the backup access point (CELLPAY_BACKUP_GTR)")
 	fs.StringVar(&cfg.IssuerAddr, "issuer-addr", env("CELLPAY_ISSUER_ADDR", platform.DefaultIssuerAddr), "issuer simulator (CELLPAY_ISSUER_ADDR)")
 	fs.StringVar(&cells, "cells", env("CELLPAY_CELLS", formatCells(platform.DefaultCells)), "cells as id=addr,... (CELLPAY_CELLS)")
-	nats := fs.String("nats", env("CELLPAY_NATS", "auto"), "run NATS with JetStream and the replicator: on, off, or auto (on when nats-server is installed) (CELLPAY_NATS)")
-	fs.StringVar(&cfg.NATSAddr, "nats-addr", env("CELLPAY_NATS_ADDR", platform.DefaultNATSAddr), "NATS listen address (CELLPAY_NATS_ADDR)")
+	nats := fs.String("nats", env("CELLPAY_NATS", "auto"), "run NATS (a cluster of -nats-servers with JetStream) and the replicator: on, off, or auto (on when a nats-server binary is found: make build's in -bin, else on the PATH) (CELLPAY_NATS)")
+	fs.StringVar(&cfg.NATSAddr, "nats-addr", env("CELLPAY_NATS_ADDR", platform.DefaultNATSAddr), "the first NATS server's client address; server i takes clients on its port + i and routes on its port + servers + i (7222-7224 and 7225-7227 by default) (CELLPAY_NATS_ADDR)")
+	fs.IntVar(&cfg.NATSServers, "nats-servers", envInt("CELLPAY_NATS_SERVERS", 3), "NATS servers in the cluster; every stream and bucket has a replica on each (CELLPAY_NATS_SERVERS)")
 	fs.StringVar(&cfg.RefDataSource, "refdata-source", env("CELLPAY_REFDATA_SOURCE", "config/refdata"), "reference data folder the replicator publishes (CELLPAY_REFDATA_SOURCE)")
 	fs.BoolVar(&cfg.Metrics, "metrics", envBool("CELLPAY_METRICS", true), "serve /metrics beside each component, on its port + 2000 (CELLPAY_METRICS)")
 	fs.StringVar(&cfg.CallbackAddr, "callback-addr", env("CELLPAY_CALLBACK_ADDR", platform.DefaultCallbackAddr), "sample callback receiver (HTTPS) the sample partners' callbacks go to; \"\" for none (CELLPAY_CALLBACK_ADDR)")
@@ -110,7 +111,7 @@ func configure(args []string) (platform.Config, error) {
 	case "on":
 		cfg.NATS = true
 	case "auto":
-		cfg.NATS = platform.FindNATSServer() != ""
+		cfg.NATS = platform.FindNATSServer(cfg.BinDir) != ""
 	case "off":
 	default:
 		return cfg, fmt.Errorf("-nats: want on, off or auto, not %q", *nats)

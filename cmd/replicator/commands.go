@@ -35,6 +35,9 @@ const opTimeout = 15 * time.Second
 type natsTarget struct {
 	URL string
 	TLS tlsconf.Files
+	// Replicas is the reference data stream's replica count if a publish
+	// creates it.
+	Replicas int
 }
 
 func connect(target natsTarget) (*nats.Conn, *refnats.Publisher, error) {
@@ -51,7 +54,9 @@ func connect(target natsTarget) (*nats.Conn, *refnats.Publisher, error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	return nc, &refnats.Publisher{JS: js}, nil
+	return nc, &refnats.Publisher{JS: js, Replicas: target.Replicas, OnDiffers: func(d []string) {
+		fmt.Fprintf(os.Stderr, "replicator: the stream %s exists with other limits, kept as they are: %s\n", refdata.Stream, strings.Join(d, "; "))
+	}}, nil
 }
 
 func snapshotCmd(ctx context.Context, target natsTarget, args []string) error {

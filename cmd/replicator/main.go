@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 )
 
@@ -44,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&target.TLS.Cert, "tls-cert", env("REPLICATOR_TLS_CERT", ""), "the replicator's certificate (identity spiffe://cellpay.internal/replicator), its NATS identity (env REPLICATOR_TLS_CERT); with -tls-key and -tls-ca the replicator speaks TLS to NATS; \"\" for plaintext NATS without authentication")
 	fs.StringVar(&target.TLS.Key, "tls-key", env("REPLICATOR_TLS_KEY", ""), "its private key (env REPLICATOR_TLS_KEY)")
 	fs.StringVar(&target.TLS.CA, "tls-ca", env("REPLICATOR_TLS_CA", ""), "CA of the NATS server's certificate (env REPLICATOR_TLS_CA)")
+	fs.IntVar(&target.Replicas, "replicas", envInt("REPLICATOR_REPLICAS", 3), "replicas of the reference data stream if this publish creates it (nobody has yet): 3 on a three-server NATS cluster, 1 on a lone server; an existing stream is kept as it is (env REPLICATOR_REPLICAS)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -60,6 +62,15 @@ func run(ctx context.Context, args []string) error {
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
 		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
 	}
 	return def
 }

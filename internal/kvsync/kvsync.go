@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -60,6 +61,10 @@ const (
 
 // DefaultBucket is the KV bucket every GTR document lives in.
 const DefaultBucket = natsauth.GTRBucket
+
+// DefaultMaxBytes bounds the bucket: its documents (a routing table, a
+// partner registry) and their history take kilobytes to a few megabytes.
+const DefaultMaxBytes = 64 << 20
 
 // Target is one kind of replicated document, D, and its holder on this
 // replica. A Replica calls its methods one at a time (under its own lock),
@@ -104,6 +109,12 @@ type ReplicaConfig[D any] struct {
 	// Bucket and Key name the KV entry; Bucket defaults to DefaultBucket,
 	// Key is required.
 	Bucket, Key string
+	// Limits are the bucket's if this replica creates it (nobody has
+	// yet): Replicas (zero is 1), and MaxBytes (zero is DefaultMaxBytes).
+	// A bucket that exists is kept as it is; Drift, if set, records
+	// whether it differs (package jsconf).
+	Limits jsconf.Limits
+	Drift  *jsconf.Drift
 	// StateFile keeps the last-known document; "" keeps none.
 	StateFile string
 	// ReplicaID names this replica in NATS and the state file.
@@ -129,6 +140,15 @@ func (c *ReplicaConfig[D]) validate() error {
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
 	}
+	if c.Limits.Replicas == 0 {
+		c.Limits.Replicas = 1
+	}
+	if c.Limits.MaxBytes == 0 {
+		c.Limits.MaxBytes = DefaultMaxBytes
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("kvsync: bucket %s: %w", c.Bucket, err)
+	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
 	}
@@ -151,6 +171,9 @@ type Replica[D any] struct {
 
 	nc *nats.Conn                         // nil when standalone
 	kv atomic.Pointer[jetstream.KeyValue] // set once the bucket is open
+	// warnedLimits: the bucket's differing limits were logged (by run's
+	// goroutine only).
+	warnedLimits bool
 
 	// mu serialises applying documents and writing the state file, and
 	// guards the fields below.

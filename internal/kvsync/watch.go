@@ -7,10 +7,25 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellpay/cellpay/internal/jsconf"
 )
 
-// bucketConfig is the bucket every GTR document shares; every Replica
-// opens it with the same config, so that none keeps rewriting it.
+// noteLimits records how the bucket found differs from this replica's
+// limits, and logs it the first time.
+func (r *Replica[D]) noteLimits(differs []string) {
+	if r.cfg.Drift != nil {
+		r.cfg.Drift.Set(r.cfg.Bucket, differs)
+	}
+	if len(differs) > 0 && !r.warnedLimits {
+		r.warnedLimits = true
+		r.cfg.Log.Warn("config store's bucket limits differ from this replica's, kept as they are", "bucket", r.cfg.Bucket, "differences", differs)
+	}
+}
+
+// bucketConfig is the bucket every GTR document shares, as a replica that
+// finds none creates it (with ReplicaConfig.Limits); one that exists is
+// kept as it is (package jsconf).
 func bucketConfig(name string) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      name,
@@ -42,7 +57,11 @@ func (r *Replica[D]) run(ctx context.Context) {
 		if r.cfg.ReadOnly {
 			kv, err = js.KeyValue(octx, r.cfg.Bucket)
 		} else {
-			kv, err = js.CreateOrUpdateKeyValue(octx, bucketConfig(r.cfg.Bucket))
+			var differs []string
+			kv, differs, err = jsconf.OpenKeyValue(octx, js, bucketConfig(r.cfg.Bucket), r.cfg.Limits)
+			if err == nil {
+				r.noteLimits(differs)
+			}
 		}
 		cancel()
 		if err == nil && !r.cfg.ReadOnly {

@@ -52,6 +52,9 @@ const (
 	AuditSubjectPrefix = "cellpay.audit."
 )
 
+// AuditMaxBytes bounds the audit stream on each server.
+const AuditMaxBytes = 1 << 30
+
 // User is one identity's permissions: the subjects it may publish to and
 // subscribe to (NATS wildcards).
 type User struct {
@@ -91,12 +94,13 @@ func readStream(stream, consumer string) []string {
 	}
 }
 
-// ownStream adds making and reconfiguring stream (never deleting or
-// purging it) to readStream(stream, "*"), and publishing to subjects.
+// ownStream adds making stream where it does not exist (never changing,
+// purging or deleting it: its limits are the NATS administrator's once it
+// exists, package jsconf) to readStream(stream, "*"), and publishing to
+// subjects.
 func ownStream(stream string, subjects ...string) []string {
 	p := append(readStream(stream, "*"),
 		jsAPI+"STREAM.CREATE."+stream,
-		jsAPI+"STREAM.UPDATE."+stream,
 		// Ephemeral consumers (ordered consumers, KV watches) are
 		// created with the stream-only subject by some clients.
 		jsAPI+"CONSUMER.CREATE."+stream)
@@ -131,10 +135,15 @@ func Cell(id string) User {
 // the stream but never update it: NATS refuses a create whose
 // configuration differs from the existing stream's, so a GTR cannot
 // shrink its own audit log's limits, purge or delete it.
+//
+// The stream keeps every record (no age limit) up to AuditMaxBytes; past
+// it, new records are refused (never the oldest dropped), so the GTR
+// keeps them in its spool and an alert on the stream's fill says so.
 func AuditStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name: AuditStream, Subjects: []string{AuditSubjectPrefix + ">"}, Storage: jetstream.FileStorage,
 		Replicas: max(replicas, 1), Duplicates: 10 * time.Minute,
+		MaxBytes: AuditMaxBytes, Discard: jetstream.DiscardNew,
 		Description: "GTR admin API audit log: one record per admin change or refused call",
 	}
 }
@@ -205,25 +214,50 @@ func list(s []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// Server is a nats-server configuration for a local platform.
+// Server is a nats-server configuration for a local platform: one server
+// alone, or one member of a cluster (Routes set).
 type Server struct {
+	// Name is the server's name, unique in its cluster (JetStream's
+	// placement and the Raft groups name servers by it).
+	Name     string
 	Host     string
 	Port     int
 	StoreDir string
-	// Cert, Key: the server's certificate; CA: the CA of every client's.
+	// Cert, Key: the server's certificate, which must serve both TLS
+	// sides in a cluster (routes are mutual TLS with it); CA: the CA of
+	// every client's and every other member's.
 	Cert, Key, CA string
 	Cells         []string
+	// ClusterPort and Routes make the server a member of cluster
+	// "cellpay": it takes routes on ClusterPort and dials every address
+	// of Routes (host:port of each member's ClusterPort, its own
+	// included, as nats-server allows). None: a server alone.
+	ClusterPort int
+	Routes      []string
 }
 
 // Config renders s: JetStream, TLS that requires a client certificate of
-// CA and maps its identity to a user, Users(s.Cells) and Admin.
+// CA and maps its identity to a user, Users(s.Cells) and Admin; in a
+// cluster, routes over mutual TLS with the same certificate.
 func (s Server) Config() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by the platform launcher (package natsauth); rewritten at every start.\n")
+	if s.Name != "" {
+		fmt.Fprintf(&b, "server_name: %s\n", strconv.Quote(s.Name))
+	}
 	fmt.Fprintf(&b, "host: %s\nport: %d\n", strconv.Quote(s.Host), s.Port)
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", strconv.Quote(s.StoreDir))
-	fmt.Fprintf(&b, "tls {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify_and_map: true\n  timeout: 2\n}\n",
-		strconv.Quote(s.Cert), strconv.Quote(s.Key), strconv.Quote(s.CA))
+	tls := fmt.Sprintf("cert_file: %s\n  key_file: %s\n  ca_file: %s\n", strconv.Quote(s.Cert), strconv.Quote(s.Key), strconv.Quote(s.CA))
+	fmt.Fprintf(&b, "tls {\n  %s  verify_and_map: true\n  timeout: 2\n}\n", tls)
+	if len(s.Routes) > 0 {
+		routes := make([]string, len(s.Routes))
+		for i, r := range s.Routes {
+			routes[i] = strconv.Quote("nats-route://" + r)
+		}
+		fmt.Fprintf(&b, "cluster {\n  name: cellpay\n  host: %s\n  port: %d\n  routes: [%s]\n  connect_retries: 120\n",
+			strconv.Quote(s.Host), s.ClusterPort, strings.Join(routes, ", "))
+		fmt.Fprintf(&b, "  tls {\n    %s    verify: true\n    timeout: 2\n  }\n}\n", strings.ReplaceAll(tls, "\n  ", "\n    "))
+	}
 	b.WriteString(Authorization(append(Users(s.Cells), Admin())))
 	return b.String()
 }

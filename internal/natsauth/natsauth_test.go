@@ -18,7 +18,9 @@ import (
 
 	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/dev/platform"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/refdata"
@@ -37,7 +39,7 @@ type server struct {
 
 func start(t *testing.T) *server {
 	t.Helper()
-	bin := platform.FindNATSServer()
+	bin := platform.FindNATSServer(testutil.PrebuiltBin())
 	if bin == "" {
 		t.Fatal("nats-server is not installed (apt-get install nats-server; .ci/run does)")
 	}
@@ -210,7 +212,7 @@ func TestCellCannotPublishReferenceDataOrRoute(t *testing.T) {
 	// replicator makes the reference data stream and publishes version 1.
 	gtr, _ := s.connect(t, "gtr")
 	gjs, _ := jetstream.New(gtr)
-	kv, err := gjs.CreateOrUpdateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: natsauth.GTRBucket})
+	kv, err := gjs.CreateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: natsauth.GTRBucket})
 	if err != nil {
 		t.Fatalf("gtr: create its bucket: %v", err)
 	}
@@ -315,7 +317,7 @@ func TestCellCannotPublishReferenceDataOrRoute(t *testing.T) {
 		t.Fatalf("stream after cell-a's attempts: %+v, %v; want the one version", info, err)
 	}
 	// The transaction directory is every cell's.
-	dir, err := cjs.CreateOrUpdateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: natsauth.DirectoryBucket})
+	dir, err := cjs.CreateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: natsauth.DirectoryBucket})
 	if err != nil {
 		t.Fatalf("cell-a: the directory bucket: %v", err)
 	}
@@ -399,6 +401,64 @@ func TestGTRCannotShrinkItsAuditStream(t *testing.T) {
 	if got.Config.MaxMsgs != want.Config.MaxMsgs || got.Config.MaxAge != want.Config.MaxAge || got.State.Msgs != 1 {
 		t.Fatalf("audit stream after the GTR's attempts: max msgs %d, max age %v, %d records; want %d, %v, 1",
 			got.Config.MaxMsgs, got.Config.MaxAge, got.State.Msgs, want.Config.MaxMsgs, want.Config.MaxAge)
+	}
+}
+
+// TestCellCannotChangeTheDirectory: a cell creates the transaction
+// directory's bucket when nobody has (package jsconf, with its limits),
+// but may not change it once it exists: NATS refuses the update, so an
+// operator's limits (set as NATS's administrator) stay whatever a
+// component would have created, and the cell opening it again keeps them
+// and reports the difference.
+func TestCellCannotChangeTheDirectory(t *testing.T) {
+	s := start(t)
+	cell, v := s.connect(t, "cell-a")
+	cjs, _ := jetstream.New(cell)
+	mine := jsconf.Limits{Replicas: 1, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20}
+	kvcfg := jetstream.KeyValueConfig{Bucket: natsauth.DirectoryBucket, History: 1}
+	if _, differs, err := jsconf.OpenKeyValue(ctx(t), cjs, kvcfg, mine); err != nil || differs != nil {
+		t.Fatalf("cell: create the directory bucket: %v (differences %v)", err, differs)
+	}
+	stream := "KV_" + natsauth.DirectoryBucket
+
+	// The operator raises the size limit and shortens the age.
+	admin, _ := s.connect(t, "admin")
+	ajs, _ := jetstream.New(admin)
+	ast, err := ajs.Stream(ctx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opCfg := ast.CachedInfo().Config
+	opCfg.MaxBytes, opCfg.MaxAge = 8<<20, 12*time.Hour
+	if _, err := ajs.UpdateStream(ctx(t), opCfg); err != nil {
+		t.Fatalf("admin: update the bucket: %v", err)
+	}
+
+	// The cell starts again: it keeps the operator's limits and says how
+	// they differ from its own; and it may not write its own back.
+	_, differs, err := jsconf.OpenKeyValue(ctx(t), cjs, kvcfg, mine)
+	if err != nil {
+		t.Fatalf("cell: open the changed bucket: %v", err)
+	}
+	if got := strings.Join(differs, "; "); got != "max age 12h0m0s, want 24h0m0s; max bytes 8388608, want 1048576" {
+		t.Fatalf("differences reported: %q", got)
+	}
+	back := opCfg
+	back.MaxBytes, back.MaxAge = mine.MaxBytes, mine.MaxAge
+	if _, err := cjs.UpdateStream(denied(t), back); err == nil {
+		t.Fatal("cell updated the directory's bucket")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.UPDATE."+stream)
+	if err := cjs.DeleteStream(denied(t), stream); err == nil {
+		t.Fatal("cell deleted the directory's bucket")
+	}
+	v.expectViolation(t, "$JS.API.STREAM.DELETE."+stream)
+	got, err := ajs.Stream(ctx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.CachedInfo().Config; c.MaxBytes != opCfg.MaxBytes || c.MaxAge != opCfg.MaxAge {
+		t.Fatalf("the bucket after the cell's start: max bytes %d, max age %v; want the operator's %d, %v", c.MaxBytes, c.MaxAge, opCfg.MaxBytes, opCfg.MaxAge)
 	}
 }
 

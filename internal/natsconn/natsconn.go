@@ -19,9 +19,14 @@ import (
 	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
-// Connect connects to url as name. It returns at once even when NATS is
-// down (the connection retries in the background, without end, every
-// 250 ms); each request times out after a second. With files set, it
+// Connect connects to url as name: one server, or a cluster's servers
+// comma-separated (tls://a,tls://b,tls://c), any of which it may use. It
+// returns at once even when NATS is down (the connection retries in the
+// background, without end, every 250 ms, moving to another server); each
+// request times out after a second. A server that stops answering (frozen,
+// cut off without a reset) is given up after two unanswered pings 2 s
+// apart, and the connection moves to another: the default (two minutes a
+// ping) would leave a component on a frozen server for minutes. With files set, it
 // speaks TLS, trusting only files.CA, and presents files.Cert, read again
 // at every (re)connect, so that a renewed certificate is used from the
 // next connection on; its replies come to the certificate identity's own
@@ -33,6 +38,8 @@ func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(time.Second),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(2),
 	}
 	tlsOpts, err := TLSOptions(files)
 	if err != nil {
@@ -40,6 +47,9 @@ func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.
 	}
 	return nats.Connect(url, append(append(base, tlsOpts...), opts...)...)
 }
+
+// PingInterval is how often a connection pings its server.
+const PingInterval = 2 * time.Second
 
 // TLSOptions are the options that make a connection present files.Cert
 // and trust only files.CA, both read from their files at every TLS

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -70,7 +71,10 @@ type Config struct {
 	// from without a state file), and Update answers kvsync.ErrReadOnly.
 	// Cells run this way: they read partners' callback settings.
 	ReadOnly bool
-	Log      *slog.Logger
+	// Limits and Drift: see kvsync.ReplicaConfig.
+	Limits jsconf.Limits
+	Drift  *jsconf.Drift
+	Log    *slog.Logger
 }
 
 // Store is this replica's partner registry. Its methods are safe for
@@ -98,7 +102,7 @@ func Start(cfg Config) (*Store, error) {
 	rep, err := kvsync.StartReplica(kvsync.ReplicaConfig[partners.Registry]{
 		Target: target{s}, Seed: seed(cfg.File), What: "partner registry", Key: Key,
 		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.Bucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
-		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, ReadOnly: cfg.ReadOnly, Log: cfg.Log,
+		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Limits: cfg.Limits, Drift: cfg.Drift, ReadOnly: cfg.ReadOnly, Log: cfg.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -55,7 +55,9 @@ func TestCertificatesRotateUnderLoad(t *testing.T) {
 	for name := range servers {
 		pids[name] = env.p.Process(name).Pid()
 	}
-	pids[platform.NATS] = env.p.Process(platform.NATS).Pid()
+	for _, n := range env.p.NATSServers() {
+		pids[n.Name] = n.Pid()
+	}
 	pgPids := map[string]int{}
 	pgNodes := map[string]string{} // node -> database URL of that node alone
 	for _, c := range env.cells {

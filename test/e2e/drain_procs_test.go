@@ -40,10 +40,7 @@ func startNATS(t *testing.T, dir string) *natsProc {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	n := &natsProc{URL: "nats://" + addr}
-	bin := "/usr/sbin/nats-server"
-	if _, err := os.Stat(bin); err != nil {
-		bin, _ = exec.LookPath("nats-server")
-	}
+	bin := platform.FindNATSServer(env.bin)
 	if bin == "" {
 		t.Log("nats-server binary not found; using the embedded server")
 		n.srv = natstest.StartWith(t, func(o *natsserver.Options) { o.Port, o.StoreDir = ports[0], dir })
@@ -137,7 +134,8 @@ func newGTR(t *testing.T, dir, id, configFile, natsURL, token string) *gtrProc {
 	if strings.HasPrefix(natsURL, "tls://") {
 		g.args = append(g.args, "-nats-ca", env.p.CAFile())
 	} else {
-		g.args = append(g.args, "-insecure-plaintext") // a plaintext NATS of the test's own
+		// A plaintext NATS of the test's own, one server.
+		g.args = append(g.args, "-insecure-plaintext", "-nats-replicas", "1")
 	}
 	g.env = append(os.Environ(), "GTR_ADMIN_TOKEN="+token)
 	g.payments = cellpayv1.NewPaymentsClient(dialGTR(g.Addr))

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -53,6 +54,10 @@ type fault struct {
 	heal   func(t *testing.T, ctx context.Context)
 	// hold is how long the fault lasts.
 	hold time.Duration
+	// load is how long the load runs, if not faultLoad.duration: a fault
+	// held longer than a third of it needs more, so that load goes on
+	// through the whole fault and after it.
+	load time.Duration
 	// extra, if set, returns the answers of calls the fault made itself,
 	// checked with the load's.
 	extra func() []checker.Answer
@@ -86,6 +91,7 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	ctx := ctxFor(t, 3*time.Minute)
 	var mu sync.Mutex
 	var answers []checker.Answer
+	duration := cmp.Or(f.load, faultLoad.duration)
 	cfg := load.Config{
 		// Through the partners' client (pkg/client), as a partner sends:
 		// a request the GTR sheds (RESOURCE_EXHAUSTED, sent to no cell) is
@@ -96,8 +102,8 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 		// refusal is retried.
 		Target: load.TargetGTR, Endpoints: []string{target.gtrAddr}, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
 		Client: client.Config{CallTimeout: 12 * time.Second, MaxAttempts: 30},
-		Rate:   faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * faultLoad.duration.Seconds()),
-		Duration: faultLoad.duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
+		Rate:   faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * duration.Seconds()),
+		Duration: duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
 		PerRequestTimeout: 12 * time.Second,
 		OnResult: func(r load.Result) {
 			a := checker.AnswerOf(r.PartnerID, r.Request.GetTransactionId(), r.Transaction, r.Err)
@@ -113,7 +119,7 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 		rep, err = load.Run(ctx, cfg, nil)
 		done <- err
 	}()
-	time.Sleep(faultLoad.duration / 3)
+	time.Sleep(duration / 3)
 	t.Logf("%s: breaking", f.name)
 	f.break_(t, ctx)
 	time.Sleep(f.hold)

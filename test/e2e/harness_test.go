@@ -136,7 +136,11 @@ func startPlatform(ctx context.Context, tmp string) error {
 	if err != nil {
 		return err
 	}
-	natsPort, err := testutil.FreePorts(2)
+	natsPort, err := testutil.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	natsBase, err := testutil.FreePortRun(natsPorts)
 	if err != nil {
 		return err
 	}
@@ -159,14 +163,14 @@ func startPlatform(ctx context.Context, tmp string) error {
 		StandbyBasePort: pgBase + len(env.cells),
 		// The whole platform, as make run starts it: NATS with JetStream
 		// and the replicator's reference data, when nats-server is here.
-		NATS:          platform.FindNATSServer() != "",
-		NATSAddr:      addr(natsPort[0]),
+		NATS:          platform.FindNATSServer(env.bin) != "",
+		NATSAddr:      addr(natsBase),
 		RefDataSource: filepath.Join(env.root, "config", "refdata"),
 		// The sample partners' callbacks go to the sample receiver; the
 		// callbacks tests register partners of their own with receivers
 		// of their own. A compressed schedule and a short timeout keep
 		// retries and dead letters within a test's time.
-		CallbackAddr: addr(natsPort[1]),
+		CallbackAddr: addr(natsPort[0]),
 		Env:          []string{"CELL_CALLBACK_SCHEDULE=0s,250ms,500ms,1s,2s", "CELL_CALLBACK_TIMEOUT=1s"},
 	})
 	if err != nil {
@@ -188,6 +192,20 @@ func startPlatform(ctx context.Context, tmp string) error {
 	}
 	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr, opsTLS))
 	return nil
+}
+
+// natsPorts is the run of ports a platform's NATS cluster takes: three
+// servers' client and route ports (platform.Config.NATSServers).
+const natsPorts = 6
+
+// natsPortRun is the first of a run of natsPorts free ports.
+func natsPortRun(t *testing.T) int {
+	t.Helper()
+	base, err := testutil.FreePortRun(natsPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base
 }
 
 // benchmarking reports whether a benchmark of this package asked to run

@@ -26,7 +26,7 @@ import (
 // and the GTR's table listing both, balanced round robin.
 func instancesTarget(t *testing.T) faultTarget {
 	t.Helper()
-	if platform.FindNATSServer() == "" {
+	if platform.FindNATSServer(env.bin) == "" {
 		t.Fatal("nats-server is not installed: the cell's instances share NATS")
 	}
 	ctx := ctxFor(t, 2*time.Minute)
@@ -64,7 +64,7 @@ func instancesTarget(t *testing.T) faultTarget {
 		BinDir:  env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
 		RefData: filepath.Join(env.root, "config", "refdata.json"), Cells: cells, CellInstances: 2,
 		IssuerAddr: addr(ports[0]), GTRAddr: addr(ports[1]), AdminAddr: addr(ports[2]), PGBasePort: pgBase, StandbyBasePort: pgBase + len(cells),
-		NoBackupGTR: true, NATS: true, NATSAddr: addr(ports[3]),
+		NoBackupGTR: true, NATS: true, NATSAddr: addr(natsPortRun(t)),
 		RefDataSource: filepath.Join(env.root, "config", "refdata"), CallbackAddr: addr(ports[4]),
 	})
 	if err != nil {

@@ -26,8 +26,9 @@ import (
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
-// natsBinary is the nats-server the reference data tests run as a process.
-const natsBinary = "/usr/sbin/nats-server"
+// natsBinary is the nats-server the reference data tests run as a
+// process: the platform's (make build's bin/nats-server).
+func natsBinary() string { return platform.FindNATSServer(env.bin) }
 
 // refEnv is a platform of its own (three cells, issuer, GTR) whose cells
 // take reference data from a real nats-server process. The shared platform
@@ -57,8 +58,8 @@ var buildReplicator = sync.OnceValue(func() error {
 
 func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 	t.Helper()
-	if _, err := os.Stat(natsBinary); err != nil {
-		t.Fatalf("%s is required: %v", natsBinary, err)
+	if _, err := os.Stat(natsBinary()); err != nil {
+		t.Fatalf("nats-server %q is required: %v", natsBinary(), err)
 	}
 	if err := buildReplicator(); err != nil {
 		t.Fatal(err)
@@ -113,7 +114,8 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 		NoBackupGTR: true,
 		// This NATS of its own is plaintext and open: the cells must be
 		// told that is meant.
-		Env: []string{"CELL_NATS_URL=" + e.natsURL, "CELL_INSECURE_PLAINTEXT=1"},
+		// One server: what a cell creates there has one replica.
+		Env: []string{"CELL_NATS_URL=" + e.natsURL, "CELL_INSECURE_PLAINTEXT=1", "CELL_NATS_REPLICAS=1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,7 @@ func (e *refEnv) startNATS(ctx context.Context) {
 	e.t.Helper()
 	u := e.natsURL[len("nats://"):]
 	host, port, _ := net.SplitHostPort(u)
-	cmd := exec.Command(natsBinary, "-js", "-sd", filepath.Join(e.dir, "nats"), "-a", host, "-p", port)
+	cmd := exec.Command(natsBinary(), "-js", "-sd", filepath.Join(e.dir, "nats"), "-a", host, "-p", port)
 	logf, err := os.Create(filepath.Join(e.dir, "nats.log"))
 	if err != nil {
 		e.t.Fatal(err)
@@ -170,7 +172,7 @@ func (e *refEnv) killNATS() {
 // replicator runs the replicator binary and returns its stdout; the exit
 // error, if any, is returned too.
 func (e *refEnv) replicator(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "replicator"), append([]string{"-nats-url", e.natsURL}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "replicator"), append([]string{"-nats-url", e.natsURL, "-replicas", "1"}, args...)...)
 	cmd.Dir = env.root
 	out, err := cmd.Output()
 	if ee, ok := err.(*exec.ExitError); ok {

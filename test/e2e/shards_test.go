@@ -37,23 +37,25 @@ const shardEnv = "CELLPAY_E2E_SHARD"
 const mainShard = "main"
 
 // shards lists the tests of every shard but the main one. Each shard's
-// tests take 270 to 300 s on the CI machine, run beside the two others and
-// the platform packages (2026-12-06; about 210 s each alone).
+// tests take 390 to 430 s on the CI machine, run beside the two others and
+// the platform packages (2026-12-06, with the three-server NATS cluster
+// on every platform).
 var shards = map[string][]string{
 	// The primary access point killed, frozen and flapped, the client's
 	// split, and the drill command that cuts it too; reference data
-	// freshness gating routes.
+	// freshness gating routes; each NATS server killed in turn, and one
+	// with a cell.
 	"access": {
 		"TestAccessPointKill", "TestAccessPointFreeze", "TestAccessPointSplit", "TestAccessPointFlapping",
-		"TestDrillCommand", "TestFreshnessGating",
+		"TestDrillCommand", "TestFreshnessGating", "TestNATSServerKill", "TestNATSServerAndCellKill",
 	},
 	// Cells, their Postgres primaries and standbys killed, stopped and
-	// frozen under load; the drain that stops NATS and a GTR replica; and
-	// two tests with platforms of their own (reference data over NATS,
-	// the telemetry scrape).
+	// frozen under load, and a NATS server frozen; the drain that stops
+	// NATS and a GTR replica; and two tests with platforms of their own
+	// (reference data over NATS, the telemetry scrape).
 	"faults": {
 		"TestFaultKillCell", "TestFaultKillCellMidBatch", "TestFaultStopCellPostgres", "TestFaultFreezeCell",
-		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain",
+		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain", "TestNATSServerFreeze",
 		"TestRefdataOverNATS", "TestTelemetryScrape",
 	},
 }

@@ -307,6 +307,14 @@ func TestWorkloadChecksCatch(t *testing.T) {
 		delete(c.Resources.Limits, corev1.ResourceMemory)
 		c.SecurityContext.ReadOnlyRootFilesystem = new(false)
 		d.Spec.Template.Spec.SecurityContext.RunAsNonRoot = nil
+		for j, e := range c.Env {
+			switch e.Name {
+			case "CELL_NATS_URL":
+				c.Env[j].Value = "tls://nats.cellpay-nats.svc.cluster.local:4222"
+			case "CELL_NATS_REPLICAS":
+				c.Env[j].Value = "1"
+			}
+		}
 		objs[i].Typed = d
 	}
 	var pdbless []Object
@@ -323,6 +331,8 @@ func TestWorkloadChecksCatch(t *testing.T) {
 		"Deployment cell-a/cell container cell: root filesystem is writable",
 		"Deployment cell-a/cell container cell: may run as root",
 		"Deployment cell-b/cell: 3 replicas and no PodDisruptionBudget",
+		`cell-a: cell: CELL_NATS_URL lists 1 NATS servers ("tls://nats.cellpay-nats.svc.cluster.local:4222"), want all 3`,
+		`cell-a: cell: CELL_NATS_REPLICAS is "1", want 3 (a replica on every NATS server)`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no violation %q; got:\n%s", want, got)

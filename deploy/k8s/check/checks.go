@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -210,9 +211,7 @@ func CheckCells(w *World) []string {
 			if id := envValue(d.Spec.Template.Spec, "cell", "CELL_ID"); id != ns && id != "fieldRef:metadata.namespace" {
 				v = append(v, fmt.Sprintf("%s: CELL_ID is %q, want the namespace", ns, id))
 			}
-			if envValue(d.Spec.Template.Spec, "cell", "CELL_NATS_URL") == "" {
-				v = append(v, ns+": cell has no CELL_NATS_URL")
-			}
+			v = append(v, natsClient(ns+": cell", d.Spec.Template.Spec, "cell", "CELL_NATS_URL", "CELL_NATS_REPLICAS")...)
 		}
 		v = append(v, CheckDatabase(w, ns)...)
 		if _, ok := w.get("Service", ns, "cell"); !ok {
@@ -241,9 +240,7 @@ func CheckPlatform(w *World) []string {
 			v = append(v, fmt.Sprintf("gtr does not declare port %d", p))
 		}
 	}
-	if envValue(d.Spec.Template.Spec, "gtr", "GTR_NATS_URL") == "" {
-		v = append(v, "gtr has no GTR_NATS_URL")
-	}
+	v = append(v, natsClient("gtr", d.Spec.Template.Spec, "gtr", "GTR_NATS_URL", "GTR_NATS_REPLICAS")...)
 	// Each file the GTR reads is in a rendered object of the right kind.
 	// The partner registry holds key hashes and callback signing
 	// secrets: a Secret, never a ConfigMap.
@@ -273,8 +270,29 @@ func CheckPlatform(w *World) []string {
 	if !jetstream {
 		v = append(v, "nats.conf does not enable JetStream")
 	}
-	if _, ok := w.get("Deployment", "cellpay-nats", "replicator"); !ok {
+	if rep, ok := w.get("Deployment", "cellpay-nats", "replicator"); !ok {
 		v = append(v, "no Deployment replicator")
+	} else {
+		v = append(v, natsClient("replicator", rep.Typed.(*appsv1.Deployment).Spec.Template.Spec, "replicator", "REPLICATOR_NATS_URL", "REPLICATOR_REPLICAS")...)
+	}
+	return v
+}
+
+// natsServers is how many servers the NATS StatefulSet runs, and so how
+// many a client lists and how many replicas what it creates gets.
+const natsServers = 3
+
+// natsClient checks a NATS client's container: its URL lists every NATS
+// server (so that it reaches another when the one it uses is lost), and
+// what it creates in NATS gets a replica on each.
+func natsClient(who string, spec corev1.PodSpec, container, urlEnv, replicasEnv string) []string {
+	var v []string
+	url := envValue(spec, container, urlEnv)
+	if n := len(strings.Split(url, ",")); url == "" || n != natsServers {
+		v = append(v, fmt.Sprintf("%s: %s lists %d NATS servers (%q), want all %d", who, urlEnv, n, url, natsServers))
+	}
+	if r := envValue(spec, container, replicasEnv); r != strconv.Itoa(natsServers) {
+		v = append(v, fmt.Sprintf("%s: %s is %q, want %d (a replica on every NATS server)", who, replicasEnv, r, natsServers))
 	}
 	return v
 }

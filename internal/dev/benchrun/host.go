@@ -183,8 +183,9 @@ func parseProcStat(b []byte) (procStat, error) {
 
 // procName names a process for the per-process table, from its argv (as
 // the former scripts/bench/proccpu.py did): postgres by its data directory, a cell
-// by its instance, a GTR by its listen address, anything else by its
-// program's base name.
+// by its instance, a GTR by its listen address, a NATS server of a
+// cluster by its configuration file (nats-1.conf: "nats-server nats-1"),
+// anything else by its program's base name.
 func procName(argv []string) string {
 	if len(argv) == 0 {
 		return "?" // a zombie or a kernel thread
@@ -208,6 +209,11 @@ func procName(argv []string) string {
 			return "gtr " + v
 		}
 		return "gtr"
+	case "nats-server":
+		if v, ok := flagValue(argv, "-c"); ok {
+			return "nats-server " + strings.TrimSuffix(path.Base(v), ".conf")
+		}
+		return base
 	default:
 		return base
 	}

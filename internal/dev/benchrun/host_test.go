@@ -115,6 +115,7 @@ func TestProcName(t *testing.T) {
 		{[]string{"./bin/gtr", "-listen", "127.0.0.1:7070"}, "gtr 127.0.0.1:7070"},
 		{[]string{"./bin/gtr"}, "gtr"},
 		{[]string{"/usr/bin/nats-server", "-p", "4222"}, "nats-server"},
+		{[]string{"bin/nats-server", "-c", "/d/.cellpay/nats-2.conf"}, "nats-server nats-2"},
 		{[]string{"bin/issuersim", "-listen", ":9000"}, "issuersim"},
 		{[]string{"cellular", "-instance", "x"}, "cellular"},
 		{nil, "?"},

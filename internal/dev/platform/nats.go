@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,8 +23,14 @@ import (
 	"github.com/cellpay/cellpay/internal/natsconn"
 )
 
-// FindNATSServer returns the path of a nats-server binary, or "".
-func FindNATSServer() string {
+// FindNATSServer returns the path of a nats-server binary, or "": the one
+// make build builds into binDir from the module's own nats-server (the
+// version of the Kubernetes manifests' image), else one on the PATH or
+// Debian's.
+func FindNATSServer(binDir string) string {
+	if p := filepath.Join(binDir, "nats-server"); binDir != "" && isFile(p) {
+		return p
+	}
 	if p, err := exec.LookPath("nats-server"); err == nil {
 		return p
 	}
@@ -33,15 +40,52 @@ func FindNATSServer() string {
 	return ""
 }
 
-// NATSURL is the platform's NATS URL, or "" when it runs without NATS.
-// NATS speaks TLS only, and takes only clients with a certificate of the
-// development CA whose identity is one of natsauth.Users: dial it with
-// NATSOptions.
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// NATSURL is the platform's NATS URL, every server of its cluster listed
+// (tls://a,tls://b,tls://c: clients connect to any and move to another
+// when it is lost), or "" when it runs without NATS. NATS speaks TLS
+// only, and takes only clients with a certificate of the development CA
+// whose identity is one of natsauth.Users: dial it with NATSOptions.
 func (p *Platform) NATSURL() string {
 	if !p.cfg.NATS {
 		return ""
 	}
-	return "tls://" + p.cfg.NATSAddr
+	urls := make([]string, p.cfg.NATSServers)
+	for i := range urls {
+		urls[i] = p.natsURL(i)
+	}
+	return strings.Join(urls, ",")
+}
+
+// natsURL is server i's own URL.
+func (p *Platform) natsURL(i int) string { return "tls://" + natsAddr(p.cfg, i, 0) }
+
+// NATSServer is the process name of NATS server i (from 0): nats-1,
+// nats-2, ...
+func NATSServer(i int) string { return NATS + "-" + strconv.Itoa(i+1) }
+
+// NATSServers are the platform's NATS servers, in order; none without
+// NATS.
+func (p *Platform) NATSServers() []*Proc {
+	var out []*Proc
+	for i := range p.cfg.NATSServers {
+		if proc := p.procs[NATSServer(i)]; proc != nil {
+			out = append(out, proc)
+		}
+	}
+	return out
+}
+
+// natsAddr is server i's client address (set 0) or route address (set 1):
+// NATSAddr's port + i for clients, + NATSServers + i for routes.
+func natsAddr(c Config, i, set int) string {
+	host, port, _ := net.SplitHostPort(c.NATSAddr)
+	n, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(n+set*c.NATSServers+i))
 }
 
 // NATS certificates, under DataDir/pki: the server's, the replicator's
@@ -62,15 +106,22 @@ func (p *Platform) NATSOptions() ([]nats.Option, error) {
 }
 
 // ReplicatorArgs are the replicator's flags for this platform's NATS, as
-// the replicator (hop.Replicator), before its command.
+// the replicator (hop.Replicator), before its command: every server, and
+// a replica on each if it creates the stream.
 func (p *Platform) ReplicatorArgs() []string {
 	f := p.TLSFiles(ReplicatorCertName)
-	return []string{"-nats-url", p.NATSURL(), "-tls-cert", f.Cert, "-tls-key", f.Key, "-tls-ca", f.CA}
+	return []string{"-nats-url", p.NATSURL(), "-tls-cert", f.Cert, "-tls-key", f.Key, "-tls-ca", f.CA,
+		"-replicas", strconv.Itoa(p.cfg.NATSServers)}
 }
 
-// writeNATSConfig issues NATS's certificates and writes its configuration
-// (package natsauth: TLS, a user per component) to DataDir/nats.conf.
-func (p *Platform) writeNATSConfig(host string, port int, store string) (string, error) {
+// writeNATSConfig issues NATS's certificates and writes server i's
+// configuration (package natsauth: TLS, a user per component, and in a
+// cluster the routes to every member) to DataDir/nats-<n>.conf.
+func (p *Platform) writeNATSConfig(i int) (string, error) {
+	host, _, err := net.SplitHostPort(p.cfg.NATSAddr)
+	if err != nil {
+		return "", fmt.Errorf("NATSAddr: %w", err)
+	}
 	ca, err := pki.EnsureCA(filepath.Join(p.cfg.DataDir, pkiDir))
 	if err != nil {
 		return "", err
@@ -84,52 +135,63 @@ func (p *Platform) writeNATSConfig(host string, port int, store string) (string,
 	for i, c := range p.cfg.Cells {
 		cells[i] = c.ID
 	}
-	srv := natsauth.Server{Host: host, Port: port, StoreDir: store,
+	name := NATSServer(i)
+	_, port, _ := net.SplitHostPort(natsAddr(p.cfg, i, 0))
+	portN, _ := strconv.Atoi(port)
+	srv := natsauth.Server{Name: name, Host: host, Port: portN, StoreDir: filepath.Join(p.cfg.DataDir, "nats", name),
 		Cert: pki.CertFile(ca.Dir, natsCertName), Key: pki.KeyFile(ca.Dir, natsCertName), CA: ca.CertFile(), Cells: cells}
-	conf := filepath.Join(p.cfg.DataDir, "nats.conf")
+	if p.cfg.NATSServers > 1 {
+		_, cport, _ := net.SplitHostPort(natsAddr(p.cfg, i, 1))
+		srv.ClusterPort, _ = strconv.Atoi(cport)
+		for j := range p.cfg.NATSServers {
+			srv.Routes = append(srv.Routes, natsAddr(p.cfg, j, 1))
+		}
+	}
+	conf := filepath.Join(p.cfg.DataDir, name+".conf")
 	if err := os.WriteFile(conf, []byte(srv.Config()), 0o600); err != nil {
 		return "", err
 	}
 	return conf, nil
 }
 
-// startNATS starts the NATS server, points the cells and the GTR at it, and
-// publishes the reference data snapshot.
+// startNATS starts the NATS servers, waits for JetStream to be up across
+// them, points the cells and the GTR at every server, and publishes the
+// reference data snapshot.
 func (p *Platform) startNATS(ctx context.Context) error {
-	host, port, err := net.SplitHostPort(p.cfg.NATSAddr)
-	if err != nil {
-		return fmt.Errorf("platform: NATSAddr: %w", err)
-	}
-	portN, err := strconv.Atoi(port)
-	if err != nil {
-		return fmt.Errorf("platform: NATSAddr: %w", err)
-	}
-	conf, err := p.writeNATSConfig(host, portN, filepath.Join(p.cfg.DataDir, "nats"))
-	if err != nil {
-		return fmt.Errorf("platform: NATS: %w", err)
-	}
-	proc := &Proc{
-		Name:    NATS,
-		Addr:    p.cfg.NATSAddr,
-		path:    p.cfg.NATSServerBin,
-		args:    []string{"-c", conf},
-		env:     os.Environ(),
-		logPath: filepath.Join(p.logDir, NATS+".log"),
-		stdout:  newPrefixWriter(NATS, p.cfg.Stdout, &p.outMu),
-		stderr:  newPrefixWriter(NATS, p.cfg.Stderr, &p.outMu),
-		ready:   p.waitNATS,
-	}
-	p.procs[NATS] = proc
-	p.order = append(p.order, proc)
-	if err := proc.start(ctx); err != nil {
-		return fmt.Errorf("platform: %w", err)
+	for i := range p.cfg.NATSServers {
+		conf, err := p.writeNATSConfig(i)
+		if err != nil {
+			return fmt.Errorf("platform: NATS: %w", err)
+		}
+		name := NATSServer(i)
+		url := p.natsURL(i)
+		proc := &Proc{
+			Name:    name,
+			Addr:    natsAddr(p.cfg, i, 0),
+			path:    p.cfg.NATSServerBin,
+			args:    []string{"-c", conf},
+			env:     os.Environ(),
+			logPath: filepath.Join(p.logDir, name+".log"),
+			stdout:  newPrefixWriter(name, p.cfg.Stdout, &p.outMu),
+			stderr:  newPrefixWriter(name, p.cfg.Stderr, &p.outMu),
+			ready:   func(ctx context.Context, exited <-chan struct{}) error { return p.waitNATS(ctx, url, exited) },
+		}
+		p.procs[name] = proc
+		p.order = append(p.order, proc)
+		if err := proc.start(ctx); err != nil {
+			return fmt.Errorf("platform: %w", err)
+		}
 	}
 	if err := p.createAuditStream(ctx); err != nil {
 		return fmt.Errorf("platform: NATS: %w", err)
 	}
 	url := p.NATSURL()
+	n := strconv.Itoa(p.cfg.NATSServers)
 	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url,
-		"CELL_NATS_CA="+p.CAFile(), "GTR_NATS_CA="+p.CAFile())
+		"CELL_NATS_CA="+p.CAFile(), "GTR_NATS_CA="+p.CAFile(),
+		// Every stream and bucket the components create has a replica on
+		// every server (three by default).
+		"CELL_NATS_REPLICAS="+n, "GTR_NATS_REPLICAS="+n)
 	if p.cfg.RefDataSource == "" {
 		return nil
 	}
@@ -148,7 +210,8 @@ func (p *Platform) startNATS(ctx context.Context) error {
 // createAuditStream makes (or brings back to natsauth.AuditStreamConfig)
 // the GTRs' audit stream as NATS's administrator, before any GTR starts:
 // the GTR's own user may create it but never update it, so its limits are
-// the administrator's.
+// the administrator's. It waits (up to 30 s) for JetStream: a cluster's
+// servers first elect a leader among themselves.
 func (p *Platform) createAuditStream(ctx context.Context) error {
 	opts, err := p.NATSOptions()
 	if err != nil {
@@ -163,24 +226,36 @@ func (p *Platform) createAuditStream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateStream(ctx, natsauth.AuditStreamConfig(1)); err != nil {
-		return fmt.Errorf("audit stream %s: %w", natsauth.AuditStream, err)
+	for {
+		// Each request bounded on its own: one sent before the cluster
+		// has a leader goes unanswered.
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = js.CreateOrUpdateStream(rctx, natsauth.AuditStreamConfig(p.cfg.NATSServers))
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("audit stream %s: %w", natsauth.AuditStream, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
-// waitNATS waits until NATS takes a connection of its administrator (so
-// that TLS and authorization are up, not just the port), or it exits.
-func (p *Platform) waitNATS(ctx context.Context, exited <-chan struct{}) error {
+// waitNATS waits until the NATS server at url takes a connection of its
+// administrator (so that TLS and authorization are up, not just the
+// port), or it exits.
+func (p *Platform) waitNATS(ctx context.Context, url string, exited <-chan struct{}) error {
 	opts, err := p.NATSOptions()
 	if err != nil {
 		return err
 	}
 	opts = append(opts, nats.Name("cellpay launcher"), nats.Timeout(time.Second))
 	for {
-		nc, err := nats.Connect(p.NATSURL(), opts...)
+		nc, err := nats.Connect(url, opts...)
 		if err == nil {
 			nc.Close()
 			return nil
@@ -204,7 +279,8 @@ func natsCerts(host string) []certSpec {
 		hosts = append(hosts, host)
 	}
 	return []certSpec{
-		{natsCertName, hosts, pki.Server},
+		// Server and client: a cluster's routes are mutual TLS with it.
+		{natsCertName, hosts, pki.Server | pki.Client},
 		{ReplicatorCertName, []string{hop.Replicator}, pki.Client},
 		{NATSAdminCertName, []string{hop.NATSAdmin}, pki.Client},
 	}
@@ -214,52 +290,58 @@ func natsCerts(host string) []certSpec {
 // its new certificate.
 const natsReloadTimeout = 10 * time.Second
 
-// reloadNATS has the running NATS server re-read its configuration and
+// reloadNATS has every running NATS server re-read its configuration and
 // certificate files (SIGHUP, as nats-server --signal reload does), and
-// waits until it presents the certificate now in its file to a new
+// waits until each presents the certificate now in its file to a new
 // connection. Connections already open are kept: they were authenticated
 // with the certificate they presented then. Clients present their own
 // renewed certificates from their next (re)connect (package natsconn).
 func (p *Platform) reloadNATS(ctx context.Context) error {
-	proc := p.procs[NATS]
-	if proc == nil || !proc.Running() {
-		return nil
-	}
 	want, err := pki.ReadCertificate(pki.CertFile(filepath.Join(p.cfg.DataDir, pkiDir), natsCertName))
 	if err != nil {
 		return fmt.Errorf("platform: NATS reload: %w", err)
 	}
-	if err := proc.Signal(syscall.SIGHUP); err != nil {
-		return fmt.Errorf("platform: NATS reload: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, natsReloadTimeout)
 	defer cancel()
-	var last error
-	for {
-		served, err := p.NATSServedCertificate()
-		if err == nil && served.Equal(want) {
-			return nil
+	for i, proc := range p.NATSServers() {
+		if !proc.Running() {
+			continue
 		}
-		last = err
-		if err == nil {
-			last = fmt.Errorf("it still presents serial %x", served.SerialNumber)
+		if err := proc.Signal(syscall.SIGHUP); err != nil {
+			return fmt.Errorf("platform: NATS reload: %s: %w", proc.Name, err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("platform: NATS reload: not serving the new certificate after %v: %v", natsReloadTimeout, last)
-		case <-time.After(100 * time.Millisecond):
+		var last error
+		for {
+			served, err := p.servedCertificate(p.natsURL(i))
+			if err == nil && served.Equal(want) {
+				break
+			}
+			last = err
+			if err == nil {
+				last = fmt.Errorf("it still presents serial %x", served.SerialNumber)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("platform: NATS reload: %s not serving the new certificate after %v: %v", proc.Name, natsReloadTimeout, last)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	return nil
 }
 
-// NATSServedCertificate is the leaf certificate NATS presents to a new
-// connection of its administrator (hop.NATSAdmin).
+// NATSServedCertificate is the leaf certificate the first NATS server
+// presents to a new connection of its administrator (hop.NATSAdmin).
 func (p *Platform) NATSServedCertificate() (*x509.Certificate, error) {
+	return p.servedCertificate(p.natsURL(0))
+}
+
+func (p *Platform) servedCertificate(url string) (*x509.Certificate, error) {
 	opts, err := p.NATSOptions()
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(p.NATSURL(), append(opts, nats.Name("cellpay launcher"), nats.Timeout(time.Second))...)
+	nc, err := nats.Connect(url, append(opts, nats.Name("cellpay launcher"), nats.Timeout(time.Second))...)
 	if err != nil {
 		return nil, err
 	}

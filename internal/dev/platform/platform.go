@@ -110,6 +110,11 @@ type Config struct {
 	// data snapshot with the replicator before the cells start.
 	NATS     bool
 	NATSAddr string
+	// NATSServers is how many NATS servers form the cluster (default 3;
+	// 1 for a server alone). Server i (from 0) takes clients on
+	// NATSAddr's port + i and routes on that port + NATSServers + i, and
+	// every stream and bucket gets NATSServers replicas.
+	NATSServers int
 	// Metrics, when true, gives the GTR, every cell and the issuer
 	// simulator a /metrics listener on the same host, port + 2000 (GTR
 	// :7070 → :9070, cell-a :7081 → :9081), as docs/design/README.md's local defaults.
@@ -146,7 +151,8 @@ const (
 	GTR       = "gtr"
 	GTRBackup = "gtr-backup"
 	IssuerSim = "issuersim"
-	NATS      = "nats"
+	// NATS names the NATS servers: NATSServer(i) is nats-<i+1>.
+	NATS = "nats"
 )
 
 // DefaultNATSAddr is where a local platform's NATS listens (the usual 4222
@@ -191,7 +197,10 @@ func (c Config) withDefaults() Config {
 		c.NATSAddr = DefaultNATSAddr
 	}
 	if c.NATS && c.NATSServerBin == "" {
-		c.NATSServerBin = FindNATSServer()
+		c.NATSServerBin = FindNATSServer(c.BinDir)
+	}
+	if c.NATSServers == 0 {
+		c.NATSServers = 3
 	}
 	if c.Stdout == nil {
 		c.Stdout = io.Discard
@@ -221,7 +230,13 @@ func (c Config) validate() error {
 	if c.NATS && c.NATSServerBin == "" {
 		return errors.New("NATS: no nats-server binary found (apt-get install nats-server)")
 	}
-	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true, NATS: true}
+	if c.NATSServers < 1 || c.NATSServers > 5 {
+		return fmt.Errorf("NATSServers %d: want 1 to 5", c.NATSServers)
+	}
+	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true}
+	for i := range c.NATSServers {
+		seen[NATSServer(i)] = true
+	}
 	if c.CellInstances < 0 || c.CellInstances > 4 {
 		return fmt.Errorf("CellInstances %d: want 1 to 4", c.CellInstances)
 	}
@@ -471,7 +486,7 @@ func (p *Platform) Stop() error {
 		if s := p.procs[IssuerSim]; s != nil {
 			errs = append(errs, s.Stop())
 		}
-		if n := p.procs[NATS]; n != nil {
+		for _, n := range p.NATSServers() {
 			errs = append(errs, n.Stop())
 		}
 		if p.stopWatch != nil {

@@ -35,6 +35,12 @@ type Result struct {
 type Publisher struct {
 	JS  jetstream.JetStream
 	Now func() time.Time // default time.Now
+	// Replicas is the stream's replica count if this publisher creates
+	// it (nobody has yet); zero is 1.
+	Replicas int
+	// OnDiffers, if set, hears how an existing stream's limits differ from
+	// those this publisher would have created it with (kept as they are).
+	OnDiffers func(differences []string)
 }
 
 const publishAttempts = 5
@@ -80,9 +86,12 @@ func (p *Publisher) publish(ctx context.Context, next func(last *refdata.Message
 	if now == nil {
 		now = time.Now
 	}
-	stream, err := EnsureStream(ctx, p.JS)
+	stream, differs, err := EnsureStream(ctx, p.JS, p.Replicas)
 	if err != nil {
 		return Result{}, err
+	}
+	if len(differs) > 0 && p.OnDiffers != nil {
+		p.OnDiffers(differs)
 	}
 	for range publishAttempts {
 		last, lastSeq, err := Newest(ctx, stream)
@@ -122,9 +131,12 @@ func nextVersion(last *refdata.Message) uint64 {
 // LastVersion returns the newest good version in the stream (0 when
 // there is none), as Newest finds it.
 func LastVersion(ctx context.Context, js jetstream.JetStream) (uint64, error) {
-	stream, err := EnsureStream(ctx, js)
+	stream, err := js.Stream(ctx, refdata.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("refnats: stream: %w", err)
 	}
 	last, _, err := Newest(ctx, stream)
 	if last == nil {

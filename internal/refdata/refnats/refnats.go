@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/refdata"
 )
 
@@ -38,23 +39,20 @@ func StreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// EnsureStream returns the stream, creating it when it does not exist.
-func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, refdata.Stream)
-	if err == nil {
-		return s, nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("refnats: stream: %w", err)
-	}
-	s, err = js.CreateStream(ctx, StreamConfig())
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = js.Stream(ctx, refdata.Stream)
-	}
+// DefaultMaxBytes bounds the stream's size on each server; past it the
+// oldest versions go first (as past MaxMsgs).
+const DefaultMaxBytes = 1 << 30
+
+// EnsureStream returns the stream, creating it when it does not exist
+// with StreamConfig, replicas replicas (zero is 1) and DefaultMaxBytes.
+// An existing stream is kept as it is: the differences of its limits from
+// those are returned (package jsconf).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, []string, error) {
+	s, differs, err := jsconf.OpenStream(ctx, js, StreamConfig(), jsconf.Limits{Replicas: max(replicas, 1), MaxBytes: DefaultMaxBytes})
 	if err != nil {
-		return nil, fmt.Errorf("refnats: create stream: %w", err)
+		return nil, nil, fmt.Errorf("refnats: stream: %w", err)
 	}
-	return s, nil
+	return s, differs, nil
 }
 
 // Last returns the newest version in the stream and its stream sequence,

@@ -28,6 +28,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/healthport"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/lifecycle"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
@@ -59,6 +60,16 @@ type Config struct {
 	// NATSTLS is the cell's NATS identity (hop.Cell(ID)); zero for
 	// plaintext NATS without authentication.
 	NATSTLS tlsconf.Files
+	// NATSReplicas is the replica count of what this cell creates in NATS
+	// where nobody has yet (the directory's bucket, the reference data
+	// stream): 3 on a three-server cluster; zero is 1. What exists is
+	// kept as it is, and a difference reported (package jsconf).
+	NATSReplicas int
+	// DirectoryMaxAge and DirectoryMaxBytes are the directory bucket's
+	// age and size limits when this cell creates it; zero for
+	// directory.DefaultMaxAge and no size limit.
+	DirectoryMaxAge   time.Duration
+	DirectoryMaxBytes int64
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -163,10 +174,13 @@ type Cell struct {
 	issuer  issuerproto.IssuerClient
 	reg     *partnerstate.Store
 	dir     *directory.Directory // nil without a transaction directory
-	srv     *server.Server
-	gs      *grpc.Server
-	lis     net.Listener
-	hp      *healthport.Server
+	// drift records whether the streams and buckets found in NATS differ
+	// from this cell's configuration (cellpay_nats_config_differs).
+	drift jsconf.Drift
+	srv   *server.Server
+	gs    *grpc.Server
+	lis   net.Listener
+	hp    *healthport.Server
 	// run is what ran off Run's context when there was one: refsync, the
 	// database sampling and watch, the reconciler and the notifier run
 	// under it, and Shutdown ends it first, as the end of that context

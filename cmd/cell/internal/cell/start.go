@@ -24,6 +24,7 @@ import (
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/telemetry"
@@ -80,7 +81,7 @@ func (c *Cell) startStore(ctx context.Context) error {
 // reference data's versions.
 func (c *Cell) startRefdata(ctx context.Context) error {
 	ref, err := refsync.New(ctx, refsync.Config{CellID: c.cfg.ID, Store: c.st, NATSURL: c.cfg.NATSURL, NATSTLS: c.cfg.NATSTLS,
-		BootstrapFile: c.cfg.RefDataFile, Log: c.log})
+		StreamReplicas: c.cfg.NATSReplicas, Drift: &c.drift, BootstrapFile: c.cfg.RefDataFile, Log: c.log})
 	if err != nil {
 		return err
 	}
@@ -142,13 +143,17 @@ func (c *Cell) startPeers(ctx context.Context) error {
 		return err
 	}
 	c.rel.Add(c.reg.Close)
-	dir, closeDir, err := openDirectory(cfg, c.log)
+	dir, closeDir, err := openDirectory(cfg, &c.drift, c.log)
 	if err != nil {
 		return err
 	}
 	c.dir = dir
 	c.rel.Add(closeDir)
-	return nil
+	sample := telemetry.NATSSample{Drift: c.drift.Each}
+	if dir != nil {
+		sample.Dropped = dir.Dropped
+	}
+	return telemetry.NewNATS(c.tel.Meter(meterName), sample)
 }
 
 // startServer builds the Cell API's server, binds its listener and, with
@@ -283,12 +288,13 @@ const orphanGrace = 5 * time.Second
 
 // openDirectory opens the transaction directory, unless the cell has no
 // NATS or is told not to; the func closes it.
-func openDirectory(cfg Config, log *slog.Logger) (*directory.Directory, func(), error) {
+func openDirectory(cfg Config, drift *jsconf.Drift, log *slog.Logger) (*directory.Directory, func(), error) {
 	if cfg.NATSURL == "" || cfg.NoDirectory {
 		log.Warn("no transaction directory: this cell decides from its own records alone")
 		return nil, func() {}, nil
 	}
-	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, CellID: cfg.ID, Log: log})
+	d, err := directory.Open(directory.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, CellID: cfg.ID, Log: log, Drift: drift,
+		Limits: jsconf.Limits{Replicas: cfg.NATSReplicas, MaxAge: cfg.DirectoryMaxAge, MaxBytes: cfg.DirectoryMaxBytes}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -38,12 +39,14 @@ type Config struct {
 	CellID string
 	// Bucket is the key-value bucket; default "cellpay_txn".
 	Bucket string
-	// MaxAge is how long an entry is kept: the idempotency window across
-	// cells; default 7 days.
-	MaxAge time.Duration
-	// Replicas is the bucket's replication factor; default 1 (a single
-	// dev server; production runs 3).
-	Replicas int
+	// Limits are the bucket's when this cell creates it: Replicas (the
+	// cell's flag says 3; zero here is 1, a lone test server), MaxAge (how
+	// long an entry is kept: the idempotency window across cells; zero is
+	// DefaultMaxAge) and MaxBytes (past it, claims fail and only natural
+	// homes decide; zero is none). A bucket that exists is kept as it is
+	// (package jsconf); Drift, if set, records whether it differs.
+	Limits jsconf.Limits
+	Drift  *jsconf.Drift
 	// OpTimeout bounds one directory operation; default 500ms, well under
 	// the GTR's attempt timeout.
 	OpTimeout time.Duration
@@ -56,6 +59,15 @@ type Config struct {
 // DefaultBucket is the directory's bucket name.
 const DefaultBucket = natsauth.DirectoryBucket
 
+// DefaultMaxAge is how long an entry is kept by default: the idempotency
+// window across cells (docs/design/transaction-directory.md).
+const DefaultMaxAge = 7 * 24 * time.Hour
+
+// DefaultMaxBytes is the cell binary's default size limit of the bucket:
+// half of the 8 GB JetStream store each NATS server has in the
+// Kubernetes manifests, the rest left to the other streams.
+const DefaultMaxBytes = 4 << 30
+
 func (c *Config) defaults() error {
 	if c.NATSURL == "" || c.CellID == "" {
 		return errors.New("directory: NATS URL and cell ID are required")
@@ -63,11 +75,17 @@ func (c *Config) defaults() error {
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
 	}
-	if c.MaxAge <= 0 {
-		c.MaxAge = 7 * 24 * time.Hour
+	if c.Limits.MaxAge == 0 {
+		c.Limits.MaxAge = DefaultMaxAge
 	}
-	if c.Replicas <= 0 {
-		c.Replicas = 1
+	if c.Limits.Replicas == 0 {
+		c.Limits.Replicas = 1
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("directory: %w", err)
+	}
+	if c.Limits.MaxAge < time.Hour {
+		return fmt.Errorf("directory: max age %v: want an hour or more (the idempotency window across cells)", c.Limits.MaxAge)
 	}
 	if c.OpTimeout <= 0 {
 		c.OpTimeout = 500 * time.Millisecond
@@ -140,18 +158,23 @@ func (d *Directory) open(ctx context.Context) {
 	var last string
 	for ctx.Err() == nil {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err := js.CreateOrUpdateKeyValue(octx, jetstream.KeyValueConfig{
+		kv, differs, err := jsconf.OpenKeyValue(octx, js, jetstream.KeyValueConfig{
 			Bucket:      d.cfg.Bucket,
 			Description: "Cellpay transaction directory: the owner cell of each transaction, and its answer",
 			History:     1,
-			TTL:         d.cfg.MaxAge,
-			Replicas:    d.cfg.Replicas,
 			Storage:     jetstream.FileStorage,
-		})
+		}, d.cfg.Limits)
 		cancel()
 		if err == nil {
 			d.kv.Store(&kv)
-			d.cfg.Log.Info("transaction directory open", "bucket", d.cfg.Bucket)
+			if d.cfg.Drift != nil {
+				d.cfg.Drift.Set(d.cfg.Bucket, differs)
+			}
+			if len(differs) > 0 {
+				d.cfg.Log.Warn("transaction directory open; its bucket's limits differ from this cell's, kept as they are", "bucket", d.cfg.Bucket, "differences", differs)
+			} else {
+				d.cfg.Log.Info("transaction directory open", "bucket", d.cfg.Bucket)
+			}
 			return
 		}
 		if err.Error() != last {

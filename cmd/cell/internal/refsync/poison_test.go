@@ -59,7 +59,7 @@ func TestPoisonedVersionsAreRefusedAndLaterVersionsApply(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "version 1", func() bool { return s.View().Version() == "1" })
 
-	stream, err := refnats.EnsureStream(ctx, js)
+	stream, _, err := refnats.EnsureStream(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestReplicatorRefusesVersionsBeyondMax(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	stream, err := refnats.EnsureStream(ctx, js)
+	stream, _, err := refnats.EnsureStream(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/refdata"
 	"github.com/cellpay/cellpay/internal/refdata/refnats"
@@ -95,6 +96,11 @@ type Config struct {
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
 	NATSTLS tlsconf.Files
+	// StreamReplicas is the reference data stream's replica count if this
+	// cell creates it (the replicator has not yet); zero is 1. Drift, if
+	// set, records whether the stream found differs (package jsconf).
+	StreamReplicas int
+	Drift          *jsconf.Drift
 	// BootstrapFile, if set, is served as version 0 by a cell that has no
 	// stored version.
 	BootstrapFile string
@@ -151,6 +157,9 @@ type Syncer struct {
 	lastRefused atomic.Value // string
 	connected   atomic.Bool
 	lastApply   atomic.Int64 // nanoseconds the last apply took
+	// warnedDiffers: the stream's differing limits were logged (once;
+	// read and written by the consumer loop only).
+	warnedDiffers bool
 }
 
 // New loads what the cell can serve before any message arrives: its stored
@@ -365,9 +374,16 @@ func (s *Syncer) Run(ctx context.Context) error {
 func (s *Syncer) consume(ctx context.Context, js jetstream.JetStream) error {
 	setup, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	stream, err := refnats.EnsureStream(setup, js)
+	stream, differs, err := refnats.EnsureStream(setup, js, s.cfg.StreamReplicas)
 	if err != nil {
 		return err
+	}
+	if s.cfg.Drift != nil {
+		s.cfg.Drift.Set(refdata.Stream, differs)
+	}
+	if len(differs) > 0 && !s.warnedDiffers {
+		s.warnedDiffers = true
+		s.cfg.Log.Warn("reference data stream's limits differ from this cell's, kept as they are", "stream", refdata.Stream, "differences", differs)
 	}
 	cons, err := stream.CreateOrUpdateConsumer(setup, jetstream.ConsumerConfig{
 		Durable:       "cell-" + s.cfg.CellID,

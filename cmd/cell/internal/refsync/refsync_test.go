@@ -114,7 +114,7 @@ func newPublisher(t *testing.T, url string) *publisher {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	s, err := refnats.EnsureStream(ctxT(t), js)
+	s, _, err := refnats.EnsureStream(ctxT(t), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

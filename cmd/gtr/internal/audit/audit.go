@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -83,6 +84,9 @@ type Config struct {
 	// its replica count in a NATS cluster; default 1.
 	Stream         string
 	StreamReplicas int
+	// Drift, if set, records whether the stream found differs from
+	// AuditStreamConfig (package jsconf).
+	Drift *jsconf.Drift
 	// Replica names this GTR replica: the subject's last token.
 	Replica string
 	// File is the spool (with NATS) or the log (without). Without both
@@ -312,23 +316,18 @@ func (l *Log) ensureStream(ctx context.Context) error {
 	// Create only, never update: the GTR's NATS user may not update the
 	// stream (natsauth.AuditStreamConfig). An existing stream, made by
 	// the platform's NATS administrator or another replica, is used as
-	// it is, whatever its configuration.
+	// it is, whatever its configuration (package jsconf).
 	sc := natsauth.AuditStreamConfig(l.cfg.StreamReplicas)
 	sc.Name = l.cfg.Stream
-	st, err := l.js.Stream(ctx, l.cfg.Stream)
-	switch {
-	case err == nil:
-		if r := st.CachedInfo().Config.Replicas; r != sc.Replicas {
-			l.cfg.Log.Warn("audit: the stream exists with another replica count; used as it is", "stream", l.cfg.Stream, "replicas", r, "want", sc.Replicas)
-		}
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		_, err = l.js.CreateStream(ctx, sc)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			err = nil // another replica made it meanwhile
-		}
-	}
+	_, differs, err := jsconf.OpenStream(ctx, l.js, sc, jsconf.Limits{Replicas: sc.Replicas, MaxAge: sc.MaxAge, MaxBytes: sc.MaxBytes})
 	if err != nil {
 		return fmt.Errorf("audit: stream %s: %w", l.cfg.Stream, err)
+	}
+	if l.cfg.Drift != nil {
+		l.cfg.Drift.Set(l.cfg.Stream, differs)
+	}
+	if len(differs) > 0 {
+		l.cfg.Log.Warn("audit: the stream's limits differ from this GTR's; used as they are", "stream", l.cfg.Stream, "differences", differs)
 	}
 	l.mu.Lock()
 	l.stream = true

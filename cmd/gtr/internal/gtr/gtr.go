@@ -35,6 +35,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/healthport"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/lifecycle"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/telemetry"
@@ -74,9 +75,11 @@ type Config struct {
 	// with neither it nor NATS every admin change is refused, since it
 	// could not be audited.
 	AuditFile string
-	// AuditReplicas is the CELLPAY_AUDIT stream's replica count when this
-	// replica is the one to create it (nobody has); default 1.
-	AuditReplicas int
+	// NATSReplicas is the replica count of what this replica creates in
+	// NATS where nobody has yet (the routing and partners' bucket, the
+	// CELLPAY_AUDIT stream): 3 on a three-server cluster; zero is 1. What
+	// exists is kept as it is, and a difference reported (package jsconf).
+	NATSReplicas int
 	// NATSURL is the NATS server holding the shared routing configuration
 	// and carrying the cells' reference data status reports; "" runs this
 	// replica standalone (admin changes stay local, and no cell's reference
@@ -188,6 +191,9 @@ func sameAddr(a, b string) bool {
 // time, from any goroutine.
 type GTR struct {
 	cfg Config
+	// drift records whether the streams and buckets found in NATS differ
+	// from this replica's configuration (cellpay_nats_config_differs).
+	drift jsconf.Drift
 	// hs is the one health server: the partners', the admin and the health
 	// listeners all answer from it, so all go NOT_SERVING at once.
 	hs *grpchealth.Server

@@ -33,6 +33,7 @@ import (
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
 	"github.com/cellpay/cellpay/internal/hop"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -94,7 +95,7 @@ func (g *GTR) startStores(context.Context) error {
 			return state.FromSpec(spec), err
 		},
 		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
-		Log: cfg.Log,
+		Limits: jsconf.Limits{Replicas: cfg.NATSReplicas}, Drift: &g.drift, Log: cfg.Log,
 	})
 	if err != nil {
 		return err
@@ -103,7 +104,7 @@ func (g *GTR) startStores(context.Context) error {
 	g.rel.Add(store.Close)
 	g.partners, err = partnerstate.Start(partnerstate.Config{
 		File: cfg.PartnersFile, NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.NATSBucket, StateFile: cfg.PartnersStateFile,
-		ReplicaID: cfg.ReplicaID, Log: cfg.Log,
+		ReplicaID: cfg.ReplicaID, Limits: jsconf.Limits{Replicas: cfg.NATSReplicas}, Drift: &g.drift, Log: cfg.Log,
 	})
 	if err != nil {
 		return err
@@ -161,8 +162,12 @@ func (g *GTR) startPartners(context.Context) error {
 	if g.cfg.AdmissionBaseline > 0 {
 		fairShare = g.partnerLimits
 	}
-	metrics, err := telemetry.NewGTR(g.tel.Meter("github.com/cellpay/cellpay/cmd/gtr"), g.cellGauges)
+	meter := g.tel.Meter("github.com/cellpay/cellpay/cmd/gtr")
+	metrics, err := telemetry.NewGTR(meter, g.cellGauges)
 	if err != nil {
+		return err
+	}
+	if err := telemetry.NewNATS(meter, telemetry.NATSSample{Drift: g.drift.Each}); err != nil {
 		return err
 	}
 	pay, err := payments.New(payments.Config{
@@ -242,7 +247,7 @@ func (g *GTR) startAdmin(context.Context) error {
 	if err != nil {
 		return err
 	}
-	auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, StreamReplicas: cfg.AuditReplicas, Log: cfg.Log})
+	auditLog, err := audit.Open(audit.Config{NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Replica: cmp.Or(cfg.ReplicaID, "gtr"), File: cfg.AuditFile, StreamReplicas: cfg.NATSReplicas, Drift: &g.drift, Log: cfg.Log})
 	if err != nil {
 		return err
 	}

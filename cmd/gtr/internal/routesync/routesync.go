@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/jsconf"
 	"github.com/cellpay/cellpay/internal/kvsync"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 )
@@ -37,7 +38,10 @@ type Config struct {
 	PollInterval time.Duration
 	// OpTimeout bounds each KV operation; default 2s.
 	OpTimeout time.Duration
-	Log       *slog.Logger
+	// Limits and Drift: see kvsync.ReplicaConfig.
+	Limits jsconf.Limits
+	Drift  *jsconf.Drift
+	Log    *slog.Logger
 }
 
 // Syncer keeps the routing configuration (state.Doc) converged into a
@@ -57,7 +61,7 @@ func Start(cfg Config) (*Syncer, error) {
 	return kvsync.StartReplica(kvsync.ReplicaConfig[state.Doc]{
 		Target: routingTarget{cfg.State}, Seed: cfg.Seed, What: "routing table",
 		NATSURL: cfg.NATSURL, NATSTLS: cfg.NATSTLS, Bucket: cfg.Bucket, Key: cfg.Key, StateFile: cfg.StateFile, ReplicaID: cfg.ReplicaID,
-		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Log: cfg.Log,
+		PollInterval: cfg.PollInterval, OpTimeout: cfg.OpTimeout, Limits: cfg.Limits, Drift: cfg.Drift, Log: cfg.Log,
 	})
 }
 
