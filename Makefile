@@ -36,7 +36,7 @@ deps:
 
 ## test: unit, store, model, end-to-end and fault, manifests, alert rules,
 ## console (headless Chromium); fuzz targets' seed corpora replayed. About
-## 9 minutes on 2 cores with a warm build cache.
+## 10 minutes on 2 cores with a warm build cache.
 test: deps build test-unit test-e2e k8s-test promtool-test
 
 # The tests that start platforms use the binaries make build made
@@ -64,7 +64,9 @@ test-unit:
 	$(GO) test $(TESTFLAGS) -race -p 3 -timeout 15m $(call others,$(NORACE) $(PLATFORMS) ./test/e2e)
 
 # The end-to-end package as shards run at once, each with a platform of its
-# own (test/e2e/shards_test.go, scripts/test-e2e.sh), and beside them the
+# own (test/e2e/shards_test.go, scripts/test-e2e.sh), then the NATS
+# cluster's shard alone (its three-server platform and faults overloaded
+# two cores beside the others); beside the first three, the
 # PLATFORMS packages (-race). The e2e package's code under test runs in the
 # platform's processes, built without the race detector, so its test
 # process is too: under -race its load generators took CPU from the
@@ -72,6 +74,7 @@ test-unit:
 # in their own packages).
 test-e2e:
 	GO=$(GO) E2E_FLAGS="-vet=off" E2E_BESIDE="$(PLATFORMS)" ./scripts/test-e2e.sh
+	GO=$(GO) E2E_FLAGS="-vet=off" E2E_SHARDS=nats ./scripts/test-e2e.sh
 
 # Exploratory fuzzing: every fuzz target for FUZZTIME past its seed corpus,
 # which make test replays. Not part of make test; CI runs it bounded.

@@ -72,7 +72,12 @@ build_apiserver() {
 	local v=k8s.io/component-base/version
 	local ldflags="-s -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 	ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-	(cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver) ||
+	# Without optimisations or inlining (-N -l): the server only answers a
+	# dry run of a few hundred objects, and on a fresh machine this build is
+	# the largest step of CI. On 2 cores: 417 s so, alone on the host; 566 s
+	# optimised, beside other work (docs/benchmarks/log/test-suite.md). It
+	# starts in 6.8 s rather than 5.2.
+	(cd "$work" && CGO_ENABLED=0 go build -trimpath -gcflags="all=-N -l" -ldflags="$ldflags" -o "$APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver) ||
 		die "go build k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION failed"
 	mv "$APISERVER.tmp" "$APISERVER"
 	say "built $APISERVER in $((SECONDS - start))s"

@@ -24,13 +24,15 @@ import (
 // returns at once even when NATS is down (the connection retries in the
 // background, without end, every 250 ms, moving to another server); each
 // request times out after a second. A server that stops answering (frozen,
-// cut off without a reset) is given up after two unanswered pings 2 s
-// apart, and the connection moves to another: the default (two minutes a
-// ping) would leave a component on a frozen server for minutes. With files set, it
-// speaks TLS, trusting only files.CA, and presents files.Cert, read again
-// at every (re)connect, so that a renewed certificate is used from the
-// next connection on; its replies come to the certificate identity's own
-// inbox prefix. opts come after the defaults, so they may override them.
+// cut off without a reset) is given up after three unanswered pings 2 s
+// apart (6 to 8 s: fewer would risk giving up a server merely short of
+// CPU on a loaded host), and the connection moves to another: the default
+// (two minutes a ping) would leave a component on a frozen server for
+// minutes. With files set, it speaks TLS, trusting only files.CA, and
+// presents files.Cert, read again at every (re)connect, so that a renewed
+// certificate is used from the next connection on; its replies come to the
+// certificate identity's own inbox prefix. opts come after the defaults,
+// so they may override them.
 func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{
 		nats.Name(name),
@@ -39,7 +41,7 @@ func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(time.Second),
 		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(2),
+		nats.MaxPingsOutstanding(3),
 	}
 	tlsOpts, err := TLSOptions(files)
 	if err != nil {

@@ -165,6 +165,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 		// and the replicator's reference data, when nats-server is here.
 		NATS:          platform.FindNATSServer(env.bin) != "",
 		NATSAddr:      addr(natsBase),
+		NATSServers:   natsServersHere(),
 		RefDataSource: filepath.Join(env.root, "config", "refdata"),
 		// The sample partners' callbacks go to the sample receiver; the
 		// callbacks tests register partners of their own with receivers
@@ -192,6 +193,24 @@ func startPlatform(ctx context.Context, tmp string) error {
 	}
 	env.issuer = issuerproto.NewIssuerClient(dial(issuerAddr, opsTLS))
 	return nil
+}
+
+// natsClusterShard runs the NATS cluster's tests (nats_cluster_test.go).
+const natsClusterShard = "nats"
+
+// natsServersHere is how many NATS servers this process's platform runs:
+// three, as make run does, where the NATS cluster's tests run (their shard,
+// or every test when no shard is named); one elsewhere. Two cores do not
+// carry three platforms of three NATS servers each with every stream
+// replicated three times beside the platform packages: in make test the
+// hosts's load then failed Postgres starts and the drill's deadlines
+// (2026-12-06), and the suite left its 10 minutes. A platform of one
+// server runs the same code, with each stream on one server.
+func natsServersHere() int {
+	if s := os.Getenv(shardEnv); s != "" && s != natsClusterShard {
+		return 1
+	}
+	return 3
 }
 
 // natsPorts is the run of ports a platform's NATS cluster takes: three

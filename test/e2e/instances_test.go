@@ -64,7 +64,8 @@ func instancesTarget(t *testing.T) faultTarget {
 		BinDir:  env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
 		RefData: filepath.Join(env.root, "config", "refdata.json"), Cells: cells, CellInstances: 2,
 		IssuerAddr: addr(ports[0]), GTRAddr: addr(ports[1]), AdminAddr: addr(ports[2]), PGBasePort: pgBase, StandbyBasePort: pgBase + len(cells),
-		NoBackupGTR: true, NATS: true, NATSAddr: addr(natsPortRun(t)),
+		// One NATS server: see natsServersHere.
+		NoBackupGTR: true, NATS: true, NATSAddr: addr(natsPortRun(t)), NATSServers: 1,
 		RefDataSource: filepath.Join(env.root, "config", "refdata"), CallbackAddr: addr(ports[4]),
 	})
 	if err != nil {

@@ -37,25 +37,30 @@ const shardEnv = "CELLPAY_E2E_SHARD"
 const mainShard = "main"
 
 // shards lists the tests of every shard but the main one. Each shard's
-// tests take 390 to 430 s on the CI machine, run beside the two others and
-// the platform packages (2026-12-06, with the three-server NATS cluster
-// on every platform).
+// tests take 300 to 400 s on the CI machine, run beside the two others and
+// the platform packages (2026-12-06).
 var shards = map[string][]string{
 	// The primary access point killed, frozen and flapped, the client's
 	// split, and the drill command that cuts it too; reference data
-	// freshness gating routes; each NATS server killed in turn, and one
-	// with a cell.
+	// freshness gating routes.
 	"access": {
 		"TestAccessPointKill", "TestAccessPointFreeze", "TestAccessPointSplit", "TestAccessPointFlapping",
-		"TestDrillCommand", "TestFreshnessGating", "TestNATSServerKill", "TestNATSServerAndCellKill",
+		"TestDrillCommand", "TestFreshnessGating",
 	},
+	// The NATS cluster's tests (each server killed in turn, one frozen,
+	// one killed with a cell), on the one platform of make test with three
+	// NATS servers (natsServersHere). make test-e2e runs this shard alone,
+	// after the others: beside them, its platform's nine-fold replicated
+	// streams and its faults overloaded two cores, and unrelated tests
+	// missed their bounds (docs/benchmarks/log/test-suite.md).
+	natsClusterShard: {"TestNATSServerKill", "TestNATSServerFreeze", "TestNATSServerAndCellKill"},
 	// Cells, their Postgres primaries and standbys killed, stopped and
-	// frozen under load, and a NATS server frozen; the drain that stops
+	// frozen under load; the drain that stops
 	// NATS and a GTR replica; and two tests with platforms of their own
 	// (reference data over NATS, the telemetry scrape).
 	"faults": {
 		"TestFaultKillCell", "TestFaultKillCellMidBatch", "TestFaultStopCellPostgres", "TestFaultFreezeCell",
-		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain", "TestNATSServerFreeze",
+		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain",
 		"TestRefdataOverNATS", "TestTelemetryScrape",
 	},
 }

@@ -229,8 +229,18 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 		if proc == nil || !proc.Running() || proc.Pid() == 0 {
 			t.Fatalf("Process(%q) = %+v, not running", name, proc)
 		}
-		if err := proc.CheckHealth(ctx); err != nil {
-			t.Errorf("%s health: %v", name, err)
+		// Healthy, within a bound: a cell's health follows its database
+		// (a ping every few seconds), and on a loaded host one ping may
+		// time out and say NOT_SERVING until the next (make test,
+		// 2026-12-06).
+		var last error
+		if !testutil.Within(15*time.Second, func() bool {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			last = proc.CheckHealth(cctx)
+			return last == nil
+		}) {
+			t.Errorf("%s health: %v", name, last)
 		}
 	}
 	adminTLS, err := client.TLS(p.CAFile())
