@@ -306,6 +306,10 @@ func nodeURL(t *testing.T, cellURL string, port int) string {
 	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	q := u.Query()
 	q.Del("target_session_attrs")
+	// The cells' own URL gives up after 2 s and retries; this probe asks
+	// once, and a loaded host can take longer than that to fork a backend
+	// and finish its TLS handshake.
+	q.Set("connect_timeout", "10")
 	u.RawQuery = q.Encode()
 	return u.String()
 }
