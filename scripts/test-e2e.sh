@@ -5,7 +5,9 @@
 # one more job, go test -race of the packages in E2E_BESIDE.
 #
 # Prints every test's result and time per shard, and the whole output of a
-# job that failed. Exit status: 0 when every job passed.
+# job that failed, then each failed test's own lines and the summary again
+# (a log cut in its middle still ends with them). Exit status: 0 when every
+# job passed.
 #
 # Env: GO (default go), E2E_FLAGS (extra go test flags), E2E_SHARDS (default
 # every shard), E2E_BESIDE (packages; default none), E2E_LOGS (keep the
@@ -24,6 +26,19 @@ $GO test -c -o "$logs/e2e.test" ${E2E_FLAGS:-} ./test/e2e/ >"$logs/build.log" 2>
 	cat "$logs/build.log"
 	echo "test-e2e: building the package failed"
 	exit 1
+}
+
+# failedTests LOG prints, for each top-level test that failed in LOG (go
+# test -v output), its last 60 lines from "=== RUN" to "--- FAIL".
+failedTests() {
+	awk '
+		/^=== RUN   [^\/]+$/ { n = 0 }
+		{ buf[n++ % 60] = $0 }
+		/^--- FAIL: / {
+			for (i = (n > 60 ? n - 60 : 0); i < n; i++) print buf[i % 60]
+			n = 0
+		}
+	' "$1"
 }
 
 start=$SECONDS
@@ -50,12 +65,20 @@ for s in $jobs; do
 	fi
 	grep -E '^(--- (PASS|FAIL): Test|ok |FAIL)' "$logs/$s.log" | sed "s/^/  [$s] /"
 done
-echo "test-e2e: ${#failed[@]} of $(echo $jobs | wc -w) jobs failed, in $((SECONDS - start)) s"
+summary="test-e2e: ${#failed[@]} of $(echo $jobs | wc -w) jobs failed, in $((SECONDS - start)) s"
+echo "$summary"
 if [ ${#failed[@]} -gt 0 ]; then
 	for s in "${failed[@]}"; do
 		echo "===== $s: whole output ($logs/$s.log) ====="
 		cat "$logs/$s.log"
 	done
+	# Last, where a log cut short in its middle still shows them: each
+	# failed test's own lines, from its RUN to its FAIL (the last 60).
+	for s in "${failed[@]}"; do
+		echo "===== $s: the failed tests ====="
+		failedTests "$logs/$s.log"
+	done
+	echo "$summary"
 	exit 1
 fi
 [ -z "${E2E_LOGS:-}" ] && rm -rf "$logs"
