@@ -36,7 +36,7 @@ deps:
 
 ## test: unit, store, model, end-to-end and fault, manifests, alert rules,
 ## console (headless Chromium); fuzz targets' seed corpora replayed. About
-## 10 minutes on 2 cores with a warm build cache.
+## 7 minutes on 2 cores with a warm build cache (up to 12 on a slower host).
 test: deps build test-unit test-e2e k8s-test promtool-test
 
 # The tests that start platforms use the binaries make build made

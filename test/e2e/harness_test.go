@@ -203,7 +203,7 @@ const natsClusterShard = "nats"
 // or every test when no shard is named); one elsewhere. Two cores do not
 // carry three platforms of three NATS servers each with every stream
 // replicated three times beside the platform packages: in make test the
-// hosts's load then failed Postgres starts and the drill's deadlines
+// host's load then failed Postgres starts and the drill's deadlines
 // (2026-12-06), and the suite left its 10 minutes. A platform of one
 // server runs the same code, with each stream on one server.
 func natsServersHere() int {

@@ -37,8 +37,9 @@ const shardEnv = "CELLPAY_E2E_SHARD"
 const mainShard = "main"
 
 // shards lists the tests of every shard but the main one. Each shard's
-// tests take 300 to 400 s on the CI machine, run beside the two others and
-// the platform packages (2026-12-06).
+// tests take 150 to 200 s, run beside the two others and the platform
+// packages, on the machine of docs/benchmarks/log/test-suite.md's last
+// runs, and 300 to 400 s on a host about half as fast (2026-12-06).
 var shards = map[string][]string{
 	// The primary access point killed, frozen and flapped, the client's
 	// split, and the drill command that cuts it too; reference data
@@ -55,9 +56,9 @@ var shards = map[string][]string{
 	// missed their bounds (docs/benchmarks/log/test-suite.md).
 	natsClusterShard: {"TestNATSServerKill", "TestNATSServerFreeze", "TestNATSServerAndCellKill"},
 	// Cells, their Postgres primaries and standbys killed, stopped and
-	// frozen under load; the drain that stops
-	// NATS and a GTR replica; and two tests with platforms of their own
-	// (reference data over NATS, the telemetry scrape).
+	// frozen under load; the drain that stops NATS and a GTR replica; and
+	// two tests with platforms of their own (reference data over NATS, the
+	// telemetry scrape).
 	"faults": {
 		"TestFaultKillCell", "TestFaultKillCellMidBatch", "TestFaultStopCellPostgres", "TestFaultFreezeCell",
 		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain",
