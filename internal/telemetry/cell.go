@@ -20,6 +20,7 @@ type Cell struct {
 	issuer     metric.Float64Histogram
 	reconciled metric.Int64Counter
 	directory  metric.Int64Counter
+	filed      metric.Int64Counter
 	state      *attrCache // state
 	result     *attrCache // result
 	call       *attrCache // method, code
@@ -32,9 +33,10 @@ type Cell struct {
 //	cellpay_cell_issuer_duration_seconds{method,code}      issuer calls (authorize, inquire)
 //	cellpay_cell_reconciled_total{state}                   transactions the reconciler resolved, by the state recorded
 //	cellpay_cell_directory_total{result}                   directory claims: claimed, taken_over, held, unclaimed (decided at home without one), unavailable
+//	cellpay_cell_directory_filed_total{result}             entries of transactions decided without a claim, written once the directory was back: filed, or conflict (another cell's)
 func NewCell(m metric.Meter) (*Cell, error) {
 	c := &Cell{state: newAttrCache("state", ""), result: newAttrCache("result", ""), call: newAttrCache("method", "code")}
-	var errs [5]error
+	var errs [6]error
 	c.txns, errs[0] = m.Int64Counter("cellpay.cell.transactions",
 		metric.WithDescription("Attempts the cell answered, by the state answered, or reroutable or rejected."))
 	c.pnr, errs[1] = m.Int64Counter("cellpay.cell.pnr",
@@ -46,6 +48,8 @@ func NewCell(m metric.Meter) (*Cell, error) {
 		metric.WithDescription("Transactions past their point of no return the reconciler resolved, by the state recorded."))
 	c.directory, errs[4] = m.Int64Counter("cellpay.cell.directory",
 		metric.WithDescription("Transaction directory claims, by result: claimed, taken_over, held (another cell's), unclaimed (decided at the natural home without a claim), unavailable."))
+	c.filed, errs[5] = m.Int64Counter("cellpay.cell.directory.filed",
+		metric.WithDescription("Directory entries of transactions decided at their natural home without a claim (in a directory outage), written once the directory was back, by result: filed, or conflict (the entry was another cell's: the ID was decided in two cells)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -55,6 +59,12 @@ func NewCell(m metric.Meter) (*Cell, error) {
 // Directory counts a transaction directory claim's result.
 func (c *Cell) Directory(result string) {
 	c.directory.Add(context.Background(), 1, c.result.of(result, "").add...)
+}
+
+// Filed counts a directory entry written after an outage ("filed"), or
+// found another cell's ("conflict").
+func (c *Cell) Filed(result string) {
+	c.filed.Add(context.Background(), 1, c.result.of(result, "").add...)
 }
 
 // Finished counts an attempt's answer: a record's state ("sending" is

@@ -2,19 +2,27 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cellpay/cellpay/internal/dev/checker"
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/refdata"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // The NATS cluster's tests: the platform's NATS is three servers, and
@@ -184,4 +192,129 @@ func streamsBehind(ctx context.Context, js jetstream.JetStream, want int) string
 		}
 	}
 	return strings.Join(behind, "; ")
+}
+
+// TestNATSAllDown: every NATS server killed for 30 s under load. Payments
+// go on at their natural homes: no partner error while every cell serves,
+// nothing decided twice. What the mode costs is failover (only a natural
+// home decides, so a cell lost in it loses its keys until it returns; see
+// docs/design/transaction-directory.md). Once NATS is back, each home files
+// the entries of what it decided alone, and the directory holds every
+// final answer of the run again.
+func TestNATSAllDown(t *testing.T) {
+	servers := natsServers(t)
+	var unfiledAtHeal int
+	answers := runFault(t, fault{
+		name: "all-nats-down",
+		break_: func(t *testing.T, _ context.Context) {
+			for _, n := range servers {
+				if err := n.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		hold: 30 * time.Second,
+		load: 60 * time.Second, // NATS down from 20 s to 50 s
+		heal: func(t *testing.T, ctx context.Context) {
+			unfiledAtHeal = unfiledRows(t, ctx)
+			var wg sync.WaitGroup
+			for _, n := range servers {
+				wg.Go(func() {
+					if err := n.Restart(ctx); err != nil {
+						t.Errorf("restart %s: %v", n.Name, err)
+					}
+				})
+			}
+			wg.Wait()
+			back := time.Now()
+			waitNATSCurrent(t, ctx, env.p)
+			// The homes file what they decided alone, bounded: the
+			// design says within a minute of NATS's return.
+			var left int
+			if !testutil.Within(60*time.Second, func() bool { left = unfiledRows(t, ctx); return left == 0 }) {
+				t.Fatalf("%d of %d transactions decided in the outage still have no directory entry 60 s after NATS came back", left, unfiledAtHeal)
+			}
+			t.Logf("%d transactions decided in the outage filed in the directory %v after NATS came back", unfiledAtHeal, time.Since(back).Round(100*time.Millisecond))
+		},
+	})
+	noFailuresShown(t, answers)
+	if unfiledAtHeal == 0 {
+		t.Fatal("no transaction was decided without the directory while NATS was down: the test proves nothing")
+	}
+	missing := entriesMissing(t, ctxFor(t, 2*time.Minute), answers)
+	if len(missing) > 0 {
+		t.Fatalf("%d final answers have no final directory entry, e.g. %v", len(missing), missing[:min(5, len(missing))])
+	}
+}
+
+// unfiledRows counts the final records, in every cell, decided without a
+// directory entry and not filed since.
+func unfiledRows(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	total := 0
+	for _, c := range env.cells {
+		conn, err := pgx.Connect(ctx, env.p.CellDatabaseURL(c.ID))
+		if err != nil {
+			t.Fatalf("%s's database: %v", c.ID, err)
+		}
+		var n int
+		err = conn.QueryRow(ctx, `SELECT count(*) FROM transactions WHERE unfiled AND state IN ('approved', 'declined', 'failed')`).Scan(&n)
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("%s's unfiled rows: %v", c.ID, err)
+		}
+		total += n
+	}
+	return total
+}
+
+// entriesMissing returns the keys of answers with a final status whose
+// directory entry is missing or not final, read with NATS's administrator.
+func entriesMissing(t *testing.T, ctx context.Context, answers []checker.Answer) []idempotency.Key {
+	t.Helper()
+	opts, err := env.p.NATSOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(env.p.NATSURL(), append(opts, nats.Name("e2e directory check"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, natsauth.DirectoryBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []idempotency.Key
+	for _, a := range answers {
+		switch a.Status {
+		case cellpayv1.TransactionStatus_APPROVED, cellpayv1.TransactionStatus_DECLINED, cellpayv1.TransactionStatus_FAILED:
+		default:
+			continue
+		}
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		v, err := kv.Get(gctx, directoryKey(a.Key()))
+		cancel()
+		var e struct {
+			State string `json:"state"`
+		}
+		if err != nil || json.Unmarshal(v.Value(), &e) != nil || e.State != "final" {
+			missing = append(missing, a.Key())
+		}
+	}
+	return missing
+}
+
+// directoryKey is k's key in the directory's bucket, as the cell's
+// directory.Key makes it (a package internal to the cell).
+func directoryKey(k idempotency.Key) string {
+	h := sha256.New()
+	h.Write([]byte(k.PartnerID))
+	h.Write([]byte{0})
+	h.Write([]byte(k.TransactionID))
+	return "t." + hex.EncodeToString(h.Sum(nil)[:16])
 }

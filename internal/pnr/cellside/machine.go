@@ -306,6 +306,7 @@ func (m *Machine) afterClaim(ev Event) Action {
 			// Payments go on at home through a directory outage; failover
 			// waits for it (see the design note's remaining window).
 			m.unclaimed = true
+			m.rec.Unfiled = true
 			m.phase = phaseInsert
 			return Insert{Record: m.rec}
 		}

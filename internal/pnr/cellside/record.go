@@ -85,6 +85,10 @@ type Record struct {
 	CellID         string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Unfiled: decided at the natural home without a directory claim
+	// (the directory was unavailable), so the directory has no entry for
+	// it until the cell files one once the directory is back.
+	Unfiled bool
 }
 
 // Key identifies the transaction: transaction IDs are a namespace per

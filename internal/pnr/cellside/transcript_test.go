@@ -284,7 +284,11 @@ func formatRecord(r *Record) string {
 	if r.MaskedPAN != "" {
 		s += " pan=" + r.MaskedPAN
 	}
-	return s + fmt.Sprintf(" attempt=%d", r.Attempt)
+	s += fmt.Sprintf(" attempt=%d", r.Attempt)
+	if r.Unfiled {
+		s += " unfiled"
+	}
+	return s
 }
 
 func formatKey(k idempotency.Key) string {

@@ -215,6 +215,7 @@ func (c *Cell) startWatchers(context.Context) error {
 	rcfg := reconcile.Config{Store: resolutions{c.st, c.metrics}, Issuer: c.issuer, Log: c.log}
 	if c.dir != nil {
 		rcfg.Directory, rcfg.CellID, rcfg.ErrNotOwner = c.dir, c.cfg.ID, directory.ErrNotOwner
+		rcfg.OnFiled = c.metrics.Filed
 	}
 	c.ready(true)
 	watchCtx, stopWatch := context.WithCancel(c.run)

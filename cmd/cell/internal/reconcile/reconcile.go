@@ -39,6 +39,11 @@ type Store interface {
 	Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error)
 	// Persist writes r's outcome if the stored state is still from.
 	Persist(ctx context.Context, r *cellside.Record, from cellside.State) error
+	// Unfiled returns up to limit final records decided without a
+	// directory entry (Record.Unfiled), oldest first; MarkFiled clears
+	// k's mark.
+	Unfiled(ctx context.Context, limit int) ([]*cellside.Record, error)
+	MarkFiled(ctx context.Context, k idempotency.Key) error
 }
 
 // Issuer answers inquiries; issuerproto.IssuerClient implements it.
@@ -79,6 +84,9 @@ type Config struct {
 	Directory   Directory
 	CellID      string
 	ErrNotOwner error
+	// OnFiled, if set, counts each entry File wrote ("filed") or found
+	// another cell's ("conflict").
+	OnFiled func(result string)
 	// Interval between rounds [2s]; MinAge: records younger than this are
 	// left to their attempt [1s]; Batch per round [500]. NotFoundAfter
 	// [20s] must exceed the longest an issuer call can still arrive after
@@ -140,6 +148,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		} else if n > 0 {
 			r.cfg.Log.Info("reconcile: resolved pending transactions", "count", n)
 		}
+		r.fileAll(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -173,6 +182,75 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 		}
 	}
 	return resolved, nil
+}
+
+// fileAll files batches of entries until one is short (the backlog
+// filed) or fails.
+func (r *Reconciler) fileAll(ctx context.Context) {
+	filed, conflicts := 0, 0
+	for ctx.Err() == nil {
+		n, c, err := r.File(ctx)
+		filed, conflicts = filed+n, conflicts+c
+		if err != nil && ctx.Err() == nil {
+			// Every round of an outage fails here: said once it has
+			// begun filing, quietly before.
+			log := r.cfg.Log.Debug
+			if filed > 0 {
+				log = r.cfg.Log.Warn
+			}
+			log("reconcile: directory entries of transactions decided in its outage not all filed yet", "filed", filed, "error", err)
+		}
+		if err != nil || n+c < r.cfg.Batch {
+			break
+		}
+	}
+	if filed+conflicts > 0 {
+		r.cfg.Log.Info("reconcile: filed the directory entries of transactions decided in its outage", "filed", filed, "conflicts", conflicts)
+	}
+}
+
+// File writes the directory entries of up to Batch final records decided
+// without one (at their natural home while the directory was
+// unavailable), and clears their mark: the directory is complete again,
+// and a copy of such an ID sent to another cell later gets this cell's
+// answer. An entry found another cell's (the ID was decided there too,
+// across the outage: the window docs/design/transaction-directory.md
+// names) is logged and counted as a conflict, and its mark cleared: this
+// cell's record stays as it is and the other cell's entry stands. The
+// first error of the directory or the store ends the round.
+func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error) {
+	d := r.cfg.Directory
+	if d == nil {
+		return 0, 0, nil
+	}
+	recs, err := r.cfg.Store.Unfiled(ctx, r.cfg.Batch)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, rec := range recs {
+		err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, rec.Transaction())
+		result := "filed"
+		switch {
+		case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
+			result = "conflict"
+			r.cfg.Log.Error("reconcile: a transaction decided here in a directory outage is another cell's in the directory; both answers stand, this record unchanged",
+				"partner_id", rec.PartnerID, "transaction_id", rec.TransactionID, "state", rec.State)
+		case err != nil:
+			return filed, conflicts, err
+		}
+		if err := r.cfg.Store.MarkFiled(ctx, rec.Key()); err != nil {
+			return filed, conflicts, err
+		}
+		if result == "filed" {
+			filed++
+		} else {
+			conflicts++
+		}
+		if r.cfg.OnFiled != nil {
+			r.cfg.OnFiled(result)
+		}
+	}
+	return filed, conflicts, nil
 }
 
 func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time.Time) (bool, error) {

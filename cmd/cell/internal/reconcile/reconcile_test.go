@@ -48,6 +48,28 @@ func (m *memStore) Persist(_ context.Context, r *cellside.Record, from cellside.
 	return nil
 }
 
+func (m *memStore) Unfiled(_ context.Context, limit int) ([]*cellside.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*cellside.Record
+	for _, r := range m.recs {
+		if r.Unfiled && r.State.Terminal() && len(out) < limit {
+			c := *r
+			out = append(out, &c)
+		}
+	}
+	return out, nil
+}
+
+func (m *memStore) MarkFiled(_ context.Context, k idempotency.Key) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.recs[k]; r != nil {
+		r.Unfiled = false
+	}
+	return nil
+}
+
 // fakeIssuer answers inquiries by (partner, transaction ID), as the issuer
 // keys them.
 type fakeIssuer struct {
@@ -203,5 +225,53 @@ func TestOutcomeOnlyWhileTheEntryIsOurs(t *testing.T) {
 	}
 	if len(dir.finalized) != 1 || dir.finalized[0] != key("ours") {
 		t.Fatalf("finalized %v, want ours only", dir.finalized)
+	}
+}
+
+// TestFileAfterOutage: final records decided without a directory entry
+// get one once the directory is back, and their mark is cleared; one the
+// directory holds for another cell is a conflict, its record unchanged;
+// a PENDING one waits for its outcome; with the directory down nothing is
+// cleared.
+func TestFileAfterOutage(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	rec := func(id string, s cellside.State) *cellside.Record {
+		return &cellside.Record{PartnerID: "p-001", TransactionID: id, State: s, AuthCode: "A1", UpdatedAt: now, Unfiled: true}
+	}
+	st := &memStore{recs: map[idempotency.Key]*cellside.Record{
+		key("home"): rec("home", cellside.StateApproved), key("both"): rec("both", cellside.StateApproved),
+		key("pending"): rec("pending", cellside.StateSending), key("filed"): rec("filed", cellside.StateDeclined),
+	}}
+	st.recs[key("filed")].Unfiled = false
+	dir := &fakeDirectory{down: true, owners: map[idempotency.Key]string{key("both"): "cell-b"}}
+	var results []string
+	r, err := New(Config{Store: st, Issuer: &fakeIssuer{}, Directory: dir, CellID: "cell-a", ErrNotOwner: errNotOwner,
+		OnFiled: func(r string) { results = append(results, r) }, Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, c, err := r.File(context.Background()); err == nil || n+c != 0 || !st.recs[key("home")].Unfiled || !st.recs[key("both")].Unfiled {
+		t.Fatalf("directory down: File = %d, %d, %v; marks %v %v", n, c, err, st.recs[key("home")].Unfiled, st.recs[key("both")].Unfiled)
+	}
+	dir.down = false
+	if n, c, err := r.File(context.Background()); err != nil || n != 1 || c != 1 {
+		t.Fatalf("File = %d filed, %d conflicts, %v; want 1, 1", n, c, err)
+	}
+	if len(dir.finalized) != 1 || dir.finalized[0] != key("home") {
+		t.Fatalf("finalized %v, want home only", dir.finalized)
+	}
+	for id, want := range map[string]bool{"home": false, "both": false, "pending": true, "filed": false} {
+		if got := st.recs[key(id)].Unfiled; got != want {
+			t.Errorf("%s: unfiled %v, want %v", id, got, want)
+		}
+	}
+	if st.recs[key("both")].State != cellside.StateApproved {
+		t.Errorf("conflict changed the record: %s", st.recs[key("both")].State)
+	}
+	if len(results) != 2 {
+		t.Errorf("counted %v, want a filed and a conflict", results)
+	}
+	if n, c, err := r.File(context.Background()); err != nil || n+c != 0 {
+		t.Fatalf("second File = %d, %d, %v; want nothing left", n, c, err)
 	}
 }

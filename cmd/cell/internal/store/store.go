@@ -258,9 +258,9 @@ func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 // inserted is false. Another partner's record with the same transaction ID
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, existing *cellside.Record, err error) {
-	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
-		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance)...)
+	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner, unfiled)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
+		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance, r.Unfiled)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
@@ -278,9 +278,9 @@ func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, 
 // attempt, owned by this store's instance. When the record is no longer abandoned it returns it as it is,
 // and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *cellside.Record) (ok bool, existing *cellside.Record, err error) {
-	a := append(args(r), s.instance)
-	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner) =
-		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
+	a := append(args(r), s.instance, r.Unfiled)
+	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner, unfiled) =
+		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
@@ -448,6 +448,41 @@ func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]
 		return nil, fmt.Errorf("store: unresolved: %w", err)
 	}
 	return out, nil
+}
+
+// Unfiled returns up to limit final records decided without a directory
+// entry (Record.Unfiled), oldest first: the entries the directory lacks.
+func (s *Store) Unfiled(ctx context.Context, limit int) ([]*cellside.Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions
+		WHERE unfiled AND state IN ('approved', 'declined', 'failed') ORDER BY updated_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: unfiled: %w", err)
+	}
+	defer rows.Close()
+	var out []*cellside.Record
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: unfiled: %w", err)
+		}
+		r.Unfiled = true
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: unfiled: %w", err)
+	}
+	return out, nil
+}
+
+// MarkFiled clears k's Unfiled mark: its entry is in the directory (or was
+// found another cell's, counted and logged by the caller).
+func (s *Store) MarkFiled(ctx context.Context, k idempotency.Key) error {
+	_, err := s.pool.Exec(ctx, `UPDATE transactions SET unfiled = false
+		WHERE partner_id = $1 AND transaction_id = $2 AND unfiled`, k.PartnerID, k.TransactionID)
+	if err != nil {
+		return fmt.Errorf("store: filed: %w", err)
+	}
+	return nil
 }
 
 // OldestPending returns the creation time of the oldest transaction in

@@ -356,3 +356,56 @@ func TestAbandonOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestUnfiled: a record inserted without a directory entry is listed once
+// final (not while pending), oldest first, until marked filed; a reclaim
+// by an attempt that holds its entry clears the mark.
+func TestUnfiled(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	for i, st := range []cellside.State{cellside.StateApproved, cellside.StateSending, cellside.StateDeclined, cellside.StateAbandoned} {
+		r := record(fmt.Sprintf("f-%d", i))
+		r.State, r.UpdatedAt, r.Unfiled = st, t0.Add(-time.Duration(i)*time.Second), true
+		if _, _, err := s.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := record("f-claimed")
+	claimed.State = cellside.StateApproved
+	if _, _, err := s.Insert(ctx, claimed); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		t.Helper()
+		got, err := s.Unfiled(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range got {
+			if !r.Unfiled {
+				t.Errorf("%s listed without its mark", r.TransactionID)
+			}
+			out = append(out, r.TransactionID)
+		}
+		return out
+	}
+	if got := fmt.Sprint(ids()); got != "[f-2 f-0]" {
+		t.Fatalf("Unfiled = %s, want [f-2 f-0]", got)
+	}
+	if err := s.MarkFiled(ctx, key("f-2")); err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned one, reclaimed by an attempt with a claim.
+	again := record("f-3")
+	if ok, _, err := s.Reclaim(ctx, again); err != nil || !ok {
+		t.Fatalf("Reclaim = %v, %v", ok, err)
+	}
+	again.State = cellside.StateApproved
+	if err := s.Persist(ctx, again, cellside.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ids()); got != "[f-0]" {
+		t.Fatalf("after marking f-2 and reclaiming f-3: Unfiled = %s, want [f-0]", got)
+	}
+}
