@@ -3,7 +3,7 @@
 #
 #   docker build --target cell -t ghcr.io/cellpay/cell:v0.1.0 .
 #
-# Targets: gtr, cell, issuersim, replicator, gtrctl. The build image is pinned
+# Targets: gtr, cell, issuersim, replicator, gtrctl, natsmon. The build image is pinned
 # by exact tag (GO_IMAGE; pin it by digest in your registry mirror with
 # --build-arg GO_IMAGE=golang@sha256:...); the run images start FROM scratch,
 # which has nothing to pin. deploy/k8s/check tests these rules.
@@ -17,7 +17,7 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags="-s -w" -o /out/ ./cmd/gtr ./cmd/cell ./cmd/issuersim ./cmd/replicator ./cmd/gtrctl
+    go build -ldflags="-s -w" -o /out/ ./cmd/gtr ./cmd/cell ./cmd/issuersim ./cmd/replicator ./cmd/gtrctl ./cmd/natsmon
 # The run images' root: CA certificates, a passwd entry for uid 65532
 # (nonroot), and /tmp.
 RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp && chmod 1777 /rootfs/tmp \
@@ -55,3 +55,9 @@ ENTRYPOINT ["/replicator"]
 FROM runtime AS gtrctl
 COPY --from=build /out/gtrctl /gtrctl
 ENTRYPOINT ["/gtrctl"]
+
+# The NATS pods' sidecar: NATS's monitoring endpoints as Prometheus metrics.
+FROM runtime AS natsmon
+COPY --from=build /out/natsmon /natsmon
+EXPOSE 7777
+ENTRYPOINT ["/natsmon"]

@@ -94,6 +94,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadStateFile$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/routesync
 	$(GO) test -run '^$$' -fuzz '^FuzzProcessStreamOrder$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/directory
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeChain$$' -fuzztime $(FUZZTIME) ./cmd/cell/internal/directory
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./cmd/natsmon/internal/natsmon
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthenticate$$' -fuzztime $(FUZZTIME) ./internal/partners
 	$(GO) test -run '^$$' -fuzz '^FuzzSteps$$' -fuzztime $(FUZZTIME) ./internal/pnr/gtrside

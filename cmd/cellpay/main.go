@@ -151,6 +151,9 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	if cfg.Metrics {
 		fmt.Fprintf(w, "  metrics            http://%s/metrics (GTR), http://%s/metrics (cell-a), ... port + 2000 of each\n",
 			platform.MetricsAddr(cfg.GTRAddr), platform.MetricsAddr(cfg.Cells[0].Addr))
+		if a := p.NATSMonAddr(); a != "" {
+			fmt.Fprintf(w, "                     http://%s/metrics (NATS's own, from its servers' monitoring ports, natsmon)\n", a)
+		}
 	}
 	if cfg.CallbackAddr != "" {
 		fmt.Fprintf(w, "  callbacks          %s (sample receiver; every event it takes in %s)\n", p.CallbackURL("<partner>"), p.CallbackLog())

@@ -7,8 +7,10 @@
 // Float64Histogram, Int64ObservableGauge, ...), with its unit, if any, in a
 // metric.WithUnit on the same line. The test finds those calls, translates
 // each to the names Prometheus sees (the exporter's
-// UnderscoreEscapingWithSuffixes strategy, internal/telemetry), and compares
-// the result with metrics.txt, the committed list (go test -update rewrites
+// UnderscoreEscapingWithSuffixes strategy, internal/telemetry), adds the
+// gauges natsmon describes with prometheus.NewDesc("name", ...) (as they
+// are: they take prometheus-nats-exporter's names), and compares the
+// result with metrics.txt, the committed list (go test -update rewrites
 // it). A call spelled another way (a name in a variable, the unit on the
 // next line) fails the count check below instead of going unseen.
 package monitoring_test
@@ -41,6 +43,10 @@ var (
 	instrumentRe = regexp.MustCompile(`\.(Int64|Float64)(Observable)?(Counter|UpDownCounter|Histogram|Gauge)\("(cellpay\.[a-z0-9_.]+)"(.*metric\.WithUnit\("([^"]+)"\))?`)
 	// Anything that looks like one, to catch a call the pattern misses.
 	looseRe = regexp.MustCompile(`\.(Int64|Float64)\w*\(\s*"cellpay\.`)
+	// A client_golang metric's description (natsmon's gauges, named as
+	// prometheus-nats-exporter names them): the name as it is exported.
+	descRe      = regexp.MustCompile(`prometheus\.NewDesc\("([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
+	looseDescRe = regexp.MustCompile(`prometheus\.NewDesc\(`)
 )
 
 // promUnits are the unit suffixes the exporter adds for the units the code
@@ -74,6 +80,13 @@ func exported(t *testing.T) []string {
 		}
 		for _, m := range found {
 			names = append(names, promNames(t, path, m[3], m[4], m[6])...)
+		}
+		descs := descRe.FindAllStringSubmatch(src, -1)
+		if loose := len(looseDescRe.FindAllString(src, -1)); loose != len(descs) {
+			t.Errorf("%s: %d prometheus.NewDesc calls, %d with the name as a literal on the same line", path, loose, len(descs))
+		}
+		for _, m := range descs {
+			names = append(names, m[1]) // gauges: no suffix
 		}
 		return nil
 	})

@@ -14,7 +14,7 @@ const module = "github.com/cellpay/cellpay/"
 
 // shipped are the binaries built into the images that run in production,
 // and the public packages partners import.
-var shipped = []string{"./cmd/gtr", "./cmd/cell", "./cmd/replicator", "./cmd/gtrctl", "./pkg/..."}
+var shipped = []string{"./cmd/gtr", "./cmd/cell", "./cmd/replicator", "./cmd/gtrctl", "./cmd/natsmon", "./pkg/..."}
 
 // goList runs go list from the module's root with args and returns its
 // output's lines.

@@ -13,7 +13,8 @@
 //	cell <id>   reads reference data through its own durable consumer
 //	            (cell-<id>), publishes its own status subject only, reads
 //	            the GTR's KV bucket (partners' callback settings), and
-//	            uses the transaction directory's bucket
+//	            uses the transaction directory's bucket: any entry, and
+//	            its own signing certificates only
 //	gtr         uses its KV bucket (routing table, partners), publishes
 //	            and reads the audit stream (and may create it, never
 //	            update, purge or delete it: AuditStreamConfig), and reads
@@ -51,6 +52,15 @@ const (
 	AuditStream        = "CELLPAY_AUDIT"
 	AuditSubjectPrefix = "cellpay.audit."
 )
+
+// DirectoryEntries are the directory bucket's entry subjects (keys "t.",
+// package directory); DirectoryCerts(id) are cell id's certificates'
+// (keys "c.<id>.").
+const DirectoryEntries = "$KV." + DirectoryBucket + ".t.>"
+
+// DirectoryCerts are the subjects of cell id's signing certificates in the
+// directory bucket.
+func DirectoryCerts(id string) string { return "$KV." + DirectoryBucket + ".c." + id + ".>" }
 
 // AuditMaxBytes bounds the audit stream on each server.
 const AuditMaxBytes = 1 << 30
@@ -114,7 +124,7 @@ func kv(b string) (stream, subjects string) { return "KV_" + b, "$KV." + b + ".>
 func Cell(id string) User {
 	identity := hop.Cell(id)
 	gtrStream, _ := kv(GTRBucket)
-	dirStream, dirSubjects := kv(DirectoryBucket)
+	dirStream, _ := kv(DirectoryBucket)
 	pub := []string{jsAPI + "INFO", StatusPrefix + id}
 	// Its own reference data consumer only, and the stream's creation
 	// (with the code's configuration) so that a cell may start before
@@ -124,7 +134,11 @@ func Cell(id string) User {
 	// The partners' callback settings: read-only.
 	pub = append(pub, readStream(gtrStream, "*")...)
 	pub = append(pub, jsAPI+"CONSUMER.CREATE."+gtrStream)
-	pub = append(pub, ownStream(dirStream, dirSubjects)...)
+	// The directory: any transaction's entry (a cell may claim any new
+	// one; readers judge every change by its owner's signature), and its
+	// own certificates only, so that no cell puts a certificate where
+	// readers look for another's.
+	pub = append(pub, ownStream(dirStream, DirectoryEntries, DirectoryCerts(id))...)
 	return User{Identity: identity, Publish: dedupe(pub), Subscribe: []string{InboxPrefix(identity) + ".>"}}
 }
 
@@ -234,6 +248,9 @@ type Server struct {
 	// included, as nats-server allows). None: a server alone.
 	ClusterPort int
 	Routes      []string
+	// MonitorPort, if set, serves nats-server's HTTP monitoring
+	// endpoints (/varz, /jsz, /healthz) on 127.0.0.1 only, for natsmon.
+	MonitorPort int
 }
 
 // Config renders s: JetStream, TLS that requires a client certificate of
@@ -246,6 +263,9 @@ func (s Server) Config() string {
 		fmt.Fprintf(&b, "server_name: %s\n", strconv.Quote(s.Name))
 	}
 	fmt.Fprintf(&b, "host: %s\nport: %d\n", strconv.Quote(s.Host), s.Port)
+	if s.MonitorPort != 0 {
+		fmt.Fprintf(&b, "http: %s\n", strconv.Quote("127.0.0.1:"+strconv.Itoa(s.MonitorPort)))
+	}
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", strconv.Quote(s.StoreDir))
 	tls := fmt.Sprintf("cert_file: %s\n  key_file: %s\n  ca_file: %s\n", strconv.Quote(s.Cert), strconv.Quote(s.Key), strconv.Quote(s.CA))
 	fmt.Fprintf(&b, "tls {\n  %s  verify_and_map: true\n  timeout: 2\n}\n", tls)

@@ -316,13 +316,25 @@ func TestCellCannotPublishReferenceDataOrRoute(t *testing.T) {
 	if err != nil || info.State.Msgs != 1 {
 		t.Fatalf("stream after cell-a's attempts: %+v, %v; want the one version", info, err)
 	}
-	// The transaction directory is every cell's.
+	// The transaction directory: any transaction's entry (readers judge
+	// each by its owner's signature), its own signing certificates, and
+	// never another cell's.
 	dir, err := cjs.CreateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: natsauth.DirectoryBucket})
 	if err != nil {
 		t.Fatalf("cell-a: the directory bucket: %v", err)
 	}
-	if _, err := dir.Create(ctx(t), "k", []byte("owner cell-a")); err != nil {
+	if _, err := dir.Create(ctx(t), "t.k", []byte("owner cell-a")); err != nil {
 		t.Fatalf("cell-a: claim: %v", err)
+	}
+	if _, err := dir.Put(ctx(t), "c.cell-a.0a1b", []byte("cell-a's certificate")); err != nil {
+		t.Fatalf("cell-a: its certificate: %v", err)
+	}
+	if _, err := dir.Put(denied(t), "c.cell-b.0a1b", []byte("forged")); err == nil {
+		t.Fatal("cell-a put a certificate where readers look for cell-b's")
+	}
+	v.expectViolation(t, "$KV."+natsauth.DirectoryBucket+".c.cell-b.0a1b")
+	if _, err := dir.Put(denied(t), "other", []byte("forged")); err == nil {
+		t.Fatal("cell-a wrote a key of the directory that is neither an entry nor its certificate")
 	}
 }
 

@@ -95,7 +95,7 @@ func run(m *testing.M) int {
 
 // buildBinaries builds the platform's binaries and grpcurl into bin.
 func buildBinaries(root, bin string) error {
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/loadgen", "./cmd/replicator", "./cmd/gtrctl", "./cmd/cellpay", "./cmd/natsmon")
 	build.Dir = root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -299,10 +299,12 @@ func entriesMissing(t *testing.T, ctx context.Context, answers []checker.Answer)
 		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		v, err := kv.Get(gctx, directoryKey(a.Key()))
 		cancel()
-		var e struct {
-			State string `json:"state"`
+		var e struct { // the entry's envelope (package directory)
+			E struct {
+				State string `json:"state"`
+			} `json:"e"`
 		}
-		if err != nil || json.Unmarshal(v.Value(), &e) != nil || e.State != "final" {
+		if err != nil || json.Unmarshal(v.Value(), &e) != nil || e.E.State != "final" {
 			missing = append(missing, a.Key())
 		}
 	}

@@ -21,7 +21,7 @@ func TestAlertCellDown(t *testing.T) {
 	forDur := ruleFor(t, name)
 	testutil.Eventually(t, 30*time.Second, "every target scraped and up", func() bool {
 		up := pr.query(t, `up`, "instance")
-		if len(up) != len(env.cells)+2 { // the cells, the GTR, the issuer simulator
+		if len(up) != len(env.cells)+3 { // the cells, the GTR, the issuer simulator, natsmon
 			return false
 		}
 		for _, v := range up {

@@ -50,7 +50,7 @@ func run(m *testing.M) int {
 	bin := testutil.PrebuiltBin()
 	if bin == "" {
 		bin = filepath.Join(tmp, "bin")
-		build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim")
+		build := exec.Command("go", "build", "-o", bin+"/", "./cmd/gtr", "./cmd/cell", "./cmd/issuersim", "./cmd/natsmon")
 		build.Dir = env.root
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -75,9 +75,12 @@ func run(m *testing.M) int {
 }
 
 // startPlatform starts two cells (each with its Postgres primary and
-// synchronous standby), the issuer simulator and one GTR, every process
-// with its /metrics listener (port + 2000) and its traces sent to
-// env.traces.
+// synchronous standby), the issuer simulator, one GTR, and one NATS server
+// (JetStream: the cells' transaction directory, a bucket of
+// directoryMaxBytes) watched by natsmon, every process with its /metrics
+// listener (port + 2000) and its traces sent to env.traces. One NATS
+// server, not the three of make run: a three-server cluster beside the
+// rest overloads two cores (test/e2e's NATS shard runs alone for that).
 func startPlatform(ctx context.Context, tmp, bin string) error {
 	// Each component's port and its port + 2000 (its metrics) free.
 	ports, err := testutil.FreePortPairs(6, 2000)
@@ -100,6 +103,10 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 	if err != nil {
 		return err
 	}
+	natsBase, err := natsPorts()
+	if err != nil {
+		return err
+	}
 	env.p, err = platform.Start(ctx, platform.Config{
 		NoFsync:         true, // tests: see platform.Config.NoFsync
 		BinDir:          bin,
@@ -114,7 +121,12 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 		PGBasePort:      pgBase,
 		StandbyBasePort: pgBase + len(env.cells),
 		Metrics:         true,
+		NATS:            true,
+		NATSAddr:        addr(natsBase),
+		NATSServers:     1,
 		Env: []string{
+			// A small directory, which TestAlertStreamFilling fills.
+			"CELL_DIRECTORY_MAX_BYTES=" + strconv.Itoa(directoryMaxBytes),
 			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.traces.addr,
 			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=",
 			"OTEL_EXPORTER_OTLP_INSECURE=true",
@@ -123,4 +135,24 @@ func startPlatform(ctx context.Context, tmp, bin string) error {
 		},
 	})
 	return err
+}
+
+// directoryMaxBytes bounds the cells' transaction directory bucket: a few
+// hundred transactions fill it.
+const directoryMaxBytes = 128 << 10
+
+// natsPorts finds the first of the ports one NATS server takes (client,
+// route, HTTP monitoring: platform.Config.NATSAddr's port + 0, 1, 2) with
+// natsmon's metrics port (+ 2000) free too.
+func natsPorts() (int, error) {
+	for range 20 {
+		base, err := testutil.FreePortRun(3)
+		if err != nil {
+			return 0, err
+		}
+		if testutil.FreePort(base + 2000) {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no run of NATS ports with its metrics port free")
 }

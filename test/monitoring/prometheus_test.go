@@ -40,7 +40,8 @@ type prometheus struct {
 
 // scrapeJobs is the scrape config for p's processes, with the job names
 // the rules expect (deploy/monitoring/README.md): cellpay-gtr with its
-// access point in access_point, cellpay-cell, cellpay-issuersim.
+// access point in access_point, cellpay-cell, cellpay-issuersim, and
+// cellpay-natsmon (NATS's metrics, through natsmon).
 func scrapeJobs(p *platform.Platform) []map[string]any {
 	targets := map[string][]string{}
 	for _, proc := range p.Processes() {
@@ -54,8 +55,14 @@ func scrapeJobs(p *platform.Platform) []map[string]any {
 			targets["cellpay-cell"] = append(targets["cellpay-cell"], m)
 		}
 	}
+	if m := p.NATSMonAddr(); m != "" {
+		targets["cellpay-natsmon"] = []string{m}
+	}
 	var jobs []map[string]any
-	for _, job := range []string{"cellpay-gtr", "cellpay-cell", "cellpay-issuersim"} {
+	for _, job := range []string{"cellpay-gtr", "cellpay-cell", "cellpay-issuersim", "cellpay-natsmon"} {
+		if len(targets[job]) == 0 {
+			continue
+		}
 		sc := map[string]any{"targets": targets[job]}
 		if job == "cellpay-gtr" {
 			sc["labels"] = map[string]string{"access_point": "primary"}

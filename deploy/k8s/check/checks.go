@@ -101,6 +101,16 @@ func checkContainer(o Object, c corev1.Container, podNonRoot bool) []string {
 	if len(c.Ports) > 0 {
 		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
 			v = append(v, at+": serves a port without readiness and liveness probes")
+		} else if isNATSMonImage(c.Image) {
+			// natsmon serves HTTP alone (/metrics, /healthz): its probes
+			// are HTTP, on a port it declares.
+			for kind, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if p.HTTPGet == nil {
+					v = append(v, fmt.Sprintf("%s: %s probe is not an HTTP GET", at, kind))
+				} else if port := p.HTTPGet.Port; port.StrVal == "" && !declaresPort(c, port.IntVal) || port.StrVal != "" && !declaresPortName(c, port.StrVal) {
+					v = append(v, fmt.Sprintf("%s: %s probe port %s is not a container port", at, kind, port.String()))
+				}
+			}
 		} else if strings.HasPrefix(c.Image, "ghcr.io/cellpay/") {
 			probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
 			if c.StartupProbe != nil {
@@ -139,6 +149,27 @@ func isTrue(b *bool) bool { return b != nil && *b }
 func dropsAll(caps []corev1.Capability) bool {
 	for _, c := range caps {
 		if c == "ALL" {
+			return true
+		}
+	}
+	return false
+}
+
+// NATSMonImage is natsmon's image (cmd/natsmon), the NATS pods' sidecar:
+// Cellpay's one image that serves HTTP rather than gRPC.
+const NATSMonImage = "ghcr.io/cellpay/natsmon"
+
+func isNATSMonImage(image string) bool {
+	name, _, _ := strings.Cut(image, "@")
+	if colon := strings.LastIndex(name, ":"); colon > strings.LastIndex(name, "/") {
+		name = name[:colon]
+	}
+	return name == NATSMonImage
+}
+
+func declaresPortName(c corev1.Container, name string) bool {
+	for _, p := range c.Ports {
+		if p.Name == name {
 			return true
 		}
 	}

@@ -15,7 +15,15 @@ const (
 	PrometheusWebPort   = 9090 // remote write, at the global Prometheus
 	// CertManagerMetricsPort is cert-manager's controller's (http-metrics).
 	CertManagerMetricsPort = 9402
+	// NATSMonMetricsPort is natsmon's, the NATS pods' sidecar.
+	NATSMonMetricsPort = 7777
 )
+
+// NATSNamespace is NATS's namespace.
+const NATSNamespace = "cellpay-nats"
+
+// isNATS says whether p is a NATS server's pod (its natsmon sidecar's).
+func isNATS(p Pod) bool { return p.Namespace == NATSNamespace && p.Labels[NameLabel] == "nats" }
 
 // isCellPrometheus says whether p is the Prometheus of cell namespace ns:
 // its pods, in that namespace.
@@ -43,7 +51,7 @@ func isCertManagerController(p Pod) bool {
 //     which no pod of ours admits; and nothing admits anything to it;
 //   - the global Prometheus admits only the cells' own Prometheus, on
 //     9090, and each of them gets through; it reaches every GTR pod on
-//     9070, cert-manager's controller on 9402 (in cert-manager's
+//     9070, every NATS pod's natsmon on 7777, cert-manager's controller on 9402 (in cert-manager's
 //     namespace, as far as our policies go: that namespace's own are not
 //     ours) and DNS, sends nowhere else but the API server's ports, and
 //     so into no cell, nor to cert-manager's webhook or cainjector.
@@ -123,8 +131,14 @@ func globalPrometheusPaths(w *World, global Pod) []string {
 			}
 		}
 	}
-	gtrs, certManagers := 0, 0
+	gtrs, certManagers, natss := 0, 0, 0
 	for _, dst := range w.Pods {
+		if isNATS(dst) {
+			natss++
+			if !w.Net.Allowed(global, dst, NATSMonMetricsPort, corev1.ProtocolTCP) {
+				v = append(v, fmt.Sprintf("%s cannot scrape %s on %d/TCP", global, dst, NATSMonMetricsPort))
+			}
+		}
 		if isGTR(dst) {
 			gtrs++
 			if !w.Net.Allowed(global, dst, GTRMetricsPort, corev1.ProtocolTCP) {
@@ -144,16 +158,20 @@ func globalPrometheusPaths(w *World, global Pod) []string {
 			switch {
 			case apiServerPort(t) && apiServerOnly(w, global, dst, t):
 			case isGTR(dst) && t == Target{GTRMetricsPort, corev1.ProtocolTCP}:
+			case isNATS(dst) && t == Target{NATSMonMetricsPort, corev1.ProtocolTCP}:
 			case isCertManagerController(dst) && t == Target{CertManagerMetricsPort, corev1.ProtocolTCP}:
 			case dst.Namespace == "kube-system" && dst.Labels["k8s-app"] == "kube-dns" && t.Port == 53:
 			default:
-				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), cert-manager's controller (%d), DNS and the API server",
-					global, dst, t, GTRMetricsPort, CertManagerMetricsPort))
+				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), natsmon (%d), cert-manager's controller (%d), DNS and the API server",
+					global, dst, t, GTRMetricsPort, NATSMonMetricsPort, CertManagerMetricsPort))
 			}
 		}
 	}
 	if gtrs == 0 {
 		v = append(v, "the global Prometheus has no GTR pod to scrape")
+	}
+	if natss == 0 {
+		v = append(v, "the global Prometheus has no NATS pod to scrape")
 	}
 	if certManagers == 0 {
 		v = append(v, "the global Prometheus has no cert-manager controller pod to scrape")

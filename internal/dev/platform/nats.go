@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,8 +81,10 @@ func (p *Platform) NATSServers() []*Proc {
 	return out
 }
 
-// natsAddr is server i's client address (set 0) or route address (set 1):
-// NATSAddr's port + i for clients, + NATSServers + i for routes.
+// natsAddr is server i's client address (set 0), route address (set 1)
+// or HTTP monitoring address (set 2, with natsmon): NATSAddr's port + i
+// for clients, + NATSServers + i for routes, + 2·NATSServers + i for
+// monitoring.
 func natsAddr(c Config, i, set int) string {
 	host, port, _ := net.SplitHostPort(c.NATSAddr)
 	n, _ := strconv.Atoi(port)
@@ -140,6 +143,10 @@ func (p *Platform) writeNATSConfig(i int) (string, error) {
 	portN, _ := strconv.Atoi(port)
 	srv := natsauth.Server{Name: name, Host: host, Port: portN, StoreDir: filepath.Join(p.cfg.DataDir, "nats", name),
 		Cert: pki.CertFile(ca.Dir, natsCertName), Key: pki.KeyFile(ca.Dir, natsCertName), CA: ca.CertFile(), Cells: cells}
+	if p.natsmon() {
+		_, mport, _ := net.SplitHostPort(natsAddr(p.cfg, i, 2))
+		srv.MonitorPort, _ = strconv.Atoi(mport)
+	}
 	if p.cfg.NATSServers > 1 {
 		_, cport, _ := net.SplitHostPort(natsAddr(p.cfg, i, 1))
 		srv.ClusterPort, _ = strconv.Atoi(cport)
@@ -185,6 +192,11 @@ func (p *Platform) startNATS(ctx context.Context) error {
 	if err := p.createAuditStream(ctx); err != nil {
 		return fmt.Errorf("platform: NATS: %w", err)
 	}
+	if p.natsmon() {
+		if err := p.startNATSMon(ctx); err != nil {
+			return fmt.Errorf("platform: %w", err)
+		}
+	}
 	url := p.NATSURL()
 	n := strconv.Itoa(p.cfg.NATSServers)
 	p.cfg.Env = append(p.cfg.Env, "CELL_NATS_URL="+url, "GTR_NATS_URL="+url,
@@ -205,6 +217,57 @@ func (p *Platform) startNATS(ctx context.Context) error {
 		return fmt.Errorf("platform: publishing reference data: %w: %s", err, out)
 	}
 	return nil
+}
+
+// natsmon says whether the platform runs natsmon: with NATS and metrics.
+func (p *Platform) natsmon() bool { return p.cfg.NATS && p.cfg.Metrics }
+
+// NATSMonAddr is where natsmon serves /metrics: NATSAddr's port + 2000,
+// as every component's metrics (MetricsAddr); "" when it does not run.
+func (p *Platform) NATSMonAddr() string {
+	if !p.natsmon() {
+		return ""
+	}
+	return MetricsAddr(p.cfg.NATSAddr)
+}
+
+// startNATSMon starts natsmon (cmd/natsmon) watching every NATS server's
+// monitoring endpoint, its /metrics on NATSMonAddr, and waits until it
+// serves them.
+func (p *Platform) startNATSMon(ctx context.Context) error {
+	addr := p.NATSMonAddr()
+	servers := make([]string, p.cfg.NATSServers)
+	for i := range servers {
+		servers[i] = NATSServer(i) + "=http://" + natsAddr(p.cfg, i, 2)
+	}
+	p.add(NATSMon, addr, "natsmon", "-listen", addr, "-servers", strings.Join(servers, ","))
+	proc := p.procs[NATSMon]
+	proc.ready = func(ctx context.Context, exited <-chan struct{}) error {
+		return waitHTTP(ctx, "http://"+addr+"/metrics", exited)
+	}
+	return proc.start(ctx)
+}
+
+// waitHTTP waits until url answers 200, or the process exits.
+func waitHTTP(ctx context.Context, url string, exited <-chan struct{}) error {
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // createAuditStream makes (or brings back to natsauth.AuditStreamConfig)

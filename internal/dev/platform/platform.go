@@ -118,6 +118,10 @@ type Config struct {
 	// Metrics, when true, gives the GTR, every cell and the issuer
 	// simulator a /metrics listener on the same host, port + 2000 (GTR
 	// :7070 → :9070, cell-a :7081 → :9081), as docs/design/README.md's local defaults.
+	// With NATS too, every NATS server serves its HTTP monitoring on
+	// 127.0.0.1, NATSAddr's port + 2·NATSServers + i (:7228-:7230), and
+	// natsmon (BinDir/natsmon) serves their metrics on NATSAddr's port +
+	// 2000 (:9222).
 	Metrics       bool
 	NATSServerBin string
 	RefDataSource string
@@ -153,6 +157,9 @@ const (
 	IssuerSim = "issuersim"
 	// NATS names the NATS servers: NATSServer(i) is nats-<i+1>.
 	NATS = "nats"
+	// NATSMon watches the NATS servers' monitoring endpoints and serves
+	// their metrics (cmd/natsmon), with NATS and Metrics.
+	NATSMon = "natsmon"
 )
 
 // DefaultNATSAddr is where a local platform's NATS listens (the usual 4222
@@ -222,7 +229,11 @@ func (c Config) validate() error {
 			return err
 		}
 	}
-	for _, bin := range []string{"gtr", "cell", "issuersim"} {
+	bins := []string{"gtr", "cell", "issuersim"}
+	if c.NATS && c.Metrics {
+		bins = append(bins, "natsmon")
+	}
+	for _, bin := range bins {
 		if _, err := os.Stat(filepath.Join(c.BinDir, bin)); err != nil {
 			return fmt.Errorf("binary %s: %w", bin, err)
 		}
@@ -233,7 +244,7 @@ func (c Config) validate() error {
 	if c.NATSServers < 1 || c.NATSServers > 5 {
 		return fmt.Errorf("NATSServers %d: want 1 to 5", c.NATSServers)
 	}
-	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true}
+	seen := map[string]bool{GTR: true, GTRBackup: true, IssuerSim: true, NATSMon: true}
 	for i := range c.NATSServers {
 		seen[NATSServer(i)] = true
 	}
@@ -485,6 +496,9 @@ func (p *Platform) Stop() error {
 		errs = append(errs, cellErrs...)
 		if s := p.procs[IssuerSim]; s != nil {
 			errs = append(errs, s.Stop())
+		}
+		if m := p.procs[NATSMon]; m != nil {
+			errs = append(errs, m.Stop())
 		}
 		for _, n := range p.NATSServers() {
 			errs = append(errs, n.Stop())

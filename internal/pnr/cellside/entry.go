@@ -56,12 +56,12 @@ func (e Entry) SameAttempt(call string, attempt int32) bool {
 	return e.Call == call && e.Attempt == attempt
 }
 
-// mayTakeOver reports whether an attempt of call, numbered attempt, may
+// MayTakeOver reports whether an attempt of call, numbered attempt, may
 // take over e, another cell's entry: the owner abandoned it, or it is the
 // claim of an earlier attempt of the same GTR call, which the GTR gave up
 // before confirming its point of no return (it moves a call on only then),
 // so that its cell never calls the issuer for it.
-func (e Entry) mayTakeOver(call string, attempt int32) bool {
+func (e Entry) MayTakeOver(call string, attempt int32) bool {
 	switch e.State {
 	case EntryAbandoned:
 		return true

@@ -295,7 +295,7 @@ func (m *Machine) afterClaim(ev Event) Action {
 			return m.giveUp(Reject{Err: idempotency.ErrConflict})
 		case e.State == EntryFinal:
 			return m.giveUp(ReplyEntry{Entry: e})
-		case e.mayTakeOver(m.in.Call, m.in.Attempt) && m.next != thenGoOn:
+		case e.MayTakeOver(m.in.Call, m.in.Attempt) && m.next != thenGoOn:
 			// With thenPin, this cell's sending record answers PENDING
 			// under the new claim, pinned.
 			return m.claimEntry(e.Revision, m.next)

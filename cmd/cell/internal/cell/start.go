@@ -151,7 +151,7 @@ func (c *Cell) startPeers(ctx context.Context) error {
 	c.rel.Add(closeDir)
 	sample := telemetry.NATSSample{Drift: c.drift.Each}
 	if dir != nil {
-		sample.Dropped = dir.Dropped
+		sample.Dropped, sample.Forged = dir.Dropped, dir.Forged
 	}
 	return telemetry.NewNATS(c.tel.Meter(meterName), sample)
 }

@@ -35,6 +35,11 @@ type Config struct {
 	// NATSTLS is the component's certificate as its NATS identity; zero
 	// for plaintext NATS without authentication (tests, benchmarks).
 	NATSTLS tlsconf.Files
+	// SigningCert is the certificate whose key signs this cell's entries,
+	// and whose CA every entry's signer must chain to; NATSTLS when zero.
+	// With neither, entries are written unsigned and only unsigned ones
+	// are read (a test's plaintext NATS).
+	SigningCert tlsconf.Files
 	// CellID is this cell: the owner it writes.
 	CellID string
 	// Bucket is the key-value bucket; default "cellpay_txn".
@@ -96,8 +101,19 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if !c.SigningCert.Set() {
+		c.SigningCert = c.NATSTLS
+	}
 	return nil
 }
+
+// History is how many revisions of an entry the bucket keeps (the
+// MaxMsgsPerSubject of its stream): every one, from the claim on, so that
+// a reader judges each change by the rules (verify). A claim, its
+// takeovers, pin and final state take a few; past History, NATS refuses
+// more writes to the key (DiscardNewPerSubject), so a writer can fill an
+// entry up but never push its history out.
+const History = 16
 
 // Directory is a cell's connection to the transaction directory. It is
 // safe for concurrent use.
@@ -105,8 +121,12 @@ type Directory struct {
 	cfg     Config
 	nc      *nats.Conn
 	kv      atomic.Pointer[jetstream.KeyValue]
+	stream  atomic.Pointer[jetstream.Stream]
+	signer  *signer // nil: unsigned
+	trust   *trust  // nil: unsigned
 	queue   chan func(context.Context)
 	dropped atomic.Int64
+	forged  atomic.Int64
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -118,12 +138,22 @@ func Open(cfg Config) (*Directory, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	d := &Directory{cfg: cfg, queue: make(chan func(context.Context), cfg.QueueSize)}
+	if cfg.SigningCert.Set() {
+		var err error
+		if d.signer, err = newSigner(cfg.CellID, cfg.SigningCert); err != nil {
+			return nil, err
+		}
+		if d.trust, err = newTrust(cfg.SigningCert.CA); err != nil {
+			return nil, err
+		}
+	}
 	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", cfg.NATSTLS, nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		return nil, fmt.Errorf("directory: nats: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Directory{cfg: cfg, nc: nc, queue: make(chan func(context.Context), cfg.QueueSize), cancel: cancel}
+	d.nc, d.cancel = nc, cancel
 	d.wg.Add(3)
 	go d.open(ctx)
 	for range 2 {
@@ -148,6 +178,11 @@ func (d *Directory) Ready() bool {
 // Dropped counts best-effort updates dropped because the queue was full.
 func (d *Directory) Dropped() int64 { return d.dropped.Load() }
 
+// Forged counts the revisions of entries this cell read and ignored: a
+// signature that does not verify, a change the rules do not allow, a
+// delete marker (verify).
+func (d *Directory) Forged() int64 { return d.forged.Load() }
+
 func (d *Directory) open(ctx context.Context) {
 	defer d.wg.Done()
 	js, err := jetstream.New(d.nc)
@@ -158,22 +193,18 @@ func (d *Directory) open(ctx context.Context) {
 	var last string
 	for ctx.Err() == nil {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, differs, err := jsconf.OpenKeyValue(octx, js, jetstream.KeyValueConfig{
-			Bucket:      d.cfg.Bucket,
-			Description: "Cellpay transaction directory: the owner cell of each transaction, and its answer",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-		}, d.cfg.Limits)
+		st, kv, differs, err := d.openBucket(octx, js)
 		cancel()
 		if err == nil {
 			d.kv.Store(&kv)
+			d.stream.Store(&st)
 			if d.cfg.Drift != nil {
 				d.cfg.Drift.Set(d.cfg.Bucket, differs)
 			}
 			if len(differs) > 0 {
-				d.cfg.Log.Warn("transaction directory open; its bucket's limits differ from this cell's, kept as they are", "bucket", d.cfg.Bucket, "differences", differs)
+				d.cfg.Log.Warn("transaction directory open; its bucket's configuration differs from this cell's, kept as it is", "bucket", d.cfg.Bucket, "differences", differs)
 			} else {
-				d.cfg.Log.Info("transaction directory open", "bucket", d.cfg.Bucket)
+				d.cfg.Log.Info("transaction directory open", "bucket", d.cfg.Bucket, "signed", d.signer != nil)
 			}
 			return
 		}
@@ -186,6 +217,52 @@ func (d *Directory) open(ctx context.Context) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// openBucket opens the bucket's stream, creating it when missing with the
+// directory's configuration: a key-value bucket's, with every revision of
+// a key kept (History, new ones refused past it) and no rollup, purge or
+// delete, so that no writer can erase an entry's history. It returns how
+// the stream found differs from that configuration.
+func (d *Directory) openBucket(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, []string, error) {
+	name := "KV_" + d.cfg.Bucket // a bucket's stream, as nats.go names it
+	st, differs, err := jsconf.OpenStream(ctx, js, jetstream.StreamConfig{
+		Name:                 name,
+		Description:          "Cellpay transaction directory: the owner cell of each transaction, and its answer, signed by the owner",
+		Subjects:             []string{"$KV." + d.cfg.Bucket + ".>"},
+		Storage:              jetstream.FileStorage,
+		MaxMsgsPerSubject:    History,
+		MaxMsgSize:           MaxEncoded + maxChain,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           2 * time.Minute,
+		DenyDelete:           true,
+		DenyPurge:            true,
+		AllowRollup:          false,
+		AllowDirect:          true,
+	}, d.cfg.Limits)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c := st.CachedInfo().Config
+	if c.AllowRollup || !c.DenyPurge || !c.DenyDelete || !c.DiscardNewPerSubject || c.MaxMsgsPerSubject < History {
+		differs = append(differs, fmt.Sprintf("history %d, rollup %v, purge denied %v, delete denied %v, new refused per key %v: want %d, false, true, true, true (else an entry's history can be erased, and a forged change cannot be told)",
+			c.MaxMsgsPerSubject, c.AllowRollup, c.DenyPurge, c.DenyDelete, c.DiscardNewPerSubject, History))
+	}
+	kv, err := js.KeyValue(ctx, d.cfg.Bucket)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if d.signer != nil {
+		sc, err := d.signer.current()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if err := d.publish(ctx, kv, sc); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return st, kv, differs, nil
 }
 
 func (d *Directory) bucket() (jetstream.KeyValue, error) {
@@ -216,40 +293,90 @@ func (d *Directory) Take(ctx context.Context, k idempotency.Key, e Entry, rev ui
 }
 
 // write creates k's entry as e (rev 0) or updates it at rev. It returns e
-// and true when written; else the entry that holds k. An entry gone
-// between the write and the read (expired, purged) is created again.
+// and true when written; else the entry that holds k. A key whose
+// revisions hold no entry a reader may rely on (every one ignored, or
+// expired) is written over at its last revision.
 func (d *Directory) write(ctx context.Context, k idempotency.Key, e Entry, rev uint64) (Entry, bool, error) {
 	kv, err := d.bucket()
 	if err != nil {
 		return Entry{}, false, err
 	}
-	b, err := Encode(e)
-	if err != nil {
-		return Entry{}, false, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
 	defer cancel()
-	var n uint64
-	if rev == 0 {
-		n, err = kv.Create(ctx, Key(k), b)
-	} else {
-		n, err = kv.Update(ctx, Key(k), b, rev)
+	for range 3 {
+		b, err := d.seal(ctx, kv, Key(k), e)
+		if err != nil {
+			return Entry{}, false, err
+		}
+		// Update at revision 0 succeeds only on a key with no message at
+		// all (Create would also write over a delete marker: a forged one
+		// would make this cell think it claimed an entry readers judge
+		// another's).
+		n, err := kv.Update(ctx, Key(k), b, rev)
+		switch {
+		case err == nil:
+			e.Revision = n
+			return e, true, nil
+		case !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			return Entry{}, false, unavailable(err)
+		}
+		cur, found, err := d.get(ctx, k)
+		switch {
+		case err != nil:
+			return Entry{}, false, err
+		case found:
+			return cur, false, nil
+		}
+		rev = cur.Revision // nothing to rely on: write over it
 	}
-	switch {
-	case err == nil:
-		e.Revision = n
-		return e, true, nil
-	case !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-		return Entry{}, false, unavailable(err)
+	return Entry{}, false, unavailable(errors.New("entry kept changing"))
+}
+
+// seal encodes e for key and signs it with this cell's certificate,
+// publishing the certificate first if readers may not have it.
+func (d *Directory) seal(ctx context.Context, kv jetstream.KeyValue, key string, e Entry) ([]byte, error) {
+	payload, err := encodeEntry(key, e)
+	if err != nil {
+		return nil, err
 	}
-	cur, found, err := d.get(ctx, kv, k)
-	switch {
-	case err != nil:
-		return Entry{}, false, err
-	case !found:
-		return d.write(ctx, k, e, 0)
+	if d.signer == nil {
+		return Seal(payload, "", nil)
 	}
-	return cur, false, nil
+	sc, err := d.signer.current()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.publish(ctx, kv, sc); err != nil {
+		return nil, err
+	}
+	sig, err := sc.sign(key, payload)
+	if err != nil {
+		return nil, fmt.Errorf("directory: sign: %w", err)
+	}
+	return Seal(payload, sc.id, sig)
+}
+
+// publish puts sc's chain in the bucket under this cell's certificate key
+// unless this cell put it there within an eighth of the bucket's MaxAge.
+// It is in the bucket's stream before any entry it signs, so a replica
+// that holds the entry holds it; and it is kept there by every write, so
+// it expires after an entry it signed only when its cell has written
+// nothing for seven eighths of the window (a cell lost for days: an
+// operator releases its entries first, gtrctl).
+func (d *Directory) publish(ctx context.Context, kv jetstream.KeyValue, sc *signingCert) error {
+	refresh := d.cfg.Limits.MaxAge / 8
+	if at := sc.publishedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < refresh {
+		return nil
+	}
+	b, err := encodeChain(sc.chain)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, certKey(d.cfg.CellID, sc.id), b); err != nil {
+		return unavailable(fmt.Errorf("publishing the signing certificate: %w", err))
+	}
+	sc.publishedAt.Store(time.Now().UnixNano())
+	return nil
 }
 
 // Finalize records answer as k's outcome, for owner, with the payload's
@@ -267,6 +394,29 @@ func (d *Directory) Finalize(ctx context.Context, k idempotency.Key, owner strin
 		}
 		return true, nil
 	})
+}
+
+// FinalizeAt is Finalize for the owner whose own claim is k's entry at
+// revision rev: one write, on top of that revision, when nothing changed
+// the entry since (a transaction's normal path); Finalize's read and
+// write otherwise.
+func (d *Directory) FinalizeAt(ctx context.Context, k idempotency.Key, rev uint64, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error {
+	kv, err := d.bucket()
+	if err != nil {
+		return err
+	}
+	final := Entry{Owner: owner, Fingerprint: fp, FingerprintKeyID: fpKeyID, State: Final, Answer: answer}
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
+	defer cancel()
+	b, err := d.seal(wctx, kv, Key(k), final)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Update(wctx, Key(k), b, rev)
+	if err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		return wrapUnavailable(err)
+	}
+	return d.Finalize(ctx, k, owner, fp, fpKeyID, answer)
 }
 
 // Abandon marks k's entry abandoned if it is still the claim of call's
@@ -291,38 +441,29 @@ func (d *Directory) update(ctx context.Context, k idempotency.Key, next Entry, o
 	ctx, cancel := context.WithTimeout(ctx, 2*d.cfg.OpTimeout)
 	defer cancel()
 	for range 3 {
-		cur, found, err := d.get(ctx, kv, k)
+		cur, found, err := d.get(ctx, k)
 		if err != nil {
-			return err
-		}
-		if !found {
-			if next.Owner == "" {
-				return ErrNotOwner
-			}
-			b, err := Encode(next)
-			if err != nil {
-				return err
-			}
-			if _, err := kv.Create(ctx, Key(k), b); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
-				return wrapUnavailable(err)
-			}
-			continue
-		}
-		write, err := ok(cur)
-		if err != nil || !write {
 			return err
 		}
 		e := next
-		if e.Owner == "" {
-			e = cur
-			e.State = Abandoned
+		if found {
+			write, err := ok(cur)
+			if err != nil || !write {
+				return err
+			}
+			if e.Owner == "" {
+				e = cur
+				e.State = Abandoned
+			}
+		} else if next.Owner == "" {
+			return ErrNotOwner
 		}
-		b, err := Encode(e)
+		b, err := d.seal(ctx, kv, Key(k), e)
 		if err != nil {
 			return err
 		}
-		_, err = kv.Update(ctx, Key(k), b, cur.Revision)
-		if err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		_, err = kv.Update(ctx, Key(k), b, cur.Revision) // 0: only if the key has no message
+		if err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
 			return wrapUnavailable(err)
 		}
 	}
@@ -338,32 +479,58 @@ func wrapUnavailable(err error) error {
 
 // Get returns k's entry, and false when it has none.
 func (d *Directory) Get(ctx context.Context, k idempotency.Key) (Entry, bool, error) {
-	kv, err := d.bucket()
-	if err != nil {
+	if _, err := d.bucket(); err != nil {
 		return Entry{}, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
 	defer cancel()
-	return d.get(ctx, kv, k)
+	return d.get(ctx, k)
 }
 
-func (d *Directory) get(ctx context.Context, kv jetstream.KeyValue, k idempotency.Key) (Entry, bool, error) {
-	v, err := kv.Get(ctx, Key(k))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return Entry{}, false, nil
-	case err != nil:
-		return Entry{}, false, unavailable(err)
-	}
-	e, err := Decode(v.Value())
+// get reads every revision of k's entry and returns the entry they make
+// by the rules (verify), and false when none may be relied on. Its
+// Revision is the key's last, ignored ones included: a write goes on top
+// of them.
+func (d *Directory) get(ctx context.Context, k idempotency.Key) (Entry, bool, error) {
+	kv, err := d.bucket()
 	if err != nil {
-		// A corrupt entry is no entry anyone may rely on: treat it as the
-		// directory failing for this key, so that no rule takes it as
-		// absent.
-		return Entry{}, false, unavailable(err)
+		return Entry{}, false, err
 	}
-	e.Revision = v.Revision()
-	return e, true, nil
+	st := *d.stream.Load()
+	key := Key(k)
+	subject := "$KV." + d.cfg.Bucket + "." + key
+	var revs []revision
+	for seq := uint64(1); ; {
+		if len(revs) > 2*History {
+			return Entry{}, false, unavailable(fmt.Errorf("entry %s has more than %d revisions", key, 2*History))
+		}
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return Entry{}, false, unavailable(err)
+		}
+		op := m.Header.Get("KV-Operation")
+		revs = append(revs, revision{seq: m.Sequence, marker: op == "DEL" || op == "PURGE", value: m.Data})
+		seq = m.Sequence + 1
+	}
+	fetch := func(owner, id string) ([]byte, error) {
+		v, err := kv.Get(ctx, certKey(owner, id))
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+			return nil, nil
+		case err != nil:
+			return nil, unavailable(err)
+		}
+		return v.Value(), nil
+	}
+	e, found, ignored, err := verify(key, revs, d.trust, fetch)
+	if ignored > 0 {
+		d.forged.Add(int64(ignored))
+		d.cfg.Log.Warn("directory entry revisions ignored: not signed by their owner, or a change the rules do not allow", "key", key, "ignored", ignored)
+	}
+	return e, found, err
 }
 
 // Later runs fn in the background, bounded by the queue; when the queue is

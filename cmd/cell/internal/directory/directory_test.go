@@ -162,31 +162,47 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
-func TestEncodeDecode(t *testing.T) {
-	e := Entry{Owner: "cell-a", Call: "c1", Attempt: 2, Fingerprint: fpA, FingerprintKeyID: "fp-0a1b2c3d", State: Final,
-		Answer: &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, MaskedPan: "424242******4242"}}
-	b, err := Encode(e)
+// encode renders e for key k unsigned, as a directory on plaintext NATS
+// writes it.
+func encode(t testing.TB, k string, e Entry) []byte {
+	t.Helper()
+	p, err := encodeEntry(k, e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Decode(b)
-	if err != nil || got.Owner != e.Owner || got.Call != e.Call || got.Attempt != 2 || got.Fingerprint != fpA ||
+	b, err := Seal(p, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestEncodeDecode(t *testing.T) {
+	e := Entry{Owner: "cell-a", Call: "c1", Attempt: 2, Fingerprint: fpA, FingerprintKeyID: "fp-0a1b2c3d", State: Final,
+		Answer: &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, MaskedPan: "424242******4242"}}
+	s, err := Decode(encode(t, "t.1", e))
+	got := s.Entry
+	if err != nil || s.Key != "t.1" || got.Owner != e.Owner || got.Call != e.Call || got.Attempt != 2 || got.Fingerprint != fpA ||
 		got.FingerprintKeyID != "fp-0a1b2c3d" || got.State != Final || got.Answer.GetMaskedPan() != "424242******4242" {
-		t.Fatalf("round trip: %+v %v", got, err)
+		t.Fatalf("round trip: %+v %v", s, err)
 	}
-	// An entry written before key IDs names none: its fingerprint is under
-	// the legacy key.
-	old, err := Decode([]byte(`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`))
-	if err != nil || old.FingerprintKeyID != cardkeys.LegacyKeyID {
-		t.Fatalf("entry without fk: key ID %q, %v", old.FingerprintKeyID, err)
+	// An entry without a key ID is under the legacy key.
+	old, err := Decode([]byte(`{"e":{"v":2,"k":"t.1","owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}}`))
+	if err != nil || old.Entry.FingerprintKeyID != cardkeys.LegacyKeyID {
+		t.Fatalf("entry without fk: key ID %q, %v", old.Entry.FingerprintKeyID, err)
 	}
+	const fp = `"fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="`
 	for _, bad := range []string{
-		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","fk":"` + strings.Repeat("k", 65) + `","state":"owned"}`,
-		`{}`, `{"v":2}`, `{"v":1,"owner":"a","fp":"AQ==","state":"owned"}`,
-		`{"v":1,"owner":"","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`,
-		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"final"}`,
-		`{"v":1,"owner":"a","fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"weird"}`,
-		`{"v":1,"owner":"a","attempt":-1,"fp":"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=","state":"owned"}`,
+		`{"e":{"v":2,"k":"t.1","owner":"a",` + fp + `,"fk":"` + strings.Repeat("k", 65) + `","state":"owned"}}`,
+		`{}`, `{"e":{"v":2}}`, `{"e":{"v":2,"k":"t.1","owner":"a","fp":"AQ==","state":"owned"}}`,
+		`{"e":{"v":1,"k":"t.1","owner":"a",` + fp + `,"state":"owned"}}`,
+		`{"v":1,"owner":"a",` + fp + `,"state":"owned"}`, // version 1, unsigned: not taken
+		`{"e":{"v":2,"owner":"a",` + fp + `,"state":"owned"}}`,
+		`{"e":{"v":2,"k":"t.1","owner":"",` + fp + `,"state":"owned"}}`,
+		`{"e":{"v":2,"k":"t.1","owner":"a",` + fp + `,"state":"final"}}`,
+		`{"e":{"v":2,"k":"t.1","owner":"a",` + fp + `,"state":"weird"}}`,
+		`{"e":{"v":2,"k":"t.1","owner":"a","attempt":-1,` + fp + `,"state":"owned"}}`,
+		`{"e":{"v":2,"k":"t.1","owner":"a",` + fp + `,"state":"owned"},"s":"` + strings.Repeat("A", 400) + `"}`,
 	} {
 		if _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%s) accepted", bad)
@@ -197,23 +213,73 @@ func TestEncodeDecode(t *testing.T) {
 // FuzzDecode: whatever is in the bucket, Decode refuses it with an error
 // or returns an entry that encodes again to one that decodes the same.
 func FuzzDecode(f *testing.F) {
-	b, _ := Encode(Entry{Owner: "cell-a", Call: "c1", Attempt: 1, Fingerprint: fpA, State: Owned})
-	f.Add(b)
-	b, _ = Encode(Entry{Owner: "cell-b", Fingerprint: fpB, State: Final, Answer: &cellpayv1.Transaction{TransactionId: "x"}})
-	f.Add(b)
-	f.Add([]byte(`{"v":1}`))
+	f.Add(encode(f, "t.1", Entry{Owner: "cell-a", Call: "c1", Attempt: 1, Fingerprint: fpA, State: Owned}))
+	f.Add(encode(f, "t.2", Entry{Owner: "cell-b", Fingerprint: fpB, State: Final, Answer: &cellpayv1.Transaction{TransactionId: "x"}}))
+	f.Add([]byte(`{"e":{"v":2},"c":"0a","s":"AQ=="}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := Decode(data)
+		s, err := Decode(data)
 		if err != nil {
 			return
 		}
-		again, err := Encode(e)
+		p, err := encodeEntry(s.Key, s.Entry)
 		if err != nil {
 			t.Fatalf("decoded entry does not encode: %v", err)
 		}
-		e2, err := Decode(again)
-		if err != nil || e2.Owner != e.Owner || e2.State != e.State || e2.Fingerprint != e.Fingerprint || e2.FingerprintKeyID != e.FingerprintKeyID {
-			t.Fatalf("re-decode: %+v %v", e2, err)
+		again, err := Seal(p, s.CertID, s.Sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := Decode(again)
+		e, e2 := s.Entry, s2.Entry
+		if err != nil || s2.Key != s.Key || e2.Owner != e.Owner || e2.State != e.State || e2.Fingerprint != e.Fingerprint || e2.FingerprintKeyID != e.FingerprintKeyID {
+			t.Fatalf("re-decode: %+v %v", s2, err)
 		}
 	})
+}
+
+// FinalizeAt writes on top of the owner's claim when nothing changed it,
+// and otherwise decides as Finalize does: on top of the owner's later
+// revision, or ErrNotOwner once another cell took the entry over.
+func TestFinalizeAt(t *testing.T) {
+	ns := natstest.Start(t)
+	a, b := open(t, ns.URL(), "cell-a"), open(t, ns.URL(), "cell-b")
+	ctx := context.Background()
+	answer := &cellpayv1.Transaction{TransactionId: "t-1", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "A1"}
+	claim, _, err := a.Claim(ctx, key, owned("cell-a", "c1", 1, fpA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FinalizeAt(ctx, key, claim.Revision, "cell-a", fpA, "fp-1", answer); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, _ := b.Get(ctx, key); cur.State != Final || cur.Answer.GetAuthCode() != "A1" || cur.Revision != claim.Revision+1 {
+		t.Fatalf("after FinalizeAt: %+v (claim at %d)", cur, claim.Revision)
+	}
+	// A stale revision: the entry was pinned since.
+	k2 := idempotency.Key{PartnerID: "p-001", TransactionID: "t-2"}
+	claim2, _, _ := a.Claim(ctx, k2, owned("cell-a", "c2", 1, fpA))
+	pinned := owned("cell-a", "c2", 1, fpA)
+	pinned.Pinned = true
+	if _, ok, err := a.Take(ctx, k2, pinned, claim2.Revision); err != nil || !ok {
+		t.Fatalf("pin: %v %v", ok, err)
+	}
+	if err := a.FinalizeAt(ctx, k2, claim2.Revision, "cell-a", fpA, "fp-1", answer); err != nil {
+		t.Fatalf("FinalizeAt at a stale revision of its own entry: %v", err)
+	}
+	if cur, _, _ := b.Get(ctx, k2); cur.State != Final {
+		t.Fatalf("after a stale FinalizeAt: %+v", cur)
+	}
+	// Taken over by cell-b (the attempt abandoned) since the claim.
+	k3 := idempotency.Key{PartnerID: "p-001", TransactionID: "t-3"}
+	claim3, _, _ := a.Claim(ctx, k3, owned("cell-a", "c3", 1, fpA))
+	if err := a.Abandon(ctx, k3, "cell-a", "c3", 1); err != nil {
+		t.Fatal(err)
+	}
+	cur, _, _ := b.Get(ctx, k3)
+	if _, ok, err := b.Take(ctx, k3, owned("cell-b", "c3", 2, fpA), cur.Revision); err != nil || !ok {
+		t.Fatalf("cell-b's takeover: %v %v", ok, err)
+	}
+	if err := a.FinalizeAt(ctx, k3, claim3.Revision, "cell-a", fpA, "fp-1", answer); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("FinalizeAt of an entry taken over: %v, want ErrNotOwner", err)
+	}
 }

@@ -43,6 +43,7 @@ const (
 const (
 	maxIDLen     = 64
 	maxAnswerLen = 8 << 10
+	maxSigLen    = 256
 	// MaxEncoded bounds an encoded entry.
 	MaxEncoded = 12 << 10
 )
@@ -57,9 +58,12 @@ func Key(k idempotency.Key) string {
 	return "t." + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// wire is an entry's encoding: JSON, versioned.
+// wire is an entry's encoding: JSON, versioned. K is the bucket key it
+// was written for, so that an entry copied under another key is not
+// taken for that key's.
 type wire struct {
 	V           int    `json:"v"`
+	K           string `json:"k"`
 	Owner       string `json:"owner"`
 	Call        string `json:"call,omitempty"`
 	Attempt     int32  `json:"attempt,omitempty"`
@@ -72,12 +76,36 @@ type wire struct {
 	Answer         []byte `json:"answer,omitempty"` // cellpay.v1.Transaction, binary
 }
 
-// Encode renders e for the bucket.
-func Encode(e Entry) ([]byte, error) {
+// envelope is what the bucket holds: an entry's encoding (E, kept as its
+// bytes), and its owner's signature over them (S) with the ID of the
+// certificate that made it (C). Both are empty where the directory runs
+// unsigned (plaintext NATS: tests and benchmarks).
+type envelope struct {
+	E json.RawMessage `json:"e"`
+	C string          `json:"c,omitempty"`
+	S []byte          `json:"s,omitempty"`
+}
+
+// version is the encoding's: 2 since entries are signed. A reader takes no
+// other (an entry of version 1 carries no signature).
+const version = 2
+
+// Sealed is an entry as read from the bucket, decoded but not verified:
+// the key it names, its bytes, and its signature.
+type Sealed struct {
+	Entry   Entry
+	Key     string
+	CertID  string
+	Sig     []byte
+	Payload []byte
+}
+
+// encodeEntry renders e for bucket key k: the bytes its signature covers.
+func encodeEntry(k string, e Entry) ([]byte, error) {
 	if err := check(e); err != nil {
 		return nil, err
 	}
-	w := wire{V: 1, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:],
+	w := wire{V: version, K: k, Owner: e.Owner, Call: e.Call, Attempt: e.Attempt, Fingerprint: e.Fingerprint[:],
 		FingerprintKey: e.FingerprintKeyID, State: e.State, Pinned: e.Pinned}
 	if e.Answer != nil {
 		b, err := proto.Marshal(e.Answer)
@@ -89,21 +117,41 @@ func Encode(e Entry) ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// Decode parses an entry read from the bucket. Any data is refused with an
-// error naming the field, never a panic.
-func Decode(b []byte) (Entry, error) {
+// Seal renders payload (encodeEntry's) with its signature sig by
+// certificate certID (both empty: unsigned).
+func Seal(payload []byte, certID string, sig []byte) ([]byte, error) {
+	return json.Marshal(envelope{E: payload, C: certID, S: sig})
+}
+
+// Decode parses an entry read from the bucket, without verifying its
+// signature. Any data is refused with an error naming the field, never a
+// panic.
+func Decode(b []byte) (Sealed, error) {
 	if len(b) > MaxEncoded {
-		return Entry{}, fmt.Errorf("directory: entry of %d bytes, at most %d", len(b), MaxEncoded)
+		return Sealed{}, fmt.Errorf("directory: entry of %d bytes, at most %d", len(b), MaxEncoded)
+	}
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return Sealed{}, fmt.Errorf("directory: entry: %w", err)
+	}
+	if len(env.C) > maxIDLen {
+		return Sealed{}, fmt.Errorf("directory: c: longer than %d bytes", maxIDLen)
+	}
+	if len(env.S) > maxSigLen {
+		return Sealed{}, fmt.Errorf("directory: s: %d bytes, at most %d", len(env.S), maxSigLen)
 	}
 	var w wire
-	if err := json.Unmarshal(b, &w); err != nil {
-		return Entry{}, fmt.Errorf("directory: entry: %w", err)
+	if err := json.Unmarshal(env.E, &w); err != nil {
+		return Sealed{}, fmt.Errorf("directory: e: %w", err)
 	}
-	if w.V != 1 {
-		return Entry{}, fmt.Errorf("directory: v: version %d is not 1", w.V)
+	if w.V != version {
+		return Sealed{}, fmt.Errorf("directory: v: version %d is not %d", w.V, version)
+	}
+	if w.K == "" || len(w.K) > maxIDLen {
+		return Sealed{}, fmt.Errorf("directory: k: %q is not a bucket key (1 to %d bytes)", w.K, maxIDLen)
 	}
 	if len(w.Fingerprint) != len(idempotency.Fingerprint{}) {
-		return Entry{}, fmt.Errorf("directory: fp: %d bytes, want %d", len(w.Fingerprint), len(idempotency.Fingerprint{}))
+		return Sealed{}, fmt.Errorf("directory: fp: %d bytes, want %d", len(w.Fingerprint), len(idempotency.Fingerprint{}))
 	}
 	e := Entry{Owner: w.Owner, Call: w.Call, Attempt: w.Attempt, FingerprintKeyID: w.FingerprintKey, State: w.State, Pinned: w.Pinned}
 	if e.FingerprintKeyID == "" {
@@ -112,17 +160,17 @@ func Decode(b []byte) (Entry, error) {
 	copy(e.Fingerprint[:], w.Fingerprint)
 	if len(w.Answer) > 0 {
 		if len(w.Answer) > maxAnswerLen {
-			return Entry{}, fmt.Errorf("directory: answer: %d bytes, at most %d", len(w.Answer), maxAnswerLen)
+			return Sealed{}, fmt.Errorf("directory: answer: %d bytes, at most %d", len(w.Answer), maxAnswerLen)
 		}
 		e.Answer = &cellpayv1.Transaction{}
 		if err := proto.Unmarshal(w.Answer, e.Answer); err != nil {
-			return Entry{}, fmt.Errorf("directory: answer: %w", err)
+			return Sealed{}, fmt.Errorf("directory: answer: %w", err)
 		}
 	}
 	if err := check(e); err != nil {
-		return Entry{}, err
+		return Sealed{}, err
 	}
-	return e, nil
+	return Sealed{Entry: e, Key: w.K, CertID: env.C, Sig: env.S, Payload: env.E}, nil
 }
 
 func check(e Entry) error {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/cardkeys"
@@ -52,6 +53,10 @@ type Store interface {
 	// sending, once its attempt has answered PENDING.
 	GetActive(ctx context.Context, k idempotency.Key) (*cellside.Record, bool, error)
 	Release(ctx context.Context, k idempotency.Key) error
+	// MarkUnfiled marks k's record as lacking its directory entry (the
+	// best-effort write of its final state failed): the reconciler files
+	// it once the directory is back.
+	MarkUnfiled(ctx context.Context, k idempotency.Key) error
 }
 
 // Issuer sends authorizations; issuerproto.IssuerClient implements it. An
@@ -72,7 +77,10 @@ type Directory interface {
 	Take(ctx context.Context, k idempotency.Key, e cellside.Entry, rev uint64) (cellside.Entry, bool, error)
 	// Finalize records owner's answer for k; Abandon marks k's entry
 	// abandoned if it is still the claim of call's attempt at owner.
+	// FinalizeAt does it in one write when rev, owner's own claim, is
+	// still the entry's revision.
 	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
+	FinalizeAt(ctx context.Context, k idempotency.Key, rev uint64, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
 	Abandon(ctx context.Context, k idempotency.Key, owner, call string, attempt int32) error
 	// Later runs fn in the background, bounded; it may drop it.
 	Later(fn func(ctx context.Context) error, what string)
@@ -348,7 +356,25 @@ func (s *Server) settleEntry(m *cellside.Machine, in cellside.Input, a cellside.
 			return // not final, not this cell's, or a replay whose entry has the answer already
 		}
 		txn, fp, fpKey := a.Record.Transaction(), a.Record.Fingerprint, a.Record.FingerprintKeyID
-		d.Later(func(ctx context.Context) error { return d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn) }, "finalize")
+		d.Later(func(ctx context.Context) error {
+			var err error
+			if claimed && e.Owner == s.cfg.CellID {
+				err = d.FinalizeAt(ctx, k, e.Revision, s.cfg.CellID, fp, fpKey, txn)
+			} else {
+				err = d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn)
+			}
+			if err != nil && !errors.Is(err, directory.ErrNotOwner) {
+				// Left to the reconciler, which files it once the
+				// directory answers (reconcile.File): the directory is
+				// complete again after an outage.
+				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+				defer cancel()
+				if merr := s.cfg.Store.MarkUnfiled(mctx, k); merr != nil {
+					s.cfg.Log.Warn("directory entry not written, nor its record marked to file it later", "partner_id", k.PartnerID, "transaction_id", k.TransactionID, "error", merr)
+				}
+			}
+			return err
+		}, "finalize")
 	case cellside.Reroute:
 		if claimed && e.SameAttempt(in.Call, in.Attempt) {
 			d.Later(func(ctx context.Context) error { return d.Abandon(ctx, k, s.cfg.CellID, in.Call, in.Attempt) }, "abandon")

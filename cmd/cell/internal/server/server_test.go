@@ -67,6 +67,8 @@ func (m *memStore) GetActive(_ context.Context, k idempotency.Key) (*cellside.Re
 	return &r, m.owned[k], nil
 }
 
+func (m *memStore) MarkUnfiled(context.Context, idempotency.Key) error { return nil }
+
 func (m *memStore) Release(_ context.Context, k idempotency.Key) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

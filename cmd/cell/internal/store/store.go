@@ -474,6 +474,17 @@ func (s *Store) Unfiled(ctx context.Context, limit int) ([]*cellside.Record, err
 	return out, nil
 }
 
+// MarkUnfiled sets k's Unfiled mark: its final state's directory entry
+// was not written.
+func (s *Store) MarkUnfiled(ctx context.Context, k idempotency.Key) error {
+	_, err := s.pool.Exec(ctx, `UPDATE transactions SET unfiled = true
+		WHERE partner_id = $1 AND transaction_id = $2 AND NOT unfiled`, k.PartnerID, k.TransactionID)
+	if err != nil {
+		return fmt.Errorf("store: unfiled: %w", err)
+	}
+	return nil
+}
+
 // MarkFiled clears k's Unfiled mark: its entry is in the directory (or was
 // found another cell's, counted and logged by the caller).
 func (s *Store) MarkFiled(ctx context.Context, k idempotency.Key) error {

@@ -357,9 +357,10 @@ func TestAbandonOwn(t *testing.T) {
 	}
 }
 
-// TestUnfiled: a record inserted without a directory entry is listed once
-// final (not while pending), oldest first, until marked filed; a reclaim
-// by an attempt that holds its entry clears the mark.
+// TestUnfiled: a record inserted without a directory entry, or marked
+// when its final entry was not written, is listed once final (not while
+// pending), oldest first, until marked filed; a reclaim by an attempt
+// that holds its entry clears the mark.
 func TestUnfiled(t *testing.T) {
 	s, _ := open(t)
 	ctx := ctxT(t)
@@ -371,7 +372,7 @@ func TestUnfiled(t *testing.T) {
 		}
 	}
 	claimed := record("f-claimed")
-	claimed.State = cellside.StateApproved
+	claimed.State, claimed.UpdatedAt = cellside.StateApproved, t0.Add(time.Second)
 	if _, _, err := s.Insert(ctx, claimed); err != nil {
 		t.Fatal(err)
 	}
@@ -407,5 +408,12 @@ func TestUnfiled(t *testing.T) {
 	}
 	if got := fmt.Sprint(ids()); got != "[f-0]" {
 		t.Fatalf("after marking f-2 and reclaiming f-3: Unfiled = %s, want [f-0]", got)
+	}
+	// A claimed one whose final entry was not written is marked too.
+	if err := s.MarkUnfiled(ctx, key("f-claimed")); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ids()); got != "[f-0 f-claimed]" {
+		t.Fatalf("after marking f-claimed: Unfiled = %s, want [f-0 f-claimed]", got)
 	}
 }
