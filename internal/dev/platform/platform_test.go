@@ -50,7 +50,9 @@ func fakesConfig(t *testing.T, ctx context.Context) platform.Config {
 // every component, so it is tested whatever state the real ones are in.
 func TestPlatformWithFakes(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Two starts of three Postgres pairs: 204 s on a slow 2-core host
+	// beside the e2e shards (2026-12-06), where 3 minutes ran out.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
 	cfg := fakesConfig(t, ctx)
