@@ -25,6 +25,7 @@ func commands() []command {
 		samples              int
 		expected             uint64
 		effective            bool
+		reason               string
 	)
 	rampFlags := func(fs *flag.FlagSet) {
 		fs.DurationVar(&over, "over", 0, "ramp the change over this duration (default: now)")
@@ -66,6 +67,23 @@ func commands() []command {
 				return c.weightChange(ctx, over, noWait, func(cctx context.Context) (*adminproto.CellStatus, error) {
 					return c.client.Restore(cctx, &adminproto.RestoreRequest{CellId: args[0], Over: dur(over)})
 				})
+			}},
+		{name: "release", args: "CELL", help: "declare a cell lost for good (admin, audited): its directory entries not final go to the next cell their transaction reaches, resolved by inquiry at the issuer; --reason is required",
+			flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&reason, "reason", "", "why the cell is lost, for the audit log (required)")
+			},
+			run: func(ctx context.Context, c *cli, args []string) error {
+				if len(args) != 1 || reason == "" {
+					return errUsage
+				}
+				cctx, cancel := c.call(ctx)
+				defer cancel()
+				resp, err := c.client.ReleaseCell(cctx, &adminproto.ReleaseCellRequest{CellId: args[0], Reason: reason})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.out, "released %s (directory revision %d): its transactions not final are resolved by inquiry by the next cell they reach\n", resp.GetCellId(), resp.GetRevision())
+				return nil
 			}},
 		{name: "weight", args: "CELL N", help: "set a cell's weight (0..100), now or --over a duration",
 			flags: rampFlags,

@@ -15,7 +15,8 @@
 //	            the GTR's KV bucket (partners' callback settings), and
 //	            uses the transaction directory's bucket: any entry, and
 //	            its own signing certificates only
-//	gtr         uses its KV bucket (routing table, partners), publishes
+//	gtr         uses its KV bucket (routing table, partners), writes the
+//	            directory's release records (never an entry), publishes
 //	            and reads the audit stream (and may create it, never
 //	            update, purge or delete it: AuditStreamConfig), and reads
 //	            every cell's status subject
@@ -61,6 +62,14 @@ const DirectoryEntries = "$KV." + DirectoryBucket + ".t.>"
 // DirectoryCerts are the subjects of cell id's signing certificates in the
 // directory bucket.
 func DirectoryCerts(id string) string { return "$KV." + DirectoryBucket + ".c." + id + ".>" }
+
+// DirectoryReleases are the subjects of the records declaring cells lost
+// (keys DirectoryReleaseKey): the GTR's alone.
+const DirectoryReleases = "$KV." + DirectoryBucket + ".r.>"
+
+// DirectoryReleaseKey is the directory bucket's key of the record
+// declaring cell lost for good (gtrctl release).
+func DirectoryReleaseKey(cell string) string { return "r." + cell }
 
 // AuditMaxBytes bounds the audit stream on each server.
 const AuditMaxBytes = 1 << 30
@@ -167,6 +176,10 @@ func GTR() User {
 	gtrStream, gtrSubjects := kv(GTRBucket)
 	pub := []string{jsAPI + "INFO"}
 	pub = append(pub, ownStream(gtrStream, gtrSubjects)...)
+	// The directory: only its release records (gtrctl release),
+	// never an entry.
+	dirStream, _ := kv(DirectoryBucket)
+	pub = append(pub, jsAPI+"STREAM.INFO."+dirStream, DirectoryReleases)
 	// The audit stream: read, publish, create if missing; no update.
 	pub = append(pub, readStream(AuditStream, "*")...)
 	pub = append(pub, jsAPI+"STREAM.CREATE."+AuditStream, jsAPI+"CONSUMER.CREATE."+AuditStream, AuditSubjectPrefix+">")

@@ -336,6 +336,23 @@ func TestCellCannotPublishReferenceDataOrRoute(t *testing.T) {
 	if _, err := dir.Put(denied(t), "other", []byte("forged")); err == nil {
 		t.Fatal("cell-a wrote a key of the directory that is neither an entry nor its certificate")
 	}
+	if _, err := dir.Put(denied(t), "r.cell-b", []byte("forged")); err == nil {
+		t.Fatal("cell-a declared cell-b lost: it could then take over cell-b's entries")
+	}
+	// The GTR writes release records, and no entry.
+	gtrc, gv := s.connect(t, "gtr")
+	gjs2, _ := jetstream.New(gtrc)
+	gdir, err := gjs2.KeyValue(ctx(t), natsauth.DirectoryBucket)
+	if err != nil {
+		t.Fatalf("gtr: the directory bucket: %v", err)
+	}
+	if _, err := gdir.Put(ctx(t), "r.cell-b", []byte(`{"cell":"cell-b"}`)); err != nil {
+		t.Fatalf("gtr: release cell-b: %v", err)
+	}
+	if _, err := gdir.Put(denied(t), "t.k", []byte("forged")); err == nil {
+		t.Fatal("the GTR wrote a directory entry")
+	}
+	gv.expectViolation(t, "$KV."+natsauth.DirectoryBucket+".t.k")
 }
 
 func TestGTRCannotPublishReferenceData(t *testing.T) {

@@ -3326,6 +3326,114 @@ func (x *ReplayCallbacksResponse) GetCells() []*CellCallbacks {
 	return nil
 }
 
+type ReleaseCellRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cell_id is the cell declared lost.
+	CellId string `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	// reason says why, for the audit log; required.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseCellRequest) Reset() {
+	*x = ReleaseCellRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseCellRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseCellRequest) ProtoMessage() {}
+
+func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReleaseCellRequest) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *ReleaseCellRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReleaseCellResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CellId string                 `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	// revision is the release record's in the directory's stream: entries of
+	// the cell written before it are released.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseCellResponse) Reset() {
+	*x = ReleaseCellResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseCellResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseCellResponse) ProtoMessage() {}
+
+func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReleaseCellResponse) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *ReleaseCellResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// since, when set, skips older records.
@@ -3339,7 +3447,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3459,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3472,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3410,7 +3518,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3530,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3543,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -3528,7 +3636,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3648,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3661,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -3815,7 +3923,13 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"l\n" +
 	"\x17ReplayCallbacksResponse\x12\x1a\n" +
 	"\breplayed\x18\x01 \x01(\x03R\breplayed\x125\n" +
-	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"Z\n" +
+	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"E\n" +
+	"\x12ReleaseCellRequest\x12\x17\n" +
+	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"J\n" +
+	"\x13ReleaseCellResponse\x12\x17\n" +
+	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"Z\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xa1\x02\n" +
@@ -3842,7 +3956,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xd9\r\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xb5\x0e\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -3865,7 +3979,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x11AddCallbackSecret\x12*.cellpay.admin.v1.AddCallbackSecretRequest\x1a+.cellpay.admin.v1.AddCallbackSecretResponse\x12_\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12T\n" +
-	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
+	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponse\x12Z\n" +
+	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
 var (
 	file_cellpay_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -3880,7 +3995,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -3931,28 +4046,30 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*CellCallbacks)(nil),                    // 46: cellpay.admin.v1.CellCallbacks
 	(*ListCallbacksResponse)(nil),            // 47: cellpay.admin.v1.ListCallbacksResponse
 	(*ReplayCallbacksResponse)(nil),          // 48: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ListAuditRequest)(nil),                 // 49: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 50: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 51: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 52: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 53: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 54: cellpay.cell.v1.CallbackEvent
-	(*cellproto.ListCallbacksRequest)(nil),   // 55: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 56: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReleaseCellRequest)(nil),               // 49: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 50: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 51: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 52: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 53: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 55: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 56: cellpay.cell.v1.CallbackEvent
+	(*cellproto.ListCallbacksRequest)(nil),   // 57: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 58: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	52, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	54, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	52, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	52, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	52, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	53, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	53, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	53, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	54, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	54, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	54, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	55, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	55, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	55, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -3971,8 +4088,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	52, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	52, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	54, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	54, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -3980,12 +4097,12 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	54, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	56, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
 	46, // 41: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	52, // 42: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	52, // 43: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	50, // 44: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	54, // 42: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	54, // 43: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	52, // 44: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
 	2,  // 45: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
 	7,  // 46: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
 	8,  // 47: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
@@ -4003,31 +4120,33 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	42, // 59: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
 	43, // 60: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
 	44, // 61: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	55, // 62: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	56, // 63: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	49, // 64: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	3,  // 65: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 66: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 67: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 68: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	12, // 69: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	16, // 70: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	18, // 71: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	22, // 72: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	26, // 73: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	29, // 74: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	36, // 75: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	39, // 76: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 77: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	41, // 78: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	39, // 79: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 80: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 81: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	47, // 82: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	48, // 83: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	51, // 84: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	65, // [65:85] is the sub-list for method output_type
-	45, // [45:65] is the sub-list for method input_type
+	57, // 62: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	58, // 63: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	51, // 64: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	49, // 65: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 66: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 67: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 68: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 69: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	12, // 70: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	16, // 71: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	18, // 72: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	22, // 73: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	26, // 74: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	29, // 75: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	36, // 76: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	39, // 77: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 78: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	41, // 79: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	39, // 80: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 81: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 82: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	47, // 83: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	48, // 84: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	53, // 85: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	50, // 86: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	66, // [66:87] is the sub-list for method output_type
+	45, // [45:66] is the sub-list for method input_type
 	45, // [45:45] is the sub-list for extension type_name
 	45, // [45:45] is the sub-list for extension extendee
 	0,  // [0:45] is the sub-list for field type_name
@@ -4044,7 +4163,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

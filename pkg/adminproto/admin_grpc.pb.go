@@ -57,6 +57,7 @@ const (
 	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
 	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
 	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
+	Admin_ReleaseCell_FullMethodName       = "/cellpay.admin.v1.Admin/ReleaseCell"
 )
 
 // AdminClient is the client API for Admin service.
@@ -138,6 +139,15 @@ type AdminClient interface {
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// ReleaseCell declares cell_id lost for good and releases its entries in
+	// the transaction directory (admin role): a transaction whose entry it
+	// owns, not final, is taken over by the next cell it reaches, which
+	// records it as sent and resolves it by inquiry at the issuer, as the
+	// reconciler does (approved or declined as the issuer says, FAILED
+	// issuer_not_reached if the issuer never had it), before anything is
+	// decided again. Final entries keep their answers. A cell released must
+	// not come back with its old database under the same ID. Audited.
+	ReleaseCell(ctx context.Context, in *ReleaseCellRequest, opts ...grpc.CallOption) (*ReleaseCellResponse, error)
 }
 
 type adminClient struct {
@@ -348,6 +358,16 @@ func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) ReleaseCell(ctx context.Context, in *ReleaseCellRequest, opts ...grpc.CallOption) (*ReleaseCellResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseCellResponse)
+	err := c.cc.Invoke(ctx, Admin_ReleaseCell_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -427,6 +447,15 @@ type AdminServer interface {
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// ReleaseCell declares cell_id lost for good and releases its entries in
+	// the transaction directory (admin role): a transaction whose entry it
+	// owns, not final, is taken over by the next cell it reaches, which
+	// records it as sent and resolves it by inquiry at the issuer, as the
+	// reconciler does (approved or declined as the issuer says, FAILED
+	// issuer_not_reached if the issuer never had it), before anything is
+	// decided again. Final entries keep their answers. A cell released must
+	// not come back with its old database under the same ID. Audited.
+	ReleaseCell(context.Context, *ReleaseCellRequest) (*ReleaseCellResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -496,6 +525,9 @@ func (UnimplementedAdminServer) ReplayCallbacks(context.Context, *cellproto.Repl
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServer) ReleaseCell(context.Context, *ReleaseCellRequest) (*ReleaseCellResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseCell not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -878,6 +910,24 @@ func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ReleaseCell_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseCellRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReleaseCell(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReleaseCell_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReleaseCell(ctx, req.(*ReleaseCellRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -964,6 +1014,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAudit",
 			Handler:    _Admin_ListAudit_Handler,
+		},
+		{
+			MethodName: "ReleaseCell",
+			Handler:    _Admin_ReleaseCell_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -49,6 +49,12 @@ type Entry struct {
 	// Revision is the entry's revision in the directory; a takeover is
 	// conditional on it.
 	Revision uint64
+	// Released: an operator declared Owner lost for good after it wrote
+	// this entry (gtrctl release), and the entry is not final: any
+	// cell may take it over, and resolves it by inquiry at the issuer
+	// (the owner may have sent it), never by deciding it again. Read from
+	// the directory, never written in an entry.
+	Released bool
 }
 
 // SameAttempt reports whether e was claimed by call's attempt.

@@ -144,9 +144,12 @@ type Machine struct {
 	claim     *Entry
 	claims    int
 	unclaimed bool
-	next      afterClaimStep
-	pending   *Record
-	waited    bool
+	// adopted: the attempt took over a released entry (thenAdopt) and
+	// records the transaction as sent.
+	adopted bool
+	next    afterClaimStep
+	pending *Record
+	waited  bool
 }
 
 // afterClaimStep is what an attempt does once a claim step made the entry
@@ -162,6 +165,10 @@ const (
 	// thenPin: the entry is pinned, and the sending record answers
 	// PENDING.
 	thenPin
+	// thenAdopt: the entry of a cell declared lost is taken over, pinned:
+	// the record is inserted as sent (its outcome unknown) and answers
+	// PENDING, and the reconciler resolves it by inquiry.
+	thenAdopt
 )
 
 // maxClaims bounds the claim steps of one attempt (a claim, then takeovers
@@ -265,6 +272,11 @@ func (m *Machine) afterClaim(ev Event) Action {
 			return m.giveUp(Reject{Err: err})
 		}
 		switch m.next {
+		case thenAdopt:
+			m.adopted = true
+			m.rec.State = StateSending
+			m.phase = phaseInsert
+			return Insert{Record: m.rec}
 		case thenInsert:
 			if e.State == EntryAbandoned {
 				// This cell stopped it before its point of no return: take
@@ -295,6 +307,14 @@ func (m *Machine) afterClaim(ev Event) Action {
 			return m.giveUp(Reject{Err: idempotency.ErrConflict})
 		case e.State == EntryFinal:
 			return m.giveUp(ReplyEntry{Entry: e})
+		case e.Released && e.State != EntryFinal && m.next == thenInsert:
+			// Its owner was declared lost and may have sent it: take it
+			// over pinned, and resolve it by inquiry, never decide it
+			// again (no risk check, no authorization).
+			return m.claimAs(e.Revision, thenAdopt, Entry{
+				Owner: m.in.CellID, Call: m.in.Call, Attempt: m.in.Attempt, Fingerprint: m.in.Fingerprint,
+				FingerprintKeyID: m.in.FingerprintKeyID, State: EntryOwned, Pinned: true,
+			})
 		case e.MayTakeOver(m.in.Call, m.in.Attempt) && m.next != thenGoOn:
 			// With thenPin, this cell's sending record answers PENDING
 			// under the new claim, pinned.
@@ -431,6 +451,11 @@ func (m *Machine) Step(ev Event) Action {
 func (m *Machine) afterInsert(ev Event) Action {
 	switch ev := ev.(type) {
 	case Inserted:
+		if m.adopted {
+			// Recorded as sent: PENDING, the reconciler's to resolve.
+			m.phase = phaseDone
+			return Reply{Record: m.rec}
+		}
 		if m.claim != nil && !m.claim.SameAttempt(m.in.Call, m.in.Attempt) {
 			// Recorded under this cell's entry of another attempt (one
 			// gone): take the entry for this one before going on.

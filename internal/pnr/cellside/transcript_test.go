@@ -235,7 +235,7 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 		keyID, f := storedFingerprint(t, args, other)
 		e := Entry{Owner: args["owner"], Call: args["call"], Attempt: int32(atoi(t, args["attempt"], 1)),
 			Fingerprint: f, FingerprintKeyID: keyID, State: EntryState(args["state"]), Revision: uint64(atoi(t, args["rev"], 1)),
-			Pinned: args["pinned"] == "true"}
+			Pinned: args["pinned"] == "true", Released: args["released"] == "true"}
 		if e.State == EntryFinal {
 			e.Answer = &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED,
 				AuthCode: args["auth"], CellId: e.Owner}

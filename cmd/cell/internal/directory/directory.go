@@ -127,8 +127,13 @@ type Directory struct {
 	queue   chan func(context.Context)
 	dropped atomic.Int64
 	forged  atomic.Int64
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// releases caches the release records read (ReleaseKey), by cell.
+	releases struct {
+		sync.Mutex
+		m map[string]releaseSeen
+	}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // Open connects to NATS and opens (creating it if needed) the bucket in
@@ -525,12 +530,61 @@ func (d *Directory) get(ctx context.Context, k idempotency.Key) (Entry, bool, er
 		}
 		return v.Value(), nil
 	}
-	e, found, ignored, err := verify(key, revs, d.trust, fetch)
+	released := func(owner string) (uint64, error) { return d.released(ctx, kv, owner) }
+	e, found, ignored, err := verify(key, revs, d.trust, fetch, released)
 	if ignored > 0 {
 		d.forged.Add(int64(ignored))
 		d.cfg.Log.Warn("directory entry revisions ignored: not signed by their owner, or a change the rules do not allow", "key", key, "ignored", ignored)
 	}
 	return e, found, err
+}
+
+// ReleaseKey is the bucket key of the record declaring cell lost for good
+// (gtrctl release): only the GTR's NATS user may write it (package
+// natsauth). Its revision is the release's: the cell's entries written
+// before it, not final, are released.
+func ReleaseKey(cell string) string { return natsauth.DirectoryReleaseKey(cell) }
+
+// releaseSeen is a release record as read: its revision (0: none), and
+// when it was read.
+type releaseSeen struct {
+	rev uint64
+	at  time.Time
+}
+
+// releaseFresh is how long a release record read stays cached: a release
+// is kept for good, so only "none" needs reading again, and a release is
+// seen within this of being written.
+const releaseFresh = time.Second
+
+// maxReleases bounds the cache: one per cell.
+const maxReleases = 4096
+
+// released returns the revision of cell's release record, 0 when it has
+// none.
+func (d *Directory) released(ctx context.Context, kv jetstream.KeyValue, cell string) (uint64, error) {
+	d.releases.Lock()
+	seen, ok := d.releases.m[cell]
+	d.releases.Unlock()
+	if ok && (seen.rev > 0 || time.Since(seen.at) < releaseFresh) {
+		return seen.rev, nil
+	}
+	v, err := kv.Get(ctx, ReleaseKey(cell))
+	var rev uint64
+	switch {
+	case err == nil:
+		rev = v.Revision()
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	default:
+		return 0, unavailable(err)
+	}
+	d.releases.Lock()
+	if d.releases.m == nil || len(d.releases.m) >= maxReleases {
+		d.releases.m = map[string]releaseSeen{}
+	}
+	d.releases.m[cell] = releaseSeen{rev: rev, at: time.Now()}
+	d.releases.Unlock()
+	return rev, nil
 }
 
 // Later runs fn in the background, bounded by the queue; when the queue is

@@ -233,3 +233,65 @@ func FuzzDecodeChain(f *testing.F) {
 		}
 	})
 }
+
+// TestRelease: once cell-a is declared lost (its release record, which
+// only the GTR may write), its entries written before it, not final, are
+// Released: cell-b takes one over and every reader accepts the takeover.
+// Before the release, the same takeover is ignored as a forgery; an entry
+// cell-a writes after its release, or a final one, is not released.
+func TestRelease(t *testing.T) {
+	ns := natstest.Start(t)
+	ds := signedCells(t, ns.URL(), "cell-a", "cell-b", "cell-c")
+	a, b, c := ds[0], ds[1], ds[2]
+	ctx := context.Background()
+	raw := rawBucket(t, ns.URL())
+	k1, k2, k3 := key, idempotency.Key{PartnerID: "p-001", TransactionID: "t-final"}, idempotency.Key{PartnerID: "p-001", TransactionID: "t-after"}
+	claim, _, err := a.Claim(ctx, k1, owned("cell-a", "c1", 1, fpA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Claim(ctx, k2, owned("cell-a", "c2", 1, fpA)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Finalize(ctx, k2, "cell-a", fpA, "", &cellpayv1.Transaction{TransactionId: "t-final", Status: cellpayv1.TransactionStatus_APPROVED}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not released yet: a takeover of another call's owned entry is
+	// ignored.
+	if _, err := raw.Update(ctx, Key(k1), sealedBy(t, b, Key(k1), owned("cell-b", "c9", 1, fpA)), claim.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := c.Get(ctx, k1); err != nil || got.Owner != "cell-a" || got.Released {
+		t.Fatalf("before the release: %+v %v; want cell-a's, not released", got, err)
+	}
+
+	if _, err := raw.Put(ctx, ReleaseKey("cell-a"), []byte(`{"cell":"cell-a","reason":"test"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Claim(ctx, k3, owned("cell-a", "c3", 1, fpA)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(releaseFresh) // c's cache of "no release" ages out
+	held, ours, err := b.Claim(ctx, k1, owned("cell-b", "c5", 1, fpA))
+	if err != nil || ours || held.Owner != "cell-a" || !held.Released {
+		t.Fatalf("cell-b's claim after the release: %+v ours=%v err=%v; want cell-a's, released", held, ours, err)
+	}
+	taken := owned("cell-b", "c5", 1, fpA)
+	taken.Pinned = true
+	if _, ok, err := b.Take(ctx, k1, taken, held.Revision); err != nil || !ok {
+		t.Fatalf("cell-b's takeover: %v %v", ok, err)
+	}
+	for _, d := range []*Directory{b, c} {
+		got, _, err := d.Get(ctx, k1)
+		if err != nil || got.Owner != "cell-b" || !got.Pinned || got.Released {
+			t.Fatalf("%s reads %+v, %v; want cell-b's pinned takeover", d.cfg.CellID, got, err)
+		}
+	}
+	if got, _, _ := c.Get(ctx, k2); got.State != Final || got.Released {
+		t.Fatalf("a final entry of the released cell: %+v; want final, not released", got)
+	}
+	if got, _, _ := c.Get(ctx, k3); got.Owner != "cell-a" || got.Released {
+		t.Fatalf("an entry written after the release: %+v; want cell-a's, not released", got)
+	}
+}

@@ -23,27 +23,59 @@ type revision struct {
 //     changes), or by another cell taking it over where the rules let it
 //     (Entry.MayTakeOver: abandoned, or an earlier attempt of the same GTR
 //     call, not pinned);
-//   - delete and purge markers never count: no cell deletes an entry.
+//   - delete and purge markers never count: no cell deletes an entry;
+//   - an entry not final whose owner was declared lost after writing it
+//     (released) may be taken over by any cell.
 //
 // Every other revision is ignored and counted. The entry's Revision is the
 // key's last, ignored ones included, so that a write lands on top of them.
 // found is false when no revision counts. An error (unavailable) means a
 // revision could not be judged (its signer's certificate could not be
 // read): no rule may then take the entry as absent.
-func verify(k string, revs []revision, t *trust, fetch func(owner, id string) ([]byte, error)) (e Entry, found bool, ignored int, err error) {
+//
+// released(owner) is the revision of the record declaring owner lost for
+// good (0: none; ReleaseKey): an entry that owner wrote before it, not
+// final, may be taken over by any cell, and is marked Released.
+func verify(k string, revs []revision, t *trust, fetch func(owner, id string) ([]byte, error), released func(owner string) (uint64, error)) (e Entry, found bool, ignored int, err error) {
+	var at uint64 // the revision e was written at
+	// releasedAt is the revision of the release of e's owner that came
+	// after e was written; 0 if none (or e is final).
+	releasedAt := func(e Entry, at uint64) (uint64, error) {
+		if e.State == Final {
+			return 0, nil
+		}
+		r, err := released(e.Owner)
+		if err != nil || r <= at {
+			return 0, err
+		}
+		return r, nil
+	}
 	for _, r := range revs {
 		s, ok, err := judge(k, r, t, fetch)
 		if err != nil {
 			return Entry{}, false, ignored, err
 		}
-		if ok && found {
-			ok = next(e, s.Entry)
+		if ok && found && !next(e, s.Entry) {
+			// A takeover the rules do not allow may follow the release of
+			// the owner, never precede it.
+			rel, err := releasedAt(e, at)
+			if err != nil {
+				return Entry{}, false, ignored, err
+			}
+			ok = rel > 0 && r.seq > rel
 		}
 		if !ok {
 			ignored++
 			continue
 		}
-		e, found = s.Entry, true
+		e, found, at = s.Entry, true, r.seq
+	}
+	if found {
+		rel, err := releasedAt(e, at)
+		if err != nil {
+			return Entry{}, false, ignored, err
+		}
+		e.Released = rel > 0
 	}
 	if len(revs) > 0 {
 		e.Revision = revs[len(revs)-1].seq

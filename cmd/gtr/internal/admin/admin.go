@@ -69,6 +69,9 @@ type Config struct {
 	// Cells reaches the cells' outboxes for the callback RPCs; optional
 	// (without it they answer UNIMPLEMENTED).
 	Cells Cells
+	// Releaser writes the directory's release records (ReleaseCell);
+	// optional (without it ReleaseCell answers UNIMPLEMENTED).
+	Releaser Releaser
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
 	// traffic shares; default 10000.
 	ShareSamples int

@@ -179,6 +179,13 @@ func (s *Server) view(method string, req, resp any) json.RawMessage {
 		if resp != nil {
 			v = map[string]any{"replayed": resp.(*adminproto.ReplayCallbacksResponse).GetReplayed()}
 		}
+	case "ReleaseCell":
+		r := req.(*adminproto.ReleaseCellRequest)
+		if resp != nil {
+			v = map[string]any{"cell": r.GetCellId(), "reason": r.GetReason(), "revision": resp.(*adminproto.ReleaseCellResponse).GetRevision()}
+		} else {
+			v = map[string]any{"cell": r.GetCellId(), "reason": r.GetReason()}
+		}
 	default:
 		if resp != nil {
 			if pc, ok := resp.(partnerChange); ok {

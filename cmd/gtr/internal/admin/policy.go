@@ -37,6 +37,7 @@ var policy = map[string]operators.Role{
 	"RevokeKey":         operators.RoleAdmin,
 	"SetCallbacks":      operators.RoleAdmin,
 	"AddCallbackSecret": operators.RoleAdmin,
+	"ReleaseCell":       operators.RoleAdmin,
 }
 
 // otherServices are the other services of the admin listener: health is

@@ -252,8 +252,12 @@ func (g *GTR) startAdmin(context.Context) error {
 		return err
 	}
 	g.rel.Add(auditLog.Close)
+	var rel admin.Releaser
+	if cfg.NATSURL != "" {
+		rel = releaser{url: cfg.NATSURL, tls: cfg.NATSTLS, name: "gtr release " + cfg.ReplicaID}
+	}
 	adm, err := admin.New(admin.Config{State: g.st, Health: g.mon, Store: g.store, Partners: g.partners, ReplicaID: cfg.ReplicaID, Cells: g.pool,
-		Audit: auditLog, Log: cfg.Log})
+		Releaser: rel, Audit: auditLog, Log: cfg.Log})
 	if err != nil {
 		return err
 	}

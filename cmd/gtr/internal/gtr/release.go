@@ -1,0 +1,43 @@
+package gtr
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cellpay/cellpay/internal/natsauth"
+	"github.com/cellpay/cellpay/internal/natsconn"
+	"github.com/cellpay/cellpay/internal/tlsconf"
+)
+
+// releaser writes the transaction directory's release records over a NATS
+// connection of its own, made for each release (an operator's rare act:
+// no connection kept for it).
+type releaser struct {
+	url  string
+	tls  tlsconf.Files
+	name string
+}
+
+// Release puts record under cell's release key in the directory's bucket,
+// which the cells create: a platform with no cell yet has none to release.
+func (r releaser) Release(ctx context.Context, cell string, record []byte) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, err := natsconn.Connect(r.url, r.name, r.tls)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	kv, err := js.KeyValue(ctx, natsauth.DirectoryBucket)
+	if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", natsauth.DirectoryBucket, err)
+	}
+	return kv.Put(ctx, natsauth.DirectoryReleaseKey(cell), record)
+}
