@@ -148,38 +148,11 @@ func TestDirectoryDrainReplays(t *testing.T) {
 // everywhere, no issuer effect, and the checker agrees.
 func TestDirectoryFailedNotReached(t *testing.T) {
 	ctx := ctxFor(t, 150*time.Second)
-	probe := request("dir-probe", freshPAN())
-	txn, err := env.payments.SubmitTransaction(ctx, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := txn.GetCellId() // the platform's table hashes on the partner
+	home := partnerHome(t, ctx, "dir-probe")
 	req := request("dir-notreached", freshPAN())
-
-	asGTR, err := env.p.ClientTLS(platform.GTR) // a cell serves Process to the GTR's identity only
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(cellAddr(t, home), asGTR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := cellproto.NewCellClient(conn).Process(sctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
-		Request: req, Attempt: 1, RouteRule: "everything", CallId: "e2e-" + runID, Home: true,
-	}}}); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := stream.Recv()
-	if err != nil || ev.GetPointOfNoReturn() == nil {
-		t.Fatalf("want the cell's point of no return event, got %v %v", ev, err)
-	}
+	startAsGTR(t, sctx, home, req, "e2e-"+runID)
 	// Sending is durable at the cell; no Proceed will come. Kill it now.
 	if err := env.p.Process(home).Kill(); err != nil {
 		t.Fatal(err)
@@ -242,4 +215,47 @@ func TestDirectoryFailedNotReached(t *testing.T) {
 	if !report.OK() {
 		t.Fatalf("invariants broken:\n%s", strings.TrimSpace(report.String()))
 	}
+}
+
+// partnerHome is the cell p-001's transactions go to: the platform's
+// table hashes on the partner. It sends one (its ID ends in suffix) to
+// find out.
+func partnerHome(t *testing.T, ctx context.Context, suffix string) string {
+	t.Helper()
+	txn, err := env.payments.SubmitTransaction(ctx, request(suffix, freshPAN()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return txn.GetCellId()
+}
+
+// startAsGTR plays the GTR on cell's Process stream (a cell serves it to
+// the GTR's identity only): it starts req as attempt 1 of call at its
+// home and waits for the cell's point of no return event, so that the
+// test chooses the exact moment of what follows. The stream lives as long
+// as ctx.
+func startAsGTR(t *testing.T, ctx context.Context, cell string, req *cellpayv1.SubmitTransactionRequest, call string) cellproto.Cell_ProcessClient {
+	t.Helper()
+	asGTR, err := env.p.ClientTLS(platform.GTR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cellAddr(t, cell), asGTR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stream, err := cellproto.NewCellClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+		Request: req, Attempt: 1, RouteRule: "everything", CallId: call, Home: true,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetPointOfNoReturn() == nil {
+		t.Fatalf("want %s's point of no return event, got %v %v", cell, ev, err)
+	}
+	return stream
 }

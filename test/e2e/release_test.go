@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/dev/checker"
-	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -29,12 +27,7 @@ import (
 // checker agrees.
 func TestReleaseLostCell(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
-	probe := request("rel-probe", freshPAN())
-	txn, err := env.payments.SubmitTransaction(ctx, probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := txn.GetCellId() // the platform's table hashes on the partner
+	home := partnerHome(t, ctx, "rel-probe")
 	req := request("rel-lost", freshPAN())
 	var answers []checker.Answer
 	record := func(txn *cellpayv1.Transaction, err error) {
@@ -48,27 +41,7 @@ func TestReleaseLostCell(t *testing.T) {
 	defer setIssuerFaults(t, context.Background(), &issuerproto.Faults{})
 
 	// The test plays the GTR on home's Process stream.
-	asGTR, err := env.p.ClientTLS(platform.GTR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(cellAddr(t, home), asGTR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := cellproto.NewCellClient(conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
-		Request: req, Attempt: 1, RouteRule: "everything", CallId: "e2e-rel-" + runID, Home: true,
-	}}}); err != nil {
-		t.Fatal(err)
-	}
-	if ev, err := stream.Recv(); err != nil || ev.GetPointOfNoReturn() == nil {
-		t.Fatalf("want the cell's point of no return event, got %v %v", ev, err)
-	}
+	stream := startAsGTR(t, ctx, home, req, "e2e-rel-"+runID)
 	if err := stream.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -201,8 +201,8 @@ func (d *Directory) open(ctx context.Context) {
 		st, kv, differs, err := d.openBucket(octx, js)
 		cancel()
 		if err == nil {
+			d.stream.Store(&st) // before kv: bucket() says ready by kv
 			d.kv.Store(&kv)
-			d.stream.Store(&st)
 			if d.cfg.Drift != nil {
 				d.cfg.Drift.Set(d.cfg.Bucket, differs)
 			}
