@@ -216,8 +216,11 @@ func (r *Reconciler) fileAll(ctx context.Context) {
 // answer. An entry found another cell's (the ID was decided there too,
 // across the outage: the window docs/design/transaction-directory.md
 // names) is logged and counted as a conflict, and its mark cleared: this
-// cell's record stays as it is and the other cell's entry stands. The
-// first error of the directory or the store ends the round.
+// cell's record stays as it is and the other cell's entry stands. A
+// record the directory refuses is left for the next round and the others
+// go on (one entry that cannot be written, its history full, blocks no
+// other); the first such error is returned. An error of the store ends
+// the round.
 func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error) {
 	d := r.cfg.Directory
 	if d == nil {
@@ -227,6 +230,7 @@ func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error)
 	if err != nil {
 		return 0, 0, err
 	}
+	var first error
 	for _, rec := range recs {
 		err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, rec.Transaction())
 		result := "filed"
@@ -236,7 +240,10 @@ func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error)
 			r.cfg.Log.Error("reconcile: a transaction decided here in a directory outage is another cell's in the directory; both answers stand, this record unchanged",
 				"partner_id", rec.PartnerID, "transaction_id", rec.TransactionID, "state", rec.State)
 		case err != nil:
-			return filed, conflicts, err
+			if first == nil {
+				first = err
+			}
+			continue
 		}
 		if err := r.cfg.Store.MarkFiled(ctx, rec.Key()); err != nil {
 			return filed, conflicts, err
@@ -250,7 +257,7 @@ func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error)
 			r.cfg.OnFiled(result)
 		}
 	}
-	return filed, conflicts, nil
+	return filed, conflicts, first
 }
 
 func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time.Time) (bool, error) {

@@ -165,13 +165,14 @@ func TestResolves(t *testing.T) {
 type fakeDirectory struct {
 	owners    map[idempotency.Key]string
 	down      bool
+	refused   map[idempotency.Key]bool // refused alone (its history full)
 	finalized []idempotency.Key
 }
 
 var errNotOwner = errors.New("not the owner")
 
 func (f *fakeDirectory) Finalize(_ context.Context, k idempotency.Key, owner string, _ idempotency.Fingerprint, _ string, _ *cellpayv1.Transaction) error {
-	if f.down {
+	if f.down || f.refused[k] {
 		return status.Error(codes.Unavailable, "nats down")
 	}
 	if o, ok := f.owners[k]; ok && o != owner {
@@ -273,5 +274,12 @@ func TestFileAfterOutage(t *testing.T) {
 	}
 	if n, c, err := r.File(context.Background()); err != nil || n+c != 0 {
 		t.Fatalf("second File = %d, %d, %v; want nothing left", n, c, err)
+	}
+	// One record the directory refuses blocks no other.
+	st.recs[key("stuck")], st.recs[key("next")] = rec("stuck", cellside.StateApproved), rec("next", cellside.StateApproved)
+	st.recs[key("stuck")].UpdatedAt = now.Add(-time.Hour)
+	dir.refused = map[idempotency.Key]bool{key("stuck"): true}
+	if n, c, err := r.File(context.Background()); err == nil || n != 1 || c != 0 || st.recs[key("next")].Unfiled || !st.recs[key("stuck")].Unfiled {
+		t.Fatalf("with one refused: File = %d, %d, %v; next unfiled %v, stuck unfiled %v", n, c, err, st.recs[key("next")].Unfiled, st.recs[key("stuck")].Unfiled)
 	}
 }
