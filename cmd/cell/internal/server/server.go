@@ -128,10 +128,10 @@ type Config struct {
 	// (the sending record stays active), so it is kept well inside a
 	// partner's retries (10s was not: TestAccessPointFreeze).
 	ProceedTimeout time.Duration
-	// StoreTimeout bounds each try of the final write after the issuer has
-	// answered; it is tried StoreTries times, then left to the reconciler
-	// (the record stays "sending" and is resolved by inquiry); defaults 5s
-	// and 3.
+	// StoreTimeout bounds the final write after the issuer has answered,
+	// all of its StoreTries tries together; past it the write is left to
+	// the reconciler (the record stays "sending", answered PENDING, and
+	// is resolved by inquiry); defaults 5s and 3.
 	StoreTimeout time.Duration
 	StoreTries   int
 	Metrics      Metrics // optional
@@ -530,6 +530,13 @@ func recvWithin(stream processStream, d time.Duration) (*cellproto.ProcessInput,
 // persistAfterIssuer writes the issuer's answer: each try bounded, a few
 // tries, and then it is the reconciler's (by inquiry, never a resend).
 func (s *Server) persistAfterIssuer(ctx context.Context, r *cellside.Record, from cellside.State) error {
+	// One budget for every try: past it the attempt answers PENDING and
+	// the reconciler resolves the record. A budget per try held answers
+	// for three of them, 15 s and more, past a partner's deadline, when a
+	// Postgres shutting down took connections it never answered
+	// (TestFaultStopCellPostgres, DEADLINE_EXCEEDED on a slow host).
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
 	var err error
 	for i := range s.cfg.StoreTries {
 		if i > 0 {
@@ -539,9 +546,7 @@ func (s *Server) persistAfterIssuer(ctx context.Context, r *cellside.Record, fro
 			case <-time.After(time.Duration(i) * 100 * time.Millisecond):
 			}
 		}
-		tctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		err = s.cfg.Store.Persist(tctx, r, from)
-		cancel()
+		err = s.cfg.Store.Persist(ctx, r, from)
 		if err == nil || errors.Is(err, store.ErrStateChanged) {
 			// ErrStateChanged on a retry: the try before committed, or the
 			// reconciler got there first; either way the record is final,

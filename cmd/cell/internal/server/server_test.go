@@ -502,3 +502,41 @@ func TestLostSendingCommitStepsBack(t *testing.T) {
 		t.Fatal("the issuer was called for an attempt that never had Proceed")
 	}
 }
+
+// refusingStore refuses every final write, noting each try's deadline.
+type refusingStore struct {
+	*memStore
+	deadlines []time.Time
+}
+
+func (r *refusingStore) Persist(ctx context.Context, _ *cellside.Record, _ cellside.State) error {
+	d, _ := ctx.Deadline()
+	r.deadlines = append(r.deadlines, d)
+	return errors.New("store: persist: the database is shutting down")
+}
+
+// TestFinalWriteTriesShareOneBudget: the final write after the issuer's
+// answer is tried StoreTries times within one StoreTimeout, not one each,
+// so that an answer is never held for several timeouts past a partner's
+// deadline (it is PENDING then, the reconciler's to resolve).
+func TestFinalWriteTriesShareOneBudget(t *testing.T) {
+	st := &refusingStore{memStore: &memStore{recs: map[idempotency.Key]cellside.Record{}}}
+	srv, err := New(Config{CellID: "cell-t", Store: st, Issuer: &countingIssuer{}, StoreTimeout: time.Hour, StoreTries: 3,
+		RefData: func() cellside.RefData { return nil }, Policy: cellside.Policy{LimitCurrency: "EUR"},
+		Keys: testKeys, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &cellside.Record{TransactionID: "t-final", PartnerID: "p-001", State: cellside.StateApproved}
+	if err := srv.persistAfterIssuer(context.Background(), rec, cellside.StateSending); err == nil {
+		t.Fatal("a refused final write reported written")
+	}
+	if len(st.deadlines) != 3 {
+		t.Fatalf("%d tries, want 3", len(st.deadlines))
+	}
+	for i, d := range st.deadlines {
+		if d.IsZero() || !d.Equal(st.deadlines[0]) {
+			t.Fatalf("try %d's deadline %v, want the first's %v: one budget for all", i, d, st.deadlines[0])
+		}
+	}
+}
