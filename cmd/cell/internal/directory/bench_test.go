@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/dev/testutil/natstest"
-	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -28,16 +26,8 @@ import (
 // many goroutines (as a cell's concurrent attempts do).
 func BenchmarkClaim(b *testing.B) {
 	ns := natstest.Start(b)
-	dir := b.TempDir()
-	ca, err := pki.EnsureCA(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
-		b.Fatal(err)
-	}
 	answer := &cellpayv1.Transaction{TransactionId: "t", Status: cellpayv1.TransactionStatus_APPROVED, AuthCode: "A1B2C3", MaskedPan: "424242******4242"}
-	signing := tlsconf.Files{Cert: pki.CertFile(dir, "cell-a"), Key: pki.KeyFile(dir, "cell-a"), CA: ca.CertFile()}
+	signing := cellCerts(b, "cell-a")["cell-a"]
 	for _, v := range []struct {
 		name string
 		cert tlsconf.Files

@@ -19,22 +19,34 @@ import (
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
-// signedCells opens a signing directory per cell, each with a certificate
-// of one CA for its identity.
-func signedCells(t *testing.T, url string, cells ...string) []*Directory {
+// cellCerts issues, from one new CA, a certificate for each cell's
+// identity: the files a cell signs with.
+func cellCerts(t testing.TB, cells ...string) map[string]tlsconf.Files {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.EnsureCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*Directory
+	out := map[string]tlsconf.Files{}
 	for _, c := range cells {
 		if err := ca.Issue(c, []string{hop.Cell(c)}, pki.Client); err != nil {
 			t.Fatal(err)
 		}
+		out[c] = tlsconf.Files{Cert: pki.CertFile(dir, c), Key: pki.KeyFile(dir, c), CA: ca.CertFile()}
+	}
+	return out
+}
+
+// signedCells opens a signing directory per cell, each with a certificate
+// of one CA for its identity.
+func signedCells(t *testing.T, url string, cells ...string) []*Directory {
+	t.Helper()
+	certs := cellCerts(t, cells...)
+	var out []*Directory
+	for _, c := range cells {
 		d, err := Open(Config{NATSURL: url, CellID: c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			SigningCert: tlsconf.Files{Cert: pki.CertFile(dir, c), Key: pki.KeyFile(dir, c), CA: ca.CertFile()}})
+			SigningCert: certs[c]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,15 +218,7 @@ func TestUnknownSignerIgnored(t *testing.T) {
 // FuzzDecodeChain: whatever is under a certificate's key, decodeChain
 // refuses it with an error or returns certificates that parse.
 func FuzzDecodeChain(f *testing.F) {
-	dir := f.TempDir()
-	ca, err := pki.EnsureCA(dir)
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
-		f.Fatal(err)
-	}
-	s, err := newSigner("cell-a", tlsconf.Files{Cert: pki.CertFile(dir, "cell-a"), Key: pki.KeyFile(dir, "cell-a")})
+	s, err := newSigner("cell-a", cellCerts(f, "cell-a")["cell-a"])
 	if err != nil {
 		f.Fatal(err)
 	}
