@@ -25,6 +25,15 @@ type CellGauge struct {
 	// (state.CellConfig.RampStalled; 0 when it keeps up).
 	Weight, TargetWeight int
 	RampStalled          time.Duration
+	// Ejections counts this replica's ejections of the cell since it
+	// started, by cause (its reason label).
+	Ejections []Count
+}
+
+// Count is one labelled count of a gauge's cell.
+type Count struct {
+	Label string
+	N     uint64
 }
 
 // GTR holds the router's domain instruments. Its methods only add to
@@ -55,6 +64,7 @@ type GTR struct {
 //	cellpay_gtr_cell_weight{cell}                 configured weight in force (a ramp's position; before health)
 //	cellpay_gtr_cell_weight_target{cell}          configured weight where any ramp ends
 //	cellpay_gtr_cell_ramp_stalled_seconds{cell}   how long the routing table has lagged a ramp's step (0: it keeps up)
+//	cellpay_gtr_cell_ejections_total{cell,reason} times health ejected a cell, by cause (consecutive_failures, failure_rate, success_rate, checks_unanswered, check_down)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", "")}
 	errs := make([]error, 8)
@@ -86,10 +96,14 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	stalled, err := m.Float64ObservableGauge("cellpay.gtr.cell.ramp_stalled", metric.WithUnit("s"),
 		metric.WithDescription("How long the routing table in force has missed a step of the cell's ramp; 0 while it keeps up."))
 	errs = append(errs, err)
+	ejections, err := m.Int64ObservableCounter("cellpay.gtr.cell.ejections",
+		metric.WithDescription("Times health ejected a cell on this replica, by cause."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cellAttrs := newAttrCache("cell", "")
+	ejAttrs := newAttrCache("cell", "reason")
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for c := range cells {
 			a := cellAttrs.of(c.ID, "").obs
@@ -99,9 +113,12 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 			o.ObserveInt64(weight, int64(c.Weight), a...)
 			o.ObserveInt64(target, int64(c.TargetWeight), a...)
 			o.ObserveFloat64(stalled, c.RampStalled.Seconds(), a...)
+			for _, e := range c.Ejections {
+				o.ObserveInt64(ejections, int64(e.N), ejAttrs.of(c.ID, e.Label).obs...)
+			}
 		}
 		return nil
-	}, share, inflight, limit, weight, target, stalled)
+	}, share, inflight, limit, weight, target, stalled, ejections)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,10 @@ import (
 // TestAlertCellDown: Prometheus scrapes the platform's processes with the
 // project's rules loaded. With the platform healthy the cells' database
 // gauges are real (a synchronous standby each, nothing PENDING) and
-// CellpayCellEjected is quiet; once every instance of cell-a is killed it
+// CellpayCellEjected is quiet, or pending only for a cell the GTR did
+// eject (a host starved of CPU can leave three health checks in a row
+// unanswered: CI saw it once) and quiet again once the cell is back;
+// once every instance of cell-a is killed it
 // fires for cell-a alone, after the rule's `for` and within it plus the
 // GTR's ejection and a few scrape and evaluation intervals; once the cell
 // is restarted, it resolves within seconds.
@@ -42,9 +45,11 @@ func TestAlertCellDown(t *testing.T) {
 	if got := pr.query(t, `max by (cell) (cellpay_gtr_cell_ramp_stalled_seconds)`, "cell"); got["cell-a"] != "0" || got["cell-b"] != "0" {
 		t.Errorf("ramp stalled by cell = %v, want 0 for both", got)
 	}
-	if a := pr.alerts(t, name); len(a) != 0 {
-		t.Fatalf("%s active on a healthy platform: %+v", name, a)
-	}
+	testutil.Eventually(t, 30*time.Second, name+" quiet on a healthy platform", func() bool {
+		a := pr.alerts(t, name)
+		ejectedOnly(t, pr, name, a, "")
+		return len(a) == 0
+	})
 
 	// Kill every instance of cell-a, as a crash would.
 	instances := env.p.Instances("cell-a")
@@ -66,11 +71,10 @@ func TestAlertCellDown(t *testing.T) {
 	bound := forDur + 5*time.Second + 4*interval
 	var firing alert
 	testutil.Eventually(t, bound, name+" firing for cell-a", func() bool {
-		for _, a := range pr.alerts(t, name) {
-			if a.Labels["cell"] != "cell-a" {
-				t.Fatalf("%s active for %s, which is up: %+v", name, a.Labels["cell"], a)
-			}
-			if a.State == "firing" {
+		active := pr.alerts(t, name)
+		ejectedOnly(t, pr, name, active, "cell-a")
+		for _, a := range active {
+			if a.Labels["cell"] == "cell-a" && a.State == "firing" {
 				firing = a
 				return true
 			}
@@ -85,6 +89,10 @@ func TestAlertCellDown(t *testing.T) {
 	}
 	if firing.Labels["severity"] != "critical" {
 		t.Errorf("severity %q, want critical", firing.Labels["severity"])
+	}
+	// Why, as the runbook reads it: the active checks found it down.
+	if got := pr.query(t, `sum by (reason) (cellpay_gtr_cell_ejections_total{cell="cell-a"}) > 0`, "reason"); got["check_down"] == "" {
+		t.Errorf("cell-a's ejections by reason = %v, want check_down among them", got)
 	}
 
 	// Restart the cell: the GTR dials it again within its health check
@@ -114,4 +122,24 @@ func TestAlertCellDown(t *testing.T) {
 			pr.query(t, `cellpay_gtr_cell_health_share{cell="cell-a"}`, "instance"))
 	}
 	t.Logf("%s resolved %v after the restart began", name, time.Since(restarted).Round(100*time.Millisecond))
+}
+
+// ejectedOnly fails t if an alert of active, other than one for the cell
+// down (if any), is firing, or is pending for a cell no GTR replica
+// counted an ejection of: the rule then reads a share of 0 the GTR never
+// set. A pending alert for a cell the GTR did eject is the rule at work on
+// a real, brief ejection, which its for: 1m keeps from paging.
+func ejectedOnly(t *testing.T, pr *prometheus, name string, active []alert, down string) {
+	t.Helper()
+	for _, a := range active {
+		cell := a.Labels["cell"]
+		if cell == down {
+			continue
+		}
+		ejected := pr.query(t, `sum by (reason) (cellpay_gtr_cell_ejections_total{cell="`+cell+`"}) > 0`, "reason")
+		if a.State == "firing" || len(ejected) == 0 {
+			t.Fatalf("%s %s for %s, which is up (its ejections by reason: %v): %+v", name, a.State, cell, ejected, a)
+		}
+		t.Logf("%s pending for %s, which the GTR ejected (its ejections by reason: %v)", name, cell, ejected)
+	}
 }

@@ -223,6 +223,11 @@ func (g *GTR) cellGauges(yield func(telemetry.CellGauge) bool) {
 	for _, c := range st.Table().Spec().Cells {
 		cg := telemetry.CellGauge{ID: c.ID, HealthShare: g.mon.Share(c.ID), InFlight: st.Stats(c.ID).InFlight,
 			Limit: g.cellLimits.Cell(c.ID).Limit()}
+		// After the share: an ejection counts before it sets the share, so
+		// a scrape that reads a share of 0 reads its ejection too.
+		for cause, n := range g.mon.Ejections(c.ID) {
+			cg.Ejections = append(cg.Ejections, telemetry.Count{Label: health.Cause(cause).String(), N: n})
+		}
 		if dc := d.Cell(c.ID); dc != nil {
 			cg.Weight, cg.TargetWeight, cg.RampStalled = dc.WeightAt(now), dc.Weight, dc.RampStalled(checked, now)
 		}

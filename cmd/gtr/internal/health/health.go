@@ -152,6 +152,46 @@ type Monitor struct {
 	// nothing more (a table change read as Run ends must not leave
 	// connections no one closes). Under mu.
 	closed bool
+	// ejected counts this replica's ejections of each cell (by ID, so a
+	// cell whose addresses change keeps its count), by cause. Under mu,
+	// which every ejection holds.
+	ejected map[string]*[NumCauses]uint64
+}
+
+// Cause classes why a cell was ejected: the reason label of
+// cellpay_gtr_cell_ejections_total.
+type Cause uint8
+
+// The causes, in label order.
+const (
+	// CauseConsecutiveFailures: ConsecutiveFailures requests failed in a
+	// row.
+	CauseConsecutiveFailures Cause = iota
+	// CauseFailureRate: FailureRate of the requests in FailureWindow
+	// failed.
+	CauseFailureRate
+	// CauseSuccessRate: under SuccessRate of the last SuccessWindow
+	// requests succeeded.
+	CauseSuccessRate
+	// CauseChecksUnanswered: SlowChecks active checks in a row got no
+	// answer in time, and no transaction was answered meanwhile.
+	CauseChecksUnanswered
+	// CauseCheckDown: an active check found the cell NOT_SERVING or
+	// unreachable.
+	CauseCheckDown
+	// NumCauses is the number of causes.
+	NumCauses
+	noCause Cause = NumCauses
+)
+
+var causeNames = [NumCauses]string{"consecutive_failures", "failure_rate", "success_rate", "checks_unanswered", "check_down"}
+
+// String is the cause's label.
+func (c Cause) String() string {
+	if c < NumCauses {
+		return causeNames[c]
+	}
+	return "none"
 }
 
 type change struct {
@@ -194,7 +234,7 @@ func New(cfg Config) (*Monitor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Monitor{cfg: cfg}
+	m := &Monitor{cfg: cfg, ejected: map[string]*[NumCauses]uint64{}}
 	m.cells.Store(&map[string]*cellState{})
 	return m, nil
 }
@@ -282,6 +322,17 @@ type CellStats struct {
 	WindowRequests, WindowFailures int
 }
 
+// Ejections returns how many times this replica has ejected the cell
+// since it started, by cause (indexed by Cause).
+func (m *Monitor) Ejections(cellID string) [NumCauses]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.ejected[cellID]; n != nil {
+		return *n
+	}
+	return [NumCauses]uint64{}
+}
+
 // Stats returns the cell's outcome window (empty for a cell it does not
 // know).
 func (m *Monitor) Stats(cellID string) CellStats {
@@ -343,7 +394,7 @@ func (m *Monitor) Record(cellID string, o Outcome) {
 	s.mu.Lock()
 	s.window.add(now, ok)
 	s.recent.add(ok)
-	reason := ""
+	cause := noCause
 	if o == Answered {
 		s.answeredAt = now
 	}
@@ -352,48 +403,59 @@ func (m *Monitor) Record(cellID string, o Outcome) {
 	} else {
 		s.consecFail++
 		if s.share.Load() > 0 {
-			reason = m.outlier(s, now)
+			cause = m.outlier(s, now)
 		}
 	}
 	s.mu.Unlock()
-	if reason != "" {
-		m.tryEject(s, now, reason)
+	if cause != noCause {
+		m.tryEject(s, now)
 	}
 }
 
 // tryEject ejects s if it is still an outlier once mu is held.
-func (m *Monitor) tryEject(s *cellState, now time.Time, reason string) {
+func (m *Monitor) tryEject(s *cellState, now time.Time) {
 	m.mu.Lock()
 	var pending []change
 	s.mu.Lock()
-	if s.share.Load() > 0 && m.cell(s.ID) == s && m.outlier(s, now) != "" {
-		pending = m.eject(s, now, reason, pending)
+	if cause := m.outlier(s, now); s.share.Load() > 0 && m.cell(s.ID) == s && cause != noCause {
+		pending = m.eject(s, now, cause, cause.detail(), pending)
 	}
 	s.mu.Unlock()
 	m.mu.Unlock()
 	m.report(pending)
 }
 
-// outlier says why s should be ejected now, or "". Called with s.mu held.
-func (m *Monitor) outlier(s *cellState, now time.Time) string {
+// outlier says why s should be ejected now, or noCause. Called with s.mu
+// held.
+func (m *Monitor) outlier(s *cellState, now time.Time) Cause {
 	if s.consecFail >= m.cfg.ConsecutiveFailures {
-		return "consecutive failures"
+		return CauseConsecutiveFailures
 	}
 	if n, fails := s.window.counts(now); n >= m.cfg.MinRequests && float64(fails)/float64(n) >= m.cfg.FailureRate {
-		return "failure rate"
+		return CauseFailureRate
 	}
 	if n, okc := s.recent.counts(); n >= m.cfg.SuccessWindow && float64(okc)/float64(n) < m.cfg.SuccessRate {
-		return "success rate"
+		return CauseSuccessRate
 	}
-	return ""
+	return noCause
 }
 
+// detail is the log's words for an outlier's cause.
+func (c Cause) detail() string { return strings.ReplaceAll(c.String(), "_", " ") }
+
 // eject sets s's share to 0 unless it is the last cell of its pool still
-// taking traffic, and resets its outcome window. Called with m.mu and
-// s.mu held (so no peer is ejected meanwhile).
-func (m *Monitor) eject(s *cellState, now time.Time, reason string, pending []change) []change {
+// taking traffic, resets its outcome window and counts the ejection by
+// cause; reason is the log's detail. Called with m.mu and s.mu held (so no
+// peer is ejected meanwhile).
+func (m *Monitor) eject(s *cellState, now time.Time, cause Cause, reason string, pending []change) []change {
 	for _, o := range *m.cells.Load() {
 		if o != s && o.Pool == s.Pool && o.share.Load() > 0 {
+			n := m.ejected[s.ID]
+			if n == nil {
+				n = new([NumCauses]uint64)
+				m.ejected[s.ID] = n
+			}
+			n[cause]++ // before the share: a scrape that reads 0 reads the count too
 			s.ejections++
 			s.ejectFor = min(m.cfg.BaseEjection<<min(s.ejections-1, 16), m.cfg.MaxEjection)
 			s.ejectedAt = now
@@ -511,7 +573,11 @@ func (m *Monitor) applyCheck(s *cellState, res checkResult, now time.Time, pendi
 	share := int(s.share.Load())
 	switch {
 	case !serving && share > 0:
-		return m.eject(s, now, checkReason(s, res), pending)
+		cause := CauseCheckDown
+		if res == checkSlow {
+			cause = CauseChecksUnanswered
+		}
+		return m.eject(s, now, cause, checkReason(s, res), pending)
 	case !serving:
 		// Stays out; the back-off restarts from the last failure.
 		s.ejectedAt = now

@@ -107,6 +107,7 @@ func TestConsecutiveFailuresEjectThenRampBack(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatal("not ejected after 3 consecutive failures")
 	}
+	wantEjections(t, m, "a", CauseConsecutiveFailures, 1)
 	// Still inside the back-off: a healthy check does not re-admit it.
 	clock.Add(500 * time.Millisecond)
 	m.checkAll(ctxT(t))
@@ -156,6 +157,18 @@ func TestBackoffGrows(t *testing.T) {
 	if m.Share("a") != 10 {
 		t.Fatalf("share = %d after the second back-off", m.Share("a"))
 	}
+	wantEjections(t, m, "a", CauseConsecutiveFailures, 2)
+}
+
+// wantEjections fails unless the monitor counted n ejections of cell, all
+// for cause.
+func wantEjections(t *testing.T, m *Monitor, cell string, cause Cause, n uint64) {
+	t.Helper()
+	var want [NumCauses]uint64
+	want[cause] = n
+	if got := m.Ejections(cell); got != want {
+		t.Errorf("ejections of %s by cause = %v, want %d %s", cell, got, n, cause)
+	}
 }
 
 func TestLastCellOfPoolIsNeverEjected(t *testing.T) {
@@ -176,6 +189,7 @@ func TestLastCellOfPoolIsNeverEjected(t *testing.T) {
 	if m.Share("c") != 100 {
 		t.Fatal("the only cell of pool q was ejected")
 	}
+	wantEjections(t, m, "c", CauseConsecutiveFailures, 0) // refused: not counted
 }
 
 func TestActiveCheckEjects(t *testing.T) {
@@ -189,6 +203,7 @@ func TestActiveCheckEjects(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatal("NOT_SERVING did not eject")
 	}
+	wantEjections(t, m, "a", CauseCheckDown, 1)
 	// An unreachable address is down too.
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := l.Addr().String()
@@ -224,6 +239,7 @@ func TestFailureRateWindow(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatal("a 50% failure rate over the window did not eject")
 	}
+	wantEjections(t, m, "a", CauseFailureRate, 1)
 	// Old failures age out of the window.
 	m2 := newMonitor(t, clock, rec, Cell{ID: "x", Addr: addrA, Pool: "p2"}, Cell{ID: "y", Addr: addrB, Pool: "p2"})
 	for i := range 8 {
@@ -258,6 +274,8 @@ func TestSuccessRateOverLastN(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatal("success rate over the last N did not eject")
 	}
+	wantEjections(t, m, "a", CauseSuccessRate, 1)
+	wantEjections(t, m, "b", CauseSuccessRate, 0)
 }
 
 func TestRunStops(t *testing.T) {
@@ -355,6 +373,7 @@ func TestSlowChecksAreNotDeath(t *testing.T) {
 	if m.Share("a") != 0 {
 		t.Fatalf("share %d after 3 silent checks in a row, want ejected", m.Share("a"))
 	}
+	wantEjections(t, m, "a", CauseChecksUnanswered, 1)
 }
 
 // TestBusyCellIsNotEjected: a cell whose health checks time out while it
