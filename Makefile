@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check bench bench-e2e clean
+.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -106,7 +106,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFromHeader$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/auth
 
 ## verify: formatting, vet, lint, tidy modules, fresh generated code.
-verify: fmt-check vet lint tidy-check proto-check k8s-verify norace-check
+verify: fmt-check vet lint tidy-check proto-check api-check k8s-verify norace-check
 
 # The NORACE packages start no goroutine and share no memory (no go
 # statement, no sync or sync/atomic import, no channel), so their tests
@@ -136,7 +136,13 @@ proto:
 	./scripts/protogen.sh
 
 proto-check: proto
-	@if [ -n "$$(git status --porcelain -- pkg proto)" ]; then git status --porcelain -- pkg proto; echo "generated code is stale: run make proto and commit"; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- pkg proto api)" ]; then git status --porcelain -- pkg proto api; echo "generated code is stale: run make proto and commit"; exit 1; fi
+
+## api-check: the API contract: buf lint (STANDARD, exceptions justified in
+## proto/buf.yaml) and buf breaking (FILE) against the last released
+## contract, proto/released/ (docs/partners/changelog.md).
+api-check:
+	./scripts/apicheck.sh
 
 ## k8s-test: render every overlay, decode strictly, check probes, limits, policies (deploy/k8s/check).
 k8s-test:

@@ -80,6 +80,8 @@ func configure(args []string) (platform.Config, error) {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", env("CELLPAY_ADMIN_ADDR", platform.DefaultAdminAddr), "GTR admin API (CELLPAY_ADMIN_ADDR)")
 	fs.StringVar(&cfg.BackupGTRAddr, "backup-gtr-addr", env("CELLPAY_BACKUP_GTR_ADDR", platform.DefaultBackupGTRAddr), "backup access point: a second GTR replica's partners' API (CELLPAY_BACKUP_GTR_ADDR)")
 	fs.StringVar(&cfg.BackupAdminAddr, "backup-admin-addr", env("CELLPAY_BACKUP_ADMIN_ADDR", platform.DefaultBackupAdminAddr), "the backup GTR's admin API (CELLPAY_BACKUP_ADMIN_ADDR)")
+	fs.StringVar(&cfg.RESTAddr, "rest-addr", env("CELLPAY_REST_ADDR", platform.DefaultRESTAddr), "GTR partners' API as REST/JSON over HTTPS; empty for none (CELLPAY_REST_ADDR)")
+	fs.StringVar(&cfg.BackupRESTAddr, "backup-rest-addr", env("CELLPAY_BACKUP_REST_ADDR", platform.DefaultBackupRESTAddr), "the backup GTR's REST/JSON listener; empty for none (CELLPAY_BACKUP_REST_ADDR)")
 	backup := fs.Bool("backup-gtr", envBool("CELLPAY_BACKUP_GTR", true), "run the backup access point (CELLPAY_BACKUP_GTR)")
 	fs.StringVar(&cfg.IssuerAddr, "issuer-addr", env("CELLPAY_ISSUER_ADDR", platform.DefaultIssuerAddr), "issuer simulator (CELLPAY_ISSUER_ADDR)")
 	fs.StringVar(&cells, "cells", env("CELLPAY_CELLS", formatCells(platform.DefaultCells)), "cells as id=addr,... (CELLPAY_CELLS)")
@@ -124,9 +126,15 @@ func printEndpoints(w io.Writer, p *platform.Platform) {
 	cfg := p.Config()
 	fmt.Fprintf(w, "\ncellpay is running. Ctrl-C stops it.\n\n")
 	fmt.Fprintf(w, "  GTR partners' API  %s   (primary access point)\n", cfg.GTRAddr)
+	if cfg.RESTAddr != "" {
+		fmt.Fprintf(w, "  GTR REST/JSON      https://%s/v1/   (OpenAPI: /openapi.json)\n", cfg.RESTAddr)
+	}
 	fmt.Fprintf(w, "  GTR admin API      %s\n", cfg.AdminAddr)
 	if !cfg.NoBackupGTR {
 		fmt.Fprintf(w, "  backup GTR         %s   (backup access point; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupAdminAddr)
+		if cfg.BackupRESTAddr != "" {
+			fmt.Fprintf(w, "  backup REST/JSON   https://%s/v1/\n", cfg.BackupRESTAddr)
+		}
 	}
 	for _, c := range cfg.Cells {
 		var addrs []string

@@ -38,9 +38,12 @@ var env struct {
 	gtrAddr string
 	// backupAddr is the backup access point's partners' listener.
 	backupAddr string
-	cells      []platform.CellSpec
-	payments   cellpayv1.PaymentsClient
-	issuer     issuerproto.IssuerClient
+	// restAddr and backupRESTAddr are the access points' REST/JSON
+	// listeners.
+	restAddr, backupRESTAddr string
+	cells                    []platform.CellSpec
+	payments                 cellpayv1.PaymentsClient
+	issuer                   issuerproto.IssuerClient
 	// gtrOpts dial the GTR as the sample partners do: TLS trusting the
 	// platform's CA, each call with its partner's API key.
 	gtrOpts []grpc.DialOption
@@ -111,7 +114,7 @@ func buildBinaries(root, bin string) error {
 }
 
 func startPlatform(ctx context.Context, tmp string) error {
-	ports, err := testutil.FreePorts(5)
+	ports, err := testutil.FreePorts(7)
 	if err != nil {
 		return err
 	}
@@ -119,6 +122,7 @@ func startPlatform(ctx context.Context, tmp string) error {
 	env.cells = []platform.CellSpec{{ID: "cell-a", Addr: addr(ports[0])}, {ID: "cell-b", Addr: addr(ports[1])}, {ID: "cell-c", Addr: addr(ports[2])}}
 	env.gtrAddr = addr(ports[3])
 	issuerAddr := addr(ports[4])
+	env.restAddr, env.backupRESTAddr = addr(ports[5]), addr(ports[6])
 	gtrConfig := filepath.Join(tmp, "gtr.yaml")
 	table := "version: 1\ncells:\n"
 	for _, c := range env.cells {
@@ -159,6 +163,8 @@ func startPlatform(ctx context.Context, tmp string) error {
 		// The backup access point, a second GTR replica on the same NATS.
 		BackupGTRAddr:   addr(adminPorts[1]),
 		BackupAdminAddr: addr(adminPorts[2]),
+		RESTAddr:        env.restAddr,
+		BackupRESTAddr:  env.backupRESTAddr,
 		PGBasePort:      pgBase,
 		StandbyBasePort: pgBase + len(env.cells),
 		// The whole platform, as make run starts it: NATS with JetStream

@@ -73,6 +73,10 @@ type Config struct {
 	// and the same certificate. NoBackupGTR runs the primary alone.
 	BackupGTRAddr, BackupAdminAddr string
 	NoBackupGTR                    bool
+	// RESTAddr and BackupRESTAddr, if set, are the access points' REST/JSON
+	// listeners (the gtr's -rest-listen); make run's are 127.0.0.1:7060
+	// and :7160 (DefaultRESTAddr, DefaultBackupRESTAddr).
+	RESTAddr, BackupRESTAddr string
 	// PGBasePort: the private cluster of Cells[i] listens on PGBasePort+i.
 	// Default 7431. It is the cell's primary when the platform starts.
 	PGBasePort int
@@ -146,8 +150,11 @@ const (
 	// The backup access point.
 	DefaultBackupGTRAddr   = "127.0.0.1:7170"
 	DefaultBackupAdminAddr = "127.0.0.1:7171"
-	DefaultIssuerAddr      = "127.0.0.1:7090"
-	DefaultPGBasePort      = 7431
+	// The access points' REST/JSON listeners, as make run starts them.
+	DefaultRESTAddr       = "127.0.0.1:7060"
+	DefaultBackupRESTAddr = "127.0.0.1:7160"
+	DefaultIssuerAddr     = "127.0.0.1:7090"
+	DefaultPGBasePort     = 7431
 )
 
 // Component names for Process, besides the cell IDs.
@@ -403,9 +410,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, "gtr", creds)
+	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, cfg.RESTAddr, "gtr", creds)
 	if !cfg.NoBackupGTR {
-		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, "gtr-backup", creds)
+		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, cfg.BackupRESTAddr, "gtr-backup", creds)
 	}
 
 	for _, proc := range p.order {
@@ -432,8 +439,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 // addGTR adds a GTR replica, an access point: its own listeners, replica
 // ID and state files (gtr-state.json, gtr-partners-state.json and the
 // audit spool gtr-audit.jsonl for the primary; <name>-... for the others),
-// the shared config, seeds, operators and certificate.
-func (p *Platform) addGTR(name, addr, adminAddr, stateName string, creds credentials.TransportCredentials) {
+// the shared config, seeds, operators and certificate; restAddr "" serves
+// no REST.
+func (p *Platform) addGTR(name, addr, adminAddr, restAddr, stateName string, creds credentials.TransportCredentials) {
 	cfg := p.cfg
 	certFile, keyFile := p.GTRCertFiles()
 	p.add(name, addr, "gtr", "-listen", addr, "-admin-listen", adminAddr, "-config", cfg.GTRConfig,
@@ -444,6 +452,9 @@ func (p *Platform) addGTR(name, addr, adminAddr, stateName string, creds credent
 		"-replica-id", name, "-cell-ca", p.CAFile())
 	p.procs[name].creds = creds
 	p.procs[name].args = append(p.procs[name].args, p.metricsArgs(addr)...)
+	if restAddr != "" {
+		p.procs[name].args = append(p.procs[name].args, "-rest-listen", restAddr)
+	}
 }
 
 // tlsArgs are a cell's or the issuer's flags for its certificate files.

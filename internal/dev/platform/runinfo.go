@@ -16,6 +16,8 @@ type RunInfo struct {
 	AdminAddr       string            `json:"admin_addr"`
 	BackupGTRAddr   string            `json:"backup_gtr_addr,omitempty"`
 	BackupAdminAddr string            `json:"backup_admin_addr,omitempty"`
+	RESTAddr        string            `json:"rest_addr,omitempty"`
+	BackupRESTAddr  string            `json:"backup_rest_addr,omitempty"`
 	IssuerAddr      string            `json:"issuer_addr"`
 	NATSURL         string            `json:"nats_url,omitempty"`
 	Cells           []RunCell         `json:"cells"`
@@ -58,11 +60,11 @@ func ReadRunInfo(dataDir string) (RunInfo, error) {
 // RunInfo describes the running platform.
 func (p *Platform) RunInfo() RunInfo {
 	ri := RunInfo{
-		GTRAddr: p.cfg.GTRAddr, AdminAddr: p.cfg.AdminAddr, IssuerAddr: p.cfg.IssuerAddr, NATSURL: p.NATSURL(),
+		GTRAddr: p.cfg.GTRAddr, AdminAddr: p.cfg.AdminAddr, RESTAddr: p.cfg.RESTAddr, IssuerAddr: p.cfg.IssuerAddr, NATSURL: p.NATSURL(),
 		PIDs: map[string]int{}, Logs: map[string]string{},
 	}
 	if !p.cfg.NoBackupGTR {
-		ri.BackupGTRAddr, ri.BackupAdminAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr
+		ri.BackupGTRAddr, ri.BackupAdminAddr, ri.BackupRESTAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr, p.cfg.BackupRESTAddr
 	}
 	for _, c := range p.cfg.Cells {
 		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 )
 
 // PushbackKey is the trailer that tells a gRPC client how long to wait
@@ -25,11 +26,12 @@ import (
 const PushbackKey = "grpc-retry-pushback-ms"
 
 // Shed returns the error a partner gets for a request refused before it
-// reached any cell: RESOURCE_EXHAUSTED, saying that a retry under the same
+// reached any cell: RESOURCE_EXHAUSTED with reason (apierr.Overloaded,
+// RateLimited or TooManyInFlight), saying that a retry under the same
 // transaction ID is safe, with the retry hint in the trailer and as a
 // google.rpc.RetryInfo detail.
-func Shed(ctx context.Context, what string, retryAfter time.Duration) error {
-	st := shedStatus(what, retryAfter)
+func Shed(ctx context.Context, reason apierr.Reason, what string, retryAfter time.Duration) error {
+	st := shedStatus(reason, what, retryAfter)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, strconv.FormatInt(retryMillis(retryAfter), 10)))
 	return st.Err()
 }
@@ -39,9 +41,9 @@ func retryMillis(d time.Duration) int64 { return max(1, d.Milliseconds()) }
 // shedStatus is Shed's status: its message, and the retry hint as a
 // RetryInfo detail, which is all a tap handle's answer can carry (it has
 // no trailers).
-func shedStatus(what string, retryAfter time.Duration) *status.Status {
+func shedStatus(reason apierr.Reason, what string, retryAfter time.Duration) *status.Status {
 	ms := retryMillis(retryAfter)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
+	st := apierr.New(codes.ResourceExhausted, reason, fmt.Sprintf(
 		"%s; the request was not sent to any cell: retry it unchanged, under the same transaction_id, after %d ms", what, ms))
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)}); err == nil {
 		st = d
@@ -49,12 +51,12 @@ func shedStatus(what string, retryAfter time.Duration) *status.Status {
 	return st
 }
 
-// refusal is what a partner is told for a refused verdict.
-func refusal(v Verdict) string {
+// refusal is what a partner is told for a refused verdict, and why.
+func refusal(v Verdict) (apierr.Reason, string) {
 	if v.Reason == "in_flight" {
-		return "too many of this partner's requests in flight"
+		return apierr.TooManyInFlight, "too many of this partner's requests in flight"
 	}
-	return "partner rate limit reached"
+	return apierr.RateLimited, "partner rate limit reached"
 }
 
 type tapKey struct{}
@@ -87,23 +89,32 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 		}
 		p, err := who(info.Header)
 		if err != nil {
-			return nil, err
+			return nil, tapRefusal(status.Convert(err))
 		}
 		if router.wouldRefuse(a, p.ID) {
 			if onShed != nil {
 				onShed("gtr_busy")
 			}
-			return nil, shedStatus(RouterBusy, router.Limit.RetryAfter()).Err()
+			return nil, tapRefusal(shedStatus(apierr.Overloaded, RouterBusy, router.Limit.RetryAfter()))
 		}
 		r, v := a.peek(p)
 		if !v.OK {
 			if onShed != nil {
 				onShed("partner_" + v.Reason)
 			}
-			return nil, shedStatus(refusal(v), v.RetryAfter).Err()
+			reason, what := refusal(v)
+			return nil, tapRefusal(shedStatus(reason, what, v.RetryAfter))
 		}
 		return context.WithValue(ctx, tapKey{}, r), nil
 	}
+}
+
+// tapRefusal is st with a request ID of its own: a call refused by the tap
+// never reaches the interceptor that names the others (package edge). It
+// is counted (onShed, auth's OnDenied), not logged or traced: a flood of
+// them must cost no more than the refusal.
+func tapRefusal(st *status.Status) error {
+	return apierr.WithRequestID(st, apierr.NewRequestID()).Err()
 }
 
 // RouterLimit is the GTR-wide limit as the tap sees it: Limit (nil for
@@ -146,7 +157,8 @@ func (a *Partners) UnaryInterceptor(onShed func(reason string)) grpc.UnaryServer
 			if onShed != nil {
 				onShed("partner_" + v.Reason)
 			}
-			return nil, Shed(ctx, refusal(v), v.RetryAfter)
+			reason, what := refusal(v)
+			return nil, Shed(ctx, reason, what, v.RetryAfter)
 		}
 		defer a.Release(p.ID)
 		return handler(ctx, req)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -56,12 +57,12 @@ func WithPartner(ctx context.Context, p *partners.Partner) context.Context {
 
 // Errors, as the partner sees them. Messages name the field, never a key.
 var (
-	errNoKey       = status.Error(codes.Unauthenticated, "authorization: missing API key (want \"authorization: Bearer <api key>\")")
-	errBadKey      = status.Error(codes.Unauthenticated, "authorization: invalid API key")
-	errSuspended   = status.Error(codes.PermissionDenied, "partner_id: the partner is suspended")
-	errNotYours    = status.Error(codes.PermissionDenied, "partner_id: not the partner of this API key")
-	errMarket      = status.Error(codes.PermissionDenied, "market: not enabled for this partner")
-	errPaymentType = status.Error(codes.PermissionDenied, "payment_type: not enabled for this partner")
+	errNoKey       = apierr.Error(codes.Unauthenticated, apierr.APIKeyMissing, "authorization: missing API key (want \"authorization: Bearer <api key>\")")
+	errBadKey      = apierr.Error(codes.Unauthenticated, apierr.APIKeyInvalid, "authorization: invalid API key")
+	errSuspended   = apierr.Error(codes.PermissionDenied, apierr.PartnerSuspended, "partner_id: the partner is suspended")
+	errNotYours    = apierr.Error(codes.PermissionDenied, apierr.PartnerMismatch, "partner_id: not the partner of this API key")
+	errMarket      = apierr.Error(codes.PermissionDenied, apierr.MarketNotEnabled, "market: not enabled for this partner")
+	errPaymentType = apierr.Error(codes.PermissionDenied, apierr.PaymentTypeNotEnabled, "payment_type: not enabled for this partner")
 )
 
 // ServerOptions returns the interceptors to install on the partners'

@@ -1,21 +1,30 @@
-// Package edge shapes what partners see of the GTR's own failures. An error
-// about the request itself (a field, a conflict, authentication, a limit)
-// is passed as it is; an error about the platform (a cell unreachable, a
-// deadline, an internal fault) reaches the partner as a generic message
-// with a reference they can quote, and its details (cell IDs, transport
-// and database errors) go to the log under the same reference.
+// Package edge shapes what partners see of every answer of
+// cellpay.v1.Payments. Each call gets a request ID (apierr.NewRequestID):
+// in the response header x-request-id, on the call's span
+// (cellpay.request_id) and, for a refusal, in the log and in the
+// google.rpc.ErrorInfo every refusal carries (package apierr: the reason a
+// partner's code branches on, the ID its people quote to support).
+//
+// An error about the request itself (a field, a conflict, authentication,
+// a limit) keeps its message; an error about the platform (a cell
+// unreachable, a deadline, an internal fault) reaches the partner as a
+// generic message naming the request ID, and its details (cell IDs,
+// transport and database errors) go to the log under the same ID.
 package edge
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 )
 
 // Generic messages by code. They say what a partner may do.
@@ -28,27 +37,45 @@ var generic = map[codes.Code]string{
 	codes.Aborted:          "a concurrent request for the same transaction is in progress; retry it unchanged shortly",
 }
 
-// UnaryInterceptor rewrites platform errors of calls whose method starts
-// with prefix, logging the original under a reference.
+// SpanAttribute is the span attribute of the request ID.
+const SpanAttribute = "cellpay.request_id"
+
+// UnaryInterceptor names every call whose method starts with prefix with a
+// request ID and gives its refusals their ErrorInfo; it rewrites platform
+// errors, logging the original under the request ID. It runs outermost,
+// so that refusals by authentication and admission are named too.
 func UnaryInterceptor(prefix string, log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasPrefix(info.FullMethod, prefix) {
+			return handler(ctx, req)
+		}
+		id := apierr.NewRequestID()
+		_ = grpc.SetHeader(ctx, metadata.Pairs(apierr.HeaderRequestID, id)) // fails only once headers are sent
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String(SpanAttribute, id))
 		resp, err := handler(ctx, req)
-		if err == nil || !strings.HasPrefix(info.FullMethod, prefix) {
-			return resp, err
+		if err == nil {
+			return resp, nil
 		}
 		st := status.Convert(err)
-		msg, ok := generic[st.Code()]
-		if !ok {
-			return resp, err
+		reason := reasonOf(st)
+		if msg, ok := generic[st.Code()]; ok {
+			log.Warn("partner answered with a platform error", "request_id", id, "method", info.FullMethod,
+				"code", st.Code().String(), "reason", reason, "detail", st.Message())
+			st = apierr.New(st.Code(), reason, msg+" (reference "+id+")") // the details stay in the log
+		} else {
+			// Bounded by the partner's limits: the tap refuses what is
+			// over them before any of this runs.
+			log.Info("partner call refused", "request_id", id, "method", info.FullMethod,
+				"code", st.Code().String(), "reason", reason, "detail", st.Message())
 		}
-		ref := reference()
-		log.Warn("partner answered with a platform error", "ref", ref, "method", info.FullMethod, "code", st.Code().String(), "detail", st.Message())
-		return nil, status.Errorf(st.Code(), "%s (reference %s)", msg, ref)
+		return nil, apierr.WithRequestID(st, id).Err()
 	}
 }
 
-func reference() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail
-	return hex.EncodeToString(b[:])
+// reasonOf is the reason st will carry.
+func reasonOf(st *status.Status) apierr.Reason {
+	if r := apierr.ReasonOf(st.Err()); r != "" {
+		return r
+	}
+	return apierr.ForCode(st.Code())
 }

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 )
 
 func TestPlatformErrorsAreGeneric(t *testing.T) {
@@ -19,19 +21,28 @@ func TestPlatformErrorsAreGeneric(t *testing.T) {
 	for _, c := range []struct {
 		err     error
 		generic bool
+		reason  apierr.Reason
 	}{
-		{status.Error(codes.Unavailable, "no cell could take the transaction: cell cell-b: dial tcp 10.1.2.3:7081: connection refused"), true},
-		{status.Error(codes.Internal, "pq: relation transactions does not exist"), true},
-		{status.Error(codes.DeadlineExceeded, "not enough time left for another attempt; last: cell cell-a: timeout"), true},
-		{status.Error(codes.InvalidArgument, "amount.minor_units: must be > 0"), false},
-		{status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload"), false},
-		{status.Error(codes.ResourceExhausted, "partner rate limit reached"), false},
+		{status.Error(codes.Unavailable, "no cell could take the transaction: cell cell-b: dial tcp 10.1.2.3:7081: connection refused"), true, apierr.Unavailable},
+		{apierr.Error(codes.Unavailable, apierr.NoRoute, "no cell can take transactions for rule r"), true, apierr.NoRoute},
+		{status.Error(codes.Internal, "pq: relation transactions does not exist"), true, apierr.Internal},
+		{status.Error(codes.DeadlineExceeded, "not enough time left for another attempt; last: cell cell-a: timeout"), true, apierr.DeadlineExceeded},
+		{status.Error(codes.InvalidArgument, "amount.minor_units: must be > 0"), false, apierr.InvalidRequest},
+		{status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload"), false, apierr.TransactionIDReused},
+		{apierr.Error(codes.ResourceExhausted, apierr.RateLimited, "partner rate limit reached"), false, apierr.RateLimited},
 	} {
 		logs.Reset()
 		_, err := ic(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, c.err })
 		in, out := status.Convert(c.err), status.Convert(err)
 		if out.Code() != in.Code() {
 			t.Errorf("%v: code changed to %v", in.Code(), out.Code())
+		}
+		id := apierr.RequestIDOf(err)
+		if got := apierr.ReasonOf(err); got != c.reason || id == "" {
+			t.Errorf("%v: reason %q, request ID %q; want %s and an ID", in.Code(), got, id, c.reason)
+		}
+		if !strings.Contains(logs.String(), id) {
+			t.Errorf("%v: the log lacks the request ID %s: %s", in.Code(), id, logs.String())
 		}
 		if !c.generic {
 			if out.Message() != in.Message() {
@@ -49,6 +60,9 @@ func TestPlatformErrorsAreGeneric(t *testing.T) {
 			t.Fatalf("%v: no reference in %q", in.Code(), out.Message())
 		}
 		ref := strings.TrimSuffix(out.Message()[i+len("(reference "):], ")")
+		if ref != id {
+			t.Errorf("%v: the message's reference %s is not the request ID %s", in.Code(), ref, id)
+		}
 		if !strings.Contains(logs.String(), ref) || !strings.Contains(logs.String(), in.Message()) {
 			t.Errorf("%v: the log lacks the reference %s with the details: %s", in.Code(), ref, logs.String())
 		}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,10 @@ const DefaultAdmissionBaseline = 10 * time.Second
 // Config is everything the GTR needs to run: New validates it and fills
 // in the defaults the fields name.
 type Config struct {
-	Listen      string // partners' Payments API
+	Listen string // partners' Payments API
+	// RESTListen, if set, serves the Payments API as REST/JSON over HTTPS
+	// (package rest), with the partners' certificate.
+	RESTListen  string
 	AdminListen string // operators' listener (TLS with the partners' certificate); never the partners' port
 	// HealthListen, if set, serves gRPC health alone, in plaintext, for
 	// probes that cannot speak TLS (kubelet's); nothing else is served there.
@@ -145,6 +149,9 @@ func (c *Config) validate() error {
 	if c.HealthListen != "" && (sameAddr(c.HealthListen, c.Listen) || sameAddr(c.HealthListen, c.AdminListen)) {
 		return errors.New("gtr: the health listener must be an address of its own")
 	}
+	if c.RESTListen != "" && (sameAddr(c.RESTListen, c.Listen) || sameAddr(c.RESTListen, c.AdminListen) || sameAddr(c.RESTListen, c.HealthListen)) {
+		return errors.New("gtr: the REST listener must be an address of its own")
+	}
 	if c.AdminListen != "" && sameAddr(c.AdminListen, c.Listen) {
 		return errors.New("gtr: the admin listener must not be the partners' address")
 	}
@@ -217,6 +224,10 @@ type GTR struct {
 	hp            *healthport.Server
 	servers       []*grpc.Server // each serves listeners[i]
 	listeners     []net.Listener
+	// rest serves the REST API on restLis (nil without RESTListen); it
+	// stops before servers, one of which its calls go through.
+	rest    *http.Server
+	restLis net.Listener
 	// rel is what Start acquired, released in the reverse order by
 	// Shutdown or by a Start that fails.
 	rel lifecycle.Releases
@@ -314,6 +325,9 @@ func (g *GTR) stopServers(ctx context.Context) error {
 	g.hs.Shutdown()
 	done := make(chan struct{})
 	go func() {
+		if g.rest != nil {
+			_ = g.rest.Shutdown(ctx) // its calls in flight first: they go through a server below
+		}
 		for _, s := range g.servers {
 			s.GracefulStop()
 		}
@@ -328,6 +342,9 @@ func (g *GTR) stopServers(ctx context.Context) error {
 	case <-hard.C:
 	case <-ctx.Done():
 		err = fmt.Errorf("gtr: shutdown: %w", ctx.Err())
+	}
+	if g.rest != nil {
+		_ = g.rest.Close()
 	}
 	for _, s := range g.servers {
 		s.Stop()
@@ -346,8 +363,15 @@ func (g *GTR) serve() {
 			}
 		})
 	}
+	if g.rest != nil {
+		g.serving.Go(func() {
+			if err := g.rest.Serve(g.restLis); err != nil && !errors.Is(err, http.ErrServerClosed) && !g.stopping.Load() {
+				g.life.End(fmt.Errorf("gtr: serve REST: %w", err))
+			}
+		})
+	}
 	tbl := g.st.Table()
-	g.cfg.Log.Info("gtr listening", "addr", g.lis.Addr().String(), "admin_addr", g.cfg.AdminListen, "replica", g.cfg.ReplicaID,
+	g.cfg.Log.Info("gtr listening", "addr", g.lis.Addr().String(), "rest_addr", g.cfg.RESTListen, "admin_addr", g.cfg.AdminListen, "replica", g.cfg.ReplicaID,
 		"config_store", g.store.Status(), "table_version", tbl.Version(), "cells", len(tbl.Spec().Cells))
 }
 
@@ -363,6 +387,10 @@ func (g *GTR) Err() error { return g.life.Err() }
 // Addr is the partners' listener's address (the port the system chose, if
 // Listen's was 0); nil before Start.
 func (g *GTR) Addr() net.Addr { return addrOf(g.lis) }
+
+// RESTAddr is the REST listener's address; nil before Start and without
+// RESTListen.
+func (g *GTR) RESTAddr() net.Addr { return addrOf(g.restLis) }
 
 // AdminAddr is the operators' listener's address; nil before Start and
 // without AdminListen.

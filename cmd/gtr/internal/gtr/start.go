@@ -3,12 +3,14 @@ package gtr
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -28,6 +30,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/payments"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/refwatch"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/rest"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/grpclimits"
@@ -153,10 +156,11 @@ func (g *GTR) startFollowing(context.Context) error {
 }
 
 // startPartners builds the Payments API's server and binds the partners'
-// listener. A partner over its limits is refused from the headers (the
-// tap), before any stream; then the interceptors, outermost first:
-// authenticate, admit against the partner's limits, then keep platform
-// details out of partners' errors.
+// listener, and with RESTListen the REST/JSON one. A partner over its
+// limits is refused from the headers (the tap), before any stream; then
+// the interceptors, outermost first: name the call and its refusals
+// (request ID, ErrorInfo) and keep platform details out of partners'
+// errors, authenticate, admit against the partner's limits.
 func (g *GTR) startPartners(context.Context) error {
 	var fairShare *admission.Partners
 	if g.cfg.AdmissionBaseline > 0 {
@@ -190,20 +194,27 @@ func (g *GTR) startPartners(context.Context) error {
 	g.tlsCfg = tlsCfg
 	g.rel.Add(stopTLS)
 	authn := &auth.Partners{Index: g.partners.Index, OnDenied: metrics.Denied}
-	srvOpts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg)),
+	// The options of both servers of the Payments API: the listener's, and
+	// the REST gateway's in process, which has no TLS of its own (its
+	// HTTPS listener has).
+	srvOpts := append([]grpc.ServerOption{
 		grpc.InTapHandle(g.partnerLimits.Tap(authn.FromHeader,
 			admission.RouterLimit{Limit: g.cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
 	srvOpts = append(srvOpts, g.tel.PublicServerOptions()...)
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log)))
 	srvOpts = append(srvOpts, authn.ServerOptions()...)
-	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(
-		g.partnerLimits.UnaryInterceptor(metrics.Shed),
-		edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log)))
-	gs := grpc.NewServer(srvOpts...)
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(g.partnerLimits.UnaryInterceptor(metrics.Shed)))
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, srvOpts...)...)
 	g.rel.Add(gs.Stop) // a server never served; Shutdown has stopped it by then
 	cellpayv1.RegisterPaymentsServer(gs, pay)
 	healthpb.RegisterHealthServer(gs, g.hs)
 	if g.cfg.Reflection {
 		reflection.Register(gs)
+	}
+	if g.cfg.RESTListen != "" {
+		if err := g.startREST(pay, srvOpts); err != nil {
+			return err
+		}
 	}
 	lis, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
@@ -212,6 +223,43 @@ func (g *GTR) startPartners(context.Context) error {
 	g.lis = lis
 	g.rel.Add(func() { lis.Close() })
 	g.servers, g.listeners = append(g.servers, gs), append(g.listeners, lis)
+	return nil
+}
+
+// startREST binds the REST/JSON listener (HTTPS, the partners'
+// certificate): the gateway of package rest, calling a gRPC server of its
+// own in process with the partners' server's options opts (its tap and
+// interceptors, so the same limits and answers) and the same Payments
+// implementation pay.
+func (g *GTR) startREST(pay cellpayv1.PaymentsServer, opts []grpc.ServerOption) error {
+	mem := bufconn.Listen(1 << 20)
+	ms := grpc.NewServer(opts...)
+	g.rel.Add(ms.Stop)
+	cellpayv1.RegisterPaymentsServer(ms, pay)
+	conn, err := grpc.NewClient("passthrough:///gtr-rest",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(rest.Interceptor))
+	if err != nil {
+		return fmt.Errorf("gtr: rest: %w", err)
+	}
+	g.rel.Add(func() { conn.Close() })
+	h, err := rest.Handler(context.Background(), rest.Config{Conn: conn, MaxBody: int64(grpclimits.Partners.MaxRecvMsg), Log: g.cfg.Log})
+	if err != nil {
+		return err
+	}
+	tlsCfg := g.tlsCfg.Clone()
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	lis, err := net.Listen("tcp", g.cfg.RESTListen)
+	if err != nil {
+		return fmt.Errorf("gtr: rest: listen: %w", err)
+	}
+	g.rel.Add(func() { lis.Close() })
+	g.restLis = tls.NewListener(lis, tlsCfg)
+	g.rest = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: int(grpclimits.Partners.MaxHeaderList),
+		ErrorLog: slog.NewLogLogger(g.cfg.Log.Handler(), slog.LevelDebug)}
+	g.servers, g.listeners = append(g.servers, ms), append(g.listeners, mem)
 	return nil
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/cellpay/cellpay/internal/pnr/gtrside"
 	"github.com/cellpay/cellpay/internal/retrybudget"
 	"github.com/cellpay/cellpay/internal/validate"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -310,16 +311,16 @@ func (s *Server) route(table *routing.Table, req *cellpayv1.SubmitTransactionReq
 	res, err := table.Route(&attrs, buf)
 	switch {
 	case errors.Is(err, routing.ErrNoRule):
-		return res, nil, status.Errorf(codes.Unavailable, "no routing rule for partner %q, market %s, payment type %s",
-			attrs.PartnerID, attrs.Market, attrs.PaymentType)
+		return res, nil, apierr.Error(codes.Unavailable, apierr.NoRoute, fmt.Sprintf("no routing rule for partner %q, market %s, payment type %s",
+			attrs.PartnerID, attrs.Market, attrs.PaymentType))
 	case errors.Is(err, routing.ErrNoCell):
-		return res, nil, status.Errorf(codes.Unavailable, "no cell can take transactions for rule %q", res.Rule.Name)
+		return res, nil, apierr.Error(codes.Unavailable, apierr.NoRoute, fmt.Sprintf("no cell can take transactions for rule %q", res.Rule.Name))
 	case err != nil:
 		return res, nil, status.Error(codes.Internal, err.Error())
 	}
 	ranked, err := s.moved.promote(key, fp, res.Ranked)
 	if err != nil {
-		return res, nil, status.Error(codes.AlreadyExists, "transaction_id: already used with a different payload")
+		return res, nil, apierr.Error(codes.AlreadyExists, apierr.TransactionIDReused, "transaction_id: already used with a different payload")
 	}
 	return res, ranked, nil
 }
@@ -357,13 +358,13 @@ func (s *Server) report(req *cellpayv1.SubmitTransactionRequest, cell *routing.C
 func (s *Server) finish(ctx context.Context, req *cellpayv1.SubmitTransactionRequest, f gtrside.Finish, gtrSlot *slot, key idempotency.Key, fp idempotency.Fingerprint) (txn *cellpayv1.Transaction, err error) {
 	switch {
 	case f.Shed == gtrside.ShedRouter:
-		err = admission.Shed(ctx, admission.RouterBusy, f.RetryAfter)
+		err = admission.Shed(ctx, apierr.Overloaded, admission.RouterBusy, f.RetryAfter)
 	case f.Shed == gtrside.ShedCells:
 		what := "every cell that could take the transaction is at its concurrency limit"
 		if f.Sent {
 			what += " (a cell refused it before its point of no return, so nothing was charged)"
 		}
-		err = admission.Shed(ctx, what, f.RetryAfter)
+		err = admission.Shed(ctx, apierr.Overloaded, what, f.RetryAfter)
 	case f.Pending:
 		txn = s.pending(f.Cell, req)
 	default:
