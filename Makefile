@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
+.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -104,6 +104,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cardkeys
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/operators
 	$(GO) test -run '^$$' -fuzz '^FuzzFromHeader$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/auth
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/rest
 
 ## verify: formatting, vet, lint, tidy modules, fresh generated code.
 verify: fmt-check vet lint tidy-check proto-check api-check k8s-verify norace-check
@@ -218,6 +219,10 @@ bench-access-points: $(BIN)/benchrun
 ## bench-hops: the cost of mutual TLS and the hops' policies on GTR→cell (in-process GTR, fake cell) and cell→issuer (issuer simulator), plaintext and mTLS side by side.
 bench-hops: $(BIN)/benchrun
 	$(BENCHRUN) -v hops='$(GO) test -run "^$$" -bench "^(BenchmarkSubmitOverMTLS|BenchmarkAuthorizeOverMTLS)$$" -benchmem -benchtime 3s -count 1 ./cmd/gtr/internal/payments/ ./internal/dev/issuersim/'
+
+## bench-rest: the partners' REST/JSON path next to gRPC: the GTR's CPU µs per call, throughput, p50 and p99 (a platform per run).
+bench-rest: $(BIN)/benchrun build
+	$(call e2ebench,rest,TestRESTCostBenchmark,CELLPAY_REST_BENCH)
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust: $(BIN)/benchrun

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -75,7 +76,8 @@ func TestTraceAcrossProcesses(t *testing.T) {
 		Merchant:      &cellpayv1.Merchant{Id: "m-trace", Mcc: "5411", Country: "GB"},
 		Card:          &cellpayv1.Card{Pan: pan, ExpiryMonth: 12, ExpiryYear: 2030},
 	}
-	txn, err := cellpayv1.NewPaymentsClient(conn).SubmitTransaction(sctx, req)
+	var hdr metadata.MD
+	txn, err := cellpayv1.NewPaymentsClient(conn).SubmitTransaction(sctx, req, grpc.Header(&hdr))
 	client.End()
 	if err != nil {
 		t.Fatalf("SubmitTransaction: %v", err)
@@ -138,6 +140,20 @@ func TestTraceAcrossProcesses(t *testing.T) {
 	}
 	if root.service != "gtr" || len(root.ParentSpanId) != 0 || root.Kind != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("the span linked to the client span: %s %q kind %v parent %x, want the GTR's server span, a root", root.service, root.Name, root.Kind, root.ParentSpanId)
+	}
+	// The request ID the partner got is on the GTR's span, for support.
+	reqID := ""
+	if v := hdr.Get(apierr.HeaderRequestID); len(v) == 1 {
+		reqID = v[0]
+	}
+	onSpan := ""
+	for _, kv := range root.Attributes {
+		if kv.GetKey() == apierr.SpanAttribute {
+			onSpan = kv.GetValue().GetStringValue()
+		}
+	}
+	if reqID == "" || onSpan != reqID {
+		t.Errorf("request ID %q in the answer's header, %q on the GTR's span", reqID, onSpan)
 	}
 	roots := 0
 	for id, s := range spans {

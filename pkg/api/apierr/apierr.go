@@ -32,6 +32,10 @@ const (
 	HeaderRequestID   = "x-request-id"
 )
 
+// SpanAttribute is the attribute of the GTR's span of the call that holds
+// its request ID.
+const SpanAttribute = "cellpay.request_id"
+
 // Reason is the machine-readable cause of a refusal.
 type Reason string
 

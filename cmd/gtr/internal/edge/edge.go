@@ -37,9 +37,6 @@ var generic = map[codes.Code]string{
 	codes.Aborted:          "a concurrent request for the same transaction is in progress; retry it unchanged shortly",
 }
 
-// SpanAttribute is the span attribute of the request ID.
-const SpanAttribute = "cellpay.request_id"
-
 // UnaryInterceptor names every call whose method starts with prefix with a
 // request ID and gives its refusals their ErrorInfo; it rewrites platform
 // errors, logging the original under the request ID. It runs outermost,
@@ -51,7 +48,7 @@ func UnaryInterceptor(prefix string, log *slog.Logger) grpc.UnaryServerIntercept
 		}
 		id := apierr.NewRequestID()
 		_ = grpc.SetHeader(ctx, metadata.Pairs(apierr.HeaderRequestID, id)) // fails only once headers are sent
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String(SpanAttribute, id))
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String(apierr.SpanAttribute, id))
 		resp, err := handler(ctx, req)
 		if err == nil {
 			return resp, nil

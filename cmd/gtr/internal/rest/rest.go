@@ -30,6 +30,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -186,6 +188,11 @@ func errorHandler(log *slog.Logger) runtime.ErrorHandlerFunc {
 			httpStatus, err = hse.HTTPStatus, hse.Err
 		}
 		st := status.Convert(err)
+		if m := st.Message(); !utf8.ValidString(m) { // JSON carries UTF-8 only: a path's bytes quoted, say
+			p := st.Proto()
+			p.Message = strings.ToValidUTF8(m, "\uFFFD")
+			st = status.FromProto(p)
+		}
 		id := apierr.RequestIDOf(err)
 		if id == "" {
 			id = apierr.NewRequestID()
