@@ -30,7 +30,8 @@ run: build
 	./$(BIN)/cellpay -bin $(BIN)
 
 ## deps: install what make test needs and this machine lacks (Postgres
-## server binaries, nats-server, prometheus, chromium), saying why.
+## server binaries, nats-server, prometheus, chromium, curl, nodejs and npm with
+## the TypeScript client's packages), saying why.
 deps:
 	./scripts/deps.sh test
 

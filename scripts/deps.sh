@@ -16,6 +16,12 @@
 #                server itself for test/monitoring (an alert fires and resolves)
 #   chromium     headless browser for the GTR operator console's test
 #                (cmd/gtr/internal/console, driven by chromedp)
+#   curl         the partner guide's curl lines, run as printed
+#                (test/e2e/guide_test.go)
+#   nodejs, npm  the partners' TypeScript client (clients/typescript) and its
+#                test against a platform (test/e2e/tsclient_test.go); its
+#                packages (npm ci, the pinned TypeScript compiler) are
+#                installed too, into npm's cache and clients/typescript
 #
 # Something already installed is left alone; a missing package is installed
 # with apt-get when we are root, otherwise the script fails naming the
@@ -38,6 +44,24 @@ die() {
 have_postgres() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
 have_prometheus() { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1; }
+have_curl() { command -v curl >/dev/null 2>&1; }
+have_node() { command -v node >/dev/null 2>&1; }
+have_npm() { command -v npm >/dev/null 2>&1; }
+
+# npm_ci installs the TypeScript client's locked packages, once per
+# package-lock.json (they fill npm's cache, from which its test's npm ci
+# works offline).
+npm_ci() {
+	[ "$what" = test ] || return 0
+	local dir
+	dir="$(cd "$(dirname "$0")/.." && pwd)/clients/typescript"
+	if [ -e "$dir/node_modules/.package-lock.json" ] && [ ! "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+		return 0
+	fi
+	say "npm ci in clients/typescript (the TypeScript client's packages)"
+	(cd "$dir" && npm ci --no-audit --no-fund) >>/tmp/cellpay-deps.log 2>&1 ||
+		die "npm ci in clients/typescript failed (log: /tmp/cellpay-deps.log)"
+}
 
 need=()
 why=()
@@ -54,8 +78,23 @@ if [ "$what" = test ]; then
 		need+=(chromium)
 		why+=("chromium (the operator console's browser test)")
 	}
+	have_curl || {
+		need+=(curl)
+		why+=("curl (the partner guide's curl lines)")
+	}
+	have_node || {
+		need+=(nodejs)
+		why+=("nodejs (the TypeScript client's build and tests)")
+	}
+	have_npm || {
+		need+=(npm)
+		why+=("npm (the TypeScript client's packages)")
+	}
 fi
-[ ${#need[@]} -eq 0 ] && exit 0
+if [ ${#need[@]} -eq 0 ]; then
+	npm_ci
+	exit 0
+fi
 
 say "make $what needs, and this machine lacks: $(printf '%s; ' "${why[@]}")"
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -75,5 +114,9 @@ have_postgres || die "postgresql: no /usr/lib/postgresql/*/bin/initdb after the 
 if [ "$what" = test ]; then
 	have_prometheus || die "prometheus: promtool or prometheus not on PATH after the install"
 	have_chromium || die "chromium: not on PATH after the install"
+	have_curl || die "curl: not on PATH after the install"
+	have_node || die "nodejs: node not on PATH after the install"
+	have_npm || die "npm: not on PATH after the install"
 fi
 say "installed: ${need[*]}"
+npm_ci

@@ -38,6 +38,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client/failover"
 )
@@ -210,11 +211,21 @@ func (c *Client) closeConns() error {
 }
 
 // Retryable reports whether an error from Submit is worth sending the same
-// request again for: the transaction ID makes the resend safe.
+// request again for: the transaction ID makes the resend safe. A
+// RESOURCE_EXHAUSTED is, when the GTR shed the call (its reason a limit,
+// or a retry hint); one about the request itself (REQUEST_TOO_LARGE, or
+// gRPC's own refusal of an oversized message) fails the same way again.
 func Retryable(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Aborted, codes.DeadlineExceeded, codes.ResourceExhausted:
+	case codes.Unavailable, codes.Aborted, codes.DeadlineExceeded:
 		return true
+	case codes.ResourceExhausted:
+		switch apierr.ReasonOf(err) {
+		case apierr.RateLimited, apierr.TooManyInFlight, apierr.Overloaded:
+			return true
+		}
+		_, hinted := RetryAfter(err)
+		return hinted
 	}
 	return false
 }

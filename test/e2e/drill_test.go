@@ -23,7 +23,7 @@ func TestDrillCommand(t *testing.T) {
 	// to another cell by a replica whose health view differs (seen once:
 	// 36 transactions past the PNR in two cells, one issuer effect each):
 	// a known gap between per-replica coalescing and cross-replica
-	// retries, left to the GTR (docs/partners.md, "Two access points").
+	// retries, left to the GTR (docs/partners/access-points.md, "A known gap").
 	warm(t, ctx)
 	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "cellpay"), "drill", "-data", env.p.Config().DataDir,
 		"-cut", "primary,backup", "-rate", "30", "-hold", "6s", "-settle", "4s")

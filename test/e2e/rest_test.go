@@ -159,7 +159,7 @@ func TestRESTMatchesGRPC(t *testing.T) {
 	approve := request("rest-approve", freshPAN())
 	a := restDo(t, c, env.restAddr, "POST", submitPath("p-001"), restJSON(t, approve), key)
 	got := a.txn(t)
-	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetAuthCode() == "" || a.header.Get("X-Request-Id") == "" {
+	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetAuthCode() == "" || len(a.header.Values("X-Request-Id")) != 1 {
 		t.Fatalf("approval over REST: %v (X-Request-Id %q)", got, a.header.Get("X-Request-Id"))
 	}
 	read, err := raw.GetTransaction(withKey(ctx, key), &cellpayv1.GetTransactionRequest{TransactionId: approve.TransactionId, PartnerId: "p-001"})
@@ -264,8 +264,8 @@ func TestRESTMatchesGRPC(t *testing.T) {
 			t.Errorf("%s: REST answered %d %s, reason %q; want %d %v %s: %s", k.name, a.code, codes.Code(st.Code), reason, wantHTTP, k.want, k.reason, a.body)
 			continue
 		}
-		if id == "" || a.header.Get("X-Request-Id") != id {
-			t.Errorf("%s: request ID %q in the body, %q in the header", k.name, id, a.header.Get("X-Request-Id"))
+		if id == "" || a.header.Get("X-Request-Id") != id || len(a.header.Values("X-Request-Id")) != 1 {
+			t.Errorf("%s: request ID %q in the body, %q in the header", k.name, id, a.header.Values("X-Request-Id"))
 		}
 		if k.field != "" && !strings.Contains(st.Message, k.field) {
 			t.Errorf("%s: the message %q does not name %s", k.name, st.Message, k.field)

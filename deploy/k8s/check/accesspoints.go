@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // The partners' two access points (pkg/client fails over between them).
@@ -22,7 +23,9 @@ const (
 // label (so the NetworkPolicies, which select app.kubernetes.io/name: gtr,
 // give it exactly the primary's access, and the trust checks of the
 // primary hold for it), Services gtr and gtr-backup that each select one
-// access point's pods only, and the GTR's certificate naming both.
+// access point's pods only and expose both partners' ports (gRPC 7070,
+// REST 7060) to those pods' ports of the same numbers, and the GTR's
+// certificate naming both.
 func CheckAccessPoints(w *World) []string {
 	prim, ok1 := w.get("Deployment", GTRNamespace, gtrService)
 	back, ok2 := w.get("Deployment", GTRNamespace, backupGTR)
@@ -60,8 +63,19 @@ func CheckAccessPoints(w *World) []string {
 			v = append(v, "no Service "+name+" for the "+want+" access point")
 			continue
 		}
-		if got := o.Typed.(*corev1.Service).Spec.Selector[AccessPointLabel]; got != want {
+		svc := o.Typed.(*corev1.Service)
+		if got := svc.Spec.Selector[AccessPointLabel]; got != want {
 			v = append(v, fmt.Sprintf("Service %s selects %s=%q, want %q", name, AccessPointLabel, got, want))
+		}
+		// The Service of an access point is named after its Deployment.
+		dep := pd
+		if name == backupGTR {
+			dep = bd
+		}
+		for _, l := range gtrPartnerListeners {
+			if !servesPort(svc, containerPorts(dep.Spec.Template.Spec), l.port) {
+				v = append(v, fmt.Sprintf("Service %s does not expose the partners' %s port %d/TCP to its pods' port %d", name, l.what, l.port, l.port))
+			}
 		}
 	}
 	if c, ok := w.get("Certificate", GTRNamespace, gtrService); ok {
@@ -73,4 +87,26 @@ func CheckAccessPoints(w *World) []string {
 		}
 	}
 	return v
+}
+
+// servesPort says whether svc exposes port over TCP, at the same number,
+// to the pods' container port of that number (its targetPort naming it, or
+// giving its number, or left to default to port).
+func servesPort(svc *corev1.Service, ports []corev1.ContainerPort, port int32) bool {
+	for _, sp := range svc.Spec.Ports {
+		if sp.Port != port || sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		for _, cp := range ports {
+			if cp.ContainerPort != port || cp.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			switch tp := sp.TargetPort; {
+			case tp.Type == intstr.String && tp.StrVal == cp.Name,
+				tp.Type == intstr.Int && (tp.IntVal == 0 || tp.IntVal == port):
+				return true
+			}
+		}
+	}
+	return false
 }

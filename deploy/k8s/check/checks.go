@@ -252,10 +252,11 @@ func CheckCells(w *World) []string {
 	return v
 }
 
-// CheckPlatform checks the shared parts: a replicated GTR serving both its
-// ports with the routing table, operators file and partner registry mounted
-// from rendered objects (its certificate is CheckTrust's), a three-node NATS
-// with JetStream on volumes, and the replicator.
+// CheckPlatform checks the shared parts: a replicated GTR declaring its
+// partners' ports (gRPC, REST) and its admin port, with the routing table,
+// operators file and partner registry mounted from rendered objects (its
+// certificate is CheckTrust's), a three-node NATS with JetStream on
+// volumes, and the replicator.
 func CheckPlatform(w *World) []string {
 	var v []string
 	dep, ok := w.get("Deployment", GTRNamespace, "gtr")
@@ -266,7 +267,7 @@ func CheckPlatform(w *World) []string {
 	if replicas(dep) < 2 {
 		v = append(v, fmt.Sprintf("gtr has %d replicas, want several", replicas(dep)))
 	}
-	for _, p := range []int32{7070, 7071} {
+	for _, p := range []int32{7070, 7060, 7071} {
 		if !declaresPort(d.Spec.Template.Spec.Containers[0], p) {
 			v = append(v, fmt.Sprintf("gtr does not declare port %d", p))
 		}

@@ -23,18 +23,41 @@ const (
 	gtrService = "gtr"
 )
 
+// gtrPartnerListeners are the GTR's partners' listeners: the Payments API
+// over gRPC (GTR_LISTEN) and as REST/JSON over HTTPS (GTR_REST_LISTEN),
+// both TLS only with the partners' certificate (GTR_TLS_CERT). Each is a
+// port of both access points' Services, and partners reach each from
+// anywhere; unset, the one is loopback and the other off.
+var gtrPartnerListeners = []struct {
+	env, what string
+	port      int32
+}{{"GTR_LISTEN", "gRPC", 7070}, {"GTR_REST_LISTEN", "REST/JSON", 7060}}
+
+// isGTRPartnerPort says whether t is one of the GTR's partners' ports.
+func isGTRPartnerPort(t Target) bool {
+	for _, l := range gtrPartnerListeners {
+		if t == (Target{l.port, corev1.ProtocolTCP}) {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckTrust checks the GTR's side of the trust boundary:
 //
 //   - no GTR container, in any object of any overlay, enables gRPC
 //     reflection on the partners' listener (GTR_REFLECTION, -reflection);
+//   - every GTR container serves both partners' listeners, gRPC on 7070
+//     and REST/JSON on 7060, on an address others can reach;
 //   - the GTR's probes ask its plaintext health port (GTR_HEALTH_LISTEN),
-//     never the partners' or the admin port, which serve TLS only and which
-//     kubelet's gRPC probes cannot speak to;
-//   - GTR_TLS_CERT and GTR_TLS_KEY are tls.crt and tls.key of one Secret
-//     that a rendered Certificate issues, mounted whole (a subPath mount
-//     never sees a renewal), for the partners' Service's names;
+//     never the partners' (gRPC or REST) or the admin port, which serve
+//     TLS only and which kubelet's gRPC probes cannot speak to;
+//   - GTR_TLS_CERT and GTR_TLS_KEY, the certificate of both partners'
+//     listeners, are tls.crt and tls.key of one Secret that a rendered
+//     Certificate issues, mounted whole (a subPath mount never sees a
+//     renewal), for the partners' Service's names;
 //   - every Certificate's Issuer, and every CA Issuer's Secret, is rendered;
-//   - partners reach the GTR's partners' port, admin clients of its
+//   - partners reach the GTR's partners' ports, admin clients of its
 //     namespace its admin port, and nobody anything else.
 func CheckTrust(w *World) []string {
 	var v []string
@@ -51,6 +74,7 @@ func CheckTrust(w *World) []string {
 			for _, why := range reflectionOn(w, o.Namespace, c) {
 				v = append(v, at+": gRPC reflection on the partners' listener: "+why+"; production leaves it off")
 			}
+			v = append(v, gtrPartners(at, c)...)
 			v = append(v, gtrProbes(at, c)...)
 		}
 	}
@@ -136,8 +160,28 @@ func reflectionOn(w *World, ns string, c corev1.Container) []string {
 	return v
 }
 
-// gtrProbes holds every probe of a GTR container to the admin port, the one
-// that serves plaintext gRPC health.
+// gtrPartners holds a GTR container's partners' listeners to the ports
+// that the Services expose and gtr-ingress opens to partners: each set, on
+// an address others can reach, at its port.
+func gtrPartners(at string, c corev1.Container) []string {
+	var v []string
+	for _, l := range gtrPartnerListeners {
+		addr := envOf(c, l.env)
+		port, err := listenPort(addr)
+		switch {
+		case addr == "" && l.env == "GTR_REST_LISTEN":
+			v = append(v, fmt.Sprintf("%s: %s is not set: partners get no %s on %d", at, l.env, l.what, l.port))
+		case err != nil:
+			v = append(v, fmt.Sprintf("%s: %s: %v: partners cannot reach the %s listener", at, l.env, err, l.what))
+		case port != l.port:
+			v = append(v, fmt.Sprintf("%s: %s is %q, want port %d, the partners' %s port of the Services and policies", at, l.env, addr, l.port, l.what))
+		}
+	}
+	return v
+}
+
+// gtrProbes holds every probe of a GTR container to the health port, the
+// one that serves plaintext gRPC health.
 func gtrProbes(at string, c corev1.Container) []string {
 	var v []string
 	if _, err := listenPort(envOf(c, "GTR_ADMIN_LISTEN")); err != nil {
@@ -148,6 +192,7 @@ func gtrProbes(at string, c corev1.Container) []string {
 		return append(v, at+": GTR_HEALTH_LISTEN: "+err.Error()+": kubelet's probes need the plaintext health listener")
 	}
 	partners, _ := listenPort(envOf(c, "GTR_LISTEN"))
+	rest, _ := listenPort(envOf(c, "GTR_REST_LISTEN"))
 	admin, _ := listenPort(envOf(c, "GTR_ADMIN_LISTEN"))
 	for _, p := range []struct {
 		kind  string
@@ -158,7 +203,7 @@ func gtrProbes(at string, c corev1.Container) []string {
 			continue
 		}
 		switch port := p.probe.GRPC.Port; {
-		case port == partners || port == admin:
+		case port == partners || port == rest || port == admin:
 			v = append(v, fmt.Sprintf("%s: %s probe asks port %d, a TLS listener (partners' or admin), which kubelet's gRPC probes cannot speak to; probe the health port %d",
 				at, p.kind, port, health))
 		case port != health:
@@ -309,12 +354,12 @@ func serviceNames(svc, ns string) []string {
 	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
 }
 
-// gtrIngress proves what may reach a GTR pod: anyone its partners' port
-// (partners come through the load balancer, with no pod identity to
-// select), pods of its namespace labelled as admin clients its admin port,
-// the global Prometheus its metrics port (CheckScrape proves that one gets
-// through), and nobody any other port; and that partners and admin clients do get
-// through.
+// gtrIngress proves what may reach a GTR pod: anyone its partners' ports,
+// gRPC and REST (partners come through the load balancer, with no pod
+// identity to select), pods of its namespace labelled as admin clients its
+// admin port, the global Prometheus its metrics port (CheckScrape proves
+// that one gets through), and nobody any other port; and that partners,
+// on each partners' port, and admin clients do get through.
 func gtrIngress(w *World) []string {
 	var v []string
 	admin, _ := w.pod(GTRNamespace, "admin-client")
@@ -331,14 +376,16 @@ func gtrIngress(w *World) []string {
 					continue
 				}
 				isAdmin := src.Namespace == GTRNamespace && src.Labels[AdminClientLabel] == "true"
-				if !(t == Target{7070, corev1.ProtocolTCP} || t == Target{7071, corev1.ProtocolTCP} && isAdmin ||
+				if !(isGTRPartnerPort(t) || t == Target{7071, corev1.ProtocolTCP} && isAdmin ||
 					t == Target{GTRMetricsPort, corev1.ProtocolTCP} && isGlobalPrometheus(src)) {
-					v = append(v, fmt.Sprintf("%s admits %s on %s: the GTR admits partners on 7070, admin clients on 7071 and the global Prometheus on %d only", gtr, src, t, GTRMetricsPort))
+					v = append(v, fmt.Sprintf("%s admits %s on %s: the GTR admits partners on 7070 and 7060, admin clients on 7071 and the global Prometheus on %d only", gtr, src, t, GTRMetricsPort))
 				}
 			}
 		}
-		if !w.Net.Allowed(partner, gtr, 7070, corev1.ProtocolTCP) {
-			v = append(v, fmt.Sprintf("partners cannot reach %s on 7070/TCP", gtr))
+		for _, l := range gtrPartnerListeners {
+			if !w.Net.Allowed(partner, gtr, l.port, corev1.ProtocolTCP) {
+				v = append(v, fmt.Sprintf("partners cannot reach %s on %d/TCP (%s)", gtr, l.port, l.what))
+			}
 		}
 		if !w.Net.Allowed(admin, gtr, 7071, corev1.ProtocolTCP) {
 			v = append(v, fmt.Sprintf("an admin client cannot reach %s on 7071/TCP", gtr))

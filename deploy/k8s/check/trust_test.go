@@ -1,6 +1,7 @@
 package check
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // withGTR returns a copy of objs whose GTR Deployment has been through
@@ -200,6 +203,33 @@ func TestTrustChecksCatch(t *testing.T) {
 				gtrContainer(d).LivenessProbe.GRPC.Port = 7071
 			})
 		}, []string{"container gtr: liveness probe asks port 7071, a TLS listener"}},
+		{"probes on the REST port", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				gtrContainer(d).LivenessProbe.GRPC.Port = 7060
+			})
+		}, []string{"container gtr: liveness probe asks port 7060, a TLS listener"}},
+		{"REST listener off", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) { dropEnv(gtrContainer(d), "GTR_REST_LISTEN") })
+		}, []string{"Deployment cellpay-gtr/gtr container gtr: GTR_REST_LISTEN is not set: partners get no REST/JSON on 7060"}},
+		{"REST listener on loopback", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_REST_LISTEN", Value: "127.0.0.1:7060"})
+			})
+		}, []string{`GTR_REST_LISTEN: "127.0.0.1:7060" is loopback: partners cannot reach the REST/JSON listener`}},
+		{"REST listener on another port", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_REST_LISTEN", Value: ":8443"})
+			})
+		}, []string{`GTR_REST_LISTEN is ":8443", want port 7060`}},
+		{"gRPC listener on loopback", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) { dropEnv(gtrContainer(d), "GTR_LISTEN") })
+		}, []string{"GTR_LISTEN: not set (the default is loopback): partners cannot reach the gRPC listener"}},
+		{"REST port not declared", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				c := gtrContainer(d)
+				c.Ports = slices.DeleteFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == 7060 })
+			})
+		}, []string{"gtr does not declare port 7060", "Service gtr does not expose the partners' REST/JSON port 7060/TCP"}},
 		{"admin listener on loopback", func() []Object {
 			return withGTR(t, base, func(d *appsv1.Deployment) {
 				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_ADMIN_LISTEN", Value: "127.0.0.1:7071"})
@@ -284,7 +314,15 @@ func TestTrustChecksCatch(t *testing.T) {
 		}, []string{"cellpay-gtr/gtr admits default/outsider on 22/TCP", "cellpay-gtr/gtr admits cellpay-gtr/admin-client on 9090/TCP"}},
 		{"partners shut out", func() []Object {
 			return without(base, "NetworkPolicy", GTRNamespace, "gtr-ingress")
-		}, []string{"partners cannot reach cellpay-gtr/gtr on 7070/TCP", "an admin client cannot reach cellpay-gtr/gtr on 7071/TCP"}},
+		}, []string{
+			"partners cannot reach cellpay-gtr/gtr on 7070/TCP", "partners cannot reach cellpay-gtr/gtr on 7060/TCP",
+			"partners cannot reach cellpay-gtr/gtr-backup on 7060/TCP", "an admin client cannot reach cellpay-gtr/gtr on 7071/TCP",
+		}},
+		{"REST port for admin clients only", func() []Object {
+			return append(withIngressPorts(t, base, 7070), policy(t, GTRNamespace, "metadata: {name: rest-admin}\nspec:\n"+
+				"  podSelector: {matchLabels: {app.kubernetes.io/name: gtr}}\n"+
+				"  ingress: [{from: [{podSelector: {matchLabels: {cellpay.io/admin-client: \"true\"}}}], ports: [{port: 7060}]}]\n"))
+		}, []string{"partners cannot reach cellpay-gtr/gtr on 7060/TCP", "partners cannot reach cellpay-gtr/gtr-backup on 7060/TCP"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -295,6 +333,54 @@ func TestTrustChecksCatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// withIngressPorts returns a copy of objs whose policy gtr-ingress opens
+// only ports of its partners' rule (the one without from) to partners.
+func withIngressPorts(t *testing.T, objs []Object, ports ...int32) []Object {
+	t.Helper()
+	out := append([]Object(nil), objs...)
+	for i, o := range out {
+		if p, ok := o.Typed.(*networkingv1.NetworkPolicy); ok && o.Namespace == GTRNamespace && o.Name == "gtr-ingress" {
+			p = p.DeepCopy()
+			for j, r := range p.Spec.Ingress {
+				if len(r.From) == 0 {
+					p.Spec.Ingress[j].Ports = nil
+					for _, port := range ports {
+						p.Spec.Ingress[j].Ports = append(p.Spec.Ingress[j].Ports, networkingv1.NetworkPolicyPort{
+							Protocol: new(corev1.ProtocolTCP), Port: new(intstr.FromInt32(port))})
+					}
+				}
+			}
+			out[i].Typed = p
+			return out
+		}
+	}
+	t.Fatal("no NetworkPolicy gtr-ingress rendered")
+	return nil
+}
+
+// TestPartnersPortsAlike: the REST port (7060) is a partners' port as the
+// gRPC one (7070) is: a gtr-ingress that shuts partners out of either one
+// is reported for that port, at both access points, and for nothing else.
+func TestPartnersPortsAlike(t *testing.T) {
+	base := renderAll(t, deployDir)
+	for _, tt := range []struct{ open, shut int32 }{{7070, 7060}, {7060, 7070}} {
+		got := Check(withIngressPorts(t, base, tt.open))
+		want := []string{
+			fmt.Sprintf("partners cannot reach cellpay-gtr/gtr on %d/TCP", tt.shut),
+			fmt.Sprintf("partners cannot reach cellpay-gtr/gtr-backup on %d/TCP", tt.shut),
+		}
+		if len(got) != len(want) {
+			t.Errorf("only %d open: got %q, want %q", tt.open, got, want)
+			continue
+		}
+		for i := range want {
+			if !strings.HasPrefix(got[i], want[i]) {
+				t.Errorf("only %d open: got %q, want %q", tt.open, got[i], want[i])
+			}
+		}
 	}
 }
 
@@ -385,6 +471,24 @@ func TestAccessPointChecksCatch(t *testing.T) {
 		{"primary Service selects both", edit("Service", "gtr", func(o Object) {
 			delete(o.Typed.(*corev1.Service).Spec.Selector, AccessPointLabel)
 		}), `Service gtr selects`},
+		{"backup Service without the REST port", edit("Service", "gtr-backup", func(o Object) {
+			svc := o.Typed.(*corev1.Service)
+			svc.Spec.Ports = slices.DeleteFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == 7060 })
+		}), "Service gtr-backup does not expose the partners' REST/JSON port 7060/TCP"},
+		{"REST port to the admin port", edit("Service", "gtr", func(o Object) {
+			for i, p := range o.Typed.(*corev1.Service).Spec.Ports {
+				if p.Port == 7060 {
+					o.Typed.(*corev1.Service).Spec.Ports[i].TargetPort = intstr.FromString("admin")
+				}
+			}
+		}), "Service gtr does not expose the partners' REST/JSON port 7060/TCP"},
+		{"gRPC port by another number", edit("Service", "gtr", func(o Object) {
+			for i, p := range o.Typed.(*corev1.Service).Spec.Ports {
+				if p.Port == 7070 {
+					o.Typed.(*corev1.Service).Spec.Ports[i].Port = 443
+				}
+			}
+		}), "Service gtr does not expose the partners' gRPC port 7070/TCP"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := strings.Join(CheckAccessPoints(NewWorld(tt.objs)), "\n")

@@ -207,10 +207,10 @@ func containerPorts(spec corev1.PodSpec) []corev1.ContainerPort {
 var commonPorts = []Target{
 	{53, corev1.ProtocolUDP}, {53, corev1.ProtocolTCP}, {22, corev1.ProtocolTCP}, {80, corev1.ProtocolTCP},
 	{443, corev1.ProtocolTCP}, {4222, corev1.ProtocolTCP}, {5432, corev1.ProtocolTCP}, {6222, corev1.ProtocolTCP},
-	{6443, corev1.ProtocolTCP}, {7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP}, {7081, corev1.ProtocolTCP},
-	{7082, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP}, {7091, corev1.ProtocolTCP}, {8000, corev1.ProtocolTCP},
-	{8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9070, corev1.ProtocolTCP}, {9081, corev1.ProtocolTCP},
-	{9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP}, {9402, corev1.ProtocolTCP},
+	{6443, corev1.ProtocolTCP}, {7060, corev1.ProtocolTCP}, {7070, corev1.ProtocolTCP}, {7071, corev1.ProtocolTCP},
+	{7081, corev1.ProtocolTCP}, {7082, corev1.ProtocolTCP}, {7090, corev1.ProtocolTCP}, {7091, corev1.ProtocolTCP},
+	{8000, corev1.ProtocolTCP}, {8080, corev1.ProtocolTCP}, {8222, corev1.ProtocolTCP}, {9070, corev1.ProtocolTCP},
+	{9081, corev1.ProtocolTCP}, {9090, corev1.ProtocolTCP}, {9187, corev1.ProtocolTCP}, {9402, corev1.ProtocolTCP},
 	{65535, corev1.ProtocolTCP},
 }
 

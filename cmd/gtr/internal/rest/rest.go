@@ -201,6 +201,9 @@ func errorHandler(log *slog.Logger) runtime.ErrorHandlerFunc {
 				"code", st.Code().String(), "reason", apierr.ReasonOf(st.Err()), "detail", st.Message())
 		}
 		w.Header().Set("X-Request-Id", id)
+		if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
+			md.HeaderMD.Delete(apierr.HeaderRequestID) // set just above: not forwarded a second time
+		}
 		for _, d := range st.Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {
 				secs := math.Ceil(ri.GetRetryDelay().AsDuration().Seconds())
