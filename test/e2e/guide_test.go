@@ -223,8 +223,8 @@ func TestPartnerGuideCurl(t *testing.T) {
 	}
 }
 
-// guideRefusal reads a REST refusal's ErrorInfo: its reason and request
-// ID.
+// guideRefusal reads a REST refusal's ErrorInfo (google.rpc.Status in
+// JSON): its reason and request ID, empty where absent.
 func guideRefusal(body []byte) (reason, requestID string) {
 	var st struct {
 		Details []struct {

@@ -391,18 +391,9 @@ func pidsCPU(procs []namedPid) func() string {
 	read := func() map[string]float64 {
 		m := map[string]float64{}
 		for _, p := range procs {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
-			if err != nil {
-				continue
+			if cpu, ok := cpuTime(p.pid); ok {
+				m[p.name] = float64(cpu.Milliseconds())
 			}
-			s := string(b)
-			f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-			var ut, st float64
-			if len(f) > 12 {
-				fmt.Sscan(f[11], &ut)
-				fmt.Sscan(f[12], &st)
-			}
-			m[p.name] = (ut + st) * 10 // clock ticks (USER_HZ) of 10 ms
 		}
 		return m
 	}
@@ -417,6 +408,23 @@ func pidsCPU(procs []namedPid) func() string {
 		}
 		return strings.Join(out, ", ")
 	}
+}
+
+// cpuTime is the CPU time process pid has used (utime+stime, from /proc),
+// false if it is gone.
+func cpuTime(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ut, st int64
+	if len(f) > 12 {
+		fmt.Sscan(f[11], &ut)
+		fmt.Sscan(f[12], &st)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, true // clock ticks (USER_HZ) of 10 ms
 }
 
 // hostBusy starts measuring the share of the host's CPU time that is not

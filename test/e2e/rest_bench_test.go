@@ -135,20 +135,13 @@ func quantile(v []float64, q float64) float64 {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// procCPU is the CPU time process pid has used (utime+stime).
+// procCPU is the CPU time process pid has used; the test fails if it is
+// gone.
 func procCPU(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
+	cpu, ok := cpuTime(pid)
+	if !ok {
+		t.Fatalf("process %d is gone", pid)
 	}
-	s := string(b)
-	var f [13]string
-	n, _ := fmt.Sscan(s[bytes.LastIndexByte(b, ')')+2:], &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10], &f[11], &f[12])
-	var ut, st int64
-	if n == 13 {
-		fmt.Sscan(f[11], &ut)
-		fmt.Sscan(f[12], &st)
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond // clock ticks (USER_HZ) of 10 ms
+	return cpu
 }

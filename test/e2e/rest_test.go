@@ -30,15 +30,15 @@ import (
 // restAnswer is one answer of the REST API.
 type restAnswer struct {
 	code   int
+	proto  string // HTTP/2.0, HTTP/1.1
 	header http.Header
 	body   []byte
 }
 
 // restStatus is a refusal's body: google.rpc.Status in JSON.
 type restStatus struct {
-	Code    int32             `json:"code"`
-	Message string            `json:"message"`
-	Details []json.RawMessage `json:"details"`
+	Code    int32  `json:"code"`
+	Message string `json:"message"`
 }
 
 // refusal decodes a's body as a refusal, with its ErrorInfo's reason and
@@ -48,17 +48,7 @@ func (a restAnswer) refusal(t *testing.T) (st restStatus, reason, requestID stri
 	if err := json.Unmarshal(a.body, &st); err != nil {
 		t.Fatalf("refusal body %q: %v", a.body, err)
 	}
-	for _, d := range st.Details {
-		var info struct {
-			Type     string            `json:"@type"`
-			Reason   string            `json:"reason"`
-			Domain   string            `json:"domain"`
-			Metadata map[string]string `json:"metadata"`
-		}
-		if json.Unmarshal(d, &info) == nil && strings.HasSuffix(info.Type, "google.rpc.ErrorInfo") && info.Domain == apierr.Domain {
-			reason, requestID = info.Reason, info.Metadata[apierr.MetadataRequestID]
-		}
-	}
+	reason, requestID = guideRefusal(a.body)
 	return st, reason, requestID
 }
 
@@ -119,7 +109,7 @@ func restDo(t *testing.T, c *http.Client, addr, method, path string, body []byte
 	if err != nil {
 		t.Fatal(err)
 	}
-	return restAnswer{code: resp.StatusCode, header: resp.Header, body: b}
+	return restAnswer{code: resp.StatusCode, proto: resp.Proto, header: resp.Header, body: b}
 }
 
 // restJSON is req as a partner posts it: the protos' field names.
@@ -159,8 +149,8 @@ func TestRESTMatchesGRPC(t *testing.T) {
 	approve := request("rest-approve", freshPAN())
 	a := restDo(t, c, env.restAddr, "POST", submitPath("p-001"), restJSON(t, approve), key)
 	got := a.txn(t)
-	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetAuthCode() == "" || len(a.header.Values("X-Request-Id")) != 1 {
-		t.Fatalf("approval over REST: %v (X-Request-Id %q)", got, a.header.Get("X-Request-Id"))
+	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetAuthCode() == "" || len(a.header.Values("X-Request-Id")) != 1 || a.proto != "HTTP/2.0" {
+		t.Fatalf("approval over REST (%s): %v (X-Request-Id %q)", a.proto, got, a.header.Values("X-Request-Id"))
 	}
 	read, err := raw.GetTransaction(withKey(ctx, key), &cellpayv1.GetTransactionRequest{TransactionId: approve.TransactionId, PartnerId: "p-001"})
 	if err != nil || !proto.Equal(read, got) {

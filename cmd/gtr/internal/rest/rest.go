@@ -102,35 +102,28 @@ func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("rest: %w", err)
 	}
-	return limitBody(mux, cfg.MaxBody, eh, mux), nil
+	return limitBody(mux, cfg.MaxBody, eh), nil
 }
 
-// limitBody reads the body whole, up to max bytes, before h decodes it,
+// limitBody reads the body whole, up to max bytes, before mux decodes it,
 // refusing a larger one with REQUEST_TOO_LARGE.
-func limitBody(h http.Handler, max int64, eh runtime.ErrorHandlerFunc, mux *runtime.ServeMux) http.Handler {
+func limitBody(mux *runtime.ServeMux, max int64, eh runtime.ErrorHandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
 			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 			if err != nil {
-				code, reason := codes.InvalidArgument, apierr.InvalidRequest
-				msg := "body: could not be read"
+				httpStatus, refusal := http.StatusBadRequest, apierr.Error(codes.InvalidArgument, apierr.InvalidRequest, "body: could not be read")
 				if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
-					code, reason, msg = codes.ResourceExhausted, apierr.RequestTooLarge, fmt.Sprintf("body: over the limit of %d bytes", max)
+					httpStatus, refusal = http.StatusRequestEntityTooLarge,
+						apierr.Error(codes.ResourceExhausted, apierr.RequestTooLarge, fmt.Sprintf("body: over the limit of %d bytes", max))
 				}
-				eh(r.Context(), mux, Marshaler, w, r, &runtime.HTTPStatusError{HTTPStatus: statusTooLarge(code), Err: apierr.Error(code, reason, msg)})
+				eh(r.Context(), mux, Marshaler, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: refusal})
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
-		h.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	})
-}
-
-func statusTooLarge(c codes.Code) int {
-	if c == codes.ResourceExhausted {
-		return http.StatusRequestEntityTooLarge
-	}
-	return http.StatusBadRequest
 }
 
 // incoming forwards the one header of REST's own to the call's metadata;

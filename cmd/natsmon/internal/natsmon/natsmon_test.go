@@ -148,12 +148,18 @@ func TestCluster(t *testing.T) {
 			if got[`jetstream_stream_total_messages{account=$G,server=`+s.Name+`,stream=KV_txn}`] != 20 {
 				return false
 			}
+			// A server's storage in /varz is its account's usage, which
+			// it updates after the stream's own state in /jsz (CI saw a
+			// follower's 2669 bytes under the stream's): wait for it.
+			if got["gnatsd_varz_jetstream_stats_storage{server="+s.Name+"}"] < got[`jetstream_stream_total_bytes{account=$G,server=`+s.Name+`,stream=KV_txn}`] {
+				return false
+			}
 			current = max(current, got[`natsmon_stream_current_replicas{account=$G,server=`+s.Name+`,stream=KV_txn}`])
 		}
 		return current == 3
 	})
 	if !ok {
-		t.Fatalf("not within 20 s: every server reporting the bucket with three current replicas; metrics: %v; samples: %+v", got, m.Samples())
+		t.Fatalf("not within 20 s: every server reporting the bucket with three current replicas and its bytes in its storage; metrics: %v; samples: %+v", got, m.Samples())
 	}
 	for _, s := range watch {
 		l := "{server=" + s.Name + "}"
