@@ -1,7 +1,10 @@
 package admission
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/internal/partners"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
@@ -581,3 +585,72 @@ func retryDelay(err error) time.Duration {
 	}
 	return 0
 }
+
+// TestTapRefusalsLogged: the tap's refusals are logged under the request
+// ID their answer carries, at most LogRefusals' rate (a burst of as many),
+// and the next line logged says how many were not.
+func TestTapRefusalsLogged(t *testing.T) {
+	k, key, _ := partners.NewKey(nil, time.Now())
+	ix, err := partners.Compile(&partners.Registry{Version: 1, Partners: []partners.Partner{{ID: "a", Status: partners.StatusActive, Keys: []partners.Key{key}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au := &auth.Partners{Index: func() *partners.Index { return ix }}
+	clock := newClock()
+	lim := NewPartners(false, clock.Now)
+	var buf syncBuffer
+	lim.LogRefusals(slog.New(slog.NewJSONHandler(&buf, nil)), 2)
+	c := servePayments(t, okPayments{}, []grpc.ServerOption{grpc.InTapHandle(lim.Tap(au.FromHeader, RouterLimit{}, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wrong := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+k[:len(k)-1]+"x")
+	ids := map[string]bool{}
+	refuse := func() {
+		_, err := c.SubmitTransaction(wrong, &cellpayv1.SubmitTransactionRequest{PartnerId: "a", TransactionId: "t"})
+		if status.Code(err) != codes.Unauthenticated || apierr.ReasonOf(err) != apierr.APIKeyInvalid || apierr.RequestIDOf(err) == "" {
+			t.Fatalf("a wrong key: %v (reason %q, request ID %q)", err, apierr.ReasonOf(err), apierr.RequestIDOf(err))
+		}
+		ids[apierr.RequestIDOf(err)] = true
+	}
+	for range 5 {
+		refuse()
+	}
+	clock.Add(time.Second) // two more tokens
+	refuse()
+	type logLine struct {
+		ID       string `json:"request_id"`
+		Reason   string `json:"reason"`
+		Unlogged int    `json:"unlogged_before"`
+	}
+	var lines []logLine
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var line logLine
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d lines logged for 6 refusals at 2 a second, want 3: %s", len(lines), buf.String())
+	}
+	for i, l := range lines {
+		if !ids[l.ID] || l.Reason != string(apierr.APIKeyInvalid) {
+			t.Errorf("line %d: request ID %q (one of the answers': %v), reason %q", i, l.ID, ids[l.ID], l.Reason)
+		}
+	}
+	if lines[2].Unlogged != 3 {
+		t.Errorf("the line after the burst says %d unlogged, want 3", lines[2].Unlogged)
+	}
+	if strings.Contains(buf.String(), k) {
+		t.Error("a key in the log")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

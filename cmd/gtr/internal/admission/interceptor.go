@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"strconv"
 	"strings"
 	"time"
@@ -89,13 +91,13 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 		}
 		p, err := who(info.Header)
 		if err != nil {
-			return nil, tapRefusal(status.Convert(err))
+			return nil, a.tapRefusal(info.FullMethodName, "", status.Convert(err))
 		}
 		if router.wouldRefuse(a, p.ID) {
 			if onShed != nil {
 				onShed("gtr_busy")
 			}
-			return nil, tapRefusal(shedStatus(apierr.Overloaded, RouterBusy, router.Limit.RetryAfter()))
+			return nil, a.tapRefusal(info.FullMethodName, p.ID, shedStatus(apierr.Overloaded, RouterBusy, router.Limit.RetryAfter()))
 		}
 		r, v := a.peek(p)
 		if !v.OK {
@@ -103,7 +105,7 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 				onShed("partner_" + v.Reason)
 			}
 			reason, what := refusal(v)
-			return nil, tapRefusal(shedStatus(reason, what, v.RetryAfter))
+			return nil, a.tapRefusal(info.FullMethodName, p.ID, shedStatus(reason, what, v.RetryAfter))
 		}
 		return context.WithValue(ctx, tapKey{}, r), nil
 	}
@@ -111,10 +113,39 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 
 // tapRefusal is st with a request ID of its own: a call refused by the tap
 // never reaches the interceptor that names the others (package edge). It
-// is counted (onShed, auth's OnDenied), not logged or traced: a flood of
-// them must cost no more than the refusal.
-func tapRefusal(st *status.Status) error {
-	return apierr.WithRequestID(st, apierr.NewRequestID()).Err()
+// is counted (onShed, auth's OnDenied) and logged at a bounded rate
+// (LogRefusals), not traced: a flood of them must cost no more than the
+// refusal. partner is "" when the key named none.
+func (a *Partners) tapRefusal(method, partner string, st *status.Status) error {
+	id := apierr.NewRequestID()
+	a.refusals.write(a.now(), id, method, partner, st)
+	return apierr.WithRequestID(st, id).Err()
+}
+
+// LogRefusals logs the tap's refusals to log, at most perSecond a second
+// (bursts of as many); the next line logged says how many were not. Call
+// it before serving.
+func (a *Partners) LogRefusals(log *slog.Logger, perSecond float64) {
+	a.refusals = &refusalLog{log: log, lim: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond)))}
+}
+
+// refusalLog logs refusals at a bounded rate, counting the rest.
+type refusalLog struct {
+	log     *slog.Logger
+	lim     *rate.Limiter
+	skipped atomic.Int64
+}
+
+func (l *refusalLog) write(now time.Time, id, method, partner string, st *status.Status) {
+	if l == nil {
+		return
+	}
+	if !l.lim.AllowN(now, 1) {
+		l.skipped.Add(1)
+		return
+	}
+	l.log.Info("partner call refused from its headers", "request_id", id, "method", method, "partner", partner,
+		"code", st.Code().String(), "reason", apierr.ReasonOf(st.Err()), "unlogged_before", l.skipped.Swap(0))
 }
 
 // RouterLimit is the GTR-wide limit as the tap sees it: Limit (nil for

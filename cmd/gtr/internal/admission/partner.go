@@ -23,6 +23,9 @@ type Partners struct {
 	// one of its requests is being refused (the refusal counts out of
 	// the replaced limiter); Share reports at least 1.
 	active atomic.Int64
+	// refusals logs the tap's refusals, at a bounded rate (LogRefusals);
+	// nil logs none.
+	refusals *refusalLog
 }
 
 type partnerLimit struct {

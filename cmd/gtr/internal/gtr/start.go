@@ -194,6 +194,7 @@ func (g *GTR) startPartners(context.Context) error {
 	g.tlsCfg = tlsCfg
 	g.rel.Add(stopTLS)
 	authn := &auth.Partners{Index: g.partners.Index, OnDenied: metrics.Denied}
+	g.partnerLimits.LogRefusals(g.cfg.Log, refusalsLogged)
 	// The options of both servers of the Payments API: the listener's, and
 	// the REST gateway's in process, which has no TLS of its own (its
 	// HTTPS listener has).
@@ -225,6 +226,11 @@ func (g *GTR) startPartners(context.Context) error {
 	g.servers, g.listeners = append(g.servers, gs), append(g.listeners, lis)
 	return nil
 }
+
+// refusalsLogged bounds the log lines a second of the calls the partners'
+// tap refuses (no key, a wrong one, over a limit): enough for support to
+// find the one a partner quotes, too few for a flood to cost the GTR.
+const refusalsLogged = 20
 
 // startREST binds the REST/JSON listener (HTTPS, the partners'
 // certificate): the gateway of package rest, calling a gRPC server of its
