@@ -11,13 +11,18 @@
 ARG GO_IMAGE=golang:1.26.8-bookworm
 
 FROM ${GO_IMAGE} AS build
+# What -version prints (internal/buildinfo): .git is not in the context
+# (.dockerignore), so the build passes them, e.g.
+# --build-arg CELLPAY_VERSION=v0.1.0 --build-arg CELLPAY_REVISION=$(git rev-parse HEAD).
+ARG CELLPAY_VERSION=""
+ARG CELLPAY_REVISION=""
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags="-s -w" -o /out/ ./cmd/gtr ./cmd/cell ./cmd/issuersim ./cmd/replicator ./cmd/gtrctl ./cmd/natsmon
+    go build -ldflags="-s -w -X github.com/cellpay/cellpay/internal/buildinfo.Version=${CELLPAY_VERSION} -X github.com/cellpay/cellpay/internal/buildinfo.Revision=${CELLPAY_REVISION}" -o /out/ ./cmd/gtr ./cmd/cell ./cmd/issuersim ./cmd/replicator ./cmd/gtrctl ./cmd/natsmon
 # The run images' root: CA certificates, a passwd entry for uid 65532
 # (nonroot), and /tmp.
 RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp && chmod 1777 /rootfs/tmp \

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/dev/benchrun"
 )
 
@@ -34,6 +35,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if buildinfo.Requested(args) { // -version (flags.go parses the rest)
+		fmt.Fprintln(stdout, buildinfo.Read("benchrun"))
+		return 0
+	}
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -16,6 +16,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/cardkeys"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
@@ -114,7 +115,12 @@ func configure() (cell.Config, error) {
 	flag.BoolVar(&insecurePlaintext, "insecure-plaintext", env("CELL_INSECURE_PLAINTEXT", "") == "1", "without TLS files, serve and dial plaintext with no authorization: anyone may call the Cell API; and without -nats-ca, speak anonymous plaintext NATS: benchmarks, a lone cell and local tests only (env CELL_INSECURE_PLAINTEXT=1). Without it, without -tls-cert, -tls-key and -tls-ca (or with -nats-url and no -nats-ca) the cell refuses to start")
 	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "1") != "0", "share the commits of concurrent transactions' durable writes (group commit, cmd/cell/internal/store/group.go); -group-commit=false or env CELL_GROUP_COMMIT=0 writes each alone, for measuring")
+	version := flag.Bool("version", false, buildinfo.FlagUsage)
 	flag.Parse()
+	if *version {
+		fmt.Println(buildinfo.Read("cell"))
+		os.Exit(0)
+	}
 	if err := hop.RequireTLS(c.TLS, insecurePlaintext, "-tls-cert, -tls-key and -tls-ca (CELL_TLS_CERT, CELL_TLS_KEY, CELL_TLS_CA)"); err != nil {
 		return c, err
 	}

@@ -48,6 +48,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/dev/checker"
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/hop"
@@ -86,6 +87,9 @@ func (c *cellFlags) Set(v string) error {
 	return nil
 }
 
+// errVersion is -version's: parseFlags stops, and run prints the version.
+var errVersion = errors.New("version requested")
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var cells cellFlags
@@ -104,8 +108,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.Concurrency, "concurrency", checker.DefaultConcurrency, "GetTransaction calls in flight")
 	fs.IntVar(&o.cfg.Examples, "examples", checker.DefaultExamples, "example transactions per problem")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+	version := fs.Bool("version", false, buildinfo.FlagUsage)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *version {
+		return o, errVersion
 	}
 	o.cfg.Cells = cells
 	switch {
@@ -143,6 +151,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stdout, buildinfo.Read("cellpay-check"))
+		return 0
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

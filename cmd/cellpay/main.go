@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/operators"
 )
@@ -95,8 +96,13 @@ func configure(args []string) (platform.Config, error) {
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell: the cells' primaries (CELLPAY_PG_BASE_PORT)")
 	standbyPort := fs.Int("standby-base-port", envInt("CELLPAY_STANDBY_BASE_PORT", platform.DefaultStandbyBasePort), "first port of the cells' synchronous standbys, one per cell (CELLPAY_STANDBY_BASE_PORT)")
 	standby := fs.Bool("standby", envBool("CELLPAY_STANDBY", true), "give each cell's Postgres a synchronous streaming standby, promoted by the launcher when the primary is lost (CELLPAY_STANDBY)")
+	version := fs.Bool("version", false, buildinfo.FlagUsage)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if *version {
+		fmt.Println(buildinfo.Read("cellpay"))
+		os.Exit(0)
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/logging"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -84,6 +85,7 @@ type options struct {
 	tokenFile, natsCA string
 	insecurePlaintext bool
 	logBuffer         int
+	version           bool
 }
 
 // configure reads the flags and the environment into the GTR's Config,
@@ -93,6 +95,10 @@ func configure() (gtr.Config, int, error) {
 	var o options
 	defineFlags(&cfg, &o)
 	flag.Parse()
+	if o.version {
+		fmt.Println(buildinfo.Read("gtr"))
+		os.Exit(0)
+	}
 	if o.natsCA != "" {
 		cfg.NATSTLS = tlsconf.Files{Cert: cmp.Or(cfg.CellTLS.Cert, cfg.TLSCertFile), Key: cmp.Or(cfg.CellTLS.Key, cfg.TLSKeyFile), CA: o.natsCA}
 	}
@@ -117,6 +123,7 @@ func configure() (gtr.Config, int, error) {
 // variable as the default, into cfg and o.
 func defineFlags(cfg *gtr.Config, o *options) {
 	host, _ := os.Hostname()
+	flag.BoolVar(&o.version, "version", false, buildinfo.FlagUsage)
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.RESTListen, "rest-listen", env("GTR_REST_LISTEN", ""), "partners' API as REST/JSON over HTTPS, with the -tls-cert certificate; empty for none (env GTR_REST_LISTEN)")
 	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")

@@ -19,12 +19,17 @@
 //	gtrctl partners revoke-key p-004 KEY_ID
 //	gtrctl audit --since 1h --limit 50     # who changed what, before -> after
 //	gtrctl operators init DIR               # offline: a token per role and the GTR's operators file
+//	gtrctl version                          # this gtrctl's build (also gtrctl -version)
 //
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
 // (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), --ca (GTRCTL_CA),
 // --server-name (GTRCTL_SERVER_NAME),
 // -o table|json, --timeout.
+//
+// gtrctl -h (or help) prints the commands, gtrctl COMMAND -h a command's
+// flags, on stdout with exit status 0; a usage error prints them on stderr
+// with exit status 2.
 //
 // The admin API speaks TLS only; its certificate is verified with --ca,
 // else a local platform's development CA ($CELLPAY_DATA or .cellpay,
@@ -111,16 +116,27 @@ func usage(w io.Writer) {
 	for _, cmd := range commands() {
 		fmt.Fprintf(w, "  %-36s %s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.help)
 	}
-	fmt.Fprintln(w, "\nglobal flags: --addr, --token, --token-file, -o table|json, --timeout; gtrctl COMMAND -h for a command's flags")
+	fmt.Fprintln(w, "\nglobal flags: --addr, --token, --token-file, -o table|json, --timeout; gtrctl COMMAND -h for a command's flags; gtrctl -version for this gtrctl's build")
 }
 
 // errUsage is a usage error already reported.
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
 		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) == 1 || args[0] != "help" {
+			usage(stdout) // asked for: not an error
+			return 0
+		}
+		// gtrctl help COMMAND: the command's own -h.
+		args = append(append([]string(nil), args[1:]...), "-h")
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	name := args[0]
 	args = args[1:]
@@ -142,10 +158,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{out: stdout, errOut: stderr}
 	fs := flag.NewFlagSet("gtrctl "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: gtrctl %s %s [FLAGS]\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.help)
+	usageTo := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: gtrctl %s %s [FLAGS]\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.help)
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() {} // while parsing: printed below, where asked for or with the error
 	c.g.register(fs)
 	if cmd.flags != nil {
 		cmd.flags(fs)
@@ -153,10 +172,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usageTo(stdout) // asked for: not an error
 			return 0
 		}
+		usageTo(stderr) // the flag package has said what is wrong
 		return 2
 	}
+	fs.Usage = func() { usageTo(stderr) }
 	if c.g.output != "table" && c.g.output != "json" {
 		fmt.Fprintf(stderr, "gtrctl: -o: want table or json, got %q\n", c.g.output)
 		return 2

@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/dev/issuersim"
 	"github.com/cellpay/cellpay/internal/grpclimits"
 	"github.com/cellpay/cellpay/internal/healthport"
@@ -66,7 +67,13 @@ func main() {
 		"address serving gRPC health alone, in plaintext, for probes that cannot present a client certificate (kubelet's), e.g. :7091; \"\" for none (env ISSUERSIM_HEALTH_LISTEN)")
 	insecurePlaintext := flag.Bool("insecure-plaintext", envOr("ISSUERSIM_INSECURE_PLAINTEXT", "") == "1",
 		"without TLS files, serve plaintext to anyone, no authorization: benchmarks and local tests only (env ISSUERSIM_INSECURE_PLAINTEXT=1)")
+	version := flag.Bool("version", false, buildinfo.FlagUsage)
 	flag.Parse()
+	if *version {
+		fmt.Println(buildinfo.Read("issuersim"))
+		closeLog()
+		return
+	}
 	if err := hop.RequireTLS(files, *insecurePlaintext, "-tls-cert, -tls-key and -tls-ca (ISSUERSIM_TLS_CERT, ISSUERSIM_TLS_KEY, ISSUERSIM_TLS_CA)"); err != nil {
 		fmt.Fprintln(os.Stderr, "issuersim:", err)
 		os.Exit(2)

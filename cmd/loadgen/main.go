@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/dev/load"
 )
 
@@ -31,6 +32,10 @@ func main() {
 }
 
 func run(args []string, stdout io.Writer, stderr *os.File) int {
+	if buildinfo.Requested(args) { // -version (flags.go parses the rest)
+		fmt.Fprintln(stdout, buildinfo.Read("loadgen"))
+		return 0
+	}
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellpay/cellpay/cmd/natsmon/internal/natsmon"
+	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/logging"
 )
 
@@ -38,7 +39,13 @@ func main() {
 	servers := flag.String("servers", env("NATSMON_SERVERS", ""), "servers to poll, comma-separated, each name=http://host:port or a URL alone (env NATSMON_SERVERS)")
 	interval := flag.Duration("interval", envDuration("NATSMON_INTERVAL", natsmon.DefaultInterval), "time between polls (env NATSMON_INTERVAL)")
 	timeout := flag.Duration("timeout", envDuration("NATSMON_TIMEOUT", natsmon.DefaultTimeout), "bound of each request to a server (env NATSMON_TIMEOUT)")
+	version := flag.Bool("version", false, buildinfo.FlagUsage)
 	flag.Parse()
+	if *version {
+		fmt.Println(buildinfo.Read("natsmon"))
+		closeLog()
+		return
+	}
 	srvs, err := parseServers(*servers)
 	if err == nil {
 		var cfg = natsmon.Config{Servers: srvs, Interval: *interval, Timeout: min(*timeout, *interval), Log: log}

@@ -21,6 +21,8 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+
+	"github.com/cellpay/cellpay/internal/buildinfo"
 )
 
 func main() {
@@ -46,8 +48,13 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&target.TLS.Key, "tls-key", env("REPLICATOR_TLS_KEY", ""), "its private key (env REPLICATOR_TLS_KEY)")
 	fs.StringVar(&target.TLS.CA, "tls-ca", env("REPLICATOR_TLS_CA", ""), "CA of the NATS server's certificate (env REPLICATOR_TLS_CA)")
 	fs.IntVar(&target.Replicas, "replicas", envInt("REPLICATOR_REPLICAS", 3), "replicas of the reference data stream if this publish creates it (nobody has yet): 3 on a three-server NATS cluster, 1 on a lone server; an existing stream is kept as it is (env REPLICATOR_REPLICAS)")
+	version := fs.Bool("version", false, buildinfo.FlagUsage)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if *version {
+		fmt.Println(buildinfo.Read("replicator"))
+		return nil
 	}
 	if fs.NArg() == 0 {
 		return usageError{errors.New("want a command: snapshot, update, watch or status")}

@@ -15,7 +15,8 @@ import (
 //     but for its own namespace's Prometheus on the metrics port (the
 //     scrape, CheckScrape);
 //   - a cell pod's egress reaches only its own Postgres, NATS, the issuer and
-//     DNS, and does reach each of them;
+//     DNS, and does reach each of them (outside the cluster's pods, only
+//     partners' callback endpoints: CheckCallbacks);
 //   - a cell's Postgres instances (its CloudNativePG Cluster's pods) admit
 //     only its own cell's pods and each other on 5432, and the CNPG
 //     operator on 8000 and 5432, and their cell's Prometheus on 9187, and

@@ -30,6 +30,8 @@ func Check(objs []Object) []string {
 	v = append(v, CheckAccessPoints(w)...)
 	v = append(v, CheckMonitoring(w)...)
 	v = append(v, CheckScrape(w)...)
+	v = append(v, CheckCallbacks(w)...)
+	v = append(v, CheckZones(w)...)
 	sort.Strings(v)
 	return v
 }

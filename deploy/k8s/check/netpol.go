@@ -35,8 +35,11 @@ func (p Pod) String() string { return p.Namespace + "/" + p.Name }
 //     the pods matching both. An empty from/to list means everyone, and an
 //     empty ports list every port.
 //   - An ipBlock peer cannot be decided statically for pods, whose addresses
-//     are not known: it matches every pod when the block overlaps PodCIDRs,
-//     so a leak through one is reported, not hidden.
+//     are not known: it matches every pod when the block (its cidr but its
+//     excepts) holds any address of PodCIDRs, so a leak through one is
+//     reported, not hidden.
+//   - Addresses outside the cluster (egressAddrs) are reached by ipBlock
+//     peers, and by rules with no peers, never by a selector.
 //
 // Traffic from the node (kubelet probes) is out of scope, as in most CNIs.
 type Network struct {
@@ -134,7 +137,7 @@ func (n *Network) anyPeer(policyNS string, peers []networkingv1.NetworkPolicyPee
 
 func (n *Network) peerMatches(policyNS string, peer networkingv1.NetworkPolicyPeer, pod Pod) bool {
 	if peer.IPBlock != nil {
-		return n.blockMayHoldPods(peer.IPBlock.CIDR)
+		return n.blockMayHoldPods(peer.IPBlock)
 	}
 	if peer.NamespaceSelector == nil {
 		if pod.Namespace != policyNS {
@@ -158,21 +161,48 @@ func (n *Network) namespaceLabels(ns string) map[string]string {
 	return l
 }
 
-func (n *Network) blockMayHoldPods(cidr string) bool {
-	b, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		return true
-	}
+// blockMayHoldPods says whether b holds an address of PodCIDRs: an
+// except that covers every pod range keeps the block off pods.
+func (n *Network) blockMayHoldPods(b *networkingv1.IPBlock) bool {
 	ranges := n.PodCIDRs
 	if ranges == nil {
 		ranges = privateRanges
 	}
-	for _, r := range ranges {
-		if r.Overlaps(b) {
-			return true
+	return len(overlap(blockRange(b), prefixes(ranges...), 1)) > 0
+}
+
+// egressAddrs is the set of addresses outside the cluster's pods that src
+// may send to on port/proto: everything when no policy isolates its
+// egress, else the union of its rules' ipBlocks (every address for a rule
+// with no peers) over the rules whose ports match. A named port matches
+// no address: it names a port of a pod.
+func (n *Network) egressAddrs(src Pod, port int32, proto corev1.Protocol) addrSet {
+	isolated := false
+	var out addrSet
+	for i := range n.Policies {
+		p := &n.Policies[i]
+		if p.Namespace != src.Namespace || !hasType(p, networkingv1.PolicyTypeEgress) || !selects(p.Spec.PodSelector, src.Labels) {
+			continue
+		}
+		isolated = true
+		for _, r := range p.Spec.Egress {
+			if !portsMatch(r.Ports, Pod{}, port, proto) {
+				continue
+			}
+			if len(r.To) == 0 {
+				return everywhere
+			}
+			for _, peer := range r.To {
+				if peer.IPBlock != nil {
+					out = append(out, blockRange(peer.IPBlock)...)
+				}
+			}
 		}
 	}
-	return false
+	if !isolated {
+		return everywhere
+	}
+	return out
 }
 
 func portsMatch(ports []networkingv1.NetworkPolicyPort, dst Pod, port int32, proto corev1.Protocol) bool {

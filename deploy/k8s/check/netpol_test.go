@@ -1,6 +1,7 @@
 package check
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -61,6 +62,16 @@ func TestEvaluator(t *testing.T) {
 		{"an ipBlock outside pod ranges does not",
 			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 203.0.113.0/24}}]}]}\n"},
 			[]q{{other, web, 8080, tcp, false}}},
+		{"an ipBlock whose excepts cover the pod ranges does not",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0, except: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10]}}, " +
+				"{ipBlock: {cidr: '::/0', except: ['fc00::/7']}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, false}}},
+		{"an ipBlock whose excepts leave part of a pod range does",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0, except: [10.0.0.0/8, 172.16.0.0/16, 192.168.0.0/16, 100.64.0.0/10]}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}}},
+		{"an IPv6 ipBlock over unique local addresses does",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: '::/0', except: ['fe80::/10']}}]}]}\n"},
+			[]q{{other, web, 8080, tcp, true}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -72,6 +83,60 @@ func TestEvaluator(t *testing.T) {
 			for _, q := range c.queries {
 				if got := n.Allowed(q.src, q.dst, q.port, q.proto); got != q.want {
 					t.Errorf("%s -> %s %d/%s: %v, want %v", q.src, q.dst, q.port, q.proto, got, q.want)
+				}
+			}
+		})
+	}
+}
+
+// TestEgressAddrs pins what the evaluator lets a pod send to outside the
+// cluster's pods: ipBlocks and rules with no peers, on the rules' ports.
+func TestEgressAddrs(t *testing.T) {
+	web := Pod{Namespace: "a", Name: "web", Labels: map[string]string{"app": "web"}}
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	metadata, partner := netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("203.0.113.7")
+	type q struct {
+		port  int32
+		proto corev1.Protocol
+		addr  netip.Addr
+		want  bool
+	}
+	for _, c := range []struct {
+		name     string
+		policies []string
+		queries  []q
+	}{
+		{"no policies: everything", nil, []q{{22, tcp, metadata, true}, {53, udp, partner, true}}},
+		{"another pod's policy: everything",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {matchLabels: {app: db}}, policyTypes: [Egress]}\n"},
+			[]q{{443, tcp, partner, true}}},
+		{"deny egress: nothing", []string{"a|metadata: {name: d}\nspec: {podSelector: {}, policyTypes: [Egress]}\n"},
+			[]q{{443, tcp, partner, false}}},
+		{"an ipBlock on its port",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{to: [{ipBlock: {cidr: 0.0.0.0/0, except: [169.254.0.0/16]}}], ports: [{port: 443}]}]}\n"},
+			[]q{{443, tcp, partner, true}, {443, tcp, metadata, false}, {443, udp, partner, false}, {80, tcp, partner, false}}},
+		{"selectors reach no address",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{to: [{namespaceSelector: {}}, {podSelector: {}}]}]}\n"},
+			[]q{{443, tcp, partner, false}, {443, tcp, netip.MustParseAddr("10.0.0.1"), false}}},
+		{"a rule with no peers reaches every address",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{ports: [{port: 443}, {port: 6443}]}]}\n"},
+			[]q{{443, tcp, metadata, true}, {6443, tcp, partner, true}, {80, tcp, partner, false}}},
+		{"a named port reaches no address",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{to: [{ipBlock: {cidr: 0.0.0.0/0}}], ports: [{port: https}]}]}\n"},
+			[]q{{443, tcp, partner, false}}},
+		{"a port range",
+			[]string{"a|metadata: {name: p}\nspec: {podSelector: {}, policyTypes: [Egress], egress: [{to: [{ipBlock: {cidr: 203.0.113.0/24}}], ports: [{port: 1, endPort: 65535}]}]}\n"},
+			[]q{{22, tcp, partner, true}, {22, tcp, metadata, false}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := Network{}
+			for _, p := range c.policies {
+				ns, doc, _ := strings.Cut(p, "|")
+				n.Policies = append(n.Policies, *policy(t, ns, doc).Typed.(*networkingv1.NetworkPolicy))
+			}
+			for _, q := range c.queries {
+				if got := n.egressAddrs(web, q.port, q.proto).has(q.addr); got != q.want {
+					t.Errorf("%s -> %s %d/%s: %v, want %v", web, q.addr, q.port, q.proto, got, q.want)
 				}
 			}
 		})

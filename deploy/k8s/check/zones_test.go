@@ -1,0 +1,113 @@
+package check
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	cnpgv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// constraint is the pod spec's topology spread constraint over key.
+func constraint(t *testing.T, spec *corev1.PodSpec, key string) *corev1.TopologySpreadConstraint {
+	t.Helper()
+	for i := range spec.TopologySpreadConstraints {
+		if spec.TopologySpreadConstraints[i].TopologyKey == key {
+			return &spec.TopologySpreadConstraints[i]
+		}
+	}
+	t.Fatalf("no topology spread constraint over %s", key)
+	return nil
+}
+
+func dropConstraint(spec *corev1.PodSpec, key string) {
+	spec.TopologySpreadConstraints = slices.DeleteFunc(spec.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+		return c.TopologyKey == key
+	})
+}
+
+// TestZoneChecksCatch drops or weakens the GTR's, NATS's and a cell's
+// Postgres's spread over zones (and nodes), one way at a time, and expects
+// each to be reported.
+func TestZoneChecksCatch(t *testing.T) {
+	base := renderAll(t, deployDir)
+	if v := CheckZones(NewWorld(base)); len(v) != 0 {
+		t.Fatalf("the committed manifests: %v", v)
+	}
+	gtr := func(name string, change func(spec *corev1.PodSpec)) []Object {
+		return withObject(t, base, "Deployment", GTRNamespace, name, func(d *appsv1.Deployment) { change(&d.Spec.Template.Spec) })
+	}
+	nats := func(change func(spec *corev1.PodSpec)) []Object {
+		return withObject(t, base, "StatefulSet", NATSNamespace, "nats", func(s *appsv1.StatefulSet) { change(&s.Spec.Template.Spec) })
+	}
+	cluster := func(change func(a *cnpgv1.AffinityConfiguration)) []Object {
+		return withObject(t, base, "Cluster", "cell-b", "postgres", func(c *cnpgv1.Cluster) { change(&c.Spec.Affinity) })
+	}
+	const (
+		gtrWhy  = "a lost zone may take every replica of this access point"
+		natsWhy = "a lost zone may take two of the three servers, and the JetStream quorum with them"
+		pgWhy   = "a primary and its synchronous standby may share a zone"
+	)
+	cases := []struct {
+		name  string
+		objs  []Object
+		wants []string
+	}{
+		{"GTR not spread over zones", gtr("gtr", func(s *corev1.PodSpec) { dropConstraint(s, ZoneKey) }),
+			[]string{"Deployment cellpay-gtr/gtr: no topology spread over topology.kubernetes.io/zone: " + gtrWhy}},
+		{"backup GTR spread by node only", gtr("gtr-backup", func(s *corev1.PodSpec) { constraint(t, s, ZoneKey).TopologyKey = HostKey }),
+			[]string{"Deployment cellpay-gtr/gtr-backup: no topology spread over topology.kubernetes.io/zone"}},
+		{"GTR skewed", gtr("gtr", func(s *corev1.PodSpec) { constraint(t, s, ZoneKey).MaxSkew = 2 }),
+			[]string{"Deployment cellpay-gtr/gtr: topology spread over topology.kubernetes.io/zone: maxSkew 2, want 1: " + gtrWhy}},
+		{"GTR spread over both access points together", gtr("gtr-backup", func(s *corev1.PodSpec) {
+			constraint(t, s, ZoneKey).LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{NameLabel: "gtr"}}
+		}), []string{"Deployment cellpay-gtr/gtr-backup: topology spread over topology.kubernetes.io/zone: its labelSelector also selects cellpay-gtr/gtr: " + gtrWhy}},
+		{"GTR spread counting no pod", gtr("gtr", func(s *corev1.PodSpec) { constraint(t, s, ZoneKey).LabelSelector = nil }),
+			[]string{"Deployment cellpay-gtr/gtr: topology spread over topology.kubernetes.io/zone: its labelSelector does not select the workload's pods"}},
+		{"GTR per node dropped", gtr("gtr-backup", func(s *corev1.PodSpec) { dropConstraint(s, HostKey) }),
+			[]string{"Deployment cellpay-gtr/gtr-backup: no topology spread over kubernetes.io/hostname: a lost node may take several replicas"}},
+		{"NATS not spread over zones", nats(func(s *corev1.PodSpec) { dropConstraint(s, ZoneKey) }),
+			[]string{"StatefulSet cellpay-nats/nats: no topology spread over topology.kubernetes.io/zone: " + natsWhy}},
+		{"NATS spread over zones if convenient", nats(func(s *corev1.PodSpec) { constraint(t, s, ZoneKey).WhenUnsatisfiable = corev1.ScheduleAnyway }),
+			[]string{"StatefulSet cellpay-nats/nats: topology spread over topology.kubernetes.io/zone: whenUnsatisfiable ScheduleAnyway, want DoNotSchedule: " + natsWhy}},
+		{"NATS skewed", nats(func(s *corev1.PodSpec) { constraint(t, s, ZoneKey).MaxSkew = 2 }),
+			[]string{"StatefulSet cellpay-nats/nats: topology spread over topology.kubernetes.io/zone: maxSkew 2, want 1: " + natsWhy}},
+		{"NATS spread with the replicator", nats(func(s *corev1.PodSpec) {
+			constraint(t, s, ZoneKey).LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/part-of": "cellpay"}}
+		}), []string{"StatefulSet cellpay-nats/nats: topology spread over topology.kubernetes.io/zone: its labelSelector also selects cellpay-nats/replicator"}},
+		{"NATS per node dropped", nats(func(s *corev1.PodSpec) { dropConstraint(s, HostKey) }),
+			[]string{"StatefulSet cellpay-nats/nats: no topology spread over kubernetes.io/hostname"}},
+		{"Postgres apart by node only", cluster(func(a *cnpgv1.AffinityConfiguration) { a.TopologyKey = HostKey }),
+			[]string{"Cluster cell-b/postgres: affinity.topologyKey is kubernetes.io/hostname, want topology.kubernetes.io/zone: " + pgWhy}},
+		{"Postgres apart if convenient", cluster(func(a *cnpgv1.AffinityConfiguration) { a.PodAntiAffinityType = cnpgv1.PodAntiAffinityTypePreferred }),
+			[]string{"Cluster cell-b/postgres: affinity.podAntiAffinityType is preferred, want required: " + pgWhy}},
+		{"Postgres anti-affinity off", cluster(func(a *cnpgv1.AffinityConfiguration) { a.EnablePodAntiAffinity = new(false) }),
+			[]string{"Cluster cell-b/postgres: affinity.enablePodAntiAffinity is false: " + pgWhy}},
+		{"Postgres at CNPG's defaults", cluster(func(a *cnpgv1.AffinityConfiguration) { *a = cnpgv1.AffinityConfiguration{} }),
+			[]string{"Cluster cell-b/postgres: affinity.topologyKey is kubernetes.io/hostname (the default), want topology.kubernetes.io/zone",
+				"Cluster cell-b/postgres: affinity.podAntiAffinityType is preferred (the default), want required"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := strings.Join(Check(c.objs), "\n")
+			for _, want := range c.wants {
+				if !strings.Contains(got, want) {
+					t.Errorf("no violation %q; got:\n%s", want, got)
+				}
+			}
+		})
+	}
+	// A weaker constraint beside the one the checks want weakens nothing:
+	// the scheduler holds a pod to all of them.
+	extra := nats(func(s *corev1.PodSpec) {
+		c := *constraint(t, s, ZoneKey)
+		c.MaxSkew, c.WhenUnsatisfiable = 2, corev1.ScheduleAnyway
+		s.TopologySpreadConstraints = append(s.TopologySpreadConstraints, c)
+	})
+	if v := CheckZones(NewWorld(extra)); len(v) != 0 {
+		t.Errorf("a second, weaker constraint: %v", v)
+	}
+}
