@@ -8,6 +8,7 @@ package card
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"strings"
 )
 
 // Luhn reports whether s is all digits and passes the Luhn (mod 10) check.
@@ -113,3 +114,42 @@ type KeyedHash struct {
 	KeyID string
 	Sum   []byte
 }
+
+// MaskIn returns s with every run of 12 or more digits in it (a PAN's
+// length; single spaces or hyphens between digits count as part of the
+// run, as a card number is often written) masked by Mask, for text that
+// may quote what a caller sent: a decoder's error, say.
+func MaskIn(s string) string {
+	var b strings.Builder
+	masked := false
+	for i := 0; i < len(s); {
+		if !isDigit(s[i]) {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		var digits []byte
+		end := i
+		for j := i; j < len(s); j++ {
+			if isDigit(s[j]) {
+				digits = append(digits, s[j])
+				end = j + 1
+			} else if (s[j] != ' ' && s[j] != '-') || j+1 >= len(s) || !isDigit(s[j+1]) {
+				break
+			}
+		}
+		if len(digits) >= 12 {
+			b.WriteString(Mask(string(digits)))
+			masked = true
+		} else {
+			b.WriteString(s[i:end])
+		}
+		i = end
+	}
+	if !masked {
+		return s
+	}
+	return b.String()
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

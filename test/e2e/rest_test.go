@@ -217,6 +217,10 @@ func TestRESTMatchesGRPC(t *testing.T) {
 		}, method: "GET", path: getPath("p-002", approve.TransactionId), key: key, want: codes.PermissionDenied, reason: apierr.PartnerMismatch},
 		{name: "no key", grpc: func() error { _, err := raw.SubmitTransaction(ctx, approve); return err },
 			method: "POST", path: submitPath("p-001"), body: restJSON(t, approve), want: codes.Unauthenticated, reason: apierr.APIKeyMissing},
+		{name: "no key, a body that is not JSON", method: "POST", path: submitPath("p-001"), body: []byte(`{"transaction_id":`),
+			want: codes.Unauthenticated, reason: apierr.APIKeyMissing},
+		{name: "a card number where the decoder fails", method: "POST", path: submitPath("p-001"), body: []byte(`{"card":{"pan":4111111111111111}}`), key: key,
+			want: codes.InvalidArgument, reason: apierr.InvalidRequest, field: "pan"},
 		{name: "wrong key", grpc: func() error { _, err := raw.SubmitTransaction(withKey(ctx, wrong), approve); return err },
 			method: "POST", path: submitPath("p-001"), body: restJSON(t, approve), key: wrong, want: codes.Unauthenticated, reason: apierr.APIKeyInvalid},
 		{name: "invalid field", grpc: func() error { _, err := raw.SubmitTransaction(withKey(ctx, key), noMarket); return err },
@@ -260,8 +264,8 @@ func TestRESTMatchesGRPC(t *testing.T) {
 		if k.field != "" && !strings.Contains(st.Message, k.field) {
 			t.Errorf("%s: the message %q does not name %s", k.name, st.Message, k.field)
 		}
-		if strings.Contains(string(a.body), "cpk_") {
-			t.Errorf("%s: the answer quotes a key: %s", k.name, a.body)
+		if strings.Contains(string(a.body), "cpk_") || strings.Contains(string(a.body), "4111111111111111") {
+			t.Errorf("%s: the answer quotes a key or a card number: %s", k.name, a.body)
 		}
 		// Support finds the call from the ID: every refusal is logged
 		// under it (the tap's, the keys', at a bounded rate that a test's

@@ -118,13 +118,20 @@ func (a *Partners) Tap(who func(metadata.MD) (*partners.Partner, error), router 
 // refusal. partner is "" when the key named none.
 func (a *Partners) tapRefusal(method, partner string, st *status.Status) error {
 	id := apierr.NewRequestID()
-	a.refusals.write(a.now(), id, method, partner, st)
+	a.LogRefusal(id, method, partner, st)
 	return apierr.WithRequestID(st, id).Err()
 }
 
-// LogRefusals logs the tap's refusals to log, at most perSecond a second
-// (bursts of as many); the next line logged says how many were not. Call
-// it before serving.
+// LogRefusal logs a refusal made before the interceptors (the tap's, or
+// the REST gateway's own) under its request ID id, within LogRefusals'
+// rate; without LogRefusals it logs nothing.
+func (a *Partners) LogRefusal(id, method, partner string, st *status.Status) {
+	a.refusals.write(a.now(), id, method, partner, st)
+}
+
+// LogRefusals logs the refusals made before the interceptors to log, at
+// most perSecond a second (bursts of as many); the next line logged says
+// how many were not. Call it before serving.
 func (a *Partners) LogRefusals(log *slog.Logger, perSecond float64) {
 	a.refusals = &refusalLog{log: log, lim: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond)))}
 }
@@ -144,7 +151,7 @@ func (l *refusalLog) write(now time.Time, id, method, partner string, st *status
 		l.skipped.Add(1)
 		return
 	}
-	l.log.Info("partner call refused from its headers", "request_id", id, "method", method, "partner", partner,
+	l.log.Info("partner call refused before the interceptors", "request_id", id, "method", method, "partner", partner,
 		"code", st.Code().String(), "reason", apierr.ReasonOf(st.Err()), "unlogged_before", l.skipped.Swap(0))
 }
 

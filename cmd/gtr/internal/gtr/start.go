@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -213,7 +214,7 @@ func (g *GTR) startPartners(context.Context) error {
 		reflection.Register(gs)
 	}
 	if g.cfg.RESTListen != "" {
-		if err := g.startREST(pay, srvOpts); err != nil {
+		if err := g.startREST(pay, authn, srvOpts); err != nil {
 			return err
 		}
 	}
@@ -236,8 +237,10 @@ const refusalsLogged = 20
 // certificate): the gateway of package rest, calling a gRPC server of its
 // own in process with the partners' server's options opts (its tap and
 // interceptors, so the same limits and answers) and the same Payments
-// implementation pay.
-func (g *GTR) startREST(pay cellpayv1.PaymentsServer, opts []grpc.ServerOption) error {
+// implementation pay. authn authenticates a call from its headers before
+// its body is read, as the tap does; what the gateway refuses itself is
+// logged within the tap's bound.
+func (g *GTR) startREST(pay cellpayv1.PaymentsServer, authn *auth.Partners, opts []grpc.ServerOption) error {
 	mem := bufconn.Listen(1 << 20)
 	ms := grpc.NewServer(opts...)
 	g.rel.Add(ms.Stop)
@@ -250,7 +253,12 @@ func (g *GTR) startREST(pay cellpayv1.PaymentsServer, opts []grpc.ServerOption) 
 		return fmt.Errorf("gtr: rest: %w", err)
 	}
 	g.rel.Add(func() { conn.Close() })
-	h, err := rest.Handler(context.Background(), rest.Config{Conn: conn, MaxBody: int64(grpclimits.Partners.MaxRecvMsg), Log: g.cfg.Log})
+	h, err := rest.Handler(context.Background(), rest.Config{Conn: conn, MaxBody: int64(grpclimits.Partners.MaxRecvMsg),
+		Authenticate: func(h http.Header) error {
+			_, err := authn.FromHeader(metadata.MD{"authorization": h.Values("Authorization")})
+			return err
+		},
+		LogRefusal: g.partnerLimits.LogRefusal})
 	if err != nil {
 		return err
 	}

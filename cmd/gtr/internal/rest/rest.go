@@ -9,8 +9,10 @@
 //     are refused, naming them.
 //   - An Idempotency-Key header means the transaction_id: it fills an
 //     absent one, and one that differs is refused (INVALID_REQUEST).
-//   - Bodies over MaxBody are refused before decoding (413,
-//     REQUEST_TOO_LARGE).
+//   - A call to /v1/ is authenticated from its headers (Authenticate)
+//     before its body is read, as the gRPC server's tap does before it
+//     decodes anything; then bodies over MaxBody are refused before
+//     decoding (413, REQUEST_TOO_LARGE).
 //   - A refusal is the HTTP status of its gRPC code and a body of
 //     google.rpc.Status in JSON ({"code", "message", "details"}), its
 //     details holding the google.rpc.ErrorInfo (reason, request_id) and,
@@ -26,12 +28,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cellpay/cellpay/api/openapi"
+	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
@@ -60,7 +61,16 @@ type Config struct {
 	// MaxBody bounds a request's body, in bytes; default 64 KiB, the
 	// partners' gRPC message limit.
 	MaxBody int64
-	Log     *slog.Logger
+	// Authenticate, if set, refuses a /v1/ call from its headers before
+	// its body is read, with a status error (the tap's authentication:
+	// auth.Partners.FromHeader); the gRPC server authenticates it again.
+	Authenticate func(http.Header) error
+	// LogRefusal, if set, logs a refusal made here (authentication, the
+	// body, the path) under its request ID; the GTR passes the bounded
+	// log of the tap's refusals (admission.Partners.LogRefusal), since
+	// these come before any limit. A refusal by the gRPC server is logged
+	// there.
+	LogRefusal func(id, method, partner string, st *status.Status)
 }
 
 // Marshaler is the JSON of the REST API: the protos' field names, enums by
@@ -72,13 +82,13 @@ var Marshaler = &runtime.JSONPb{
 
 // Handler returns the REST API's handler.
 func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
-	if cfg.Conn == nil || cfg.Log == nil {
-		return nil, errors.New("rest: Conn and Log are required")
+	if cfg.Conn == nil {
+		return nil, errors.New("rest: Conn is required")
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 64 << 10
 	}
-	eh := errorHandler(cfg.Log)
+	eh := errorHandler(cfg.LogRefusal)
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, Marshaler),
 		runtime.WithIncomingHeaderMatcher(incoming),
@@ -102,13 +112,21 @@ func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("rest: %w", err)
 	}
-	return limitBody(mux, cfg.MaxBody, eh), nil
+	return front(mux, cfg, eh), nil
 }
 
-// limitBody reads the body whole, up to max bytes, before mux decodes it,
-// refusing a larger one with REQUEST_TOO_LARGE.
-func limitBody(mux *runtime.ServeMux, max int64, eh runtime.ErrorHandlerFunc) http.Handler {
+// front authenticates a /v1/ call from its headers, then reads its body
+// whole, up to cfg.MaxBody bytes, before mux decodes it, refusing a larger
+// one with REQUEST_TOO_LARGE.
+func front(mux *runtime.ServeMux, cfg Config, eh runtime.ErrorHandlerFunc) http.Handler {
+	max := cfg.MaxBody
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Authenticate != nil && strings.HasPrefix(r.URL.Path, "/v1/") {
+			if err := cfg.Authenticate(r.Header); err != nil {
+				eh(r.Context(), mux, Marshaler, w, r, err)
+				return
+			}
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 			if err != nil {
@@ -173,7 +191,7 @@ func badRequest(field, why string) error {
 // (the body, the path) gets its request ID here, and is logged; one the
 // gRPC server made has its own already. Retry-After and X-Request-Id
 // repeat what the status says.
-func errorHandler(log *slog.Logger) runtime.ErrorHandlerFunc {
+func errorHandler(logRefusal func(id, method, partner string, st *status.Status)) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		var hse *runtime.HTTPStatusError
 		httpStatus := 0
@@ -181,17 +199,21 @@ func errorHandler(log *slog.Logger) runtime.ErrorHandlerFunc {
 			httpStatus, err = hse.HTTPStatus, hse.Err
 		}
 		st := status.Convert(err)
-		if m := st.Message(); !utf8.ValidString(m) { // JSON carries UTF-8 only: a path's bytes quoted, say
+		// The decoder quotes what it could not read (a PAN in a number,
+		// or as a field's name): masked, as card data never leaves in an
+		// error; and JSON carries UTF-8 only (a path's bytes quoted, say).
+		if m := card.MaskIn(strings.ToValidUTF8(st.Message(), "\uFFFD")); m != st.Message() {
 			p := st.Proto()
-			p.Message = strings.ToValidUTF8(m, "\uFFFD")
+			p.Message = m
 			st = status.FromProto(p)
 		}
 		id := apierr.RequestIDOf(err)
 		if id == "" {
 			id = apierr.NewRequestID()
 			st = apierr.WithRequestID(st, id)
-			log.Info("partner call refused", "request_id", id, "method", r.Method, "path", r.URL.Path,
-				"code", st.Code().String(), "reason", apierr.ReasonOf(st.Err()), "detail", st.Message())
+			if logRefusal != nil {
+				logRefusal(id, r.Method+" "+card.MaskIn(strings.ToValidUTF8(r.URL.Path, "\uFFFD")), "", st)
+			}
 		}
 		w.Header().Set("X-Request-Id", id)
 		if md, ok := runtime.ServerMetadataFromContext(ctx); ok {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -55,7 +55,7 @@ func (f *fakeConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.
 
 func newHandler(t testing.TB, conn *fakeConn) http.Handler {
 	t.Helper()
-	h, err := Handler(context.Background(), Config{Conn: conn, MaxBody: 1 << 10, Log: slog.New(slog.DiscardHandler)})
+	h, err := Handler(context.Background(), Config{Conn: conn, MaxBody: 1 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +147,61 @@ func TestRefusalsOfItsOwn(t *testing.T) {
 		code, reason := refusal(t, w)
 		if w.Code != c.http || code != c.code || reason != c.reason {
 			t.Errorf("%s: %d %v %s, want %d %v %s: %s", c.name, w.Code, code, reason, c.http, c.code, c.reason, w.Body.String())
+		}
+	}
+}
+
+// TestKeyBeforeBody: with Authenticate, a /v1/ call without a key is
+// refused from its headers, its body never read, whatever it holds; the
+// OpenAPI document needs no key. What the gateway refuses itself is logged
+// under the request ID it answers with.
+func TestKeyBeforeBody(t *testing.T) {
+	conn := &fakeConn{}
+	var logged []string
+	h, err := Handler(context.Background(), Config{Conn: conn, MaxBody: 1 << 10,
+		Authenticate: func(h http.Header) error {
+			if h.Get("Authorization") == "" {
+				return apierr.Error(codes.Unauthenticated, apierr.APIKeyMissing, "authorization: missing API key")
+			}
+			return nil
+		},
+		LogRefusal: func(id, method, _ string, st *status.Status) {
+			logged = append(logged, id+" "+method+" "+st.Code().String())
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"transaction_id":`, strings.Repeat("x", 4<<10)} {
+		w := serve(h, "POST", "/v1/partners/p-1/transactions", body)
+		if c, r := refusal(t, w); w.Code != http.StatusUnauthorized || c != codes.Unauthenticated || r != apierr.APIKeyMissing || conn.got != nil {
+			t.Fatalf("no key, a body of %d bytes: %d %s (reached the server: %v)", len(body), w.Code, w.Body.String(), conn.got != nil)
+		}
+		if id := w.Header().Get("X-Request-Id"); len(logged) == 0 || !strings.HasPrefix(logged[len(logged)-1], id+" POST /v1/partners/p-1/transactions Unauthenticated") {
+			t.Fatalf("logged %q, want the refusal under %s", logged, id)
+		}
+	}
+	if w := serve(h, "GET", "/openapi.json", ""); w.Code != http.StatusOK {
+		t.Fatalf("/openapi.json without a key: %d", w.Code)
+	}
+	if w := serve(h, "POST", "/v1/partners/p-1/transactions", `{"transaction_id":"t-1"}`, "Authorization", "Bearer k"); w.Code != http.StatusOK {
+		t.Fatalf("with a key: %d %s", w.Code, w.Body.String())
+	}
+}
+
+// TestNoCardInErrors: the decoder quotes what it could not read; a card
+// number among it is masked in the answer.
+func TestNoCardInErrors(t *testing.T) {
+	h := newHandler(t, &fakeConn{})
+	for _, body := range []string{
+		`{"card":{"pan":4111111111111111}}`,
+		`{"card":{"pan" "4111111111111111"}}`,
+		`{"card":{"4111 1111 1111 1111":1}}`,
+		`{"card":{"expiry_month":"4111111111111111"}}`,
+	} {
+		w := serve(h, "POST", "/v1/partners/p-1/transactions", body)
+		refusal(t, w)
+		if strings.Contains(w.Body.String(), "4111111111111111") || strings.Contains(w.Body.String(), "1111 1111 1111") || w.Code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", body, w.Code, w.Body.String())
 		}
 	}
 }
