@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
+.PHONY: FORCE sim bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -76,6 +76,15 @@ test-unit:
 test-e2e:
 	GO=$(GO) E2E_FLAGS="-vet=off" E2E_BESIDE="$(PLATFORMS)" ./scripts/test-e2e.sh
 	GO=$(GO) E2E_FLAGS="-vet=off" E2E_SHARDS=nats ./scripts/test-e2e.sh
+
+## sim: the deterministic simulation (cmd/cellpay-sim, internal/dev/model)
+## over SIM_SEEDS seeds, each with a fault mix of its own: violations, the
+## coverage of the interesting states, the slowest seed; a failing seed is
+## kept in internal/dev/model/testdata/sim, which make test replays. make
+## test runs 1,000 seeds (TestSimulator).
+SIM_SEEDS ?= 50000
+sim:
+	$(GO) run ./cmd/cellpay-sim -seeds $(SIM_SEEDS) -keep internal/dev/model/testdata/sim
 
 # Exploratory fuzzing: every fuzz target for FUZZTIME past its seed corpus,
 # which make test replays. Not part of make test; CI runs it bounded.

@@ -655,6 +655,7 @@ type ProcessEvent struct {
 	//	*ProcessEvent_PointOfNoReturn
 	//	*ProcessEvent_Result
 	//	*ProcessEvent_Reroutable
+	//	*ProcessEvent_Proceeding
 	Event         isProcessEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -724,6 +725,15 @@ func (x *ProcessEvent) GetReroutable() *Reroutable {
 	return nil
 }
 
+func (x *ProcessEvent) GetProceeding() *Proceeding {
+	if x != nil {
+		if x, ok := x.Event.(*ProcessEvent_Proceeding); ok {
+			return x.Proceeding
+		}
+	}
+	return nil
+}
+
 type isProcessEvent_Event interface {
 	isProcessEvent_Event()
 }
@@ -740,11 +750,57 @@ type ProcessEvent_Reroutable struct {
 	Reroutable *Reroutable `protobuf:"bytes,3,opt,name=reroutable,proto3,oneof"`
 }
 
+type ProcessEvent_Proceeding struct {
+	// proceeding: the cell received Proceed and calls the issuer; from
+	// here the transaction is the cell's, and the stream's end without a
+	// result means PENDING, resolved by the cell.
+	Proceeding *Proceeding `protobuf:"bytes,4,opt,name=proceeding,proto3,oneof"`
+}
+
 func (*ProcessEvent_PointOfNoReturn) isProcessEvent_Event() {}
 
 func (*ProcessEvent_Result) isProcessEvent_Event() {}
 
 func (*ProcessEvent_Reroutable) isProcessEvent_Event() {}
+
+func (*ProcessEvent_Proceeding) isProcessEvent_Event() {}
+
+// Proceeding acknowledges Proceed.
+type Proceeding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proceeding) Reset() {
+	*x = Proceeding{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proceeding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proceeding) ProtoMessage() {}
+
+func (x *Proceeding) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proceeding.ProtoReflect.Descriptor instead.
+func (*Proceeding) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+}
 
 type PointOfNoReturn struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -757,7 +813,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +825,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +838,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -822,7 +878,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +890,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +903,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -882,7 +938,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +950,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +963,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -979,14 +1035,19 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\vlast_resort\x18\x04 \x01(\bR\n" +
 	"lastResort\x12\x17\n" +
 	"\acall_id\x18\x05 \x01(\tR\x06callId\x12\x12\n" +
-	"\x04home\x18\x06 \x01(\bR\x04home\"\xda\x01\n" +
+	"\x04home\x18\x06 \x01(\bR\x04home\"\x99\x02\n" +
 	"\fProcessEvent\x12O\n" +
 	"\x12point_of_no_return\x18\x01 \x01(\v2 .cellpay.cell.v1.PointOfNoReturnH\x00R\x0fpointOfNoReturn\x121\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12=\n" +
 	"\n" +
 	"reroutable\x18\x03 \x01(\v2\x1b.cellpay.cell.v1.ReroutableH\x00R\n" +
-	"reroutableB\a\n" +
-	"\x05event\"p\n" +
+	"reroutable\x12=\n" +
+	"\n" +
+	"proceeding\x18\x04 \x01(\v2\x1b.cellpay.cell.v1.ProceedingH\x00R\n" +
+	"proceedingB\a\n" +
+	"\x05event\"\f\n" +
+	"\n" +
+	"Proceeding\"p\n" +
 	"\x0fPointOfNoReturn\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x17\n" +
 	"\acell_id\x18\x02 \x01(\tR\x06cellId\x12\x1d\n" +
@@ -1021,7 +1082,7 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
 	(*ListCallbacksRequest)(nil),               // 0: cellpay.cell.v1.ListCallbacksRequest
 	(*CallbackEvent)(nil),                      // 1: cellpay.cell.v1.CallbackEvent
@@ -1032,39 +1093,41 @@ var file_cellpay_cell_v1_cell_proto_goTypes = []any{
 	(*Proceed)(nil),                            // 6: cellpay.cell.v1.Proceed
 	(*ProcessRequest)(nil),                     // 7: cellpay.cell.v1.ProcessRequest
 	(*ProcessEvent)(nil),                       // 8: cellpay.cell.v1.ProcessEvent
-	(*PointOfNoReturn)(nil),                    // 9: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 10: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 11: cellpay.cell.v1.GetRequest
-	(*timestamppb.Timestamp)(nil),              // 12: google.protobuf.Timestamp
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 13: cellpay.v1.SubmitTransactionRequest
-	(*cellpayv1.Transaction)(nil),              // 14: cellpay.v1.Transaction
+	(*Proceeding)(nil),                         // 9: cellpay.cell.v1.Proceeding
+	(*PointOfNoReturn)(nil),                    // 10: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 11: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 12: cellpay.cell.v1.GetRequest
+	(*timestamppb.Timestamp)(nil),              // 13: google.protobuf.Timestamp
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 14: cellpay.v1.SubmitTransactionRequest
+	(*cellpayv1.Transaction)(nil),              // 15: cellpay.v1.Transaction
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	12, // 0: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	12, // 1: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
-	12, // 2: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
-	12, // 3: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	13, // 0: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 1: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	13, // 2: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	13, // 3: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	12, // 5: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 5: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
 	7,  // 6: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
 	6,  // 7: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	13, // 8: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	9,  // 9: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	14, // 10: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	10, // 11: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	5,  // 12: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	11, // 13: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	0,  // 14: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	3,  // 15: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	8,  // 16: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	14, // 17: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	2,  // 18: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
-	4,  // 19: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 8: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	10, // 9: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	15, // 10: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	11, // 11: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	9,  // 12: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
+	5,  // 13: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	12, // 14: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	0,  // 15: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	3,  // 16: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	8,  // 17: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	15, // 18: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	2,  // 19: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	4,  // 20: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -1080,6 +1143,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
+		(*ProcessEvent_Proceeding)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1087,7 +1151,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

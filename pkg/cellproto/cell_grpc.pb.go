@@ -38,10 +38,15 @@ type CellClient interface {
 	// a ProcessRequest. The point of no return is a handshake: the cell
 	// durably records that it is about to call the issuer, sends a
 	// PointOfNoReturn event and waits; the GTR answers Proceed only if it has
-	// not given up on this attempt, and from then on never re-routes the
-	// transaction. A cell calls the issuer only after Proceed; without it
-	// (the GTR cancelled, timed out or went away) the cell abandons the
-	// attempt and the GTR may restart the transaction elsewhere.
+	// not given up on this attempt. A cell calls the issuer only after
+	// Proceed, and says so first (a Proceeding event): from then on the
+	// transaction is the cell's and the GTR never re-routes it. Without
+	// Proceed in time (the GTR cancelled, timed out or went away, or the
+	// Proceed was delayed) the cell abandons the attempt, answers
+	// Reroutable, and the GTR may restart the transaction elsewhere, even
+	// after it sent Proceed: a cell that has not said Proceeding has not
+	// called the issuer. A stream that ends after Proceed without either
+	// leaves the outcome unknown to the GTR (the caller is told to retry).
 	// The stream then ends with exactly one terminal event: a result, or
 	// Reroutable when the attempt stopped before the point of no return.
 	// A transaction is identified by (partner_id, transaction_id) of its
@@ -125,10 +130,15 @@ type CellServer interface {
 	// a ProcessRequest. The point of no return is a handshake: the cell
 	// durably records that it is about to call the issuer, sends a
 	// PointOfNoReturn event and waits; the GTR answers Proceed only if it has
-	// not given up on this attempt, and from then on never re-routes the
-	// transaction. A cell calls the issuer only after Proceed; without it
-	// (the GTR cancelled, timed out or went away) the cell abandons the
-	// attempt and the GTR may restart the transaction elsewhere.
+	// not given up on this attempt. A cell calls the issuer only after
+	// Proceed, and says so first (a Proceeding event): from then on the
+	// transaction is the cell's and the GTR never re-routes it. Without
+	// Proceed in time (the GTR cancelled, timed out or went away, or the
+	// Proceed was delayed) the cell abandons the attempt, answers
+	// Reroutable, and the GTR may restart the transaction elsewhere, even
+	// after it sent Proceed: a cell that has not said Proceeding has not
+	// called the issuer. A stream that ends after Proceed without either
+	// leaves the outcome unknown to the GTR (the caller is told to retry).
 	// The stream then ends with exactly one terminal event: a result, or
 	// Reroutable when the attempt stopped before the point of no return.
 	// A transaction is identified by (partner_id, transaction_id) of its

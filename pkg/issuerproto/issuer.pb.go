@@ -159,8 +159,12 @@ type AuthorizeResponse struct {
 	AuthCode      string                 `protobuf:"bytes,3,opt,name=auth_code,json=authCode,proto3" json:"auth_code,omitempty"`
 	DeclineReason string                 `protobuf:"bytes,4,opt,name=decline_reason,json=declineReason,proto3" json:"decline_reason,omitempty"`
 	// duplicate is true when this answer repeats an earlier outcome.
-	Duplicate     bool   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	PartnerId     string `protobuf:"bytes,6,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	Duplicate bool   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	PartnerId string `protobuf:"bytes,6,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// closed is true when the transaction was closed by an inquiry
+	// (InquireRequest.close) and never applied: approved is false and there
+	// is no auth code or decline reason. Only Inquire sets it.
+	Closed        bool `protobuf:"varint,7,opt,name=closed,proto3" json:"closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,10 +241,23 @@ func (x *AuthorizeResponse) GetPartnerId() string {
 	return ""
 }
 
+func (x *AuthorizeResponse) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
 type InquireRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	PartnerId     string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// close, when the issuer holds no outcome for (partner_id,
+	// transaction_id), closes the transaction: no later Authorize of it is
+	// ever applied (each is answered FAILED_PRECONDITION), and the answer is
+	// OK with closed=true. It has no effect on a transaction with an
+	// outcome, whose outcome is returned.
+	Close         bool `protobuf:"varint,3,opt,name=close,proto3" json:"close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +304,13 @@ func (x *InquireRequest) GetPartnerId() string {
 		return x.PartnerId
 	}
 	return ""
+}
+
+func (x *InquireRequest) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
 }
 
 // TransactionRef names one transaction: its partner and its ID.
@@ -610,7 +634,7 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\rbank_transfer\x18\n" +
 	" \x01(\bR\fbankTransfer\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\v \x01(\tR\tpartnerId\"\xd7\x01\n" +
+	"partner_id\x18\v \x01(\tR\tpartnerId\"\xef\x01\n" +
 	"\x11AuthorizeResponse\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x1b\n" +
@@ -618,11 +642,13 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x0edecline_reason\x18\x04 \x01(\tR\rdeclineReason\x12\x1c\n" +
 	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x06 \x01(\tR\tpartnerId\"V\n" +
+	"partner_id\x18\x06 \x01(\tR\tpartnerId\x12\x16\n" +
+	"\x06closed\x18\a \x01(\bR\x06closed\"l\n" +
 	"\x0eInquireRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId\"V\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x12\x14\n" +
+	"\x05close\x18\x03 \x01(\bR\x05close\"V\n" +
 	"\x0eTransactionRef\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +

@@ -35,10 +35,33 @@ const (
 // (partner_id, transaction_id), and the issuer suppresses duplicates by that
 // pair: a repeat returns the first outcome and has no new effect. The same
 // transaction_id from two partners is two transactions.
+//
+// A transaction can also be closed by an inquiry (InquireRequest.close):
+// the caller that gave up waiting for it rules out that it is ever
+// applied. gRPC deadlines are relative, so an Authorize held up on the way
+// (a stalled connection's send buffer) can still reach the issuer with its
+// whole budget after any wait; closing is what makes "the issuer never
+// applied it" final.
 type IssuerClient interface {
+	// Authorize applies a transaction once: the first request for (partner_id,
+	// transaction_id) is decided and recorded, and a repeat returns that
+	// outcome with duplicate=true. A transaction closed by an inquiry is
+	// answered FAILED_PRECONDITION: it has no effect and is not counted as
+	// one, but is counted as a request.
 	Authorize(ctx context.Context, in *AuthorizeRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
 	// Inquire returns the outcome recorded for (partner_id, transaction_id),
-	// or NOT_FOUND when the issuer never received it.
+	// with duplicate=false; an outcome already recorded is returned whatever
+	// close says. When none is recorded:
+	//   - on a transaction closed by an earlier inquiry, it answers OK with
+	//     closed=true;
+	//   - without close, NOT_FOUND when the issuer never received it (or
+	//     never applied it), and nothing changes;
+	//   - with close=true, the issuer closes the transaction and answers OK
+	//     with closed=true: no later Authorize of it is ever applied.
+	//
+	// Closing is atomic with Authorize: an Authorize racing with the
+	// inquiry is either applied first (and the inquiry returns its outcome)
+	// or refused after.
 	Inquire(ctx context.Context, in *InquireRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
 	// Effects reports, per (partner_id, transaction_id), how many effects
 	// (authorizations applied) and how many requests the issuer has seen.
@@ -104,10 +127,33 @@ func (c *issuerClient) SetFaults(ctx context.Context, in *Faults, opts ...grpc.C
 // (partner_id, transaction_id), and the issuer suppresses duplicates by that
 // pair: a repeat returns the first outcome and has no new effect. The same
 // transaction_id from two partners is two transactions.
+//
+// A transaction can also be closed by an inquiry (InquireRequest.close):
+// the caller that gave up waiting for it rules out that it is ever
+// applied. gRPC deadlines are relative, so an Authorize held up on the way
+// (a stalled connection's send buffer) can still reach the issuer with its
+// whole budget after any wait; closing is what makes "the issuer never
+// applied it" final.
 type IssuerServer interface {
+	// Authorize applies a transaction once: the first request for (partner_id,
+	// transaction_id) is decided and recorded, and a repeat returns that
+	// outcome with duplicate=true. A transaction closed by an inquiry is
+	// answered FAILED_PRECONDITION: it has no effect and is not counted as
+	// one, but is counted as a request.
 	Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error)
 	// Inquire returns the outcome recorded for (partner_id, transaction_id),
-	// or NOT_FOUND when the issuer never received it.
+	// with duplicate=false; an outcome already recorded is returned whatever
+	// close says. When none is recorded:
+	//   - on a transaction closed by an earlier inquiry, it answers OK with
+	//     closed=true;
+	//   - without close, NOT_FOUND when the issuer never received it (or
+	//     never applied it), and nothing changes;
+	//   - with close=true, the issuer closes the transaction and answers OK
+	//     with closed=true: no later Authorize of it is ever applied.
+	//
+	// Closing is atomic with Authorize: an Authorize racing with the
+	// inquiry is either applied first (and the inquiry returns its outcome)
+	// or refused after.
 	Inquire(context.Context, *InquireRequest) (*AuthorizeResponse, error)
 	// Effects reports, per (partner_id, transaction_id), how many effects
 	// (authorizations applied) and how many requests the issuer has seen.

@@ -248,6 +248,9 @@ func duplicateOnSibling(t *testing.T, ctx context.Context, target faultTarget, c
 		t.Fatal(err)
 	}
 	ev, err := first.Recv()
+	if err == nil && ev.GetProceeding() != nil {
+		ev, err = first.Recv()
+	}
 	if err != nil || ev.GetResult() == nil {
 		t.Fatalf("%s at %s after Proceed: %v %v, want its result", id, in[0].Name, ev, err)
 	}

@@ -24,7 +24,7 @@ func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
-	byKey, keys := group(answers)
+	_, keys := group(answers)
 	cl, err := dial(cfg)
 	if err != nil {
 		return Report{}, err
@@ -43,16 +43,44 @@ func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	c := classifier{limit: cfg.Examples, prePNR: make(map[string]bool)}
-	for _, reason := range cfg.PrePNRFailures {
+	observed := make(map[idempotency.Key]Observed, len(keys))
+	for _, k := range keys {
+		l, e := looks[k], effs[k]
+		observed[k] = Observed{Read: l.txn, ReadCode: l.code, ReadErr: l.err, Records: recs[k], Effects: e.effects, Requests: e.requests}
+	}
+	return Judge(answers, observed, cfg.PrePNRFailures, cfg.Examples), nil
+}
+
+// Observed is what was read back of one transaction: the platform's
+// answer to a read of it (GetTransaction: Read, or ReadCode and ReadErr),
+// every cell's record of it, and the issuer's counters.
+type Observed struct {
+	Read     *cellpayv1.Transaction
+	ReadCode codes.Code
+	ReadErr  error
+	Records  []CellRecord
+	// Effects and Requests are the issuer's counters for it.
+	Effects, Requests int32
+}
+
+// Judge classifies the answers partners got against what was observed of
+// each transaction, with no I/O: Check's rules, for a caller that gathers
+// the observations itself (the simulator, internal/dev/model, over its
+// own cells and issuer). prePNRFailures and examples are Config's
+// PrePNRFailures and Examples.
+func Judge(answers []Answer, observed map[idempotency.Key]Observed, prePNRFailures []string, examples int) Report {
+	byKey, keys := group(answers)
+	c := classifier{limit: examples, prePNR: make(map[string]bool)}
+	for _, reason := range prePNRFailures {
 		c.prePNR[reason] = true
 	}
 	c.r.Answers = len(answers)
 	c.r.Errors = make(map[string]int)
 	for _, k := range keys {
-		c.add(k, byKey[k], looks[k], recs[k], effs[k])
+		o := observed[k]
+		c.add(k, byKey[k], lookup{txn: o.Read, code: o.ReadCode, err: o.ReadErr}, o.Records, effect{effects: o.Effects, requests: o.Requests})
 	}
-	return c.r, nil
+	return c.r
 }
 
 // group returns the answers by transaction and the transactions in

@@ -1,8 +1,9 @@
 // Package issuersim is a card issuer stand-in for Cellpay's tests and local
 // runs. It serves the issuerproto.Issuer gRPC service: it decides
 // authorizations by fixed rules, suppresses duplicates by transaction,
-// answers inquiries, counts effects per transaction so tests can check "at
-// most one issuer effect per transaction", and injects faults on request.
+// answers inquiries, closes a transaction an inquiry asks it to close,
+// counts effects per transaction so tests can check "at most one issuer
+// effect per transaction", and injects faults on request.
 // A transaction is identified by (partner_id, transaction_id): transaction
 // IDs are a namespace per partner, and the same ID from two partners is two
 // transactions, each with its own effect and outcome.
@@ -15,31 +16,34 @@
 //  1. An empty partner_id, transaction_id or pan, or a negative
 //     amount_minor_units, is rejected with INVALID_ARGUMENT naming the
 //     field. Nothing is recorded.
-//  2. A test card with a fixed decline (table below) declines with its
+//  2. A transaction with an outcome repeats it (see Duplicates and
+//     effects); one an inquiry closed is refused with FAILED_PRECONDITION
+//     (see Closing): neither is decided again.
+//  3. A test card with a fixed decline (table below) declines with its
 //     reason, refunds included.
-//  3. A refund (refund=true) is approved. Refunds skip the expiry and limit
+//  4. A refund (refund=true) is approved. Refunds skip the expiry and limit
 //     rules and do not change the card's cumulative amount.
-//  4. An expiry month outside 1..12 declines "invalid_expiry". An expiry
+//  5. An expiry month outside 1..12 declines "invalid_expiry". An expiry
 //     before the current month of Config.Now (in UTC) declines
 //     "expired_card"; a card is valid through the end of its expiry month.
 //     Two-digit years (0..99) mean 20YY.
-//  5. amount_minor_units > Config.PerTxnLimit declines "exceeds_limit".
-//  6. A card's cumulative approved amount plus this amount over
+//  6. amount_minor_units > Config.PerTxnLimit declines "exceeds_limit".
+//  7. A card's cumulative approved amount plus this amount over
 //     Config.PerCardLimit declines "insufficient_funds".
-//  7. Otherwise the authorization is approved with
+//  8. Otherwise the authorization is approved with
 //     AuthCode(partner_id, transaction_id), six characters derived
 //     deterministically from the partner and transaction ID.
 //
 // Test cards (16 digits, all Luhn-valid):
 //
 //	constant               PAN               outcome
-//	CardApproved           4111111111111111  approved (subject to rules 4-6)
+//	CardApproved           4111111111111111  approved (subject to rules 5-7)
 //	CardDoNotHonor         4000000000000002  declined "do_not_honor"
 //	CardInsufficientFunds  4000000000009995  declined "insufficient_funds"
 //	CardStolen             4000000000009979  declined "stolen_card"
 //	CardExpired            4000000000000069  declined "expired_card"
 //
-// Any other PAN follows rules 3 to 7. The simulator does not check the PAN's
+// Any other PAN follows rules 4 to 8. The simulator does not check the PAN's
 // format or Luhn digit: the callers (GTR, cells) validate input before the
 // issuer sees it.
 //
@@ -56,6 +60,25 @@
 // they are applied, not derived, so a bug that applied two would show 2.
 // Records are kept in memory for the life of the Server.
 //
+// # Closing
+//
+// Inquire returns a transaction's outcome if it has one, with
+// duplicate=false, and close has no effect on it. Without an outcome, an
+// inquiry with close=true closes the transaction and answers OK with
+// closed=true (approved false, no auth code); later inquiries, with or
+// without close, answer the same; one without close on a transaction never
+// closed answers NOT_FOUND. A closed transaction is never applied: an
+// Authorize of it counts as a request, applies nothing and is refused with
+// FAILED_PRECONDITION, its message saying the transaction was closed by an
+// inquiry. The close is taken under the record's lock, as an effect is, so
+// an Authorize racing with it is either applied first (and the inquiry
+// answers its outcome) or refused after: a transaction ends with one effect
+// or closed, never both. Effects lists a closed transaction with 0
+// effects (and the requests it refused). This is what lets a caller that gave up on a send (the cell's
+// reconciler) record it failed: gRPC deadlines are relative, so a request
+// held up on a stalled connection can still arrive with its whole budget
+// after any wait.
+//
 // # Faults
 //
 // SetFaults replaces the injected faults. latency_ms is waited before every
@@ -64,9 +87,9 @@
 // Authorize calls that fail with UNAVAILABLE, drawn from a math/rand/v2
 // source seeded by Config.Seed: before the effect, or after it when
 // after_effect is true (the outcome is recorded but the caller never learns
-// it). A call that gets past the latency and validation counts as a request,
-// whether or not a fault then fails it; one cut short during the latency
-// does not.
+// it; on a closed transaction it hides the refusal the same way). A call
+// that gets past the latency and validation counts as a request, whether or
+// not a fault then fails it; one cut short during the latency does not.
 //
 // # What it must never do
 //

@@ -12,11 +12,13 @@ import (
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzAuthorize checks that no request panics, fails with anything but
 // INVALID_ARGUMENT (no faults are set), answers inconsistently on a repeat,
-// or puts its PAN into an error or a log line.
+// is applied after an inquiry closed its transaction, or puts its PAN into
+// an error or a log line.
 func FuzzAuthorize(f *testing.F) {
 	f.Add("t1", CardApproved, int32(12), int32(2030), int64(1000), "EUR", "m", "5411", false)
 	f.Add("t2", CardStolen, int32(1), int32(20), int64(1), "USD", "m", "5999", true)
@@ -63,6 +65,20 @@ func FuzzAuthorize(f *testing.F) {
 			}
 		}
 		if _, err := s.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: req.GetPartnerId(), TransactionId: id}); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+		// The same request of another partner, after an inquiry closed
+		// that partner's transaction: refused, or invalid as before.
+		closed := proto.Clone(req).(*issuerproto.AuthorizeRequest)
+		closed.PartnerId = "p-fuzz-closed"
+		if _, err := s.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: closed.GetPartnerId(), TransactionId: id, Close: true}); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+		if resp, err := s.Authorize(ctx, closed); err == nil {
+			t.Fatalf("Authorize of a closed transaction answered %v", resp)
+		} else if code := status.Code(err); code != codes.FailedPrecondition && code != codes.InvalidArgument {
+			t.Fatalf("Authorize of a closed transaction: code %v (%v), want FAILED_PRECONDITION or INVALID_ARGUMENT", code, err)
+		} else {
 			msgs = append(msgs, err.Error())
 		}
 		// Every logged value but the transaction ID, which carries whatever

@@ -35,10 +35,13 @@ type outcome struct {
 	reason   string
 }
 
-// record is what the issuer knows about one transaction.
+// record is what the issuer knows about one transaction. outcome and
+// closed are never both set: whichever of an Authorize's apply and an
+// Inquire's close takes mu first decides which.
 type record struct {
 	mu       sync.Mutex
 	outcome  *outcome // nil until an effect is applied
+	closed   bool     // closed by an inquiry before any outcome; then never applied
 	effects  int64    // incremented each time an outcome is applied
 	requests int64    // Authorize calls that passed validation
 }

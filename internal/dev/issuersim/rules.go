@@ -75,7 +75,7 @@ type limits struct {
 	perCard int64
 }
 
-// decide applies the rules (package documentation, rules 2 to 7) to a
+// decide applies the rules (package documentation, rules 3 to 8) to a
 // validated request. It is pure: the caller records the outcome and, when
 // it is an approved non-refund, adds the amount to the card's total.
 func decide(r request, lim limits, now time.Time) (approved bool, reason string) {

@@ -44,8 +44,9 @@ func New(cfg Config) *Server {
 }
 
 // Authorize decides a card authorization, or repeats the first decision
-// for its transaction (partner and transaction ID). See the package
-// documentation for the rules and faults.
+// for its transaction (partner and transaction ID), or refuses it with
+// FAILED_PRECONDITION when an inquiry closed the transaction. See the
+// package documentation for the rules and faults.
 func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeRequest) (*issuerproto.AuthorizeResponse, error) {
 	p := s.faults.authorizePlan()
 	if err := sleep(ctx, p.latency); err != nil {
@@ -67,7 +68,7 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	if p.failBefore {
 		return nil, errInjected
 	}
-	out, dup := s.apply(rec, req)
+	out, dup, closed := s.apply(rec, req)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "authorize",
 			slog.String("partner_id", k.partner),
@@ -76,22 +77,36 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 			slog.Bool("approved", out.approved),
 			slog.String("decline_reason", out.reason),
 			slog.Bool("duplicate", dup),
+			slog.Bool("closed", closed),
 			slog.Bool("fail_after_effect", p.failAfter))
 	}
-	if p.failAfter {
+	switch {
+	case p.failAfter:
+		// The caller learns nothing, a refusal included.
 		return nil, errInjected
+	case closed:
+		return nil, errClosed
 	}
 	return out.response(k, dup), nil
 }
 
-// apply records the outcome for rec if it has none, and returns the
-// recorded outcome and whether it was already there. Holding rec.mu across
-// the check and the write is what makes one effect per transaction.
-func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (outcome, bool) {
+// errClosed is Authorize's answer on a transaction an inquiry closed. Like
+// every error here it carries no request value.
+var errClosed = status.Error(codes.FailedPrecondition,
+	"issuersim: the transaction was closed by an inquiry and is never applied")
+
+// apply records the outcome for rec if it has none and no inquiry closed
+// it, and returns the recorded outcome and whether it was already there,
+// or closed=true and no outcome. Holding rec.mu across the checks and the
+// write is what makes one effect per transaction, and none once closed.
+func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (o outcome, dup, closed bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if rec.outcome != nil {
-		return *rec.outcome, true
+		return *rec.outcome, true, false
+	}
+	if rec.closed {
+		return outcome{}, false, true
 	}
 	approved, reason := s.cards.decide(request{
 		pan:          req.GetPan(),
@@ -101,13 +116,13 @@ func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (outcome,
 		refund:       req.GetRefund(),
 		bankTransfer: req.GetBankTransfer(),
 	}, s.lim, s.cfg.Now())
-	o := &outcome{approved: approved, reason: reason}
+	out := &outcome{approved: approved, reason: reason}
 	if approved {
-		o.authCode = AuthCode(req.GetPartnerId(), req.GetTransactionId())
+		out.authCode = AuthCode(req.GetPartnerId(), req.GetTransactionId())
 	}
-	rec.outcome = o
+	rec.outcome = out
 	rec.effects++
-	return *o, false
+	return *out, false, false
 }
 
 func (o outcome) response(k txnKey, dup bool) *issuerproto.AuthorizeResponse {
@@ -142,9 +157,12 @@ func invalidArg(msg string) error {
 }
 
 // Inquire returns the outcome recorded for (partner_id, transaction_id),
-// with duplicate=false, or NOT_FOUND when no outcome was recorded (never
+// with duplicate=false, whatever close says. With none recorded (never
 // seen, or seen but failed before the effect; another partner's
-// transaction with the ID does not count). It is not counted as a request.
+// transaction with the ID does not count), it answers closed=true on a
+// transaction an earlier inquiry closed; otherwise, with close, it closes
+// the transaction and answers closed=true, and without, NOT_FOUND. It is
+// not counted as a request.
 func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (*issuerproto.AuthorizeResponse, error) {
 	if err := sleep(ctx, s.faults.latency()); err != nil {
 		return nil, err
@@ -156,17 +174,34 @@ func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (
 	case k.id == "":
 		return nil, invalidArg("transaction_id is required")
 	}
-	rec := s.ledger.get(k)
-	if rec == nil {
+	var rec *record
+	if req.GetClose() {
+		rec = s.ledger.getOrCreate(k)
+	} else if rec = s.ledger.get(k); rec == nil {
 		return nil, notFound()
 	}
+	// Under rec.mu, as apply checks closed: an Authorize applies before
+	// this (its outcome is returned) or finds the record closed.
 	rec.mu.Lock()
 	o := rec.outcome
-	rec.mu.Unlock()
-	if o == nil {
-		return nil, notFound()
+	closing := o == nil && req.GetClose() && !rec.closed
+	if closing {
+		rec.closed = true
 	}
-	return o.response(k, false), nil
+	closed := rec.closed
+	rec.mu.Unlock()
+	if closing {
+		s.log.LogAttrs(ctx, slog.LevelDebug, "closed by inquiry",
+			slog.String("partner_id", k.partner),
+			slog.String("transaction_id", k.id))
+	}
+	switch {
+	case o != nil:
+		return o.response(k, false), nil
+	case closed:
+		return &issuerproto.AuthorizeResponse{PartnerId: k.partner, TransactionId: k.id, Closed: true}, nil
+	}
+	return nil, notFound()
 }
 
 func notFound() error {

@@ -457,3 +457,165 @@ func TestDedupeIsPerPartnerConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestInquireClose: an inquiry with close on a transaction without an
+// outcome closes it, and no later Authorize of it is applied; on one with
+// an outcome it returns the outcome and closes nothing; without close it
+// changes nothing.
+func TestInquireClose(t *testing.T) {
+	ctx := testCtx(t)
+	c, _ := startGRPC(t, Config{})
+	inquire := func(id string, withClose bool) (*issuerproto.AuthorizeResponse, error) {
+		return c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: testPartner, TransactionId: id, Close: withClose})
+	}
+	closedResp := func(id string) *issuerproto.AuthorizeResponse {
+		return &issuerproto.AuthorizeResponse{PartnerId: testPartner, TransactionId: id, Closed: true}
+	}
+
+	t.Run("unknown is closed, and a later Authorize refused", func(t *testing.T) {
+		for _, withClose := range []bool{true, true, false} { // closing twice, then asking
+			resp, err := inquire("gone", withClose)
+			if err != nil || !proto.Equal(resp, closedResp("gone")) {
+				t.Fatalf("Inquire(close=%v) = %v, %v; want closed", withClose, resp, err)
+			}
+		}
+		_, err := c.Authorize(ctx, authReq("gone", CardApproved, 5))
+		wantCode(t, err, codes.FailedPrecondition)
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "closed by an inquiry") || strings.Contains(msg, CardApproved) {
+			t.Errorf("refusal message %q: want it to name the close, without the PAN", msg)
+		}
+		if effects, requests := effectsOf(ctx, t, c, "gone"); effects != 0 || requests != 1 {
+			t.Errorf("effects %d, requests %d; want 0, 1", effects, requests)
+		}
+		// Another partner's transaction with the ID is not closed.
+		theirs := authReq("gone", CardApproved, 5)
+		theirs.PartnerId = "p-002"
+		if resp, err := c.Authorize(ctx, theirs); err != nil || !resp.GetApproved() {
+			t.Errorf("p-002's Authorize of the ID = %v, %v; want approved", resp, err)
+		}
+	})
+
+	t.Run("an outcome is returned, not closed", func(t *testing.T) {
+		first, err := c.Authorize(ctx, authReq("done", CardStolen, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := inquire("done", true)
+		if err != nil || !proto.Equal(resp, first) || resp.GetClosed() {
+			t.Fatalf("Inquire(close) = %v, %v; want the outcome %v", resp, err, first)
+		}
+		again, err := c.Authorize(ctx, authReq("done", CardStolen, 5))
+		if err != nil || !again.GetDuplicate() || again.GetDeclineReason() != ReasonStolenCard {
+			t.Fatalf("repeat after the inquiry = %v, %v; want its duplicate", again, err)
+		}
+		if effects, requests := effectsOf(ctx, t, c, "done"); effects != 1 || requests != 2 {
+			t.Errorf("effects %d, requests %d; want 1, 2", effects, requests)
+		}
+	})
+
+	t.Run("without close nothing changes", func(t *testing.T) {
+		_, err := inquire("later", false)
+		wantCode(t, err, codes.NotFound)
+		if resp, err := c.Authorize(ctx, authReq("later", CardApproved, 5)); err != nil || !resp.GetApproved() || resp.GetDuplicate() {
+			t.Fatalf("Authorize after an inquiry without close = %v, %v; want applied", resp, err)
+		}
+	})
+
+	t.Run("seen but failed before the effect is closed", func(t *testing.T) {
+		if _, err := c.SetFaults(ctx, &issuerproto.Faults{ErrorRate: 1}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Authorize(ctx, authReq("failed", CardApproved, 5))
+		wantCode(t, err, codes.Unavailable)
+		if _, err := c.SetFaults(ctx, &issuerproto.Faults{}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := inquire("failed", true); err != nil || !proto.Equal(resp, closedResp("failed")) {
+			t.Fatalf("Inquire(close) = %v, %v; want closed", resp, err)
+		}
+		// A fault after the effect hides the refusal; still no effect.
+		if _, err := c.SetFaults(ctx, &issuerproto.Faults{ErrorRate: 1, AfterEffect: true}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Authorize(ctx, authReq("failed", CardApproved, 5))
+		wantCode(t, err, codes.Unavailable)
+		if _, err := c.SetFaults(ctx, &issuerproto.Faults{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Authorize(ctx, authReq("failed", CardApproved, 5))
+		wantCode(t, err, codes.FailedPrecondition)
+		if effects, requests := effectsOf(ctx, t, c, "failed"); effects != 0 || requests != 3 {
+			t.Errorf("effects %d, requests %d; want 0, 3", effects, requests)
+		}
+	})
+}
+
+// TestCloseRacesAuthorize: on each of many IDs two Authorize calls race
+// an inquiry that closes. Each ID ends applied once, with the inquiry
+// answering that outcome, or closed with no effect and both calls
+// refused; never both.
+func TestCloseRacesAuthorize(t *testing.T) {
+	const ids, auths = 200, 2
+	ctx := testCtx(t)
+	c, _ := startGRPC(t, Config{})
+	type result struct {
+		inq     *issuerproto.AuthorizeResponse
+		inqErr  error
+		auth    [auths]*issuerproto.AuthorizeResponse
+		authErr [auths]error
+	}
+	results := make([]result, ids)
+	var wg sync.WaitGroup
+	for i := range ids {
+		id := fmt.Sprintf("race-%03d", i)
+		r := &results[i]
+		wg.Go(func() {
+			r.inq, r.inqErr = c.Inquire(ctx, &issuerproto.InquireRequest{PartnerId: testPartner, TransactionId: id, Close: true})
+		})
+		for j := range auths {
+			wg.Go(func() { r.auth[j], r.authErr[j] = c.Authorize(ctx, authReq(id, CardApproved, 10)) })
+		}
+	}
+	wg.Wait()
+	closedN := 0
+	for i, r := range results {
+		id := fmt.Sprintf("race-%03d", i)
+		if r.inqErr != nil {
+			t.Fatalf("%s: Inquire: %v", id, r.inqErr)
+		}
+		effects, requests := effectsOf(ctx, t, c, id)
+		if requests != auths {
+			t.Errorf("%s: %d requests, want %d", id, requests, auths)
+		}
+		if r.inq.GetClosed() {
+			closedN++
+			for j, err := range r.authErr {
+				if status.Code(err) != codes.FailedPrecondition {
+					t.Errorf("%s closed: Authorize %d = %v, %v; want FailedPrecondition", id, j, r.auth[j], err)
+				}
+			}
+			if effects != 0 {
+				t.Errorf("%s closed with %d effects", id, effects)
+			}
+			continue
+		}
+		firsts := 0
+		for j, err := range r.authErr {
+			if err != nil {
+				t.Fatalf("%s applied: Authorize %d: %v", id, j, err)
+			}
+			if !r.auth[j].GetDuplicate() {
+				firsts++
+			}
+			a := proto.Clone(r.auth[j]).(*issuerproto.AuthorizeResponse)
+			a.Duplicate = false
+			if !proto.Equal(a, r.inq) {
+				t.Errorf("%s: inquiry answered %v, Authorize %d %v", id, r.inq, j, r.auth[j])
+			}
+		}
+		if firsts != 1 || effects != 1 {
+			t.Errorf("%s applied: %d first answers, %d effects; want 1, 1", id, firsts, effects)
+		}
+	}
+	t.Logf("%d of %d closed before an Authorize applied", closedN, ids)
+}

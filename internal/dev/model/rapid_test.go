@@ -15,10 +15,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// ids is small on purpose: duplicates, replays and conflicts need IDs to
-// meet.
-var ids = []string{"t0", "t1", "t2"}
-
 // testTimeout bounds each property run.
 const testTimeout = 2 * time.Minute
 
@@ -141,6 +137,20 @@ func property(rules Rules) func(*rapid.T) {
 				}
 				m.deadline(rapid.SampledFrom(live).Draw(t, "call"))
 			},
+			"proceedTimeout": func(t *rapid.T) {
+				var waiting []int
+				for i, cl := range m.cells {
+					if len(cl.awaiting) > 0 {
+						waiting = append(waiting, i)
+					}
+				}
+				if len(waiting) == 0 {
+					t.Skip("no cell waits for Proceed")
+				}
+				i := rapid.SampledFrom(waiting).Draw(t, "cell")
+				keys := slices.SortedFunc(maps.Keys(m.cells[i].awaiting), cmpKey)
+				m.proceedTimeout(i, rapid.SampledFrom(keys).Draw(t, "attempt"))
+			},
 			"reconcile": func(t *rapid.T) {
 				m.reconcile(rapid.IntRange(0, numCells-1).Draw(t, "cell"))
 			},
@@ -156,17 +166,6 @@ func property(rules Rules) func(*rapid.T) {
 			fail(err)
 		}
 	}
-}
-
-// live lists the calls in flight that pass ok, in call order.
-func (m *model) live(ok func(*call) bool) []*call {
-	var out []*call
-	for _, c := range m.calls {
-		if !c.done && ok(c) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // TestProtocol is the model check: protocolChecks cases from a fixed seed,
@@ -224,15 +223,19 @@ func TestInvariantsCatchBrokenRules(t *testing.T) {
 		// (TestScripted's "issuer without dedupe" pins the effect).
 		{"issuer without dedupe", Rules{IssuerNoDedupe: true, NoDirectory: true}, "at most one issuer effect|same ID, other payload|issuer_not_reached is final"},
 		{"payload ignored", Rules{IgnorePayload: true}, "ALREADY_EXISTS"},
-		{"cancel after Proceed", Rules{CancelAfterProceed: true}, "no step back after Proceed"},
+		{"PENDING without Proceeding", Rules{PendingWithoutProceeding: true}, "lost"},
+		// ReconcilerNoClose, ReconcilerNoClaim and NoStepBackAfterLostCommit
+		// are not here: the first is rare in rapid's uniform choice of steps
+		// (TestSimulatorBites and TestScripted catch it); the issuer's close
+		// makes the other two break nothing partners see (a send after the
+		// FAILED is refused), and TestDirectory's scripts pin them with
+		// ReconcilerNoClose.
 		{"no wait on a sending record", Rules{NoWaitOnSending: true}, "no PENDING from an unconfirmed sending record"},
 		{"no directory", Rules{NoDirectory: true}, "same ID, other payload|issuer_not_reached is final"},
-		{"reconciler without the claim", Rules{ReconcilerNoClaim: true}, "issuer_not_reached is final|records agree"},
 		{"takeover of any call", Rules{TakeoverAnyCall: true}, "takeover only from an attempt without Proceed|the issuer is called by the owner only"},
 		{"owner ignored", Rules{IgnoreOwner: true}, "the issuer is called by the owner only"},
 		{"final entry answered for any payload", Rules{AnswerEntryAnyPayload: true}, "ALREADY_EXISTS"},
 		{"PENDING from a leftover without a pin", Rules{NoPin: true}, "lost|every accepted transaction is final"},
-		{"no step back after a lost commit", Rules{NoStepBackAfterLostCommit: true}, "lost|no re-route after a PNR"},
 	}
 	noFailFile(t)
 	for _, tt := range tests {
@@ -306,14 +309,14 @@ func TestScripted(t *testing.T) {
 			wantState(t, m, home, "t0", abandoned)
 			wantState(t, m, next, "t0", approved)
 		}},
-		{"crash after Proceed, before the issuer call: PENDING, then FAILED not reached", Rules{}, func(m *model) {
+		{"crash with the Proceed on its way: outcome unknown (UNAVAILABLE), then FAILED not reached", Rules{}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
 			m.deliverKind(mPNR)
 			m.crash(home)
 		}, "", func(t *testing.T, m *model) {
-			wantAnswer(t, m, "t0", "PENDING")
+			wantAnswer(t, m, "t0", "UNAVAILABLE")
 			wantState(t, m, home, "t0", failed)
 			wantState(t, m, next, "t0", "")
 		}},
@@ -339,21 +342,6 @@ func TestScripted(t *testing.T) {
 			m.issuerTimeout(home, attemptKey{0, 0})
 			m.submit(0, "t0", 0) // replay while pending
 		}, "", nil},
-		{"issuer timeout with the request in flight: the reconciler waits for it", Rules{}, func(m *model) {
-			m.submit(0, "t0", 0)
-			m.deliverKind(mProcess)
-			m.deliverKind(mMarkSend)
-			m.deliverKind(mPNR)
-			m.deliverKind(mProceed)
-			m.issuerTimeout(home, attemptKey{0, 0})
-			m.deliverKind(mResult)
-			m.reconcile(home) // NOT_FOUND, but the request may still arrive
-			if s := m.cells[home].db["t0"].state; s != sending {
-				panic("reconciled while the request was in flight: " + s)
-			}
-		}, "", func(t *testing.T, m *model) {
-			wantState(t, m, home, "t0", approved)
-		}},
 		{"lost issuer request: FAILED issuer_not_reached", Rules{}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
@@ -523,8 +511,10 @@ func TestScripted(t *testing.T) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
-			m.deliverKind(mPNR)    // Proceed sent
-			m.deadline(m.calls[0]) // PENDING
+			m.deliverKind(mPNR) // Proceed sent
+			m.deliverKind(mProceed)
+			m.deliverKind(mProceeding) // taken
+			m.deadline(m.calls[0])     // PENDING
 			if slices.ContainsFunc(m.pool, func(x msg) bool { return x.kind == mCancel }) {
 				panic("the stream was cancelled after Proceed")
 			}
@@ -532,35 +522,26 @@ func TestScripted(t *testing.T) {
 			wantAnswer(t, m, "t0", "PENDING")
 			wantState(t, m, home, "t0", approved)
 		}},
-		{"crash after sending, re-routed: the reconciler waits for the call's other attempts", Rules{}, func(m *model) {
+		{"crash after sending, re-routed after the reconciler closed the ID: FAILED everywhere", Rules{}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
 			m.crash(home) // PNR lost: re-routed to next
 			m.restart(home)
-			m.reconcile(home) // NOT_FOUND; call 0 is live: wait
-			m.deliverKind(mProcess)
-			m.deliverKind(mMarkSend)
-			m.deliverKind(mPNR)
-			m.deliverKind(mProceed)
-			m.issuerTimeout(next, attemptKey{0, 1})
-			m.deliverKind(mResult) // call 0: PENDING; its issuer request still in flight
-			m.reconcile(home)      // NOT_FOUND; the request may still arrive: wait
-			if s := m.cells[home].db["t0"].state; s != sending {
-				panic("reconciled while an attempt of the call could still reach the issuer: " + s)
-			}
-			m.deliverKind(mIssuerReq) // applied
-			m.reconcile(home)         // found, the other cell's: abandoned
+			m.reconcile(home)       // NOT_FOUND: closed at the issuer, FAILED in the entry
+			m.deliverKind(mProcess) // next finds the final entry
 		}, "", func(t *testing.T, m *model) {
-			wantAnswer(t, m, "t0", "PENDING")
-			wantState(t, m, home, "t0", abandoned)
-			wantState(t, m, next, "t0", approved)
+			wantAnswer(t, m, "t0", "FAILED")
+			wantState(t, m, home, "t0", failed)
+			wantState(t, m, next, "t0", "")
 		}},
 		{"re-route after PNR", Rules{RerouteAfterPNR: true}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
 			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.deliverKind(mProceeding)
 			m.crash(home)
 		}, "no re-route after a PNR", nil},
 		{"Proceed after the attempt timed out", Rules{ProceedAfterTimeout: true}, func(m *model) {
@@ -596,14 +577,66 @@ func TestScripted(t *testing.T) {
 			m.drain()
 			_ = last
 		}, "at most one issuer effect", nil},
-		{"cancel after Proceed, read before it", Rules{CancelAfterProceed: true}, func(m *model) {
+		// The cell stops waiting for Proceed while it is on its way (a
+		// stalled connection): it steps back, and the GTR, Proceed sent
+		// but never taken, re-routes; the late Proceed finds nothing.
+		{"late Proceed", Rules{}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
 			m.deliverKind(mMarkSend)
-			m.deliverKind(mPNR)    // Proceed sent
-			m.deadline(m.calls[0]) // PENDING; the stream is cancelled
-			m.deliverKind(mCancel) // read before Proceed: abandoned
-		}, "no step back after Proceed", nil},
+			m.deliverKind(mPNR) // Proceed sent
+			m.proceedTimeout(home, attemptKey{0, 0})
+			m.deliverKind(mReroutable) // re-routed to the next cell
+			m.deliverKind(mProceed)    // too late
+			m.drain()
+		}, "", func(t *testing.T, m *model) {
+			wantAnswer(t, m, "t0", "APPROVED")
+			wantState(t, m, home, "t0", abandoned)
+			wantState(t, m, next, "t0", approved)
+		}},
+		// The same before the fix: the GTR answered PENDING for it, and
+		// the record it promised was abandoned (issue 38's first bug).
+		{"late Proceed, PENDING without Proceeding", Rules{PendingWithoutProceeding: true}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)
+			m.proceedTimeout(home, attemptKey{0, 0})
+			m.deliverKind(mReroutable)
+		}, "lost", nil},
+		// The issuer request stalls past the cell's wait and the
+		// reconciler's inquiry: the inquiry closes the ID, and the request,
+		// delivered late, is refused (issue 38's second bug, fixed)...
+		{"late issuer request", Rules{}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.deliverKind(mProceeding)
+			m.issuerTimeout(home, attemptKey{0, 0}) // PENDING
+			m.deliverKind(mResult)
+			m.reconcile(home) // nothing found: closed, FAILED
+			m.drain()         // the request arrives: refused
+		}, "", func(t *testing.T, m *model) {
+			wantState(t, m, home, "t0", failed)
+			if m.effects["t0"] != 0 {
+				t.Fatalf("the issuer applied a request of a closed ID")
+			}
+		}},
+		// ...and without the close, applied after the FAILED.
+		{"late issuer request, no close", Rules{ReconcilerNoClose: true}, func(m *model) {
+			m.submit(0, "t0", 0)
+			m.deliverKind(mProcess)
+			m.deliverKind(mMarkSend)
+			m.deliverKind(mPNR)
+			m.deliverKind(mProceed)
+			m.deliverKind(mProceeding)
+			m.issuerTimeout(home, attemptKey{0, 0})
+			m.deliverKind(mResult)
+			m.reconcile(home)
+			m.drain()
+		}, "issuer_not_reached is final", nil},
 		{"no wait on a sending record", Rules{NoWaitOnSending: true}, func(m *model) {
 			m.submit(0, "t0", 0)
 			m.deliverKind(mProcess)
@@ -704,9 +737,15 @@ func (m *model) drain() {
 }
 
 // deliverOf delivers the oldest deliverable message of kind k of GTR call
-// n.
+// n, after a Proceeding ahead of it on its stream (scripts name the
+// handshake's other steps).
 func (m *model) deliverOf(k msgKind, n int) {
 	for _, i := range m.deliverable() {
+		if x := m.pool[i]; x.kind == mProceeding && x.call == n && k != mProceeding {
+			m.deliver(i)
+			m.deliverOf(k, n)
+			return
+		}
 		if x := m.pool[i]; x.kind == k && x.call == n {
 			m.deliver(i)
 			return
@@ -730,6 +769,11 @@ func (m *model) loseOf(k msgKind, n int) {
 // use it to say which step happens next.
 func (m *model) deliverKind(k msgKind) {
 	for _, i := range m.deliverable() {
+		if x := m.pool[i]; x.kind == mProceeding && x.stream() && k != mProceeding && k.stream() {
+			m.deliver(i)
+			m.deliverKind(k)
+			return
+		}
 		if m.pool[i].kind == k {
 			m.deliver(i)
 			return

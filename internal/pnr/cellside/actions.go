@@ -63,10 +63,16 @@ type CheckVelocity struct {
 // then no longer tells this attempt's row from another's, so the write
 // applies only to the row this attempt wrote (its instance, attempt and
 // creation time).
+//
+// Decided: the transaction directory holds this outcome already (a
+// decision before the point of no return, recorded there first): the
+// write is made whatever became of the caller, and tried again if it
+// fails, since the directory answers with it from now on.
 type Persist struct {
-	Record *Record
-	From   State
-	OrFrom State
+	Record  *Record
+	From    State
+	OrFrom  State
+	Decided bool
 }
 
 // EmitPNR asks the GTR to confirm the point of no return: the sending

@@ -112,10 +112,11 @@ const (
 	phaseAuthorize
 	phaseFinish
 	phaseRevert
+	phaseDeciding
 	phaseDone
 )
 
-var phaseNames = [...]string{"start", "claim", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "done"}
+var phaseNames = [...]string{"start", "claim", "insert", "risk", "mark-sending", "emit-pnr", "authorize", "finish", "revert", "deciding", "done"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -145,11 +146,13 @@ type Machine struct {
 	claims    int
 	unclaimed bool
 	// adopted: the attempt took over a released entry (thenAdopt) and
-	// records the transaction as sent.
-	adopted bool
-	next    afterClaimStep
-	pending *Record
-	waited  bool
+	// records the transaction as sent. reclaimed: the attempt restarts an
+	// abandoned record (Reclaim), so the entry it read before may have
+	// moved on since.
+	adopted, reclaimed bool
+	next               afterClaimStep
+	pending            *Record
+	waited             bool
 }
 
 // afterClaimStep is what an attempt does once a claim step made the entry
@@ -169,11 +172,15 @@ const (
 	// the record is inserted as sent (its outcome unknown) and answers
 	// PENDING, and the reconciler resolves it by inquiry.
 	thenAdopt
+	// thenDecide: the entry now holds the outcome decided before the
+	// point of no return (a decline of the cell's own): record it.
+	thenDecide
 )
 
-// maxClaims bounds the claim steps of one attempt (a claim, then takeovers
-// lost to other cells' races).
-const maxClaims = 4
+// maxClaims bounds the claim steps of one attempt (a claim, takeovers lost
+// to other cells' races, and the entry made final with a decision taken
+// before the point of no return).
+const maxClaims = 5
 
 // New returns a machine for one attempt. now is its clock.
 func New(in Input, policy Policy, ref RefData, now func() time.Time) *Machine {
@@ -245,12 +252,13 @@ func (m *Machine) pin(e Entry) Action {
 // giveUp ends the attempt with a; a record this attempt inserted and still
 // holds in state received steps back to abandoned first.
 func (m *Machine) giveUp(a Action) Action {
-	if m.next == thenGoOn && m.rec.State == StateReceived {
+	if (m.next == thenGoOn || m.next == thenDecide) && (m.rec.State == StateReceived || m.rec.State == StateDeciding) {
+		from := m.rec.State
 		m.phase = phaseRevert
 		m.reason = "transaction directory: the entry went to another attempt"
-		m.rec.State = StateAbandoned
+		m.rec.State, m.rec.DeclineReason = StateAbandoned, ""
 		m.rec.UpdatedAt = m.clock()
-		return Persist{Record: m.rec, From: StateReceived}
+		return Persist{Record: m.rec, From: from}
 	}
 	m.phase = phaseDone
 	return a
@@ -278,6 +286,13 @@ func (m *Machine) afterClaim(ev Event) Action {
 			m.phase = phaseInsert
 			return Insert{Record: m.rec}
 		case thenInsert:
+			if e.State == EntryFinal {
+				// This cell's answer is in the entry: it is the answer,
+				// whatever the record says by now (a decision recorded in
+				// the directory first, its record's write lost with a
+				// crash, is never decided again).
+				return m.giveUp(ReplyEntry{Entry: e})
+			}
 			if e.State == EntryAbandoned {
 				// This cell stopped it before its point of no return: take
 				// the entry for this attempt before anything else, so that
@@ -292,6 +307,14 @@ func (m *Machine) afterClaim(ev Event) Action {
 			}
 			m.phase = phaseDone
 			return Reply{Record: m.pending}
+		case thenDecide:
+			if e.State != EntryFinal || !e.SameAttempt(m.in.Call, m.in.Attempt) {
+				// Another attempt of this cell's holds it: not this one's
+				// to decide.
+				return m.giveUp(Reroute{Reason: "transaction directory: the entry went to another attempt", CellHealthy: true})
+			}
+			m.claim = &e
+			return m.persistDecided(StateDeciding)
 		}
 		if !e.SameAttempt(m.in.Call, m.in.Attempt) {
 			if e.State == EntryFinal {
@@ -322,6 +345,12 @@ func (m *Machine) afterClaim(ev Event) Action {
 		}
 		return m.giveUp(Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner})
 	case ClaimFailed:
+		if m.next == thenDecide {
+			// The directory is unavailable: the decision is recorded in
+			// the cell alone, as at a natural home through an outage (the
+			// design note's remaining window).
+			return m.persistDecided(StateDeciding)
+		}
 		if m.in.Home && m.claims == 1 {
 			// Payments go on at home through a directory outage; failover
 			// waits for it (see the design note's remaining window).
@@ -372,23 +401,23 @@ func (m *Machine) enrich() {
 	rec := m.rec
 	mcc, ok := m.ref.MCC(rec.MCC)
 	if !ok {
-		m.decide(StateDeclined, "unsupported_mcc")
+		m.decide("unsupported_mcc")
 		return
 	}
 	m.riskClass = mcc.Risk
 	if m.ref.Blocked(mcc.Category) {
-		m.decide(StateDeclined, "blocked_category")
+		m.decide("blocked_category")
 		return
 	}
 	rec.SettlementCurrency = m.ref.SettlementCurrency(rec.PartnerID)
 	amt, err := m.ref.Convert(rec.Amount, rec.Currency, rec.SettlementCurrency)
 	if err != nil {
-		m.decide(StateFailed, "no_fx_rate")
+		m.decide(ReasonNoFXRate)
 		return
 	}
 	rec.SettlementAmount = amt
 	if rec.RiskAmount, err = m.ref.Convert(rec.Amount, rec.Currency, m.policy.LimitCurrency); err != nil {
-		m.decide(StateFailed, "no_fx_rate")
+		m.decide(ReasonNoFXRate)
 	}
 }
 
@@ -397,9 +426,11 @@ func (m *Machine) enrich() {
 // record are identical.
 func (m *Machine) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
 
-func (m *Machine) decide(s State, reason string) {
+// decide settles the outcome for reason before the PNR (the first reason
+// stands); its state is DecisionState's.
+func (m *Machine) decide(reason string) {
 	if m.decided == "" {
-		m.decided, m.reason = s, reason
+		m.decided, m.reason = DecisionState(reason), reason
 	}
 }
 
@@ -414,6 +445,8 @@ func (m *Machine) Step(ev Event) Action {
 		return m.afterRisk(ev)
 	case phaseMarkSending:
 		return m.afterMarkSending(ev)
+	case phaseDeciding:
+		return m.afterDeciding(ev)
 	case phaseEmitPNR:
 		switch ev := ev.(type) {
 		case PNRConfirmed:
@@ -456,9 +489,14 @@ func (m *Machine) afterInsert(ev Event) Action {
 			m.phase = phaseDone
 			return Reply{Record: m.rec}
 		}
-		if m.claim != nil && !m.claim.SameAttempt(m.in.Call, m.in.Attempt) {
+		if m.claim != nil && (m.reclaimed || !m.claim.SameAttempt(m.in.Call, m.in.Attempt)) {
 			// Recorded under this cell's entry of another attempt (one
-			// gone): take the entry for this one before going on.
+			// gone): take the entry for this one before going on. A
+			// reclaim takes it again even when it was this attempt's: the
+			// record was abandoned meanwhile (another attempt here took
+			// the entry, stepped back, and another cell may have taken it
+			// over), and only a write at the revision this attempt read
+			// shows nothing moved (the simulator, seed 49159).
 			return m.claimEntry(m.claim.Revision, thenGoOn)
 		}
 		return m.checkRisk()
@@ -513,6 +551,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 	case prev.State == StateAbandoned && m.claim != nil && m.claim.SameAttempt(m.in.Call, m.in.Attempt):
 		// The directory entry is this attempt's: no other cell completed
 		// the transaction (it would own the entry), so restart it here.
+		m.reclaimed = true
 		return Reclaim{Record: m.rec}
 	case prev.State == StateAbandoned && m.claim != nil:
 		// The entry is this cell's, of another attempt. The record decides
@@ -522,6 +561,7 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// entry from the winner while the winner's write was in flight,
 		// and the winner went on to the issuer under an entry naming
 		// another call (TestClaimWriteWindow).
+		m.reclaimed = true
 		return Reclaim{Record: m.rec}
 	case prev.State == StateAbandoned && !m.in.LastResort:
 		// An attempt here stopped before its point of no return; the GTR
@@ -562,7 +602,7 @@ func (m *Machine) checkRisk() Action {
 		return m.finishBeforePNR()
 	}
 	if max, ok := m.policy.MaxAmount[m.riskClass]; ok && m.rec.RiskAmount > max {
-		m.decide(StateDeclined, "amount_limit")
+		m.decide("amount_limit")
 		return m.finishBeforePNR()
 	}
 	if m.in.Request.GetPaymentType() != cellpayv1.PaymentType_CARD_AUTHORIZATION || len(m.in.PANHash) == 0 {
@@ -581,9 +621,9 @@ func (m *Machine) afterRisk(ev Event) Action {
 	case Velocity:
 		switch {
 		case m.policy.VelocityMaxCount > 0 && ev.Count+1 > m.policy.VelocityMaxCount:
-			m.decide(StateDeclined, "velocity_limit")
+			m.decide("velocity_limit")
 		case m.policy.VelocityMaxAmount > 0 && ev.Amount+m.rec.RiskAmount > m.policy.VelocityMaxAmount:
-			m.decide(StateDeclined, "velocity_amount_limit")
+			m.decide("velocity_amount_limit")
 		default:
 			return m.markSending()
 		}
@@ -601,12 +641,56 @@ func (m *Machine) afterRisk(ev Event) Action {
 	return m.unexpected(ev)
 }
 
-// finishBeforePNR records an outcome decided without the issuer.
+// finishBeforePNR records an outcome decided without the issuer. With a
+// directory claim, the outcome goes into the entry before the record is
+// final: the GTR re-routes an attempt whose stream broke before the PNR,
+// and a later attempt of the same call may take an unfinished entry over,
+// so a decision this cell recorded and did not get to answer would
+// otherwise meet another cell's, decided again (another decline, or an
+// approval: velocity is counted per cell), two final outcomes for one ID,
+// each with its callback. The simulator found it (internal/dev/model).
+// The decision is durable here first (StateDeciding), so that a crash
+// between the entry's write and the record's leaves the reconciler a row
+// to settle by the entry.
 func (m *Machine) finishBeforePNR() Action {
+	if m.claim != nil && m.claim.SameAttempt(m.in.Call, m.in.Attempt) && m.claim.State != EntryFinal {
+		m.phase = phaseDeciding
+		m.rec.State, m.rec.DeclineReason = StateDeciding, m.reason
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateReceived}
+	}
+	return m.persistDecided(StateReceived)
+}
+
+// afterDeciding: the decision is durable in the cell; into the entry.
+func (m *Machine) afterDeciding(ev Event) Action {
+	switch ev := ev.(type) {
+	case Persisted:
+		out := *m.rec
+		out.State = m.decided
+		e := *m.claim
+		e.State, e.Pinned, e.Answer = EntryFinal, false, out.Transaction()
+		return m.claimAs(m.claim.Revision, thenDecide, e)
+	case StoreFailed:
+		// Not written (or not known to be): the record steps back from
+		// either state, and the attempt re-routes, as a risk check whose
+		// store failed does.
+		m.phase = phaseRevert
+		m.reason = "store: " + ev.Err.Error()
+		m.rec.State, m.rec.DeclineReason = StateAbandoned, ""
+		m.rec.UpdatedAt = m.clock()
+		return Persist{Record: m.rec, From: StateDeciding, OrFrom: StateReceived}
+	}
+	return m.unexpected(ev)
+}
+
+// persistDecided persists the outcome decided before the PNR, from the
+// record's state from. Decided: the directory's entry holds it.
+func (m *Machine) persistDecided(from State) Action {
 	m.phase = phaseFinish
 	m.rec.State, m.rec.DeclineReason = m.decided, m.reason
 	m.rec.UpdatedAt = m.clock()
-	return Persist{Record: m.rec, From: StateReceived}
+	return Persist{Record: m.rec, From: from, Decided: m.claim != nil && m.claim.State == EntryFinal}
 }
 
 func (m *Machine) markSending() Action {

@@ -28,7 +28,45 @@ const (
 	// restart); nothing reached the issuer, and the GTR may restart the
 	// transaction on any cell, this one included.
 	StateAbandoned State = "abandoned"
+	// StateDeciding: an outcome decided before the point of no return (a
+	// decline of the cell's own, in DeclineReason) is durable here and on
+	// its way into the transaction directory, which makes it the
+	// transaction's; partners never see it. A restart never abandons it:
+	// the reconciler settles it by the directory (the outcome if the
+	// entry holds it, abandoned if not).
+	StateDeciding State = "deciding"
 )
+
+// ReasonNoFXRate is the reason of a transaction FAILED before its point
+// of no return: no rate converts its amount.
+const ReasonNoFXRate = "no_fx_rate"
+
+// DecisionState is the final state of an outcome a cell decides before
+// the point of no return, by its reason: FAILED when the cell could not
+// price it (ReasonNoFXRate), DECLINED for the cell's own rules (merchant
+// category, risk limits). A record left deciding keeps only the reason.
+func DecisionState(reason string) State {
+	if reason == ReasonNoFXRate {
+		return StateFailed
+	}
+	return StateDeclined
+}
+
+// StateOf is the state a partner's status s stands for; "" for
+// UNSPECIFIED.
+func StateOf(s cellpayv1.TransactionStatus) State {
+	switch s {
+	case cellpayv1.TransactionStatus_PENDING:
+		return StateSending
+	case cellpayv1.TransactionStatus_APPROVED:
+		return StateApproved
+	case cellpayv1.TransactionStatus_DECLINED:
+		return StateDeclined
+	case cellpayv1.TransactionStatus_FAILED:
+		return StateFailed
+	}
+	return ""
+}
 
 // Terminal reports whether s is a final outcome.
 func (s State) Terminal() bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,7 +229,9 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
 		}, Active: args["active"] == "true"}
 	case "claimed", "held":
-		other := testRequest()
+		// The entry of this transcript's request (as it is now), unless
+		// payload=other.
+		other := proto.CloneOf(req)
 		if args["payload"] == "other" {
 			other.Amount.MinorUnits++
 		}
@@ -328,6 +331,9 @@ func formatAction(a Action) string {
 	case Persist:
 		if a.OrFrom != "" {
 			return fmt.Sprintf("Persist from=%s or=%s own-row %s", a.From, a.OrFrom, formatRecord(a.Record))
+		}
+		if a.Decided {
+			return fmt.Sprintf("Persist from=%s decided %s", a.From, formatRecord(a.Record))
 		}
 		return fmt.Sprintf("Persist from=%s %s", a.From, formatRecord(a.Record))
 	case EmitPNR:

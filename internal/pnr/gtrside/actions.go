@@ -22,8 +22,8 @@ type Action interface{ isAction() }
 // status then comes from reading it).
 type Open struct{ CancelAt time.Time }
 
-// Read waits for the next of: a message from the cell (PNR, Result,
-// Reroutable; a message of a kind the driver does not know is skipped),
+// Read waits for the next of: a message from the cell (PNR, Proceeding,
+// Result, Reroutable; a message of a kind the driver does not know is skipped),
 // the end of the stream (StreamEnded), and, once per attempt, the caller's
 // context ending (CallerGone). CallerGone must come before any StreamEnded
 // the driver sees after the caller's context has ended, so that the
@@ -48,8 +48,8 @@ type SendProceed struct{}
 // Answer: Released.
 type ReleaseSlot struct{ Latency time.Duration }
 
-// Answer ends the attempt. Exactly one of Txn, Pending, Final and Reroute
-// is set.
+// Answer ends the attempt. Exactly one of Txn, Pending, Unknown, Final
+// and Reroute is set.
 type Answer struct {
 	// Txn is the cell's answer for the transaction.
 	Txn *cellpayv1.Transaction
@@ -57,6 +57,14 @@ type Answer struct {
 	// cell and its outcome did not reach the GTR; answer PENDING for this
 	// cell (GetTransaction reads it later).
 	Pending bool
+	// Unknown: Proceed was sent, but the stream ended before the cell
+	// said Proceeding: the cell may be calling the issuer, or may have
+	// stepped back (the Proceed reached it too late, or never). Neither
+	// PENDING (a promise the cell may not keep: a record it stepped back
+	// from is resolved by no one) nor a re-route (the cell may be calling
+	// the issuer): the caller is told to retry with the same ID, which
+	// reads the truth.
+	Unknown bool
 	// Final is an error for the caller: the cell's answer about the
 	// request itself, the same on any cell.
 	Final error
@@ -113,6 +121,10 @@ type Result struct {
 	Txn *cellpayv1.Transaction
 }
 
+// Proceeding: the cell received Proceed and calls the issuer; from here
+// the transaction is the cell's.
+type Proceeding struct{}
+
 // Reroutable: the cell stopped before its point of no return.
 type Reroutable struct {
 	Now         time.Time
@@ -152,6 +164,7 @@ func (Opened) isEvent()        {}
 func (OpenFailed) isEvent()    {}
 func (PNR) isEvent()           {}
 func (Result) isEvent()        {}
+func (Proceeding) isEvent()    {}
 func (Reroutable) isEvent()    {}
 func (StreamEnded) isEvent()   {}
 func (CallerGone) isEvent()    {}

@@ -279,6 +279,12 @@ func (c *Call) attempted(e Attempted) CallAction {
 		// learned of the cell, nor of the platform's load.
 		return c.finish(Finish{Err: status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error()),
 			GTRSample: SampleIgnored})
+	case a.Unknown:
+		// Proceed went out, and the stream ended before the cell said it
+		// had it: the transaction may be there, so replays go there first.
+		return c.finish(Finish{Err: status.Errorf(codes.Unavailable,
+			"cell %s: the stream ended after the point of no return was confirmed and before the cell took it; the outcome is not known yet: retry with the same transaction ID", cell),
+			Cell: cell, Remember: c.next > 0, GTRSample: SampleIgnored})
 	case a.Reroute == nil:
 		return c.finish(Finish{Txn: a.Txn, Pending: a.Pending, Cell: cell, Err: a.Final,
 			Remember: c.next > 0 && (a.Txn != nil || a.Pending)})

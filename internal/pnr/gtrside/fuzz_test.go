@@ -20,11 +20,13 @@ import (
 //   - never Proceed for an attempt given up: SendProceed only answers a
 //     Disarmed that followed a PNR seen before the deadline, with the
 //     caller still there;
-//   - never a re-route (or any error for the caller) once Proceed was sent,
-//     and never a cancelled stream past Proceed unless the cell ended it;
+//   - once Proceed was sent, never a re-route but on the cell's own
+//     Reroutable before it said Proceeding, never PENDING before it said
+//     Proceeding, nothing but PENDING or a result after, and never a
+//     cancelled stream unless the cell ended it;
 //   - exactly one answer: once the machine has answered, it answers the
 //     same again whatever it is told; an Answer is well formed (one of
-//     Txn, Pending, Final, Reroute; Slow and CellHealthy only with
+//     Txn, Pending, Unknown, Final, Reroute; Slow and CellHealthy only with
 //     Reroute); the slots are given back once, at the PNR, and the answer
 //     says so;
 //   - a stream that ends, or a result, read while reading is answered.
@@ -40,6 +42,9 @@ func FuzzSteps(f *testing.F) {
 	f.Add([]byte{0x0c, 0x06, 0x1c})                                     // caller gone, then PNR
 	f.Add([]byte{0x0c, 0x1c, 0x0c, 0x0c, 0x0c, 0x06, 0x06, 0x03})       // caller gone after Proceed
 	f.Add([]byte{0x0c, 0x1c, 0x0c, 0x0c, 0x0c, 0x05, 0x04})             // stream broken after Proceed
+	f.Add([]byte{0x0c, 0x1c, 0x0c, 0x0c, 0x0c, 0x0b, 0x05})             // stream broken after Proceeding
+	f.Add([]byte{0x0c, 0x1c, 0x0c, 0x0c, 0x0c, 0x04})                   // re-routable after Proceed: a late Proceed
+	f.Add([]byte{0x0c, 0x1c, 0x0c, 0x0c, 0x0c, 0x0b, 0x04})             // re-routable after Proceeding
 	f.Add([]byte{0x0c, 0x04, 0x0c})                                     // re-routable
 	f.Add([]byte{0x0c, 0x1c, 0x07, 0x0c, 0x0c, 0x0b, 0x0c, 0x0c, 0x09}) // driver bugs
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -66,6 +71,7 @@ func checkSteps(t *testing.T, data []byte) {
 		gone        bool
 		pnrInTime   bool // the last PNR came before the deadline
 		proceeded   bool // ProceedSent answered SendProceed
+		taken       bool // Proceeding read after Proceed
 		releases    int
 		releasedAck bool
 	)
@@ -91,6 +97,10 @@ func checkSteps(t *testing.T, data []byte) {
 		case DisarmFailed:
 			if _, ok := prev.(Disarm); ok && !ev.Timer {
 				gone = true // the caller's watch fired
+			}
+		case Proceeding:
+			if _, ok := prev.(Read); ok && proceeded {
+				taken = true
 			}
 		case PNR:
 			if _, ok := prev.(Read); ok && !proceeded {
@@ -125,7 +135,7 @@ func checkSteps(t *testing.T, data []byte) {
 			}
 		case Answer:
 			answer = &act
-			checkAnswer(fail, act, ev, prev, proceeded, releasedAck)
+			checkAnswer(fail, act, ev, prev, proceeded, taken, releasedAck)
 			// A caller who left is never the cell's slowness or failure.
 			if act.Gone && !gone || act.Slow && gone {
 				fail("answer %s, the caller left: %v", formatAnswer(act), gone)
@@ -154,15 +164,19 @@ func checkSteps(t *testing.T, data []byte) {
 	}
 }
 
-func checkAnswer(fail func(string, ...any), a Answer, ev Event, prev Action, proceeded, released bool) {
+func checkAnswer(fail func(string, ...any), a Answer, ev Event, prev Action, proceeded, taken, released bool) {
 	set := 0
-	for _, on := range []bool{a.Txn != nil, a.Pending, a.Final != nil, a.Reroute != nil} {
+	for _, on := range []bool{a.Txn != nil, a.Pending, a.Unknown, a.Final != nil, a.Reroute != nil} {
 		if on {
 			set++
 		}
 	}
 	if set != 1 {
-		fail("answer %s: want exactly one of txn, pending, final, reroute", formatAnswer(a))
+		fail("answer %s: want exactly one of txn, pending, unknown, final, reroute", formatAnswer(a))
+	}
+	_, sending := prev.(SendProceed) // the Proceed may have gone out
+	if a.Pending && !proceeded || a.Unknown && !proceeded && !sending {
+		fail("answer %s before Proceed", formatAnswer(a))
 	}
 	if (a.Slow || a.CellHealthy || a.Gone) && a.Reroute == nil {
 		fail("slow, gone or cell-healthy without a re-route")
@@ -174,16 +188,24 @@ func checkAnswer(fail func(string, ...any), a Answer, ev Event, prev Action, pro
 		fail("answer says released=%v, the slots were given back: %v", a.Released, released)
 	}
 	if proceeded {
-		if a.Reroute != nil || a.Final != nil {
-			fail("re-route or error after Proceed: %s", formatAnswer(a))
-		}
 		_, read := prev.(Read)
+		_, stepBack := ev.(Reroutable)
+		switch {
+		case a.Final != nil:
+			fail("an error for the caller after Proceed: %s", formatAnswer(a))
+		case a.Reroute != nil && (taken || !stepBack || !read):
+			fail("re-route after Proceed but on the cell's step back before Proceeding: %s on %s", formatAnswer(a), name(ev))
+		case a.Pending && !taken:
+			fail("PENDING before the cell said Proceeding: %s", formatAnswer(a))
+		case a.Unknown && taken:
+			fail("outcome unknown after the cell said Proceeding: %s", formatAnswer(a))
+		}
 		streamOver := false
 		switch ev.(type) {
 		case Result, StreamEnded, Reroutable:
 			streamOver = read
 		}
-		if !a.Detach && !streamOver {
+		if !a.Detach && !streamOver && a.Reroute == nil {
 			fail("the stream would be cancelled after Proceed: %s on %s", formatAnswer(a), name(ev))
 		}
 	}
@@ -229,6 +251,10 @@ func fuzzEvent(k byte, a Action, now time.Time) Event {
 		return ProceedSent{Now: now}
 	case 10:
 		return ProceedFailed{Err: io.EOF}
+	case 11:
+		if now.UnixMilli()%50 == 0 {
+			return Proceeding{}
+		}
 	}
 	return Released{}
 }

@@ -15,10 +15,13 @@
 // still ours (its attempt timer has not fired, its caller is still there,
 // and the standing orders that would cancel its stream were stopped before
 // they fired); before Proceed, every way the attempt ends may re-route the
-// transaction; after it, none does, and the stream is never cancelled
-// while it may still carry the transaction's outcome: the cell owns the
-// transaction, and the caller is answered PENDING if its answer is not
-// there.
+// transaction; after it, only the cell's own Reroutable does (it stepped
+// back without calling the issuer: the Proceed came too late), and the
+// stream is never cancelled while it may still carry the transaction's
+// outcome. Once the cell said Proceeding, the cell owns the transaction,
+// and the caller is answered PENDING if its answer is not there; a stream
+// that ends between Proceed and Proceeding leaves the outcome unknown
+// (Answer.Unknown), never a PENDING that no one may resolve.
 //
 // It must never block, read the clock or perform I/O.
 package gtrside
@@ -66,10 +69,10 @@ type Machine struct {
 	deadline time.Time // the attempt timer's
 	began    time.Time // the stream opened and the request sent
 	// gone: the caller's context ended (CallerGone). proceeded: Proceed
-	// was sent; the transaction is the cell's. released: the slots were
-	// given back at the PNR.
-	gone, proceeded, released bool
-	ans                       Answer // once phaseDone
+	// was sent. taken: the cell said Proceeding; the transaction is the
+	// cell's. released: the slots were given back at the PNR.
+	gone, proceeded, taken, released bool
+	ans                              Answer // once phaseDone
 }
 
 // New returns the machine of one attempt.
@@ -165,15 +168,25 @@ func (m *Machine) read(ev Event) Action {
 		}
 		m.phase = phaseDisarm
 		return Disarm{}
+	case Proceeding:
+		if m.proceeded {
+			m.taken = true
+		}
+		return Read{}
 	case Result:
 		return m.answer(Answer{Txn: ev.Txn, Released: m.released})
 	case Reroutable:
-		if m.proceeded {
-			// A cell must never say this after a confirmed PNR; if one
-			// does, trust the PNR and do not re-route.
+		if m.taken {
+			// A cell must never say this after Proceeding; if one does,
+			// trust the Proceeding and do not re-route.
 			return m.pending(false)
 		}
-		return m.answer(Answer{Reroute: fmt.Errorf("cell %s: %s", m.cfg.CellID, ev.Reason), CellHealthy: ev.CellHealthy, Owner: ev.Owner})
+		// Before Proceeding, a cell that stepped back is believed, Proceed
+		// sent or not: it stepped back without calling the issuer (its
+		// wait for the Proceed ended first), and nothing of this attempt
+		// can reach the issuer any more.
+		return m.answer(Answer{Reroute: fmt.Errorf("cell %s: %s", m.cfg.CellID, ev.Reason), CellHealthy: ev.CellHealthy, Owner: ev.Owner,
+			Released: m.released})
 	case StreamEnded:
 		return m.broken(ev)
 	case CallerGone:
@@ -182,6 +195,9 @@ func (m *Machine) read(ev Event) Action {
 			// Never cancel a stream past Proceed: the cancellation could
 			// overtake the Proceed on its way to the cell, which would then
 			// step back from a point of no return the GTR has promised.
+			if !m.taken {
+				return m.answer(Answer{Unknown: true, Released: m.released, Detach: true})
+			}
 			return m.pending(true)
 		}
 		return Read{} // the caller's watch cancels the stream
@@ -191,8 +207,11 @@ func (m *Machine) read(ev Event) Action {
 
 // broken handles a stream that ended without a terminal message.
 func (m *Machine) broken(ev StreamEnded) Action {
-	if m.proceeded {
+	if m.taken {
 		return m.pending(false)
+	}
+	if m.proceeded {
+		return m.answer(Answer{Unknown: true, Released: m.released})
 	}
 	err := ev.Err
 	if err == nil || errors.Is(err, io.EOF) {
@@ -230,14 +249,18 @@ func (m *Machine) answer(a Answer) Action {
 }
 
 // unexpected handles a driver bug: before Proceed may have been sent the
-// attempt is given up as re-routable; after, the transaction is the
-// cell's, answered PENDING, and its stream is left to end by itself.
+// attempt is given up as re-routable; after, its outcome is unknown (or,
+// once the cell said Proceeding, PENDING), and its stream is left to end
+// by itself.
 func (m *Machine) unexpected(err error) Action {
 	if m.phase == phaseDone {
 		return m.ans
 	}
-	if m.proceeded || m.phase == phaseProceed {
+	if m.taken {
 		return m.pending(true)
+	}
+	if m.proceeded || m.phase == phaseProceed {
+		return m.answer(Answer{Unknown: true, Released: m.released, Detach: true})
 	}
 	return m.answer(Answer{Reroute: fmt.Errorf("cell %s: gtrside: %w", m.cfg.CellID, err)})
 }
@@ -254,6 +277,8 @@ func name(ev Event) string {
 		return "PNR"
 	case Result:
 		return "Result"
+	case Proceeding:
+		return "Proceeding"
 	case Reroutable:
 		return "Reroutable"
 	case StreamEnded:

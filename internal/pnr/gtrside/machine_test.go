@@ -19,10 +19,16 @@ const timeout = 300 * time.Millisecond
 func ms(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
 
 // handshake is the events of a stream opened at 1ms whose PNR comes at
-// 10ms and is confirmed at 11ms.
-var handshake = []Event{Opened{Now: ms(1)}, PNR{Now: ms(10)}, Disarmed{}, ProceedSent{Now: ms(11)}, Released{}}
+// 10ms and is confirmed at 11ms; taken adds the cell's Proceeding.
+var (
+	handshake = []Event{Opened{Now: ms(1)}, PNR{Now: ms(10)}, Disarmed{}, ProceedSent{Now: ms(11)}, Released{}}
+	taken     = append(append([]Event(nil), handshake...), Proceeding{})
+)
 
-func with(events ...Event) []Event { return append(append([]Event(nil), handshake...), events...) }
+// with is the handshake, Proceeding said, then events; unsaid, the
+// handshake without the Proceeding.
+func with(events ...Event) []Event   { return append(append([]Event(nil), taken...), events...) }
+func unsaid(events ...Event) []Event { return append(append([]Event(nil), handshake...), events...) }
 
 // run starts a machine at base and feeds it events, returning every action.
 func run(events []Event) []Action {
@@ -59,17 +65,23 @@ func TestAttempt(t *testing.T) {
 			Answer{Reroute: errors.New("cell c1: rpc error: code = Canceled desc = x"), Gone: true}, false},
 		{"caller gone, then PNR", []Event{Opened{Now: ms(1)}, CallerGone{}, PNR{Now: ms(5)}},
 			Answer{Reroute: errors.New("cell c1: point of no return after the attempt was given up"), Gone: true}, false},
-		{"caller gone after Proceed", with(CallerGone{}), Answer{Pending: true, Released: true, Detach: true}, true},
+		{"caller gone after Proceeding", with(CallerGone{}), Answer{Pending: true, Released: true, Detach: true}, true},
+		{"caller gone after Proceed, before Proceeding", unsaid(CallerGone{}), Answer{Unknown: true, Released: true, Detach: true}, true},
 		{"stream broken before PNR", []Event{Opened{Now: ms(1)}, StreamEnded{Now: ms(5), Err: unavailable}},
 			Answer{Reroute: errors.New("cell c1: rpc error: code = Unavailable desc = down")}, false},
 		{"stream closed without outcome", []Event{Opened{Now: ms(1)}, StreamEnded{Now: ms(5), Err: io.EOF}},
 			Answer{Reroute: errors.New("cell c1: cell closed the stream without an outcome")}, false},
-		{"stream broken after Proceed", with(StreamEnded{Now: ms(50), Err: unavailable}), Answer{Pending: true, Released: true}, true},
+		{"stream broken after Proceeding", with(StreamEnded{Now: ms(50), Err: unavailable}), Answer{Pending: true, Released: true}, true},
+		{"stream broken after Proceed, before Proceeding", unsaid(StreamEnded{Now: ms(50), Err: unavailable}), Answer{Unknown: true, Released: true}, true},
 		{"re-routable", []Event{Opened{Now: ms(1)}, Reroutable{Now: ms(5), Reason: "db down"}},
 			Answer{Reroute: errors.New("cell c1: db down")}, false},
 		{"re-routable, cell healthy", []Event{Opened{Now: ms(1)}, Reroutable{Now: ms(5), Reason: "abandoned", CellHealthy: true}},
 			Answer{Reroute: errors.New("cell c1: abandoned"), CellHealthy: true}, false},
-		{"re-routable after Proceed", with(Reroutable{Now: ms(50), Reason: "db down"}), Answer{Pending: true, Released: true}, true},
+		{"re-routable after Proceeding", with(Reroutable{Now: ms(50), Reason: "db down"}), Answer{Pending: true, Released: true}, true},
+		// The cell stopped waiting before the Proceed reached it, and
+		// stepped back without calling the issuer.
+		{"re-routable after Proceed, before Proceeding", unsaid(Reroutable{Now: ms(5050), Reason: "point of no return not confirmed"}),
+			Answer{Reroute: errors.New("cell c1: point of no return not confirmed"), Released: true}, true},
 		{"cell error", []Event{Opened{Now: ms(1)}, StreamEnded{Now: ms(5), Err: status.Error(codes.AlreadyExists, "other payload")}},
 			Answer{Final: status.Error(codes.AlreadyExists, "other payload")}, false},
 		{"open fails", []Event{OpenFailed{Err: unavailable}}, Answer{Reroute: unavailable}, false},

@@ -145,6 +145,8 @@ func parseEvent(t *testing.T, name string, args map[string]string) Event {
 		return ProceedFailed{Err: streamErr(t, args["err"])}
 	case "released":
 		return Released{}
+	case "proceeding":
+		return Proceeding{}
 	}
 	t.Fatalf("unknown event %q", name)
 	return nil
@@ -175,6 +177,8 @@ func formatAnswer(a Answer) string {
 		s += " txn=" + a.Txn.GetStatus().String()
 	case a.Pending:
 		s += " PENDING"
+	case a.Unknown:
+		s += " UNKNOWN"
 	case a.Final != nil:
 		s += fmt.Sprintf(" final=%s %q", status.Code(a.Final), status.Convert(a.Final).Message())
 	case a.Reroute != nil:

@@ -5,11 +5,22 @@
 // records what the issuer says. It never resends an
 // authorization: a resend could charge twice; an inquiry cannot.
 //
-// An inquiry that finds nothing means the issuer never applied the
-// transaction. Once the record is older than NotFoundAfter (longer than any
-// issuer call can still be under way), it is recorded FAILED with reason
-// "issuer_not_reached" — but only once the transaction directory says so
-// too (see Directory): a FAILED recorded here is final everywhere.
+// An inquiry that finds nothing does not mean the issuer will never apply
+// the transaction: gRPC deadlines are relative, so an Authorize held up on
+// the way (in a stalled connection's send buffer) can still reach the
+// issuer with its whole budget, after any wait. So once the record is
+// older than NotFoundAfter, the inquiry asks the issuer to close the
+// transaction (InquireRequest.close): the issuer either returns an outcome
+// it already applied, recorded as any outcome, or closes the transaction
+// so that no later Authorize of it is ever applied, and only then is it
+// recorded FAILED with reason "issuer_not_reached" — and only once the
+// transaction directory says so too (see Directory): a FAILED recorded
+// here is final everywhere, and at the issuer. The FAILED rests on the
+// close, not on the wait: NotFoundAfter is a courtesy, time for a slow
+// send to land and complete normally rather than be refused. Before it,
+// the inquiry does not close, and finding nothing waits for the next
+// round. An issuer that answers an inquiry that closes with NOT_FOUND has
+// not closed anything: the record stays unresolved.
 package reconcile
 
 import (
@@ -34,8 +45,8 @@ const ReasonNotReached = "issuer_not_reached"
 
 // Store is what the reconciler needs of the cell's database.
 type Store interface {
-	// Unresolved returns up to limit records in state sending last updated
-	// before the given time, oldest first.
+	// Unresolved returns up to limit records in state sending or
+	// deciding last updated before the given time, oldest first.
 	Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error)
 	// Persist writes r's outcome if the stored state is still from.
 	Persist(ctx context.Context, r *cellside.Record, from cellside.State) error
@@ -48,7 +59,10 @@ type Store interface {
 
 // Issuer answers inquiries; issuerproto.IssuerClient implements it.
 type Issuer interface {
-	// Inquire returns the recorded outcome, or NOT_FOUND.
+	// Inquire returns the recorded outcome, or closed=true for a
+	// transaction an inquiry closed, or NOT_FOUND. With in.Close, a
+	// transaction without an outcome is closed (no later Authorize of it
+	// is ever applied) and answered closed=true.
 	Inquire(ctx context.Context, in *issuerproto.InquireRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
 }
 
@@ -58,6 +72,8 @@ type Directory interface {
 	// Finalize records owner's answer for k. It fails with an error
 	// matching ErrNotOwner when another cell owns k's entry.
 	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
+	// Get returns k's entry, and false when it has none.
+	Get(ctx context.Context, k idempotency.Key) (cellside.Entry, bool, error)
 }
 
 // Config configures a Reconciler.
@@ -89,9 +105,13 @@ type Config struct {
 	OnFiled func(result string)
 	// Interval between rounds [2s]; MinAge: records younger than this are
 	// left to their attempt [1s]; Batch per round [500]. NotFoundAfter
-	// [20s] must exceed the longest an issuer call can still arrive after
-	// the record was written: the GTR's attempts before it (3 × 2 s) plus
-	// the cell's issuer timeout (5 s), with room to spare.
+	// [20s]: from this age on, the inquiry closes a transaction the issuer
+	// has no outcome for. Safety does not rest on it (a closed transaction
+	// is never applied, however late its Authorize arrives); it is meant
+	// to exceed the longest an issuer call normally takes to arrive after
+	// the record was written (the GTR's attempts before it, 3 × 2 s, plus
+	// the cell's issuer timeout, 5 s, with room to spare), so that a slow
+	// send lands and completes normally instead of being refused.
 	Interval, MinAge, NotFoundAfter time.Duration
 	Batch                           int
 	InquiryTimeout                  time.Duration // [2s]
@@ -169,7 +189,11 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 		if r.cfg.Busy(rec.Key()) {
 			continue
 		}
-		ok, err := r.resolve(ctx, rec, now)
+		resolve := r.resolve
+		if rec.State == cellside.StateDeciding {
+			resolve = r.settle
+		}
+		ok, err := resolve(ctx, rec, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return resolved, ctx.Err()
@@ -260,24 +284,56 @@ func (r *Reconciler) File(ctx context.Context) (filed, conflicts int, err error)
 	return filed, conflicts, first
 }
 
+// errNotClosed: the issuer answered NOT_FOUND to an inquiry that closes,
+// so it closed nothing, and a late Authorize could still be applied.
+var errNotClosed = errors.New("reconcile: the issuer answered NOT_FOUND to an inquiry with close: the transaction is not closed")
+
 func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time.Time) (bool, error) {
 	ictx, cancel := context.WithTimeout(ctx, r.cfg.InquiryTimeout)
 	defer cancel()
-	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{PartnerId: rec.PartnerID, TransactionId: rec.TransactionID})
+	// Before NotFoundAfter the send may still be on its way: ask, without
+	// closing it.
+	closing := now.Sub(rec.UpdatedAt) >= r.cfg.NotFoundAfter
+	if closing && r.cfg.Directory != nil {
+		// Only the entry's owner may close the ID at the issuer: another
+		// cell took it over (from an attempt of this record's that never
+		// had the GTR's Proceed) and may be sending it now, and a close
+		// would refuse that send. This record never reached the issuer:
+		// abandoned.
+		e, found, err := r.cfg.Directory.Get(ctx, rec.Key())
+		if err != nil {
+			return false, err // stays PENDING; tried again next round
+		}
+		if found && e.Owner != r.cfg.CellID {
+			out := *rec
+			out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+			out.State = cellside.StateAbandoned
+			if err := r.cfg.Store.Persist(ctx, &out, cellside.StateSending); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+	}
+	resp, err := r.cfg.Issuer.Inquire(ictx, &issuerproto.InquireRequest{PartnerId: rec.PartnerID, TransactionId: rec.TransactionID, Close: closing})
 	out := *rec
 	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
 	switch status.Code(err) {
 	case codes.OK:
-		if resp.GetApproved() {
+		switch {
+		case resp.GetClosed():
+			// Closed by this inquiry or an earlier one (this reconciler's,
+			// or another's): the issuer will never apply it.
+			out.State, out.DeclineReason = cellside.StateFailed, ReasonNotReached
+		case resp.GetApproved():
 			out.State, out.AuthCode = cellside.StateApproved, resp.GetAuthCode()
-		} else {
+		default:
 			out.State, out.DeclineReason = cellside.StateDeclined, resp.GetDeclineReason()
 		}
 	case codes.NotFound:
-		if now.Sub(rec.UpdatedAt) < r.cfg.NotFoundAfter {
-			return false, nil // the send may still be on its way
+		if closing {
+			return false, errNotClosed
 		}
-		out.State, out.DeclineReason = cellside.StateFailed, ReasonNotReached
+		return false, nil // the send may still be on its way
 	default:
 		return false, err
 	}
@@ -289,7 +345,8 @@ func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time
 	// is that cell's effect, and this record is abandoned rather than
 	// adopting it, or two cells would hold the transaction past its point
 	// of no return. The same holds for FAILED: no other cell decides the
-	// transaction otherwise later.
+	// transaction otherwise later (and the issuer, having closed it,
+	// applies no send of it).
 	if d := r.cfg.Directory; d != nil {
 		err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
 		switch {
@@ -300,6 +357,43 @@ func (r *Reconciler) resolve(ctx context.Context, rec *cellside.Record, now time
 		}
 	}
 	if err := r.cfg.Store.Persist(ctx, &out, cellside.StateSending); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// settle brings a record left deciding (its attempt ended between the
+// decision's durable write and its entry's, a crash) to what the
+// directory says: the decision is the transaction's once the entry holds
+// it; an entry of this cell's not final yet takes it now (the attempt
+// never answered, and no other cell decided: it would own the entry); an
+// entry another cell holds means that cell took the transaction over, and
+// this record is abandoned. Without a directory (a cell that runs without
+// one never writes deciding) the decision stands.
+func (r *Reconciler) settle(ctx context.Context, rec *cellside.Record, now time.Time) (bool, error) {
+	out := *rec
+	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	out.State = cellside.DecisionState(rec.DeclineReason)
+	if d := r.cfg.Directory; d != nil {
+		e, found, err := d.Get(ctx, rec.Key())
+		switch {
+		case err != nil:
+			return false, err
+		case found && e.Owner == r.cfg.CellID && e.State == cellside.EntryFinal:
+			// The entry holds this cell's answer: the record follows it.
+			ans := e.Answer
+			out.State, out.DeclineReason, out.AuthCode = cellside.StateOf(ans.GetStatus()), ans.GetDeclineReason(), ans.GetAuthCode()
+		default:
+			err := d.Finalize(ctx, rec.Key(), r.cfg.CellID, rec.Fingerprint, rec.FingerprintKeyID, out.Transaction())
+			switch {
+			case r.cfg.ErrNotOwner != nil && errors.Is(err, r.cfg.ErrNotOwner):
+				out.State, out.DeclineReason = cellside.StateAbandoned, ""
+			case err != nil:
+				return false, err
+			}
+		}
+	}
+	if err := r.cfg.Store.Persist(ctx, &out, cellside.StateDeciding); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
@@ -29,7 +32,7 @@ func (m *memStore) Unresolved(_ context.Context, before time.Time, limit int) ([
 	defer m.mu.Unlock()
 	var out []*cellside.Record
 	for _, r := range m.recs {
-		if r.State == cellside.StateSending && r.UpdatedAt.Before(before) && len(out) < limit {
+		if (r.State == cellside.StateSending || r.State == cellside.StateDeciding) && r.UpdatedAt.Before(before) && len(out) < limit {
 			c := *r
 			out = append(out, &c)
 		}
@@ -71,21 +74,37 @@ func (m *memStore) MarkFiled(_ context.Context, k idempotency.Key) error {
 }
 
 // fakeIssuer answers inquiries by (partner, transaction ID), as the issuer
-// keys them.
+// keys them, and closes a transaction without an answer when an inquiry
+// asks it to (unless ignoresClose: an issuer that does not know close).
 type fakeIssuer struct {
-	answers  map[idempotency.Key]*issuerproto.AuthorizeResponse
-	down     bool
-	inquired []idempotency.Key
+	answers      map[idempotency.Key]*issuerproto.AuthorizeResponse
+	closed       map[idempotency.Key]bool
+	ignoresClose bool
+	down         bool
+	inquired     []idempotency.Key
+	closing      []idempotency.Key // the inquiries made with close
 }
 
 func (f *fakeIssuer) Inquire(_ context.Context, in *issuerproto.InquireRequest, _ ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error) {
 	k := idempotency.Key{PartnerID: in.GetPartnerId(), TransactionID: in.GetTransactionId()}
 	f.inquired = append(f.inquired, k)
+	if in.GetClose() {
+		f.closing = append(f.closing, k)
+	}
 	if f.down {
 		return nil, status.Error(codes.Unavailable, "down")
 	}
 	if a, ok := f.answers[k]; ok {
 		return a, nil
+	}
+	if in.GetClose() && !f.ignoresClose {
+		if f.closed == nil {
+			f.closed = map[idempotency.Key]bool{}
+		}
+		f.closed[k] = true
+	}
+	if f.closed[k] {
+		return &issuerproto.AuthorizeResponse{PartnerId: k.PartnerID, TransactionId: k.TransactionID, Closed: true}, nil
 	}
 	return nil, status.Error(codes.NotFound, "never seen")
 }
@@ -116,6 +135,7 @@ func TestResolves(t *testing.T) {
 		key("received"):  {cellside.StateReceived, time.Minute},
 		key("shared"):    {cellside.StateSending, 5 * time.Second},
 		sharedB:          {cellside.StateSending, 5 * time.Second},
+		key("closed"):    {cellside.StateSending, 5 * time.Second}, // closed by another's inquiry
 	} {
 		recs[k] = rec(k, r.state, r.age)
 	}
@@ -126,20 +146,21 @@ func TestResolves(t *testing.T) {
 		key("busy"):     {Approved: true, AuthCode: "B1"},
 		key("shared"):   {Approved: true, AuthCode: "S1"},
 		sharedB:         {DeclineReason: "stolen_card"},
-	}}
+	}, closed: map[idempotency.Key]bool{key("closed"): true}}
 	r, err := New(Config{Store: st, Issuer: iss, Now: func() time.Time { return now },
 		Busy: func(k idempotency.Key) bool { return k == key("busy") }, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n, err := r.Once(context.Background())
-	if err != nil || n != 5 {
-		t.Fatalf("Once = %d, %v; want 5 resolved", n, err)
+	if err != nil || n != 6 {
+		t.Fatalf("Once = %d, %v; want 6 resolved", n, err)
 	}
 	want := map[idempotency.Key]string{
 		key("approved"): "approved/A1/", key("declined"): "declined//do_not_honor", key("lost-old"): "failed//issuer_not_reached",
 		key("lost-new"): "sending//", key("too-young"): "sending//", key("busy"): "sending//", key("final"): "approved//",
 		key("received"): "received//", key("shared"): "approved/S1/", sharedB: "declined//stolen_card",
+		key("closed"): "failed//issuer_not_reached",
 	}
 	for k, w := range want {
 		r := st.recs[k]
@@ -151,6 +172,14 @@ func TestResolves(t *testing.T) {
 		if k == key("final") || k == key("received") || k == key("busy") || k == key("too-young") {
 			t.Errorf("inquired about %s", k)
 		}
+	}
+	// Only the record past NotFoundAfter is closed; the younger ones are
+	// asked without closing, and lost-new is left to land.
+	if len(iss.closing) != 1 || iss.closing[0] != key("lost-old") {
+		t.Errorf("inquiries with close %v, want lost-old only", iss.closing)
+	}
+	if iss.closed[key("lost-new")] {
+		t.Error("lost-new closed before NotFoundAfter")
 	}
 	// The issuer down: nothing changes, no error escapes per record.
 	st.recs[key("x")] = rec(key("x"), cellside.StateSending, time.Minute)
@@ -164,12 +193,25 @@ func TestResolves(t *testing.T) {
 // a missing entry) and fails with errNotOwner for any other cell.
 type fakeDirectory struct {
 	owners    map[idempotency.Key]string
+	final     map[idempotency.Key]*cellpayv1.Transaction // final entries' answers
 	down      bool
 	refused   map[idempotency.Key]bool // refused alone (its history full)
 	finalized []idempotency.Key
 }
 
 var errNotOwner = errors.New("not the owner")
+
+func (f *fakeDirectory) Get(_ context.Context, k idempotency.Key) (cellside.Entry, bool, error) {
+	if f.down {
+		return cellside.Entry{}, false, status.Error(codes.Unavailable, "nats down")
+	}
+	o, ok := f.owners[k]
+	e := cellside.Entry{Owner: o, State: cellside.EntryOwned}
+	if a, final := f.final[k]; final {
+		e.State, e.Answer = cellside.EntryFinal, a
+	}
+	return e, ok, nil
+}
 
 func (f *fakeDirectory) Finalize(_ context.Context, k idempotency.Key, owner string, _ idempotency.Fingerprint, _ string, _ *cellpayv1.Transaction) error {
 	if f.down || f.refused[k] {
@@ -227,6 +269,12 @@ func TestOutcomeOnlyWhileTheEntryIsOurs(t *testing.T) {
 	if len(dir.finalized) != 1 || dir.finalized[0] != key("ours") {
 		t.Fatalf("finalized %v, want ours only", dir.finalized)
 	}
+	// Only the owner closes an ID: cell-b may be sending the ones it took.
+	for _, k := range iss.closing {
+		if k != key("ours") {
+			t.Fatalf("closed %s, an entry cell-b holds", k)
+		}
+	}
 }
 
 // TestFileAfterOutage: final records decided without a directory entry
@@ -282,4 +330,155 @@ func TestFileAfterOutage(t *testing.T) {
 	if n, c, err := r.File(context.Background()); err == nil || n != 1 || c != 0 || st.recs[key("next")].Unfiled || !st.recs[key("stuck")].Unfiled {
 		t.Fatalf("with one refused: File = %d, %d, %v; next unfiled %v, stuck unfiled %v", n, c, err, st.recs[key("next")].Unfiled, st.recs[key("stuck")].Unfiled)
 	}
+}
+
+// TestFailedOnlyWhenClosed: past NotFoundAfter, FAILED issuer_not_reached
+// is recorded only on the issuer's word that it closed the transaction. An
+// issuer that answers the inquiry with close NOT_FOUND (one that does not
+// know close) closed nothing, so a late send could still be applied: the
+// record stays sending, round after round.
+func TestFailedOnlyWhenClosed(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	st := &memStore{recs: map[idempotency.Key]*cellside.Record{
+		key("lost"): {PartnerID: "p-001", TransactionID: "lost", State: cellside.StateSending, UpdatedAt: now.Add(-time.Minute)},
+	}}
+	iss := &fakeIssuer{ignoresClose: true}
+	r, err := New(Config{Store: st, Issuer: iss, Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if n, err := r.Once(context.Background()); err != nil || n != 0 {
+			t.Fatalf("Once = %d, %v; want 0 resolved", n, err)
+		}
+		if got := st.recs[key("lost")].State; got != cellside.StateSending {
+			t.Fatalf("lost: %s, want sending", got)
+		}
+	}
+	if len(iss.closing) != 2 {
+		t.Fatalf("inquiries with close %v, want one a round", iss.closing)
+	}
+	iss.ignoresClose = false
+	if n, err := r.Once(context.Background()); err != nil || n != 1 || st.recs[key("lost")].State != cellside.StateFailed {
+		t.Fatalf("once the issuer closes: Once = %d, %v, %s; want failed", n, err, st.recs[key("lost")].State)
+	}
+}
+
+// simIssuer is the issuer simulator in process, as the reconciler's Issuer.
+type simIssuer struct{ *issuersim.Server }
+
+func (s simIssuer) Inquire(ctx context.Context, in *issuerproto.InquireRequest, _ ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error) {
+	return s.Server.Inquire(ctx, in)
+}
+
+// TestLateAuthorizeRefused, against the issuer simulator: the send of a
+// record past NotFoundAfter arrives after the reconciler recorded it
+// FAILED issuer_not_reached (gRPC deadlines are relative: it waited in a
+// stalled connection's buffer), and is refused, with no effect, so the
+// FAILED stays true. A younger record's inquiry closes nothing: its slow
+// send lands and is recorded as the issuer decided it.
+func TestLateAuthorizeRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	sim := issuersim.New(issuersim.Config{Now: func() time.Time { return now }})
+	rec := func(id string, age time.Duration) *cellside.Record {
+		return &cellside.Record{PartnerID: "p-001", TransactionID: id, State: cellside.StateSending, UpdatedAt: now.Add(-age)}
+	}
+	st := &memStore{recs: map[idempotency.Key]*cellside.Record{key("late"): rec("late", time.Minute), key("slow"): rec("slow", 5*time.Second)}}
+	dir := &fakeDirectory{owners: map[idempotency.Key]string{key("late"): "cell-a", key("slow"): "cell-a"}}
+	r, err := New(Config{Store: st, Issuer: simIssuer{sim}, Directory: dir, CellID: "cell-a", ErrNotOwner: errNotOwner,
+		Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Once(ctx); err != nil || n != 1 {
+		t.Fatalf("Once = %d, %v; want 1 resolved", n, err)
+	}
+	if got := st.recs[key("late")]; got.State != cellside.StateFailed || got.DeclineReason != ReasonNotReached {
+		t.Fatalf("late: %s %s, want failed %s", got.State, got.DeclineReason, ReasonNotReached)
+	}
+	send := func(id string) (*issuerproto.AuthorizeResponse, error) {
+		return sim.Authorize(ctx, &issuerproto.AuthorizeRequest{
+			PartnerId: "p-001", TransactionId: id, Pan: issuersim.CardApproved, ExpiryMonth: 12, ExpiryYear: 2030,
+			AmountMinorUnits: 1250, Currency: "GBP", MerchantId: "m-1", Mcc: "5411",
+		})
+	}
+	if resp, err := send("late"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the late send: %v, %v; want FailedPrecondition", resp, err)
+	}
+	slow, err := send("slow")
+	if err != nil || !slow.GetApproved() {
+		t.Fatalf("the slow send: %v, %v; want approved", slow, err)
+	}
+	eff, err := sim.Effects(ctx, &issuerproto.EffectsRequest{Transactions: []*issuerproto.TransactionRef{
+		{PartnerId: "p-001", TransactionId: "late"}, {PartnerId: "p-001", TransactionId: "slow"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eff.GetEffects(); len(got) != 2 || got[0].GetEffects() != 0 || got[0].GetRequests() != 1 || got[1].GetEffects() != 1 {
+		t.Fatalf("issuer effects %v; want late 0 (1 request refused), slow 1", got)
+	}
+	if n, err := r.Once(ctx); err != nil || n != 1 {
+		t.Fatalf("second Once = %d, %v; want 1 resolved", n, err)
+	}
+	if got := st.recs[key("slow")]; got.State != cellside.StateApproved || got.AuthCode != slow.GetAuthCode() {
+		t.Fatalf("slow: %s %s, want approved %s", got.State, got.AuthCode, slow.GetAuthCode())
+	}
+	if got := st.recs[key("late")].State; got != cellside.StateFailed {
+		t.Fatalf("late: %s after the second round, want failed", got)
+	}
+}
+
+// TestSettleDeciding: a record left deciding (its attempt ended between
+// the decision's durable write and the entry's) follows the directory:
+// the entry's answer when this cell's entry holds one; the decision,
+// written to the entry first, when the entry is this cell's (or missing);
+// abandoned when another cell holds it (it took the transaction over);
+// nothing while the directory is down.
+func TestSettleDeciding(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	rec := func(id, reason string) *cellside.Record {
+		return &cellside.Record{PartnerID: "p-001", TransactionID: id, State: cellside.StateDeciding, DeclineReason: reason, UpdatedAt: now.Add(-time.Minute)}
+	}
+	st := &memStore{recs: map[idempotency.Key]*cellside.Record{
+		key("in-entry"): rec("in-entry", "amount_limit"), key("ours"): rec("ours", "velocity_limit"),
+		key("missing"): rec("missing", cellside.ReasonNoFXRate), key("taken"): rec("taken", "amount_limit"),
+	}}
+	dir := &fakeDirectory{down: true,
+		owners: map[idempotency.Key]string{key("in-entry"): "cell-a", key("ours"): "cell-a", key("taken"): "cell-b"},
+		final:  map[idempotency.Key]*cellpayv1.Transaction{key("in-entry"): {Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "amount_limit"}},
+	}
+	iss := &fakeIssuer{}
+	r, err := New(Config{Store: st, Issuer: iss, Directory: dir, CellID: "cell-a", ErrNotOwner: errNotOwner,
+		Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Once(context.Background()); n != 0 {
+		t.Fatalf("directory down: %d settled, want 0", n)
+	}
+	dir.down = false
+	if n, err := r.Once(context.Background()); err != nil || n != 4 {
+		t.Fatalf("Once = %d, %v; want 4", n, err)
+	}
+	for k, w := range map[idempotency.Key]string{key("in-entry"): "declined/amount_limit", key("ours"): "declined/velocity_limit",
+		key("missing"): "failed/no_fx_rate", key("taken"): "abandoned/"} {
+		if got := string(st.recs[k].State) + "/" + st.recs[k].DeclineReason; got != w {
+			t.Errorf("%s: %s, want %s", k, got, w)
+		}
+	}
+	if !slices.Equal(sortedKeys(dir.finalized), []idempotency.Key{key("missing"), key("ours")}) {
+		t.Errorf("finalized %v, want missing and ours", dir.finalized)
+	}
+	if len(iss.inquired) != 0 {
+		t.Errorf("the issuer was asked about decisions made before the point of no return: %v", iss.inquired)
+	}
+}
+
+func sortedKeys(ks []idempotency.Key) []idempotency.Key {
+	out := slices.Clone(ks)
+	slices.SortFunc(out, func(a, b idempotency.Key) int { return strings.Compare(a.TransactionID, b.TransactionID) })
+	return out
 }

@@ -224,7 +224,7 @@ func (s *Server) Get(ctx context.Context, req *cellproto.GetRequest) (*cellpayv1
 		return nil, status.Error(codes.NotFound, "transaction not found")
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
-	case r.State == cellside.StateReceived, r.State == cellside.StateAbandoned:
+	case r.State == cellside.StateReceived, r.State == cellside.StateAbandoned, r.State == cellside.StateDeciding:
 		return nil, status.Error(codes.NotFound, "transaction not found")
 	}
 	return r.Transaction(), nil
@@ -407,7 +407,7 @@ func (s *Server) perform(ctx context.Context, stream processStream, a cellside.A
 		return cellside.Velocity{Count: n, Amount: amt}, ctx
 	case cellside.Persist:
 		stepBack := a.Record.State == cellside.StateAbandoned
-		if a.From == cellside.StateReceived && ctx.Err() != nil && !stepBack {
+		if a.From == cellside.StateReceived && ctx.Err() != nil && !stepBack && !a.Decided {
 			// The GTR has given up on this attempt and may be restarting it
 			// elsewhere: record no outcome here, and stop short of the
 			// point of no return rather than ask for a confirmation it
@@ -416,11 +416,19 @@ func (s *Server) perform(ctx context.Context, stream processStream, a cellside.A
 		}
 		pctx := ctx
 		switch {
-		case a.Record.State == cellside.StateSending:
+		case a.Record.State == cellside.StateSending, a.Record.State == cellside.StateDeciding:
 			// Once begun, this write must end one way or the other, not be
 			// cut off leaving us unsure whether it committed; the handshake
-			// that follows is what honours a GTR that gave up.
+			// (or the directory's entry) that follows is what honours a GTR
+			// that gave up.
 			pctx = context.WithoutCancel(ctx)
+		case a.Decided:
+			// The directory answers with this outcome already: written
+			// whatever became of the caller, bounded; a row left deciding
+			// is the reconciler's, which settles it by the entry.
+			var cancel context.CancelFunc
+			pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+			defer cancel()
 		case stepBack:
 			// A step back to abandoned is written even when the GTR is
 			// gone (most often why the attempt steps back): it is what
@@ -496,8 +504,15 @@ func (s *Server) confirmPNR(stream processStream, k idempotency.Key) (cellside.E
 	case in.GetProceed() == nil:
 		return refused(errors.New("expected Proceed"))
 	}
+	// Said before the issuer is called: from here the GTR answers PENDING
+	// for a stream that ends, since this cell resolves the transaction. A
+	// failed send changes nothing: the GTR then tells its caller the
+	// outcome is unknown, and a retry reads it here.
+	_ = stream.Send(proceeding)
 	return cellside.PNRConfirmed{}, context.WithoutCancel(ctx)
 }
+
+var proceeding = &cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Proceeding{Proceeding: &cellproto.Proceeding{}}}
 
 // errNoMessage is the error of a stream that sent nothing in time.
 var errNoMessage = status.Error(codes.DeadlineExceeded, "no message on the stream in time")
@@ -637,7 +652,7 @@ func (s *Server) wait(ctx context.Context, k idempotency.Key) cellside.Event {
 		case <-t.C:
 		}
 		r, active, err := s.cfg.Store.GetActive(ctx, k)
-		if err != nil || r.State == cellside.StateReceived {
+		if err != nil || r.State == cellside.StateReceived || r.State == cellside.StateDeciding {
 			continue
 		}
 		if active = active && r.State == cellside.StateSending; !active {

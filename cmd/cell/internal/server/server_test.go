@@ -272,7 +272,13 @@ func proceed(t *testing.T, s grpc.BidiStreamingClient[cellproto.ProcessInput, ce
 	if err := s.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Proceed{Proceed: &cellproto.Proceed{}}}); err != nil {
 		t.Fatal(err)
 	}
+	// The cell says it took the Proceed before anything else: the GTR's
+	// PENDING for a stream that ends later rests on it.
 	ev, err := s.Recv()
+	if err != nil || ev.GetProceeding() == nil {
+		t.Fatalf("want Proceeding, got %v, %v", ev, err)
+	}
+	ev, err = s.Recv()
 	if err != nil || ev.GetResult() == nil {
 		t.Fatalf("want a result, got %v, %v", ev, err)
 	}

@@ -131,7 +131,7 @@ func (s *Store) Release(ctx context.Context, k idempotency.Key) error {
 // releases: no attempt of its previous life works on them any more, and
 // the reconciler may resolve them at once rather than after ActiveFor.
 func (s *Store) AbandonUnsent(ctx context.Context, now time.Time) (int64, error) {
-	if _, err := s.pool.Exec(ctx, `UPDATE transactions SET owner = '' WHERE owner = $1 AND state = 'sending'`, s.instance); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE transactions SET owner = '' WHERE owner = $1 AND state IN ('sending', 'deciding')`, s.instance); err != nil {
 		return 0, fmt.Errorf("store: abandon: %w", err)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE transactions t SET state = 'abandoned', updated_at = $1, owner = ''

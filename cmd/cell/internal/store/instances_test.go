@@ -271,3 +271,38 @@ func TestRestartReleasesItsSendingRows(t *testing.T) {
 		t.Fatalf("a's sending row is %s after the restart, want sending (past its PNR)", st)
 	}
 }
+
+// TestRestartLeavesDecidingRows: a row deciding (a decision before the
+// PNR on its way into the directory) is never abandoned by a restart nor
+// by the sweep: it is released for the reconciler, which settles it by
+// the directory; while its attempt lives, the reconciler leaves it alone.
+func TestRestartLeavesDecidingRows(t *testing.T) {
+	a, _ := open(t)
+	a.SetInstance("a")
+	if err := a.RenewLease(ctxT(t), time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	r := record("t-dec")
+	r.CreatedAt, r.UpdatedAt = now, now
+	if ok, _, err := a.Insert(ctxT(t), r); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	r.State, r.DeclineReason = cellside.StateDeciding, "amount_limit"
+	if err := a.Persist(ctxT(t), r, cellside.StateReceived); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := a.Unresolved(ctxT(t), now.Add(time.Hour), 10); err != nil || len(recs) != 0 {
+		t.Fatalf("Unresolved while its attempt lives: %v, %v; want none", recs, err)
+	}
+	if _, err := a.AbandonUnsent(ctxT(t), now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AbandonOrphans(ctxT(t), now, now.Add(time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := a.Unresolved(ctxT(t), now.Add(time.Hour), 10)
+	if err != nil || len(recs) != 1 || recs[0].State != cellside.StateDeciding || recs[0].DeclineReason != "amount_limit" {
+		t.Fatalf("after a restart: Unresolved %v, %v; want the deciding row, its reason kept", recs, err)
+	}
+}

@@ -318,7 +318,7 @@ func (s *Store) Persist(ctx context.Context, r *cellside.Record, from cellside.S
 	}
 	n, err := s.exec(ctx, false, `UPDATE transactions
 		SET state = $3, decline_reason = $4, auth_code = $5, updated_at = $6,
-			owner = CASE WHEN $3 = 'sending' THEN owner ELSE '' END
+			owner = CASE WHEN $3 IN ('sending', 'deciding') THEN owner ELSE '' END
 		WHERE partner_id = $1 AND transaction_id = $2 AND state = $7`,
 		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from))
 	if err != nil {
@@ -424,13 +424,14 @@ func (s *Store) Policy(ctx context.Context) (cellside.Policy, error) {
 	return p, nil
 }
 
-// Unresolved returns up to limit records past their point of no return
-// with no known outcome (state sending) last updated before before, oldest
-// first, leaving out those an attempt is still working on, in this
-// instance or a live sibling (see Active).
+// Unresolved returns up to limit records the reconciler settles: past their
+// point of no return with no known outcome (state sending), or decided
+// before it with the directory's part unknown (state deciding), last
+// updated before before, oldest first, leaving out those an attempt is
+// still working on, in this instance or a live sibling (see Active).
 func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions t
-		WHERE state = 'sending' AND updated_at < $1 AND NOT `+activeSQL+` ORDER BY updated_at LIMIT $2`,
+		WHERE state IN ('sending', 'deciding') AND updated_at < $1 AND NOT `+activeSQL+` ORDER BY updated_at LIMIT $2`,
 		before, limit, s.instance, activeFor)
 	if err != nil {
 		return nil, fmt.Errorf("store: unresolved: %w", err)

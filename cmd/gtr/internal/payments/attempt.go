@@ -156,6 +156,8 @@ func (d *driver) read(m *gtrside.Machine) gtrside.Action {
 		switch e := r.ev.GetEvent().(type) {
 		case *cellproto.ProcessEvent_PointOfNoReturn:
 			return m.Step(gtrside.PNR{Now: time.Now()})
+		case *cellproto.ProcessEvent_Proceeding:
+			return m.Step(gtrside.Proceeding{})
 		case *cellproto.ProcessEvent_Result:
 			return m.Step(gtrside.Result{Now: time.Now(), Txn: e.Result})
 		case *cellproto.ProcessEvent_Reroutable:
@@ -201,8 +203,8 @@ type received struct {
 // receive reads stream until its first error, on a goroutine of its own,
 // so that the caller can stop waiting without ending the stream.
 func receive(ctx context.Context, stream grpc.BidiStreamingClient[cellproto.ProcessInput, cellproto.ProcessEvent]) <-chan received {
-	// A stream carries at most a PNR event, a terminal event and its end:
-	// with room for those, a send never waits, and an error caused by the
+	// A stream carries at most a PNR event, a Proceeding, a terminal event
+	// and its end: with room for those, a send never waits, and an error caused by the
 	// stream's own cancellation is still delivered to a reader waiting for
 	// it. Only a cell sending more than that, to nobody, waits on ctx.
 	out := make(chan received, 4)

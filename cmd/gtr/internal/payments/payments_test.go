@@ -80,7 +80,18 @@ func serve(t testing.TB, f *fakeCell, opts ...grpc.ServerOption) string {
 }
 
 // pnr runs the cell's side of the point-of-no-return handshake.
+// pnr is a cell's point of no return as the real cell does it: the PNR,
+// the GTR's Proceed, then Proceeding before it would call the issuer.
 func pnr(s srv) error {
+	if err := pnrUnsaid(s); err != nil {
+		return err
+	}
+	return s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_Proceeding{Proceeding: &cellproto.Proceeding{}}})
+}
+
+// pnrUnsaid is pnr without the Proceeding: a cell whose Proceed came
+// after it stopped waiting, or whose stream breaks before it says it.
+func pnrUnsaid(s srv) error {
 	if err := s.Send(&cellproto.ProcessEvent{Event: &cellproto.ProcessEvent_PointOfNoReturn{PointOfNoReturn: &cellproto.PointOfNoReturn{}}}); err != nil {
 		return err
 	}
@@ -285,6 +296,48 @@ func TestNoRerouteAfterPNR(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProceedNotTaken: Proceed was sent but the cell never said
+// Proceeding. A cell that then says re-routable stepped back without
+// calling the issuer (the Proceed came after its wait ended): the
+// transaction goes on to the next cell. A stream that just ends leaves the
+// outcome unknown: UNAVAILABLE, retry with the same ID; never a PENDING
+// that no one may resolve, and never a re-route.
+func TestProceedNotTaken(t *testing.T) {
+	t.Run("re-routable", func(t *testing.T) {
+		a := &fakeCell{do: func(r *cellproto.ProcessRequest, s srv) error {
+			if err := pnrUnsaid(s); err != nil {
+				return err
+			}
+			return reroutable(s)
+		}}
+		b := &fakeCell{}
+		b.do = func(r *cellproto.ProcessRequest, s srv) error { return approve(r, s, b.id) }
+		s, _ := setup(t, a, b)
+		got, err := s.SubmitTransaction(ctx(t), req("t-late-proceed"))
+		if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetCellId() != b.id {
+			t.Fatalf("got %v, %v; want APPROVED from %s", got, err, b.id)
+		}
+	})
+	t.Run("stream ends", func(t *testing.T) {
+		a := &fakeCell{do: func(r *cellproto.ProcessRequest, s srv) error {
+			if err := pnrUnsaid(s); err != nil {
+				return err
+			}
+			return status.Error(codes.Unavailable, "crashed")
+		}}
+		b := &fakeCell{}
+		b.do = func(r *cellproto.ProcessRequest, s srv) error { return approve(r, s, b.id) }
+		s, _ := setup(t, a, b)
+		got, err := s.SubmitTransaction(ctx(t), req("t-unsaid"))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("got %v, %v; want UNAVAILABLE", got, err)
+		}
+		if b.calls.Load() != 0 {
+			t.Fatal("re-routed a transaction its cell may be sending")
+		}
+	})
 }
 
 func TestCellAnswersAboutTheRequestArePassedOn(t *testing.T) {

@@ -40,12 +40,18 @@ type Rules struct {
 	// with the request's fingerprint, so it answers a replay from its
 	// record without telling the payloads apart.
 	IgnorePayload bool
-	// CancelAfterProceed: the GTR's driver cancels the stream on the
-	// caller's deadline even after Proceed (ignoring the machine's
-	// Detach), and grpc-go's server Recv may return that cancellation
-	// before the Proceed sent ahead of it (payments.go before the stream
-	// was detached from the caller's context at the PNR).
-	CancelAfterProceed bool
+	// PendingWithoutProceeding: the GTR answers PENDING for an attempt it
+	// sent Proceed to whatever follows (a stream that ends, the cell's
+	// own step back), as it did before the cell said Proceeding: a
+	// Proceed that reaches the cell after it stopped waiting leaves a
+	// PENDING that no one resolves (issue 38's first bug).
+	PendingWithoutProceeding bool
+	// ReconcilerNoClose: the reconciler records FAILED
+	// issuer_not_reached after an inquiry that found nothing without
+	// closing the ID at the issuer, as it did before the close existed:
+	// an issuer request delivered late is applied after the FAILED
+	// (issue 38's second bug).
+	ReconcilerNoClose bool
 	// NoWaitOnSending: the cell's driver tells the machine that no other
 	// attempt at the ID runs in the process (Existing.Active and
 	// Claimed.Active false), so a duplicate answers PENDING from a sending
@@ -90,6 +96,13 @@ type Rules struct {
 	// entry's call may still take it over (the design note as first
 	// written).
 	NoPin bool
+
+	// NoDecisionEntry: the directory answers the machine's write of a
+	// decision taken before the PNR into the entry as written without
+	// writing it, as the cell did before a decision went into the entry
+	// first: a later attempt of the same call takes the entry over and
+	// decides again on another cell (issue 38's simulator found it).
+	NoDecisionEntry bool
 
 	// GroupCommit is no broken rule but the store's group commit
 	// (cmd/cell/internal/store/group.go): the durable writes after the
@@ -164,6 +177,7 @@ const (
 	declined  state = "declined"
 	failed    state = "failed"
 	abandoned state = "abandoned"
+	deciding  state = "deciding"
 )
 
 type record struct {
@@ -191,7 +205,7 @@ func (r *record) result() result {
 }
 
 func (r *record) pastPNR() bool {
-	return r.state != received && r.state != abandoned
+	return r.state != received && r.state != abandoned && r.state != deciding
 }
 
 // attemptKey names one attempt: the GTR call and its attempt number.
@@ -295,9 +309,10 @@ const (
 	mDirUpdate                   // cell -> directory: a best-effort entry update
 	mCommit                      // cell, in memory: a queued write commits (Rules.GroupCommit)
 	mMarkSendLost                // cell, in memory: the sending write commits, and its answer is lost
+	mProceeding                  // cell -> GTR on the attempt's stream: Proceed taken, the issuer is next
 )
 
-var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost"}
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost", "proceeding"}
 
 type msg struct {
 	kind       msgKind
@@ -318,6 +333,9 @@ type msg struct {
 	// rev and dirState are a directory update's revision and new state.
 	rev      int
 	dirState entryState
+	// held: stuck in a stalled connection's send buffer (sim.go's
+	// stHold), delivered only once released, whole and late.
+	held bool
 }
 
 func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
@@ -329,7 +347,24 @@ func (x msg) String() string {
 	return fmt.Sprintf("%s(%s call %d attempt %d cell %d)", kindNames[x.kind], x.id, x.call, x.attempt, x.cell)
 }
 
-func (x msg) stream() bool { return x.kind == mPNR || x.kind == mResult || x.kind == mReroutable }
+// network: x crosses a connection of its cell (to or from the GTR, the
+// issuer or the directory), which a stall holds back; the rest lives in
+// the cell's memory.
+func (x msg) network() bool {
+	switch x.kind {
+	case mMarkSend, mWait, mCommit, mMarkSendLost:
+		return false
+	}
+	return true
+}
+
+func (x msg) stream() bool { return x.kind.stream() }
+
+// stream: a message of kind k travels on an attempt's stream to the GTR,
+// in order.
+func (k msgKind) stream() bool {
+	return k == mPNR || k == mResult || k == mReroutable || k == mProceeding
+}
 
 // answered is one answer a partner got.
 type answered struct {
@@ -346,6 +381,7 @@ type model struct {
 	calls    []*call
 	pool     []msg
 	effects  map[string]int
+	requests map[string]int    // issuer requests received, per ID
 	outcome  map[string]result // the issuer's first outcome per ID
 	answers  map[string][]answered
 	// proceeded: attempts the GTR sent Proceed to. cancelled: attempts
@@ -353,16 +389,27 @@ type model struct {
 	// property of the stream, not of the cell's memory).
 	proceeded map[attemptKey]bool
 	cancelled map[attemptKey]bool
+	// taken: attempts whose cell received Proceed (and said Proceeding):
+	// from then on the cell may call the issuer. closed: IDs the issuer
+	// closed on an inquiry that found nothing.
+	taken  map[attemptKey]bool
+	closed map[string]bool
 	// dir is the transaction directory, shared by all cells.
 	dir map[string]*entry
 	// violations are rule breaks seen as they happen; check reports them.
 	violations []string
-	log        []string
+	// covered counts the interesting states reached (sim.go).
+	covered [numCov]int
+	// stalled: cells whose connections deliver nothing until they
+	// recover (sim.go's stall).
+	stalled [numCells]bool
+	log     []string
 }
 
 func newModel(rules Rules) *model {
-	m := &model{rules: rules, effects: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
-		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{}}
+	m := &model{rules: rules, effects: map[string]int{}, requests: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
+		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{},
+		taken: map[attemptKey]bool{}, closed: map[string]bool{}}
 	for i := range m.cells {
 		m.cells[i] = &cell{up: true, db: map[string]*record{}}
 		m.cells[i].forget()
@@ -402,6 +449,7 @@ func (m *model) submitDrained(r int, id string, p payload, drained int) {
 	for _, c := range m.calls {
 		if c.replica == r && c.id == id && c.payload == p && !c.done {
 			c.joined++ // singleflight on ID and payload: answered when c is
+			m.cover(covCoalesced)
 			m.logf("submit %s payload %d at gtr %d: coalesced into call %d", id, p, r, c.n)
 			return
 		}
@@ -447,6 +495,9 @@ func (m *model) deliverable() []int {
 			}
 			seen[x.key()] = true
 		}
+		if x.held || m.stalled[x.cell] && x.network() {
+			continue // held in a stalled connection's buffers
+		}
 		out = append(out, i)
 	}
 	return out
@@ -474,8 +525,11 @@ func (m *model) deliver(i int) {
 	case mProceed:
 		if _, ok := cl.awaiting[x.key()]; ok && cl.up && cl.epoch == x.epoch {
 			delete(cl.awaiting, x.key())
-			m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
+			m.takeProceed(x)
 			m.resume(cl.runs[x.key()], cellside.PNRConfirmed{})
+		} else {
+			m.cover(covLateProceed)
+			m.logf("cell %d: Proceed for %s (call %d attempt %d) found no attempt waiting for it", x.cell, x.id, x.call, x.attempt)
 		}
 	case mMarkSend, mWait, mIssuerResp, mCommit, mMarkSendLost:
 		r, ok := m.runOf(x)
@@ -494,6 +548,12 @@ func (m *model) deliver(i int) {
 		default:
 			if _, ok := cl.issuerWait[x.key()]; ok {
 				delete(cl.issuerWait, x.key())
+				if x.res.status == "CLOSED" {
+					// FAILED_PRECONDITION: not applied; to the cell, an
+					// error, so an unknown outcome, resolved by inquiry.
+					m.resume(r, cellside.IssuerUnknown{Err: errors.New("closed by an inquiry")})
+					return
+				}
 				m.issuerAnswered(r, x.res)
 			}
 		}
@@ -509,6 +569,10 @@ func (m *model) deliver(i int) {
 					x.cell, c.id, c.payload, x.recPayload)
 			}
 			m.onResult(c, x)
+		}
+	case mProceeding:
+		if c, ok := m.current(x); ok {
+			m.gtrStep(c, gtrside.Proceeding{})
 		}
 	case mReroutable:
 		if c, ok := m.current(x); ok {
@@ -530,7 +594,7 @@ func (m *model) reply(x msg, kind msgKind, r result, recPayload payload) {
 }
 
 func (m *model) callIssuer(i int, k attemptKey, id string, p payload) {
-	if !m.proceeded[k] {
+	if !m.taken[k] {
 		m.violate("no issuer call without Proceed: cell %d called the issuer for %s (call %d attempt %d) unconfirmed", i, id, k.call, k.attempt)
 	}
 	if e := m.dir[id]; !m.rules.NoDirectory && (e == nil || e.owner != i || e.by != k || e.state != entryOwned) {
@@ -557,6 +621,7 @@ func (m *model) issuerTimeout(i int, k attemptKey) {
 	cl := m.cells[i]
 	id := cl.issuerWait[k]
 	delete(cl.issuerWait, k)
+	m.cover(covIssuerTimeout)
 	m.logf("cell %d: issuer timeout for %s", i, id)
 	m.resume(cl.runs[k], cellside.IssuerUnknown{Err: errors.New("issuer timeout")})
 }
@@ -570,6 +635,9 @@ func (m *model) lose(i int) {
 
 func (m *model) crash(i int) {
 	cl := m.cells[i]
+	if len(cl.awaiting)+len(cl.issuerWait) > 0 {
+		m.cover(covCrashPastSending)
+	}
 	cl.up = false
 	cl.epoch++
 	cl.forget()
@@ -612,11 +680,13 @@ func (cl *cell) forget() {
 }
 
 // reconcile is one reconciler round in cell i: for each sending record not
-// busy, an inquiry. Found: the issuer's outcome. Not found: FAILED
-// issuer_not_reached once no issuer request of the record's GTR call can
-// still arrive: neither the record's own nor another attempt's (the
-// model's NotFoundAfter, 20 s: past the GTR's attempts, 3 x 2 s, and the
-// issuer timeout, 5 s). Never a resend.
+// busy, an inquiry. Found: the issuer's outcome. Not found: the inquiry
+// closes the ID at the issuer (no later request of it is applied, however
+// late it arrives), and the record is FAILED issuer_not_reached. The
+// code's NotFoundAfter (20 s before the closing inquiry) is a courtesy to
+// a send still on its way, not what safety rests on, so the model closes
+// at any round: a request in flight then finds the ID closed. Never a
+// resend.
 func (m *model) reconcile(i int) {
 	cl := m.cells[i]
 	if !cl.up {
@@ -624,6 +694,10 @@ func (m *model) reconcile(i int) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(cl.db)) {
 		rec := cl.db[id]
+		if rec.state == deciding && !m.busy(i, id) {
+			m.settleDeciding(i, id, rec)
+			continue
+		}
 		if rec.state != sending || m.busy(i, id) {
 			continue
 		}
@@ -640,9 +714,10 @@ func (m *model) reconcile(i int) {
 		} else if m.rules.ReconcilerResends {
 			m.callIssuerDirect(i, id, rec.payload)
 			settle(rec, m.outcome[id])
-		} else if m.mayReachIssuer(rec.attempt.call) {
-			continue // a send may still be on its way
 		} else {
+			if m.mayReachIssuer(rec.attempt.call) {
+				m.cover(covCloseInFlight)
+			}
 			m.notReached(i, id, rec)
 		}
 		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
@@ -663,7 +738,7 @@ func (m *model) takenOver(i int, id string, rec *record) bool {
 	if e == nil || e.owner == i {
 		return false
 	}
-	if m.proceeded[rec.attempt] {
+	if m.taken[rec.attempt] {
 		m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
 			i, id, rec.attempt.call, rec.attempt.attempt)
 	}
@@ -671,8 +746,8 @@ func (m *model) takenOver(i int, id string, rec *record) bool {
 	return true
 }
 
-// notReached is the reconciler's FAILED issuer_not_reached. With the
-// directory it is written to the entry first, synchronously, and only if
+// notReached is the reconciler's FAILED issuer_not_reached, the ID
+// closed at the issuer first. With the directory it is written to the entry first, synchronously, and only if
 // the entry is this cell's; an entry another cell holds was taken over,
 // which the claim allows only from an attempt that never had Proceed, so
 // nothing of this record reached the issuer: it is abandoned instead.
@@ -681,7 +756,7 @@ func (m *model) notReached(i int, id string, rec *record) {
 	if e := m.dir[id]; !m.rules.NoDirectory && !m.rules.ReconcilerNoClaim {
 		switch {
 		case e == nil || e.owner != i:
-			if m.proceeded[rec.attempt] {
+			if m.taken[rec.attempt] {
 				m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
 					i, id, rec.attempt.call, rec.attempt.attempt)
 			}
@@ -694,6 +769,13 @@ func (m *model) notReached(i int, id string, rec *record) {
 		e.rev++
 		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
 		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
+	}
+	// The inquiry that closes the ID comes once the entry is known to be
+	// this cell's (reconcile.resolve reads it first): the close and the
+	// entry's FAILED are one decision of the owner's.
+	if !m.rules.ReconcilerNoClose {
+		m.closed[id] = true
+		m.logf("issuer: %s closed by cell %d's inquiry", id, i)
 	}
 	rec.state, rec.reason = failed, reasonNotReached
 }
@@ -721,8 +803,13 @@ func (m *model) callIssuerDirect(i int, id string, p payload) {
 // authorize is the issuer applying a request of attempt k (noAttempt: a
 // resend).
 func (m *model) authorize(k attemptKey, id string, p payload) result {
+	m.requests[id]++
 	if r, ok := m.outcome[id]; ok && !m.rules.IssuerNoDedupe {
 		return r
+	}
+	if m.closed[id] {
+		m.cover(covClosedRefused)
+		return result{status: "CLOSED"}
 	}
 	m.effects[id]++
 	for i, cl := range m.cells {
@@ -788,6 +875,8 @@ func (m *model) check() error {
 // order, waits on the issuer time out, reconcilers run, and the GTR's
 // calls all end.
 func (m *model) heal() {
+	m.stalled = [numCells]bool{}
+	m.release()
 	for i, cl := range m.cells {
 		if !cl.up {
 			m.restart(i)
@@ -800,6 +889,9 @@ func (m *model) heal() {
 		for i, cl := range m.cells {
 			for _, k := range slices.SortedFunc(maps.Keys(cl.issuerWait), cmpKey) {
 				m.issuerTimeout(i, k)
+			}
+			for _, k := range slices.SortedFunc(maps.Keys(cl.awaiting), cmpKey) {
+				m.proceedTimeout(i, k)
 			}
 		}
 		for i := range m.cells {
@@ -835,6 +927,11 @@ func (m *model) checkHealed() error {
 	for i, cl := range m.cells {
 		if len(cl.awaiting) > 0 {
 			return fmt.Errorf("cell %d still waits for Proceed: %v", i, cl.awaiting)
+		}
+		for _, id := range slices.Sorted(maps.Keys(cl.db)) {
+			if cl.db[id].state == deciding {
+				return fmt.Errorf("every decision settled: %s is deciding in cell %d", id, i)
+			}
 		}
 	}
 	seen := maps.Clone(m.dir)
@@ -894,4 +991,56 @@ func (m *model) agreedRecord(id string) (*result, error) {
 		rec, at = &res, i
 	}
 	return rec, nil
+}
+
+// takeProceed is a cell receiving Proceed for x's attempt: from here it may call
+// the issuer, and it says Proceeding on the stream first.
+func (m *model) takeProceed(x msg) {
+	k := x.key()
+	for t := range m.taken {
+		if t.call == k.call && t != k {
+			m.violate("one Proceed taken per call: call %d (%s) attempts %d and %d both took Proceed", k.call, x.id, t.attempt, k.attempt)
+		}
+	}
+	m.taken[k] = true
+	m.logf("cell %d: %s confirmed, calling the issuer", x.cell, x.id)
+	m.send(msg{kind: mProceeding, call: x.call, attempt: x.attempt, cell: x.cell, id: x.id})
+}
+
+// proceedTimeout is a cell that stops waiting for Proceed (the server's
+// ProceedTimeout): it steps back, and says re-routable, whether or not a
+// Proceed is on its way.
+func (m *model) proceedTimeout(i int, k attemptKey) {
+	cl := m.cells[i]
+	if m.proceeded[k] {
+		m.cover(covProceedInFlight)
+	}
+	m.logf("cell %d: no Proceed in time for %s (call %d attempt %d)", i, cl.awaiting[k], k.call, k.attempt)
+	m.refused(cl.runs[k])
+}
+
+// settleDeciding is the reconciler's settle (reconcile.settle) of a
+// record left deciding: the entry's answer if this cell's entry holds one;
+// else the decision, written to the entry first, while the entry is this
+// cell's (or missing); abandoned if another cell holds the entry.
+func (m *model) settleDeciding(i int, id string, rec *record) {
+	m.cover(covDecidingSettled)
+	decision := result{status: "DECLINED", reason: rec.reason}
+	e := m.dir[id]
+	switch {
+	case e != nil && e.owner == i && e.state == entryFinal:
+		settle(rec, e.res)
+	case e == nil || e.owner == i:
+		if e == nil {
+			e = &entry{owner: i, payload: rec.payload}
+			m.dir[id] = e
+		}
+		e.rev++
+		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, decision, false
+		settle(rec, decision)
+		m.logf("directory: %s final (%v) by cell %d's reconciler, rev %d", id, decision, i, e.rev)
+	default:
+		rec.state, rec.reason = abandoned, ""
+	}
+	m.logf("reconcile cell %d: %s deciding -> %s", i, id, rec.state)
 }

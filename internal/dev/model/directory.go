@@ -53,6 +53,12 @@ func (m *model) claim(r *run, a cellside.Claim) cellside.Event {
 		e.Revision = a.Revision
 		return cellside.Claimed{Entry: e, Active: m.active(r)}
 	}
+	if m.rules.NoDecisionEntry && a.Entry.State == cellside.EntryFinal {
+		m.logf("cell %d: %s decided without the entry", r.x.cell, r.x.id)
+		e := a.Entry
+		e.Revision = a.Revision
+		return cellside.Claimed{Entry: e, Active: m.active(r)}
+	}
 	var (
 		e    cellside.Entry
 		ours bool
@@ -121,9 +127,12 @@ func (m *model) take(r *run, e cellside.Entry, rev uint64) (cellside.Entry, bool
 		return toEntry(r.x.id, cur), false
 	}
 	next := fromEntry(r.x.id, e)
-	if cur.owner != next.owner && cur.state == entryOwned && m.proceeded[cur.by] {
+	if cur.owner != next.owner && cur.state == entryOwned && m.taken[cur.by] {
 		m.violate("takeover only from an attempt without Proceed: cell %d took %s (call %d attempt %d) from cell %d, whose call %d attempt %d was confirmed",
 			r.x.cell, r.x.id, r.x.call, r.x.attempt, cur.owner, cur.by.call, cur.by.attempt)
+	}
+	if cur.owner != next.owner {
+		m.cover(covTakeover)
 	}
 	next.rev = cur.rev + 1
 	m.dir[r.x.id] = next

@@ -181,6 +181,7 @@ func (m *model) perform(r *run, a cellside.Action) (cellside.Event, bool) {
 		}
 		return m.write(r, a), true
 	case cellside.Wait:
+		m.cover(covDuplicateWait)
 		m.send(msg{kind: mWait, call: x.call, attempt: x.attempt, cell: x.cell, epoch: cl.epoch, id: x.id})
 		return nil, false
 	case cellside.CheckVelocity:
@@ -334,7 +335,7 @@ func (m *model) markSending(r *run, lost bool) {
 		return
 	}
 	delete(cl.persisting, r.key())
-	if m.cancelled[r.key()] && a.Record.State != cellside.StateAbandoned {
+	if m.cancelled[r.key()] && a.Record.State != cellside.StateAbandoned && !a.Decided {
 		// A step back to abandoned is written all the same: it lets a
 		// duplicate reclaim the record (server.perform).
 		m.resume(r, cellside.StoreFailed{Err: errors.New("caller gone before the point of no return")})
@@ -342,6 +343,7 @@ func (m *model) markSending(r *run, lost bool) {
 	}
 	ev := m.persist(r.x, a)
 	if _, ok := ev.(cellside.Persisted); ok && lost {
+		m.cover(covLostCommit)
 		m.logf("cell %d: %s sending committed, its answer lost", r.x.cell, r.x.id)
 		ev = cellside.StoreFailed{Err: errors.New("store: persist: unexpected EOF")}
 	}
@@ -354,7 +356,7 @@ func (m *model) markSending(r *run, lost bool) {
 func (m *model) waited(r *run) {
 	rec := m.cells[r.x.cell].db[r.x.id]
 	active := m.active(r)
-	if m.cancelled[r.key()] || rec.state == received || rec.state == sending && active {
+	if m.cancelled[r.key()] || rec.state == received || rec.state == deciding || rec.state == sending && active {
 		m.resume(r, cellside.StoreFailed{Err: fmt.Errorf("waiting for a concurrent attempt: %w", cellside.ErrInProgress)})
 		return
 	}
@@ -365,10 +367,6 @@ func (m *model) waited(r *run) {
 
 // refused is PNRRefused: the stream ended without Proceed.
 func (m *model) refused(r *run) {
-	if m.proceeded[r.key()] {
-		m.violate("no step back after Proceed: cell %d reverted %s (call %d attempt %d) to abandoned after the GTR confirmed it",
-			r.x.cell, r.x.id, r.x.call, r.x.attempt)
-	}
 	delete(m.cells[r.x.cell].awaiting, r.key())
 	m.logf("cell %d: %s not confirmed", r.x.cell, r.x.id)
 	m.resume(r, cellside.PNRRefused{Err: errors.New("stream cancelled")})

@@ -129,30 +129,39 @@ func (m *model) sendProceed(c *call, k attemptKey, i int) {
 	if k == c.key() && !c.done {
 		c.pnr = true
 	}
-	for p := range m.proceeded {
-		if p.call == k.call && p != k {
-			m.violate("one Proceed per call: call %d (%s) confirmed attempts %d and %d", k.call, c.id, p.attempt, k.attempt)
-		}
-	}
+	// A call may send Proceed to a later attempt too, once the earlier
+	// one stepped back from a Proceed that came too late: take checks that
+	// at most one of them is taken.
 	m.proceeded[k] = true
 	m.send(msg{kind: mProceed, call: k.call, attempt: k.attempt, cell: i, epoch: m.cells[i].epoch, id: c.id})
 }
 
 // attemptAnswered hands the attempt machine's answer to the call machine,
 // after the knobs that perturb it: RerouteAfterPNR takes a PENDING of a
-// stream that ended after Proceed for a re-routable failure;
-// CancelAfterProceed cancels a stream past Proceed the machine left
-// open.
+// stream that ended after Proceeding for a re-routable failure;
+// PendingWithoutProceeding answers PENDING for every attempt sent
+// Proceed, as the GTR did before the cell said Proceeding.
 func (m *model) attemptAnswered(c *call, a gtrside.Answer) {
 	if a.Pending && m.rules.RerouteAfterPNR && !a.Detach {
 		a = gtrside.Answer{Reroute: errors.New("stream ended after Proceed")}
 	}
-	if a.Pending && a.Detach && m.rules.CancelAfterProceed {
-		m.cancel(c)
+	if m.rules.PendingWithoutProceeding && c.pnr && (a.Unknown || a.Reroute != nil) {
+		a = gtrside.Answer{Pending: true, Released: a.Released, Detach: a.Detach}
+	}
+	if a.Unknown {
+		m.cover(covUnknown)
 	}
 	if a.Reroute != nil {
+		if m.taken[c.key()] {
+			m.violate("no re-route after a PNR: call %d (%s) re-routed after its cell took Proceed (%s)", c.n, c.id, a.Reroute)
+		}
+		if a.Owner != "" {
+			m.cover(covRedirect)
+		}
 		if c.pnr {
-			m.violate("no re-route after a PNR: call %d (%s) re-routed after Proceed (%s)", c.n, c.id, a.Reroute)
+			m.cover(covRerouteLateProceed)
+		} else {
+			m.cover(covReroute)
 		}
 		m.logf("call %d (%s) attempt %d on cell %d re-routable: %v (owner %q)", c.n, c.id, c.attempt, c.cell, a.Reroute, a.Owner)
 	}
