@@ -3,7 +3,6 @@ package model
 import (
 	"flag"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -86,18 +85,12 @@ func property(rules Rules) func(*rapid.T) {
 				m.restart(i)
 			},
 			"issuerTimeout": func(t *rapid.T) {
-				var waiting []int
-				for i, cl := range m.cells {
-					if len(cl.issuerWait) > 0 {
-						waiting = append(waiting, i)
-					}
-				}
-				if len(waiting) == 0 {
+				ws := m.waits(func(cl *cell) map[attemptKey]string { return cl.issuerWait })
+				if len(ws) == 0 {
 					t.Skip("no cell waits for the issuer")
 				}
-				i := rapid.SampledFrom(waiting).Draw(t, "cell")
-				keys := slices.SortedFunc(maps.Keys(m.cells[i].issuerWait), cmpKey)
-				m.issuerTimeout(i, rapid.SampledFrom(keys).Draw(t, "attempt"))
+				w := rapid.SampledFrom(ws).Draw(t, "wait")
+				m.issuerTimeout(w.cell, w.k)
 			},
 			// lose drops an issuer message, or a best-effort directory
 			// update (lost, or its cell gave up on it).
@@ -138,18 +131,12 @@ func property(rules Rules) func(*rapid.T) {
 				m.deadline(rapid.SampledFrom(live).Draw(t, "call"))
 			},
 			"proceedTimeout": func(t *rapid.T) {
-				var waiting []int
-				for i, cl := range m.cells {
-					if len(cl.awaiting) > 0 {
-						waiting = append(waiting, i)
-					}
-				}
-				if len(waiting) == 0 {
+				ws := m.waits(func(cl *cell) map[attemptKey]string { return cl.awaiting })
+				if len(ws) == 0 {
 					t.Skip("no cell waits for Proceed")
 				}
-				i := rapid.SampledFrom(waiting).Draw(t, "cell")
-				keys := slices.SortedFunc(maps.Keys(m.cells[i].awaiting), cmpKey)
-				m.proceedTimeout(i, rapid.SampledFrom(keys).Draw(t, "attempt"))
+				w := rapid.SampledFrom(ws).Draw(t, "wait")
+				m.proceedTimeout(w.cell, w.k)
 			},
 			"reconcile": func(t *rapid.T) {
 				m.reconcile(rapid.IntRange(0, numCells-1).Draw(t, "cell"))

@@ -331,20 +331,11 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 		}
 		m.restart(i)
 	case stIssuerTimeout, stProceedTimeout:
-		type wait struct {
-			cell int
-			k    attemptKey
+		of := func(cl *cell) map[attemptKey]string { return cl.issuerWait }
+		if k == stProceedTimeout {
+			of = func(cl *cell) map[attemptKey]string { return cl.awaiting }
 		}
-		var waits []wait
-		for i, cl := range m.cells {
-			w := cl.issuerWait
-			if k == stProceedTimeout {
-				w = cl.awaiting
-			}
-			for _, a := range slices.SortedFunc(maps.Keys(w), cmpKey) {
-				waits = append(waits, wait{i, a})
-			}
-		}
+		waits := m.waits(of)
 		if len(waits) == 0 {
 			return false
 		}
@@ -608,4 +599,23 @@ func codeOf(name string) codes.Code {
 		}
 	}
 	return codes.Unknown
+}
+
+// wait is an attempt in a cell waiting on something (the issuer's answer,
+// the GTR's Proceed).
+type wait struct {
+	cell int
+	k    attemptKey
+}
+
+// waits lists the waits of every cell in the map of waits of's picks, in
+// cell and attempt order.
+func (m *model) waits(of func(*cell) map[attemptKey]string) []wait {
+	var out []wait
+	for i, cl := range m.cells {
+		for _, a := range slices.SortedFunc(maps.Keys(of(cl)), cmpKey) {
+			out = append(out, wait{i, a})
+		}
+	}
+	return out
 }
