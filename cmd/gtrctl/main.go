@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	args = args[1:]
-	if (name == "table" || name == "partners" || name == "callbacks" || name == "operators") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if (name == "table" || name == "partners" || name == "callbacks" || name == "operators" || name == "txn") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = name+" "+args[0], args[1:]
 	}
 	var cmd *command

@@ -157,7 +157,9 @@ func Cell(id string) User {
 // did (a Kubernetes platform's first replica). The GTR's user may create
 // the stream but never update it: NATS refuses a create whose
 // configuration differs from the existing stream's, so a GTR cannot
-// shrink its own audit log's limits, purge or delete it.
+// shrink its own audit log's limits, purge or delete it; and the stream
+// itself refuses the deletion of a record and a purge (DenyDelete,
+// DenyPurge), to anyone.
 //
 // The stream keeps every record (no age limit) up to AuditMaxBytes; past
 // it, new records are refused (never the oldest dropped), so the GTR
@@ -167,7 +169,10 @@ func AuditStreamConfig(replicas int) jetstream.StreamConfig {
 		Name: AuditStream, Subjects: []string{AuditSubjectPrefix + ">"}, Storage: jetstream.FileStorage,
 		Replicas: max(replicas, 1), Duplicates: 10 * time.Minute,
 		MaxBytes: AuditMaxBytes, Discard: jetstream.DiscardNew,
-		Description: "GTR admin API audit log: one record per admin change or refused call",
+		// No record is deleted or purged through the stream's API, by
+		// whoever asks, NATS administrators included.
+		DenyDelete: true, DenyPurge: true,
+		Description: "GTR admin API audit log: one record per admin change, refused call or failed login",
 	}
 }
 

@@ -88,6 +88,10 @@ type File struct {
 var (
 	// ErrUnauthenticated: no operator has this token.
 	ErrUnauthenticated = errors.New("operators: unknown or invalid token")
+	// ErrThrottled: too many failed logins from the caller's address; it
+	// is refused without its token being looked at for a while (the
+	// admin listener's and the console's throttle).
+	ErrThrottled = errors.New("too many failed logins from this address")
 )
 
 const (

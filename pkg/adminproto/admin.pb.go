@@ -3274,6 +3274,181 @@ func (x *ListCallbacksResponse) GetCells() []*CellCallbacks {
 	return nil
 }
 
+type FindTransactionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindTransactionRequest) Reset() {
+	*x = FindTransactionRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindTransactionRequest) ProtoMessage() {}
+
+func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindTransactionRequest.ProtoReflect.Descriptor instead.
+func (*FindTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FindTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *FindTransactionRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+type FindTransactionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// cells: every cell of the table, in the table's order.
+	Cells         []*CellTransaction `protobuf:"bytes,3,rep,name=cells,proto3" json:"cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindTransactionResponse) Reset() {
+	*x = FindTransactionResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindTransactionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindTransactionResponse) ProtoMessage() {}
+
+func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindTransactionResponse.ProtoReflect.Descriptor instead.
+func (*FindTransactionResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FindTransactionResponse) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *FindTransactionResponse) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *FindTransactionResponse) GetCells() []*CellTransaction {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+// CellTransaction is one cell's answer to FindTransaction.
+type CellTransaction struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CellId string                 `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	// error: the cell did not answer; record is then unset.
+	Error         string                     `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Record        *cellproto.InspectResponse `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CellTransaction) Reset() {
+	*x = CellTransaction{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CellTransaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CellTransaction) ProtoMessage() {}
+
+func (x *CellTransaction) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CellTransaction.ProtoReflect.Descriptor instead.
+func (*CellTransaction) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CellTransaction) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *CellTransaction) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CellTransaction) GetRecord() *cellproto.InspectResponse {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 type ReplayCallbacksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replayed      int64                  `protobuf:"varint,1,opt,name=replayed,proto3" json:"replayed,omitempty"`
@@ -3284,7 +3459,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3471,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3484,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -3338,7 +3513,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3525,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3538,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -3392,7 +3567,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3579,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3592,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -3447,7 +3622,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3634,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3647,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3518,7 +3693,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3705,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3718,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -3636,7 +3811,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3648,7 +3823,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3661,7 +3836,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -3920,7 +4095,20 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\"\x86\x01\n" +
 	"\x15ListCallbacksResponse\x126\n" +
 	"\x06events\x18\x01 \x03(\v2\x1e.cellpay.cell.v1.CallbackEventR\x06events\x125\n" +
-	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"l\n" +
+	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"^\n" +
+	"\x16FindTransactionRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"\x98\x01\n" +
+	"\x17FindTransactionResponse\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x127\n" +
+	"\x05cells\x18\x03 \x03(\v2!.cellpay.admin.v1.CellTransactionR\x05cells\"z\n" +
+	"\x0fCellTransaction\x12\x17\n" +
+	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x128\n" +
+	"\x06record\x18\x03 \x01(\v2 .cellpay.cell.v1.InspectResponseR\x06record\"l\n" +
 	"\x17ReplayCallbacksResponse\x12\x1a\n" +
 	"\breplayed\x18\x01 \x01(\x03R\breplayed\x125\n" +
 	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"E\n" +
@@ -3956,7 +4144,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xb5\x0e\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x9d\x0f\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -3978,7 +4166,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\fSetCallbacks\x12%.cellpay.admin.v1.SetCallbacksRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12l\n" +
 	"\x11AddCallbackSecret\x12*.cellpay.admin.v1.AddCallbackSecretRequest\x1a+.cellpay.admin.v1.AddCallbackSecretResponse\x12_\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
-	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12T\n" +
+	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12f\n" +
+	"\x0fFindTransaction\x12(.cellpay.admin.v1.FindTransactionRequest\x1a).cellpay.admin.v1.FindTransactionResponse\x12T\n" +
 	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponse\x12Z\n" +
 	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
@@ -3995,7 +4184,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -4045,31 +4234,35 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*AddCallbackSecretResponse)(nil),        // 45: cellpay.admin.v1.AddCallbackSecretResponse
 	(*CellCallbacks)(nil),                    // 46: cellpay.admin.v1.CellCallbacks
 	(*ListCallbacksResponse)(nil),            // 47: cellpay.admin.v1.ListCallbacksResponse
-	(*ReplayCallbacksResponse)(nil),          // 48: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 49: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 50: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 51: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 52: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 53: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 54: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 55: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 56: cellpay.cell.v1.CallbackEvent
-	(*cellproto.ListCallbacksRequest)(nil),   // 57: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 58: cellpay.cell.v1.ReplayCallbacksRequest
+	(*FindTransactionRequest)(nil),           // 48: cellpay.admin.v1.FindTransactionRequest
+	(*FindTransactionResponse)(nil),          // 49: cellpay.admin.v1.FindTransactionResponse
+	(*CellTransaction)(nil),                  // 50: cellpay.admin.v1.CellTransaction
+	(*ReplayCallbacksResponse)(nil),          // 51: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 52: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 53: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 54: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 55: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 56: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 58: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 59: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 60: cellpay.cell.v1.InspectResponse
+	(*cellproto.ListCallbacksRequest)(nil),   // 61: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 62: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	54, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	57, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	54, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	54, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	54, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	55, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	55, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	55, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	57, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	57, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	57, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	58, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	58, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	58, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -4088,8 +4281,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	54, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	54, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	57, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	57, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -4097,59 +4290,63 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	56, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	59, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	46, // 41: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	54, // 42: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	54, // 43: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	52, // 44: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 45: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	7,  // 46: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	8,  // 47: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	9,  // 48: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	11, // 49: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	15, // 50: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	17, // 51: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	21, // 52: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	25, // 53: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	28, // 54: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	35, // 55: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	37, // 56: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	38, // 57: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	40, // 58: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	42, // 59: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	43, // 60: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	44, // 61: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	57, // 62: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	58, // 63: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	51, // 64: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	49, // 65: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 66: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 67: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 68: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 69: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	12, // 70: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	16, // 71: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	18, // 72: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	22, // 73: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	26, // 74: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	29, // 75: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	36, // 76: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	39, // 77: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 78: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	41, // 79: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	39, // 80: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 81: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 82: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	47, // 83: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	48, // 84: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	53, // 85: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	50, // 86: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	66, // [66:87] is the sub-list for method output_type
-	45, // [45:66] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	50, // 41: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
+	60, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	46, // 43: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	57, // 44: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	57, // 45: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	55, // 46: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 47: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	7,  // 48: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	8,  // 49: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	9,  // 50: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	11, // 51: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	15, // 52: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	17, // 53: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	21, // 54: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	25, // 55: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	28, // 56: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	35, // 57: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	37, // 58: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	38, // 59: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	40, // 60: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	42, // 61: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	43, // 62: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	44, // 63: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	61, // 64: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	62, // 65: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	48, // 66: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	54, // 67: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	52, // 68: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 69: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 70: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 71: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 72: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	12, // 73: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	16, // 74: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	18, // 75: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	22, // 76: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	26, // 77: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	29, // 78: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	36, // 79: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	39, // 80: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 81: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	41, // 82: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	39, // 83: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 84: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 85: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	47, // 86: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	51, // 87: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	49, // 88: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	56, // 89: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	53, // 90: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	69, // [69:91] is the sub-list for method output_type
+	47, // [47:69] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -4163,7 +4360,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

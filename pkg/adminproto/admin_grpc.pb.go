@@ -56,6 +56,7 @@ const (
 	Admin_AddCallbackSecret_FullMethodName = "/cellpay.admin.v1.Admin/AddCallbackSecret"
 	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
 	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
+	Admin_FindTransaction_FullMethodName   = "/cellpay.admin.v1.Admin/FindTransaction"
 	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
 	Admin_ReleaseCell_FullMethodName       = "/cellpay.admin.v1.Admin/ReleaseCell"
 )
@@ -135,6 +136,12 @@ type AdminClient interface {
 	// ReplayCallbacks replays a partner's events in every cell (one, or all
 	// dead and pending from a time).
 	ReplayCallbacks(ctx context.Context, in *cellproto.ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error)
+	// FindTransaction asks every cell of the table what it holds of a
+	// partner's transaction (cellpay.cell.v1.Cell/Inspect): each cell's
+	// record whatever its state, with the attempt that wrote it, and its
+	// callback events: where it went, where it stepped back, where it was
+	// decided. A cell that does not answer is named with its error.
+	FindTransaction(ctx context.Context, in *FindTransactionRequest, opts ...grpc.CallOption) (*FindTransactionResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -348,6 +355,16 @@ func (c *adminClient) ReplayCallbacks(ctx context.Context, in *cellproto.ReplayC
 	return out, nil
 }
 
+func (c *adminClient) FindTransaction(ctx context.Context, in *FindTransactionRequest, opts ...grpc.CallOption) (*FindTransactionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindTransactionResponse)
+	err := c.cc.Invoke(ctx, Admin_FindTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -443,6 +460,12 @@ type AdminServer interface {
 	// ReplayCallbacks replays a partner's events in every cell (one, or all
 	// dead and pending from a time).
 	ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error)
+	// FindTransaction asks every cell of the table what it holds of a
+	// partner's transaction (cellpay.cell.v1.Cell/Inspect): each cell's
+	// record whatever its state, with the attempt that wrote it, and its
+	// callback events: where it went, where it stepped back, where it was
+	// decided. A cell that does not answer is named with its error.
+	FindTransaction(context.Context, *FindTransactionRequest) (*FindTransactionResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -522,6 +545,9 @@ func (UnimplementedAdminServer) ListCallbacks(context.Context, *cellproto.ListCa
 }
 func (UnimplementedAdminServer) ReplayCallbacks(context.Context, *cellproto.ReplayCallbacksRequest) (*ReplayCallbacksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplayCallbacks not implemented")
+}
+func (UnimplementedAdminServer) FindTransaction(context.Context, *FindTransactionRequest) (*FindTransactionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindTransaction not implemented")
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -892,6 +918,24 @@ func _Admin_ReplayCallbacks_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_FindTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).FindTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_FindTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).FindTransaction(ctx, req.(*FindTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -1010,6 +1054,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayCallbacks",
 			Handler:    _Admin_ReplayCallbacks_Handler,
+		},
+		{
+			MethodName: "FindTransaction",
+			Handler:    _Admin_FindTransaction_Handler,
 		},
 		{
 			MethodName: "ListAudit",

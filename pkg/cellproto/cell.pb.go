@@ -25,6 +25,172 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// InspectResponse is a cell's record of one transaction, as operators see
+// it.
+type InspectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Found bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	// state is the cell's: received, deciding, sending, approved, declined,
+	// failed, abandoned.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// attempt is the GTR's attempt number that wrote the record (1: the
+	// first cell tried).
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// cell_id is the cell that wrote the record; route_rule the routing
+	// rule the GTR took it by.
+	CellId           string                 `protobuf:"bytes,4,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	RouteRule        string                 `protobuf:"bytes,5,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
+	DeclineReason    string                 `protobuf:"bytes,6,opt,name=decline_reason,json=declineReason,proto3" json:"decline_reason,omitempty"`
+	AuthCode         string                 `protobuf:"bytes,7,opt,name=auth_code,json=authCode,proto3" json:"auth_code,omitempty"`
+	MaskedPan        string                 `protobuf:"bytes,8,opt,name=masked_pan,json=maskedPan,proto3" json:"masked_pan,omitempty"`
+	AmountMinorUnits int64                  `protobuf:"varint,9,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
+	Currency         string                 `protobuf:"bytes,10,opt,name=currency,proto3" json:"currency,omitempty"`
+	PaymentType      string                 `protobuf:"bytes,11,opt,name=payment_type,json=paymentType,proto3" json:"payment_type,omitempty"`
+	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt        *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// unfiled: decided while the transaction directory was unavailable; its
+	// entry is not written yet.
+	Unfiled       bool             `protobuf:"varint,14,opt,name=unfiled,proto3" json:"unfiled,omitempty"`
+	Callbacks     []*CallbackEvent `protobuf:"bytes,15,rep,name=callbacks,proto3" json:"callbacks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectResponse) Reset() {
+	*x = InspectResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectResponse) ProtoMessage() {}
+
+func (x *InspectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
+func (*InspectResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *InspectResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *InspectResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetRouteRule() string {
+	if x != nil {
+		return x.RouteRule
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetDeclineReason() string {
+	if x != nil {
+		return x.DeclineReason
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetAuthCode() string {
+	if x != nil {
+		return x.AuthCode
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetMaskedPan() string {
+	if x != nil {
+		return x.MaskedPan
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetAmountMinorUnits() int64 {
+	if x != nil {
+		return x.AmountMinorUnits
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetPaymentType() string {
+	if x != nil {
+		return x.PaymentType
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *InspectResponse) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *InspectResponse) GetUnfiled() bool {
+	if x != nil {
+		return x.Unfiled
+	}
+	return false
+}
+
+func (x *InspectResponse) GetCallbacks() []*CallbackEvent {
+	if x != nil {
+		return x.Callbacks
+	}
+	return nil
+}
+
 type ListCallbacksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// partner_id selects one partner's events; empty for every partner.
@@ -35,14 +201,17 @@ type ListCallbacksRequest struct {
 	Failed bool                   `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
 	Since  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
 	// limit: at most 1000 (the default).
-	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// transaction_id, if set, lists that transaction's events only (with
+	// partner_id).
+	TransactionId string `protobuf:"bytes,6,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCallbacksRequest) Reset() {
 	*x = ListCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +223,7 @@ func (x *ListCallbacksRequest) String() string {
 func (*ListCallbacksRequest) ProtoMessage() {}
 
 func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +236,7 @@ func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ListCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ListCallbacksRequest) GetPartnerId() string {
@@ -105,6 +274,13 @@ func (x *ListCallbacksRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListCallbacksRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
 type CallbackEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
@@ -127,7 +303,7 @@ type CallbackEvent struct {
 
 func (x *CallbackEvent) Reset() {
 	*x = CallbackEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -139,7 +315,7 @@ func (x *CallbackEvent) String() string {
 func (*CallbackEvent) ProtoMessage() {}
 
 func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -152,7 +328,7 @@ func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackEvent.ProtoReflect.Descriptor instead.
 func (*CallbackEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CallbackEvent) GetEventId() string {
@@ -261,7 +437,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +449,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +462,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*CallbackEvent {
@@ -331,7 +507,7 @@ type ReplayCallbacksRequest struct {
 
 func (x *ReplayCallbacksRequest) Reset() {
 	*x = ReplayCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +519,7 @@ func (x *ReplayCallbacksRequest) String() string {
 func (*ReplayCallbacksRequest) ProtoMessage() {}
 
 func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +532,7 @@ func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReplayCallbacksRequest) GetPartnerId() string {
@@ -389,7 +565,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +577,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +590,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -438,7 +614,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +626,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +639,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProcessInput) GetInput() isProcessInput_Input {
@@ -518,7 +694,7 @@ type Proceed struct {
 
 func (x *Proceed) Reset() {
 	*x = Proceed{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +706,7 @@ func (x *Proceed) String() string {
 func (*Proceed) ProtoMessage() {}
 
 func (x *Proceed) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +719,7 @@ func (x *Proceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
 func (*Proceed) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
 }
 
 type ProcessRequest struct {
@@ -578,7 +754,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +766,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +779,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -663,7 +839,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +851,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +864,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -774,7 +950,7 @@ type Proceeding struct {
 
 func (x *Proceeding) Reset() {
 	*x = Proceeding{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +962,7 @@ func (x *Proceeding) String() string {
 func (*Proceeding) ProtoMessage() {}
 
 func (x *Proceeding) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +975,7 @@ func (x *Proceeding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceeding.ProtoReflect.Descriptor instead.
 func (*Proceeding) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 type PointOfNoReturn struct {
@@ -813,7 +989,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +1001,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +1014,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -878,7 +1054,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1066,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1079,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -938,7 +1114,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1126,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1139,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -984,14 +1160,36 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x04\n" +
+	"\x0fInspectResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x17\n" +
+	"\acell_id\x18\x04 \x01(\tR\x06cellId\x12\x1d\n" +
+	"\n" +
+	"route_rule\x18\x05 \x01(\tR\trouteRule\x12%\n" +
+	"\x0edecline_reason\x18\x06 \x01(\tR\rdeclineReason\x12\x1b\n" +
+	"\tauth_code\x18\a \x01(\tR\bauthCode\x12\x1d\n" +
+	"\n" +
+	"masked_pan\x18\b \x01(\tR\tmaskedPan\x12,\n" +
+	"\x12amount_minor_units\x18\t \x01(\x03R\x10amountMinorUnits\x12\x1a\n" +
+	"\bcurrency\x18\n" +
+	" \x01(\tR\bcurrency\x12!\n" +
+	"\fpayment_type\x18\v \x01(\tR\vpaymentType\x129\n" +
+	"\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
+	"\aunfiled\x18\x0e \x01(\bR\aunfiled\x12<\n" +
+	"\tcallbacks\x18\x0f \x03(\v2\x1e.cellpay.cell.v1.CallbackEventR\tcallbacks\"\xd8\x01\n" +
 	"\x14ListCallbacksRequest\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x1a\n" +
 	"\bstatuses\x18\x02 \x03(\tR\bstatuses\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\bR\x06failed\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\x8c\x04\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12%\n" +
+	"\x0etransaction_id\x18\x06 \x01(\tR\rtransactionId\"\x8c\x04\n" +
 	"\rCallbackEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1063,12 +1261,13 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xd6\x02\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xa0\x03\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.Transaction\x12^\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a&.cellpay.cell.v1.ListCallbacksResponse\x12d\n" +
-	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
+	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponse\x12H\n" +
+	"\aInspect\x12\x1b.cellpay.cell.v1.GetRequest\x1a .cellpay.cell.v1.InspectResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
 	file_cellpay_cell_v1_cell_proto_rawDescOnce sync.Once
@@ -1082,52 +1281,58 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*ListCallbacksRequest)(nil),               // 0: cellpay.cell.v1.ListCallbacksRequest
-	(*CallbackEvent)(nil),                      // 1: cellpay.cell.v1.CallbackEvent
-	(*ListCallbacksResponse)(nil),              // 2: cellpay.cell.v1.ListCallbacksResponse
-	(*ReplayCallbacksRequest)(nil),             // 3: cellpay.cell.v1.ReplayCallbacksRequest
-	(*ReplayCallbacksResponse)(nil),            // 4: cellpay.cell.v1.ReplayCallbacksResponse
-	(*ProcessInput)(nil),                       // 5: cellpay.cell.v1.ProcessInput
-	(*Proceed)(nil),                            // 6: cellpay.cell.v1.Proceed
-	(*ProcessRequest)(nil),                     // 7: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 8: cellpay.cell.v1.ProcessEvent
-	(*Proceeding)(nil),                         // 9: cellpay.cell.v1.Proceeding
-	(*PointOfNoReturn)(nil),                    // 10: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 11: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 12: cellpay.cell.v1.GetRequest
-	(*timestamppb.Timestamp)(nil),              // 13: google.protobuf.Timestamp
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 14: cellpay.v1.SubmitTransactionRequest
-	(*cellpayv1.Transaction)(nil),              // 15: cellpay.v1.Transaction
+	(*InspectResponse)(nil),                    // 0: cellpay.cell.v1.InspectResponse
+	(*ListCallbacksRequest)(nil),               // 1: cellpay.cell.v1.ListCallbacksRequest
+	(*CallbackEvent)(nil),                      // 2: cellpay.cell.v1.CallbackEvent
+	(*ListCallbacksResponse)(nil),              // 3: cellpay.cell.v1.ListCallbacksResponse
+	(*ReplayCallbacksRequest)(nil),             // 4: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplayCallbacksResponse)(nil),            // 5: cellpay.cell.v1.ReplayCallbacksResponse
+	(*ProcessInput)(nil),                       // 6: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 7: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 8: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 9: cellpay.cell.v1.ProcessEvent
+	(*Proceeding)(nil),                         // 10: cellpay.cell.v1.Proceeding
+	(*PointOfNoReturn)(nil),                    // 11: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 12: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 13: cellpay.cell.v1.GetRequest
+	(*timestamppb.Timestamp)(nil),              // 14: google.protobuf.Timestamp
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 15: cellpay.v1.SubmitTransactionRequest
+	(*cellpayv1.Transaction)(nil),              // 16: cellpay.v1.Transaction
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	13, // 0: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 1: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
-	13, // 2: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
-	13, // 3: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
-	1,  // 4: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	13, // 5: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	7,  // 6: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
-	6,  // 7: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	14, // 8: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	10, // 9: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	15, // 10: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	11, // 11: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	9,  // 12: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
-	5,  // 13: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	12, // 14: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	0,  // 15: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	3,  // 16: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	8,  // 17: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	15, // 18: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	2,  // 19: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
-	4,  // 20: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 0: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
+	14, // 1: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 2: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
+	14, // 3: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	14, // 4: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	14, // 5: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	14, // 6: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	2,  // 7: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	14, // 8: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	8,  // 9: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	7,  // 10: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	15, // 11: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	11, // 12: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	16, // 13: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	12, // 14: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	10, // 15: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
+	6,  // 16: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	13, // 17: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	1,  // 18: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	4,  // 19: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	13, // 20: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
+	9,  // 21: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	16, // 22: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	3,  // 23: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	5,  // 24: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	0,  // 25: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -1135,11 +1340,11 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[5].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[6].OneofWrappers = []any{
 		(*ProcessInput_Start)(nil),
 		(*ProcessInput_Proceed)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[8].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[9].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -1151,7 +1356,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Cell_Get_FullMethodName             = "/cellpay.cell.v1.Cell/Get"
 	Cell_ListCallbacks_FullMethodName   = "/cellpay.cell.v1.Cell/ListCallbacks"
 	Cell_ReplayCallbacks_FullMethodName = "/cellpay.cell.v1.Cell/ReplayCallbacks"
+	Cell_Inspect_FullMethodName         = "/cellpay.cell.v1.Cell/Inspect"
 )
 
 // CellClient is the client API for Cell service.
@@ -67,6 +68,12 @@ type CellClient interface {
 	// pending one created at or after since. It re-enables the partner's
 	// endpoints that a 410 disabled.
 	ReplayCallbacks(ctx context.Context, in *ReplayCallbacksRequest, opts ...grpc.CallOption) (*ReplayCallbacksResponse, error)
+	// Inspect returns, for operators, what this cell holds of (partner_id,
+	// transaction_id): its record in whatever state (those Get hides too:
+	// received, deciding, abandoned) and the transaction's callback events.
+	// found is false when the cell has no record. Never the card number
+	// (the masked PAN only), an event's body or a secret.
+	Inspect(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 }
 
 type cellClient struct {
@@ -120,6 +127,16 @@ func (c *cellClient) ReplayCallbacks(ctx context.Context, in *ReplayCallbacksReq
 	return out, nil
 }
 
+func (c *cellClient) Inspect(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*InspectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectResponse)
+	err := c.cc.Invoke(ctx, Cell_Inspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CellServer is the server API for Cell service.
 // All implementations must embed UnimplementedCellServer
 // for forward compatibility.
@@ -159,6 +176,12 @@ type CellServer interface {
 	// pending one created at or after since. It re-enables the partner's
 	// endpoints that a 410 disabled.
 	ReplayCallbacks(context.Context, *ReplayCallbacksRequest) (*ReplayCallbacksResponse, error)
+	// Inspect returns, for operators, what this cell holds of (partner_id,
+	// transaction_id): its record in whatever state (those Get hides too:
+	// received, deciding, abandoned) and the transaction's callback events.
+	// found is false when the cell has no record. Never the card number
+	// (the masked PAN only), an event's body or a secret.
+	Inspect(context.Context, *GetRequest) (*InspectResponse, error)
 	mustEmbedUnimplementedCellServer()
 }
 
@@ -180,6 +203,9 @@ func (UnimplementedCellServer) ListCallbacks(context.Context, *ListCallbacksRequ
 }
 func (UnimplementedCellServer) ReplayCallbacks(context.Context, *ReplayCallbacksRequest) (*ReplayCallbacksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplayCallbacks not implemented")
+}
+func (UnimplementedCellServer) Inspect(context.Context, *GetRequest) (*InspectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedCellServer) mustEmbedUnimplementedCellServer() {}
 func (UnimplementedCellServer) testEmbeddedByValue()              {}
@@ -263,6 +289,24 @@ func _Cell_ReplayCallbacks_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cell_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).Inspect(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cell_ServiceDesc is the grpc.ServiceDesc for Cell service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -281,6 +325,10 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayCallbacks",
 			Handler:    _Cell_ReplayCallbacks_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _Cell_Inspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -546,3 +546,27 @@ func TestFinalWriteTriesShareOneBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestInspect: an operator's view shows a record whatever its state, the
+// ones partners never see included; an unknown transaction is not found;
+// a malformed ID is refused naming the field.
+func TestInspect(t *testing.T) {
+	c, st, _ := start(t)
+	s := open(t, ctxT(t), c, "t-inspect")
+	// Sending, then cancelled before Proceed: abandoned, which Get hides.
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the attempt stepped back", func() bool { return st.state("t-inspect") == cellside.StateAbandoned })
+	got, err := c.Inspect(ctxT(t), &cellproto.GetRequest{PartnerId: "p-001", TransactionId: "t-inspect"})
+	if err != nil || !got.GetFound() || got.GetState() != "abandoned" || got.GetAttempt() != 1 || got.GetCellId() != "cell-t" ||
+		got.GetMaskedPan() == "" || strings.Contains(got.String(), "4242424242424242") {
+		t.Fatalf("Inspect: %v, %v (stored state %s)", got, err, st.state("t-inspect"))
+	}
+	if got, err := c.Inspect(ctxT(t), &cellproto.GetRequest{PartnerId: "p-001", TransactionId: "t-none"}); err != nil || got.GetFound() {
+		t.Fatalf("Inspect of an unknown transaction: %v, %v", got, err)
+	}
+	if _, err := c.Inspect(ctxT(t), &cellproto.GetRequest{PartnerId: "p-001", TransactionId: ""}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "transaction_id") {
+		t.Fatalf("Inspect without an ID: %v", err)
+	}
+}

@@ -186,6 +186,8 @@ type CallbackFilter struct {
 	Failed bool
 	Since  time.Time // created at or after; zero for any time
 	Limit  int       // at most 1000
+	// TransactionID, with PartnerID, keeps that transaction's rows only.
+	TransactionID string
 }
 
 // ListCallbacks returns the rows f selects, oldest first.
@@ -199,7 +201,8 @@ func (s *Store) ListCallbacks(ctx context.Context, f CallbackFilter) ([]Callback
 	rows, err := s.pool.Query(ctx, `SELECT `+callbackColumns+` FROM outbox
 		WHERE ($1 = '' OR partner_id = $1) AND (cardinality($2::text[]) = 0 OR status = ANY($2))
 		AND (NOT $3 OR (attempts > 0 AND status <> 'delivered')) AND created_at >= $4
-		ORDER BY created_at, id LIMIT $5`, f.PartnerID, f.Statuses, f.Failed, f.Since, f.Limit)
+		AND ($6 = '' OR transaction_id = $6)
+		ORDER BY created_at, id LIMIT $5`, f.PartnerID, f.Statuses, f.Failed, f.Since, f.Limit, f.TransactionID)
 	if err != nil {
 		return nil, fmt.Errorf("store: list callbacks: %w", err)
 	}

@@ -3,12 +3,15 @@ package admin
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
@@ -23,18 +26,67 @@ const TokenHeader = "authorization"
 // missing or unknown token is UNAUTHENTICATED, a role below the method's
 // PERMISSION_DENIED (naming the role needed, never the token), a method
 // not in the policy PERMISSION_DENIED for everyone. gRPC health is the one
-// service reachable without a token, so that probes need no secret.
+// service reachable without a token, so that probes need no secret. A
+// failed login, here or at the console (Login), is audited, and an
+// address with too many of them is refused for a while
+// (RESOURCE_EXHAUSTED) before its token is looked at (logins.go).
 type Auth struct {
-	ix atomic.Pointer[operators.Index]
+	ix    atomic.Pointer[operators.Index]
+	fails *failures
+	// ExemptLoopback: an address of this host is audited when it fails
+	// but never refused for it (the GTR sets it: make run and the tests
+	// share 127.0.0.1, and kubectl port-forward arrives from it, behind the
+	// cluster's own authentication).
+	ExemptLoopback bool
 	// denied, if set, records refused calls in the audit log.
 	denied func(ctx context.Context, rec audit.Record)
 }
 
 // NewAuth returns an Auth for ix; nil or empty refuses every call.
 func NewAuth(ix *operators.Index) *Auth {
-	a := &Auth{}
+	a := &Auth{fails: newFailures(time.Now)}
 	a.ix.Store(ix)
 	return a
+}
+
+// Login authenticates an operator's token for the console's login, from
+// the client address remote ("host:port"), with the same throttle and
+// audit as the admin API's calls: operators.ErrThrottled, or the error of a token
+// that is not an operator's.
+func (a *Auth) Login(ctx context.Context, tok, remote string) (operators.Operator, error) {
+	src := sourceOf(remote)
+	if left, locked := a.locked(src); locked {
+		return operators.Operator{}, fmt.Errorf("%w: retry in %v", operators.ErrThrottled, left.Round(time.Second))
+	}
+	op, err := a.Authenticate(tok)
+	if err != nil || tok == "" {
+		a.loginFailed(ctx, "ConsoleLogin", src, "invalid operator token")
+		return operators.Operator{}, operators.ErrUnauthenticated
+	}
+	return op, nil
+}
+
+// locked reports whether src is refused for its failed logins now, and
+// for how much longer.
+func (a *Auth) locked(src string) (time.Duration, bool) {
+	if ip, err := netip.ParseAddr(src); a.ExemptLoopback && err == nil && ip.IsLoopback() {
+		return 0, false
+	}
+	return a.fails.locked(src)
+}
+
+// loginFailed counts and audits (within the audit's budget) a failed
+// login from src. The record names the address, never the token.
+func (a *Auth) loginFailed(ctx context.Context, method, src, why string) {
+	record, suppressed := a.fails.fail(src)
+	if !record || a.denied == nil {
+		return
+	}
+	msg := why + " (from " + src
+	if suppressed > 0 {
+		msg += fmt.Sprintf("; %d failed logins before this one not recorded", suppressed)
+	}
+	a.denied(context.WithoutCancel(ctx), audit.Record{Method: shortName(method), Outcome: codes.Unauthenticated.String(), Error: msg + ")"})
 }
 
 // SetIndex replaces the operators' credentials, for calls from now on (a
@@ -59,14 +111,23 @@ func (a *Auth) check(ctx context.Context, method string, req any) (context.Conte
 	if ix == nil || ix.Len() == 0 {
 		return nil, status.Error(codes.Unauthenticated, "admin API disabled: this GTR has no operators configured")
 	}
+	src := unknownSourceIP
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		src = sourceOf(p.Addr.String())
+	}
+	if left, locked := a.locked(src); locked {
+		return nil, status.Errorf(codes.ResourceExhausted, "%v: retry in %v", operators.ErrThrottled, left.Round(time.Second))
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(TokenHeader)
 	if len(vals) != 1 {
+		a.loginFailed(ctx, method, src, "missing operator token")
 		return nil, status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
 	op, err := ix.Authenticate(tok)
 	if err != nil || !ok {
+		a.loginFailed(ctx, method, src, "invalid operator token")
 		return nil, status.Error(codes.Unauthenticated, "invalid operator token")
 	}
 	if op.Role < need {

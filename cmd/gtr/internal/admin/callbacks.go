@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/routing"
 	"github.com/cellpay/cellpay/pkg/webhook"
 )
@@ -94,32 +95,75 @@ var errTooManySecrets = errors.New("too many signing secrets")
 // eachCell calls fn for every cell of the table at once, each bounded by
 // cellCallTimeout, and returns the cells' reports in the table's order.
 func (s *Server) eachCell(ctx context.Context, fn func(ctx context.Context, c cellproto.CellClient, rep *adminproto.CellCallbacks) error) ([]*adminproto.CellCallbacks, error) {
+	var reps []*adminproto.CellCallbacks
+	err := s.forCells(ctx, func(n int) { reps = make([]*adminproto.CellCallbacks, n) }, func(ctx context.Context, i int, id string, c cellproto.CellClient) error {
+		reps[i] = &adminproto.CellCallbacks{CellId: id}
+		if c == nil {
+			return nil
+		}
+		return fn(ctx, c, reps[i])
+	}, func(i int, err error) { reps[i].Error = status.Convert(err).Message() })
+	return reps, err
+}
+
+// forCells calls fn for every cell of the table at once, each bounded by
+// cellCallTimeout, after size with their number; i is the cell's place in
+// the table, c its client (nil, once, when there is none: then failed
+// follows with why). failed gets the error of each cell that failed.
+func (s *Server) forCells(ctx context.Context, size func(n int), fn func(ctx context.Context, i int, id string, c cellproto.CellClient) error, failed func(i int, err error)) error {
 	if s.cfg.Cells == nil {
-		return nil, status.Error(codes.Unimplemented, "this replica reaches no cells")
+		return status.Error(codes.Unimplemented, "this replica reaches no cells")
 	}
 	tbl := s.cfg.State.Table()
 	if tbl == nil {
-		return nil, errNoTable()
+		return errNoTable()
 	}
 	cells := tbl.Spec().Cells
-	reps := make([]*adminproto.CellCallbacks, len(cells))
+	size(len(cells))
 	var wg sync.WaitGroup
 	for i, c := range cells {
-		reps[i] = &adminproto.CellCallbacks{CellId: c.ID}
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, cellCallTimeout)
 			defer cancel()
 			client, err := s.cfg.Cells.Client(&c, tbl.Balancer(c.Pool))
-			if err == nil {
-				err = fn(cctx, client, reps[i])
+			if err != nil {
+				_ = fn(cctx, i, c.ID, nil)
+			} else {
+				err = fn(cctx, i, c.ID, client)
 			}
 			if err != nil {
-				reps[i].Error = status.Convert(err).Message()
+				failed(i, err)
 			}
 		})
 	}
 	wg.Wait()
-	return reps, nil
+	return nil
+}
+
+// FindTransaction asks every cell what it holds of a partner's
+// transaction; see the Admin service's contract.
+func (s *Server) FindTransaction(ctx context.Context, req *adminproto.FindTransactionRequest) (*adminproto.FindTransactionResponse, error) {
+	if err := checkPartnerID(req.GetPartnerId()); err != nil {
+		return nil, err
+	}
+	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "transaction_id: %v", err)
+	}
+	out := &adminproto.FindTransactionResponse{PartnerId: req.GetPartnerId(), TransactionId: req.GetTransactionId()}
+	in := &cellproto.GetRequest{PartnerId: req.GetPartnerId(), TransactionId: req.GetTransactionId()}
+	err := s.forCells(ctx, func(n int) { out.Cells = make([]*adminproto.CellTransaction, n) }, func(ctx context.Context, i int, id string, c cellproto.CellClient) error {
+		out.Cells[i] = &adminproto.CellTransaction{CellId: id}
+		if c == nil {
+			return nil
+		}
+		rec, err := c.Inspect(ctx, in)
+		out.Cells[i].Record = rec
+		return err
+	}, func(i int, err error) { out.Cells[i].Error = status.Convert(err).Message() })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (s *Server) ListCallbacks(ctx context.Context, req *cellproto.ListCallbacksRequest) (*adminproto.ListCallbacksResponse, error) {

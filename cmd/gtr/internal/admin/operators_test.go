@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -185,18 +186,30 @@ func TestOperatorRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
+	var changes []*adminproto.AuditRecord
+	failed := 0
 	for _, r := range resp.GetRecords() {
-		got = append(got, r.GetActor()+" "+r.GetMethod()+" "+r.GetOutcome())
 		if r.GetTime().AsTime().Before(start) || r.GetReplica() != "test" {
 			t.Errorf("record %v: time or replica", r)
 		}
+		if r.GetOutcome() == codes.Unauthenticated.String() {
+			// A failed login: who is unknown; where from, never the token.
+			failed++
+			if r.GetActor() != "" || r.GetMethod() != "ListCells" || !strings.Contains(r.GetError(), "from 127.0.0.1") ||
+				strings.Contains(r.GetError(), "garbage") || strings.Contains(r.GetError(), forged) {
+				t.Errorf("failed login record %v", r)
+			}
+			continue
+		}
+		changes = append(changes, r)
+		got = append(got, r.GetActor()+" "+r.GetMethod()+" "+r.GetOutcome())
 	}
 	want := []string{"vera Drain PermissionDenied", "otto Drain OK", "otto ApplyTable PermissionDenied", "ada ApplyTable OK"}
-	if strings.Join(got, "; ") != strings.Join(want, "; ") {
-		t.Fatalf("audit:\n got %q\nwant %q", got, want)
+	if strings.Join(got, "; ") != strings.Join(want, "; ") || failed != 3 {
+		t.Fatalf("audit:\n got %q and %d failed logins\nwant %q and 3", got, failed, want)
 	}
 	var before, after cellView
-	drain := resp.GetRecords()[1]
+	drain := changes[1]
 	if err := json.Unmarshal([]byte(drain.GetBefore()), &before); err != nil {
 		t.Fatal(err)
 	}
@@ -226,5 +239,58 @@ func TestOperatorRoles(t *testing.T) {
 	}
 	if w := weightOf(t, viewer, "cell-b"); w != 100 {
 		t.Fatalf("cell-b weight %d: a change that could not be audited was made", w)
+	}
+}
+
+// TestFailedLoginsThrottled: after ten failed logins from one address
+// within a minute, its calls are refused (RESOURCE_EXHAUSTED) before any
+// token is looked at, a valid one included.
+func TestFailedLoginsThrottled(t *testing.T) {
+	const tok = "cpo_legacy_token_for_the_test"
+	fx := start(t, tok)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 10 {
+		if _, err := dialAs(t, fx.addr, "wrong").ListCells(ctx, &adminproto.ListCellsRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("failure %d: %v", i+1, err)
+		}
+	}
+	_, err := dialAs(t, fx.addr, tok).ListCells(ctx, &adminproto.ListCellsRequest{})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry in") {
+		t.Fatalf("after 10 failures, the right token: %v; want RESOURCE_EXHAUSTED with when to retry", err)
+	}
+}
+
+// TestFailureBudget: failures are counted per address, the oldest address
+// goes when the table is full, and the audit records at most auditBurst
+// failures at once, then auditPerSecond, saying how many it left out.
+func TestFailureBudget(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	f := newFailures(func() time.Time { return now })
+	recorded := 0
+	for i := range auditBurst + 5 {
+		if ok, _ := f.fail(fmt.Sprintf("10.0.0.%d", i%200)); ok {
+			recorded++
+		}
+	}
+	if recorded != auditBurst {
+		t.Fatalf("recorded %d of a burst, want %d", recorded, auditBurst)
+	}
+	now = now.Add(time.Second)
+	if ok, suppressed := f.fail("10.0.0.1"); !ok || suppressed != 5 {
+		t.Fatalf("a second later: recorded %v, suppressed %d; want true, 5", ok, suppressed)
+	}
+	for i := range maxSources + 10 {
+		f.fail(fmt.Sprintf("192.168.%d.%d", i/256, i%256))
+	}
+	if n := len(f.sources); n > maxSources {
+		t.Fatalf("%d sources held, bound %d", n, maxSources)
+	}
+	now = now.Add(failureWindow)
+	if _, locked := f.locked("10.0.0.1"); locked {
+		t.Fatal("still locked after the window")
+	}
+	if got := sourceOf("[::ffff:10.1.2.3]:443"); got != "10.1.2.3" {
+		t.Fatalf("sourceOf = %q", got)
 	}
 }

@@ -22,6 +22,7 @@ var policy = map[string]operators.Role{
 	"GetEffectiveTable": operators.RoleViewer,
 	"ListPartners":      operators.RoleViewer,
 	"ListCallbacks":     operators.RoleViewer,
+	"FindTransaction":   operators.RoleViewer,
 	"ListAudit":         operators.RoleViewer,
 
 	"SetWeight":       operators.RoleOperator,

@@ -91,6 +91,28 @@ func TestStreamAndSpool(t *testing.T) {
 		t.Fatalf("since the future: %v", methods(recs))
 	}
 
+	// No record can be deleted or purged through the stream's API, not
+	// even by a connection with every permission (the test server's).
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, 1); err == nil {
+		t.Fatal("a record of the audit stream was deleted")
+	}
+	if err := st.Purge(ctx); err == nil {
+		t.Fatal("the audit stream was purged")
+	}
+
 	// Another replica's records are in the same stream.
 	l2, err := Open(Config{NATSURL: ns.URL(), Replica: "gtr-2", File: filepath.Join(t.TempDir(), "s2")})
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,9 +79,10 @@ type Config struct {
 	// Admin is the Admin API, called with the session operator's token.
 	// Required.
 	Admin adminproto.AdminClient
-	// Authenticate tells whose a token is, at login (admin.Auth's, with
-	// the operators in force). Required.
-	Authenticate func(token string) (operators.Operator, error)
+	// Authenticate tells whose a token is, at login from the client
+	// address remote (admin.Auth's Login: the operators in force, failures
+	// audited and throttled, operators.ErrThrottled). Required.
+	Authenticate func(ctx context.Context, token, remote string) (operators.Operator, error)
 	// Recent is this replica's recent re-routes and ejections; nil shows
 	// none.
 	Recent *Recent
@@ -225,8 +227,14 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := strings.TrimSpace(req.Token)
-	op, err := h.cfg.Authenticate(tok)
-	if err != nil || tok == "" {
+	op, err := h.cfg.Authenticate(r.Context(), tok, r.RemoteAddr)
+	switch {
+	case errors.Is(err, operators.ErrThrottled):
+		h.cfg.Log.Warn("console: login refused, throttled", "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(time.Minute/time.Second)))
+		writeError(w, http.StatusTooManyRequests, err.Error())
+		return
+	case err != nil || tok == "":
 		h.cfg.Log.Warn("console: login refused", "remote", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "invalid operator token")
 		return

@@ -126,7 +126,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	}
 	f.admin = &fakeAdmin{ix: ix, weight: map[string]int32{"cell-a": 100, "cell-b": 100}}
 	f.now = time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
-	cfg.Admin, cfg.Authenticate = f.admin, ix.Authenticate
+	cfg.Admin, cfg.Authenticate = f.admin, admin.NewAuth(ix).Login
 	cfg.Now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	h, err := New(cfg)
@@ -228,6 +228,24 @@ func TestLogin(t *testing.T) {
 	}
 	if resp, _ := f.req(t, c, "GET", "/api/cells", "", nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("cells after logout: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestLoginThrottled: wrong tokens from one address are refused with 401
+// up to the limit, then with 429 and Retry-After, the right token
+// included, without the token being looked at.
+func TestLoginThrottled(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	bad := `{"token":"cpo_otto_` + strings.Repeat("0", 64) + `"}`
+	for i := range 10 {
+		if resp, body := f.req(t, c, "POST", "/api/login", bad, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d %s, want 401", i+1, resp.StatusCode, body)
+		}
+	}
+	resp, body := f.req(t, c, "POST", "/api/login", `{"token":"`+f.operatorTk+`"}`, nil)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || len(resp.Cookies()) != 0 {
+		t.Fatalf("after 10 failures, the right token: %d %s, Retry-After %q, cookies %v", resp.StatusCode, body, resp.Header.Get("Retry-After"), resp.Cookies())
 	}
 }
 

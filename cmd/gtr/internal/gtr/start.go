@@ -336,6 +336,7 @@ func (g *GTR) startAdmin(context.Context) error {
 	grpcLis, webLis := console.Split(alis, g.tlsCfg)
 	g.rel.Add(func() { grpcLis.Close(); webLis.Close() }) // both closed close alis
 	authn := admin.NewAuth(ops)
+	authn.ExemptLoopback = true
 	if cfg.OperatorsFile != "" {
 		g.rel.Add(watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log))
 	}
@@ -454,7 +455,7 @@ func newConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, te
 		conn.Close()
 		gs.Stop()
 	}
-	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Authenticate, Recent: recent, Log: log})
+	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Login, Recent: recent, Log: log})
 	if err != nil {
 		stop()
 		return nil, nil, err
