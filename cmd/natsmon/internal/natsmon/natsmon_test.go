@@ -154,12 +154,18 @@ func TestCluster(t *testing.T) {
 			if got["gnatsd_varz_jetstream_stats_storage{server="+s.Name+"}"] < got[`jetstream_stream_total_bytes{account=$G,server=`+s.Name+`,stream=KV_txn}`] {
 				return false
 			}
+			// A server's /healthz says unhealthy while its replica of a new
+			// stream catches up (make test saw n2 at 1 once every stream
+			// figure was in): wait for every server to say healthy.
+			if got["gnatsd_healthz_status{server="+s.Name+"}"] != 0 {
+				return false
+			}
 			current = max(current, got[`natsmon_stream_current_replicas{account=$G,server=`+s.Name+`,stream=KV_txn}`])
 		}
 		return current == 3
 	})
 	if !ok {
-		t.Fatalf("not within 20 s: every server reporting the bucket with three current replicas and its bytes in its storage; metrics: %v; samples: %+v", got, m.Samples())
+		t.Fatalf("not within 20 s: every server healthy, reporting the bucket with three current replicas and its bytes in its storage; metrics: %v; samples: %+v", got, m.Samples())
 	}
 	for _, s := range watch {
 		l := "{server=" + s.Name + "}"
