@@ -44,6 +44,8 @@ type GTR struct {
 	attempts metric.Int64Histogram
 	denied   metric.Int64Counter
 	shed     metric.Int64Counter
+	logins   metric.Int64Counter
+	lgAttrs  *attrCache // reason
 	txnAttrs *attrCache // status, code
 	shAttrs  *attrCache // reason
 	rrAttrs  *attrCache // cell, reason
@@ -65,8 +67,10 @@ type GTR struct {
 //	cellpay_gtr_cell_weight_target{cell}          configured weight where any ramp ends
 //	cellpay_gtr_cell_ramp_stalled_seconds{cell}   how long the routing table has lagged a ramp's step (0: it keeps up)
 //	cellpay_gtr_cell_ejections_total{cell,reason} times health ejected a cell, by cause (consecutive_failures, failure_rate, success_rate, checks_unanswered, check_down)
+//	cellpay_gtr_admin_login_failures_total{reason} failed operator logins on the admin API and console (missing_token, invalid_token), and calls refused for them (throttled)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
-	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", "")}
+	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", ""),
+		lgAttrs: newAttrCache("reason", "")}
 	errs := make([]error, 8)
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
@@ -98,6 +102,9 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	errs = append(errs, err)
 	ejections, err := m.Int64ObservableCounter("cellpay.gtr.cell.ejections",
 		metric.WithDescription("Times health ejected a cell on this replica, by cause."))
+	errs = append(errs, err)
+	g.logins, err = m.Int64Counter("cellpay.gtr.admin.login_failures",
+		metric.WithDescription("Failed operator logins on the admin API and the console (missing_token, invalid_token), and calls refused for too many of them (throttled)."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -135,6 +142,12 @@ func (g *GTR) Rerouted(cellID string, err error, cellHealthy bool) {
 // gRPC code answered, reason a word such as bad_key or other_partner.
 func (g *GTR) Denied(code codes.Code, reason string) {
 	g.denied.Add(context.Background(), 1, g.dnAttrs.of(code.String(), reason).add...)
+}
+
+// LoginFailed counts a failed operator login, or a call refused for too
+// many (reason throttled).
+func (g *GTR) LoginFailed(reason string) {
+	g.logins.Add(context.Background(), 1, g.lgAttrs.of(reason, "").add...)
 }
 
 // Shed counts a request refused by admission control.

@@ -40,6 +40,9 @@ type Auth struct {
 	ExemptLoopback bool
 	// denied, if set, records refused calls in the audit log.
 	denied func(ctx context.Context, rec audit.Record)
+	// OnFailure, if set, counts a failed login by reason (missing_token,
+	// invalid_token) and a call refused for too many (throttled).
+	OnFailure func(reason string)
 }
 
 // NewAuth returns an Auth for ix; nil or empty refuses every call.
@@ -56,14 +59,21 @@ func NewAuth(ix *operators.Index) *Auth {
 func (a *Auth) Login(ctx context.Context, tok, remote string) (operators.Operator, error) {
 	src := sourceOf(remote)
 	if left, locked := a.locked(src); locked {
+		a.count("throttled")
 		return operators.Operator{}, fmt.Errorf("%w: retry in %v", operators.ErrThrottled, left.Round(time.Second))
 	}
 	op, err := a.Authenticate(tok)
 	if err != nil || tok == "" {
-		a.loginFailed(ctx, "ConsoleLogin", src, "invalid operator token")
+		a.loginFailed(ctx, "ConsoleLogin", src, "invalid_token", "invalid operator token")
 		return operators.Operator{}, operators.ErrUnauthenticated
 	}
 	return op, nil
+}
+
+func (a *Auth) count(reason string) {
+	if a.OnFailure != nil {
+		a.OnFailure(reason)
+	}
 }
 
 // locked reports whether src is refused for its failed logins now, and
@@ -77,7 +87,8 @@ func (a *Auth) locked(src string) (time.Duration, bool) {
 
 // loginFailed counts and audits (within the audit's budget) a failed
 // login from src. The record names the address, never the token.
-func (a *Auth) loginFailed(ctx context.Context, method, src, why string) {
+func (a *Auth) loginFailed(ctx context.Context, method, src, reason, why string) {
+	a.count(reason)
 	record, suppressed := a.fails.fail(src)
 	if !record || a.denied == nil {
 		return
@@ -116,18 +127,19 @@ func (a *Auth) check(ctx context.Context, method string, req any) (context.Conte
 		src = sourceOf(p.Addr.String())
 	}
 	if left, locked := a.locked(src); locked {
+		a.count("throttled")
 		return nil, status.Errorf(codes.ResourceExhausted, "%v: retry in %v", operators.ErrThrottled, left.Round(time.Second))
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(TokenHeader)
 	if len(vals) != 1 {
-		a.loginFailed(ctx, method, src, "missing operator token")
+		a.loginFailed(ctx, method, src, "missing_token", "missing operator token")
 		return nil, status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
 	op, err := ix.Authenticate(tok)
 	if err != nil || !ok {
-		a.loginFailed(ctx, method, src, "invalid operator token")
+		a.loginFailed(ctx, method, src, "invalid_token", "invalid operator token")
 		return nil, status.Error(codes.Unauthenticated, "invalid operator token")
 	}
 	if op.Role < need {

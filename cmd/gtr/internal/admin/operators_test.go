@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -292,5 +293,31 @@ func TestFailureBudget(t *testing.T) {
 	}
 	if got := sourceOf("[::ffff:10.1.2.3]:443"); got != "10.1.2.3" {
 		t.Fatalf("sourceOf = %q", got)
+	}
+}
+
+// TestLoginFailuresCounted: the console's login counts each failure by
+// reason, and the attempts refused once the address is throttled.
+func TestLoginFailuresCounted(t *testing.T) {
+	ix, err := operators.Compile(nil, "cpo_legacy_token_for_the_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAuth(ix)
+	counts := map[string]int{}
+	a.OnFailure = func(reason string) { counts[reason]++ }
+	for range maxFailures {
+		if _, err := a.Login(context.Background(), "wrong", "10.9.8.7:5555"); err == nil {
+			t.Fatal("a wrong token logged in")
+		}
+	}
+	if _, err := a.Login(context.Background(), "cpo_legacy_token_for_the_test", "10.9.8.7:5556"); !errors.Is(err, operators.ErrThrottled) {
+		t.Fatalf("the right token from a throttled address: %v, want ErrThrottled", err)
+	}
+	if _, err := a.Login(context.Background(), "cpo_legacy_token_for_the_test", "10.9.8.8:5555"); err != nil {
+		t.Fatalf("the right token from another address: %v", err)
+	}
+	if counts["invalid_token"] != maxFailures || counts["throttled"] != 1 || len(counts) != 2 {
+		t.Fatalf("counted %v", counts)
 	}
 }

@@ -206,7 +206,9 @@ type GTR struct {
 	hs *grpchealth.Server
 	// recent is the console's ring of this replica's re-routes and
 	// ejections, fed by the monitor and the payments' metrics.
-	recent        *console.Recent
+	recent *console.Recent
+	// metrics are the GTR's instruments, made with the partners' server.
+	metrics       *telemetry.GTR
 	cellLimits    *admission.Cells
 	partnerLimits *admission.Partners
 

@@ -172,6 +172,7 @@ func (g *GTR) startPartners(context.Context) error {
 	if err != nil {
 		return err
 	}
+	g.metrics = metrics
 	if err := telemetry.NewNATS(meter, telemetry.NATSSample{Drift: g.drift.Each}); err != nil {
 		return err
 	}
@@ -337,6 +338,9 @@ func (g *GTR) startAdmin(context.Context) error {
 	g.rel.Add(func() { grpcLis.Close(); webLis.Close() }) // both closed close alis
 	authn := admin.NewAuth(ops)
 	authn.ExemptLoopback = true
+	if g.metrics != nil {
+		authn.OnFailure = g.metrics.LoginFailed
+	}
 	if cfg.OperatorsFile != "" {
 		g.rel.Add(watchOperators(cfg.OperatorsFile, cfg.AdminToken, cmp.Or(cfg.OperatorsRefresh, operatorsRefresh), authn, cfg.Log))
 	}
