@@ -386,16 +386,16 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 // release delivers what stalled send buffers held back, late: the held
 // messages become deliverable. It reports whether any was held.
 func (m *model) release() bool {
-	any := false
+	released := false
 	for i := range m.pool {
 		if m.pool[i].held {
-			m.pool[i].held, any = false, true
+			m.pool[i].held, released = false, true
 		}
 	}
-	if any {
+	if released {
 		m.logf("held messages released")
 	}
-	return any
+	return released
 }
 
 // Summary is what a sweep over many seeds found.

@@ -192,9 +192,9 @@ func (m *Machine) read(ev Event) Action {
 	case CallerGone:
 		m.gone = true
 		if m.proceeded {
-			// Never cancel a stream past Proceed: the cancellation could
-			// overtake the Proceed on its way to the cell, which would then
-			// step back from a point of no return the GTR has promised.
+			// Never cancel a stream past Proceed: the cell may yet take the
+			// Proceed and send the outcome, read on in the background.
+			// Before Proceeding, the outcome is unknown to this caller.
 			if !m.taken {
 				return m.answer(Answer{Unknown: true, Released: m.released, Detach: true})
 			}

@@ -77,9 +77,13 @@ func (a *Auth) count(reason string) {
 }
 
 // locked reports whether src is refused for its failed logins now, and
-// for how much longer.
+// for how much longer. A source with no IP address is an in-process
+// connection (the console's, over bufconn, shared by every session: its
+// logins are throttled at Login, by the browser's address), never
+// refused: one operator's revoked token must not lock out every other.
 func (a *Auth) locked(src string) (time.Duration, bool) {
-	if ip, err := netip.ParseAddr(src); a.ExemptLoopback && err == nil && ip.IsLoopback() {
+	ip, err := netip.ParseAddr(src)
+	if err != nil || a.ExemptLoopback && ip.IsLoopback() {
 		return 0, false
 	}
 	return a.fails.locked(src)

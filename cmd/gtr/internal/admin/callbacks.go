@@ -96,48 +96,53 @@ var errTooManySecrets = errors.New("too many signing secrets")
 // cellCallTimeout, and returns the cells' reports in the table's order.
 func (s *Server) eachCell(ctx context.Context, fn func(ctx context.Context, c cellproto.CellClient, rep *adminproto.CellCallbacks) error) ([]*adminproto.CellCallbacks, error) {
 	var reps []*adminproto.CellCallbacks
-	err := s.forCells(ctx, func(n int) { reps = make([]*adminproto.CellCallbacks, n) }, func(ctx context.Context, i int, id string, c cellproto.CellClient) error {
-		reps[i] = &adminproto.CellCallbacks{CellId: id}
-		if c == nil {
-			return nil
+	errs, err := s.forCells(ctx, func(ids []string) {
+		reps = make([]*adminproto.CellCallbacks, len(ids))
+		for i, id := range ids {
+			reps[i] = &adminproto.CellCallbacks{CellId: id}
 		}
-		return fn(ctx, c, reps[i])
-	}, func(i int, err error) { reps[i].Error = status.Convert(err).Message() })
+	}, func(ctx context.Context, i int, c cellproto.CellClient) error { return fn(ctx, c, reps[i]) })
+	for i, e := range errs {
+		if e != nil {
+			reps[i].Error = status.Convert(e).Message()
+		}
+	}
 	return reps, err
 }
 
 // forCells calls fn for every cell of the table at once, each bounded by
-// cellCallTimeout, after size with their number; i is the cell's place in
-// the table, c its client (nil, once, when there is none: then failed
-// follows with why). failed gets the error of each cell that failed.
-func (s *Server) forCells(ctx context.Context, size func(n int), fn func(ctx context.Context, i int, id string, c cellproto.CellClient) error, failed func(i int, err error)) error {
+// cellCallTimeout, once start has been told their IDs (i is a cell's
+// place among them); it returns each cell's error (reaching it, or fn's),
+// in the table's order.
+func (s *Server) forCells(ctx context.Context, start func(ids []string), fn func(ctx context.Context, i int, c cellproto.CellClient) error) ([]error, error) {
 	if s.cfg.Cells == nil {
-		return status.Error(codes.Unimplemented, "this replica reaches no cells")
+		return nil, status.Error(codes.Unimplemented, "this replica reaches no cells")
 	}
 	tbl := s.cfg.State.Table()
 	if tbl == nil {
-		return errNoTable()
+		return nil, errNoTable()
 	}
 	cells := tbl.Spec().Cells
-	size(len(cells))
+	ids := make([]string, len(cells))
+	for i, c := range cells {
+		ids[i] = c.ID
+	}
+	start(ids)
+	errs := make([]error, len(cells))
 	var wg sync.WaitGroup
 	for i, c := range cells {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, cellCallTimeout)
 			defer cancel()
 			client, err := s.cfg.Cells.Client(&c, tbl.Balancer(c.Pool))
-			if err != nil {
-				_ = fn(cctx, i, c.ID, nil)
-			} else {
-				err = fn(cctx, i, c.ID, client)
+			if err == nil {
+				err = fn(cctx, i, client)
 			}
-			if err != nil {
-				failed(i, err)
-			}
+			errs[i] = err
 		})
 	}
 	wg.Wait()
-	return nil
+	return errs, nil
 }
 
 // FindTransaction asks every cell what it holds of a partner's
@@ -151,17 +156,23 @@ func (s *Server) FindTransaction(ctx context.Context, req *adminproto.FindTransa
 	}
 	out := &adminproto.FindTransactionResponse{PartnerId: req.GetPartnerId(), TransactionId: req.GetTransactionId()}
 	in := &cellproto.GetRequest{PartnerId: req.GetPartnerId(), TransactionId: req.GetTransactionId()}
-	err := s.forCells(ctx, func(n int) { out.Cells = make([]*adminproto.CellTransaction, n) }, func(ctx context.Context, i int, id string, c cellproto.CellClient) error {
-		out.Cells[i] = &adminproto.CellTransaction{CellId: id}
-		if c == nil {
-			return nil
+	errs, err := s.forCells(ctx, func(ids []string) {
+		out.Cells = make([]*adminproto.CellTransaction, len(ids))
+		for i, id := range ids {
+			out.Cells[i] = &adminproto.CellTransaction{CellId: id}
 		}
+	}, func(ctx context.Context, i int, c cellproto.CellClient) error {
 		rec, err := c.Inspect(ctx, in)
 		out.Cells[i].Record = rec
 		return err
-	}, func(i int, err error) { out.Cells[i].Error = status.Convert(err).Message() })
+	})
 	if err != nil {
 		return nil, err
+	}
+	for i, e := range errs {
+		if e != nil {
+			out.Cells[i].Error = status.Convert(e).Message()
+		}
 	}
 	return out, nil
 }

@@ -320,4 +320,12 @@ func TestLoginFailuresCounted(t *testing.T) {
 	if counts["invalid_token"] != maxFailures || counts["throttled"] != 1 || len(counts) != 2 {
 		t.Fatalf("counted %v", counts)
 	}
+	// The console's in-process connection (no IP address) is never
+	// refused, however many of its calls fail.
+	for range 2 * maxFailures {
+		a.fails.fail(sourceOf("bufconn"))
+	}
+	if _, locked := a.locked(sourceOf("bufconn")); locked {
+		t.Fatal("the console's in-process connection is throttled")
+	}
 }
