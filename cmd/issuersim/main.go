@@ -12,7 +12,7 @@
 //	-insecure-plaintext  ISSUERSIM_INSECURE_PLAINTEXT=1  run without TLS files: plaintext to anyone
 //
 // With the three TLS files it serves mutual TLS only, and package hop's
-// IssuerPolicy: Authorize and Inquire for cells, Effects and SetFaults for
+// IssuerPolicy: Authorize, Adjust and Inquire for cells, Effects and SetFaults for
 // operators' tools. Without them it refuses to start, unless
 // -insecure-plaintext chose plaintext to anyone (benchmarks, local tests).
 // The health port

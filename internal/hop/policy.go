@@ -31,6 +31,7 @@ var CellPolicy = append(Policy{
 var IssuerPolicy = append(Policy{
 	{Prefix: issuerproto.Issuer_Authorize_FullMethodName, Allow: IsCell},
 	{Prefix: issuerproto.Issuer_Inquire_FullMethodName, Allow: IsCell},
+	{Prefix: issuerproto.Issuer_Adjust_FullMethodName, Allow: IsCell},
 	{Prefix: issuerproto.Issuer_Effects_FullMethodName, Allow: Only(Ops)},
 	{Prefix: issuerproto.Issuer_SetFaults_FullMethodName, Allow: Only(Ops)},
 }, common...)

@@ -19,6 +19,7 @@ import (
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/iso"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
@@ -158,4 +159,38 @@ func digits(s string) bool {
 		}
 	}
 	return true
+}
+
+// FollowUp checks a capture, void or refund (as the GTR forwards it to a
+// cell) and returns the first problem found, or nil. A void carries no
+// amount.
+func FollowUp(req *cellproto.FollowUpRequest) error {
+	if req == nil {
+		return fieldErr("request", "is required")
+	}
+	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
+		return fieldErr("transaction_id", "%s", err.Error())
+	}
+	if err := idempotency.ValidateKey(req.GetPartnerId()); err != nil {
+		return fieldErr("partner_id", "%s", err.Error())
+	}
+	if err := idempotency.ValidateKey(req.GetOriginalTransactionId()); err != nil {
+		return fieldErr("original_transaction_id", "%s", err.Error())
+	}
+	if req.GetOriginalTransactionId() == req.GetTransactionId() {
+		return fieldErr("transaction_id", "must differ from original_transaction_id: a follow-up is a transaction of its own")
+	}
+	if !iso.IsCountry(req.GetMarket()) {
+		return fieldErr("market", "must be the original's market, an ISO 3166-1 alpha-2 country code")
+	}
+	switch req.GetKind() {
+	case cellpayv1.PaymentType_CAPTURE, cellpayv1.PaymentType_REFUND:
+		return amount(req.GetAmount())
+	case cellpayv1.PaymentType_VOID:
+		if req.Amount != nil {
+			return fieldErr("amount", "must be empty for a void (it releases the whole authorization)")
+		}
+		return nil
+	}
+	return fieldErr("kind", "must be CAPTURE, VOID or REFUND")
 }

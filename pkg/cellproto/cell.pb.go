@@ -25,6 +25,186 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type FollowUpRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is CAPTURE, VOID or REFUND.
+	Kind                  cellpayv1.PaymentType `protobuf:"varint,1,opt,name=kind,proto3,enum=cellpay.v1.PaymentType" json:"kind,omitempty"`
+	PartnerId             string                `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId         string                `protobuf:"bytes,3,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	OriginalTransactionId string                `protobuf:"bytes,4,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	Market                string                `protobuf:"bytes,5,opt,name=market,proto3" json:"market,omitempty"`
+	// amount: none for a VOID.
+	Amount *cellpayv1.Money `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`
+	// route_rule names the routing rule of the original's key.
+	RouteRule     string `protobuf:"bytes,7,opt,name=route_rule,json=routeRule,proto3" json:"route_rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowUpRequest) Reset() {
+	*x = FollowUpRequest{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowUpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowUpRequest) ProtoMessage() {}
+
+func (x *FollowUpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowUpRequest.ProtoReflect.Descriptor instead.
+func (*FollowUpRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FollowUpRequest) GetKind() cellpayv1.PaymentType {
+	if x != nil {
+		return x.Kind
+	}
+	return cellpayv1.PaymentType(0)
+}
+
+func (x *FollowUpRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *FollowUpRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *FollowUpRequest) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *FollowUpRequest) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+func (x *FollowUpRequest) GetAmount() *cellpayv1.Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
+func (x *FollowUpRequest) GetRouteRule() string {
+	if x != nil {
+		return x.RouteRule
+	}
+	return ""
+}
+
+type FollowUpResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*FollowUpResponse_Result
+	//	*FollowUpResponse_OwnerCell
+	Outcome       isFollowUpResponse_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowUpResponse) Reset() {
+	*x = FollowUpResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowUpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowUpResponse) ProtoMessage() {}
+
+func (x *FollowUpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowUpResponse.ProtoReflect.Descriptor instead.
+func (*FollowUpResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FollowUpResponse) GetOutcome() isFollowUpResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *FollowUpResponse) GetResult() *cellpayv1.Transaction {
+	if x != nil {
+		if x, ok := x.Outcome.(*FollowUpResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *FollowUpResponse) GetOwnerCell() string {
+	if x != nil {
+		if x, ok := x.Outcome.(*FollowUpResponse_OwnerCell); ok {
+			return x.OwnerCell
+		}
+	}
+	return ""
+}
+
+type isFollowUpResponse_Outcome interface {
+	isFollowUpResponse_Outcome()
+}
+
+type FollowUpResponse_Result struct {
+	// result is the follow-up as the partner sees it.
+	Result *cellpayv1.Transaction `protobuf:"bytes,1,opt,name=result,proto3,oneof"`
+}
+
+type FollowUpResponse_OwnerCell struct {
+	// owner_cell: this cell does not hold the original; the directory
+	// says this cell does.
+	OwnerCell string `protobuf:"bytes,2,opt,name=owner_cell,json=ownerCell,proto3,oneof"`
+}
+
+func (*FollowUpResponse_Result) isFollowUpResponse_Outcome() {}
+
+func (*FollowUpResponse_OwnerCell) isFollowUpResponse_Outcome() {}
+
 // InspectResponse is a cell's record of one transaction, as operators see
 // it.
 type InspectResponse struct {
@@ -58,7 +238,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -70,7 +250,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -83,7 +263,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InspectResponse) GetFound() bool {
@@ -211,7 +391,7 @@ type ListCallbacksRequest struct {
 
 func (x *ListCallbacksRequest) Reset() {
 	*x = ListCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +403,7 @@ func (x *ListCallbacksRequest) String() string {
 func (*ListCallbacksRequest) ProtoMessage() {}
 
 func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +416,7 @@ func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ListCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListCallbacksRequest) GetPartnerId() string {
@@ -303,7 +483,7 @@ type CallbackEvent struct {
 
 func (x *CallbackEvent) Reset() {
 	*x = CallbackEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +495,7 @@ func (x *CallbackEvent) String() string {
 func (*CallbackEvent) ProtoMessage() {}
 
 func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +508,7 @@ func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackEvent.ProtoReflect.Descriptor instead.
 func (*CallbackEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CallbackEvent) GetEventId() string {
@@ -437,7 +617,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +629,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +642,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*CallbackEvent {
@@ -507,7 +687,7 @@ type ReplayCallbacksRequest struct {
 
 func (x *ReplayCallbacksRequest) Reset() {
 	*x = ReplayCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +699,7 @@ func (x *ReplayCallbacksRequest) String() string {
 func (*ReplayCallbacksRequest) ProtoMessage() {}
 
 func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +712,7 @@ func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplayCallbacksRequest) GetPartnerId() string {
@@ -565,7 +745,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +757,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +770,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -614,7 +794,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +806,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +819,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProcessInput) GetInput() isProcessInput_Input {
@@ -694,7 +874,7 @@ type Proceed struct {
 
 func (x *Proceed) Reset() {
 	*x = Proceed{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +886,7 @@ func (x *Proceed) String() string {
 func (*Proceed) ProtoMessage() {}
 
 func (x *Proceed) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +899,7 @@ func (x *Proceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
 func (*Proceed) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
 }
 
 type ProcessRequest struct {
@@ -754,7 +934,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +946,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +959,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -839,7 +1019,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1031,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1044,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -950,7 +1130,7 @@ type Proceeding struct {
 
 func (x *Proceeding) Reset() {
 	*x = Proceeding{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1142,7 @@ func (x *Proceeding) String() string {
 func (*Proceeding) ProtoMessage() {}
 
 func (x *Proceeding) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1155,7 @@ func (x *Proceeding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceeding.ProtoReflect.Descriptor instead.
 func (*Proceeding) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
 }
 
 type PointOfNoReturn struct {
@@ -989,7 +1169,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1181,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1194,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -1054,7 +1234,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1246,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1259,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -1114,7 +1294,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1306,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1319,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -1160,7 +1340,22 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x04\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x02\n" +
+	"\x0fFollowUpRequest\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.cellpay.v1.PaymentTypeR\x04kind\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x03 \x01(\tR\rtransactionId\x126\n" +
+	"\x17original_transaction_id\x18\x04 \x01(\tR\x15originalTransactionId\x12\x16\n" +
+	"\x06market\x18\x05 \x01(\tR\x06market\x12)\n" +
+	"\x06amount\x18\x06 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\x12\x1d\n" +
+	"\n" +
+	"route_rule\x18\a \x01(\tR\trouteRule\"q\n" +
+	"\x10FollowUpResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12\x1f\n" +
+	"\n" +
+	"owner_cell\x18\x02 \x01(\tH\x00R\townerCellB\t\n" +
+	"\aoutcome\"\xad\x04\n" +
 	"\x0fInspectResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
@@ -1261,13 +1456,14 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xa0\x03\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xf1\x03\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.Transaction\x12^\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a&.cellpay.cell.v1.ListCallbacksResponse\x12d\n" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponse\x12H\n" +
-	"\aInspect\x12\x1b.cellpay.cell.v1.GetRequest\x1a .cellpay.cell.v1.InspectResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
+	"\aInspect\x12\x1b.cellpay.cell.v1.GetRequest\x1a .cellpay.cell.v1.InspectResponse\x12O\n" +
+	"\bFollowUp\x12 .cellpay.cell.v1.FollowUpRequest\x1a!.cellpay.cell.v1.FollowUpResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
 	file_cellpay_cell_v1_cell_proto_rawDescOnce sync.Once
@@ -1281,58 +1477,67 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*InspectResponse)(nil),                    // 0: cellpay.cell.v1.InspectResponse
-	(*ListCallbacksRequest)(nil),               // 1: cellpay.cell.v1.ListCallbacksRequest
-	(*CallbackEvent)(nil),                      // 2: cellpay.cell.v1.CallbackEvent
-	(*ListCallbacksResponse)(nil),              // 3: cellpay.cell.v1.ListCallbacksResponse
-	(*ReplayCallbacksRequest)(nil),             // 4: cellpay.cell.v1.ReplayCallbacksRequest
-	(*ReplayCallbacksResponse)(nil),            // 5: cellpay.cell.v1.ReplayCallbacksResponse
-	(*ProcessInput)(nil),                       // 6: cellpay.cell.v1.ProcessInput
-	(*Proceed)(nil),                            // 7: cellpay.cell.v1.Proceed
-	(*ProcessRequest)(nil),                     // 8: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 9: cellpay.cell.v1.ProcessEvent
-	(*Proceeding)(nil),                         // 10: cellpay.cell.v1.Proceeding
-	(*PointOfNoReturn)(nil),                    // 11: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 12: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 13: cellpay.cell.v1.GetRequest
-	(*timestamppb.Timestamp)(nil),              // 14: google.protobuf.Timestamp
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 15: cellpay.v1.SubmitTransactionRequest
-	(*cellpayv1.Transaction)(nil),              // 16: cellpay.v1.Transaction
+	(*FollowUpRequest)(nil),                    // 0: cellpay.cell.v1.FollowUpRequest
+	(*FollowUpResponse)(nil),                   // 1: cellpay.cell.v1.FollowUpResponse
+	(*InspectResponse)(nil),                    // 2: cellpay.cell.v1.InspectResponse
+	(*ListCallbacksRequest)(nil),               // 3: cellpay.cell.v1.ListCallbacksRequest
+	(*CallbackEvent)(nil),                      // 4: cellpay.cell.v1.CallbackEvent
+	(*ListCallbacksResponse)(nil),              // 5: cellpay.cell.v1.ListCallbacksResponse
+	(*ReplayCallbacksRequest)(nil),             // 6: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplayCallbacksResponse)(nil),            // 7: cellpay.cell.v1.ReplayCallbacksResponse
+	(*ProcessInput)(nil),                       // 8: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 9: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 10: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 11: cellpay.cell.v1.ProcessEvent
+	(*Proceeding)(nil),                         // 12: cellpay.cell.v1.Proceeding
+	(*PointOfNoReturn)(nil),                    // 13: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 14: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 15: cellpay.cell.v1.GetRequest
+	(cellpayv1.PaymentType)(0),                 // 16: cellpay.v1.PaymentType
+	(*cellpayv1.Money)(nil),                    // 17: cellpay.v1.Money
+	(*cellpayv1.Transaction)(nil),              // 18: cellpay.v1.Transaction
+	(*timestamppb.Timestamp)(nil),              // 19: google.protobuf.Timestamp
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 20: cellpay.v1.SubmitTransactionRequest
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	14, // 0: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
-	14, // 1: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 2: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
-	14, // 3: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	14, // 4: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
-	14, // 5: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
-	14, // 6: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
-	2,  // 7: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	14, // 8: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	8,  // 9: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
-	7,  // 10: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	15, // 11: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	11, // 12: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	16, // 13: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	12, // 14: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	10, // 15: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
-	6,  // 16: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	13, // 17: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	1,  // 18: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	4,  // 19: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	13, // 20: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
-	9,  // 21: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	16, // 22: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	3,  // 23: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
-	5,  // 24: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
-	0,  // 25: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 0: cellpay.cell.v1.FollowUpRequest.kind:type_name -> cellpay.v1.PaymentType
+	17, // 1: cellpay.cell.v1.FollowUpRequest.amount:type_name -> cellpay.v1.Money
+	18, // 2: cellpay.cell.v1.FollowUpResponse.result:type_name -> cellpay.v1.Transaction
+	19, // 3: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
+	19, // 4: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
+	4,  // 5: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
+	19, // 6: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	19, // 7: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	19, // 8: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	19, // 9: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	4,  // 10: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	19, // 11: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	10, // 12: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	9,  // 13: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	20, // 14: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	13, // 15: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	18, // 16: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	14, // 17: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	12, // 18: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
+	8,  // 19: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	15, // 20: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	3,  // 21: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	6,  // 22: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	15, // 23: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
+	0,  // 24: cellpay.cell.v1.Cell.FollowUp:input_type -> cellpay.cell.v1.FollowUpRequest
+	11, // 25: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	18, // 26: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	5,  // 27: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	7,  // 28: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	2,  // 29: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
+	1,  // 30: cellpay.cell.v1.Cell.FollowUp:output_type -> cellpay.cell.v1.FollowUpResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -1340,11 +1545,15 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[6].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[1].OneofWrappers = []any{
+		(*FollowUpResponse_Result)(nil),
+		(*FollowUpResponse_OwnerCell)(nil),
+	}
+	file_cellpay_cell_v1_cell_proto_msgTypes[8].OneofWrappers = []any{
 		(*ProcessInput_Start)(nil),
 		(*ProcessInput_Proceed)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[9].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[11].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -1356,7 +1565,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

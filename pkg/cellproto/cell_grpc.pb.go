@@ -27,6 +27,7 @@ const (
 	Cell_ListCallbacks_FullMethodName   = "/cellpay.cell.v1.Cell/ListCallbacks"
 	Cell_ReplayCallbacks_FullMethodName = "/cellpay.cell.v1.Cell/ReplayCallbacks"
 	Cell_Inspect_FullMethodName         = "/cellpay.cell.v1.Cell/Inspect"
+	Cell_FollowUp_FullMethodName        = "/cellpay.cell.v1.Cell/FollowUp"
 )
 
 // CellClient is the client API for Cell service.
@@ -74,6 +75,16 @@ type CellClient interface {
 	// found is false when the cell has no record. Never the card number
 	// (the masked PAN only), an event's body or a secret.
 	Inspect(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*InspectResponse, error)
+	// FollowUp runs a capture, void or refund of an authorization this cell
+	// holds. The follow-up is recorded, its amount held against the
+	// original's limits (captures at most the authorization, refunds at most
+	// the captures) under the original's row lock, and only then sent to
+	// the issuer: the record is the point of no return, and a follow-up is
+	// never re-routed. A cell that does not hold the original answers with
+	// its owner from the transaction directory (owner_cell), or NOT_FOUND
+	// when the directory does not know it either. Errors as for Process,
+	// and FAILED_PRECONDITION naming the rule broken.
+	FollowUp(ctx context.Context, in *FollowUpRequest, opts ...grpc.CallOption) (*FollowUpResponse, error)
 }
 
 type cellClient struct {
@@ -137,6 +148,16 @@ func (c *cellClient) Inspect(ctx context.Context, in *GetRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *cellClient) FollowUp(ctx context.Context, in *FollowUpRequest, opts ...grpc.CallOption) (*FollowUpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FollowUpResponse)
+	err := c.cc.Invoke(ctx, Cell_FollowUp_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CellServer is the server API for Cell service.
 // All implementations must embed UnimplementedCellServer
 // for forward compatibility.
@@ -182,6 +203,16 @@ type CellServer interface {
 	// found is false when the cell has no record. Never the card number
 	// (the masked PAN only), an event's body or a secret.
 	Inspect(context.Context, *GetRequest) (*InspectResponse, error)
+	// FollowUp runs a capture, void or refund of an authorization this cell
+	// holds. The follow-up is recorded, its amount held against the
+	// original's limits (captures at most the authorization, refunds at most
+	// the captures) under the original's row lock, and only then sent to
+	// the issuer: the record is the point of no return, and a follow-up is
+	// never re-routed. A cell that does not hold the original answers with
+	// its owner from the transaction directory (owner_cell), or NOT_FOUND
+	// when the directory does not know it either. Errors as for Process,
+	// and FAILED_PRECONDITION naming the rule broken.
+	FollowUp(context.Context, *FollowUpRequest) (*FollowUpResponse, error)
 	mustEmbedUnimplementedCellServer()
 }
 
@@ -206,6 +237,9 @@ func (UnimplementedCellServer) ReplayCallbacks(context.Context, *ReplayCallbacks
 }
 func (UnimplementedCellServer) Inspect(context.Context, *GetRequest) (*InspectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedCellServer) FollowUp(context.Context, *FollowUpRequest) (*FollowUpResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FollowUp not implemented")
 }
 func (UnimplementedCellServer) mustEmbedUnimplementedCellServer() {}
 func (UnimplementedCellServer) testEmbeddedByValue()              {}
@@ -307,6 +341,24 @@ func _Cell_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cell_FollowUp_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FollowUpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).FollowUp(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_FollowUp_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).FollowUp(ctx, req.(*FollowUpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cell_ServiceDesc is the grpc.ServiceDesc for Cell service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -329,6 +381,10 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _Cell_Inspect_Handler,
+		},
+		{
+			MethodName: "FollowUp",
+			Handler:    _Cell_FollowUp_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

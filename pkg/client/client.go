@@ -415,3 +415,42 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Capture captures req.Amount of the authorization
+// req.OriginalTransactionId, with Submit's retries and failover: a
+// capture is a transaction of its own, idempotent by its own
+// transaction_id. The answer may be PENDING (see WaitFinal).
+func (c *Client) Capture(ctx context.Context, req *cellpayv1.CaptureTransactionRequest) (*cellpayv1.Transaction, error) {
+	return c.call(ctx, func(ctx context.Context, p cellpayv1.PaymentsClient) (*cellpayv1.Transaction, error) {
+		return p.CaptureTransaction(ctx, req)
+	})
+}
+
+// Void voids the authorization req.OriginalTransactionId, as Capture.
+func (c *Client) Void(ctx context.Context, req *cellpayv1.VoidTransactionRequest) (*cellpayv1.Transaction, error) {
+	return c.call(ctx, func(ctx context.Context, p cellpayv1.PaymentsClient) (*cellpayv1.Transaction, error) {
+		return p.VoidTransaction(ctx, req)
+	})
+}
+
+// Refund refunds req.Amount of what was captured of the authorization
+// req.OriginalTransactionId, as Capture.
+func (c *Client) Refund(ctx context.Context, req *cellpayv1.RefundTransactionRequest) (*cellpayv1.Transaction, error) {
+	return c.call(ctx, func(ctx context.Context, p cellpayv1.PaymentsClient) (*cellpayv1.Transaction, error) {
+		return p.RefundTransaction(ctx, req)
+	})
+}
+
+// call makes a call that records a transaction with Submit's retries.
+func (c *Client) call(ctx context.Context, fn func(context.Context, cellpayv1.PaymentsClient) (*cellpayv1.Transaction, error)) (*cellpayv1.Transaction, error) {
+	var txn *cellpayv1.Transaction
+	_, err := c.invoke(ctx, c.cfg.MaxAttempts, func(ctx context.Context, ep *endpoint) error {
+		var err error
+		txn, err = fn(ctx, ep.payments)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return txn, nil
+}

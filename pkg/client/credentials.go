@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,20 +57,17 @@ var errNoPartnerKey = errors.New("client: no API key for this partner")
 // (partner_id). A call for a partner without a key fails locally with
 // UNAUTHENTICATED. keys must not change afterwards.
 func PartnerKeys(keys map[string]string) grpc.UnaryClientInterceptor {
+	paymentsPrefix := "/" + cellpayv1.Payments_ServiceDesc.ServiceName + "/"
 	creds := make(map[string]grpc.CallOption, len(keys))
 	for p, k := range keys {
 		creds[p] = grpc.PerRPCCredentials(APIKey(k))
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		var partner string
-		switch r := req.(type) {
-		case *cellpayv1.SubmitTransactionRequest:
-			partner = r.GetPartnerId()
-		case *cellpayv1.GetTransactionRequest:
-			partner = r.GetPartnerId()
-		default:
+		r, ok := req.(interface{ GetPartnerId() string })
+		if !ok || !strings.HasPrefix(method, paymentsPrefix) {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
+		partner := r.GetPartnerId()
 		c, ok := creds[partner]
 		if !ok {
 			return status.Errorf(codes.Unauthenticated, "%v %q", errNoPartnerKey, partner)

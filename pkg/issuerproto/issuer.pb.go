@@ -23,6 +23,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AdjustKind is what an Adjust does to its original.
+type AdjustKind int32
+
+const (
+	AdjustKind_ADJUST_KIND_UNSPECIFIED AdjustKind = 0
+	AdjustKind_ADJUST_KIND_CAPTURE     AdjustKind = 1
+	AdjustKind_ADJUST_KIND_VOID        AdjustKind = 2
+	AdjustKind_ADJUST_KIND_REFUND      AdjustKind = 3
+)
+
+// Enum value maps for AdjustKind.
+var (
+	AdjustKind_name = map[int32]string{
+		0: "ADJUST_KIND_UNSPECIFIED",
+		1: "ADJUST_KIND_CAPTURE",
+		2: "ADJUST_KIND_VOID",
+		3: "ADJUST_KIND_REFUND",
+	}
+	AdjustKind_value = map[string]int32{
+		"ADJUST_KIND_UNSPECIFIED": 0,
+		"ADJUST_KIND_CAPTURE":     1,
+		"ADJUST_KIND_VOID":        2,
+		"ADJUST_KIND_REFUND":      3,
+	}
+)
+
+func (x AdjustKind) Enum() *AdjustKind {
+	p := new(AdjustKind)
+	*p = x
+	return p
+}
+
+func (x AdjustKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdjustKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_cellpay_issuer_v1_issuer_proto_enumTypes[0].Descriptor()
+}
+
+func (AdjustKind) Type() protoreflect.EnumType {
+	return &file_cellpay_issuer_v1_issuer_proto_enumTypes[0]
+}
+
+func (x AdjustKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdjustKind.Descriptor instead.
+func (AdjustKind) EnumDescriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{0}
+}
+
 type AuthorizeRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId    string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -152,6 +205,92 @@ func (x *AuthorizeRequest) GetPartnerId() string {
 	return ""
 }
 
+type AdjustRequest struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId             string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId         string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	OriginalTransactionId string                 `protobuf:"bytes,3,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	Kind                  AdjustKind             `protobuf:"varint,4,opt,name=kind,proto3,enum=cellpay.issuer.v1.AdjustKind" json:"kind,omitempty"`
+	// amount_minor_units in the original's currency; a void carries the
+	// authorized amount it releases.
+	AmountMinorUnits int64  `protobuf:"varint,5,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
+	Currency         string `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AdjustRequest) Reset() {
+	*x = AdjustRequest{}
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdjustRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdjustRequest) ProtoMessage() {}
+
+func (x *AdjustRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdjustRequest.ProtoReflect.Descriptor instead.
+func (*AdjustRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AdjustRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *AdjustRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *AdjustRequest) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *AdjustRequest) GetKind() AdjustKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AdjustKind_ADJUST_KIND_UNSPECIFIED
+}
+
+func (x *AdjustRequest) GetAmountMinorUnits() int64 {
+	if x != nil {
+		return x.AmountMinorUnits
+	}
+	return 0
+}
+
+func (x *AdjustRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
 type AuthorizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -171,7 +310,7 @@ type AuthorizeResponse struct {
 
 func (x *AuthorizeResponse) Reset() {
 	*x = AuthorizeResponse{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[1]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +322,7 @@ func (x *AuthorizeResponse) String() string {
 func (*AuthorizeResponse) ProtoMessage() {}
 
 func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[1]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +335,7 @@ func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeResponse.ProtoReflect.Descriptor instead.
 func (*AuthorizeResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AuthorizeResponse) GetTransactionId() string {
@@ -264,7 +403,7 @@ type InquireRequest struct {
 
 func (x *InquireRequest) Reset() {
 	*x = InquireRequest{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[2]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +415,7 @@ func (x *InquireRequest) String() string {
 func (*InquireRequest) ProtoMessage() {}
 
 func (x *InquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[2]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +428,7 @@ func (x *InquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InquireRequest.ProtoReflect.Descriptor instead.
 func (*InquireRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InquireRequest) GetTransactionId() string {
@@ -324,7 +463,7 @@ type TransactionRef struct {
 
 func (x *TransactionRef) Reset() {
 	*x = TransactionRef{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +475,7 @@ func (x *TransactionRef) String() string {
 func (*TransactionRef) ProtoMessage() {}
 
 func (x *TransactionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[3]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +488,7 @@ func (x *TransactionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionRef.ProtoReflect.Descriptor instead.
 func (*TransactionRef) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TransactionRef) GetPartnerId() string {
@@ -376,7 +515,7 @@ type EffectsRequest struct {
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +527,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[4]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +540,7 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EffectsRequest) GetTransactions() []*TransactionRef {
@@ -419,13 +558,22 @@ type Effect struct {
 	Effects       int32                  `protobuf:"varint,2,opt,name=effects,proto3" json:"effects,omitempty"`
 	Requests      int32                  `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
 	PartnerId     string                 `protobuf:"bytes,4,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// kind is the applied effect's: an authorization (UNSPECIFIED) or an
+	// adjustment of original_transaction_id.
+	Kind                  AdjustKind `protobuf:"varint,5,opt,name=kind,proto3,enum=cellpay.issuer.v1.AdjustKind" json:"kind,omitempty"`
+	OriginalTransactionId string     `protobuf:"bytes,6,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	// approved is true when the effect was an approval; amount_minor_units
+	// and currency are its amount (0 for a decline).
+	Approved         bool   `protobuf:"varint,7,opt,name=approved,proto3" json:"approved,omitempty"`
+	AmountMinorUnits int64  `protobuf:"varint,8,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
+	Currency         string `protobuf:"bytes,9,opt,name=currency,proto3" json:"currency,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +585,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[5]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +598,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Effect) GetTransactionId() string {
@@ -481,6 +629,41 @@ func (x *Effect) GetPartnerId() string {
 	return ""
 }
 
+func (x *Effect) GetKind() AdjustKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AdjustKind_ADJUST_KIND_UNSPECIFIED
+}
+
+func (x *Effect) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *Effect) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *Effect) GetAmountMinorUnits() int64 {
+	if x != nil {
+		return x.AmountMinorUnits
+	}
+	return 0
+}
+
+func (x *Effect) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
 type EffectsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Effects       []*Effect              `protobuf:"bytes,1,rep,name=effects,proto3" json:"effects,omitempty"`
@@ -492,7 +675,7 @@ type EffectsResponse struct {
 
 func (x *EffectsResponse) Reset() {
 	*x = EffectsResponse{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +687,7 @@ func (x *EffectsResponse) String() string {
 func (*EffectsResponse) ProtoMessage() {}
 
 func (x *EffectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[6]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +700,7 @@ func (x *EffectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsResponse.ProtoReflect.Descriptor instead.
 func (*EffectsResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EffectsResponse) GetEffects() []*Effect {
@@ -558,7 +741,7 @@ type Faults struct {
 
 func (x *Faults) Reset() {
 	*x = Faults{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +753,7 @@ func (x *Faults) String() string {
 func (*Faults) ProtoMessage() {}
 
 func (x *Faults) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[7]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +766,7 @@ func (x *Faults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Faults.ProtoReflect.Descriptor instead.
 func (*Faults) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Faults) GetLatencyMs() int64 {
@@ -634,7 +817,15 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\rbank_transfer\x18\n" +
 	" \x01(\bR\fbankTransfer\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\v \x01(\tR\tpartnerId\"\xef\x01\n" +
+	"partner_id\x18\v \x01(\tR\tpartnerId\"\x8a\x02\n" +
+	"\rAdjustRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x126\n" +
+	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x121\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x1d.cellpay.issuer.v1.AdjustKindR\x04kind\x12,\n" +
+	"\x12amount_minor_units\x18\x05 \x01(\x03R\x10amountMinorUnits\x12\x1a\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency\"\xef\x01\n" +
 	"\x11AuthorizeResponse\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x1b\n" +
@@ -654,13 +845,18 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"n\n" +
 	"\x0eEffectsRequest\x12E\n" +
-	"\ftransactions\x18\x02 \x03(\v2!.cellpay.issuer.v1.TransactionRefR\ftransactionsJ\x04\b\x01\x10\x02R\x0ftransaction_ids\"\x84\x01\n" +
+	"\ftransactions\x18\x02 \x03(\v2!.cellpay.issuer.v1.TransactionRefR\ftransactionsJ\x04\b\x01\x10\x02R\x0ftransaction_ids\"\xd5\x02\n" +
 	"\x06Effect\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x18\n" +
 	"\aeffects\x18\x02 \x01(\x05R\aeffects\x12\x1a\n" +
 	"\brequests\x18\x03 \x01(\x05R\brequests\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x04 \x01(\tR\tpartnerId\"\x92\x01\n" +
+	"partner_id\x18\x04 \x01(\tR\tpartnerId\x121\n" +
+	"\x04kind\x18\x05 \x01(\x0e2\x1d.cellpay.issuer.v1.AdjustKindR\x04kind\x126\n" +
+	"\x17original_transaction_id\x18\x06 \x01(\tR\x15originalTransactionId\x12\x1a\n" +
+	"\bapproved\x18\a \x01(\bR\bapproved\x12,\n" +
+	"\x12amount_minor_units\x18\b \x01(\x03R\x10amountMinorUnits\x12\x1a\n" +
+	"\bcurrency\x18\t \x01(\tR\bcurrency\"\x92\x01\n" +
 	"\x0fEffectsResponse\x123\n" +
 	"\aeffects\x18\x01 \x03(\v2\x19.cellpay.issuer.v1.EffectR\aeffects\x12#\n" +
 	"\rtotal_effects\x18\x02 \x01(\x03R\ftotalEffects\x12%\n" +
@@ -671,10 +867,17 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\n" +
 	"error_rate\x18\x02 \x01(\x01R\terrorRate\x12!\n" +
 	"\fafter_effect\x18\x03 \x01(\bR\vafterEffect\x12\x12\n" +
-	"\x04hang\x18\x04 \x01(\bR\x04hang2\xc9\x02\n" +
+	"\x04hang\x18\x04 \x01(\bR\x04hang*p\n" +
+	"\n" +
+	"AdjustKind\x12\x1b\n" +
+	"\x17ADJUST_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ADJUST_KIND_CAPTURE\x10\x01\x12\x14\n" +
+	"\x10ADJUST_KIND_VOID\x10\x02\x12\x16\n" +
+	"\x12ADJUST_KIND_REFUND\x10\x032\x9b\x03\n" +
 	"\x06Issuer\x12V\n" +
 	"\tAuthorize\x12#.cellpay.issuer.v1.AuthorizeRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12R\n" +
 	"\aInquire\x12!.cellpay.issuer.v1.InquireRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12P\n" +
+	"\x06Adjust\x12 .cellpay.issuer.v1.AdjustRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12P\n" +
 	"\aEffects\x12!.cellpay.issuer.v1.EffectsRequest\x1a\".cellpay.issuer.v1.EffectsResponse\x12A\n" +
 	"\tSetFaults\x12\x19.cellpay.issuer.v1.Faults\x1a\x19.cellpay.issuer.v1.FaultsB8Z6github.com/cellpay/cellpay/pkg/issuerproto;issuerprotob\x06proto3"
 
@@ -690,33 +893,40 @@ func file_cellpay_issuer_v1_issuer_proto_rawDescGZIP() []byte {
 	return file_cellpay_issuer_v1_issuer_proto_rawDescData
 }
 
-var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_cellpay_issuer_v1_issuer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_cellpay_issuer_v1_issuer_proto_goTypes = []any{
-	(*AuthorizeRequest)(nil),  // 0: cellpay.issuer.v1.AuthorizeRequest
-	(*AuthorizeResponse)(nil), // 1: cellpay.issuer.v1.AuthorizeResponse
-	(*InquireRequest)(nil),    // 2: cellpay.issuer.v1.InquireRequest
-	(*TransactionRef)(nil),    // 3: cellpay.issuer.v1.TransactionRef
-	(*EffectsRequest)(nil),    // 4: cellpay.issuer.v1.EffectsRequest
-	(*Effect)(nil),            // 5: cellpay.issuer.v1.Effect
-	(*EffectsResponse)(nil),   // 6: cellpay.issuer.v1.EffectsResponse
-	(*Faults)(nil),            // 7: cellpay.issuer.v1.Faults
+	(AdjustKind)(0),           // 0: cellpay.issuer.v1.AdjustKind
+	(*AuthorizeRequest)(nil),  // 1: cellpay.issuer.v1.AuthorizeRequest
+	(*AdjustRequest)(nil),     // 2: cellpay.issuer.v1.AdjustRequest
+	(*AuthorizeResponse)(nil), // 3: cellpay.issuer.v1.AuthorizeResponse
+	(*InquireRequest)(nil),    // 4: cellpay.issuer.v1.InquireRequest
+	(*TransactionRef)(nil),    // 5: cellpay.issuer.v1.TransactionRef
+	(*EffectsRequest)(nil),    // 6: cellpay.issuer.v1.EffectsRequest
+	(*Effect)(nil),            // 7: cellpay.issuer.v1.Effect
+	(*EffectsResponse)(nil),   // 8: cellpay.issuer.v1.EffectsResponse
+	(*Faults)(nil),            // 9: cellpay.issuer.v1.Faults
 }
 var file_cellpay_issuer_v1_issuer_proto_depIdxs = []int32{
-	3, // 0: cellpay.issuer.v1.EffectsRequest.transactions:type_name -> cellpay.issuer.v1.TransactionRef
-	5, // 1: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
-	0, // 2: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
-	2, // 3: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
-	4, // 4: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
-	7, // 5: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
-	1, // 6: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	1, // 7: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	6, // 8: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
-	7, // 9: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0, // 0: cellpay.issuer.v1.AdjustRequest.kind:type_name -> cellpay.issuer.v1.AdjustKind
+	5, // 1: cellpay.issuer.v1.EffectsRequest.transactions:type_name -> cellpay.issuer.v1.TransactionRef
+	0, // 2: cellpay.issuer.v1.Effect.kind:type_name -> cellpay.issuer.v1.AdjustKind
+	7, // 3: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
+	1, // 4: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
+	4, // 5: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
+	2, // 6: cellpay.issuer.v1.Issuer.Adjust:input_type -> cellpay.issuer.v1.AdjustRequest
+	6, // 7: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
+	9, // 8: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
+	3, // 9: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	3, // 10: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	3, // 11: cellpay.issuer.v1.Issuer.Adjust:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	8, // 12: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
+	9, // 13: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
+	9, // [9:14] is the sub-list for method output_type
+	4, // [4:9] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_issuer_v1_issuer_proto_init() }
@@ -729,13 +939,14 @@ func file_cellpay_issuer_v1_issuer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_issuer_v1_issuer_proto_rawDesc), len(file_cellpay_issuer_v1_issuer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   8,
+			NumEnums:      1,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_cellpay_issuer_v1_issuer_proto_goTypes,
 		DependencyIndexes: file_cellpay_issuer_v1_issuer_proto_depIdxs,
+		EnumInfos:         file_cellpay_issuer_v1_issuer_proto_enumTypes,
 		MessageInfos:      file_cellpay_issuer_v1_issuer_proto_msgTypes,
 	}.Build()
 	File_cellpay_issuer_v1_issuer_proto = out.File

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Issuer_Authorize_FullMethodName = "/cellpay.issuer.v1.Issuer/Authorize"
 	Issuer_Inquire_FullMethodName   = "/cellpay.issuer.v1.Issuer/Inquire"
+	Issuer_Adjust_FullMethodName    = "/cellpay.issuer.v1.Issuer/Adjust"
 	Issuer_Effects_FullMethodName   = "/cellpay.issuer.v1.Issuer/Effects"
 	Issuer_SetFaults_FullMethodName = "/cellpay.issuer.v1.Issuer/SetFaults"
 )
@@ -63,6 +64,16 @@ type IssuerClient interface {
 	// inquiry is either applied first (and the inquiry returns its outcome)
 	// or refused after.
 	Inquire(ctx context.Context, in *InquireRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
+	// Adjust applies a capture, void or refund of an approved authorization
+	// (original_transaction_id) once, deduplicated and closed by inquiry
+	// exactly as Authorize (by its own partner_id and transaction_id). The
+	// issuer keeps its own ledger of each authorization and declines what
+	// breaks it: captures beyond the authorized amount
+	// ("exceeds_authorized"), a capture after a void or a void after a
+	// capture ("voided", "already_captured"), refunds beyond the captures
+	// ("exceeds_captured"), an unknown or declined original
+	// ("unknown_original").
+	Adjust(ctx context.Context, in *AdjustRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
 	// Effects reports, per (partner_id, transaction_id), how many effects
 	// (authorizations applied) and how many requests the issuer has seen.
 	// For test invariants.
@@ -93,6 +104,16 @@ func (c *issuerClient) Inquire(ctx context.Context, in *InquireRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuthorizeResponse)
 	err := c.cc.Invoke(ctx, Issuer_Inquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *issuerClient) Adjust(ctx context.Context, in *AdjustRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizeResponse)
+	err := c.cc.Invoke(ctx, Issuer_Adjust_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +176,16 @@ type IssuerServer interface {
 	// inquiry is either applied first (and the inquiry returns its outcome)
 	// or refused after.
 	Inquire(context.Context, *InquireRequest) (*AuthorizeResponse, error)
+	// Adjust applies a capture, void or refund of an approved authorization
+	// (original_transaction_id) once, deduplicated and closed by inquiry
+	// exactly as Authorize (by its own partner_id and transaction_id). The
+	// issuer keeps its own ledger of each authorization and declines what
+	// breaks it: captures beyond the authorized amount
+	// ("exceeds_authorized"), a capture after a void or a void after a
+	// capture ("voided", "already_captured"), refunds beyond the captures
+	// ("exceeds_captured"), an unknown or declined original
+	// ("unknown_original").
+	Adjust(context.Context, *AdjustRequest) (*AuthorizeResponse, error)
 	// Effects reports, per (partner_id, transaction_id), how many effects
 	// (authorizations applied) and how many requests the issuer has seen.
 	// For test invariants.
@@ -176,6 +207,9 @@ func (UnimplementedIssuerServer) Authorize(context.Context, *AuthorizeRequest) (
 }
 func (UnimplementedIssuerServer) Inquire(context.Context, *InquireRequest) (*AuthorizeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inquire not implemented")
+}
+func (UnimplementedIssuerServer) Adjust(context.Context, *AdjustRequest) (*AuthorizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Adjust not implemented")
 }
 func (UnimplementedIssuerServer) Effects(context.Context, *EffectsRequest) (*EffectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Effects not implemented")
@@ -240,6 +274,24 @@ func _Issuer_Inquire_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Issuer_Adjust_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdjustRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IssuerServer).Adjust(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Issuer_Adjust_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IssuerServer).Adjust(ctx, req.(*AdjustRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Issuer_Effects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EffectsRequest)
 	if err := dec(in); err != nil {
@@ -290,6 +342,10 @@ var Issuer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inquire",
 			Handler:    _Issuer_Inquire_Handler,
+		},
+		{
+			MethodName: "Adjust",
+			Handler:    _Issuer_Adjust_Handler,
 		},
 		{
 			MethodName: "Effects",

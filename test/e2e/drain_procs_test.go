@@ -217,15 +217,15 @@ func tail(path string) string {
 	return string(b)
 }
 
-// drainConfig writes a GTR config over the shared cells that hashes on the
-// partner, so the drain test can spread keys with synthetic partners.
-func drainConfig(t *testing.T, dir string) string {
+// tableConfig writes the routing table of the test replicas: every cell
+// in one pool, one rule hashing on hashOn.
+func tableConfig(t *testing.T, dir, hashOn string) string {
 	t.Helper()
 	table := "version: 1\ncells:\n"
 	for _, c := range env.cells {
 		table += fmt.Sprintf("  - {id: %s, addr: %q, pool: main}\n", c.ID, c.Addr)
 	}
-	table += "rules:\n  - {name: everything, pool: main, hash_on: merchant}\n"
+	table += "rules:\n  - {name: everything, pool: main, hash_on: " + hashOn + "}\n"
 	path := filepath.Join(dir, "gtr-drain.yaml")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
@@ -238,12 +238,18 @@ func drainConfig(t *testing.T, dir string) string {
 // (hashing on the merchant), and returns them with their admin clients.
 func twoReplicas(t *testing.T, prefix string) (dir string, ns *natsProc, gtrs [2]*gtrProc, admins [2]adminproto.AdminClient) {
 	t.Helper()
+	return twoReplicasOn(t, prefix, "merchant")
+}
+
+// twoReplicasOn is twoReplicas with a table hashing on hashOn.
+func twoReplicasOn(t *testing.T, prefix, hashOn string) (dir string, ns *natsProc, gtrs [2]*gtrProc, admins [2]adminproto.AdminClient) {
+	t.Helper()
 	dir = t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ns = startNATS(t, filepath.Join(dir, "nats"))
-	cfg := drainConfig(t, dir)
+	cfg := tableConfig(t, dir, hashOn)
 	for i := range gtrs {
 		gtrs[i] = newGTR(t, dir, fmt.Sprintf("%s-%d", prefix, i+1), cfg, ns.URL, drainToken)
 		// The tests of these replicas check that each transaction lands

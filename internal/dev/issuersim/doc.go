@@ -1,6 +1,8 @@
 // Package issuersim is a card issuer stand-in for Cellpay's tests and local
 // runs. It serves the issuerproto.Issuer gRPC service: it decides
-// authorizations by fixed rules, suppresses duplicates by transaction,
+// authorizations by fixed rules, applies captures, voids and refunds of
+// approved authorizations (Adjust) to a ledger of each, suppresses
+// duplicates by transaction,
 // answers inquiries, closes a transaction an inquiry asks it to close,
 // counts effects per transaction so tests can check "at most one issuer
 // effect per transaction", and injects faults on request.
@@ -60,6 +62,46 @@
 // they are applied, not derived, so a bug that applied two would show 2.
 // Records are kept in memory for the life of the Server.
 //
+// Authorizations and adjustments share one key space: a transaction is one
+// or the other, and a request of either kind for a (partner_id,
+// transaction_id) that already has an outcome repeats that outcome as a
+// duplicate, whichever kind recorded it.
+//
+// # Adjustments
+//
+// Adjust applies a capture, void or refund (kind) of an approved card
+// authorization, its original_transaction_id of the same partner. It is
+// deduplicated, closed by inquiry, counted and faulted exactly as
+// Authorize, by its own (partner_id, transaction_id), and Inquire answers
+// it the same way. It checks a request in this order:
+//
+//  1. An empty partner_id, transaction_id or original_transaction_id, a
+//     kind that is not CAPTURE, VOID or REFUND, a negative
+//     amount_minor_units, or a zero one for a capture or refund, is
+//     rejected with INVALID_ARGUMENT naming the field. Nothing is
+//     recorded.
+//  2. A transaction with an outcome repeats it; one an inquiry closed is
+//     refused with FAILED_PRECONDITION.
+//  3. An original that is no approved card authorization of the partner
+//     (unknown, declined, closed, a refund or a bank transfer) declines
+//     "unknown_original".
+//  4. A currency other than the original's declines "currency_mismatch".
+//  5. The issuer keeps a ledger (package followup) of each approved card
+//     authorization, its authorized amount and currency as authorized. The
+//     adjustment is held and settled in it at once; a rule it would break
+//     declines, the ledger unchanged: "exceeds_authorized" (captures
+//     beyond the authorized amount), "voided" (a capture or a second void
+//     of a voided authorization), "already_captured" (a void after a
+//     capture), "exceeds_captured" (refunds beyond the captures). A void
+//     releases the whole authorization whatever amount it carries.
+//  6. Otherwise it is approved with AuthCode(partner_id, transaction_id).
+//
+// A decline is an outcome (recorded, repeated to duplicates, an effect of
+// its transaction in Effects' counts) that moves no money. Effects reports
+// each transaction's outcome with its counters: kind (UNSPECIFIED for an
+// authorization), original, approved, and the amount and currency applied
+// (a void's: the authorized amount; zero and empty for a decline).
+//
 // # Closing
 //
 // Inquire returns a transaction's outcome if it has one, with
@@ -68,10 +110,10 @@
 // closed=true (approved false, no auth code); later inquiries, with or
 // without close, answer the same; one without close on a transaction never
 // closed answers NOT_FOUND. A closed transaction is never applied: an
-// Authorize of it counts as a request, applies nothing and is refused with
-// FAILED_PRECONDITION, its message saying the transaction was closed by an
-// inquiry. The close is taken under the record's lock, as an effect is, so
-// an Authorize racing with it is either applied first (and the inquiry
+// Authorize or Adjust of it counts as a request, applies nothing and is
+// refused with FAILED_PRECONDITION, its message saying the transaction was
+// closed by an inquiry. The close is taken under the record's lock, as an
+// effect is, so an Authorize or Adjust racing with it is either applied first (and the inquiry
 // answers its outcome) or refused after: a transaction ends with one effect
 // or closed, never both. Effects lists a closed transaction with 0
 // effects (and the requests it refused). This is what lets a caller that gave up on a send (the cell's
@@ -82,9 +124,10 @@
 // # Faults
 //
 // SetFaults replaces the injected faults. latency_ms is waited before every
-// Authorize and Inquire (cut short by the caller's context). hang makes
-// Authorize block until the caller's context ends. error_rate is the share of
-// Authorize calls that fail with UNAVAILABLE, drawn from a math/rand/v2
+// Authorize, Adjust and Inquire (cut short by the caller's context). hang
+// makes Authorize and Adjust block until the caller's context ends.
+// error_rate is the share of Authorize and Adjust calls (one draw each, from
+// one sequence) that fail with UNAVAILABLE, drawn from a math/rand/v2
 // source seeded by Config.Seed: before the effect, or after it when
 // after_effect is true (the outcome is recorded but the caller never learns
 // it; on a closed transaction it hides the refusal the same way). A call
@@ -94,5 +137,6 @@
 // # What it must never do
 //
 // It never logs a full PAN or puts one in an error: logs carry card.Mask(pan)
-// and error messages carry no request values at all.
+// and error messages carry no request values at all. (An AdjustRequest
+// carries no card data; its debug line names its IDs, kind and amount.)
 package issuersim

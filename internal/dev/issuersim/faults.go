@@ -35,7 +35,7 @@ type faultSet struct {
 	hang        bool
 }
 
-// plan is what one Authorize call suffers.
+// plan is what one Authorize or Adjust call suffers.
 type plan struct {
 	latency    time.Duration
 	hang       bool
@@ -47,10 +47,10 @@ func newFaults(seed uint64) *faults {
 	return &faults{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
-// authorizePlan snapshots the faults for one Authorize call. It draws from
-// the random source only when error_rate is set, so runs without a partial
-// error rate do not move the sequence.
-func (f *faults) authorizePlan() plan {
+// callPlan snapshots the faults for one Authorize or Adjust call. It draws
+// from the random source only when error_rate is set, so runs without a
+// partial error rate do not move the sequence.
+func (f *faults) callPlan() plan {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := plan{latency: f.cur.latency, hang: f.cur.hang}

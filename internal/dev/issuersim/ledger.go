@@ -7,11 +7,19 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/cellpay/cellpay/internal/followup"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
 // Lock order: ledger shard locks are leaf locks, never held while taking
 // another lock. A record's lock may be held while taking a card shard's
-// lock (applying an effect), never the reverse.
+// lock (applying an authorization), an authorizations shard's lock (an
+// approved authorization adds its ledger; an adjustment looks one up) or
+// an authorization's lock (applying an adjustment), never the reverse.
+// Card shard, authorizations shard and authorization locks are leaf locks.
+// An adjustment never takes its original's record lock: an adjustment's
+// ID may be another's original, and two records' locks would make a cycle.
 
 // shardCount spreads transactions and cards over independent locks so that
 // unrelated transactions do not contend.
@@ -33,6 +41,14 @@ type outcome struct {
 	approved bool
 	authCode string
 	reason   string
+	// kind is UNSPECIFIED for an authorization; an adjustment's kind and
+	// original otherwise.
+	kind     issuerproto.AdjustKind
+	original string
+	// amount and currency are what the approval applied: zero and empty
+	// for a decline. A void's amount is the authorization it released.
+	amount   int64
+	currency string
 }
 
 // record is what the issuer knows about one transaction. outcome and
@@ -43,7 +59,7 @@ type record struct {
 	outcome  *outcome // nil until an effect is applied
 	closed   bool     // closed by an inquiry before any outcome; then never applied
 	effects  int64    // incremented each time an outcome is applied
-	requests int64    // Authorize calls that passed validation
+	requests int64    // Authorize and Adjust calls that passed validation
 }
 
 // ledger maps transactions, by partner and transaction ID, to records.
@@ -105,14 +121,18 @@ func (l *ledger) keys() []txnKey {
 	return keys
 }
 
-// counts returns a record's effect and request counts; zeros for nil.
-func (r *record) counts() (effects, requests int64) {
+// snapshot returns a record's effect and request counts and its outcome
+// (the zero outcome without one); zeros for nil.
+func (r *record) snapshot() (effects, requests int64, o outcome) {
 	if r == nil {
-		return 0, 0
+		return 0, 0, outcome{}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.effects, r.requests
+	if r.outcome != nil {
+		o = *r.outcome
+	}
+	return r.effects, r.requests, o
 }
 
 // cardKey identifies a card without keeping its PAN in memory.
@@ -147,4 +167,50 @@ func (c *cards) decide(r request, lim limits, now time.Time) (approved bool, rea
 		s.spent[key] += r.amount
 	}
 	return approved, reason
+}
+
+// authorization is the issuer's ledger of one approved card authorization:
+// what its adjustments may still do.
+type authorization struct {
+	currency string // immutable
+	mu       sync.Mutex
+	ledger   followup.Ledger // under mu
+}
+
+// authorizations maps approved card authorizations, by partner and
+// transaction ID, to their ledgers. An entry is added when the
+// authorization's outcome is recorded, under its record's lock, so an
+// adjustment finds it once any caller could have learnt the approval.
+type authorizations struct {
+	seed   maphash.Seed
+	shards [shardCount]struct {
+		mu sync.Mutex
+		m  map[txnKey]*authorization
+	}
+}
+
+func newAuthorizations() *authorizations {
+	a := &authorizations{seed: maphash.MakeSeed()}
+	for i := range a.shards {
+		a.shards[i].m = make(map[txnKey]*authorization)
+	}
+	return a
+}
+
+// add records k as an approved authorization of amount in currency. An
+// authorization's outcome is recorded once, so k is never added twice.
+func (a *authorizations) add(k txnKey, amount int64, currency string) {
+	s := &a.shards[maphash.Comparable(a.seed, k)%shardCount]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[k] = &authorization{currency: currency, ledger: followup.Ledger{Authorized: amount}}
+}
+
+// get returns k's authorization, or nil when k is no approved card
+// authorization.
+func (a *authorizations) get(k txnKey) *authorization {
+	s := &a.shards[maphash.Comparable(a.seed, k)%shardCount]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k]
 }

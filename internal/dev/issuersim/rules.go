@@ -2,8 +2,14 @@ package issuersim
 
 import (
 	"crypto/sha256"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/cellpay/cellpay/internal/followup"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
 // Test cards. See the package documentation for their outcomes.
@@ -23,6 +29,14 @@ const (
 	ReasonExpiredCard       = "expired_card"
 	ReasonInvalidExpiry     = "invalid_expiry"
 	ReasonExceedsLimit      = "exceeds_limit"
+
+	// Adjust's reasons.
+	ReasonUnknownOriginal   = "unknown_original"
+	ReasonCurrencyMismatch  = "currency_mismatch"
+	ReasonExceedsAuthorized = "exceeds_authorized"
+	ReasonVoided            = "voided"
+	ReasonAlreadyCaptured   = "already_captured"
+	ReasonExceedsCaptured   = "exceeds_captured"
 )
 
 // FixedDecline returns the reason a test card always declines with, and
@@ -117,4 +131,48 @@ func expired(month, year int32, now time.Time) bool {
 	now = now.UTC()
 	ny, nm := int32(now.Year()), int32(now.Month())
 	return year < ny || (year == ny && month < nm)
+}
+
+// followupKinds are the follow-up payment types of the adjustment kinds.
+var followupKinds = map[issuerproto.AdjustKind]cellpayv1.PaymentType{
+	issuerproto.AdjustKind_ADJUST_KIND_CAPTURE: cellpayv1.PaymentType_CAPTURE,
+	issuerproto.AdjustKind_ADJUST_KIND_VOID:    cellpayv1.PaymentType_VOID,
+	issuerproto.AdjustKind_ADJUST_KIND_REFUND:  cellpayv1.PaymentType_REFUND,
+}
+
+// brokenReasons are Adjust's decline reasons for the rules of package
+// followup.
+var brokenReasons = map[string]string{
+	followup.CaptureExceeds:   ReasonExceedsAuthorized,
+	followup.OriginalVoided:   ReasonVoided,
+	followup.VoidAfterCapture: ReasonAlreadyCaptured,
+	followup.RefundExceeds:    ReasonExceedsCaptured,
+}
+
+// adjust applies an adjustment of kind (a valid one) for amount to an
+// authorization's ledger l, held and settled at once: the issuer knows its
+// outcome as it holds it. It returns the amount applied (a void's is the
+// authorized amount, whatever the request carried), or reason, the rule
+// the adjustment would break, with l unchanged.
+func adjust(l *followup.Ledger, kind issuerproto.AdjustKind, amount int64) (applied int64, reason string) {
+	pt, ok := followupKinds[kind]
+	if !ok {
+		panic("issuersim: adjust of an unvalidated kind")
+	}
+	if pt == cellpayv1.PaymentType_VOID {
+		amount = l.Authorized
+	}
+	if err := l.Hold(pt, amount); err != nil {
+		var b *followup.Broken
+		if !errors.As(err, &b) {
+			panic("issuersim: followup refused a follow-up kind: " + err.Error())
+		}
+		if r, ok := brokenReasons[b.Reason]; ok {
+			return 0, r
+		}
+		// A rule newer than this table: still a decline, named after it.
+		return 0, strings.ToLower(b.Reason)
+	}
+	l.Settle(pt, amount, true)
+	return amount, ""
 }

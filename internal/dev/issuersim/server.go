@@ -20,6 +20,7 @@ type Server struct {
 	log    *slog.Logger
 	ledger *ledger
 	cards  *cards
+	auths  *authorizations
 	faults *faults
 }
 
@@ -39,6 +40,7 @@ func New(cfg Config) *Server {
 		log:    cfg.Logger,
 		ledger: newLedger(),
 		cards:  newCards(),
+		auths:  newAuthorizations(),
 		faults: newFaults(cfg.Seed),
 	}
 }
@@ -48,14 +50,50 @@ func New(cfg Config) *Server {
 // FAILED_PRECONDITION when an inquiry closed the transaction. See the
 // package documentation for the rules and faults.
 func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeRequest) (*issuerproto.AuthorizeResponse, error) {
-	p := s.faults.authorizePlan()
+	k := txnKey{partner: req.GetPartnerId(), id: req.GetTransactionId()}
+	return s.call(ctx, "authorize", k,
+		func() error { return validateAuthorize(req) },
+		func() outcome { return s.authorize(k, req) },
+		func() []slog.Attr { return []slog.Attr{slog.String("pan", card.Mask(req.GetPan()))} })
+}
+
+// Adjust applies a capture, void or refund of an approved card
+// authorization to the issuer's ledger of it, or repeats the first outcome
+// for its own transaction, or refuses it with FAILED_PRECONDITION when an
+// inquiry closed the transaction: the same dedupe, closing and faults as
+// Authorize. See the package documentation.
+func (s *Server) Adjust(ctx context.Context, req *issuerproto.AdjustRequest) (*issuerproto.AuthorizeResponse, error) {
+	k := txnKey{partner: req.GetPartnerId(), id: req.GetTransactionId()}
+	return s.call(ctx, "adjust", k,
+		func() error { return validateAdjust(req) },
+		func() outcome { return s.adjust(k, req) },
+		func() []slog.Attr {
+			return []slog.Attr{
+				slog.String("kind", req.GetKind().String()),
+				slog.String("original_transaction_id", req.GetOriginalTransactionId()),
+				slog.Int64("amount_minor_units", req.GetAmountMinorUnits()),
+				slog.String("currency", req.GetCurrency()),
+			}
+		})
+}
+
+// call is the path Authorize and Adjust share: the faults (latency, hang,
+// error_rate before or after the effect), validation, the request count,
+// the apply under the record's lock and the debug line. validate checks the
+// request; decide, run only for a transaction with no outcome and not
+// closed, under its record's lock, decides and applies the outcome to
+// record; logAttrs, called only when debug lines are on, names the
+// operation's own values (never a full PAN).
+func (s *Server) call(ctx context.Context, op string, k txnKey, validate func() error,
+	decide func() outcome, logAttrs func() []slog.Attr,
+) (*issuerproto.AuthorizeResponse, error) {
+	p := s.faults.callPlan()
 	if err := sleep(ctx, p.latency); err != nil {
 		return nil, err
 	}
-	if err := validateAuthorize(req); err != nil {
+	if err := validate(); err != nil {
 		return nil, err
 	}
-	k := txnKey{partner: req.GetPartnerId(), id: req.GetTransactionId()}
 	rec := s.ledger.getOrCreate(k)
 	rec.mu.Lock()
 	rec.requests++
@@ -68,17 +106,20 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	if p.failBefore {
 		return nil, errInjected
 	}
-	out, dup, closed := s.apply(rec, req)
+	out, dup, closed := apply(rec, decide)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.LogAttrs(ctx, slog.LevelDebug, "authorize",
+		attrs := []slog.Attr{
 			slog.String("partner_id", k.partner),
 			slog.String("transaction_id", k.id),
-			slog.String("pan", card.Mask(req.GetPan())),
+		}
+		attrs = append(attrs, logAttrs()...)
+		attrs = append(attrs,
 			slog.Bool("approved", out.approved),
 			slog.String("decline_reason", out.reason),
 			slog.Bool("duplicate", dup),
 			slog.Bool("closed", closed),
 			slog.Bool("fail_after_effect", p.failAfter))
+		s.log.LogAttrs(ctx, slog.LevelDebug, op, attrs...)
 	}
 	switch {
 	case p.failAfter:
@@ -90,16 +131,17 @@ func (s *Server) Authorize(ctx context.Context, req *issuerproto.AuthorizeReques
 	return out.response(k, dup), nil
 }
 
-// errClosed is Authorize's answer on a transaction an inquiry closed. Like
-// every error here it carries no request value.
+// errClosed is Authorize's and Adjust's answer on a transaction an inquiry
+// closed. Like every error here it carries no request value.
 var errClosed = status.Error(codes.FailedPrecondition,
 	"issuersim: the transaction was closed by an inquiry and is never applied")
 
-// apply records the outcome for rec if it has none and no inquiry closed
-// it, and returns the recorded outcome and whether it was already there,
-// or closed=true and no outcome. Holding rec.mu across the checks and the
-// write is what makes one effect per transaction, and none once closed.
-func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (o outcome, dup, closed bool) {
+// apply records the outcome decide returns for rec if it has none and no
+// inquiry closed it, and returns the recorded outcome and whether it was
+// already there, or closed=true and no outcome. Holding rec.mu across the
+// checks, decide and the write is what makes one effect per transaction,
+// and none once closed.
+func apply(rec *record, decide func() outcome) (o outcome, dup, closed bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if rec.outcome != nil {
@@ -108,6 +150,16 @@ func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (o outcom
 	if rec.closed {
 		return outcome{}, false, true
 	}
+	out := decide()
+	rec.outcome = &out
+	rec.effects++
+	return out, false, false
+}
+
+// authorize decides and applies authorization k: the card's total, and
+// for an approved card authorization (not a refund, not a bank transfer)
+// the ledger its adjustments are held to. Called under k's record lock.
+func (s *Server) authorize(k txnKey, req *issuerproto.AuthorizeRequest) outcome {
 	approved, reason := s.cards.decide(request{
 		pan:          req.GetPan(),
 		expiryMonth:  req.GetExpiryMonth(),
@@ -116,13 +168,45 @@ func (s *Server) apply(rec *record, req *issuerproto.AuthorizeRequest) (o outcom
 		refund:       req.GetRefund(),
 		bankTransfer: req.GetBankTransfer(),
 	}, s.lim, s.cfg.Now())
-	out := &outcome{approved: approved, reason: reason}
-	if approved {
-		out.authCode = AuthCode(req.GetPartnerId(), req.GetTransactionId())
+	if !approved {
+		return outcome{reason: reason}
 	}
-	rec.outcome = out
-	rec.effects++
-	return *out, false, false
+	if !req.GetRefund() && !req.GetBankTransfer() {
+		s.auths.add(k, req.GetAmountMinorUnits(), req.GetCurrency())
+	}
+	return outcome{
+		approved: true,
+		authCode: AuthCode(k.partner, k.id),
+		amount:   req.GetAmountMinorUnits(),
+		currency: req.GetCurrency(),
+	}
+}
+
+// adjust decides and applies adjustment k of its original, the partner's
+// approved card authorization original_transaction_id: held and settled
+// at once in the original's ledger, or declined, the ledger unchanged.
+// Called under k's record lock; it takes the original's ledger lock, never
+// its record lock.
+func (s *Server) adjust(k txnKey, req *issuerproto.AdjustRequest) outcome {
+	o := outcome{kind: req.GetKind(), original: req.GetOriginalTransactionId()}
+	a := s.auths.get(txnKey{partner: k.partner, id: o.original})
+	switch {
+	case a == nil:
+		o.reason = ReasonUnknownOriginal
+		return o
+	case req.GetCurrency() != a.currency:
+		o.reason = ReasonCurrencyMismatch
+		return o
+	}
+	a.mu.Lock()
+	amount, reason := adjust(&a.ledger, o.kind, req.GetAmountMinorUnits())
+	a.mu.Unlock()
+	if reason != "" {
+		o.reason = reason
+		return o
+	}
+	o.approved, o.authCode, o.amount, o.currency = true, AuthCode(k.partner, k.id), amount, a.currency
+	return o
 }
 
 func (o outcome) response(k txnKey, dup bool) *issuerproto.AuthorizeResponse {
@@ -148,6 +232,28 @@ func validateAuthorize(req *issuerproto.AuthorizeRequest) error {
 		return invalidArg("pan is required")
 	case req.GetAmountMinorUnits() < 0:
 		return invalidArg("amount_minor_units must not be negative")
+	}
+	return nil
+}
+
+// validateAdjust checks an AdjustRequest: the IDs, a kind, and an amount
+// more than zero for a capture or refund (a void's is not read, but may not
+// be negative). Its messages name fields and never echo values.
+func validateAdjust(req *issuerproto.AdjustRequest) error {
+	_, known := followupKinds[req.GetKind()]
+	switch {
+	case req.GetPartnerId() == "":
+		return invalidArg("partner_id is required")
+	case req.GetTransactionId() == "":
+		return invalidArg("transaction_id is required")
+	case req.GetOriginalTransactionId() == "":
+		return invalidArg("original_transaction_id is required")
+	case !known:
+		return invalidArg("kind must be CAPTURE, VOID or REFUND")
+	case req.GetAmountMinorUnits() < 0:
+		return invalidArg("amount_minor_units must not be negative")
+	case req.GetAmountMinorUnits() == 0 && req.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_VOID:
+		return invalidArg("amount_minor_units must be more than zero for a capture or refund")
 	}
 	return nil
 }
@@ -211,8 +317,11 @@ func notFound() error {
 // Effects reports effect and request counts for the asked transactions,
 // each a (partner_id, transaction_id) pair (each once, in the order asked;
 // unknown ones report zeros), or for every known transaction sorted by
-// partner, then ID, when none are asked. The totals sum the reported
-// entries.
+// partner, then ID, when none are asked, with what the recorded outcome
+// applied: its kind (UNSPECIFIED for an authorization) and original,
+// whether it was approved, and its amount and currency (zero and empty for
+// a decline, and for a transaction without an outcome). The totals sum the
+// reported entries.
 func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
 	keys := make([]txnKey, 0, len(req.GetTransactions()))
 	for _, t := range req.GetTransactions() {
@@ -224,12 +333,17 @@ func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*i
 	}
 	resp := &issuerproto.EffectsResponse{Effects: make([]*issuerproto.Effect, 0, len(keys))}
 	for _, k := range keys {
-		effects, requests := s.ledger.get(k).counts()
+		effects, requests, o := s.ledger.get(k).snapshot()
 		resp.Effects = append(resp.Effects, &issuerproto.Effect{
-			PartnerId:     k.partner,
-			TransactionId: k.id,
-			Effects:       clamp32(effects),
-			Requests:      clamp32(requests),
+			PartnerId:             k.partner,
+			TransactionId:         k.id,
+			Effects:               clamp32(effects),
+			Requests:              clamp32(requests),
+			Kind:                  o.kind,
+			OriginalTransactionId: o.original,
+			Approved:              o.approved,
+			AmountMinorUnits:      o.amount,
+			Currency:              o.currency,
 		})
 		resp.TotalEffects += effects
 		resp.TotalRequests += requests

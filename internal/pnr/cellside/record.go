@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cellpay/cellpay/internal/followup"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -123,6 +124,12 @@ type Record struct {
 	CellID         string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Original is, for a follow-up (CAPTURE, VOID, REFUND), the
+	// authorization it follows; empty otherwise.
+	Original string
+	// Ledger is, for a CARD_AUTHORIZATION, the sums of its follow-ups
+	// (Ledger.Authorized is Amount).
+	Ledger followup.Ledger
 	// Unfiled: decided at the natural home without a directory claim
 	// (the directory was unavailable), so the directory has no entry for
 	// it until the cell files one once the directory is back.
@@ -137,24 +144,31 @@ func (r *Record) Key() idempotency.Key {
 
 // Transaction renders r for the partner.
 func (r *Record) Transaction() *cellpayv1.Transaction {
-	return &cellpayv1.Transaction{
-		TransactionId:    r.TransactionID,
-		Status:           r.State.Status(),
-		DeclineReason:    r.DeclineReason,
-		AuthCode:         r.AuthCode,
-		CellId:           r.CellID,
-		Attempts:         r.Attempt,
-		Amount:           &cellpayv1.Money{MinorUnits: r.Amount, Currency: r.Currency},
-		SettlementAmount: &cellpayv1.Money{MinorUnits: r.SettlementAmount, Currency: r.SettlementCurrency},
-		RefdataVersion:   r.RefdataVersion,
-		RouteRule:        r.RouteRule,
-		MaskedPan:        r.MaskedPAN,
-		PaymentType:      r.PaymentType,
-		PartnerId:        r.PartnerID,
-		Market:           r.Market,
-		MerchantId:       r.MerchantID,
-		Mcc:              r.MCC,
-		CreatedAt:        timestamppb.New(r.CreatedAt),
-		UpdatedAt:        timestamppb.New(r.UpdatedAt),
+	t := &cellpayv1.Transaction{
+		TransactionId:         r.TransactionID,
+		Status:                r.State.Status(),
+		DeclineReason:         r.DeclineReason,
+		AuthCode:              r.AuthCode,
+		CellId:                r.CellID,
+		Attempts:              r.Attempt,
+		Amount:                &cellpayv1.Money{MinorUnits: r.Amount, Currency: r.Currency},
+		SettlementAmount:      &cellpayv1.Money{MinorUnits: r.SettlementAmount, Currency: r.SettlementCurrency},
+		RefdataVersion:        r.RefdataVersion,
+		RouteRule:             r.RouteRule,
+		MaskedPan:             r.MaskedPAN,
+		PaymentType:           r.PaymentType,
+		PartnerId:             r.PartnerID,
+		Market:                r.Market,
+		MerchantId:            r.MerchantID,
+		Mcc:                   r.MCC,
+		CreatedAt:             timestamppb.New(r.CreatedAt),
+		UpdatedAt:             timestamppb.New(r.UpdatedAt),
+		OriginalTransactionId: r.Original,
 	}
+	if r.PaymentType == cellpayv1.PaymentType_CARD_AUTHORIZATION && r.State == StateApproved {
+		t.CapturedAmount = &cellpayv1.Money{MinorUnits: r.Ledger.Captured, Currency: r.Currency}
+		t.RefundedAmount = &cellpayv1.Money{MinorUnits: r.Ledger.Refunded, Currency: r.Currency}
+		t.Voided = r.Ledger.Voided
+	}
+	return t
 }

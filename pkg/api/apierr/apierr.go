@@ -97,6 +97,27 @@ const (
 	NotSupported Reason = "NOT_SUPPORTED"
 	// Internal (INTERNAL): a fault of the platform; quote the request ID.
 	Internal Reason = "INTERNAL"
+	// OriginalNotFound (NOT_FOUND): a capture, void or refund names an
+	// original_transaction_id that no transaction of the partner has.
+	OriginalNotFound Reason = "ORIGINAL_NOT_FOUND"
+	// OriginalNotApproved (FAILED_PRECONDITION): the original is not an
+	// approved CARD_AUTHORIZATION (declined, failed, still pending, or of
+	// another payment type).
+	OriginalNotApproved Reason = "ORIGINAL_NOT_APPROVED"
+	// OriginalMismatch (FAILED_PRECONDITION): the follow-up's market or
+	// currency is not the original's.
+	OriginalMismatch Reason = "ORIGINAL_MISMATCH"
+	// CaptureExceedsAuthorization (FAILED_PRECONDITION): the captures
+	// would pass the authorized amount (those still pending count).
+	CaptureExceedsAuthorization Reason = "CAPTURE_EXCEEDS_AUTHORIZATION"
+	// RefundExceedsCaptured (FAILED_PRECONDITION): the refunds would pass
+	// the captured amount, or nothing is captured yet.
+	RefundExceedsCaptured Reason = "REFUND_EXCEEDS_CAPTURED"
+	// VoidAfterCapture (FAILED_PRECONDITION): the authorization has a
+	// capture; refund it instead.
+	VoidAfterCapture Reason = "VOID_AFTER_CAPTURE"
+	// OriginalVoided (FAILED_PRECONDITION): the authorization was voided.
+	OriginalVoided Reason = "ORIGINAL_VOIDED"
 )
 
 // All returns every reason, in the order above.
@@ -104,7 +125,8 @@ func All() []Reason {
 	return []Reason{APIKeyMissing, APIKeyInvalid, PartnerSuspended, PartnerMismatch, MarketNotEnabled,
 		PaymentTypeNotEnabled, InvalidRequest, RequestTooLarge, TransactionIDReused, TransactionNotFound,
 		TransactionInProgress, RateLimited, TooManyInFlight, Overloaded, NoRoute, Unavailable,
-		DeadlineExceeded, Cancelled, NotSupported, Internal}
+		DeadlineExceeded, Cancelled, NotSupported, Internal, OriginalNotFound, OriginalNotApproved,
+		OriginalMismatch, CaptureExceedsAuthorization, RefundExceedsCaptured, VoidAfterCapture, OriginalVoided}
 }
 
 // ForCode is the reason of a refusal whose site named none: the one its

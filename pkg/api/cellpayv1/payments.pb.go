@@ -31,6 +31,12 @@ const (
 	PaymentType_CARD_AUTHORIZATION       PaymentType = 1
 	PaymentType_CARD_REFUND              PaymentType = 2
 	PaymentType_BANK_TRANSFER            PaymentType = 3
+	// CAPTURE, VOID and REFUND follow an approved CARD_AUTHORIZATION (their
+	// original_transaction_id); CARD_REFUND is a credit to a card that
+	// refers to no earlier transaction.
+	PaymentType_CAPTURE PaymentType = 4
+	PaymentType_VOID    PaymentType = 5
+	PaymentType_REFUND  PaymentType = 6
 )
 
 // Enum value maps for PaymentType.
@@ -40,12 +46,18 @@ var (
 		1: "CARD_AUTHORIZATION",
 		2: "CARD_REFUND",
 		3: "BANK_TRANSFER",
+		4: "CAPTURE",
+		5: "VOID",
+		6: "REFUND",
 	}
 	PaymentType_value = map[string]int32{
 		"PAYMENT_TYPE_UNSPECIFIED": 0,
 		"CARD_AUTHORIZATION":       1,
 		"CARD_REFUND":              2,
 		"BANK_TRANSFER":            3,
+		"CAPTURE":                  4,
+		"VOID":                     5,
+		"REFUND":                   6,
 	}
 )
 
@@ -408,6 +420,235 @@ func (x *SubmitTransactionRequest) GetCard() *Card {
 	return nil
 }
 
+// CaptureTransactionRequest captures amount of the authorization
+// original_transaction_id.
+type CaptureTransactionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transaction_id is the capture's own ID, as for SubmitTransaction.
+	TransactionId string `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	PartnerId     string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// original_transaction_id is the partner's CARD_AUTHORIZATION.
+	OriginalTransactionId string `protobuf:"bytes,3,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	// market is the original's: a follow-up is routed as its original was.
+	Market string `protobuf:"bytes,4,opt,name=market,proto3" json:"market,omitempty"`
+	// amount in the original's currency; more than zero.
+	Amount        *Money `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaptureTransactionRequest) Reset() {
+	*x = CaptureTransactionRequest{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaptureTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaptureTransactionRequest) ProtoMessage() {}
+
+func (x *CaptureTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaptureTransactionRequest.ProtoReflect.Descriptor instead.
+func (*CaptureTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CaptureTransactionRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *CaptureTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *CaptureTransactionRequest) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *CaptureTransactionRequest) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+func (x *CaptureTransactionRequest) GetAmount() *Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
+// VoidTransactionRequest voids the authorization original_transaction_id.
+type VoidTransactionRequest struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	TransactionId         string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	PartnerId             string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	OriginalTransactionId string                 `protobuf:"bytes,3,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	Market                string                 `protobuf:"bytes,4,opt,name=market,proto3" json:"market,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *VoidTransactionRequest) Reset() {
+	*x = VoidTransactionRequest{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VoidTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VoidTransactionRequest) ProtoMessage() {}
+
+func (x *VoidTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VoidTransactionRequest.ProtoReflect.Descriptor instead.
+func (*VoidTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VoidTransactionRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *VoidTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *VoidTransactionRequest) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *VoidTransactionRequest) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+// RefundTransactionRequest refunds amount of what was captured of the
+// authorization original_transaction_id.
+type RefundTransactionRequest struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	TransactionId         string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	PartnerId             string                 `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	OriginalTransactionId string                 `protobuf:"bytes,3,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	Market                string                 `protobuf:"bytes,4,opt,name=market,proto3" json:"market,omitempty"`
+	Amount                *Money                 `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *RefundTransactionRequest) Reset() {
+	*x = RefundTransactionRequest{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundTransactionRequest) ProtoMessage() {}
+
+func (x *RefundTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundTransactionRequest.ProtoReflect.Descriptor instead.
+func (*RefundTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RefundTransactionRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *RefundTransactionRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *RefundTransactionRequest) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *RefundTransactionRequest) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+func (x *RefundTransactionRequest) GetAmount() *Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
 type GetTransactionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -419,7 +660,7 @@ type GetTransactionRequest struct {
 
 func (x *GetTransactionRequest) Reset() {
 	*x = GetTransactionRequest{}
-	mi := &file_cellpay_v1_payments_proto_msgTypes[4]
+	mi := &file_cellpay_v1_payments_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +672,7 @@ func (x *GetTransactionRequest) String() string {
 func (*GetTransactionRequest) ProtoMessage() {}
 
 func (x *GetTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_v1_payments_proto_msgTypes[4]
+	mi := &file_cellpay_v1_payments_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +685,7 @@ func (x *GetTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransactionRequest.ProtoReflect.Descriptor instead.
 func (*GetTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetTransactionRequest) GetTransactionId() string {
@@ -481,21 +722,30 @@ type Transaction struct {
 	// masked_pan keeps the first 6 and last 4 digits of a PAN of 16 digits or
 	// more; a shorter PAN shows fewer, at least 6 hidden (12: first 4, last 2;
 	// 13: 5 and 2; 14: 6 and 2; 15: 6 and 3).
-	MaskedPan     string                 `protobuf:"bytes,11,opt,name=masked_pan,json=maskedPan,proto3" json:"masked_pan,omitempty"`
-	PaymentType   PaymentType            `protobuf:"varint,12,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
-	PartnerId     string                 `protobuf:"bytes,13,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
-	Market        string                 `protobuf:"bytes,14,opt,name=market,proto3" json:"market,omitempty"`
-	MerchantId    string                 `protobuf:"bytes,15,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
-	Mcc           string                 `protobuf:"bytes,16,opt,name=mcc,proto3" json:"mcc,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaskedPan   string                 `protobuf:"bytes,11,opt,name=masked_pan,json=maskedPan,proto3" json:"masked_pan,omitempty"`
+	PaymentType PaymentType            `protobuf:"varint,12,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
+	PartnerId   string                 `protobuf:"bytes,13,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	Market      string                 `protobuf:"bytes,14,opt,name=market,proto3" json:"market,omitempty"`
+	MerchantId  string                 `protobuf:"bytes,15,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
+	Mcc         string                 `protobuf:"bytes,16,opt,name=mcc,proto3" json:"mcc,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// original_transaction_id is, for a CAPTURE, VOID or REFUND, the
+	// authorization it follows.
+	OriginalTransactionId string `protobuf:"bytes,19,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	// For a CARD_AUTHORIZATION: the sums of its approved captures and
+	// refunds, and whether it was voided. Follow-ups still PENDING are not
+	// in the sums.
+	CapturedAmount *Money `protobuf:"bytes,20,opt,name=captured_amount,json=capturedAmount,proto3" json:"captured_amount,omitempty"`
+	RefundedAmount *Money `protobuf:"bytes,21,opt,name=refunded_amount,json=refundedAmount,proto3" json:"refunded_amount,omitempty"`
+	Voided         bool   `protobuf:"varint,22,opt,name=voided,proto3" json:"voided,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_cellpay_v1_payments_proto_msgTypes[5]
+	mi := &file_cellpay_v1_payments_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +757,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_v1_payments_proto_msgTypes[5]
+	mi := &file_cellpay_v1_payments_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +770,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Transaction) GetTransactionId() string {
@@ -649,6 +899,34 @@ func (x *Transaction) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Transaction) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *Transaction) GetCapturedAmount() *Money {
+	if x != nil {
+		return x.CapturedAmount
+	}
+	return nil
+}
+
+func (x *Transaction) GetRefundedAmount() *Money {
+	if x != nil {
+		return x.RefundedAmount
+	}
+	return nil
+}
+
+func (x *Transaction) GetVoided() bool {
+	if x != nil {
+		return x.Voided
+	}
+	return false
+}
+
 var File_cellpay_v1_payments_proto protoreflect.FileDescriptor
 
 const file_cellpay_v1_payments_proto_rawDesc = "" +
@@ -676,11 +954,31 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
 	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\x120\n" +
 	"\bmerchant\x18\x06 \x01(\v2\x14.cellpay.v1.MerchantR\bmerchant\x12$\n" +
-	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\"]\n" +
+	"\x04card\x18\a \x01(\v2\x10.cellpay.v1.CardR\x04card\"\xdc\x01\n" +
+	"\x19CaptureTransactionRequest\x12%\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x126\n" +
+	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x12\x16\n" +
+	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
+	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\"\xae\x01\n" +
+	"\x16VoidTransactionRequest\x12%\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x126\n" +
+	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x12\x16\n" +
+	"\x06market\x18\x04 \x01(\tR\x06market\"\xdb\x01\n" +
+	"\x18RefundTransactionRequest\x12%\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x126\n" +
+	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x12\x16\n" +
+	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
+	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\"]\n" +
 	"\x15GetTransactionRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId\"\xd2\x05\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\"\x9a\a\n" +
 	"\vTransaction\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.cellpay.v1.TransactionStatusR\x06status\x12%\n" +
@@ -706,22 +1004,33 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt*g\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
+	"\x17original_transaction_id\x18\x13 \x01(\tR\x15originalTransactionId\x12:\n" +
+	"\x0fcaptured_amount\x18\x14 \x01(\v2\x11.cellpay.v1.MoneyR\x0ecapturedAmount\x12:\n" +
+	"\x0frefunded_amount\x18\x15 \x01(\v2\x11.cellpay.v1.MoneyR\x0erefundedAmount\x12\x16\n" +
+	"\x06voided\x18\x16 \x01(\bR\x06voided*\x8a\x01\n" +
 	"\vPaymentType\x12\x1c\n" +
 	"\x18PAYMENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CARD_AUTHORIZATION\x10\x01\x12\x0f\n" +
 	"\vCARD_REFUND\x10\x02\x12\x11\n" +
-	"\rBANK_TRANSFER\x10\x03*l\n" +
+	"\rBANK_TRANSFER\x10\x03\x12\v\n" +
+	"\aCAPTURE\x10\x04\x12\b\n" +
+	"\x04VOID\x10\x05\x12\n" +
+	"\n" +
+	"\x06REFUND\x10\x06*l\n" +
 	"\x11TransactionStatus\x12\"\n" +
 	"\x1eTRANSACTION_STATUS_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bAPPROVED\x10\x01\x12\f\n" +
 	"\bDECLINED\x10\x02\x12\v\n" +
 	"\aPENDING\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x042\xac\x01\n" +
+	"\x06FAILED\x10\x042\xa6\x03\n" +
 	"\bPayments\x12R\n" +
 	"\x11SubmitTransaction\x12$.cellpay.v1.SubmitTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12L\n" +
-	"\x0eGetTransaction\x12!.cellpay.v1.GetTransactionRequest\x1a\x17.cellpay.v1.TransactionB8Z6github.com/cellpay/cellpay/pkg/api/cellpayv1;cellpayv1b\x06proto3"
+	"\x0eGetTransaction\x12!.cellpay.v1.GetTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12T\n" +
+	"\x12CaptureTransaction\x12%.cellpay.v1.CaptureTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12N\n" +
+	"\x0fVoidTransaction\x12\".cellpay.v1.VoidTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12R\n" +
+	"\x11RefundTransaction\x12$.cellpay.v1.RefundTransactionRequest\x1a\x17.cellpay.v1.TransactionB8Z6github.com/cellpay/cellpay/pkg/api/cellpayv1;cellpayv1b\x06proto3"
 
 var (
 	file_cellpay_v1_payments_proto_rawDescOnce sync.Once
@@ -736,38 +1045,51 @@ func file_cellpay_v1_payments_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_cellpay_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_cellpay_v1_payments_proto_goTypes = []any{
-	(PaymentType)(0),                 // 0: cellpay.v1.PaymentType
-	(TransactionStatus)(0),           // 1: cellpay.v1.TransactionStatus
-	(*Money)(nil),                    // 2: cellpay.v1.Money
-	(*Merchant)(nil),                 // 3: cellpay.v1.Merchant
-	(*Card)(nil),                     // 4: cellpay.v1.Card
-	(*SubmitTransactionRequest)(nil), // 5: cellpay.v1.SubmitTransactionRequest
-	(*GetTransactionRequest)(nil),    // 6: cellpay.v1.GetTransactionRequest
-	(*Transaction)(nil),              // 7: cellpay.v1.Transaction
-	(*timestamppb.Timestamp)(nil),    // 8: google.protobuf.Timestamp
+	(PaymentType)(0),                  // 0: cellpay.v1.PaymentType
+	(TransactionStatus)(0),            // 1: cellpay.v1.TransactionStatus
+	(*Money)(nil),                     // 2: cellpay.v1.Money
+	(*Merchant)(nil),                  // 3: cellpay.v1.Merchant
+	(*Card)(nil),                      // 4: cellpay.v1.Card
+	(*SubmitTransactionRequest)(nil),  // 5: cellpay.v1.SubmitTransactionRequest
+	(*CaptureTransactionRequest)(nil), // 6: cellpay.v1.CaptureTransactionRequest
+	(*VoidTransactionRequest)(nil),    // 7: cellpay.v1.VoidTransactionRequest
+	(*RefundTransactionRequest)(nil),  // 8: cellpay.v1.RefundTransactionRequest
+	(*GetTransactionRequest)(nil),     // 9: cellpay.v1.GetTransactionRequest
+	(*Transaction)(nil),               // 10: cellpay.v1.Transaction
+	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
 }
 var file_cellpay_v1_payments_proto_depIdxs = []int32{
 	0,  // 0: cellpay.v1.SubmitTransactionRequest.payment_type:type_name -> cellpay.v1.PaymentType
 	2,  // 1: cellpay.v1.SubmitTransactionRequest.amount:type_name -> cellpay.v1.Money
 	3,  // 2: cellpay.v1.SubmitTransactionRequest.merchant:type_name -> cellpay.v1.Merchant
 	4,  // 3: cellpay.v1.SubmitTransactionRequest.card:type_name -> cellpay.v1.Card
-	1,  // 4: cellpay.v1.Transaction.status:type_name -> cellpay.v1.TransactionStatus
-	2,  // 5: cellpay.v1.Transaction.amount:type_name -> cellpay.v1.Money
-	2,  // 6: cellpay.v1.Transaction.settlement_amount:type_name -> cellpay.v1.Money
-	0,  // 7: cellpay.v1.Transaction.payment_type:type_name -> cellpay.v1.PaymentType
-	8,  // 8: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 9: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 10: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
-	6,  // 11: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
-	7,  // 12: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
-	7,  // 13: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 4: cellpay.v1.CaptureTransactionRequest.amount:type_name -> cellpay.v1.Money
+	2,  // 5: cellpay.v1.RefundTransactionRequest.amount:type_name -> cellpay.v1.Money
+	1,  // 6: cellpay.v1.Transaction.status:type_name -> cellpay.v1.TransactionStatus
+	2,  // 7: cellpay.v1.Transaction.amount:type_name -> cellpay.v1.Money
+	2,  // 8: cellpay.v1.Transaction.settlement_amount:type_name -> cellpay.v1.Money
+	0,  // 9: cellpay.v1.Transaction.payment_type:type_name -> cellpay.v1.PaymentType
+	11, // 10: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	11, // 11: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 12: cellpay.v1.Transaction.captured_amount:type_name -> cellpay.v1.Money
+	2,  // 13: cellpay.v1.Transaction.refunded_amount:type_name -> cellpay.v1.Money
+	5,  // 14: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
+	9,  // 15: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
+	6,  // 16: cellpay.v1.Payments.CaptureTransaction:input_type -> cellpay.v1.CaptureTransactionRequest
+	7,  // 17: cellpay.v1.Payments.VoidTransaction:input_type -> cellpay.v1.VoidTransactionRequest
+	8,  // 18: cellpay.v1.Payments.RefundTransaction:input_type -> cellpay.v1.RefundTransactionRequest
+	10, // 19: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
+	10, // 20: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
+	10, // 21: cellpay.v1.Payments.CaptureTransaction:output_type -> cellpay.v1.Transaction
+	10, // 22: cellpay.v1.Payments.VoidTransaction:output_type -> cellpay.v1.Transaction
+	10, // 23: cellpay.v1.Payments.RefundTransaction:output_type -> cellpay.v1.Transaction
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_v1_payments_proto_init() }
@@ -781,7 +1103,7 @@ func file_cellpay_v1_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_v1_payments_proto_rawDesc), len(file_cellpay_v1_payments_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

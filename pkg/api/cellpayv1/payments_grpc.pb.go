@@ -21,8 +21,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Payments_SubmitTransaction_FullMethodName = "/cellpay.v1.Payments/SubmitTransaction"
-	Payments_GetTransaction_FullMethodName    = "/cellpay.v1.Payments/GetTransaction"
+	Payments_SubmitTransaction_FullMethodName  = "/cellpay.v1.Payments/SubmitTransaction"
+	Payments_GetTransaction_FullMethodName     = "/cellpay.v1.Payments/GetTransaction"
+	Payments_CaptureTransaction_FullMethodName = "/cellpay.v1.Payments/CaptureTransaction"
+	Payments_VoidTransaction_FullMethodName    = "/cellpay.v1.Payments/VoidTransaction"
+	Payments_RefundTransaction_FullMethodName  = "/cellpay.v1.Payments/RefundTransaction"
 )
 
 // PaymentsClient is the client API for Payments service.
@@ -41,6 +44,25 @@ type PaymentsClient interface {
 	// transactions. Another partner's transaction is NOT_FOUND, exactly like
 	// an ID that was never used.
 	GetTransaction(ctx context.Context, in *GetTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
+	// CaptureTransaction captures all or part of an approved
+	// CARD_AUTHORIZATION, the original: once or several times, the captures
+	// together at most its amount, never after a void. The capture is a
+	// transaction of its own (payment type CAPTURE), with its own
+	// transaction_id and the same idempotency as SubmitTransaction; it runs
+	// in the cell that holds the original. A rule broken is
+	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, CURRENCY_MISMATCH); an
+	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
+	CaptureTransaction(ctx context.Context, in *CaptureTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
+	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no
+	// capture (payment type VOID); after a capture, FAILED_PRECONDITION
+	// (VOID_AFTER_CAPTURE).
+	VoidTransaction(ctx context.Context, in *VoidTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
+	// RefundTransaction refunds all or part of what was captured of an
+	// authorization (payment type REFUND): once or several times, the refunds
+	// together at most the captures approved; before any capture,
+	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
+	RefundTransaction(ctx context.Context, in *RefundTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 }
 
 type paymentsClient struct {
@@ -71,6 +93,36 @@ func (c *paymentsClient) GetTransaction(ctx context.Context, in *GetTransactionR
 	return out, nil
 }
 
+func (c *paymentsClient) CaptureTransaction(ctx context.Context, in *CaptureTransactionRequest, opts ...grpc.CallOption) (*Transaction, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Transaction)
+	err := c.cc.Invoke(ctx, Payments_CaptureTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *paymentsClient) VoidTransaction(ctx context.Context, in *VoidTransactionRequest, opts ...grpc.CallOption) (*Transaction, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Transaction)
+	err := c.cc.Invoke(ctx, Payments_VoidTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *paymentsClient) RefundTransaction(ctx context.Context, in *RefundTransactionRequest, opts ...grpc.CallOption) (*Transaction, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Transaction)
+	err := c.cc.Invoke(ctx, Payments_RefundTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PaymentsServer is the server API for Payments service.
 // All implementations must embed UnimplementedPaymentsServer
 // for forward compatibility.
@@ -87,6 +139,25 @@ type PaymentsServer interface {
 	// transactions. Another partner's transaction is NOT_FOUND, exactly like
 	// an ID that was never used.
 	GetTransaction(context.Context, *GetTransactionRequest) (*Transaction, error)
+	// CaptureTransaction captures all or part of an approved
+	// CARD_AUTHORIZATION, the original: once or several times, the captures
+	// together at most its amount, never after a void. The capture is a
+	// transaction of its own (payment type CAPTURE), with its own
+	// transaction_id and the same idempotency as SubmitTransaction; it runs
+	// in the cell that holds the original. A rule broken is
+	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, CURRENCY_MISMATCH); an
+	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
+	CaptureTransaction(context.Context, *CaptureTransactionRequest) (*Transaction, error)
+	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no
+	// capture (payment type VOID); after a capture, FAILED_PRECONDITION
+	// (VOID_AFTER_CAPTURE).
+	VoidTransaction(context.Context, *VoidTransactionRequest) (*Transaction, error)
+	// RefundTransaction refunds all or part of what was captured of an
+	// authorization (payment type REFUND): once or several times, the refunds
+	// together at most the captures approved; before any capture,
+	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
+	RefundTransaction(context.Context, *RefundTransactionRequest) (*Transaction, error)
 	mustEmbedUnimplementedPaymentsServer()
 }
 
@@ -102,6 +173,15 @@ func (UnimplementedPaymentsServer) SubmitTransaction(context.Context, *SubmitTra
 }
 func (UnimplementedPaymentsServer) GetTransaction(context.Context, *GetTransactionRequest) (*Transaction, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTransaction not implemented")
+}
+func (UnimplementedPaymentsServer) CaptureTransaction(context.Context, *CaptureTransactionRequest) (*Transaction, error) {
+	return nil, status.Error(codes.Unimplemented, "method CaptureTransaction not implemented")
+}
+func (UnimplementedPaymentsServer) VoidTransaction(context.Context, *VoidTransactionRequest) (*Transaction, error) {
+	return nil, status.Error(codes.Unimplemented, "method VoidTransaction not implemented")
+}
+func (UnimplementedPaymentsServer) RefundTransaction(context.Context, *RefundTransactionRequest) (*Transaction, error) {
+	return nil, status.Error(codes.Unimplemented, "method RefundTransaction not implemented")
 }
 func (UnimplementedPaymentsServer) mustEmbedUnimplementedPaymentsServer() {}
 func (UnimplementedPaymentsServer) testEmbeddedByValue()                  {}
@@ -160,6 +240,60 @@ func _Payments_GetTransaction_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Payments_CaptureTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CaptureTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).CaptureTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_CaptureTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).CaptureTransaction(ctx, req.(*CaptureTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Payments_VoidTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VoidTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).VoidTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_VoidTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).VoidTransaction(ctx, req.(*VoidTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Payments_RefundTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefundTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).RefundTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_RefundTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).RefundTransaction(ctx, req.(*RefundTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Payments_ServiceDesc is the grpc.ServiceDesc for Payments service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -174,6 +308,18 @@ var Payments_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetTransaction",
 			Handler:    _Payments_GetTransaction_Handler,
+		},
+		{
+			MethodName: "CaptureTransaction",
+			Handler:    _Payments_CaptureTransaction_Handler,
+		},
+		{
+			MethodName: "VoidTransaction",
+			Handler:    _Payments_VoidTransaction_Handler,
+		},
+		{
+			MethodName: "RefundTransaction",
+			Handler:    _Payments_RefundTransaction_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

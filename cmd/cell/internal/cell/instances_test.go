@@ -34,6 +34,11 @@ func (a *approver) Authorize(_ context.Context, in *issuerproto.AuthorizeRequest
 	return &issuerproto.AuthorizeResponse{TransactionId: in.GetTransactionId(), PartnerId: in.GetPartnerId(), Approved: true, AuthCode: "A1B2C3"}, nil
 }
 
+func (a *approver) Adjust(_ context.Context, in *issuerproto.AdjustRequest, _ ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error) {
+	a.calls.Add(1)
+	return &issuerproto.AuthorizeResponse{TransactionId: in.GetTransactionId(), PartnerId: in.GetPartnerId(), Approved: true, AuthCode: "A1B2C4"}, nil
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)

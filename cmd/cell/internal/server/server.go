@@ -57,6 +57,9 @@ type Store interface {
 	// best-effort write of its final state failed): the reconciler files
 	// it once the directory is back.
 	MarkUnfiled(ctx context.Context, k idempotency.Key) error
+	// HoldFollowUp records a follow-up and holds its amount on its
+	// original (store.Store.HoldFollowUp).
+	HoldFollowUp(ctx context.Context, k, original idempotency.Key, build func(original *cellside.Record) *cellside.Record) (held, existing *cellside.Record, err error)
 }
 
 // Issuer sends authorizations; issuerproto.IssuerClient implements it. An
@@ -64,6 +67,8 @@ type Store interface {
 // the issuer refused the request without applying it.
 type Issuer interface {
 	Authorize(ctx context.Context, in *issuerproto.AuthorizeRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
+	// Adjust sends a capture, void or refund, with Authorize's contract.
+	Adjust(ctx context.Context, in *issuerproto.AdjustRequest, opts ...grpc.CallOption) (*issuerproto.AuthorizeResponse, error)
 }
 
 // Directory is the transaction directory; *directory.Directory implements
@@ -82,6 +87,8 @@ type Directory interface {
 	Finalize(ctx context.Context, k idempotency.Key, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
 	FinalizeAt(ctx context.Context, k idempotency.Key, rev uint64, owner string, fp idempotency.Fingerprint, fpKeyID string, answer *cellpayv1.Transaction) error
 	Abandon(ctx context.Context, k idempotency.Key, owner, call string, attempt int32) error
+	// Get reads k's entry: whether there is one, and which.
+	Get(ctx context.Context, k idempotency.Key) (cellside.Entry, bool, error)
 	// Later runs fn in the background, bounded; it may drop it.
 	Later(fn func(ctx context.Context) error, what string)
 }
@@ -355,31 +362,44 @@ func (s *Server) settleEntry(m *cellside.Machine, in cellside.Input, a cellside.
 		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID || claimed && e.State == cellside.EntryFinal {
 			return // not final, not this cell's, or a replay whose entry has the answer already
 		}
-		txn, fp, fpKey := a.Record.Transaction(), a.Record.Fingerprint, a.Record.FingerprintKeyID
-		d.Later(func(ctx context.Context) error {
-			var err error
-			if claimed && e.Owner == s.cfg.CellID {
-				err = d.FinalizeAt(ctx, k, e.Revision, s.cfg.CellID, fp, fpKey, txn)
-			} else {
-				err = d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn)
-			}
-			if err != nil && !errors.Is(err, directory.ErrNotOwner) {
-				// Left to the reconciler, which files it once the
-				// directory answers (reconcile.File): the directory is
-				// complete again after an outage.
-				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-				defer cancel()
-				if merr := s.cfg.Store.MarkUnfiled(mctx, k); merr != nil {
-					s.cfg.Log.Warn("directory entry not written, nor its record marked to file it later", "partner_id", k.PartnerID, "transaction_id", k.TransactionID, "error", merr)
-				}
-			}
-			return err
-		}, "finalize")
+		var rev uint64
+		if claimed && e.Owner == s.cfg.CellID {
+			rev = e.Revision
+		}
+		s.fileLater(k, rev, a.Record)
 	case cellside.Reroute:
 		if claimed && e.SameAttempt(in.Call, in.Attempt) {
 			d.Later(func(ctx context.Context) error { return d.Abandon(ctx, k, s.cfg.CellID, in.Call, in.Attempt) }, "abandon")
 		}
 	}
+}
+
+// fileLater writes r's final answer into its directory entry in the
+// background: at revision rev (this cell's own claim), or, with rev 0,
+// wherever the entry stands if it is this cell's. Left to the reconciler
+// (the record marked unfiled) when the directory does not answer.
+func (s *Server) fileLater(k idempotency.Key, rev uint64, r *cellside.Record) {
+	d := s.cfg.Directory
+	txn, fp, fpKey := r.Transaction(), r.Fingerprint, r.FingerprintKeyID
+	d.Later(func(ctx context.Context) error {
+		var err error
+		if rev != 0 {
+			err = d.FinalizeAt(ctx, k, rev, s.cfg.CellID, fp, fpKey, txn)
+		} else {
+			err = d.Finalize(ctx, k, s.cfg.CellID, fp, fpKey, txn)
+		}
+		if err != nil && !errors.Is(err, directory.ErrNotOwner) {
+			// Left to the reconciler, which files it once the
+			// directory answers (reconcile.File): the directory is
+			// complete again after an outage.
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+			defer cancel()
+			if merr := s.cfg.Store.MarkUnfiled(mctx, k); merr != nil {
+				s.cfg.Log.Warn("directory entry not written, nor its record marked to file it later", "partner_id", k.PartnerID, "transaction_id", k.TransactionID, "error", merr)
+			}
+		}
+		return err
+	}, "finalize")
 }
 
 // processStream is the cell's side of a Process stream.

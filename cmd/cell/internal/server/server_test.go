@@ -121,6 +121,9 @@ func (m *memStore) Persist(_ context.Context, r *cellside.Record, from cellside.
 	if m.recs[r.Key()].State != from {
 		return store.ErrStateChanged
 	}
+	if r.Original != "" && from == cellside.StateSending {
+		m.settle(r)
+	}
 	m.recs[r.Key()] = *r
 	if r.State != cellside.StateSending {
 		m.own(r.Key(), false)

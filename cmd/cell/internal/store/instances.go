@@ -99,7 +99,7 @@ func (s *Store) Active(ctx context.Context, k idempotency.Key) (bool, error) {
 // ErrNotFound as Get.
 func (s *Store) GetActive(ctx context.Context, k idempotency.Key) (*cellside.Record, bool, error) {
 	var active bool
-	r, err := scanWith(s.pool.QueryRow(ctx, `SELECT `+columns+`, `+activeSQL+` FROM transactions t
+	r, err := scanWith(s.pool.QueryRow(ctx, `SELECT `+readColumns+`, `+activeSQL+` FROM transactions t
 		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID, s.instance, activeFor), &active)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, false, fmt.Errorf("store: get: %w", err)

@@ -221,6 +221,11 @@ const columns = `transaction_id, fingerprint, state, decline_reason, auth_code, 
 	masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at,
 	pan_hash_key_id, fingerprint_key_id`
 
+// readColumns are columns and, after them, what only reads need: a
+// follow-up's original and an authorization's ledger (written by
+// HoldFollowUp and the follow-ups' outcomes, never by Insert).
+const readColumns = columns + `, original_transaction_id, captured, refunded, held_capture, held_refund, voided`
+
 func args(r *cellside.Record) []any {
 	return []any{r.TransactionID, r.Fingerprint[:], string(r.State), r.DeclineReason, r.AuthCode, int16(r.PaymentType),
 		r.PartnerID, r.Market, r.Amount, r.Currency, r.SettlementAmount, r.SettlementCurrency, r.RiskAmount,
@@ -230,7 +235,7 @@ func args(r *cellside.Record) []any {
 
 func scan(row pgx.Row) (*cellside.Record, error) { return scanWith(row) }
 
-// scanWith scans a row of columns, then into extra.
+// scanWith scans a row of readColumns, then into extra.
 func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 	var r cellside.Record
 	var fp []byte
@@ -239,7 +244,8 @@ func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 	err := row.Scan(append([]any{&r.TransactionID, &fp, &state, &r.DeclineReason, &r.AuthCode, &pt, &r.PartnerID, &r.Market,
 		&r.Amount, &r.Currency, &r.SettlementAmount, &r.SettlementCurrency, &r.RiskAmount, &r.MerchantID, &r.MCC,
 		&r.MerchantCountry, &r.MaskedPAN, &r.PANHash, &r.RefdataVersion, &r.RouteRule, &r.Attempt, &r.CellID,
-		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID}, extra...)...)
+		&r.CreatedAt, &r.UpdatedAt, &r.PANHashKeyID, &r.FingerprintKeyID, &r.Original, &r.Ledger.Captured,
+		&r.Ledger.Refunded, &r.Ledger.HeldCapture, &r.Ledger.HeldRefund, &r.Ledger.Voided}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -250,6 +256,7 @@ func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 	r.State = cellside.State(state)
 	r.PaymentType = cellpayv1.PaymentType(pt)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	r.Ledger.Authorized = r.Amount
 	return &r, nil
 }
 
@@ -298,7 +305,7 @@ func (s *Store) Reclaim(ctx context.Context, r *cellside.Record) (ok bool, exist
 // Get reads the record of k, or ErrNotFound: also when only another partner
 // holds k's transaction ID.
 func (s *Store) Get(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
-	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM transactions
+	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+readColumns+` FROM transactions
 		WHERE partner_id = $1 AND transaction_id = $2`, k.PartnerID, k.TransactionID))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("store: get: %w", err)
@@ -313,6 +320,9 @@ func (s *Store) Get(ctx context.Context, k idempotency.Key) (*cellside.Record, e
 // its callback event to the outbox in the same statement: the outcome and
 // its event commit together or not at all.
 func (s *Store) Persist(ctx context.Context, r *cellside.Record, from cellside.State) error {
+	if r.Original != "" && from == cellside.StateSending {
+		return s.settleFollowUp(ctx, r)
+	}
 	if r.State.Terminal() {
 		return s.persistFinal(ctx, r, from)
 	}
@@ -430,7 +440,7 @@ func (s *Store) Policy(ctx context.Context) (cellside.Policy, error) {
 // updated before before, oldest first, leaving out those an attempt is
 // still working on, in this instance or a live sibling (see Active).
 func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]*cellside.Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions t
+	rows, err := s.pool.Query(ctx, `SELECT `+readColumns+` FROM transactions t
 		WHERE state IN ('sending', 'deciding') AND updated_at < $1 AND NOT `+activeSQL+` ORDER BY updated_at LIMIT $2`,
 		before, limit, s.instance, activeFor)
 	if err != nil {
@@ -454,7 +464,7 @@ func (s *Store) Unresolved(ctx context.Context, before time.Time, limit int) ([]
 // Unfiled returns up to limit final records decided without a directory
 // entry (Record.Unfiled), oldest first: the entries the directory lacks.
 func (s *Store) Unfiled(ctx context.Context, limit int) ([]*cellside.Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM transactions
+	rows, err := s.pool.Query(ctx, `SELECT `+readColumns+` FROM transactions
 		WHERE unfiled AND state IN ('approved', 'declined', 'failed') ORDER BY updated_at LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: unfiled: %w", err)

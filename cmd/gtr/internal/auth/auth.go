@@ -166,8 +166,33 @@ func authorize(p *partners.Partner, req any) error {
 		default:
 			return errNotYours
 		}
+	case followUp:
+		// A capture, void or refund acts on the partner's own
+		// authorization, in a market it may use for authorizations.
+		if r.GetPartnerId() != p.ID {
+			return errNotYours
+		}
+		field, ok := p.Allows(r.GetMarket(), cellpayv1.PaymentType_CARD_AUTHORIZATION.String())
+		switch {
+		case ok:
+		case field == "market":
+			return errMarket
+		default:
+			return errPaymentType
+		}
+	default:
+		// A Payments method this function does not know acts for no one:
+		// refused rather than let through unchecked.
+		return errNotYours
 	}
 	return nil
+}
+
+// followUp is what the capture, void and refund requests have in common.
+type followUp interface {
+	GetPartnerId() string
+	GetMarket() string
+	GetOriginalTransactionId() string
 }
 
 func reason(err error) string {

@@ -38,6 +38,10 @@ func (echo) SubmitTransaction(ctx context.Context, r *cellpayv1.SubmitTransactio
 	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED}, nil
 }
 
+func (echo) CaptureTransaction(ctx context.Context, r *cellpayv1.CaptureTransactionRequest) (*cellpayv1.Transaction, error) {
+	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId()}, nil
+}
+
 func (echo) GetTransaction(ctx context.Context, r *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
 	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId() + "@" + r.GetPartnerId()}, nil
 }
@@ -138,6 +142,26 @@ func TestInterceptor(t *testing.T) {
 	}
 	if _, err := pay.GetTransaction(as(plain["b"]), &cellpayv1.GetTransactionRequest{TransactionId: "t1", PartnerId: "a"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Get of another partner's: %v", err)
+	}
+	// A capture acts for the key's partner only, in a market the partner
+	// may authorize in.
+	capture := func(partner, market string) *cellpayv1.CaptureTransactionRequest {
+		return &cellpayv1.CaptureTransactionRequest{TransactionId: "c1", PartnerId: partner, OriginalTransactionId: "t1", Market: market}
+	}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		req  *cellpayv1.CaptureTransactionRequest
+		want codes.Code
+	}{
+		{"capture, own", as(plain["gb-cards"]), capture("gb-cards", "GB"), codes.OK},
+		{"capture, no key", as(""), capture("a", "GB"), codes.Unauthenticated},
+		{"capture of another partner's", as(plain["a"]), capture("b", "GB"), codes.PermissionDenied},
+		{"capture, market not enabled", as(plain["gb-cards"]), capture("gb-cards", "DE"), codes.PermissionDenied},
+	} {
+		if _, err := pay.CaptureTransaction(c.ctx, c.req); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
 	}
 	// Health needs no key.
 	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {

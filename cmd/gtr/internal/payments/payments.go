@@ -69,6 +69,9 @@ type Metrics interface {
 	// Done records a transaction's processing ending with txn or err after
 	// attempts cells were tried (coalesced duplicates count once).
 	Done(txn *cellpayv1.Transaction, err error, attempts int)
+	// Located records how a follow-up found its original's cell: home,
+	// directory (the home named the owner) or fanout.
+	Located(how string)
 }
 
 // Config configures a Server.
@@ -484,22 +487,37 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
 		return nil, (&validate.FieldError{Field: "transaction_id", Reason: err.Error()})
 	}
-	// A read fans out to every cell: never without a bound, whatever the
+	txn, _, unreachable, cells := s.fanOut(ctx, partner, req.GetTransactionId())
+	if txn != nil {
+		return txn, nil
+	}
+	if unreachable > 0 {
+		return nil, status.Errorf(codes.Unavailable, "transaction not found, and %d of %d cells did not answer", unreachable, cells)
+	}
+	return nil, status.Error(codes.NotFound, "transaction not found")
+}
+
+// fanOut asks every cell of the table for partner's transaction id, and
+// returns the first record found with its cell; or, when none has it, how
+// many of the cells did not answer within GetTimeout.
+func (s *Server) fanOut(ctx context.Context, partner, id string) (txn *cellpayv1.Transaction, at *routing.Cell, unreachable, cells int) {
+	// A fan-out asks every cell: never without a bound, whatever the
 	// caller set (or did not).
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GetTimeout)
 	defer cancel()
-	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: req.GetTransactionId()}
+	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: id}
 	tbl := s.cfg.Table()
-	cells := tbl.Spec().Cells
+	all := tbl.Spec().Cells
 	type answer struct {
-		txn *cellpayv1.Transaction
-		err error
+		txn  *cellpayv1.Transaction
+		cell *routing.Cell
+		err  error
 	}
 	// Buffered for every cell: a fan-out answered early leaves no sender
 	// blocked, and each ends when cancel does.
-	answers := make(chan answer, len(cells))
-	for i := range cells {
-		c := &cells[i]
+	answers := make(chan answer, len(all))
+	for i := range all {
+		c := &all[i]
 		go func() {
 			client, err := s.cfg.Cells.Client(c, tbl.Balancer(c.Pool))
 			if err != nil {
@@ -507,21 +525,17 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 				return
 			}
 			txn, err := client.Get(ctx, get, grpc.WaitForReady(true))
-			answers <- answer{txn, err}
+			answers <- answer{txn, c, err}
 		}()
 	}
-	var unreachable int
-	for range cells {
+	for range all {
 		a := <-answers
 		switch {
 		case a.err == nil:
-			return a.txn, nil
+			return a.txn, a.cell, 0, len(all)
 		case status.Code(a.err) != codes.NotFound:
 			unreachable++
 		}
 	}
-	if unreachable > 0 {
-		return nil, status.Errorf(codes.Unavailable, "transaction not found, and %d of %d cells did not answer", unreachable, len(cells))
-	}
-	return nil, status.Error(codes.NotFound, "transaction not found")
+	return nil, nil, unreachable, len(all)
 }

@@ -162,18 +162,28 @@ func outgoing(key string) (string, bool) {
 }
 
 // Interceptor is the in-process connection's: it applies the
-// Idempotency-Key header to a SubmitTransaction.
+// Idempotency-Key header to a call that makes a transaction (a submit, a
+// capture, a void, a refund: the key is the new transaction's ID).
 func Interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if r, ok := req.(*cellpayv1.SubmitTransactionRequest); ok {
-		if keys := metadata.ValueFromOutgoingContext(ctx, idempotencyMD); len(keys) > 0 {
-			switch key := keys[0]; {
-			case len(keys) > 1:
-				return badRequest(IdempotencyKey, "sent more than once")
-			case r.GetTransactionId() == "":
-				r.TransactionId = key
-			case r.GetTransactionId() != key:
-				return badRequest(IdempotencyKey, "differs from transaction_id; send one, or both the same")
-			}
+	var id *string
+	switch r := req.(type) {
+	case *cellpayv1.SubmitTransactionRequest:
+		id = &r.TransactionId
+	case *cellpayv1.CaptureTransactionRequest:
+		id = &r.TransactionId
+	case *cellpayv1.VoidTransactionRequest:
+		id = &r.TransactionId
+	case *cellpayv1.RefundTransactionRequest:
+		id = &r.TransactionId
+	}
+	if keys := metadata.ValueFromOutgoingContext(ctx, idempotencyMD); id != nil && len(keys) > 0 {
+		switch key := keys[0]; {
+		case len(keys) > 1:
+			return badRequest(IdempotencyKey, "sent more than once")
+		case *id == "":
+			*id = key
+		case *id != key:
+			return badRequest(IdempotencyKey, "differs from transaction_id; send one, or both the same")
 		}
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
