@@ -46,7 +46,7 @@ type GTR struct {
 	shed     metric.Int64Counter
 	logins   metric.Int64Counter
 	locates  metric.Int64Counter
-	lcAttrs  *attrCache // how
+	lcAttrs  *attrCache // op, how
 	lgAttrs  *attrCache // reason
 	txnAttrs *attrCache // status, code
 	shAttrs  *attrCache // reason
@@ -69,11 +69,11 @@ type GTR struct {
 //	cellpay_gtr_cell_weight_target{cell}          configured weight where any ramp ends
 //	cellpay_gtr_cell_ramp_stalled_seconds{cell}   how long the routing table has lagged a ramp's step (0: it keeps up)
 //	cellpay_gtr_cell_ejections_total{cell,reason} times health ejected a cell, by cause (consecutive_failures, failure_rate, success_rate, checks_unanswered, check_down)
-//	cellpay_gtr_followup_locates_total{how}        how follow-ups found their original's cell: home, directory, fanout
+//	cellpay_gtr_locates_total{op,how}             how reads and follow-ups found the cell holding their transaction: first (the first cell asked), owner (named by the directory), fanout (every cell asked)
 //	cellpay_gtr_admin_login_failures_total{reason} failed operator logins on the admin API and console (missing_token, invalid_token), and calls refused for them (throttled)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", ""),
-		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("how", "")}
+		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("op", "how")}
 	errs := make([]error, 8)
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
@@ -109,8 +109,8 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g.logins, err = m.Int64Counter("cellpay.gtr.admin.login_failures",
 		metric.WithDescription("Failed operator logins on the admin API and the console (missing_token, invalid_token), and calls refused for too many of them (throttled)."))
 	errs = append(errs, err)
-	g.locates, err = m.Int64Counter("cellpay.gtr.followup.locates",
-		metric.WithDescription("Captures, voids and refunds by how they found their original's cell: at its natural home, through the directory (the home named the owner), or by asking every cell (fanout)."))
+	g.locates, err = m.Int64Counter("cellpay.gtr.locates",
+		metric.WithDescription("Reads (op read) and captures, voids and refunds (op follow_up) by how they found the cell holding their transaction: the first cell asked (first), the owner the directory named (owner), or by asking every cell (fanout)."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -156,9 +156,9 @@ func (g *GTR) LoginFailed(reason string) {
 	g.logins.Add(context.Background(), 1, g.lgAttrs.of(reason, "").add...)
 }
 
-// Located counts a follow-up's way to its original's cell.
-func (g *GTR) Located(how string) {
-	g.locates.Add(context.Background(), 1, g.lcAttrs.of(how, "").add...)
+// Located counts how a read or a follow-up (op) found its cell.
+func (g *GTR) Located(op, how string) {
+	g.locates.Add(context.Background(), 1, g.lcAttrs.of(op, how).add...)
 }
 
 // Shed counts a request refused by admission control.

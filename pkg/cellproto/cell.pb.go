@@ -25,6 +25,89 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type FindResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*FindResponse_Result
+	//	*FindResponse_OwnerCell
+	Outcome       isFindResponse_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindResponse) Reset() {
+	*x = FindResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindResponse) ProtoMessage() {}
+
+func (x *FindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindResponse.ProtoReflect.Descriptor instead.
+func (*FindResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FindResponse) GetOutcome() isFindResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *FindResponse) GetResult() *cellpayv1.Transaction {
+	if x != nil {
+		if x, ok := x.Outcome.(*FindResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *FindResponse) GetOwnerCell() string {
+	if x != nil {
+		if x, ok := x.Outcome.(*FindResponse_OwnerCell); ok {
+			return x.OwnerCell
+		}
+	}
+	return ""
+}
+
+type isFindResponse_Outcome interface {
+	isFindResponse_Outcome()
+}
+
+type FindResponse_Result struct {
+	Result *cellpayv1.Transaction `protobuf:"bytes,1,opt,name=result,proto3,oneof"`
+}
+
+type FindResponse_OwnerCell struct {
+	// owner_cell holds the transaction, the directory says.
+	OwnerCell string `protobuf:"bytes,2,opt,name=owner_cell,json=ownerCell,proto3,oneof"`
+}
+
+func (*FindResponse_Result) isFindResponse_Outcome() {}
+
+func (*FindResponse_OwnerCell) isFindResponse_Outcome() {}
+
 type FollowUpRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind is CAPTURE, VOID or REFUND.
@@ -43,7 +126,7 @@ type FollowUpRequest struct {
 
 func (x *FollowUpRequest) Reset() {
 	*x = FollowUpRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +138,7 @@ func (x *FollowUpRequest) String() string {
 func (*FollowUpRequest) ProtoMessage() {}
 
 func (x *FollowUpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +151,7 @@ func (x *FollowUpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowUpRequest.ProtoReflect.Descriptor instead.
 func (*FollowUpRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *FollowUpRequest) GetKind() cellpayv1.PaymentType {
@@ -133,7 +216,7 @@ type FollowUpResponse struct {
 
 func (x *FollowUpResponse) Reset() {
 	*x = FollowUpResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +228,7 @@ func (x *FollowUpResponse) String() string {
 func (*FollowUpResponse) ProtoMessage() {}
 
 func (x *FollowUpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +241,7 @@ func (x *FollowUpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowUpResponse.ProtoReflect.Descriptor instead.
 func (*FollowUpResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FollowUpResponse) GetOutcome() isFollowUpResponse_Outcome {
@@ -238,7 +321,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +333,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +346,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InspectResponse) GetFound() bool {
@@ -391,7 +474,7 @@ type ListCallbacksRequest struct {
 
 func (x *ListCallbacksRequest) Reset() {
 	*x = ListCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +486,7 @@ func (x *ListCallbacksRequest) String() string {
 func (*ListCallbacksRequest) ProtoMessage() {}
 
 func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +499,7 @@ func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ListCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListCallbacksRequest) GetPartnerId() string {
@@ -483,7 +566,7 @@ type CallbackEvent struct {
 
 func (x *CallbackEvent) Reset() {
 	*x = CallbackEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +578,7 @@ func (x *CallbackEvent) String() string {
 func (*CallbackEvent) ProtoMessage() {}
 
 func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +591,7 @@ func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackEvent.ProtoReflect.Descriptor instead.
 func (*CallbackEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CallbackEvent) GetEventId() string {
@@ -617,7 +700,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +712,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +725,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*CallbackEvent {
@@ -687,7 +770,7 @@ type ReplayCallbacksRequest struct {
 
 func (x *ReplayCallbacksRequest) Reset() {
 	*x = ReplayCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +782,7 @@ func (x *ReplayCallbacksRequest) String() string {
 func (*ReplayCallbacksRequest) ProtoMessage() {}
 
 func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +795,7 @@ func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplayCallbacksRequest) GetPartnerId() string {
@@ -745,7 +828,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +840,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +853,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -794,7 +877,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +889,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +902,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessInput) GetInput() isProcessInput_Input {
@@ -874,7 +957,7 @@ type Proceed struct {
 
 func (x *Proceed) Reset() {
 	*x = Proceed{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +969,7 @@ func (x *Proceed) String() string {
 func (*Proceed) ProtoMessage() {}
 
 func (x *Proceed) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +982,7 @@ func (x *Proceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
 func (*Proceed) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 type ProcessRequest struct {
@@ -934,7 +1017,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1029,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1042,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -1019,7 +1102,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1114,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1127,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -1130,7 +1213,7 @@ type Proceeding struct {
 
 func (x *Proceeding) Reset() {
 	*x = Proceeding{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1225,7 @@ func (x *Proceeding) String() string {
 func (*Proceeding) ProtoMessage() {}
 
 func (x *Proceeding) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1238,7 @@ func (x *Proceeding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceeding.ProtoReflect.Descriptor instead.
 func (*Proceeding) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
 }
 
 type PointOfNoReturn struct {
@@ -1169,7 +1252,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1264,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1277,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -1234,7 +1317,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1329,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1342,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{14}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -1294,7 +1377,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1389,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1402,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{15}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -1340,7 +1423,12 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x02\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"m\n" +
+	"\fFindResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12\x1f\n" +
+	"\n" +
+	"owner_cell\x18\x02 \x01(\tH\x00R\townerCellB\t\n" +
+	"\aoutcome\"\x9e\x02\n" +
 	"\x0fFollowUpRequest\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.cellpay.v1.PaymentTypeR\x04kind\x12\x1d\n" +
 	"\n" +
@@ -1456,14 +1544,15 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xf1\x03\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xb5\x04\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.Transaction\x12^\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a&.cellpay.cell.v1.ListCallbacksResponse\x12d\n" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponse\x12H\n" +
 	"\aInspect\x12\x1b.cellpay.cell.v1.GetRequest\x1a .cellpay.cell.v1.InspectResponse\x12O\n" +
-	"\bFollowUp\x12 .cellpay.cell.v1.FollowUpRequest\x1a!.cellpay.cell.v1.FollowUpResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
+	"\bFollowUp\x12 .cellpay.cell.v1.FollowUpRequest\x1a!.cellpay.cell.v1.FollowUpResponse\x12B\n" +
+	"\x04Find\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x1d.cellpay.cell.v1.FindResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
 	file_cellpay_cell_v1_cell_proto_rawDescOnce sync.Once
@@ -1477,67 +1566,71 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*FollowUpRequest)(nil),                    // 0: cellpay.cell.v1.FollowUpRequest
-	(*FollowUpResponse)(nil),                   // 1: cellpay.cell.v1.FollowUpResponse
-	(*InspectResponse)(nil),                    // 2: cellpay.cell.v1.InspectResponse
-	(*ListCallbacksRequest)(nil),               // 3: cellpay.cell.v1.ListCallbacksRequest
-	(*CallbackEvent)(nil),                      // 4: cellpay.cell.v1.CallbackEvent
-	(*ListCallbacksResponse)(nil),              // 5: cellpay.cell.v1.ListCallbacksResponse
-	(*ReplayCallbacksRequest)(nil),             // 6: cellpay.cell.v1.ReplayCallbacksRequest
-	(*ReplayCallbacksResponse)(nil),            // 7: cellpay.cell.v1.ReplayCallbacksResponse
-	(*ProcessInput)(nil),                       // 8: cellpay.cell.v1.ProcessInput
-	(*Proceed)(nil),                            // 9: cellpay.cell.v1.Proceed
-	(*ProcessRequest)(nil),                     // 10: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 11: cellpay.cell.v1.ProcessEvent
-	(*Proceeding)(nil),                         // 12: cellpay.cell.v1.Proceeding
-	(*PointOfNoReturn)(nil),                    // 13: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 14: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 15: cellpay.cell.v1.GetRequest
-	(cellpayv1.PaymentType)(0),                 // 16: cellpay.v1.PaymentType
-	(*cellpayv1.Money)(nil),                    // 17: cellpay.v1.Money
-	(*cellpayv1.Transaction)(nil),              // 18: cellpay.v1.Transaction
-	(*timestamppb.Timestamp)(nil),              // 19: google.protobuf.Timestamp
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 20: cellpay.v1.SubmitTransactionRequest
+	(*FindResponse)(nil),                       // 0: cellpay.cell.v1.FindResponse
+	(*FollowUpRequest)(nil),                    // 1: cellpay.cell.v1.FollowUpRequest
+	(*FollowUpResponse)(nil),                   // 2: cellpay.cell.v1.FollowUpResponse
+	(*InspectResponse)(nil),                    // 3: cellpay.cell.v1.InspectResponse
+	(*ListCallbacksRequest)(nil),               // 4: cellpay.cell.v1.ListCallbacksRequest
+	(*CallbackEvent)(nil),                      // 5: cellpay.cell.v1.CallbackEvent
+	(*ListCallbacksResponse)(nil),              // 6: cellpay.cell.v1.ListCallbacksResponse
+	(*ReplayCallbacksRequest)(nil),             // 7: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplayCallbacksResponse)(nil),            // 8: cellpay.cell.v1.ReplayCallbacksResponse
+	(*ProcessInput)(nil),                       // 9: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 10: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 11: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 12: cellpay.cell.v1.ProcessEvent
+	(*Proceeding)(nil),                         // 13: cellpay.cell.v1.Proceeding
+	(*PointOfNoReturn)(nil),                    // 14: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 15: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 16: cellpay.cell.v1.GetRequest
+	(*cellpayv1.Transaction)(nil),              // 17: cellpay.v1.Transaction
+	(cellpayv1.PaymentType)(0),                 // 18: cellpay.v1.PaymentType
+	(*cellpayv1.Money)(nil),                    // 19: cellpay.v1.Money
+	(*timestamppb.Timestamp)(nil),              // 20: google.protobuf.Timestamp
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 21: cellpay.v1.SubmitTransactionRequest
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	16, // 0: cellpay.cell.v1.FollowUpRequest.kind:type_name -> cellpay.v1.PaymentType
-	17, // 1: cellpay.cell.v1.FollowUpRequest.amount:type_name -> cellpay.v1.Money
-	18, // 2: cellpay.cell.v1.FollowUpResponse.result:type_name -> cellpay.v1.Transaction
-	19, // 3: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
-	19, // 4: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
-	4,  // 5: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
-	19, // 6: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	19, // 7: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
-	19, // 8: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
-	19, // 9: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
-	4,  // 10: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	19, // 11: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	10, // 12: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
-	9,  // 13: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	20, // 14: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	13, // 15: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	18, // 16: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	14, // 17: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	12, // 18: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
-	8,  // 19: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	15, // 20: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	3,  // 21: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	6,  // 22: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	15, // 23: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
-	0,  // 24: cellpay.cell.v1.Cell.FollowUp:input_type -> cellpay.cell.v1.FollowUpRequest
-	11, // 25: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	18, // 26: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	5,  // 27: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
-	7,  // 28: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
-	2,  // 29: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
-	1,  // 30: cellpay.cell.v1.Cell.FollowUp:output_type -> cellpay.cell.v1.FollowUpResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	17, // 0: cellpay.cell.v1.FindResponse.result:type_name -> cellpay.v1.Transaction
+	18, // 1: cellpay.cell.v1.FollowUpRequest.kind:type_name -> cellpay.v1.PaymentType
+	19, // 2: cellpay.cell.v1.FollowUpRequest.amount:type_name -> cellpay.v1.Money
+	17, // 3: cellpay.cell.v1.FollowUpResponse.result:type_name -> cellpay.v1.Transaction
+	20, // 4: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
+	20, // 5: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 6: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
+	20, // 7: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	20, // 8: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	20, // 9: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	20, // 10: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	20, // 12: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	11, // 13: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	10, // 14: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	21, // 15: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	14, // 16: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	17, // 17: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	15, // 18: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	13, // 19: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
+	9,  // 20: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	16, // 21: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	4,  // 22: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	7,  // 23: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	16, // 24: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
+	1,  // 25: cellpay.cell.v1.Cell.FollowUp:input_type -> cellpay.cell.v1.FollowUpRequest
+	16, // 26: cellpay.cell.v1.Cell.Find:input_type -> cellpay.cell.v1.GetRequest
+	12, // 27: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	17, // 28: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	6,  // 29: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	8,  // 30: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	3,  // 31: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
+	2,  // 32: cellpay.cell.v1.Cell.FollowUp:output_type -> cellpay.cell.v1.FollowUpResponse
+	0,  // 33: cellpay.cell.v1.Cell.Find:output_type -> cellpay.cell.v1.FindResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -1545,15 +1638,19 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[1].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[0].OneofWrappers = []any{
+		(*FindResponse_Result)(nil),
+		(*FindResponse_OwnerCell)(nil),
+	}
+	file_cellpay_cell_v1_cell_proto_msgTypes[2].OneofWrappers = []any{
 		(*FollowUpResponse_Result)(nil),
 		(*FollowUpResponse_OwnerCell)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[8].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[9].OneofWrappers = []any{
 		(*ProcessInput_Start)(nil),
 		(*ProcessInput_Proceed)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[11].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[12].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -1565,7 +1662,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

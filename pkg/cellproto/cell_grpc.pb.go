@@ -28,6 +28,7 @@ const (
 	Cell_ReplayCallbacks_FullMethodName = "/cellpay.cell.v1.Cell/ReplayCallbacks"
 	Cell_Inspect_FullMethodName         = "/cellpay.cell.v1.Cell/Inspect"
 	Cell_FollowUp_FullMethodName        = "/cellpay.cell.v1.Cell/FollowUp"
+	Cell_Find_FullMethodName            = "/cellpay.cell.v1.Cell/Find"
 )
 
 // CellClient is the client API for Cell service.
@@ -85,6 +86,11 @@ type CellClient interface {
 	// when the directory does not know it either. Errors as for Process,
 	// and FAILED_PRECONDITION naming the rule broken.
 	FollowUp(ctx context.Context, in *FollowUpRequest, opts ...grpc.CallOption) (*FollowUpResponse, error)
+	// Find is Get for the GTR's reads: the recorded transaction, or, when
+	// this cell does not hold it, its owner from the transaction directory
+	// (owner_cell), or NOT_FOUND when the directory does not know it
+	// either. Any cell can answer where a transaction is.
+	Find(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*FindResponse, error)
 }
 
 type cellClient struct {
@@ -158,6 +164,16 @@ func (c *cellClient) FollowUp(ctx context.Context, in *FollowUpRequest, opts ...
 	return out, nil
 }
 
+func (c *cellClient) Find(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*FindResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindResponse)
+	err := c.cc.Invoke(ctx, Cell_Find_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CellServer is the server API for Cell service.
 // All implementations must embed UnimplementedCellServer
 // for forward compatibility.
@@ -213,6 +229,11 @@ type CellServer interface {
 	// when the directory does not know it either. Errors as for Process,
 	// and FAILED_PRECONDITION naming the rule broken.
 	FollowUp(context.Context, *FollowUpRequest) (*FollowUpResponse, error)
+	// Find is Get for the GTR's reads: the recorded transaction, or, when
+	// this cell does not hold it, its owner from the transaction directory
+	// (owner_cell), or NOT_FOUND when the directory does not know it
+	// either. Any cell can answer where a transaction is.
+	Find(context.Context, *GetRequest) (*FindResponse, error)
 	mustEmbedUnimplementedCellServer()
 }
 
@@ -240,6 +261,9 @@ func (UnimplementedCellServer) Inspect(context.Context, *GetRequest) (*InspectRe
 }
 func (UnimplementedCellServer) FollowUp(context.Context, *FollowUpRequest) (*FollowUpResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FollowUp not implemented")
+}
+func (UnimplementedCellServer) Find(context.Context, *GetRequest) (*FindResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Find not implemented")
 }
 func (UnimplementedCellServer) mustEmbedUnimplementedCellServer() {}
 func (UnimplementedCellServer) testEmbeddedByValue()              {}
@@ -359,6 +383,24 @@ func _Cell_FollowUp_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cell_Find_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).Find(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_Find_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).Find(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cell_ServiceDesc is the grpc.ServiceDesc for Cell service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -385,6 +427,10 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FollowUp",
 			Handler:    _Cell_FollowUp_Handler,
+		},
+		{
+			MethodName: "Find",
+			Handler:    _Cell_Find_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -653,7 +653,14 @@ type GetTransactionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	// partner_id is the partner whose transaction_id this is; required.
-	PartnerId     string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	PartnerId string `protobuf:"bytes,2,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// market and payment_type, optional, are the transaction's (a
+	// follow-up's: its original's market and CARD_AUTHORIZATION): with
+	// them the read goes straight to the cell the transaction was routed
+	// to. Without them, or with wrong ones, the answer is the same, found
+	// through the transaction directory.
+	Market        string      `protobuf:"bytes,3,opt,name=market,proto3" json:"market,omitempty"`
+	PaymentType   PaymentType `protobuf:"varint,4,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +707,20 @@ func (x *GetTransactionRequest) GetPartnerId() string {
 		return x.PartnerId
 	}
 	return ""
+}
+
+func (x *GetTransactionRequest) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+func (x *GetTransactionRequest) GetPaymentType() PaymentType {
+	if x != nil {
+		return x.PaymentType
+	}
+	return PaymentType_PAYMENT_TYPE_UNSPECIFIED
 }
 
 type Transaction struct {
@@ -974,11 +995,13 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"partner_id\x18\x02 \x01(\tR\tpartnerId\x126\n" +
 	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x12\x16\n" +
 	"\x06market\x18\x04 \x01(\tR\x06market\x12)\n" +
-	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\"]\n" +
+	"\x06amount\x18\x05 \x01(\v2\x11.cellpay.v1.MoneyR\x06amount\"\xb1\x01\n" +
 	"\x15GetTransactionRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId\"\x9a\a\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId\x12\x16\n" +
+	"\x06market\x18\x03 \x01(\tR\x06market\x12:\n" +
+	"\fpayment_type\x18\x04 \x01(\x0e2\x17.cellpay.v1.PaymentTypeR\vpaymentType\"\x9a\a\n" +
 	"\vTransaction\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.cellpay.v1.TransactionStatusR\x06status\x12%\n" +
@@ -1067,29 +1090,30 @@ var file_cellpay_v1_payments_proto_depIdxs = []int32{
 	4,  // 3: cellpay.v1.SubmitTransactionRequest.card:type_name -> cellpay.v1.Card
 	2,  // 4: cellpay.v1.CaptureTransactionRequest.amount:type_name -> cellpay.v1.Money
 	2,  // 5: cellpay.v1.RefundTransactionRequest.amount:type_name -> cellpay.v1.Money
-	1,  // 6: cellpay.v1.Transaction.status:type_name -> cellpay.v1.TransactionStatus
-	2,  // 7: cellpay.v1.Transaction.amount:type_name -> cellpay.v1.Money
-	2,  // 8: cellpay.v1.Transaction.settlement_amount:type_name -> cellpay.v1.Money
-	0,  // 9: cellpay.v1.Transaction.payment_type:type_name -> cellpay.v1.PaymentType
-	11, // 10: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	11, // 11: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: cellpay.v1.Transaction.captured_amount:type_name -> cellpay.v1.Money
-	2,  // 13: cellpay.v1.Transaction.refunded_amount:type_name -> cellpay.v1.Money
-	5,  // 14: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
-	9,  // 15: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
-	6,  // 16: cellpay.v1.Payments.CaptureTransaction:input_type -> cellpay.v1.CaptureTransactionRequest
-	7,  // 17: cellpay.v1.Payments.VoidTransaction:input_type -> cellpay.v1.VoidTransactionRequest
-	8,  // 18: cellpay.v1.Payments.RefundTransaction:input_type -> cellpay.v1.RefundTransactionRequest
-	10, // 19: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
-	10, // 20: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
-	10, // 21: cellpay.v1.Payments.CaptureTransaction:output_type -> cellpay.v1.Transaction
-	10, // 22: cellpay.v1.Payments.VoidTransaction:output_type -> cellpay.v1.Transaction
-	10, // 23: cellpay.v1.Payments.RefundTransaction:output_type -> cellpay.v1.Transaction
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 6: cellpay.v1.GetTransactionRequest.payment_type:type_name -> cellpay.v1.PaymentType
+	1,  // 7: cellpay.v1.Transaction.status:type_name -> cellpay.v1.TransactionStatus
+	2,  // 8: cellpay.v1.Transaction.amount:type_name -> cellpay.v1.Money
+	2,  // 9: cellpay.v1.Transaction.settlement_amount:type_name -> cellpay.v1.Money
+	0,  // 10: cellpay.v1.Transaction.payment_type:type_name -> cellpay.v1.PaymentType
+	11, // 11: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	11, // 12: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 13: cellpay.v1.Transaction.captured_amount:type_name -> cellpay.v1.Money
+	2,  // 14: cellpay.v1.Transaction.refunded_amount:type_name -> cellpay.v1.Money
+	5,  // 15: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
+	9,  // 16: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
+	6,  // 17: cellpay.v1.Payments.CaptureTransaction:input_type -> cellpay.v1.CaptureTransactionRequest
+	7,  // 18: cellpay.v1.Payments.VoidTransaction:input_type -> cellpay.v1.VoidTransactionRequest
+	8,  // 19: cellpay.v1.Payments.RefundTransaction:input_type -> cellpay.v1.RefundTransactionRequest
+	10, // 20: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
+	10, // 21: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
+	10, // 22: cellpay.v1.Payments.CaptureTransaction:output_type -> cellpay.v1.Transaction
+	10, // 23: cellpay.v1.Payments.VoidTransaction:output_type -> cellpay.v1.Transaction
+	10, // 24: cellpay.v1.Payments.RefundTransaction:output_type -> cellpay.v1.Transaction
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_v1_payments_proto_init() }

@@ -80,6 +80,8 @@ func local_request_Payments_SubmitTransaction_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
+var filter_Payments_GetTransaction_0 = &utilities.DoubleArray{Encoding: map[string]int{"partner_id": 0, "transaction_id": 1}, Base: []int{1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 2, 3}}
+
 func request_Payments_GetTransaction_0(ctx context.Context, marshaler runtime.Marshaler, client PaymentsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetTransactionRequest
@@ -101,6 +103,12 @@ func request_Payments_GetTransaction_0(ctx context.Context, marshaler runtime.Ma
 	protoReq.TransactionId, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "transaction_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_Payments_GetTransaction_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
@@ -130,6 +138,12 @@ func local_request_Payments_GetTransaction_0(ctx context.Context, marshaler runt
 	protoReq.TransactionId, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "transaction_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_Payments_GetTransaction_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.GetTransaction(ctx, &protoReq)
 	return msg, metadata, err

@@ -111,16 +111,51 @@ func (s *Server) followUpReplay(r *cellside.Record, asReq *cellpayv1.SubmitTrans
 // locate answers for an original this cell does not hold: its owner in
 // the directory, or NOT_FOUND.
 func (s *Server) locate(ctx context.Context, k idempotency.Key) (*cellproto.FollowUpResponse, error) {
-	if d := s.cfg.Directory; d != nil {
-		e, found, err := d.Get(ctx, k)
-		switch {
-		case err != nil:
-			return nil, status.Errorf(codes.Unavailable, "the original is not in this cell, and the transaction directory did not answer: %v", err)
-		case found && e.Owner != s.cfg.CellID && e.State != cellside.EntryAbandoned:
-			return &cellproto.FollowUpResponse{Outcome: &cellproto.FollowUpResponse_OwnerCell{OwnerCell: e.Owner}}, nil
-		}
+	owner, err := s.ownerOf(ctx, k)
+	if err != nil {
+		return nil, err
 	}
-	return nil, apierr.Error(codes.NotFound, apierr.OriginalNotFound, cellside.ErrOriginalNotFound.Error())
+	if owner == "" {
+		return nil, apierr.Error(codes.NotFound, apierr.OriginalNotFound, cellside.ErrOriginalNotFound.Error())
+	}
+	return &cellproto.FollowUpResponse{Outcome: &cellproto.FollowUpResponse_OwnerCell{OwnerCell: owner}}, nil
+}
+
+// ownerOf is the cell other than this one that the directory says holds
+// k; "" when it names none (no entry, an abandoned one, or this cell's).
+func (s *Server) ownerOf(ctx context.Context, k idempotency.Key) (string, error) {
+	d := s.cfg.Directory
+	if d == nil {
+		return "", nil
+	}
+	e, found, err := d.Get(ctx, k)
+	switch {
+	case err != nil:
+		return "", status.Errorf(codes.Unavailable, "not in this cell, and the transaction directory did not answer: %v", err)
+	case found && e.Owner != s.cfg.CellID && e.State != cellside.EntryAbandoned:
+		return e.Owner, nil
+	}
+	return "", nil
+}
+
+// Find is Get, or where the transaction is; see the Cell service's
+// contract.
+func (s *Server) Find(ctx context.Context, req *cellproto.GetRequest) (*cellproto.FindResponse, error) {
+	txn, err := s.Get(ctx, req)
+	if err == nil {
+		return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_Result{Result: txn}}, nil
+	}
+	if status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	owner, err := s.ownerOf(ctx, idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
+	switch {
+	case err != nil:
+		return nil, err
+	case owner == "":
+		return nil, status.Error(codes.NotFound, "transaction not found")
+	}
+	return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_OwnerCell{OwnerCell: owner}}, nil
 }
 
 // claimFollowUp claims the follow-up's ID in the directory, so that no

@@ -117,14 +117,14 @@ func (s *Server) sendFollowUp(ctx context.Context, req *cellproto.FollowUpReques
 		resp, err := s.followUpAt(ctx, table, res.Home, req)
 		switch {
 		case err == nil && resp.GetOwnerCell() == "":
-			s.located("home")
+			s.located(opFollowUp, "first")
 			return resp.GetResult(), nil
 		case err == nil:
 			owner, known := table.Cell(resp.GetOwnerCell())
 			if !known {
 				return nil, apierr.Error(codes.Unavailable, apierr.Unavailable, fmt.Sprintf("the original's cell %q is not in the routing table", resp.GetOwnerCell()))
 			}
-			s.located("directory")
+			s.located(opFollowUp, "owner")
 			tried++
 			return s.finalAt(ctx, table, &owner, req)
 		case !errors.Is(err, errUnreachable) && status.Code(err) != codes.NotFound:
@@ -137,7 +137,7 @@ func (s *Server) sendFollowUp(ctx context.Context, req *cellproto.FollowUpReques
 	}
 	// No home, the home down, or neither it nor the directory knows the
 	// original: ask every cell.
-	s.located("fanout")
+	s.located(opFollowUp, "fanout")
 	_, found, unreachable, _ := s.fanOut(ctx, req.GetPartnerId(), req.GetOriginalTransactionId())
 	if found == nil {
 		if unreachable > 0 {
@@ -182,8 +182,14 @@ func (s *Server) finalAt(ctx context.Context, table *routing.Table, cell *routin
 	return resp.GetResult(), nil
 }
 
-func (s *Server) located(how string) {
+// The ops of Metrics.Located.
+const (
+	opFollowUp = "follow_up"
+	opRead     = "read"
+)
+
+func (s *Server) located(op, how string) {
 	if m := s.cfg.Metrics; m != nil {
-		m.Located(how)
+		m.Located(op, how)
 	}
 }

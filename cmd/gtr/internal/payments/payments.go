@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -69,9 +70,10 @@ type Metrics interface {
 	// Done records a transaction's processing ending with txn or err after
 	// attempts cells were tried (coalesced duplicates count once).
 	Done(txn *cellpayv1.Transaction, err error, attempts int)
-	// Located records how a follow-up found its original's cell: home,
-	// directory (the home named the owner) or fanout.
-	Located(how string)
+	// Located records how a read or a follow-up (op: read, follow_up)
+	// found the cell that holds its transaction: first (the first cell
+	// asked), owner (the directory named it) or fanout.
+	Located(op, how string)
 }
 
 // Config configures a Server.
@@ -104,8 +106,10 @@ type Config struct {
 	MinAttemptTime time.Duration
 	// DefaultDeadline applies when the caller sets none; default 10s.
 	DefaultDeadline time.Duration
-	// GetTimeout bounds a GetTransaction's fan-out to the cells; default 3s.
-	GetTimeout time.Duration
+	// GetTimeout bounds a GetTransaction, its fan-out to the cells
+	// included; default 3s. FindTimeout bounds its ask of the first cell,
+	// after which (that cell slow or away) it fans out; default 1s.
+	GetTimeout, FindTimeout time.Duration
 	// RetryBudget caps re-routes at this share of the requests of the last
 	// 10 seconds, plus MinRetries per second (internal/retrybudget);
 	// defaults 0.2 and 3. A burst, one cell failing under all that is in
@@ -139,6 +143,9 @@ func (c *Config) validate() error {
 	}
 	if c.GetTimeout <= 0 {
 		c.GetTimeout = 3 * time.Second
+	}
+	if c.FindTimeout <= 0 {
+		c.FindTimeout = time.Second
 	}
 	if c.RetryBudget <= 0 {
 		c.RetryBudget = 0.2
@@ -465,20 +472,24 @@ func partnerOf(ctx context.Context, req *cellpayv1.GetTransactionRequest) (strin
 	return req.GetPartnerId(), nil
 }
 
-// GetTransaction asks every cell of the table (cells never call each
-// other; only the GTR crosses cell boundaries) for the caller's partner's
-// transaction, and returns the first record a cell has: only the cell that
-// took a transaction past its point of no return holds a record partners
-// see (a cell answers NOT_FOUND for one it gave up before), so the first
-// found is the answer and the rest of the fan-out is cancelled. Another
-// partner's transaction with the same ID is NOT_FOUND, like an ID never
-// used: every cell answers for the asked partner only.
+// GetTransaction reads the caller's partner's transaction at the cell that
+// holds it, by the rule of follow-ups (docs/design/follow-ups.md): the
+// first cell asked is the transaction's natural home when the request's
+// routing hints (market, payment type) or the table's rule for the partner
+// name one, else a cell picked by the ID's hash; a cell that does not hold
+// the transaction names its owner from the transaction directory, asked
+// next. Only a transaction whose place is unknown there (no entry: decided
+// in a directory outage and not filed yet, or older than the directory's
+// MaxAge) or a first cell that does not answer costs a fan-out to every
+// cell, counted (cellpay_gtr_locates_total). Another partner's
+// transaction with the same ID is NOT_FOUND, like an ID never used: every
+// cell answers for the asked partner only.
 //
-// A cell whose connection is down (restarting, reconnecting after a cut)
-// is waited for within the fan-out's bound instead of counted unanswered
-// at once: NOT_FOUND is said only when every cell answered it, and a cell
-// that did not answer within the bound makes the read UNAVAILABLE, which a
-// partner retries.
+// A fan-out waits for a cell whose connection is down (restarting,
+// reconnecting after a cut) within the read's bound instead of counting it
+// unanswered at once: NOT_FOUND is said only when every cell answered it,
+// and a cell that did not answer within the bound makes the read
+// UNAVAILABLE, which a partner retries.
 func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransactionRequest) (*cellpayv1.Transaction, error) {
 	partner, err := partnerOf(ctx, req)
 	if err != nil {
@@ -487,6 +498,14 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 	if err := idempotency.ValidateKey(req.GetTransactionId()); err != nil {
 		return nil, (&validate.FieldError{Field: "transaction_id", Reason: err.Error()})
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.GetTimeout)
+	defer cancel()
+	table := s.cfg.Table()
+	get := &cellproto.GetRequest{PartnerId: partner, TransactionId: req.GetTransactionId()}
+	if txn, done, err := s.readAt(ctx, table, s.reader(table, partner, req), get); done {
+		return txn, err
+	}
+	s.located(opRead, "fanout")
 	txn, _, unreachable, cells := s.fanOut(ctx, partner, req.GetTransactionId())
 	if txn != nil {
 		return txn, nil
@@ -495,6 +514,68 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 		return nil, status.Errorf(codes.Unavailable, "transaction not found, and %d of %d cells did not answer", unreachable, cells)
 	}
 	return nil, status.Error(codes.NotFound, "transaction not found")
+}
+
+// reader is the first cell a read of req asks: the natural home of the
+// transaction's key as far as the request tells it (a rule matching the
+// partner alone still names it), else a cell picked by the ID's hash
+// (any cell can tell where a transaction is).
+func (s *Server) reader(table *routing.Table, partner string, req *cellpayv1.GetTransactionRequest) *routing.Cell {
+	attrs := routing.Attrs{TransactionID: req.GetTransactionId(), PartnerID: partner, Market: req.GetMarket()}
+	if pt := req.GetPaymentType(); pt != cellpayv1.PaymentType_PAYMENT_TYPE_UNSPECIFIED {
+		attrs.PaymentType = pt.String()
+	}
+	var buf [maxRanked]routing.Choice
+	if res, _ := table.Route(&attrs, buf[:0]); res.Home != nil {
+		return res.Home
+	}
+	cells := table.Spec().Cells
+	if len(cells) == 0 {
+		return nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(partner))
+	h.Write([]byte{0})
+	h.Write([]byte(req.GetTransactionId()))
+	return &cells[h.Sum32()%uint32(len(cells))]
+}
+
+// readAt reads get at cell, then at the owner it names; done is false
+// when the transaction's place is still unknown (a fan-out's turn).
+func (s *Server) readAt(ctx context.Context, table *routing.Table, cell *routing.Cell, get *cellproto.GetRequest) (txn *cellpayv1.Transaction, done bool, err error) {
+	if cell == nil {
+		return nil, false, nil
+	}
+	client, err := s.cfg.Cells.Client(cell, table.Balancer(cell.Pool))
+	if err != nil {
+		return nil, false, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindTimeout)
+	defer cancel()
+	resp, err := client.Find(fctx, get, grpc.WaitForReady(true))
+	switch {
+	case err != nil:
+		return nil, false, nil // NOT_FOUND (place unknown), or no answer
+	case resp.GetOwnerCell() == "":
+		s.located(opRead, "first")
+		return resp.GetResult(), true, nil
+	}
+	owner, known := table.Cell(resp.GetOwnerCell())
+	if !known {
+		return nil, false, nil
+	}
+	if client, err = s.cfg.Cells.Client(&owner, table.Balancer(owner.Pool)); err != nil {
+		return nil, false, nil
+	}
+	txn, err = client.Get(ctx, get, grpc.WaitForReady(true))
+	switch status.Code(err) {
+	case codes.OK:
+		s.located(opRead, "owner")
+		return txn, true, nil
+	case codes.NotFound:
+		return nil, false, nil
+	}
+	return nil, true, status.Errorf(codes.Unavailable, "cell %s, which holds the transaction, did not answer: %v", owner.ID, status.Convert(err).Message())
 }
 
 // fanOut asks every cell of the table for partner's transaction id, and

@@ -42,6 +42,10 @@ type fakeCell struct {
 	seen  []*cellproto.ProcessRequest
 	do    func(req *cellproto.ProcessRequest, s srv) error
 	get   func(k idempotency.Key) (*cellpayv1.Transaction, error)
+	// owner, if set, is the cell Find names for a transaction this cell
+	// does not have (the directory's owner); gets counts Get and Find.
+	owner string
+	gets  atomic.Int32
 }
 
 type srv = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]
@@ -59,7 +63,20 @@ func (f *fakeCell) Process(s srv) error {
 	return f.do(req, s)
 }
 
+// Find answers as a cell does: the record it has, else the owner.
+func (f *fakeCell) Find(ctx context.Context, req *cellproto.GetRequest) (*cellproto.FindResponse, error) {
+	txn, err := f.Get(ctx, req)
+	switch {
+	case err == nil:
+		return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_Result{Result: txn}}, nil
+	case status.Code(err) == codes.NotFound && f.owner != "":
+		return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_OwnerCell{OwnerCell: f.owner}}, nil
+	}
+	return nil, err
+}
+
 func (f *fakeCell) Get(_ context.Context, req *cellproto.GetRequest) (*cellpayv1.Transaction, error) {
+	f.gets.Add(1)
 	if f.get == nil {
 		return nil, status.Error(codes.NotFound, "no")
 	}
@@ -411,6 +428,65 @@ func TestGetTransaction(t *testing.T) {
 	}
 }
 
+// TestReadGoesWhereTheTransactionIs: a read asks the transaction's home
+// first; a home that does not hold it names the owner, asked next; no
+// other cell is asked. Only a transaction the directory does not place is
+// read by a fan-out. Each way is counted.
+func TestReadGoesWhereTheTransactionIs(t *testing.T) {
+	record := func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+		return &cellpayv1.Transaction{TransactionId: k.TransactionID, PartnerId: k.PartnerID, Status: cellpayv1.TransactionStatus_APPROVED}, nil
+	}
+	var mu sync.Mutex
+	asked := map[string]int{} // of the owner and the other cell, by ID
+	counting := func(answer func(idempotency.Key) (*cellpayv1.Transaction, error)) func(idempotency.Key) (*cellpayv1.Transaction, error) {
+		return func(k idempotency.Key) (*cellpayv1.Transaction, error) {
+			mu.Lock()
+			asked[k.TransactionID]++
+			mu.Unlock()
+			return answer(k)
+		}
+	}
+	notFound := func(idempotency.Key) (*cellpayv1.Transaction, error) { return nil, status.Error(codes.NotFound, "no") }
+	home, owner, other := &fakeCell{}, &fakeCell{get: counting(record)}, &fakeCell{get: counting(notFound)}
+	s, _ := setup(t, home, owner, other)
+	obs := &locations{located: map[string]int{}}
+	s.cfg.Metrics = obs
+	read := func(id string) {
+		t.Helper()
+		if _, err := s.GetTransaction(ctx(t), &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Unknown to the directory: every cell is asked.
+	read("t-1")
+	home.owner = owner.id // the directory places t-2 and t-3 at the owner
+	read("t-2")
+	home.get = record // the home holds t-3
+	read("t-3")
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"read/fanout": 1, "read/owner": 1, "read/first": 1}
+	if !maps.Equal(obs.located, want) || asked["t-2"] != 1 || asked["t-3"] != 0 {
+		t.Fatalf("located %v, want %v; t-2 asked of the owner and the other cell %d times (want 1: the owner), t-3 %d (want 0: the home has it)",
+			obs.located, want, asked["t-2"], asked["t-3"])
+	}
+}
+
+// locations is a Metrics that counts Located by "op/how".
+type locations struct {
+	mu      sync.Mutex
+	located map[string]int
+}
+
+func (l *locations) Rerouted(string, error, bool)            {}
+func (l *locations) Shed(string)                             {}
+func (l *locations) Done(*cellpayv1.Transaction, error, int) {}
+func (l *locations) Located(op, how string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.located[op+"/"+how]++
+}
+
 // TestGetTransactionAnswersWithoutWaitingForAHungCell: the record of the
 // cell that has it is the answer at once; a cell that does not answer
 // (hung here for a minute, the fan-out's bound) is not waited out.
@@ -533,9 +609,11 @@ func TestGetTransactionIsPerPartner(t *testing.T) {
 		t.Fatalf("the owner's read was asked of %d cells, want 1 to 3", n)
 	}
 	delete(count, owned)
-	want := map[idempotency.Key]int{{PartnerID: "p-002", TransactionID: "t-1"}: 3, {PartnerID: "p-002", TransactionID: "t-never"}: 3}
+	// A NOT_FOUND read asks the first cell (which finds no record, and no
+	// directory entry), then every cell.
+	want := map[idempotency.Key]int{{PartnerID: "p-002", TransactionID: "t-1"}: 4, {PartnerID: "p-002", TransactionID: "t-never"}: 4}
 	if !maps.Equal(count, want) {
-		t.Fatalf("cells were asked for %v, want each NOT_FOUND read's partner and ID from every cell: %v", count, want)
+		t.Fatalf("cells were asked for %v, want each NOT_FOUND read's partner and ID from the first cell, then every cell: %v", count, want)
 	}
 }
 
