@@ -90,6 +90,8 @@ sim:
 # which make test replays. Not part of make test; CI runs it bounded.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./internal/validate
+	$(GO) test -run '^$$' -fuzz '^FuzzFollowUp$$' -fuzztime $(FUZZTIME) ./internal/validate
+	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/payments
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) ./pkg/idempotency
 	$(GO) test -run '^$$' -fuzz '^FuzzMask$$' -fuzztime $(FUZZTIME) ./internal/card
 	$(GO) test -run '^$$' -fuzz '^FuzzMaskIn$$' -fuzztime $(FUZZTIME) ./internal/card

@@ -25,6 +25,257 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListRequest struct {
+	state        protoimpl.MessageState        `protogen:"open.v1"`
+	PartnerId    string                        `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	StartTime    *timestamppb.Timestamp        `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime      *timestamppb.Timestamp        `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Statuses     []cellpayv1.TransactionStatus `protobuf:"varint,4,rep,packed,name=statuses,proto3,enum=cellpay.v1.TransactionStatus" json:"statuses,omitempty"`
+	PaymentTypes []cellpayv1.PaymentType       `protobuf:"varint,5,rep,packed,name=payment_types,json=paymentTypes,proto3,enum=cellpay.v1.PaymentType" json:"payment_types,omitempty"`
+	// limit: 1 to 1000.
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// after_created_at and after_transaction_id, when set, list only what
+	// comes after that transaction in the order.
+	AfterCreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=after_created_at,json=afterCreatedAt,proto3" json:"after_created_at,omitempty"`
+	AfterTransactionId string                 `protobuf:"bytes,8,opt,name=after_transaction_id,json=afterTransactionId,proto3" json:"after_transaction_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *ListRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ListRequest) GetStatuses() []cellpayv1.TransactionStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListRequest) GetPaymentTypes() []cellpayv1.PaymentType {
+	if x != nil {
+		return x.PaymentTypes
+	}
+	return nil
+}
+
+func (x *ListRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListRequest) GetAfterCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AfterCreatedAt
+	}
+	return nil
+}
+
+func (x *ListRequest) GetAfterTransactionId() string {
+	if x != nil {
+		return x.AfterTransactionId
+	}
+	return ""
+}
+
+type ListResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Transactions  []*cellpayv1.Transaction `protobuf:"bytes,1,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListResponse) GetTransactions() []*cellpayv1.Transaction {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
+type StatementRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementRequest) Reset() {
+	*x = StatementRequest{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementRequest) ProtoMessage() {}
+
+func (x *StatementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementRequest.ProtoReflect.Descriptor instead.
+func (*StatementRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatementRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *StatementRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *StatementRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+type StatementResponse struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Lines         []*cellpayv1.StatementLine `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementResponse) Reset() {
+	*x = StatementResponse{}
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementResponse) ProtoMessage() {}
+
+func (x *StatementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementResponse.ProtoReflect.Descriptor instead.
+func (*StatementResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatementResponse) GetLines() []*cellpayv1.StatementLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 type FindResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Outcome:
@@ -38,7 +289,7 @@ type FindResponse struct {
 
 func (x *FindResponse) Reset() {
 	*x = FindResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +301,7 @@ func (x *FindResponse) String() string {
 func (*FindResponse) ProtoMessage() {}
 
 func (x *FindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[0]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +314,7 @@ func (x *FindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindResponse.ProtoReflect.Descriptor instead.
 func (*FindResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{0}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FindResponse) GetOutcome() isFindResponse_Outcome {
@@ -126,7 +377,7 @@ type FollowUpRequest struct {
 
 func (x *FollowUpRequest) Reset() {
 	*x = FollowUpRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +389,7 @@ func (x *FollowUpRequest) String() string {
 func (*FollowUpRequest) ProtoMessage() {}
 
 func (x *FollowUpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[1]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +402,7 @@ func (x *FollowUpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowUpRequest.ProtoReflect.Descriptor instead.
 func (*FollowUpRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{1}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FollowUpRequest) GetKind() cellpayv1.PaymentType {
@@ -216,7 +467,7 @@ type FollowUpResponse struct {
 
 func (x *FollowUpResponse) Reset() {
 	*x = FollowUpResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +479,7 @@ func (x *FollowUpResponse) String() string {
 func (*FollowUpResponse) ProtoMessage() {}
 
 func (x *FollowUpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[2]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +492,7 @@ func (x *FollowUpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowUpResponse.ProtoReflect.Descriptor instead.
 func (*FollowUpResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{2}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FollowUpResponse) GetOutcome() isFollowUpResponse_Outcome {
@@ -321,7 +572,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +584,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[3]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +597,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InspectResponse) GetFound() bool {
@@ -474,7 +725,7 @@ type ListCallbacksRequest struct {
 
 func (x *ListCallbacksRequest) Reset() {
 	*x = ListCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +737,7 @@ func (x *ListCallbacksRequest) String() string {
 func (*ListCallbacksRequest) ProtoMessage() {}
 
 func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[4]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +750,7 @@ func (x *ListCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ListCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListCallbacksRequest) GetPartnerId() string {
@@ -566,7 +817,7 @@ type CallbackEvent struct {
 
 func (x *CallbackEvent) Reset() {
 	*x = CallbackEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +829,7 @@ func (x *CallbackEvent) String() string {
 func (*CallbackEvent) ProtoMessage() {}
 
 func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[5]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +842,7 @@ func (x *CallbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackEvent.ProtoReflect.Descriptor instead.
 func (*CallbackEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CallbackEvent) GetEventId() string {
@@ -700,7 +951,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +963,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[6]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +976,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*CallbackEvent {
@@ -770,7 +1021,7 @@ type ReplayCallbacksRequest struct {
 
 func (x *ReplayCallbacksRequest) Reset() {
 	*x = ReplayCallbacksRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1033,7 @@ func (x *ReplayCallbacksRequest) String() string {
 func (*ReplayCallbacksRequest) ProtoMessage() {}
 
 func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[7]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1046,7 @@ func (x *ReplayCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplayCallbacksRequest) GetPartnerId() string {
@@ -828,7 +1079,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1091,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[8]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1104,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -877,7 +1128,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1140,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[9]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1153,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProcessInput) GetInput() isProcessInput_Input {
@@ -957,7 +1208,7 @@ type Proceed struct {
 
 func (x *Proceed) Reset() {
 	*x = Proceed{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1220,7 @@ func (x *Proceed) String() string {
 func (*Proceed) ProtoMessage() {}
 
 func (x *Proceed) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[10]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1233,7 @@ func (x *Proceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceed.ProtoReflect.Descriptor instead.
 func (*Proceed) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{14}
 }
 
 type ProcessRequest struct {
@@ -1017,7 +1268,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1280,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[11]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1293,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProcessRequest) GetRequest() *cellpayv1.SubmitTransactionRequest {
@@ -1102,7 +1353,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1365,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[12]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1378,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -1213,7 +1464,7 @@ type Proceeding struct {
 
 func (x *Proceeding) Reset() {
 	*x = Proceeding{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1476,7 @@ func (x *Proceeding) String() string {
 func (*Proceeding) ProtoMessage() {}
 
 func (x *Proceeding) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[13]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1489,7 @@ func (x *Proceeding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proceeding.ProtoReflect.Descriptor instead.
 func (*Proceeding) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{13}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{17}
 }
 
 type PointOfNoReturn struct {
@@ -1252,7 +1503,7 @@ type PointOfNoReturn struct {
 
 func (x *PointOfNoReturn) Reset() {
 	*x = PointOfNoReturn{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1515,7 @@ func (x *PointOfNoReturn) String() string {
 func (*PointOfNoReturn) ProtoMessage() {}
 
 func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[14]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1528,7 @@ func (x *PointOfNoReturn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PointOfNoReturn.ProtoReflect.Descriptor instead.
 func (*PointOfNoReturn) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{14}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PointOfNoReturn) GetTransactionId() string {
@@ -1317,7 +1568,7 @@ type Reroutable struct {
 
 func (x *Reroutable) Reset() {
 	*x = Reroutable{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1580,7 @@ func (x *Reroutable) String() string {
 func (*Reroutable) ProtoMessage() {}
 
 func (x *Reroutable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[15]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1593,7 @@ func (x *Reroutable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reroutable.ProtoReflect.Descriptor instead.
 func (*Reroutable) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{15}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Reroutable) GetReason() string {
@@ -1377,7 +1628,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1640,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[16]
+	mi := &file_cellpay_cell_v1_cell_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1653,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{16}
+	return file_cellpay_cell_v1_cell_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRequest) GetTransactionId() string {
@@ -1423,7 +1674,28 @@ var File_cellpay_cell_v1_cell_proto protoreflect.FileDescriptor
 
 const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\n" +
-	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"m\n" +
+	"\x1acellpay/cell/v1/cell.proto\x12\x0fcellpay.cell.v1\x1a\x19cellpay/v1/payments.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x03\n" +
+	"\vListRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x129\n" +
+	"\bstatuses\x18\x04 \x03(\x0e2\x1d.cellpay.v1.TransactionStatusR\bstatuses\x12<\n" +
+	"\rpayment_types\x18\x05 \x03(\x0e2\x17.cellpay.v1.PaymentTypeR\fpaymentTypes\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12D\n" +
+	"\x10after_created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0eafterCreatedAt\x120\n" +
+	"\x14after_transaction_id\x18\b \x01(\tR\x12afterTransactionId\"K\n" +
+	"\fListResponse\x12;\n" +
+	"\ftransactions\x18\x01 \x03(\v2\x17.cellpay.v1.TransactionR\ftransactions\"\xa3\x01\n" +
+	"\x10StatementRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"D\n" +
+	"\x11StatementResponse\x12/\n" +
+	"\x05lines\x18\x01 \x03(\v2\x19.cellpay.v1.StatementLineR\x05lines\"m\n" +
 	"\fFindResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12\x1f\n" +
 	"\n" +
@@ -1544,7 +1816,7 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"GetRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xb5\x04\n" +
+	"partner_id\x18\x02 \x01(\tR\tpartnerId2\xce\x05\n" +
 	"\x04Cell\x12K\n" +
 	"\aProcess\x12\x1d.cellpay.cell.v1.ProcessInput\x1a\x1d.cellpay.cell.v1.ProcessEvent(\x010\x01\x12;\n" +
 	"\x03Get\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x17.cellpay.v1.Transaction\x12^\n" +
@@ -1552,7 +1824,9 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a(.cellpay.cell.v1.ReplayCallbacksResponse\x12H\n" +
 	"\aInspect\x12\x1b.cellpay.cell.v1.GetRequest\x1a .cellpay.cell.v1.InspectResponse\x12O\n" +
 	"\bFollowUp\x12 .cellpay.cell.v1.FollowUpRequest\x1a!.cellpay.cell.v1.FollowUpResponse\x12B\n" +
-	"\x04Find\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x1d.cellpay.cell.v1.FindResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
+	"\x04Find\x12\x1b.cellpay.cell.v1.GetRequest\x1a\x1d.cellpay.cell.v1.FindResponse\x12C\n" +
+	"\x04List\x12\x1c.cellpay.cell.v1.ListRequest\x1a\x1d.cellpay.cell.v1.ListResponse\x12R\n" +
+	"\tStatement\x12!.cellpay.cell.v1.StatementRequest\x1a\".cellpay.cell.v1.StatementResponseB4Z2github.com/cellpay/cellpay/pkg/cellproto;cellprotob\x06proto3"
 
 var (
 	file_cellpay_cell_v1_cell_proto_rawDescOnce sync.Once
@@ -1566,71 +1840,90 @@ func file_cellpay_cell_v1_cell_proto_rawDescGZIP() []byte {
 	return file_cellpay_cell_v1_cell_proto_rawDescData
 }
 
-var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_cellpay_cell_v1_cell_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_cellpay_cell_v1_cell_proto_goTypes = []any{
-	(*FindResponse)(nil),                       // 0: cellpay.cell.v1.FindResponse
-	(*FollowUpRequest)(nil),                    // 1: cellpay.cell.v1.FollowUpRequest
-	(*FollowUpResponse)(nil),                   // 2: cellpay.cell.v1.FollowUpResponse
-	(*InspectResponse)(nil),                    // 3: cellpay.cell.v1.InspectResponse
-	(*ListCallbacksRequest)(nil),               // 4: cellpay.cell.v1.ListCallbacksRequest
-	(*CallbackEvent)(nil),                      // 5: cellpay.cell.v1.CallbackEvent
-	(*ListCallbacksResponse)(nil),              // 6: cellpay.cell.v1.ListCallbacksResponse
-	(*ReplayCallbacksRequest)(nil),             // 7: cellpay.cell.v1.ReplayCallbacksRequest
-	(*ReplayCallbacksResponse)(nil),            // 8: cellpay.cell.v1.ReplayCallbacksResponse
-	(*ProcessInput)(nil),                       // 9: cellpay.cell.v1.ProcessInput
-	(*Proceed)(nil),                            // 10: cellpay.cell.v1.Proceed
-	(*ProcessRequest)(nil),                     // 11: cellpay.cell.v1.ProcessRequest
-	(*ProcessEvent)(nil),                       // 12: cellpay.cell.v1.ProcessEvent
-	(*Proceeding)(nil),                         // 13: cellpay.cell.v1.Proceeding
-	(*PointOfNoReturn)(nil),                    // 14: cellpay.cell.v1.PointOfNoReturn
-	(*Reroutable)(nil),                         // 15: cellpay.cell.v1.Reroutable
-	(*GetRequest)(nil),                         // 16: cellpay.cell.v1.GetRequest
-	(*cellpayv1.Transaction)(nil),              // 17: cellpay.v1.Transaction
-	(cellpayv1.PaymentType)(0),                 // 18: cellpay.v1.PaymentType
-	(*cellpayv1.Money)(nil),                    // 19: cellpay.v1.Money
-	(*timestamppb.Timestamp)(nil),              // 20: google.protobuf.Timestamp
-	(*cellpayv1.SubmitTransactionRequest)(nil), // 21: cellpay.v1.SubmitTransactionRequest
+	(*ListRequest)(nil),                        // 0: cellpay.cell.v1.ListRequest
+	(*ListResponse)(nil),                       // 1: cellpay.cell.v1.ListResponse
+	(*StatementRequest)(nil),                   // 2: cellpay.cell.v1.StatementRequest
+	(*StatementResponse)(nil),                  // 3: cellpay.cell.v1.StatementResponse
+	(*FindResponse)(nil),                       // 4: cellpay.cell.v1.FindResponse
+	(*FollowUpRequest)(nil),                    // 5: cellpay.cell.v1.FollowUpRequest
+	(*FollowUpResponse)(nil),                   // 6: cellpay.cell.v1.FollowUpResponse
+	(*InspectResponse)(nil),                    // 7: cellpay.cell.v1.InspectResponse
+	(*ListCallbacksRequest)(nil),               // 8: cellpay.cell.v1.ListCallbacksRequest
+	(*CallbackEvent)(nil),                      // 9: cellpay.cell.v1.CallbackEvent
+	(*ListCallbacksResponse)(nil),              // 10: cellpay.cell.v1.ListCallbacksResponse
+	(*ReplayCallbacksRequest)(nil),             // 11: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplayCallbacksResponse)(nil),            // 12: cellpay.cell.v1.ReplayCallbacksResponse
+	(*ProcessInput)(nil),                       // 13: cellpay.cell.v1.ProcessInput
+	(*Proceed)(nil),                            // 14: cellpay.cell.v1.Proceed
+	(*ProcessRequest)(nil),                     // 15: cellpay.cell.v1.ProcessRequest
+	(*ProcessEvent)(nil),                       // 16: cellpay.cell.v1.ProcessEvent
+	(*Proceeding)(nil),                         // 17: cellpay.cell.v1.Proceeding
+	(*PointOfNoReturn)(nil),                    // 18: cellpay.cell.v1.PointOfNoReturn
+	(*Reroutable)(nil),                         // 19: cellpay.cell.v1.Reroutable
+	(*GetRequest)(nil),                         // 20: cellpay.cell.v1.GetRequest
+	(*timestamppb.Timestamp)(nil),              // 21: google.protobuf.Timestamp
+	(cellpayv1.TransactionStatus)(0),           // 22: cellpay.v1.TransactionStatus
+	(cellpayv1.PaymentType)(0),                 // 23: cellpay.v1.PaymentType
+	(*cellpayv1.Transaction)(nil),              // 24: cellpay.v1.Transaction
+	(*cellpayv1.StatementLine)(nil),            // 25: cellpay.v1.StatementLine
+	(*cellpayv1.Money)(nil),                    // 26: cellpay.v1.Money
+	(*cellpayv1.SubmitTransactionRequest)(nil), // 27: cellpay.v1.SubmitTransactionRequest
 }
 var file_cellpay_cell_v1_cell_proto_depIdxs = []int32{
-	17, // 0: cellpay.cell.v1.FindResponse.result:type_name -> cellpay.v1.Transaction
-	18, // 1: cellpay.cell.v1.FollowUpRequest.kind:type_name -> cellpay.v1.PaymentType
-	19, // 2: cellpay.cell.v1.FollowUpRequest.amount:type_name -> cellpay.v1.Money
-	17, // 3: cellpay.cell.v1.FollowUpResponse.result:type_name -> cellpay.v1.Transaction
-	20, // 4: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
-	20, // 5: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 6: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
-	20, // 7: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	20, // 8: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
-	20, // 9: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
-	20, // 10: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	20, // 12: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
-	11, // 13: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
-	10, // 14: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
-	21, // 15: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
-	14, // 16: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
-	17, // 17: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
-	15, // 18: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
-	13, // 19: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
-	9,  // 20: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
-	16, // 21: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
-	4,  // 22: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	7,  // 23: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	16, // 24: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
-	1,  // 25: cellpay.cell.v1.Cell.FollowUp:input_type -> cellpay.cell.v1.FollowUpRequest
-	16, // 26: cellpay.cell.v1.Cell.Find:input_type -> cellpay.cell.v1.GetRequest
-	12, // 27: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
-	17, // 28: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
-	6,  // 29: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
-	8,  // 30: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
-	3,  // 31: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
-	2,  // 32: cellpay.cell.v1.Cell.FollowUp:output_type -> cellpay.cell.v1.FollowUpResponse
-	0,  // 33: cellpay.cell.v1.Cell.Find:output_type -> cellpay.cell.v1.FindResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	21, // 0: cellpay.cell.v1.ListRequest.start_time:type_name -> google.protobuf.Timestamp
+	21, // 1: cellpay.cell.v1.ListRequest.end_time:type_name -> google.protobuf.Timestamp
+	22, // 2: cellpay.cell.v1.ListRequest.statuses:type_name -> cellpay.v1.TransactionStatus
+	23, // 3: cellpay.cell.v1.ListRequest.payment_types:type_name -> cellpay.v1.PaymentType
+	21, // 4: cellpay.cell.v1.ListRequest.after_created_at:type_name -> google.protobuf.Timestamp
+	24, // 5: cellpay.cell.v1.ListResponse.transactions:type_name -> cellpay.v1.Transaction
+	21, // 6: cellpay.cell.v1.StatementRequest.start_time:type_name -> google.protobuf.Timestamp
+	21, // 7: cellpay.cell.v1.StatementRequest.end_time:type_name -> google.protobuf.Timestamp
+	25, // 8: cellpay.cell.v1.StatementResponse.lines:type_name -> cellpay.v1.StatementLine
+	24, // 9: cellpay.cell.v1.FindResponse.result:type_name -> cellpay.v1.Transaction
+	23, // 10: cellpay.cell.v1.FollowUpRequest.kind:type_name -> cellpay.v1.PaymentType
+	26, // 11: cellpay.cell.v1.FollowUpRequest.amount:type_name -> cellpay.v1.Money
+	24, // 12: cellpay.cell.v1.FollowUpResponse.result:type_name -> cellpay.v1.Transaction
+	21, // 13: cellpay.cell.v1.InspectResponse.created_at:type_name -> google.protobuf.Timestamp
+	21, // 14: cellpay.cell.v1.InspectResponse.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 15: cellpay.cell.v1.InspectResponse.callbacks:type_name -> cellpay.cell.v1.CallbackEvent
+	21, // 16: cellpay.cell.v1.ListCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	21, // 17: cellpay.cell.v1.CallbackEvent.next_attempt_at:type_name -> google.protobuf.Timestamp
+	21, // 18: cellpay.cell.v1.CallbackEvent.created_at:type_name -> google.protobuf.Timestamp
+	21, // 19: cellpay.cell.v1.CallbackEvent.delivered_at:type_name -> google.protobuf.Timestamp
+	9,  // 20: cellpay.cell.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	21, // 21: cellpay.cell.v1.ReplayCallbacksRequest.since:type_name -> google.protobuf.Timestamp
+	15, // 22: cellpay.cell.v1.ProcessInput.start:type_name -> cellpay.cell.v1.ProcessRequest
+	14, // 23: cellpay.cell.v1.ProcessInput.proceed:type_name -> cellpay.cell.v1.Proceed
+	27, // 24: cellpay.cell.v1.ProcessRequest.request:type_name -> cellpay.v1.SubmitTransactionRequest
+	18, // 25: cellpay.cell.v1.ProcessEvent.point_of_no_return:type_name -> cellpay.cell.v1.PointOfNoReturn
+	24, // 26: cellpay.cell.v1.ProcessEvent.result:type_name -> cellpay.v1.Transaction
+	19, // 27: cellpay.cell.v1.ProcessEvent.reroutable:type_name -> cellpay.cell.v1.Reroutable
+	17, // 28: cellpay.cell.v1.ProcessEvent.proceeding:type_name -> cellpay.cell.v1.Proceeding
+	13, // 29: cellpay.cell.v1.Cell.Process:input_type -> cellpay.cell.v1.ProcessInput
+	20, // 30: cellpay.cell.v1.Cell.Get:input_type -> cellpay.cell.v1.GetRequest
+	8,  // 31: cellpay.cell.v1.Cell.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	11, // 32: cellpay.cell.v1.Cell.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	20, // 33: cellpay.cell.v1.Cell.Inspect:input_type -> cellpay.cell.v1.GetRequest
+	5,  // 34: cellpay.cell.v1.Cell.FollowUp:input_type -> cellpay.cell.v1.FollowUpRequest
+	20, // 35: cellpay.cell.v1.Cell.Find:input_type -> cellpay.cell.v1.GetRequest
+	0,  // 36: cellpay.cell.v1.Cell.List:input_type -> cellpay.cell.v1.ListRequest
+	2,  // 37: cellpay.cell.v1.Cell.Statement:input_type -> cellpay.cell.v1.StatementRequest
+	16, // 38: cellpay.cell.v1.Cell.Process:output_type -> cellpay.cell.v1.ProcessEvent
+	24, // 39: cellpay.cell.v1.Cell.Get:output_type -> cellpay.v1.Transaction
+	10, // 40: cellpay.cell.v1.Cell.ListCallbacks:output_type -> cellpay.cell.v1.ListCallbacksResponse
+	12, // 41: cellpay.cell.v1.Cell.ReplayCallbacks:output_type -> cellpay.cell.v1.ReplayCallbacksResponse
+	7,  // 42: cellpay.cell.v1.Cell.Inspect:output_type -> cellpay.cell.v1.InspectResponse
+	6,  // 43: cellpay.cell.v1.Cell.FollowUp:output_type -> cellpay.cell.v1.FollowUpResponse
+	4,  // 44: cellpay.cell.v1.Cell.Find:output_type -> cellpay.cell.v1.FindResponse
+	1,  // 45: cellpay.cell.v1.Cell.List:output_type -> cellpay.cell.v1.ListResponse
+	3,  // 46: cellpay.cell.v1.Cell.Statement:output_type -> cellpay.cell.v1.StatementResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_cell_v1_cell_proto_init() }
@@ -1638,19 +1931,19 @@ func file_cellpay_cell_v1_cell_proto_init() {
 	if File_cellpay_cell_v1_cell_proto != nil {
 		return
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[0].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[4].OneofWrappers = []any{
 		(*FindResponse_Result)(nil),
 		(*FindResponse_OwnerCell)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[2].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[6].OneofWrappers = []any{
 		(*FollowUpResponse_Result)(nil),
 		(*FollowUpResponse_OwnerCell)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[9].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[13].OneofWrappers = []any{
 		(*ProcessInput_Start)(nil),
 		(*ProcessInput_Proceed)(nil),
 	}
-	file_cellpay_cell_v1_cell_proto_msgTypes[12].OneofWrappers = []any{
+	file_cellpay_cell_v1_cell_proto_msgTypes[16].OneofWrappers = []any{
 		(*ProcessEvent_PointOfNoReturn)(nil),
 		(*ProcessEvent_Result)(nil),
 		(*ProcessEvent_Reroutable)(nil),
@@ -1662,7 +1955,7 @@ func file_cellpay_cell_v1_cell_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_cell_v1_cell_proto_rawDesc), len(file_cellpay_cell_v1_cell_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,8 @@ const (
 	Cell_Inspect_FullMethodName         = "/cellpay.cell.v1.Cell/Inspect"
 	Cell_FollowUp_FullMethodName        = "/cellpay.cell.v1.Cell/FollowUp"
 	Cell_Find_FullMethodName            = "/cellpay.cell.v1.Cell/Find"
+	Cell_List_FullMethodName            = "/cellpay.cell.v1.Cell/List"
+	Cell_Statement_FullMethodName       = "/cellpay.cell.v1.Cell/Statement"
 )
 
 // CellClient is the client API for Cell service.
@@ -91,6 +93,13 @@ type CellClient interface {
 	// (owner_cell), or NOT_FOUND when the directory does not know it
 	// either. Any cell can answer where a transaction is.
 	Find(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*FindResponse, error)
+	// List lists a partner's transactions partners see (PENDING and final),
+	// created in [start_time, end_time), oldest first (by created_at, then
+	// transaction_id), after the position given, at most limit.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// Statement sums a partner's transactions partners see created in
+	// [start_time, end_time) by payment type, status and currency.
+	Statement(ctx context.Context, in *StatementRequest, opts ...grpc.CallOption) (*StatementResponse, error)
 }
 
 type cellClient struct {
@@ -174,6 +183,26 @@ func (c *cellClient) Find(ctx context.Context, in *GetRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *cellClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, Cell_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *cellClient) Statement(ctx context.Context, in *StatementRequest, opts ...grpc.CallOption) (*StatementResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatementResponse)
+	err := c.cc.Invoke(ctx, Cell_Statement_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CellServer is the server API for Cell service.
 // All implementations must embed UnimplementedCellServer
 // for forward compatibility.
@@ -234,6 +263,13 @@ type CellServer interface {
 	// (owner_cell), or NOT_FOUND when the directory does not know it
 	// either. Any cell can answer where a transaction is.
 	Find(context.Context, *GetRequest) (*FindResponse, error)
+	// List lists a partner's transactions partners see (PENDING and final),
+	// created in [start_time, end_time), oldest first (by created_at, then
+	// transaction_id), after the position given, at most limit.
+	List(context.Context, *ListRequest) (*ListResponse, error)
+	// Statement sums a partner's transactions partners see created in
+	// [start_time, end_time) by payment type, status and currency.
+	Statement(context.Context, *StatementRequest) (*StatementResponse, error)
 	mustEmbedUnimplementedCellServer()
 }
 
@@ -264,6 +300,12 @@ func (UnimplementedCellServer) FollowUp(context.Context, *FollowUpRequest) (*Fol
 }
 func (UnimplementedCellServer) Find(context.Context, *GetRequest) (*FindResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Find not implemented")
+}
+func (UnimplementedCellServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedCellServer) Statement(context.Context, *StatementRequest) (*StatementResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Statement not implemented")
 }
 func (UnimplementedCellServer) mustEmbedUnimplementedCellServer() {}
 func (UnimplementedCellServer) testEmbeddedByValue()              {}
@@ -401,6 +443,42 @@ func _Cell_Find_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cell_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).List(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cell_Statement_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatementRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CellServer).Statement(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cell_Statement_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CellServer).Statement(ctx, req.(*StatementRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cell_ServiceDesc is the grpc.ServiceDesc for Cell service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -431,6 +509,14 @@ var Cell_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Find",
 			Handler:    _Cell_Find_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _Cell_List_Handler,
+		},
+		{
+			MethodName: "Statement",
+			Handler:    _Cell_Statement_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -948,6 +948,351 @@ func (x *Transaction) GetVoided() bool {
 	return false
 }
 
+type ListTransactionsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// start_time (inclusive) and end_time (exclusive) bound created_at;
+	// required, at most 31 days apart.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// statuses and payment_types filter; empty for all.
+	Statuses     []TransactionStatus `protobuf:"varint,4,rep,packed,name=statuses,proto3,enum=cellpay.v1.TransactionStatus" json:"statuses,omitempty"`
+	PaymentTypes []PaymentType       `protobuf:"varint,5,rep,packed,name=payment_types,json=paymentTypes,proto3,enum=cellpay.v1.PaymentType" json:"payment_types,omitempty"`
+	// page_size: 1 to 1000; default 100.
+	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a listing: the previous page's next_page_token,
+	// with the same filters.
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransactionsRequest) Reset() {
+	*x = ListTransactionsRequest{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransactionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransactionsRequest) ProtoMessage() {}
+
+func (x *ListTransactionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransactionsRequest.ProtoReflect.Descriptor instead.
+func (*ListTransactionsRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListTransactionsRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *ListTransactionsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetStatuses() []TransactionStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetPaymentTypes() []PaymentType {
+	if x != nil {
+		return x.PaymentTypes
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTransactionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListTransactionsResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Transactions []*Transaction         `protobuf:"bytes,1,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransactionsResponse) Reset() {
+	*x = ListTransactionsResponse{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransactionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransactionsResponse) ProtoMessage() {}
+
+func (x *ListTransactionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransactionsResponse.ProtoReflect.Descriptor instead.
+func (*ListTransactionsResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListTransactionsResponse) GetTransactions() []*Transaction {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
+func (x *ListTransactionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetStatementRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// date is the UTC day, YYYY-MM-DD.
+	Date          string `protobuf:"bytes,2,opt,name=date,proto3" json:"date,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatementRequest) Reset() {
+	*x = GetStatementRequest{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatementRequest) ProtoMessage() {}
+
+func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
+func (*GetStatementRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetStatementRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *GetStatementRequest) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+// Statement is a partner's day.
+type Statement struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	Date      string                 `protobuf:"bytes,2,opt,name=date,proto3" json:"date,omitempty"`
+	// lines, one per payment type, status and currency with a transaction,
+	// in that order.
+	Lines         []*StatementLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Statement) Reset() {
+	*x = Statement{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Statement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Statement) ProtoMessage() {}
+
+func (x *Statement) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Statement.ProtoReflect.Descriptor instead.
+func (*Statement) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Statement) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *Statement) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+func (x *Statement) GetLines() []*StatementLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+type StatementLine struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PaymentType PaymentType            `protobuf:"varint,1,opt,name=payment_type,json=paymentType,proto3,enum=cellpay.v1.PaymentType" json:"payment_type,omitempty"`
+	Status      TransactionStatus      `protobuf:"varint,2,opt,name=status,proto3,enum=cellpay.v1.TransactionStatus" json:"status,omitempty"`
+	Currency    string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
+	Count       int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// amount_minor_units sums the transactions' amounts (a void's is the
+	// authorization's it released).
+	AmountMinorUnits int64 `protobuf:"varint,5,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *StatementLine) Reset() {
+	*x = StatementLine{}
+	mi := &file_cellpay_v1_payments_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementLine) ProtoMessage() {}
+
+func (x *StatementLine) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_v1_payments_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementLine.ProtoReflect.Descriptor instead.
+func (*StatementLine) Descriptor() ([]byte, []int) {
+	return file_cellpay_v1_payments_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StatementLine) GetPaymentType() PaymentType {
+	if x != nil {
+		return x.PaymentType
+	}
+	return PaymentType_PAYMENT_TYPE_UNSPECIFIED
+}
+
+func (x *StatementLine) GetStatus() TransactionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED
+}
+
+func (x *StatementLine) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *StatementLine) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *StatementLine) GetAmountMinorUnits() int64 {
+	if x != nil {
+		return x.AmountMinorUnits
+	}
+	return 0
+}
+
 var File_cellpay_v1_payments_proto protoreflect.FileDescriptor
 
 const file_cellpay_v1_payments_proto_rawDesc = "" +
@@ -1031,7 +1376,36 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\x17original_transaction_id\x18\x13 \x01(\tR\x15originalTransactionId\x12:\n" +
 	"\x0fcaptured_amount\x18\x14 \x01(\v2\x11.cellpay.v1.MoneyR\x0ecapturedAmount\x12:\n" +
 	"\x0frefunded_amount\x18\x15 \x01(\v2\x11.cellpay.v1.MoneyR\x0erefundedAmount\x12\x16\n" +
-	"\x06voided\x18\x16 \x01(\bR\x06voided*\x8a\x01\n" +
+	"\x06voided\x18\x16 \x01(\bR\x06voided\"\xdf\x02\n" +
+	"\x17ListTransactionsRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x129\n" +
+	"\bstatuses\x18\x04 \x03(\x0e2\x1d.cellpay.v1.TransactionStatusR\bstatuses\x12<\n" +
+	"\rpayment_types\x18\x05 \x03(\x0e2\x17.cellpay.v1.PaymentTypeR\fpaymentTypes\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"\x7f\n" +
+	"\x18ListTransactionsResponse\x12;\n" +
+	"\ftransactions\x18\x01 \x03(\v2\x17.cellpay.v1.TransactionR\ftransactions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"H\n" +
+	"\x13GetStatementRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
+	"\x04date\x18\x02 \x01(\tR\x04date\"o\n" +
+	"\tStatement\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
+	"\x04date\x18\x02 \x01(\tR\x04date\x12/\n" +
+	"\x05lines\x18\x03 \x03(\v2\x19.cellpay.v1.StatementLineR\x05lines\"\xe2\x01\n" +
+	"\rStatementLine\x12:\n" +
+	"\fpayment_type\x18\x01 \x01(\x0e2\x17.cellpay.v1.PaymentTypeR\vpaymentType\x125\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1d.cellpay.v1.TransactionStatusR\x06status\x12\x1a\n" +
+	"\bcurrency\x18\x03 \x01(\tR\bcurrency\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12,\n" +
+	"\x12amount_minor_units\x18\x05 \x01(\x03R\x10amountMinorUnits*\x8a\x01\n" +
 	"\vPaymentType\x12\x1c\n" +
 	"\x18PAYMENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CARD_AUTHORIZATION\x10\x01\x12\x0f\n" +
@@ -1047,13 +1421,15 @@ const file_cellpay_v1_payments_proto_rawDesc = "" +
 	"\bDECLINED\x10\x02\x12\v\n" +
 	"\aPENDING\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x042\xa6\x03\n" +
+	"\x06FAILED\x10\x042\xcd\x04\n" +
 	"\bPayments\x12R\n" +
 	"\x11SubmitTransaction\x12$.cellpay.v1.SubmitTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12L\n" +
 	"\x0eGetTransaction\x12!.cellpay.v1.GetTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12T\n" +
 	"\x12CaptureTransaction\x12%.cellpay.v1.CaptureTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12N\n" +
 	"\x0fVoidTransaction\x12\".cellpay.v1.VoidTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12R\n" +
-	"\x11RefundTransaction\x12$.cellpay.v1.RefundTransactionRequest\x1a\x17.cellpay.v1.TransactionB8Z6github.com/cellpay/cellpay/pkg/api/cellpayv1;cellpayv1b\x06proto3"
+	"\x11RefundTransaction\x12$.cellpay.v1.RefundTransactionRequest\x1a\x17.cellpay.v1.Transaction\x12]\n" +
+	"\x10ListTransactions\x12#.cellpay.v1.ListTransactionsRequest\x1a$.cellpay.v1.ListTransactionsResponse\x12F\n" +
+	"\fGetStatement\x12\x1f.cellpay.v1.GetStatementRequest\x1a\x15.cellpay.v1.StatementB8Z6github.com/cellpay/cellpay/pkg/api/cellpayv1;cellpayv1b\x06proto3"
 
 var (
 	file_cellpay_v1_payments_proto_rawDescOnce sync.Once
@@ -1068,7 +1444,7 @@ func file_cellpay_v1_payments_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_cellpay_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cellpay_v1_payments_proto_goTypes = []any{
 	(PaymentType)(0),                  // 0: cellpay.v1.PaymentType
 	(TransactionStatus)(0),            // 1: cellpay.v1.TransactionStatus
@@ -1081,7 +1457,12 @@ var file_cellpay_v1_payments_proto_goTypes = []any{
 	(*RefundTransactionRequest)(nil),  // 8: cellpay.v1.RefundTransactionRequest
 	(*GetTransactionRequest)(nil),     // 9: cellpay.v1.GetTransactionRequest
 	(*Transaction)(nil),               // 10: cellpay.v1.Transaction
-	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
+	(*ListTransactionsRequest)(nil),   // 11: cellpay.v1.ListTransactionsRequest
+	(*ListTransactionsResponse)(nil),  // 12: cellpay.v1.ListTransactionsResponse
+	(*GetStatementRequest)(nil),       // 13: cellpay.v1.GetStatementRequest
+	(*Statement)(nil),                 // 14: cellpay.v1.Statement
+	(*StatementLine)(nil),             // 15: cellpay.v1.StatementLine
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
 }
 var file_cellpay_v1_payments_proto_depIdxs = []int32{
 	0,  // 0: cellpay.v1.SubmitTransactionRequest.payment_type:type_name -> cellpay.v1.PaymentType
@@ -1095,25 +1476,37 @@ var file_cellpay_v1_payments_proto_depIdxs = []int32{
 	2,  // 8: cellpay.v1.Transaction.amount:type_name -> cellpay.v1.Money
 	2,  // 9: cellpay.v1.Transaction.settlement_amount:type_name -> cellpay.v1.Money
 	0,  // 10: cellpay.v1.Transaction.payment_type:type_name -> cellpay.v1.PaymentType
-	11, // 11: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	11, // 12: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	16, // 11: cellpay.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	16, // 12: cellpay.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 13: cellpay.v1.Transaction.captured_amount:type_name -> cellpay.v1.Money
 	2,  // 14: cellpay.v1.Transaction.refunded_amount:type_name -> cellpay.v1.Money
-	5,  // 15: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
-	9,  // 16: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
-	6,  // 17: cellpay.v1.Payments.CaptureTransaction:input_type -> cellpay.v1.CaptureTransactionRequest
-	7,  // 18: cellpay.v1.Payments.VoidTransaction:input_type -> cellpay.v1.VoidTransactionRequest
-	8,  // 19: cellpay.v1.Payments.RefundTransaction:input_type -> cellpay.v1.RefundTransactionRequest
-	10, // 20: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
-	10, // 21: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
-	10, // 22: cellpay.v1.Payments.CaptureTransaction:output_type -> cellpay.v1.Transaction
-	10, // 23: cellpay.v1.Payments.VoidTransaction:output_type -> cellpay.v1.Transaction
-	10, // 24: cellpay.v1.Payments.RefundTransaction:output_type -> cellpay.v1.Transaction
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 15: cellpay.v1.ListTransactionsRequest.start_time:type_name -> google.protobuf.Timestamp
+	16, // 16: cellpay.v1.ListTransactionsRequest.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 17: cellpay.v1.ListTransactionsRequest.statuses:type_name -> cellpay.v1.TransactionStatus
+	0,  // 18: cellpay.v1.ListTransactionsRequest.payment_types:type_name -> cellpay.v1.PaymentType
+	10, // 19: cellpay.v1.ListTransactionsResponse.transactions:type_name -> cellpay.v1.Transaction
+	15, // 20: cellpay.v1.Statement.lines:type_name -> cellpay.v1.StatementLine
+	0,  // 21: cellpay.v1.StatementLine.payment_type:type_name -> cellpay.v1.PaymentType
+	1,  // 22: cellpay.v1.StatementLine.status:type_name -> cellpay.v1.TransactionStatus
+	5,  // 23: cellpay.v1.Payments.SubmitTransaction:input_type -> cellpay.v1.SubmitTransactionRequest
+	9,  // 24: cellpay.v1.Payments.GetTransaction:input_type -> cellpay.v1.GetTransactionRequest
+	6,  // 25: cellpay.v1.Payments.CaptureTransaction:input_type -> cellpay.v1.CaptureTransactionRequest
+	7,  // 26: cellpay.v1.Payments.VoidTransaction:input_type -> cellpay.v1.VoidTransactionRequest
+	8,  // 27: cellpay.v1.Payments.RefundTransaction:input_type -> cellpay.v1.RefundTransactionRequest
+	11, // 28: cellpay.v1.Payments.ListTransactions:input_type -> cellpay.v1.ListTransactionsRequest
+	13, // 29: cellpay.v1.Payments.GetStatement:input_type -> cellpay.v1.GetStatementRequest
+	10, // 30: cellpay.v1.Payments.SubmitTransaction:output_type -> cellpay.v1.Transaction
+	10, // 31: cellpay.v1.Payments.GetTransaction:output_type -> cellpay.v1.Transaction
+	10, // 32: cellpay.v1.Payments.CaptureTransaction:output_type -> cellpay.v1.Transaction
+	10, // 33: cellpay.v1.Payments.VoidTransaction:output_type -> cellpay.v1.Transaction
+	10, // 34: cellpay.v1.Payments.RefundTransaction:output_type -> cellpay.v1.Transaction
+	12, // 35: cellpay.v1.Payments.ListTransactions:output_type -> cellpay.v1.ListTransactionsResponse
+	14, // 36: cellpay.v1.Payments.GetStatement:output_type -> cellpay.v1.Statement
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_v1_payments_proto_init() }
@@ -1127,7 +1520,7 @@ func file_cellpay_v1_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_v1_payments_proto_rawDesc), len(file_cellpay_v1_payments_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,8 @@ const (
 	Payments_CaptureTransaction_FullMethodName = "/cellpay.v1.Payments/CaptureTransaction"
 	Payments_VoidTransaction_FullMethodName    = "/cellpay.v1.Payments/VoidTransaction"
 	Payments_RefundTransaction_FullMethodName  = "/cellpay.v1.Payments/RefundTransaction"
+	Payments_ListTransactions_FullMethodName   = "/cellpay.v1.Payments/ListTransactions"
+	Payments_GetStatement_FullMethodName       = "/cellpay.v1.Payments/GetStatement"
 )
 
 // PaymentsClient is the client API for Payments service.
@@ -63,6 +65,16 @@ type PaymentsClient interface {
 	// together at most the captures approved; before any capture,
 	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
 	RefundTransaction(ctx context.Context, in *RefundTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
+	// ListTransactions lists the partner's transactions created in a time
+	// range, oldest first, a page at a time: every cell's, merged. Only the
+	// partner's own, and only those partners see (PENDING and final ones).
+	// A cell that does not answer makes the call UNAVAILABLE: a page is never
+	// silently incomplete.
+	ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error)
+	// GetStatement sums the partner's transactions created on one UTC day,
+	// by payment type, status and currency, from every cell's records: what
+	// a partner reconciles its books and the issuer's effects against.
+	GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*Statement, error)
 }
 
 type paymentsClient struct {
@@ -123,6 +135,26 @@ func (c *paymentsClient) RefundTransaction(ctx context.Context, in *RefundTransa
 	return out, nil
 }
 
+func (c *paymentsClient) ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTransactionsResponse)
+	err := c.cc.Invoke(ctx, Payments_ListTransactions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *paymentsClient) GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*Statement, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Statement)
+	err := c.cc.Invoke(ctx, Payments_GetStatement_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PaymentsServer is the server API for Payments service.
 // All implementations must embed UnimplementedPaymentsServer
 // for forward compatibility.
@@ -158,6 +190,16 @@ type PaymentsServer interface {
 	// together at most the captures approved; before any capture,
 	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
 	RefundTransaction(context.Context, *RefundTransactionRequest) (*Transaction, error)
+	// ListTransactions lists the partner's transactions created in a time
+	// range, oldest first, a page at a time: every cell's, merged. Only the
+	// partner's own, and only those partners see (PENDING and final ones).
+	// A cell that does not answer makes the call UNAVAILABLE: a page is never
+	// silently incomplete.
+	ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error)
+	// GetStatement sums the partner's transactions created on one UTC day,
+	// by payment type, status and currency, from every cell's records: what
+	// a partner reconciles its books and the issuer's effects against.
+	GetStatement(context.Context, *GetStatementRequest) (*Statement, error)
 	mustEmbedUnimplementedPaymentsServer()
 }
 
@@ -182,6 +224,12 @@ func (UnimplementedPaymentsServer) VoidTransaction(context.Context, *VoidTransac
 }
 func (UnimplementedPaymentsServer) RefundTransaction(context.Context, *RefundTransactionRequest) (*Transaction, error) {
 	return nil, status.Error(codes.Unimplemented, "method RefundTransaction not implemented")
+}
+func (UnimplementedPaymentsServer) ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTransactions not implemented")
+}
+func (UnimplementedPaymentsServer) GetStatement(context.Context, *GetStatementRequest) (*Statement, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStatement not implemented")
 }
 func (UnimplementedPaymentsServer) mustEmbedUnimplementedPaymentsServer() {}
 func (UnimplementedPaymentsServer) testEmbeddedByValue()                  {}
@@ -294,6 +342,42 @@ func _Payments_RefundTransaction_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Payments_ListTransactions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTransactionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).ListTransactions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_ListTransactions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).ListTransactions(ctx, req.(*ListTransactionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Payments_GetStatement_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatementRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).GetStatement(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_GetStatement_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).GetStatement(ctx, req.(*GetStatementRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Payments_ServiceDesc is the grpc.ServiceDesc for Payments service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -320,6 +404,14 @@ var Payments_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RefundTransaction",
 			Handler:    _Payments_RefundTransaction_Handler,
+		},
+		{
+			MethodName: "ListTransactions",
+			Handler:    _Payments_ListTransactions_Handler,
+		},
+		{
+			MethodName: "GetStatement",
+			Handler:    _Payments_GetStatement_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

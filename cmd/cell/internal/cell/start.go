@@ -168,6 +168,7 @@ func (c *Cell) startServer(context.Context) error {
 		Policy:          c.policy,
 		Keys:            c.cfg.Keys,
 		Outbox:          c.st,
+		Records:         c.st,
 		RegistryVersion: func() uint64 { return c.reg.Index().Version() },
 		Log:             c.log,
 	}

@@ -147,8 +147,11 @@ type Config struct {
 	// registry version the notifier follows; optional.
 	Outbox          Outbox
 	RegistryVersion func() uint64
-	Now             func() time.Time // default time.Now
-	Log             *slog.Logger     // default slog.Default()
+	// Records serves List and Statement; optional (without it they
+	// answer UNIMPLEMENTED).
+	Records Records
+	Now     func() time.Time // default time.Now
+	Log     *slog.Logger     // default slog.Default()
 }
 
 func (c *Config) validate() error {

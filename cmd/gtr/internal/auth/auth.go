@@ -5,9 +5,12 @@
 // blocking, never allocating a lock), and the call may act only for the
 // partner the key belongs to: a SubmitTransaction whose partner_id is
 // another partner's, or a partner that is suspended, is PERMISSION_DENIED;
-// no key or a wrong one is UNAUTHENTICATED. A GetTransaction without a
-// partner_id is read for the authenticated partner. gRPC health and
-// reflection answer without a key.
+// no key or a wrong one is UNAUTHENTICATED. A capture, void or refund
+// acts on the partner's own authorization in a market it may use. A read
+// (GetTransaction, ListTransactions, GetStatement) without a partner_id
+// is read for the authenticated partner. A Payments method this package
+// does not know is refused. gRPC health and reflection answer without a
+// key.
 //
 // Nothing here logs, counts or returns a key; the key ID (the public half)
 // is all that is ever named.
@@ -159,13 +162,11 @@ func authorize(p *partners.Partner, req any) error {
 			return errPaymentType
 		}
 	case *cellpayv1.GetTransactionRequest:
-		switch r.GetPartnerId() {
-		case "":
-			r.PartnerId = p.ID // read for the caller
-		case p.ID:
-		default:
-			return errNotYours
-		}
+		return readFor(p, &r.PartnerId)
+	case *cellpayv1.ListTransactionsRequest:
+		return readFor(p, &r.PartnerId)
+	case *cellpayv1.GetStatementRequest:
+		return readFor(p, &r.PartnerId)
 	case followUp:
 		// A capture, void or refund acts on the partner's own
 		// authorization, in a market it may use for authorizations.
@@ -183,6 +184,19 @@ func authorize(p *partners.Partner, req any) error {
 	default:
 		// A Payments method this function does not know acts for no one:
 		// refused rather than let through unchecked.
+		return errNotYours
+	}
+	return nil
+}
+
+// readFor checks a read's partner_id: empty reads for the caller (it is
+// set to p), another partner's is refused.
+func readFor(p *partners.Partner, partnerID *string) error {
+	switch *partnerID {
+	case "":
+		*partnerID = p.ID
+	case p.ID:
+	default:
 		return errNotYours
 	}
 	return nil

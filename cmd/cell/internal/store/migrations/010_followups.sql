@@ -29,8 +29,13 @@ ALTER TABLE transactions
 CREATE INDEX transactions_followups ON transactions (partner_id, original_transaction_id)
     WHERE original_transaction_id <> '';
 
+-- A partner's transactions by creation time: ListTransactions' pages and
+-- the daily statements read it, never the whole table.
+CREATE INDEX transactions_partner_created ON transactions (partner_id, created_at, transaction_id);
+
 ---- create above / drop below ----
 
+DROP INDEX transactions_partner_created;
 DROP INDEX transactions_followups;
 ALTER TABLE transactions
     DROP CONSTRAINT transactions_followup_sums,

@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// sums is count and amount per payment type.
+type sums map[cellpayv1.PaymentType][2]int64
+
+func (s sums) add(pt cellpayv1.PaymentType, n, amount int64) {
+	v := s[pt]
+	s[pt] = [2]int64{v[0] + n, v[1] + amount}
+}
+
+// TestStatementAndList: a partner of its own runs a day's business:
+// authorizations (some declined by the issuer), bank transfers, card
+// refunds, and on the approved authorizations captures, refunds and
+// voids. Its statement for the day (every cell's records) holds, per
+// payment type, exactly the approvals it was answered and exactly the
+// issuer's effects, to the minor unit; ListTransactions pages through
+// every transaction it made once, in order, and filters by status and
+// type.
+func TestStatementAndList(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	p := newCBPartner(t, "stmt")
+	started := time.Now().UTC()
+	answered := sums{}
+	var ids []string
+	submit := func(req *cellpayv1.SubmitTransactionRequest) *cellpayv1.Transaction {
+		t.Helper()
+		req.PartnerId = p.id
+		txn, err := p.payments.SubmitTransaction(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.GetTransactionId(), err)
+		}
+		ids = append(ids, req.GetTransactionId())
+		if txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
+			answered.add(req.GetPaymentType(), 1, req.GetAmount().GetMinorUnits())
+		}
+		return txn
+	}
+	var approved []original
+	for i := range 30 {
+		pan := freshPAN()
+		if i%7 == 3 {
+			pan = issuersim.CardDoNotHonor
+		}
+		req := request(fmt.Sprintf("stmt-%d", i), pan)
+		req.Amount.MinorUnits = int64(1000 + 37*i)
+		switch i % 10 {
+		case 8:
+			req.PaymentType, req.Card = cellpayv1.PaymentType_BANK_TRANSFER, nil
+		case 9:
+			req.PaymentType = cellpayv1.PaymentType_CARD_REFUND
+		}
+		txn := submit(req)
+		if req.GetPaymentType() == cellpayv1.PaymentType_CARD_AUTHORIZATION && txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
+			approved = append(approved, original{req, txn.GetCellId()})
+		}
+	}
+	if len(approved) < 10 {
+		t.Fatalf("only %d authorizations approved", len(approved))
+	}
+	for i, o := range approved {
+		id := func(what string) string { return fmt.Sprintf("%s-%s", o.req.GetTransactionId(), what) }
+		if i%4 == 3 {
+			txn := followUp(t, ctx, p.payments, cellpayv1.PaymentType_VOID, o, id("void"), 0)
+			answered.add(cellpayv1.PaymentType_VOID, 1, txn.GetAmount().GetMinorUnits())
+			ids = append(ids, id("void"))
+			continue
+		}
+		capture := o.req.GetAmount().GetMinorUnits() - int64(i)
+		followUp(t, ctx, p.payments, cellpayv1.PaymentType_CAPTURE, o, id("cap"), capture)
+		answered.add(cellpayv1.PaymentType_CAPTURE, 1, capture)
+		followUp(t, ctx, p.payments, cellpayv1.PaymentType_REFUND, o, id("ref"), int64(10+i))
+		answered.add(cellpayv1.PaymentType_REFUND, 1, int64(10+i))
+		ids = append(ids, id("cap"), id("ref"))
+	}
+	finished := time.Now().UTC()
+
+	// The statement of every day the run touched (one, unless it crossed
+	// midnight UTC).
+	stated := sums{}
+	for day := started.Truncate(24 * time.Hour); !day.After(finished); day = day.Add(24 * time.Hour) {
+		st, err := p.payments.GetStatement(ctx, &cellpayv1.GetStatementRequest{PartnerId: p.id, Date: day.Format(time.DateOnly)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range st.GetLines() {
+			if l.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
+				stated.add(l.GetPaymentType(), l.GetCount(), l.GetAmountMinorUnits())
+			}
+		}
+	}
+	issuer := sums{}
+	eff, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[issuerproto.AdjustKind]cellpayv1.PaymentType{
+		issuerproto.AdjustKind_ADJUST_KIND_CAPTURE: cellpayv1.PaymentType_CAPTURE,
+		issuerproto.AdjustKind_ADJUST_KIND_VOID:    cellpayv1.PaymentType_VOID,
+		issuerproto.AdjustKind_ADJUST_KIND_REFUND:  cellpayv1.PaymentType_REFUND,
+	}
+	for _, e := range eff.GetEffects() {
+		if e.GetPartnerId() != p.id || !e.GetApproved() {
+			continue
+		}
+		pt, ok := kinds[e.GetKind()]
+		if !ok {
+			pt = cellpayv1.PaymentType_PAYMENT_TYPE_UNSPECIFIED // an authorization, card refund or transfer
+		}
+		issuer.add(pt, int64(e.GetEffects()), e.GetAmountMinorUnits())
+	}
+	payments := sums{}
+	for pt, v := range stated {
+		switch pt {
+		case cellpayv1.PaymentType_CARD_AUTHORIZATION, cellpayv1.PaymentType_CARD_REFUND, cellpayv1.PaymentType_BANK_TRANSFER:
+			payments.add(cellpayv1.PaymentType_PAYMENT_TYPE_UNSPECIFIED, v[0], v[1])
+		default:
+			payments.add(pt, v[0], v[1])
+		}
+	}
+	if !maps.Equal(stated, answered) {
+		t.Errorf("statement's approvals %v, the partner was answered %v", stated, answered)
+	}
+	if !maps.Equal(payments, issuer) {
+		t.Errorf("statement's approvals by issuer kind %v, the issuer's effects %v", payments, issuer)
+	}
+
+	// ListTransactions: every transaction once, in order, over pages.
+	var listed []string
+	var last *cellpayv1.Transaction
+	req := &cellpayv1.ListTransactionsRequest{PartnerId: p.id, StartTime: timestamppb.New(started.Add(-time.Minute)),
+		EndTime: timestamppb.New(finished.Add(time.Minute)), PageSize: 7}
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatal("more than 100 pages")
+		}
+		page, err := p.payments.ListTransactions(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, txn := range page.GetTransactions() {
+			if last != nil && txn.GetCreatedAt().AsTime().Before(last.GetCreatedAt().AsTime()) {
+				t.Fatalf("%s listed after %s, created later", txn.GetTransactionId(), last.GetTransactionId())
+			}
+			last = txn
+			listed = append(listed, txn.GetTransactionId())
+		}
+		if page.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+	slices.Sort(listed)
+	slices.Sort(ids)
+	if !slices.Equal(listed, ids) {
+		t.Fatalf("listed %d transactions, made %d:\nlisted %v\nmade   %v", len(listed), len(ids), listed, ids)
+	}
+	captures, err := p.payments.ListTransactions(ctx, &cellpayv1.ListTransactionsRequest{PartnerId: p.id,
+		StartTime: req.GetStartTime(), EndTime: req.GetEndTime(), PageSize: 1000,
+		Statuses: []cellpayv1.TransactionStatus{cellpayv1.TransactionStatus_APPROVED}, PaymentTypes: []cellpayv1.PaymentType{cellpayv1.PaymentType_CAPTURE}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(len(captures.GetTransactions())); n != answered[cellpayv1.PaymentType_CAPTURE][0] {
+		t.Fatalf("approved captures listed: %d, answered %d", n, answered[cellpayv1.PaymentType_CAPTURE][0])
+	}
+}
