@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/internal/dev/checker"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
@@ -22,6 +23,7 @@ import (
 type original struct {
 	req  *cellpayv1.SubmitTransactionRequest
 	cell string
+	txn  *cellpayv1.Transaction // its answer
 }
 
 // authorizeOriginals approves n authorizations of amount through
@@ -37,7 +39,7 @@ func authorizeOriginals(t *testing.T, ctx context.Context, payments cellpayv1.Pa
 		if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
 			t.Fatalf("authorization %d: %v %v", i, txn.GetStatus(), err)
 		}
-		out[i] = original{req, txn.GetCellId()}
+		out[i] = original{req, txn.GetCellId(), txn}
 	}
 	return out
 }
@@ -92,7 +94,7 @@ func followUp(t *testing.T, ctx context.Context, p cellpayv1.PaymentsClient, kin
 
 // captureAndRefund captures 300 and 200 of o through two access points,
 // then refunds 100 and 150: each approved by o's own cell.
-func captureAndRefund(t *testing.T, ctx context.Context, via [2]cellpayv1.PaymentsClient, o original, tag string) {
+func captureAndRefund(t *testing.T, ctx context.Context, via [2]cellpayv1.PaymentsClient, o original, tag string, answers *answerLog) {
 	t.Helper()
 	steps := []struct {
 		kind  cellpayv1.PaymentType
@@ -101,9 +103,38 @@ func captureAndRefund(t *testing.T, ctx context.Context, via [2]cellpayv1.Paymen
 	for i, s := range steps {
 		id := fmt.Sprintf("%s-%s-%d", o.req.GetTransactionId(), tag, i)
 		txn := followUp(t, ctx, via[i%2], s.kind, o, id, s.minor)
+		answers.add(o.req.GetPartnerId(), id, txn, nil)
 		if txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED || txn.GetCellId() != o.cell || txn.GetOriginalTransactionId() != o.req.GetTransactionId() {
 			t.Fatalf("%s: %v from %s (original %s), want APPROVED by %s, the original's cell", id, txn.GetStatus(), txn.GetCellId(), txn.GetOriginalTransactionId(), o.cell)
 		}
+	}
+}
+
+// answerLog collects answers for the checker, safe for concurrent use.
+type answerLog struct {
+	mu  sync.Mutex
+	all []checker.Answer
+}
+
+func (l *answerLog) add(partner, id string, txn *cellpayv1.Transaction, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, checker.AnswerOf(partner, id, txn, err))
+}
+
+// judge runs the checker over the answers, reading them back through
+// payments: nothing lost, nothing twice, every amount equal in the cells
+// and at the issuer.
+func (l *answerLog) judge(t *testing.T, ctx context.Context, payments cellpayv1.PaymentsClient) {
+	t.Helper()
+	cfg := checkerConfig()
+	cfg.Payments = payments
+	report, err := checker.Check(ctx, cfg, l.all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK() {
+		t.Fatalf("invariants broken:\n%s", report.String())
 	}
 }
 
@@ -161,6 +192,10 @@ func TestFollowUps(t *testing.T) {
 	via := [2]cellpayv1.PaymentsClient{gtrs[0].payments, gtrs[1].payments}
 	a1 := admins[0]
 	origs := authorizeOriginals(t, ctx, via[0], "fu-auth", 12, 1000)
+	answers := &answerLog{}
+	for _, o := range origs {
+		answers.add(o.req.GetPartnerId(), o.req.GetTransactionId(), o.txn, nil)
+	}
 	byCell := map[string][]original{}
 	for _, o := range origs {
 		byCell[o.cell] = append(byCell[o.cell], o)
@@ -188,7 +223,7 @@ func TestFollowUps(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitRoutedOff(t, ctx, admins, o)
-		captureAndRefund(t, ctx, via, o, "drained")
+		captureAndRefund(t, ctx, via, o, "drained", answers)
 		done(o)
 		if _, err := a1.Restore(ctx, &adminproto.RestoreRequest{CellId: o.cell}); err != nil {
 			t.Fatal(err)
@@ -203,7 +238,7 @@ func TestFollowUps(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
-		wg.Go(func() { captureAndRefund(t, ctx, via, o, "killed") })
+		wg.Go(func() { captureAndRefund(t, ctx, via, o, "killed", answers) })
 		time.Sleep(500 * time.Millisecond)
 		restartCell(t, ctx, o.cell)
 		wg.Wait()
@@ -245,7 +280,7 @@ func TestFollowUps(t *testing.T) {
 	}
 	t.Logf("originals per cell: %v; drained: %d, killed: %d, moved by the table: %d", cellsOf(byCell), len(pick(0)), min(1, len(pick(1))), len(moved))
 	for _, o := range moved {
-		captureAndRefund(t, ctx, via, o, "moved")
+		captureAndRefund(t, ctx, via, o, "moved", answers)
 		done(o)
 	}
 
@@ -266,6 +301,7 @@ func TestFollowUps(t *testing.T) {
 		}
 	}
 	checkSums(t, ctx, via[0], want)
+	answers.judge(t, ctx, env.payments)
 }
 
 func cellsOf(byCell map[string][]original) map[string]int {
@@ -304,6 +340,8 @@ func TestFollowUpRace(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	via := [2]cellpayv1.PaymentsClient{env.payments, cellpayv1.NewPaymentsClient(dialGTR(env.backupAddr))}
 	o := authorizeOriginals(t, ctx, via[0], "fu-race", 1, 1000)[0]
+	answers := &answerLog{}
+	answers.add(o.req.GetPartnerId(), o.req.GetTransactionId(), o.txn, nil)
 	for _, step := range []struct {
 		kind   cellpayv1.PaymentType
 		reason apierr.Reason
@@ -328,6 +366,7 @@ func TestFollowUpRace(t *testing.T) {
 					}
 					time.Sleep(200 * time.Millisecond)
 				}
+				answers.add(o.req.GetPartnerId(), id, txn, err)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -345,4 +384,5 @@ func TestFollowUpRace(t *testing.T) {
 		}
 	}
 	checkSums(t, ctx, via[0], map[string][2]int64{o.req.GetTransactionId(): {1000, 1000}})
+	answers.judge(t, ctx, env.payments)
 }

@@ -35,11 +35,13 @@ func TestStatementAndList(t *testing.T) {
 	p := newCBPartner(t, "stmt")
 	started := time.Now().UTC()
 	answered := sums{}
+	answers := &answerLog{}
 	var ids []string
 	submit := func(req *cellpayv1.SubmitTransactionRequest) *cellpayv1.Transaction {
 		t.Helper()
 		req.PartnerId = p.id
 		txn, err := p.payments.SubmitTransaction(ctx, req)
+		answers.add(p.id, req.GetTransactionId(), txn, err)
 		if err != nil {
 			t.Fatalf("%s: %v", req.GetTransactionId(), err)
 		}
@@ -65,7 +67,7 @@ func TestStatementAndList(t *testing.T) {
 		}
 		txn := submit(req)
 		if req.GetPaymentType() == cellpayv1.PaymentType_CARD_AUTHORIZATION && txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
-			approved = append(approved, original{req, txn.GetCellId()})
+			approved = append(approved, original{req, txn.GetCellId(), txn})
 		}
 	}
 	if len(approved) < 10 {
@@ -75,14 +77,15 @@ func TestStatementAndList(t *testing.T) {
 		id := func(what string) string { return fmt.Sprintf("%s-%s", o.req.GetTransactionId(), what) }
 		if i%4 == 3 {
 			txn := followUp(t, ctx, p.payments, cellpayv1.PaymentType_VOID, o, id("void"), 0)
+			answers.add(p.id, id("void"), txn, nil)
 			answered.add(cellpayv1.PaymentType_VOID, 1, txn.GetAmount().GetMinorUnits())
 			ids = append(ids, id("void"))
 			continue
 		}
 		capture := o.req.GetAmount().GetMinorUnits() - int64(i)
-		followUp(t, ctx, p.payments, cellpayv1.PaymentType_CAPTURE, o, id("cap"), capture)
+		answers.add(p.id, id("cap"), followUp(t, ctx, p.payments, cellpayv1.PaymentType_CAPTURE, o, id("cap"), capture), nil)
 		answered.add(cellpayv1.PaymentType_CAPTURE, 1, capture)
-		followUp(t, ctx, p.payments, cellpayv1.PaymentType_REFUND, o, id("ref"), int64(10+i))
+		answers.add(p.id, id("ref"), followUp(t, ctx, p.payments, cellpayv1.PaymentType_REFUND, o, id("ref"), int64(10+i)), nil)
 		answered.add(cellpayv1.PaymentType_REFUND, 1, int64(10+i))
 		ids = append(ids, id("cap"), id("ref"))
 	}
@@ -137,6 +140,7 @@ func TestStatementAndList(t *testing.T) {
 	if !maps.Equal(payments, issuer) {
 		t.Errorf("statement's approvals by issuer kind %v, the issuer's effects %v", payments, issuer)
 	}
+	answers.judge(t, ctx, p.payments)
 
 	// ListTransactions: every transaction once, in order, over pages.
 	var listed []string

@@ -46,7 +46,8 @@ func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	observed := make(map[idempotency.Key]Observed, len(keys))
 	for _, k := range keys {
 		l, e := looks[k], effs[k]
-		observed[k] = Observed{Read: l.txn, ReadCode: l.code, ReadErr: l.err, Records: recs[k], Effects: e.effects, Requests: e.requests}
+		observed[k] = Observed{Read: l.txn, ReadCode: l.code, ReadErr: l.err, Records: recs[k], Effects: e.effects, Requests: e.requests,
+			Amounts: true, IssuerApproved: e.approved, IssuerAmount: e.amount}
 	}
 	return Judge(answers, observed, cfg.PrePNRFailures, cfg.Examples), nil
 }
@@ -61,6 +62,12 @@ type Observed struct {
 	Records  []CellRecord
 	// Effects and Requests are the issuer's counters for it.
 	Effects, Requests int32
+	// Amounts says IssuerApproved and IssuerAmount were read: the
+	// issuer's applied outcome (approved or not) and its amount, which a
+	// follow-up's approved record must equal.
+	Amounts        bool
+	IssuerApproved bool
+	IssuerAmount   int64
 }
 
 // Judge classifies the answers partners got against what was observed of
@@ -78,7 +85,9 @@ func Judge(answers []Answer, observed map[idempotency.Key]Observed, prePNRFailur
 	c.r.Errors = make(map[string]int)
 	for _, k := range keys {
 		o := observed[k]
-		c.add(k, byKey[k], lookup{txn: o.Read, code: o.ReadCode, err: o.ReadErr}, o.Records, effect{effects: o.Effects, requests: o.Requests})
+		c.add(k, byKey[k], lookup{txn: o.Read, code: o.ReadCode, err: o.ReadErr}, o.Records,
+			effect{effects: o.Effects, requests: o.Requests, amounts: o.Amounts, approved: o.IssuerApproved, amount: o.IssuerAmount})
+		c.amounts(k, o.Records, effect{effects: o.Effects, amounts: o.Amounts, approved: o.IssuerApproved, amount: o.IssuerAmount})
 	}
 	return c.r
 }
@@ -191,6 +200,38 @@ func (c *classifier) found(id idempotency.Key, answers []Answer, answered bool, 
 	}
 	if differs {
 		r.DifferingAnswers++
+	}
+}
+
+// amounts checks the money of a transaction's final records: an
+// authorization's ledger equals the approved follow-ups in its cell and
+// keeps its limits; a follow-up approved in its cell is the issuer's
+// approved effect for the same amount, and one the cell did not approve
+// is no approved effect at the issuer.
+func (c *classifier) amounts(id idempotency.Key, recs []CellRecord, eff effect) {
+	for _, rec := range recs {
+		var problem string
+		switch {
+		case rec.PaymentType == cellpayv1.PaymentType_CARD_AUTHORIZATION && rec.State == "approved":
+			l := rec.Ledger
+			switch {
+			case l != rec.Followed:
+				problem = fmt.Sprintf("ledger %+v in %s, its approved follow-ups there sum to %+v", l, rec.Cell, rec.Followed)
+			case l.Captured > rec.Amount || l.Refunded > l.Captured || l.Voided && l.Captured > 0:
+				problem = fmt.Sprintf("ledger %+v in %s breaks its limits (authorized %d)", l, rec.Cell, rec.Amount)
+			}
+		case rec.Original == "" || !eff.amounts || rec.State == "sending":
+		case rec.State == "approved" && (eff.effects != 1 || !eff.approved || eff.amount != rec.Amount):
+			problem = fmt.Sprintf("%v of %s approved for %d in %s; the issuer: %d effects, approved %v, amount %d",
+				rec.PaymentType, rec.Original, rec.Amount, rec.Cell, eff.effects, eff.approved, eff.amount)
+		case rec.State != "approved" && eff.approved:
+			problem = fmt.Sprintf("%v of %s %s in %s, approved at the issuer for %d", rec.PaymentType, rec.Original, rec.State, rec.Cell, eff.amount)
+		}
+		if problem != "" {
+			c.r.AmountMismatches++
+			c.example(ProblemAmounts, id, "%s", problem)
+			return
+		}
 	}
 }
 

@@ -48,6 +48,12 @@ type Report struct {
 	// DifferingAnswers counts transactions with a final answer (not PENDING) whose
 	// status, auth code or decline reason differs from the final record.
 	DifferingAnswers int `json:"differing_answers"`
+	// AmountMismatches counts transactions whose money does not add up:
+	// an authorization whose ledger is not the sum of its approved
+	// captures and refunds (or passes its limits), or a capture, void or
+	// refund approved in its cell but not at the issuer for the same
+	// amount, or approved at the issuer and not in its cell.
+	AmountMismatches int `json:"amount_mismatches"`
 	// Unverified counts transactions GetTransaction could not read (other than
 	// NOT_FOUND) after retries: nothing can be said about them.
 	Unverified int `json:"unverified"`
@@ -77,16 +83,18 @@ const (
 	ProblemReroutesAfterPNR     = "reroutes_after_pnr"
 	ProblemDifferingAnswers     = "differing_answers"
 	ProblemUnverified           = "unverified"
+	ProblemAmounts              = "amount_mismatches"
 	ProblemPending              = "pending"
 )
 
 // OK reports whether the run kept the invariants the report can check:
 // nothing lost, at most one issuer effect per transaction, no record past
-// the PNR in two cells, every final answer equal to its record, and every
-// transaction verified (an unreadable transaction could hide any of these).
+// the PNR in two cells, every final answer equal to its record, every
+// amount equal in the cells and at the issuer, and every transaction
+// verified (an unreadable transaction could hide any of these).
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.DuplicatedEffects == 0 && r.ReroutesAfterPNR == 0 &&
-		r.DifferingAnswers == 0 && r.Unverified == 0
+		r.DifferingAnswers == 0 && r.AmountMismatches == 0 && r.Unverified == 0
 }
 
 func (r *Report) example(limit int, problem string, k idempotency.Key, format string, args ...any) {
@@ -131,6 +139,7 @@ func (r Report) String() string {
 		{ProblemDuplicatedEffects, r.DuplicatedEffects},
 		{ProblemReroutesAfterPNR, r.ReroutesAfterPNR},
 		{ProblemDifferingAnswers, r.DifferingAnswers},
+		{ProblemAmounts, r.AmountMismatches},
 		{ProblemUnverified, r.Unverified},
 	}
 	for _, p := range problems {

@@ -30,6 +30,25 @@ type CellRecord struct {
 	CellID        string    `json:"cell_id"`
 	Attempt       int32     `json:"attempt"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// PaymentType and Amount are the record's; Original names a
+	// follow-up's authorization.
+	PaymentType cellpayv1.PaymentType `json:"payment_type,omitempty"`
+	Amount      int64                 `json:"amount,omitempty"`
+	Original    string                `json:"original,omitempty"`
+	// Ledger is an authorization's follow-up sums as its row keeps them
+	// (captured, refunded, voided); Followed is the same sums computed
+	// from its approved follow-ups' rows in the same cell. They must be
+	// equal.
+	Ledger   Sums `json:"ledger,omitzero"`
+	Followed Sums `json:"followed,omitzero"`
+}
+
+// Sums are an authorization's approved follow-ups: captured and refunded
+// in minor units, and whether it was voided.
+type Sums struct {
+	Captured int64 `json:"captured"`
+	Refunded int64 `json:"refunded"`
+	Voided   bool  `json:"voided"`
 }
 
 // pastPNR reports whether r says its cell passed the point of no return:
@@ -135,19 +154,32 @@ func readCell(ctx context.Context, cell Cell, keys []idempotency.Key) ([]CellRec
 	}
 	// By the pair, never by the ID alone: another partner's record with an
 	// asked ID is another transaction.
-	rows, err := conn.Query(ctx, `SELECT partner_id, transaction_id, state, decline_reason, auth_code, cell_id, attempt, updated_at
-		FROM transactions WHERE (partner_id, transaction_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, partners, ids)
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT t.partner_id, t.transaction_id, t.state, t.decline_reason, t.auth_code, t.cell_id, t.attempt, t.updated_at,
+			t.payment_type, t.amount, t.original_transaction_id, t.captured, t.refunded, t.voided,
+			coalesce(f.captured, 0), coalesce(f.refunded, 0), coalesce(f.voided, false)
+		FROM transactions t LEFT JOIN LATERAL (
+			SELECT sum(amount) FILTER (WHERE payment_type = %[1]d)::bigint AS captured,
+				sum(amount) FILTER (WHERE payment_type = %[3]d)::bigint AS refunded,
+				bool_or(payment_type = %[2]d) AS voided
+			FROM transactions f
+			WHERE f.partner_id = t.partner_id AND f.original_transaction_id = t.transaction_id AND f.state = 'approved'
+		) f ON t.original_transaction_id = ''
+		WHERE (t.partner_id, t.transaction_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+		cellpayv1.PaymentType_CAPTURE, cellpayv1.PaymentType_VOID, cellpayv1.PaymentType_REFUND), partners, ids)
 	if err != nil {
 		return nil, fmt.Errorf("checker: cell %s: query: %w", cell.ID, err)
 	}
 	var out []CellRecord
 	for rows.Next() {
 		r := CellRecord{Cell: cell.ID}
-		if err := rows.Scan(&r.PartnerID, &r.TransactionID, &r.State, &r.DeclineReason, &r.AuthCode, &r.CellID, &r.Attempt, &r.UpdatedAt); err != nil {
+		var pt int16
+		if err := rows.Scan(&r.PartnerID, &r.TransactionID, &r.State, &r.DeclineReason, &r.AuthCode, &r.CellID, &r.Attempt, &r.UpdatedAt,
+			&pt, &r.Amount, &r.Original, &r.Ledger.Captured, &r.Ledger.Refunded, &r.Ledger.Voided,
+			&r.Followed.Captured, &r.Followed.Refunded, &r.Followed.Voided); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("checker: cell %s: scan: %w", cell.ID, err)
 		}
-		r.UpdatedAt = r.UpdatedAt.UTC()
+		r.UpdatedAt, r.PaymentType = r.UpdatedAt.UTC(), cellpayv1.PaymentType(pt)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -156,8 +188,14 @@ func readCell(ctx context.Context, cell Cell, keys []idempotency.Key) ([]CellRec
 	return out, nil
 }
 
-// effect is one transaction's issuer counters.
-type effect struct{ effects, requests int32 }
+// effect is one transaction's issuer counters and, when amounts were read,
+// its applied outcome: approved, for amount.
+type effect struct {
+	effects, requests int32
+	amounts           bool
+	approved          bool
+	amount            int64
+}
 
 // readEffects reads the issuer's counters for keys in batches.
 func readEffects(ctx context.Context, issuer issuerproto.IssuerClient, keys []idempotency.Key, batch int, timeout time.Duration) (map[idempotency.Key]effect, error) {
@@ -176,7 +214,7 @@ func readEffects(ctx context.Context, issuer issuerproto.IssuerClient, keys []id
 		}
 		for _, e := range resp.GetEffects() {
 			k := idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
-			out[k] = effect{effects: e.GetEffects(), requests: e.GetRequests()}
+			out[k] = effect{effects: e.GetEffects(), requests: e.GetRequests(), amounts: true, approved: e.GetApproved(), amount: e.GetAmountMinorUnits()}
 		}
 	}
 	return out, nil
