@@ -26,6 +26,8 @@ func TestCompletion(t *testing.T) {
 	}{
 		{"gtrctl tx", []string{"txn"}},
 		{"gtrctl txn ", []string{"get"}},
+		{"gtrctl sta", []string{"statement"}},
+		{"gtrctl statement p-001 2026-03-01 -", []string{"--addr", "-o"}},
 		{"gtrctl callbacks re", []string{"replay"}},
 		{"gtrctl callbacks list --st", []string{"--status"}},
 		{"gtrctl cells --ad", []string{"--addr"}},

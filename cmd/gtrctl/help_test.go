@@ -23,6 +23,7 @@ func TestHelpIsNotAnError(t *testing.T) {
 		{[]string{"table", "get", "-h"}, "usage: gtrctl table get"},
 		{[]string{"help", "drain"}, "usage: gtrctl drain CELL"},
 		{[]string{"help", "partners", "add"}, "usage: gtrctl partners add"},
+		{[]string{"statement", "-h"}, "usage: gtrctl statement PARTNER DATE"},
 	} {
 		code, out, errs := gtrctl(t, tc.args...)
 		if code != 0 || !strings.HasPrefix(out, tc.want) || errs != "" {

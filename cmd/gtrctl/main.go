@@ -18,6 +18,7 @@
 //	gtrctl partners add-key p-004
 //	gtrctl partners revoke-key p-004 KEY_ID
 //	gtrctl audit --since 1h --limit 50     # who changed what, before -> after
+//	gtrctl statement p-001 2026-03-01      # a partner's UTC day, per cell and in total
 //	gtrctl operators init DIR               # offline: a token per role and the GTR's operators file
 //	gtrctl version                          # this gtrctl's build (also gtrctl -version)
 //

@@ -24,6 +24,7 @@
 package adminproto
 
 import (
+	cellpayv1 "github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	cellproto "github.com/cellpay/cellpay/pkg/cellproto"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -3449,6 +3450,213 @@ func (x *CellTransaction) GetRecord() *cellproto.InspectResponse {
 	return nil
 }
 
+type GetStatementRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partner_id is the partner whose statement is asked for: 1 to 64
+	// characters of [A-Za-z0-9._-].
+	PartnerId string `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// date is the UTC day, YYYY-MM-DD: transactions created from its
+	// midnight (UTC) to the next.
+	Date          string `protobuf:"bytes,2,opt,name=date,proto3" json:"date,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatementRequest) Reset() {
+	*x = GetStatementRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatementRequest) ProtoMessage() {}
+
+func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
+func (*GetStatementRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetStatementRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *GetStatementRequest) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+type GetStatementResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partner_id is the request's.
+	PartnerId string `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// date is the request's.
+	Date string `protobuf:"bytes,2,opt,name=date,proto3" json:"date,omitempty"`
+	// cells: every cell of the table, in the table's order.
+	Cells []*CellStatement `protobuf:"bytes,3,rep,name=cells,proto3" json:"cells,omitempty"`
+	// total sums the lines of the cells that answered, one line per
+	// payment type, status and currency, in that order (as
+	// cellpay.v1.Statement's lines).
+	Total []*cellpayv1.StatementLine `protobuf:"bytes,4,rep,name=total,proto3" json:"total,omitempty"`
+	// complete is true when every cell answered: only then is total the
+	// partner's whole day.
+	Complete      bool `protobuf:"varint,5,opt,name=complete,proto3" json:"complete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatementResponse) Reset() {
+	*x = GetStatementResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatementResponse) ProtoMessage() {}
+
+func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatementResponse.ProtoReflect.Descriptor instead.
+func (*GetStatementResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetStatementResponse) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *GetStatementResponse) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+func (x *GetStatementResponse) GetCells() []*CellStatement {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+func (x *GetStatementResponse) GetTotal() []*cellpayv1.StatementLine {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+func (x *GetStatementResponse) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+// CellStatement is one cell's answer to GetStatement.
+type CellStatement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cell_id names the cell.
+	CellId string `protobuf:"bytes,1,opt,name=cell_id,json=cellId,proto3" json:"cell_id,omitempty"`
+	// lines are the cell's, one per payment type, status and currency with
+	// a transaction in it, in that order; empty when the cell has none or
+	// did not answer.
+	Lines []*cellpayv1.StatementLine `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	// error: the cell did not answer (why); lines is then empty and the
+	// cell is left out of total.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CellStatement) Reset() {
+	*x = CellStatement{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CellStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CellStatement) ProtoMessage() {}
+
+func (x *CellStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CellStatement.ProtoReflect.Descriptor instead.
+func (*CellStatement) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CellStatement) GetCellId() string {
+	if x != nil {
+		return x.CellId
+	}
+	return ""
+}
+
+func (x *CellStatement) GetLines() []*cellpayv1.StatementLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *CellStatement) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ReplayCallbacksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replayed      int64                  `protobuf:"varint,1,opt,name=replayed,proto3" json:"replayed,omitempty"`
@@ -3459,7 +3667,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3679,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3692,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -3513,7 +3721,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3733,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3746,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -3567,7 +3775,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3787,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3800,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -3622,7 +3830,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3634,7 +3842,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3647,7 +3855,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3693,7 +3901,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3913,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3926,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -3811,7 +4019,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +4031,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +4044,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -3857,7 +4065,7 @@ var File_cellpay_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccellpay/admin/v1/admin.proto\x12\x10cellpay.admin.v1\x1a\x1acellpay/cell/v1/cell.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x1ccellpay/admin/v1/admin.proto\x12\x10cellpay.admin.v1\x1a\x1acellpay/cell/v1/cell.proto\x1a\x19cellpay/v1/payments.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
 	"\x10ListCellsRequest\"\xae\x01\n" +
 	"\x11ListCellsResponse\x12#\n" +
 	"\rtable_version\x18\x01 \x01(\x04R\ftableVersion\x122\n" +
@@ -4108,7 +4316,22 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fCellTransaction\x12\x17\n" +
 	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x128\n" +
-	"\x06record\x18\x03 \x01(\v2 .cellpay.cell.v1.InspectResponseR\x06record\"l\n" +
+	"\x06record\x18\x03 \x01(\v2 .cellpay.cell.v1.InspectResponseR\x06record\"H\n" +
+	"\x13GetStatementRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
+	"\x04date\x18\x02 \x01(\tR\x04date\"\xcd\x01\n" +
+	"\x14GetStatementResponse\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
+	"\x04date\x18\x02 \x01(\tR\x04date\x125\n" +
+	"\x05cells\x18\x03 \x03(\v2\x1f.cellpay.admin.v1.CellStatementR\x05cells\x12/\n" +
+	"\x05total\x18\x04 \x03(\v2\x19.cellpay.v1.StatementLineR\x05total\x12\x1a\n" +
+	"\bcomplete\x18\x05 \x01(\bR\bcomplete\"o\n" +
+	"\rCellStatement\x12\x17\n" +
+	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12/\n" +
+	"\x05lines\x18\x02 \x03(\v2\x19.cellpay.v1.StatementLineR\x05lines\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"l\n" +
 	"\x17ReplayCallbacksResponse\x12\x1a\n" +
 	"\breplayed\x18\x01 \x01(\x03R\breplayed\x125\n" +
 	"\x05cells\x18\x02 \x03(\v2\x1f.cellpay.admin.v1.CellCallbacksR\x05cells\"E\n" +
@@ -4144,7 +4367,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x9d\x0f\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xfc\x0f\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -4167,7 +4390,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x11AddCallbackSecret\x12*.cellpay.admin.v1.AddCallbackSecretRequest\x1a+.cellpay.admin.v1.AddCallbackSecretResponse\x12_\n" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12f\n" +
-	"\x0fFindTransaction\x12(.cellpay.admin.v1.FindTransactionRequest\x1a).cellpay.admin.v1.FindTransactionResponse\x12T\n" +
+	"\x0fFindTransaction\x12(.cellpay.admin.v1.FindTransactionRequest\x1a).cellpay.admin.v1.FindTransactionResponse\x12]\n" +
+	"\fGetStatement\x12%.cellpay.admin.v1.GetStatementRequest\x1a&.cellpay.admin.v1.GetStatementResponse\x12T\n" +
 	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponse\x12Z\n" +
 	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
@@ -4184,7 +4408,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -4237,32 +4461,36 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*FindTransactionRequest)(nil),           // 48: cellpay.admin.v1.FindTransactionRequest
 	(*FindTransactionResponse)(nil),          // 49: cellpay.admin.v1.FindTransactionResponse
 	(*CellTransaction)(nil),                  // 50: cellpay.admin.v1.CellTransaction
-	(*ReplayCallbacksResponse)(nil),          // 51: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 52: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 53: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 54: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 55: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 56: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 57: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 58: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 59: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 60: cellpay.cell.v1.InspectResponse
-	(*cellproto.ListCallbacksRequest)(nil),   // 61: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 62: cellpay.cell.v1.ReplayCallbacksRequest
+	(*GetStatementRequest)(nil),              // 51: cellpay.admin.v1.GetStatementRequest
+	(*GetStatementResponse)(nil),             // 52: cellpay.admin.v1.GetStatementResponse
+	(*CellStatement)(nil),                    // 53: cellpay.admin.v1.CellStatement
+	(*ReplayCallbacksResponse)(nil),          // 54: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 55: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 56: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 57: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 58: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 59: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 61: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 62: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 63: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 64: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 65: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 66: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	57, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	60, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	57, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	57, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	57, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	58, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	58, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	58, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	60, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	60, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	60, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	61, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	61, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	61, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -4281,8 +4509,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	57, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	57, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	60, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	60, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -4290,63 +4518,68 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	59, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	62, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
 	50, // 41: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	60, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
-	46, // 43: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	57, // 44: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	57, // 45: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	55, // 46: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 47: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	7,  // 48: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	8,  // 49: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	9,  // 50: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	11, // 51: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	15, // 52: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	17, // 53: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	21, // 54: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	25, // 55: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	28, // 56: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	35, // 57: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	37, // 58: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	38, // 59: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	40, // 60: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	42, // 61: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	43, // 62: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	44, // 63: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	61, // 64: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	62, // 65: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	48, // 66: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	54, // 67: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	52, // 68: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 69: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 70: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 71: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 72: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	12, // 73: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	16, // 74: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	18, // 75: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	22, // 76: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	26, // 77: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	29, // 78: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	36, // 79: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	39, // 80: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 81: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	41, // 82: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	39, // 83: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 84: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 85: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	47, // 86: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	51, // 87: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	49, // 88: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	56, // 89: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	53, // 90: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	69, // [69:91] is the sub-list for method output_type
-	47, // [47:69] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	63, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	53, // 43: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
+	64, // 44: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	64, // 45: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	46, // 46: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	60, // 47: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	60, // 48: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	58, // 49: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 50: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	7,  // 51: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	8,  // 52: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	9,  // 53: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	11, // 54: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	15, // 55: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	17, // 56: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	21, // 57: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	25, // 58: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	28, // 59: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	35, // 60: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	37, // 61: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	38, // 62: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	40, // 63: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	42, // 64: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	43, // 65: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	44, // 66: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	65, // 67: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	66, // 68: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	48, // 69: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	51, // 70: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	57, // 71: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	55, // 72: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 73: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 74: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 75: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 76: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	12, // 77: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	16, // 78: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	18, // 79: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	22, // 80: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	26, // 81: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	29, // 82: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	36, // 83: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	39, // 84: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 85: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	41, // 86: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	39, // 87: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 88: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 89: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	47, // 90: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	54, // 91: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	49, // 92: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	52, // 93: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	59, // 94: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	56, // 95: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	73, // [73:96] is the sub-list for method output_type
+	50, // [50:73] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -4360,7 +4593,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,7 @@ const (
 	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
 	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
 	Admin_FindTransaction_FullMethodName   = "/cellpay.admin.v1.Admin/FindTransaction"
+	Admin_GetStatement_FullMethodName      = "/cellpay.admin.v1.Admin/GetStatement"
 	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
 	Admin_ReleaseCell_FullMethodName       = "/cellpay.admin.v1.Admin/ReleaseCell"
 )
@@ -142,6 +143,14 @@ type AdminClient interface {
 	// callback events: where it went, where it stepped back, where it was
 	// decided. A cell that does not answer is named with its error.
 	FindTransaction(ctx context.Context, in *FindTransactionRequest, opts ...grpc.CallOption) (*FindTransactionResponse, error)
+	// GetStatement asks every cell of the table for a partner's statement
+	// of one UTC day (cellpay.cell.v1.Cell/Statement): each cell's lines by
+	// payment type, status and currency, and their total over the cells
+	// that answered, which is what the partner's own
+	// cellpay.v1.Payments/GetStatement answers when every cell does. A cell
+	// that does not answer is named with its error, and the answer says it
+	// is not complete. Errors: INVALID_ARGUMENT (partner_id, date).
+	GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*GetStatementResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -365,6 +374,16 @@ func (c *adminClient) FindTransaction(ctx context.Context, in *FindTransactionRe
 	return out, nil
 }
 
+func (c *adminClient) GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*GetStatementResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatementResponse)
+	err := c.cc.Invoke(ctx, Admin_GetStatement_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -466,6 +485,14 @@ type AdminServer interface {
 	// callback events: where it went, where it stepped back, where it was
 	// decided. A cell that does not answer is named with its error.
 	FindTransaction(context.Context, *FindTransactionRequest) (*FindTransactionResponse, error)
+	// GetStatement asks every cell of the table for a partner's statement
+	// of one UTC day (cellpay.cell.v1.Cell/Statement): each cell's lines by
+	// payment type, status and currency, and their total over the cells
+	// that answered, which is what the partner's own
+	// cellpay.v1.Payments/GetStatement answers when every cell does. A cell
+	// that does not answer is named with its error, and the answer says it
+	// is not complete. Errors: INVALID_ARGUMENT (partner_id, date).
+	GetStatement(context.Context, *GetStatementRequest) (*GetStatementResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -548,6 +575,9 @@ func (UnimplementedAdminServer) ReplayCallbacks(context.Context, *cellproto.Repl
 }
 func (UnimplementedAdminServer) FindTransaction(context.Context, *FindTransactionRequest) (*FindTransactionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FindTransaction not implemented")
+}
+func (UnimplementedAdminServer) GetStatement(context.Context, *GetStatementRequest) (*GetStatementResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStatement not implemented")
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -936,6 +966,24 @@ func _Admin_FindTransaction_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetStatement_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatementRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetStatement(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetStatement_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetStatement(ctx, req.(*GetStatementRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -1058,6 +1106,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FindTransaction",
 			Handler:    _Admin_FindTransaction_Handler,
+		},
+		{
+			MethodName: "GetStatement",
+			Handler:    _Admin_GetStatement_Handler,
 		},
 		{
 			MethodName: "ListAudit",

@@ -53,7 +53,7 @@ type PaymentsClient interface {
 	// transaction_id and the same idempotency as SubmitTransaction; it runs
 	// in the cell that holds the original. A rule broken is
 	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
-	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, CURRENCY_MISMATCH); an
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH); an
 	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
 	CaptureTransaction(ctx context.Context, in *CaptureTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no
@@ -178,7 +178,7 @@ type PaymentsServer interface {
 	// transaction_id and the same idempotency as SubmitTransaction; it runs
 	// in the cell that holds the original. A rule broken is
 	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
-	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, CURRENCY_MISMATCH); an
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH); an
 	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
 	CaptureTransaction(context.Context, *CaptureTransactionRequest) (*Transaction, error)
 	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no

@@ -78,14 +78,14 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 	}
 	t.Cleanup(al.Close)
 	buf := &testutil.Buffer{}
-	f := startServer(t, ix, al, slog.New(slog.NewTextHandler(buf, nil)), pc)
+	f := startServer(t, ix, al, slog.New(slog.NewTextHandler(buf, nil)), pc, nil)
 	f.log = buf
 	return f
 }
 
 // startServer serves the admin API for the operators of ix, auditing to
-// al and logging to log.
-func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logger, pc partnerstate.Config) fixture {
+// al and logging to log; cells, when not nil, reaches the table's cells.
+func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logger, pc partnerstate.Config, cells Cells) fixture {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, mon, clock := startHealth(t, quiet)
@@ -101,7 +101,7 @@ func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logge
 	}
 	t.Cleanup(ps.Close)
 	followCells(t, st, mon)
-	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Audit: al, Log: log})
+	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Cells: cells, Audit: al, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func TestOperatorRoles(t *testing.T) {
 	for range 4 { // fill the buffer: from here on the logger drops
 		log.Info("filler")
 	}
-	fx := startServer(t, ix, al, log, partnerstate.Config{})
+	fx := startServer(t, ix, al, log, partnerstate.Config{}, nil)
 	viewer, oper, adm := dialAs(t, fx.addr, toks["vera"]), dialAs(t, fx.addr, toks["otto"]), dialAs(t, fx.addr, toks["ada"])
 	start := time.Now().Add(-time.Second)
 

@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/statement"
 	"github.com/cellpay/cellpay/internal/validate"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/idempotency"
-	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // A partner's transactions are spread over the cells (by its keys, and by
@@ -115,77 +115,38 @@ func (s *Server) GetStatement(ctx context.Context, req *cellpayv1.GetStatementRe
 	if err := idempotency.ValidateKey(req.GetPartnerId()); err != nil {
 		return nil, &validate.FieldError{Field: "partner_id", Reason: err.Error()}
 	}
-	day, err := time.Parse(time.DateOnly, req.GetDate())
+	start, end, err := statement.Day(req.GetDate())
 	if err != nil {
-		return nil, &validate.FieldError{Field: "date", Reason: "must be a day, YYYY-MM-DD"}
+		return nil, &validate.FieldError{Field: "date", Reason: err.Error()}
 	}
-	lines, err := s.Statement(ctx, req.GetPartnerId(), day)
-	if err != nil {
-		return nil, err
-	}
-	return &cellpayv1.Statement{PartnerId: req.GetPartnerId(), Date: req.GetDate(), Lines: lines}, nil
-}
-
-// Statement sums partner's transactions created on the UTC day of day
-// over every cell (or, with cells given, over those only).
-func (s *Server) Statement(ctx context.Context, partner string, day time.Time, cells ...string) ([]*cellpayv1.StatementLine, error) {
-	start := day.UTC().Truncate(24 * time.Hour)
-	in := &cellproto.StatementRequest{PartnerId: partner, StartTime: timestamppb.New(start), EndTime: timestamppb.New(start.Add(24 * time.Hour))}
-	type key struct {
-		pt       cellpayv1.PaymentType
-		st       cellpayv1.TransactionStatus
-		currency string
-	}
-	var mu sync.Mutex
-	sums := map[key]*cellpayv1.StatementLine{}
-	err := s.allCells(ctx, "statement", func(ctx context.Context, c cellproto.CellClient) error {
+	in := &cellproto.StatementRequest{PartnerId: req.GetPartnerId(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(end)}
+	var (
+		mu    sync.Mutex
+		lines []*cellpayv1.StatementLine
+	)
+	err = s.allCells(ctx, "statement", func(ctx context.Context, c cellproto.CellClient) error {
 		resp, err := c.Statement(ctx, in, grpc.WaitForReady(true))
 		if err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for _, l := range resp.GetLines() {
-			k := key{l.GetPaymentType(), l.GetStatus(), l.GetCurrency()}
-			sum := sums[k]
-			if sum == nil {
-				sum = &cellpayv1.StatementLine{PaymentType: k.pt, Status: k.st, Currency: k.currency}
-				sums[k] = sum
-			}
-			sum.Count += l.GetCount()
-			sum.AmountMinorUnits += l.GetAmountMinorUnits()
-		}
+		lines = append(lines, resp.GetLines()...)
 		return nil
-	}, cells...)
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*cellpayv1.StatementLine, 0, len(sums))
-	for _, l := range sums {
-		out = append(out, l)
-	}
-	slices.SortFunc(out, func(a, b *cellpayv1.StatementLine) int {
-		return cmp.Or(cmp.Compare(a.GetPaymentType(), b.GetPaymentType()), cmp.Compare(a.GetStatus(), b.GetStatus()), cmp.Compare(a.GetCurrency(), b.GetCurrency()))
-	})
-	return out, nil
+	return &cellpayv1.Statement{PartnerId: req.GetPartnerId(), Date: req.GetDate(), Lines: statement.Sum(lines)}, nil
 }
 
-// allCells runs fn on every cell of the table (or on those named in
-// only), within GetTimeout: UNAVAILABLE naming how many did not answer
+// allCells runs fn on every cell of the table, within GetTimeout: UNAVAILABLE naming how many did not answer
 // if any did not, so that what is merged is never silently partial.
-func (s *Server) allCells(ctx context.Context, what string, fn func(context.Context, cellproto.CellClient) error, only ...string) error {
+func (s *Server) allCells(ctx context.Context, what string, fn func(context.Context, cellproto.CellClient) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GetTimeout)
 	defer cancel()
 	table := s.cfg.Table()
-	var cells []routing.Cell
-	for _, c := range table.Spec().Cells {
-		if len(only) == 0 || slices.Contains(only, c.ID) {
-			cells = append(cells, c)
-		}
-	}
-	if len(cells) == 0 {
-		return status.Errorf(codes.NotFound, "no such cell: %v", only)
-	}
+	cells := table.Spec().Cells
 	errs := make([]error, len(cells))
 	var wg sync.WaitGroup
 	for i := range cells {
