@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE sim bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
+.PHONY: FORCE sim bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-followups bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -236,6 +236,10 @@ bench-hops: $(BIN)/benchrun
 ## bench-rest: the partners' REST/JSON path next to gRPC: the GTR's CPU µs per call, throughput, p50 and p99 (a platform per run).
 bench-rest: $(BIN)/benchrun build
 	$(call e2ebench,rest,TestRESTCostBenchmark,CELLPAY_REST_BENCH)
+
+## bench-followups: a capture next to the authorization it follows: CPU µs per call per process (GTR, the cell, its Postgres, NATS), throughput, p50 and p99 (a platform per run).
+bench-followups: $(BIN)/benchrun build
+	$(call e2ebench,followups,TestFollowUpCostBenchmark,CELLPAY_FOLLOWUP_BENCH)
 
 ## bench-trust: the cost of TLS and partner authentication at the GTR, side by side (in-process GTR, fake cell).
 bench-trust: $(BIN)/benchrun
