@@ -196,6 +196,8 @@ func TestFollowUps(t *testing.T) {
 	for _, o := range origs {
 		answers.add(o.req.GetPartnerId(), o.req.GetTransactionId(), o.txn, nil)
 	}
+	stopLoad := backgroundLoad(t, ctx, via, answers)
+	defer stopLoad()
 	byCell := map[string][]original{}
 	for _, o := range origs {
 		byCell[o.cell] = append(byCell[o.cell], o)
@@ -300,8 +302,69 @@ func TestFollowUps(t *testing.T) {
 			t.Errorf("%v beyond the limit: %v, want FAILED_PRECONDITION %s", c.kind, err, c.reason)
 		}
 	}
+	stopLoad()
+	t.Logf("%d answers to judge, the background load's included", len(answers.all))
 	checkSums(t, ctx, via[0], want)
 	answers.judge(t, ctx, env.payments)
+}
+
+// backgroundLoad keeps 4 partners' workers busy through via until the
+// returned stop is called (or 2,000 calls, or ctx ends): authorizations,
+// each approved one captured in part and refunded in part, every answer
+// logged for the checker. stop waits for the workers; it may be called
+// more than once.
+func backgroundLoad(t *testing.T, ctx context.Context, via [2]cellpayv1.PaymentsClient, answers *answerLog) (stop func()) {
+	t.Helper()
+	const maxCalls = 2000
+	lctx, cancel := context.WithCancel(ctx)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		calls int
+	)
+	next := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return calls, calls <= maxCalls && lctx.Err() == nil
+	}
+	for w := range 4 {
+		wg.Go(func() {
+			p := via[w%2]
+			for {
+				n, ok := next()
+				if !ok {
+					return
+				}
+				req := request(fmt.Sprintf("fu-load-%d", n), freshPAN())
+				txn, err := p.SubmitTransaction(lctx, req)
+				if lctx.Err() != nil {
+					return // the load's end, not an answer to judge
+				}
+				answers.add(req.GetPartnerId(), req.GetTransactionId(), txn, err)
+				if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+					continue
+				}
+				o := original{req, txn.GetCellId(), txn}
+				for i, step := range []struct {
+					kind  cellpayv1.PaymentType
+					minor int64
+				}{{cellpayv1.PaymentType_CAPTURE, 700}, {cellpayv1.PaymentType_REFUND, 300}} {
+					id := fmt.Sprintf("%s-%d", req.GetTransactionId(), i)
+					txn, err := followUpOnce(lctx, p, step.kind, o, id, step.minor)
+					if lctx.Err() != nil {
+						return
+					}
+					answers.add(req.GetPartnerId(), id, txn, err)
+					if err != nil || txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+						break
+					}
+				}
+			}
+		})
+	}
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); wg.Wait() }) }
 }
 
 func cellsOf(byCell map[string][]original) map[string]int {
