@@ -286,8 +286,10 @@ func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, 
 // and ok is false.
 func (s *Store) Reclaim(ctx context.Context, r *cellside.Record) (ok bool, existing *cellside.Record, err error) {
 	a := append(args(r), s.instance, r.Unfiled)
-	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner, unfiled) =
-		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
+	// original_transaction_id is cleared: an abandoned follow-up (its
+	// claim lost to another cell) taken over by a payment is a payment.
+	n, err := s.exec(ctx, false, `UPDATE transactions SET (`+columns+`, owner, unfiled, original_transaction_id) =
+		($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,'')
 		WHERE partner_id = $7 AND transaction_id = $1 AND state = 'abandoned'`, a...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: reclaim: %w", err)
