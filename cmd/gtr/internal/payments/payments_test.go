@@ -46,6 +46,17 @@ type fakeCell struct {
 	// does not have (the directory's owner); gets counts Get and Find.
 	owner string
 	gets  atomic.Int32
+	// fu, if set, answers FollowUp; fus counts FollowUp calls.
+	fu  func(req *cellproto.FollowUpRequest) (*cellproto.FollowUpResponse, error)
+	fus atomic.Int32
+}
+
+func (f *fakeCell) FollowUp(_ context.Context, req *cellproto.FollowUpRequest) (*cellproto.FollowUpResponse, error) {
+	f.fus.Add(1)
+	if f.fu == nil {
+		return nil, status.Error(codes.Unimplemented, "no follow-ups here")
+	}
+	return f.fu(req)
 }
 
 type srv = grpc.BidiStreamingServer[cellproto.ProcessInput, cellproto.ProcessEvent]
