@@ -6,9 +6,19 @@ import * as http from "node:http";
 import * as https from "node:https";
 
 import { CellpayError, Code, decodeError } from "./errors";
-import type { SubmitTransactionRequest, Transaction } from "./types";
+import type {
+  CaptureTransactionRequest,
+  ListTransactionsRequest,
+  ListTransactionsResponse,
+  PaymentType,
+  RefundTransactionRequest,
+  Statement,
+  SubmitTransactionRequest,
+  Transaction,
+  VoidTransactionRequest,
+} from "./types";
 
-export const USER_AGENT = "cellpay-client-ts/0.1.0";
+export const USER_AGENT = "cellpay-client-ts/0.2.0";
 
 /** The largest answer read, in bytes. */
 const MAX_ANSWER = 1 << 20;
@@ -40,10 +50,22 @@ export interface CallOptions {
 
 export interface SubmitOptions extends CallOptions {
   /**
-   * Sent as the Idempotency-Key header: the transaction_id. It fills an
-   * absent transaction_id; one that differs is refused (INVALID_REQUEST).
+   * Sent as the Idempotency-Key header: the transaction_id (of a capture,
+   * void or refund: its own, not the original's). It fills an absent
+   * transaction_id; one that differs is refused (INVALID_REQUEST).
    */
   idempotencyKey?: string;
+}
+
+export interface GetOptions extends CallOptions {
+  /**
+   * The transaction's market (a follow-up's: its original's), a hint: with
+   * it and paymentType the read goes straight to the cell that holds the
+   * transaction. Without them, or with wrong ones, the answer is the same.
+   */
+  market?: string;
+  /** The transaction's payment type (a follow-up's: CARD_AUTHORIZATION), a hint as market. */
+  paymentType?: PaymentType;
 }
 
 interface Answer {
@@ -60,6 +82,26 @@ class NoAnswer extends Error {
   ) {
     super(message, options);
   }
+}
+
+/** jsonBody is a request's JSON: a bigint as a decimal string (int64), undefined fields left out. */
+function jsonBody(v: unknown): string {
+  return JSON.stringify(v, (_k, x: unknown) => (typeof x === "bigint" ? x.toString() : x));
+}
+
+function idempotencyHeaders(opts: SubmitOptions): Record<string, string> {
+  return opts.idempotencyKey !== undefined ? { "Idempotency-Key": opts.idempotencyKey } : {};
+}
+
+/** query is "?" and q's parameters, or "" when it has none. */
+function query(q: URLSearchParams): string {
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+/** timestamp is a google.protobuf.Timestamp query parameter: RFC 3339 (a Date's in UTC, to the millisecond). */
+function timestamp(t: string | Date): string {
+  return typeof t === "string" ? t : t.toISOString();
 }
 
 function errCode(e: unknown): string {
@@ -114,23 +156,170 @@ export class CellpayClient {
     if (!req.partner_id) {
       throw new TypeError("submitTransaction: partner_id is required");
     }
-    const headers: Record<string, string> = {};
-    if (opts.idempotencyKey !== undefined) {
-      headers["Idempotency-Key"] = opts.idempotencyKey;
-    }
-    const body = JSON.stringify(req, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
-    return this.call<Transaction>("POST", `/v1/partners/${encodeURIComponent(req.partner_id)}/transactions`, body, headers, opts.signal);
+    return this.call<Transaction>("POST", `/v1/partners/${encodeURIComponent(req.partner_id)}/transactions`, jsonBody(req), idempotencyHeaders(opts), opts.signal);
   }
 
-  /** getTransaction reads the recorded outcome: GET /v1/partners/{partnerId}/transactions/{transactionId}. */
-  async getTransaction(partnerId: string, transactionId: string, opts: CallOptions = {}): Promise<Transaction> {
+  /**
+   * captureTransaction captures req.amount of the approved
+   * CARD_AUTHORIZATION req.original_transaction_id: POST
+   * /v1/partners/{partner_id}/transactions/{original_transaction_id}:capture.
+   * The capture is a transaction of its own (payment type CAPTURE), under
+   * its own transaction_id, with a submit's idempotency: a resend answers
+   * the recorded capture, without capturing again.
+   */
+  async captureTransaction(req: CaptureTransactionRequest, opts: SubmitOptions = {}): Promise<Transaction> {
+    return this.followUp("captureTransaction", "capture", req, { transaction_id: req.transaction_id, market: req.market, amount: req.amount }, opts);
+  }
+
+  /**
+   * voidTransaction releases the approved CARD_AUTHORIZATION
+   * req.original_transaction_id, which has no capture: POST
+   * .../transactions/{original_transaction_id}:void (payment type VOID), as
+   * captureTransaction.
+   */
+  async voidTransaction(req: VoidTransactionRequest, opts: SubmitOptions = {}): Promise<Transaction> {
+    return this.followUp("voidTransaction", "void", req, { transaction_id: req.transaction_id, market: req.market }, opts);
+  }
+
+  /**
+   * refundTransaction refunds req.amount of what was captured of the
+   * authorization req.original_transaction_id: POST
+   * .../transactions/{original_transaction_id}:refund (payment type
+   * REFUND), as captureTransaction.
+   */
+  async refundTransaction(req: RefundTransactionRequest, opts: SubmitOptions = {}): Promise<Transaction> {
+    return this.followUp("refundTransaction", "refund", req, { transaction_id: req.transaction_id, market: req.market, amount: req.amount }, opts);
+  }
+
+  /**
+   * getTransaction reads the recorded outcome: GET
+   * /v1/partners/{partnerId}/transactions/{transactionId}, with the
+   * optional hints market and payment_type (opts.market, opts.paymentType).
+   */
+  async getTransaction(partnerId: string, transactionId: string, opts: GetOptions = {}): Promise<Transaction> {
+    const q = new URLSearchParams();
+    if (opts.market) {
+      q.set("market", opts.market);
+    }
+    if (opts.paymentType) {
+      q.set("payment_type", opts.paymentType);
+    }
     return this.call<Transaction>(
       "GET",
-      `/v1/partners/${encodeURIComponent(partnerId)}/transactions/${encodeURIComponent(transactionId)}`,
+      `/v1/partners/${encodeURIComponent(partnerId)}/transactions/${encodeURIComponent(transactionId)}${query(q)}`,
       undefined,
       {},
       opts.signal,
     );
+  }
+
+  /**
+   * listTransactions reads one page of the partner's transactions created
+   * in [start_time, end_time), oldest first: GET
+   * /v1/partners/{partner_id}/transactions. Pass next_page_token back as
+   * page_token, with the same filters, for the next page; it is "" on the
+   * last. listAllTransactions goes through every page.
+   */
+  async listTransactions(req: ListTransactionsRequest, opts: CallOptions = {}): Promise<ListTransactionsResponse> {
+    if (!req.partner_id) {
+      throw new TypeError("listTransactions: partner_id is required");
+    }
+    const q = new URLSearchParams();
+    if (req.start_time !== undefined) {
+      q.set("start_time", timestamp(req.start_time));
+    }
+    if (req.end_time !== undefined) {
+      q.set("end_time", timestamp(req.end_time));
+    }
+    for (const s of req.statuses ?? []) {
+      q.append("statuses", s);
+    }
+    for (const t of req.payment_types ?? []) {
+      q.append("payment_types", t);
+    }
+    if (req.page_size !== undefined) {
+      q.set("page_size", String(req.page_size));
+    }
+    if (req.page_token) {
+      q.set("page_token", req.page_token);
+    }
+    const page = await this.call<Partial<ListTransactionsResponse>>(
+      "GET",
+      `/v1/partners/${encodeURIComponent(req.partner_id)}/transactions${query(q)}`,
+      undefined,
+      {},
+      opts.signal,
+    );
+    return { ...page, transactions: page.transactions ?? [], next_page_token: page.next_page_token ?? "" };
+  }
+
+  /**
+   * listAllTransactions yields every transaction of the listing, page after
+   * page (listTransactions from req.page_token, if any), oldest first:
+   *
+   *   for await (const t of client.listAllTransactions(req)) { ... }
+   *
+   * A page's failure ends the iteration with its CellpayError; to resume
+   * where it stopped, page with listTransactions, whose next_page_token
+   * says where each page ends.
+   */
+  async *listAllTransactions(req: ListTransactionsRequest, opts: CallOptions = {}): AsyncGenerator<Transaction, void, undefined> {
+    let token = req.page_token ?? "";
+    for (;;) {
+      const page = await this.listTransactions({ ...req, page_token: token }, opts);
+      yield* page.transactions;
+      if (!page.next_page_token) {
+        return;
+      }
+      if (page.next_page_token === token) {
+        throw new CellpayError({
+          httpStatus: 200,
+          grpcCode: Code.INTERNAL,
+          reason: "INTERNAL",
+          message: "the listing answered the page_token it was sent as the next one",
+        });
+      }
+      token = page.next_page_token;
+    }
+  }
+
+  /**
+   * getStatement reads the partner's UTC day (YYYY-MM-DD, or a Date's UTC
+   * day) summed by payment type, status and currency: GET
+   * /v1/partners/{partnerId}/statements/{date}.
+   */
+  async getStatement(partnerId: string, date: string | Date, opts: CallOptions = {}): Promise<Statement> {
+    const day = typeof date === "string" ? date : date.toISOString().slice(0, 10);
+    const st = await this.call<Partial<Statement>>(
+      "GET",
+      `/v1/partners/${encodeURIComponent(partnerId)}/statements/${encodeURIComponent(day)}`,
+      undefined,
+      {},
+      opts.signal,
+    );
+    return { ...st, partner_id: st.partner_id ?? "", date: st.date ?? "", lines: st.lines ?? [] };
+  }
+
+  /**
+   * followUp sends a capture, void or refund: body (the request's fields
+   * that are not in the path) to .../transactions/{original}:{verb}, with
+   * a submit's Idempotency-Key and the same switch between access points.
+   */
+  private async followUp(
+    method: string,
+    verb: "capture" | "void" | "refund",
+    req: { partner_id: string; original_transaction_id: string },
+    body: Record<string, unknown>,
+    opts: SubmitOptions,
+  ): Promise<Transaction> {
+    if (!req.partner_id) {
+      throw new TypeError(`${method}: partner_id is required`);
+    }
+    if (!req.original_transaction_id) {
+      throw new TypeError(`${method}: original_transaction_id is required`);
+    }
+    const path = `/v1/partners/${encodeURIComponent(req.partner_id)}/transactions/${encodeURIComponent(req.original_transaction_id)}:${verb}`;
+    return this.call<Transaction>("POST", path, jsonBody(body), idempotencyHeaders(opts), opts.signal);
   }
 
   /** close drops the idle kept-alive connections. */

@@ -32,6 +32,16 @@ export const REASONS = [
   "CANCELLED",
   "NOT_SUPPORTED",
   "INTERNAL",
+  // A capture, void or refund refused (docs/partners/follow-ups.md): the
+  // original unknown (NOT_FOUND, HTTP 404), or a rule broken
+  // (FAILED_PRECONDITION, HTTP 400), before anything was recorded.
+  "ORIGINAL_NOT_FOUND",
+  "ORIGINAL_NOT_APPROVED",
+  "ORIGINAL_MISMATCH",
+  "CAPTURE_EXCEEDS_AUTHORIZATION",
+  "REFUND_EXCEEDS_CAPTURED",
+  "VOID_AFTER_CAPTURE",
+  "ORIGINAL_VOIDED",
 ] as const;
 
 /** A reason of the closed set, or (from a newer platform) another string. */

@@ -9,8 +9,8 @@ import type { AddressInfo } from "node:net";
 import * as path from "node:path";
 import { after, test } from "node:test";
 
-import { CellpayClient, CellpayError, decodeError, isRetryable, minorUnits, REASONS, RETRYABLE_REASONS } from "../index";
-import type { SubmitTransactionRequest } from "../index";
+import { CellpayClient, CellpayError, decodeError, int64, isRetryable, minorUnits, REASONS, RETRYABLE_REASONS } from "../index";
+import type { CaptureTransactionRequest, SubmitTransactionRequest } from "../index";
 
 // A refusal as the REST API answers it (google.rpc.Status in JSON, the
 // protos' field names).
@@ -97,6 +97,39 @@ test("REASONS is pkg/api/apierr's closed set, in its order", (t) => {
   }
   const goReasons = [...readFileSync(file, "utf8").matchAll(/^\s*\w+\s+Reason\s*=\s*"([A-Z_]+)"/gm)].map((m) => m[1]);
   assert.deepEqual([...REASONS], goReasons);
+});
+
+// A follow-up's refusal as the REST API answers it.
+const refusal = (code: number, reason: string, message: string): string =>
+  JSON.stringify({
+    code,
+    message,
+    details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason, domain: "cellpay.dev", metadata: { request_id: "f1" } }],
+  });
+
+test("a follow-up's refusals: FAILED_PRECONDITION naming the rule, ORIGINAL_NOT_FOUND; none retryable", () => {
+  for (const reason of ["CAPTURE_EXCEEDS_AUTHORIZATION", "REFUND_EXCEEDS_CAPTURED", "VOID_AFTER_CAPTURE", "ORIGINAL_VOIDED", "ORIGINAL_NOT_APPROVED", "ORIGINAL_MISMATCH"]) {
+    assert.ok((REASONS as readonly string[]).includes(reason), reason);
+    const e = decodeError(400, {}, refusal(9, reason, "the rule"));
+    assert.equal(e.reason, reason);
+    assert.equal(e.httpStatus, 400);
+    assert.equal(e.grpcCodeName, "FAILED_PRECONDITION");
+    assert.equal(e.requestId, "f1");
+    assert.equal(e.retryable, false, reason);
+  }
+  const nf = decodeError(404, {}, refusal(5, "ORIGINAL_NOT_FOUND", "no such original"));
+  assert.equal(nf.reason, "ORIGINAL_NOT_FOUND");
+  assert.equal(nf.grpcCodeName, "NOT_FOUND");
+  assert.equal(nf.retryable, false);
+  const bare = decodeError(400, {}, JSON.stringify({ code: 9, message: "x", details: [] }));
+  assert.equal(bare.reason, "INVALID_REQUEST", "FAILED_PRECONDITION naming no reason: apierr.ForCode's");
+});
+
+test("int64 fields read as bigints", () => {
+  assert.equal(int64("9007199254740993"), 9007199254740993n);
+  assert.equal(int64(undefined), 0n, "absent: 0");
+  assert.equal(int64(7), 7n);
+  assert.equal(minorUnits({ currency: "GBP" }), 0n);
 });
 
 test("an answer that is not a Cellpay status (a proxy's)", () => {
@@ -276,6 +309,218 @@ test("a timeout is DEADLINE_EXCEEDED and switches; a cancellation does neither",
   });
   assert.equal(fast.seen.length, before, "a cancelled call is not sent on");
   assert.equal(c.currentBaseUrl, slow.url);
+  c.close();
+});
+
+const capture: CaptureTransactionRequest = {
+  transaction_id: "cap-1",
+  partner_id: "p/1",
+  original_transaction_id: "auth 1",
+  market: "GB",
+  amount: { minor_units: 9007199254740993n, currency: "GBP" },
+};
+
+test("capture, void, refund: what is sent", async () => {
+  const srv = await serve((r, res) => answer(res, 200, JSON.stringify({ transaction_id: "x", status: "APPROVED", payment_type: "CAPTURE", original_transaction_id: "auth 1" })));
+  const c = new CellpayClient({ baseUrl: srv.url, apiKey: "k" });
+  const got = await c.captureTransaction(capture, { idempotencyKey: "cap-1" });
+  assert.equal(got.payment_type, "CAPTURE");
+  assert.equal(got.original_transaction_id, "auth 1");
+  let sent = srv.seen[0] as Seen;
+  assert.equal(sent.method, "POST");
+  assert.equal(sent.url, "/v1/partners/p%2F1/transactions/auth%201:capture");
+  assert.equal(sent.headers["idempotency-key"], "cap-1");
+  assert.equal(sent.headers["content-type"], "application/json");
+  assert.deepEqual(JSON.parse(sent.body), { transaction_id: "cap-1", market: "GB", amount: { minor_units: "9007199254740993", currency: "GBP" } }, "the path's fields are not in the body");
+
+  await c.voidTransaction({ transaction_id: "void-1", partner_id: "p/1", original_transaction_id: "auth-2", market: "GB" });
+  sent = srv.seen[1] as Seen;
+  assert.equal(sent.url, "/v1/partners/p%2F1/transactions/auth-2:void");
+  assert.deepEqual(JSON.parse(sent.body), { transaction_id: "void-1", market: "GB" });
+  assert.equal(sent.headers["idempotency-key"], undefined);
+
+  // By the Idempotency-Key header alone: no transaction_id in the body.
+  const byHeader = { partner_id: "p-1", original_transaction_id: "auth-1", market: "GB", amount: { minor_units: "400", currency: "GBP" } };
+  await c.refundTransaction(byHeader, { idempotencyKey: "ref-1" });
+  sent = srv.seen[2] as Seen;
+  assert.equal(sent.url, "/v1/partners/p-1/transactions/auth-1:refund");
+  assert.equal(sent.headers["idempotency-key"], "ref-1");
+  assert.deepEqual(JSON.parse(sent.body), { market: "GB", amount: { minor_units: "400", currency: "GBP" } });
+
+  await assert.rejects(c.captureTransaction({ ...capture, original_transaction_id: "" }), TypeError);
+  await assert.rejects(c.voidTransaction({ partner_id: "", original_transaction_id: "a", market: "GB" }), TypeError);
+  assert.equal(srv.seen.length, 3, "nothing sent for an invalid call");
+  c.close();
+});
+
+test("a follow-up switches access points as a submit does, resent unchanged; a refusal does not", async () => {
+  const dead = await deadURL();
+  const backup = await serve((r, res) => answer(res, 200, JSON.stringify({ transaction_id: "cap-1", status: "APPROVED", payment_type: "CAPTURE" })));
+  const c = new CellpayClient({ baseUrls: [dead, backup.url], apiKey: "k" });
+  assert.equal((await c.captureTransaction(capture, { idempotencyKey: "cap-1" })).status, "APPROVED");
+  assert.equal(c.currentBaseUrl, backup.url);
+  c.close();
+
+  const shedding = await serve((r, res) =>
+    answer(res, 503, JSON.stringify({ code: 14, message: "no cell", details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "UNAVAILABLE", domain: "cellpay.dev" }] })),
+  );
+  const c2 = new CellpayClient({ baseUrls: [shedding.url, backup.url], apiKey: "k" });
+  await c2.refundTransaction({ ...capture, transaction_id: "ref-9" }, { idempotencyKey: "ref-9" });
+  const [first, second] = [shedding.seen[0] as Seen, backup.seen[1] as Seen];
+  assert.equal(second.url, first.url);
+  assert.equal(second.body, first.body, "the same body under the same transaction_id");
+  assert.equal(second.headers["idempotency-key"], "ref-9");
+  assert.equal(c2.currentBaseUrl, backup.url);
+  c2.close();
+
+  const refusing = await serve((r, res) => answer(res, 400, refusal(9, "CAPTURE_EXCEEDS_AUTHORIZATION", "over")));
+  const c3 = new CellpayClient({ baseUrls: [refusing.url, backup.url], apiKey: "k" });
+  const before = backup.seen.length;
+  await assert.rejects(c3.captureTransaction(capture), (e: unknown) => {
+    assert.ok(e instanceof CellpayError);
+    assert.equal(e.reason, "CAPTURE_EXCEEDS_AUTHORIZATION");
+    assert.equal(e.retryable, false);
+    return true;
+  });
+  assert.equal(backup.seen.length, before, "a rule broken is final");
+  assert.equal(c3.currentBaseUrl, refusing.url);
+  c3.close();
+});
+
+test("getTransaction's hints", async () => {
+  const srv = await serve((r, res) => answer(res, 200, txnJSON("cap-1")));
+  const c = new CellpayClient({ baseUrl: srv.url, apiKey: "k" });
+  await c.getTransaction("p-1", "cap-1", { market: "GB", paymentType: "CARD_AUTHORIZATION" });
+  assert.equal((srv.seen[0] as Seen).url, "/v1/partners/p-1/transactions/cap-1?market=GB&payment_type=CARD_AUTHORIZATION");
+  await c.getTransaction("p-1", "cap-1", { market: "GB" });
+  assert.equal((srv.seen[1] as Seen).url, "/v1/partners/p-1/transactions/cap-1?market=GB");
+  c.close();
+});
+
+test("listTransactions: the query, a page; listAllTransactions: every page", async () => {
+  // Three pages: a, b | (none) | c; the tokens are opaque.
+  const pages: Record<string, object> = {
+    "": { transactions: [{ transaction_id: "a", status: "APPROVED" }, { transaction_id: "b", status: "DECLINED" }], next_page_token: "t+1/=" },
+    "t+1/=": { next_page_token: "t2" },
+    t2: { transactions: [{ transaction_id: "c", status: "APPROVED" }] },
+  };
+  const srv = await serve((r, res) => {
+    const tok = new URL(r.url, "http://x").searchParams.get("page_token") ?? "";
+    const p = pages[tok];
+    if (p) {
+      answer(res, 200, JSON.stringify(p));
+    } else {
+      answer(res, 400, refusal(3, "INVALID_REQUEST", "page_token"));
+    }
+  });
+  const c = new CellpayClient({ baseUrl: srv.url, apiKey: "k" });
+  const req = {
+    partner_id: "p-1",
+    start_time: new Date(Date.UTC(2030, 0, 2, 3, 4, 5, 6)),
+    end_time: "2030-01-03T00:00:00.123456789+01:00",
+    statuses: ["APPROVED", "DECLINED"] as const,
+    payment_types: ["CAPTURE", "REFUND"] as const,
+    page_size: 2,
+  };
+  const first = await c.listTransactions(req);
+  assert.deepEqual(
+    first.transactions.map((t) => t.transaction_id),
+    ["a", "b"],
+  );
+  assert.equal(first.next_page_token, "t+1/=");
+  const sent = new URL((srv.seen[0] as Seen).url, "http://x");
+  assert.equal(sent.pathname, "/v1/partners/p-1/transactions");
+  assert.equal(sent.searchParams.get("start_time"), "2030-01-02T03:04:05.006Z");
+  assert.equal(sent.searchParams.get("end_time"), "2030-01-03T00:00:00.123456789+01:00", "a string as given, its + escaped");
+  assert.deepEqual(sent.searchParams.getAll("statuses"), ["APPROVED", "DECLINED"]);
+  assert.deepEqual(sent.searchParams.getAll("payment_types"), ["CAPTURE", "REFUND"]);
+  assert.equal(sent.searchParams.get("page_size"), "2");
+  assert.equal(sent.searchParams.has("page_token"), false);
+  assert.equal((srv.seen[0] as Seen).method, "GET");
+
+  const empty = await c.listTransactions({ ...req, page_token: "t+1/=" });
+  assert.deepEqual(empty.transactions, [], "an empty page's absent list, filled");
+  assert.equal(empty.next_page_token, "t2");
+  const last = await c.listTransactions({ ...req, page_token: "t2" });
+  assert.equal(last.next_page_token, "", "the last page's absent token, filled");
+
+  const seenBefore = srv.seen.length;
+  const all: string[] = [];
+  for await (const t of c.listAllTransactions(req)) {
+    all.push(t.transaction_id);
+  }
+  assert.deepEqual(all, ["a", "b", "c"]);
+  const calls = srv.seen.slice(seenBefore).map((s) => new URL(s.url, "http://x").searchParams);
+  assert.deepEqual(
+    calls.map((q) => q.get("page_token") ?? ""),
+    ["", "t+1/=", "t2"],
+  );
+  for (const q of calls) {
+    assert.deepEqual(q.getAll("payment_types"), ["CAPTURE", "REFUND"], "the same filters on every page");
+  }
+
+  // A failed page ends the iteration with its error.
+  const got: string[] = [];
+  await assert.rejects(
+    (async () => {
+      for await (const t of c.listAllTransactions({ ...req, page_token: "t+1/=" })) {
+        got.push(t.transaction_id);
+      }
+      for await (const t of c.listAllTransactions({ ...req, page_token: "gone" })) {
+        got.push(t.transaction_id);
+      }
+    })(),
+    (e: unknown) => e instanceof CellpayError && e.reason === "INVALID_REQUEST",
+  );
+  assert.deepEqual(got, ["c"]);
+  await assert.rejects(c.listTransactions({ ...req, partner_id: "" }), TypeError);
+  c.close();
+
+  const looping = await serve((r, res) => answer(res, 200, JSON.stringify({ transactions: [{ transaction_id: "z" }], next_page_token: "same" })));
+  const c2 = new CellpayClient({ baseUrl: looping.url, apiKey: "k" });
+  await assert.rejects(
+    (async () => {
+      for await (const _ of c2.listAllTransactions({ ...req, page_token: "same" })) {
+        // nothing
+      }
+    })(),
+    (e: unknown) => e instanceof CellpayError && e.reason === "INTERNAL",
+  );
+  assert.equal(looping.seen.length, 1, "a token answered again is not followed");
+  c2.close();
+});
+
+test("getStatement: the day, the lines", async () => {
+  const srv = await serve((r, res) =>
+    answer(
+      res,
+      200,
+      r.url.endsWith("2030-01-02")
+        ? JSON.stringify({
+            partner_id: "p-1",
+            date: "2030-01-02",
+            lines: [
+              { payment_type: "CAPTURE", status: "APPROVED", currency: "GBP", count: "2", amount_minor_units: "9007199254740993" },
+              { payment_type: "VOID", status: "DECLINED", currency: "GBP", count: "1" },
+            ],
+          })
+        : JSON.stringify({ partner_id: "p-1", date: "2030-01-03" }),
+    ),
+  );
+  const c = new CellpayClient({ baseUrl: srv.url, apiKey: "k" });
+  const st = await c.getStatement("p/1", "2030-01-02");
+  assert.equal((srv.seen[0] as Seen).url, "/v1/partners/p%2F1/statements/2030-01-02");
+  assert.equal((srv.seen[0] as Seen).method, "GET");
+  assert.equal(st.lines.length, 2);
+  const [cap, vd] = st.lines;
+  assert.equal(cap?.payment_type, "CAPTURE");
+  assert.equal(int64(cap?.count), 2n);
+  assert.equal(int64(cap?.amount_minor_units), 9007199254740993n);
+  assert.equal(int64(vd?.amount_minor_units), 0n, "0 is left out");
+  // A Date: its UTC day (23:30 on the 2nd at UTC-2 is the 3rd in UTC).
+  const none = await c.getStatement("p-1", new Date("2030-01-02T23:30:00-02:00"));
+  assert.equal((srv.seen[1] as Seen).url, "/v1/partners/p-1/statements/2030-01-03");
+  assert.deepEqual(none.lines, [], "a day without transactions: no lines");
   c.close();
 });
 
