@@ -47,6 +47,8 @@ type GTR struct {
 	logins   metric.Int64Counter
 	locates  metric.Int64Counter
 	lcAttrs  *attrCache // op, how
+	duration metric.Float64Histogram
+	mtAttrs  *attrCache // method
 	lgAttrs  *attrCache // reason
 	txnAttrs *attrCache // status, code
 	shAttrs  *attrCache // reason
@@ -69,11 +71,12 @@ type GTR struct {
 //	cellpay_gtr_cell_weight_target{cell}          configured weight where any ramp ends
 //	cellpay_gtr_cell_ramp_stalled_seconds{cell}   how long the routing table has lagged a ramp's step (0: it keeps up)
 //	cellpay_gtr_cell_ejections_total{cell,reason} times health ejected a cell, by cause (consecutive_failures, failure_rate, success_rate, checks_unanswered, check_down)
+//	cellpay_gtr_request_duration_seconds{method}  histogram of the partners' calls' time at the GTR, refusals included (the latency SLO's)
 //	cellpay_gtr_locates_total{op,how}             how reads and follow-ups found the cell holding their transaction: first (the first cell asked), owner (named by the directory), fanout (every cell asked)
 //	cellpay_gtr_admin_login_failures_total{reason} failed operator logins on the admin API and console (missing_token, invalid_token), and calls refused for them (throttled)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", ""),
-		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("op", "how")}
+		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("op", "how"), mtAttrs: newAttrCache("method", "")}
 	errs := make([]error, 8)
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
@@ -111,6 +114,10 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	errs = append(errs, err)
 	g.locates, err = m.Int64Counter("cellpay.gtr.locates",
 		metric.WithDescription("Reads (op read) and captures, voids and refunds (op follow_up) by how they found the cell holding their transaction: the first cell asked (first), the owner the directory named (owner), or by asking every cell (fanout)."))
+	errs = append(errs, err)
+	g.duration, err = m.Float64Histogram("cellpay.gtr.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Partners' calls by method: the time from the GTR's first interceptor to its answer, refusals included."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -154,6 +161,12 @@ func (g *GTR) Denied(code codes.Code, reason string) {
 // many (reason throttled).
 func (g *GTR) LoginFailed(reason string) {
 	g.logins.Add(context.Background(), 1, g.lgAttrs.of(reason, "").add...)
+}
+
+// Served records a partner's call of method (SubmitTransaction, ...) that
+// took d.
+func (g *GTR) Served(method string, d time.Duration) {
+	g.duration.Record(context.Background(), d.Seconds(), g.mtAttrs.of(method, "").rec...)
 }
 
 // Located counts how a read or a follow-up (op) found its cell.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -40,8 +41,10 @@ var generic = map[codes.Code]string{
 // UnaryInterceptor names every call whose method starts with prefix with a
 // request ID and gives its refusals their ErrorInfo; it rewrites platform
 // errors, logging the original under the request ID. It runs outermost,
-// so that refusals by authentication and admission are named too.
-func UnaryInterceptor(prefix string, log *slog.Logger) grpc.UnaryServerInterceptor {
+// so that refusals by authentication and admission are named too. served,
+// if set, is told each call's method (without prefix) and how long it
+// took; it must not block.
+func UnaryInterceptor(prefix string, log *slog.Logger, served func(method string, d time.Duration)) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !strings.HasPrefix(info.FullMethod, prefix) {
 			return handler(ctx, req)
@@ -49,7 +52,11 @@ func UnaryInterceptor(prefix string, log *slog.Logger) grpc.UnaryServerIntercept
 		id := apierr.NewRequestID()
 		_ = grpc.SetHeader(ctx, metadata.Pairs(apierr.HeaderRequestID, id)) // fails only once headers are sent
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String(apierr.SpanAttribute, id))
+		began := time.Now()
 		resp, err := handler(ctx, req)
+		if served != nil {
+			served(info.FullMethod[len(prefix):], time.Since(began))
+		}
 		if err == nil {
 			return resp, nil
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,8 +17,19 @@ import (
 
 func TestPlatformErrorsAreGeneric(t *testing.T) {
 	var logs bytes.Buffer
-	ic := UnaryInterceptor("/cellpay.v1.Payments/", slog.New(slog.NewJSONHandler(&logs, nil)))
+	var served []string
+	ic := UnaryInterceptor("/cellpay.v1.Payments/", slog.New(slog.NewJSONHandler(&logs, nil)), func(m string, d time.Duration) {
+		if d < 0 {
+			t.Errorf("%s took %v", m, d)
+		}
+		served = append(served, m)
+	})
 	info := &grpc.UnaryServerInfo{FullMethod: "/cellpay.v1.Payments/SubmitTransaction"}
+	defer func() {
+		if len(served) != 7 || served[0] != "SubmitTransaction" {
+			t.Errorf("served told of %v, want SubmitTransaction, once per call", served)
+		}
+	}()
 	for _, c := range []struct {
 		err     error
 		generic bool

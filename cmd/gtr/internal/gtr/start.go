@@ -204,7 +204,7 @@ func (g *GTR) startPartners(context.Context) error {
 		grpc.InTapHandle(g.partnerLimits.Tap(authn.FromHeader,
 			admission.RouterLimit{Limit: g.cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
 	srvOpts = append(srvOpts, g.tel.PublicServerOptions()...)
-	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log)))
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log, metrics.Served)))
 	srvOpts = append(srvOpts, authn.ServerOptions()...)
 	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(g.partnerLimits.UnaryInterceptor(metrics.Shed)))
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, srvOpts...)...)
