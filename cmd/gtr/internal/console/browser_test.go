@@ -16,22 +16,27 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/gtr"
 	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the console's screenshot to docs/console.png")
 
 // fakeCell serves gRPC health SERVING on loopback, in plaintext: the
-// simplest cell the GTR's health monitor counts as up.
-func fakeCell(t *testing.T) string {
+// simplest cell the GTR's health monitor counts as up; and Inspect, for
+// the search (inspectCell).
+func fakeCell(t *testing.T, id string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,9 +44,38 @@ func fakeCell(t *testing.T) string {
 	}
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, grpchealth.NewServer())
+	cellproto.RegisterCellServer(gs, inspectCell{id: id})
 	go gs.Serve(l)
 	t.Cleanup(gs.Stop)
 	return l.Addr().String()
+}
+
+// inspectCell answers Inspect as the cells hold p-001's order-1842: its
+// first attempt, on cell-a, stepped back; its second, on cell-b, was
+// approved and its callback delivered; cell-c does not answer. Its other
+// methods are unimplemented.
+type inspectCell struct {
+	cellproto.UnimplementedCellServer
+	id string
+}
+
+func (c inspectCell) Inspect(_ context.Context, req *cellproto.GetRequest) (*cellproto.InspectResponse, error) {
+	if req.GetPartnerId() != "p-001" || req.GetTransactionId() != "order-1842" {
+		return &cellproto.InspectResponse{}, nil
+	}
+	at := timestamppb.Now()
+	rec := &cellproto.InspectResponse{Found: true, Attempt: 1, CellId: c.id, RouteRule: "all", MaskedPan: "411111******1111",
+		AmountMinorUnits: 1250, Currency: "EUR", PaymentType: "authorization", CreatedAt: at, UpdatedAt: at}
+	switch c.id {
+	case "cell-a":
+		rec.State = "abandoned"
+	case "cell-b":
+		rec.State, rec.Attempt, rec.AuthCode = "approved", 2, "A1B2C3"
+		rec.Callbacks = []*cellproto.CallbackEvent{{EventId: "evt-1", Status: "delivered", Attempts: 2, LastError: "HTTP 503"}}
+	default:
+		return nil, status.Error(codes.Unavailable, "database unreachable")
+	}
+	return rec, nil
 }
 
 func freeAddr(t *testing.T) string {
@@ -62,7 +96,7 @@ func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok string) {
 	var yml strings.Builder
 	yml.WriteString("version: 1\ncells:\n")
 	for _, id := range []string{"cell-a", "cell-b", "cell-c"} {
-		fmt.Fprintf(&yml, "  - {id: %s, addrs: [%q], pool: main}\n", id, fakeCell(t))
+		fmt.Fprintf(&yml, "  - {id: %s, addrs: [%q], pool: main}\n", id, fakeCell(t, id))
 	}
 	yml.WriteString("rules:\n  - {name: all, pool: main}\n")
 	cfgFile := filepath.Join(dir, "gtr.yaml")
@@ -251,6 +285,29 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	within(t, b, "the drain in the audit log",
 		chromedp.Poll[chromedp.Void](`document.querySelector('#audit tbody').textContent.includes('Drain')`))
+
+	within(t, b, "find a transaction",
+		chromedp.SetValue(chromedp.ID("txn-partner"), "p-001"),
+		chromedp.SetValue(chromedp.ID("txn-id"), "order-1842"),
+		chromedp.SendKeys(chromedp.ID("txn-id"), "\r"), // Enter in the form finds
+		chromedp.WaitVisible(chromedp.CSS(`#txn tr[data-cell="cell-c"]`)))
+	rows := eval[string](t, b, `[...document.querySelectorAll('#txn tbody tr')].map((tr) => tr.dataset.cell + ' ' + tr.className).join(',')`)
+	if rows != "cell-a step-stepped-back,cell-b step-decided,cell-c no-answer" {
+		t.Fatalf("the search's rows %q: want cell-a stepped back, cell-b decided, cell-c without an answer", rows)
+	}
+	for sel, want := range map[string][]string{
+		`#txn-summary`:                   {"approved by cell-b on attempt 2", "stepped back from cell-a (attempt 1)", "did not answer: cell-c"},
+		`#txn tr[data-cell="cell-b"]`:    {"approved", "A1B2C3", "12.50 EUR", "411111******1111", "evt-1: delivered, 2 attempts (last error: HTTP 503)"},
+		`#txn tr[data-cell="cell-a"]`:    {"abandoned", "stepped back"},
+		`#txn tr[data-cell="cell-c"] td`: {"did not answer", "database unreachable"},
+	} {
+		text := eval[string](t, b, fmt.Sprintf(`document.querySelector(%q).textContent`, sel))
+		for _, w := range want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s shows %q, want %q in it", sel, text, w)
+			}
+		}
+	}
 	if *updateScreenshot {
 		shot, err := chromedp.Run(b, chromedp.FullScreenshot(100))
 		if err != nil {

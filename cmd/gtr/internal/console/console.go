@@ -3,7 +3,12 @@
 // keys, in-flight, reference data version, refreshed every few seconds),
 // this replica's recent re-routes and ejections and the audit log, and
 // letting an operator drain, restore and weight a cell, now or ramped,
-// after a preview of the share of keys that would move.
+// after a preview of the share of keys that would move. Its search finds
+// a partner's transaction by ID in every cell (the Admin API's
+// FindTransaction, as gtrctl txn get): each cell's record by the attempt
+// that wrote it, which cell decided it and which attempts stepped back
+// (its re-routes), its masked card and its callbacks, and the cells that
+// did not answer.
 //
 // Serving. The console shares the admin listener and its TLS with the gRPC
 // Admin API: Split completes each connection's TLS handshake and hands
@@ -147,6 +152,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /api/cells", h.authed(h.cells))
 	h.mux.HandleFunc("GET /api/events", h.authed(h.events))
 	h.mux.HandleFunc("GET /api/audit", h.authed(h.audit))
+	h.mux.HandleFunc("GET /api/txn", h.authed(h.txn))
 	h.mux.HandleFunc("POST /api/preview", h.authed(h.preview))
 	h.mux.HandleFunc("POST /api/change", h.authed(h.change))
 	return h, nil

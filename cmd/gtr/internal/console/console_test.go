@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,10 +18,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/cellproto"
 )
 
 // fakeAdmin is the Admin API as the console sees it: it authenticates the
@@ -33,6 +36,7 @@ type fakeAdmin struct {
 	mu      sync.Mutex
 	changes []string // "otto Drain cell-b 30"
 	weight  map[string]int32
+	finds   int // FindTransaction calls let through
 }
 
 func (f *fakeAdmin) authorize(ctx context.Context, method string, opts []grpc.CallOption) (operators.Operator, error) {
@@ -97,6 +101,40 @@ func (f *fakeAdmin) ListAudit(ctx context.Context, _ *adminproto.ListAuditReques
 		return nil, err
 	}
 	return &adminproto.ListAuditResponse{}, nil
+}
+
+// FindTransaction answers for p-001's order-1842: attempted first on
+// cell-a, which stepped back, decided on cell-b with a callback still
+// being retried; cell-c does not answer. Any other transaction is in no
+// cell.
+func (f *fakeAdmin) FindTransaction(ctx context.Context, req *adminproto.FindTransactionRequest, opts ...grpc.CallOption) (*adminproto.FindTransactionResponse, error) {
+	if _, err := f.authorize(ctx, "FindTransaction", opts); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.finds++
+	f.mu.Unlock()
+	resp := &adminproto.FindTransactionResponse{PartnerId: req.GetPartnerId(), TransactionId: req.GetTransactionId()}
+	if req.GetPartnerId() != "p-001" || req.GetTransactionId() != "order-1842" {
+		for _, id := range []string{"cell-a", "cell-b"} {
+			resp.Cells = append(resp.Cells, &adminproto.CellTransaction{CellId: id, Record: &cellproto.InspectResponse{}})
+		}
+		return resp, nil
+	}
+	at := timestamppb.New(time.Date(2026, 5, 4, 9, 58, 0, 0, time.UTC))
+	resp.Cells = []*adminproto.CellTransaction{
+		// The table's order: cell-b, decided on attempt 2, comes before
+		// cell-a, abandoned on attempt 1.
+		{CellId: "cell-b", Record: &cellproto.InspectResponse{Found: true, State: "approved", Attempt: 2, CellId: "cell-b", RouteRule: "all",
+			AuthCode: "A1B2C3", MaskedPan: "411111******1111", AmountMinorUnits: 1250, Currency: "EUR", PaymentType: "authorization",
+			CreatedAt: at, UpdatedAt: at, Callbacks: []*cellproto.CallbackEvent{{EventId: "evt-1", Status: "pending", Attempts: 3,
+				LastError: "HTTP 503", LastEndpoint: "https://partner.example/hook?key=s3cret"}}}},
+		{CellId: "cell-a", Record: &cellproto.InspectResponse{Found: true, State: "abandoned", Attempt: 1, CellId: "cell-a", RouteRule: "all",
+			MaskedPan: "411111******1111", AmountMinorUnits: 1250, Currency: "EUR", PaymentType: "authorization", CreatedAt: at, UpdatedAt: at}},
+		{CellId: "cell-c", Error: "connection refused"},
+		{CellId: "cell-d", Record: &cellproto.InspectResponse{}},
+	}
+	return resp, nil
 }
 
 type fixture struct {
@@ -392,6 +430,130 @@ func TestPageHeaders(t *testing.T) {
 	}
 	if resp, _ := f.req(t, c, "GET", "/etc/passwd", "", nil); resp.StatusCode != 404 {
 		t.Errorf("other path: %d", resp.StatusCode)
+	}
+}
+
+// TestFindTransaction: /api/txn asks the Admin API with the session's
+// token and answers every cell, the records by attempt (the one that
+// stepped back, then the one that decided), the cell that did not answer
+// with its error, and nothing but the masked card; bad parameters are 400
+// naming the parameter before the API is asked; without a session 401,
+// without the console's header 403.
+func TestFindTransaction(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	const path = "/api/txn?partner=p-001&id=order-1842"
+	if resp, body := f.req(t, c, "GET", path, "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("before login: %d %s, want 401", resp.StatusCode, body)
+	}
+	f.login(t, c, f.viewerTk) // a viewer may find a transaction
+	if resp, body := f.req(t, c, "GET", path, "", map[string]string{CSRFHeader: ""}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("without %s: %d %s, want 403", CSRFHeader, resp.StatusCode, body)
+	}
+	if resp, body := f.req(t, c, "GET", path, "", map[string]string{"Sec-Fetch-Site": "cross-site"}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site: %d %s, want 403", resp.StatusCode, body)
+	}
+	for _, tc := range []struct{ query, field string }{
+		{"partner=p-001", "id: is required"},
+		{"id=order-1842", "partner: is required"},
+		{"partner=p%20001&id=order-1842", "partner: has a character outside"},
+		{"partner=p-001&id=order%2F1842", "id: has a character outside"},
+		{"partner=p-001&id=" + strings.Repeat("x", 65), "id: is 65 characters"},
+	} {
+		resp, body := f.req(t, c, "GET", "/api/txn?"+tc.query, "", nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tc.field) {
+			t.Errorf("%s: %d %s, want 400 %q", tc.query, resp.StatusCode, body, tc.field)
+		}
+	}
+	f.admin.mu.Lock()
+	finds := f.admin.finds
+	f.admin.mu.Unlock()
+	if finds != 0 {
+		t.Fatalf("bad parameters reached the API %d times", finds)
+	}
+
+	resp, body := f.req(t, c, "GET", path, "", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("find: %d %s", resp.StatusCode, body)
+	}
+	var got txnJSON
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Partner != "p-001" || got.ID != "order-1842" || got.DecidedBy != "cell-b" || got.Complete {
+		t.Fatalf("answer %+v", got)
+	}
+	want := "approved by cell-b on attempt 2; stepped back from cell-a (attempt 1); did not answer: cell-c (it may hold more)"
+	if got.Summary != want {
+		t.Errorf("summary %q, want %q", got.Summary, want)
+	}
+	var order []string
+	for _, cell := range got.Cells {
+		order = append(order, cell.Cell+" "+cell.Step)
+	}
+	if strings.Join(order, ",") != "cell-a stepped back,cell-b decided,cell-c ,cell-d " {
+		t.Fatalf("cells %q: want the attempts in order, then the others in the table's", order)
+	}
+	a, b, cc, d := got.Cells[0], got.Cells[1], got.Cells[2], got.Cells[3]
+	if !a.Found || a.State != "abandoned" || a.Attempt != 1 || a.Callbacks != nil {
+		t.Errorf("cell-a %+v", a)
+	}
+	if !b.Found || b.State != "approved" || b.Attempt != 2 || b.AuthCode != "A1B2C3" || b.Amount != "12.50 EUR" || b.AmountMinor != 1250 ||
+		b.Currency != "EUR" || b.PaymentType != "authorization" || b.MaskedPAN != "411111******1111" || b.Rule != "all" ||
+		b.Updated == nil || !b.Updated.Equal(time.Date(2026, 5, 4, 9, 58, 0, 0, time.UTC)) {
+		t.Errorf("cell-b %+v", b)
+	}
+	if len(b.Callbacks) != 1 || b.Callbacks[0] != (callbackJSON{EventID: "evt-1", Status: "pending", Attempts: 3, LastError: "HTTP 503"}) {
+		t.Errorf("cell-b's callbacks %+v", b.Callbacks)
+	}
+	if cc.Found || cc.Error != "connection refused" || d.Found || d.Error != "" {
+		t.Errorf("cell-c %+v, cell-d %+v", cc, d)
+	}
+	for _, secret := range []string{"s3cret", "partner.example", f.viewerTk} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the answer holds %q: %s", secret, body)
+		}
+	}
+
+	_, body = f.req(t, c, "GET", "/api/txn?partner=p-001&id=order-0000", "", nil)
+	got = txnJSON{}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Summary != "no cell that answered holds it" || !got.Complete || got.DecidedBy != "" || len(got.Cells) != 2 || got.Cells[0].Found {
+		t.Fatalf("a transaction in no cell: %s", body)
+	}
+}
+
+func TestTxnSummary(t *testing.T) {
+	rec := func(id, state string, attempt int32) *adminproto.CellTransaction {
+		return &adminproto.CellTransaction{CellId: id, Record: &cellproto.InspectResponse{Found: true, State: state, Attempt: attempt}}
+	}
+	for _, tc := range []struct {
+		cells []*adminproto.CellTransaction
+		want  string
+	}{
+		{[]*adminproto.CellTransaction{rec("cell-a", "abandoned", 1), rec("cell-b", "sending", 2)},
+			"at the issuer through cell-b (attempt 2): outcome not known yet; stepped back from cell-a (attempt 1)"},
+		{[]*adminproto.CellTransaction{rec("cell-a", "deciding", 1)}, "in progress in cell-a (attempt 1, deciding)"},
+		{[]*adminproto.CellTransaction{rec("cell-b", "abandoned", 2), rec("cell-a", "abandoned", 1)},
+			"not decided: every attempt found stepped back; stepped back from cell-a (attempt 1), cell-b (attempt 2)"},
+		{[]*adminproto.CellTransaction{rec("cell-a", "declined", 1), {CellId: "cell-b", Error: "deadline exceeded"}},
+			"declined by cell-a on attempt 1; did not answer: cell-b (it may hold more)"},
+	} {
+		if got := txnView(&adminproto.FindTransactionResponse{Cells: tc.cells}).Summary; got != tc.want {
+			t.Errorf("summary %q, want %q", got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		minor int64
+		cur   string
+		want  string
+	}{{1250, "EUR", "12.50 EUR"}, {5, "EUR", "0.05 EUR"}, {-1250, "EUR", "-12.50 EUR"}, {1250, "JPY", "1250 JPY"},
+		{1250, "KWD", "1.250 KWD"}, {1250, "XYZ", "1250 XYZ"}} {
+		if got := amountText(tc.minor, tc.cur); got != tc.want {
+			t.Errorf("amountText(%d, %s) = %q, want %q", tc.minor, tc.cur, got, tc.want)
+		}
 	}
 }
 

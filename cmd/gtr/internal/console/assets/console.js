@@ -66,6 +66,7 @@
   function loggedOut(why) {
     me = null;
     stopPolling();
+    clearTxn();
     $('app').hidden = true;
     $('who').hidden = true;
     $('login').hidden = false;
@@ -222,6 +223,72 @@
     }
     $('preview').focus();
   });
+
+  // --- find a transaction ---
+
+  function clearTxn() {
+    $('txn').hidden = true;
+    $('txn').tBodies[0].replaceChildren();
+    $('txn-summary').textContent = '';
+    $('txn-error').textContent = '';
+  }
+
+  $('txn-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    clearTxn();
+    const q = new URLSearchParams({ partner: $('txn-partner').value.trim(), id: $('txn-id').value.trim() });
+    $('txn-find').disabled = true;
+    $('txn-summary').textContent = 'Asking every cell…';
+    try {
+      const t = await api('GET', '/api/txn?' + q);
+      $('txn-summary').textContent = t.partner + ' / ' + t.id + ': ' + t.summary + '.';
+      $('txn').tBodies[0].replaceChildren(...t.cells.map(txnRow));
+      $('txn').hidden = false;
+    } catch (e) {
+      $('txn-summary').textContent = '';
+      $('txn-error').textContent = e.message;
+    }
+    $('txn-find').disabled = false;
+  });
+
+  // txnRow is one cell's answer: its record, or why it has none.
+  function txnRow(c) {
+    const tr = el('tr');
+    tr.dataset.cell = c.cell;
+    const th = el('th', c.cell);
+    th.scope = 'row';
+    tr.append(th);
+    if (c.error || !c.found) {
+      tr.className = c.error ? 'no-answer' : 'no-record';
+      const td = el('td', c.error ? 'did not answer: ' + c.error : 'no record', c.error ? 'error' : 'help');
+      td.colSpan = 8;
+      tr.append(td);
+      return tr;
+    }
+    tr.className = 'step-' + c.step.replace(/ /g, '-');
+    tr.dataset.state = c.state;
+    const state = el('td', null, 'state');
+    state.append(el('span', c.state, c.step === 'decided' ? (c.state === 'approved' ? 'up' : 'down') : null));
+    state.append(el('span', ' (' + c.step + (c.unfiled ? ', not yet filed' : '') + ')', 'help'));
+    if (c.rule) state.append(el('div', 'rule ' + c.rule, 'help'));
+    const why = [c.reason, c.auth_code ? 'auth ' + c.auth_code : ''].filter((x) => x).join(' · ');
+    tr.append(el('td', c.attempt, 'num'), state, el('td', why || '-'), el('td', c.amount || '-', 'num'),
+      el('td', c.payment_type || '-'), el('td', c.masked_pan || '-', 'card'),
+      el('td', c.updated ? new Date(c.updated).toLocaleString() : '-'));
+    const cbs = el('td', null, 'callbacks');
+    if (c.callbacks && c.callbacks.length) {
+      const ul = el('ul', null, 'inst');
+      for (const e of c.callbacks) {
+        ul.append(el('li', e.event_id + ': ' + e.status + ', ' + e.attempts + (e.attempts === 1 ? ' attempt' : ' attempts') +
+          (e.last_error ? ' (last error: ' + e.last_error + ')' : ''), e.status === 'dead' ? 'down' : null));
+      }
+      cbs.append(ul);
+    } else {
+      cbs.textContent = '-';
+    }
+    tr.append(cbs);
+    return tr;
+  }
 
   // --- events and audit ---
 
