@@ -1,8 +1,9 @@
 // Command cellpay-sim runs the deterministic simulation of the platform
-// (package internal/dev/model: the real cellside and gtrside machines
-// under a simulated network, clock, issuer, directory and stores) over
-// many seeds, each with a fault mix of its own, and reports the
-// violations, the coverage of the interesting states and the slowest seed.
+// (package internal/dev/model: the real cellside and gtrside machines and
+// the follow-ups' pure rules under a simulated network, clock, issuer,
+// directory and stores) over many seeds, each with a fault mix of its
+// own, and reports the violations, the coverage of the interesting states
+// and the slowest seed.
 // Its last line is
 //
 //	sim: seeds N, violations V, unreached R
@@ -102,8 +103,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // sweep runs n seeds from from on workers goroutines; each run is
-// independent and single-threaded, and the summary does not depend on
-// the order they finish in.
+// independent and single-threaded (model.RunQuiet: a failing seed's trace
+// only), and the summary does not depend on the order they finish in.
 func sweep(from uint64, n int, rules model.Rules, workers int) model.Summary {
 	type done struct {
 		res  model.Result
@@ -116,7 +117,7 @@ func sweep(from uint64, n int, rules model.Rules, workers int) model.Summary {
 		wg.Go(func() {
 			for s := range next {
 				t0 := time.Now()
-				res := model.Run(s, rules)
+				res := model.RunQuiet(s, rules)
 				out <- done{res, time.Since(t0)}
 			}
 		})

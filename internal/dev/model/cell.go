@@ -50,21 +50,30 @@ var modelTime = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 var fingerprints = idempotency.NewFingerprinter([]byte("model"))
 
-// request is the SubmitTransaction of id with payload p: a bank transfer
-// (no card, so no velocity check), whose amount decides the risk limit.
+// request is the SubmitTransaction of id with payload p: a card
+// authorization (so that an approved one may be captured, voided and
+// refunded: followup.go) whose amount decides the risk limit. The machine
+// is given no hash of the card (Input.PANHash), so it checks no velocity:
+// the model's payloads decide outcomes.
 func request(id string, p payload) *cellpayv1.SubmitTransactionRequest {
-	amount := int64(100 + p)
-	if p%3 == 2 {
-		amount = limit + 1 + int64(p)
-	}
 	return &cellpayv1.SubmitTransactionRequest{
 		TransactionId: id,
-		PaymentType:   cellpayv1.PaymentType_BANK_TRANSFER,
+		PaymentType:   cellpayv1.PaymentType_CARD_AUTHORIZATION,
 		PartnerId:     partner,
 		Market:        "GB",
-		Amount:        &cellpayv1.Money{MinorUnits: amount, Currency: "EUR"},
+		Amount:        &cellpayv1.Money{MinorUnits: amountOf(p), Currency: "EUR"},
 		Merchant:      &cellpayv1.Merchant{Id: "m-1", Mcc: "5411", Country: "GB"},
+		Card:          &cellpayv1.Card{Pan: "4242424242424242", ExpiryMonth: 12, ExpiryYear: 2030},
 	}
+}
+
+// amountOf is payload p's amount, in minor units of EUR: 100 to 105, or
+// over the policy's limit for p%3 == 2.
+func amountOf(p payload) int64 {
+	if p%3 == 2 {
+		return limit + 1 + int64(p)
+	}
+	return int64(100 + p)
 }
 
 func fingerprint(id string, p payload) idempotency.Fingerprint {
@@ -278,9 +287,13 @@ func (m *model) stored(rec *cellside.Record, k attemptKey) *record {
 
 // orchestratorRecord is the store's read of rec, held by cell i.
 func orchestratorRecord(i int, id string, rec *record) *cellside.Record {
+	l := rec.ledger
+	l.Authorized = amountOf(rec.payload)
 	return &cellside.Record{TransactionID: id, PartnerID: partner, Fingerprint: fingerprint(id, rec.payload),
 		State: cellside.State(rec.state), AuthCode: rec.auth, DeclineReason: rec.reason,
-		Attempt: int32(rec.attempt.attempt), CellID: cellName(i), CreatedAt: modelTime, UpdatedAt: modelTime}
+		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Market: "GB", Amount: amountOf(rec.payload), Currency: "EUR",
+		SettlementAmount: amountOf(rec.payload), SettlementCurrency: "EUR", RiskAmount: amountOf(rec.payload),
+		Attempt: int32(rec.attempt.attempt), CellID: cellName(i), CreatedAt: modelTime, UpdatedAt: modelTime, Ledger: l}
 }
 
 // existingEvent is the store's Existing answer with rec, and whether

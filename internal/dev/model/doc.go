@@ -1,6 +1,8 @@
 // Package model is Cellpay's deterministic simulation of its failover
-// protocol, and the property test over the same world. It drives the real
-// state machines of both sides of the protocol:
+// protocol and of the follow-ups of an authorization (captures, voids,
+// refunds), and the property test over the same world. It drives the real
+// state machines of both sides of the protocol, and the follow-ups' real
+// pure rules:
 //
 //   - the cell's cellside.Machine, one per attempt, with a driver
 //     (cell.go) that performs its actions as the cell's server does
@@ -25,35 +27,76 @@
 //     for the live attempt, a re-route after it only on the cell's own
 //     step back before Proceeding, PENDING only after Proceeding, an
 //     unknown outcome answered UNAVAILABLE). The model has no admission
-//     limits and no retry budget.
+//     limits and no retry budget;
+//   - the follow-ups' rules (followup.go), in a driver of the cell's
+//     FollowUp (server/followup.go) that follows its order of steps: the
+//     record cellside.FollowUpRecord builds and its fingerprint through
+//     cellside.AsRequest, the hold decided by cellside.HoldFollowUp on the
+//     original as the store reads it under its row lock, the outcome
+//     cellside.FollowUpOutcome makes, and every sum an authorization's
+//     internal/followup Ledger (Hold, Settle, Valid), in the cells' stores
+//     as in the issuer's.
 //
 // sim.go runs that world on one seed (Run; cmd/cellpay-sim and make sim
-// sweep many): the seed first draws its fault mix (swarm testing: a weight
-// per kind of step, some none, and whether the cells' stores group-commit)
-// and the trace's first line prints it; a safety phase of steps drawn from
-// the mix, every invariant checked after each; then a liveness phase, the
-// faults healed (cells restarted, stalls ended, every message delivered,
-// every wait timed out, the reconcilers run), which must converge; and
-// last the checker the end-to-end tests use (internal/dev/checker's
-// Judge) over the partners' answers, what a read returns, every cell's
-// records and the issuer's counters. The steps: partners' calls at either
-// GTR replica (duplicates, other payloads, calls while a replica drains a
-// cell), delivery in any order (delay, reordering), issuer messages and
-// directory updates lost or duplicated, a cell's connections stalled and
-// then delivering everything late, an issuer request held in a send
-// buffer with its deadline whole, crashes and restarts of cells and of GTR
-// replicas, issuer, Proceed and attempt timeouts, callers' deadlines, and
-// reconciler rounds. A run is a function of its seed (no goroutine, no
-// clock, every map read in sorted order): the same seed prints the same
-// trace. Counters of interesting states (Summary.Coverage) show the runs
-// are not vacuous; a state no seed reaches fails the sweep.
+// sweep many, RunQuiet, keeping the trace of a failing seed only): the
+// seed first draws its fault mix (swarm testing: a weight per kind of
+// step, some none, and whether the cells' stores group-commit) and the
+// trace's first line prints it; a calm start approves the authorizations
+// a0 to a2 with no fault (now and then while a replica drains the
+// original's home, so that it is recorded on another cell), for the
+// follow-ups to act on from the first step, since the safety phase's own
+// payments are rarely approved before it heals; a safety phase of steps
+// drawn from the mix, every invariant checked after each; then a liveness
+// phase, the faults healed (cells restarted, stalls ended, every message
+// delivered, every wait timed out, the reconcilers run), which must
+// converge; and last the checker the end-to-end tests use
+// (internal/dev/checker's Judge) over the partners' answers, payments'
+// and follow-ups', what a read returns, every cell's records (an
+// authorization's ledger and its approved follow-ups' sums, a
+// follow-up's kind, original and amount) and the issuer's counters and
+// applied amounts. The steps: partners' calls at either GTR replica
+// (duplicates, other payloads, calls while a replica drains a cell), a
+// partner's capture, void or refund at either replica of an
+// authorization it knows approved (answered so, or read so), now and then
+// of another, for amounts around the authorization's or the captures',
+// now and then over them, and a follow-up ID used again (the same payload,
+// or another); delivery in any order (delay, reordering), issuer messages
+// (Authorize and Adjust) and directory updates lost or duplicated, a
+// cell's connections stalled and then delivering everything late, an
+// issuer request held in a send buffer with its deadline whole, crashes
+// and restarts of cells (one between a follow-up's hold and its outcome
+// included) and of GTR replicas, issuer, Proceed and attempt timeouts,
+// callers' deadlines, and reconciler rounds (which resolve a follow-up
+// left sending by inquiry, closing it at the issuer if it has no outcome).
+// A fault that payments and follow-ups share hits a payment's message or
+// wait while there is one (paymentsFirst), so that follow-ups, whose
+// messages outnumber the payments', do not starve the payments' rarer
+// states. After every step, besides the protocol's invariants: every
+// authorization's ledger Valid in the cells' stores and at the issuer
+// (captured ≤ authorized, refunded ≤ captured, no capture with a void),
+// what a ledger holds the sum of its follow-ups in flight (sending) in
+// that cell, at most one issuer effect per follow-up ID, one final answer
+// per follow-up ID and payload (ALREADY_EXISTS for another), and every
+// final answer the issuer's outcome. Once healed: every follow-up call
+// answered and every follow-up resolved (none sending, nothing held), the
+// directory's final entries equal to the records, and per authorization
+// its approved captures, refunds and void as partners know them (their
+// final answers, else what a read returns) equal to the issuer's applied
+// adjustments, its ledger at the issuer and its ledger in its cell, to
+// the minor unit. A run is a function of its seed (no goroutine, no
+// clock, every map read whose order matters in sorted order; check looks
+// in the maps' own order first and again sorted only once it finds a
+// break): the same seed prints the same trace. Counters of interesting
+// states (Summary.Coverage) show the runs are not vacuous; a state no
+// seed reaches fails the sweep.
 // TestSimulatorBites breaks rules on purpose (Rules' knobs) and requires
 // a violation within 1,000 seeds; testdata/sim keeps the seeds that found
 // bugs, replayed on every test run.
 //
 // rapid_test.go drives the same world through rapid's choice of steps
-// (TestProtocol, with group commit and without), and TestScripted and
-// TestDirectory replay hand-written sequences.
+// (TestProtocol, with group commit and without; payments only, no
+// follow-ups), and TestScripted and TestDirectory replay hand-written
+// sequences.
 //
 // What stays hand-written, as model code mirroring the production code,
 // and why: the parts below are I/O in the real system (Postgres, NATS KV,
@@ -93,7 +136,26 @@
 //   - the issuer: dedupe by ID, inquiry, close on an inquiry that found
 //     nothing (a later request refused); the payload decides the outcome
 //     (payload%3: 0 approved, 1 declined, 2 declined by the cell before
-//     its PNR, through an amount over the policy's limit).
+//     its PNR, through an amount over the policy's limit); a payment is a
+//     card authorization, with a card but no hash of it, so the machine
+//     checks no velocity; Adjust as issuersim's: an adjustment of an
+//     authorization it approved held and settled at once on its own
+//     followup.Ledger, or declined for the rule it would break (and, the
+//     model's own rule, for an amount that is a multiple of 13);
+//   - the follow-ups' GTR side (payments/followup.go's sendFollowUp): the
+//     original's natural home, its owner_cell answer followed once, a
+//     fan-out when the home is out of reach or knows no such original,
+//     UNAVAILABLE from the cell that holds it, never a re-route; each
+//     replica coalescing copies of one ID and payload;
+//   - the follow-ups' cell side around the pure rules
+//     (server/followup.go's FollowUp, store.HoldFollowUp and
+//     settleFollowUp): the replay, the original's owner from the
+//     directory, the follow-up's own claim, the hold as one step (whose
+//     commit may land with its answer lost: UNAVAILABLE), the Adjust, the
+//     outcome's write settling the hold only from sending (whose commit
+//     may land with its answer lost: PENDING), the entry finalized in the
+//     background, PENDING on an unknown outcome; and the reconciler's
+//     resolve of a follow-up left sending.
 //
 // Not simulated, and why: a directory that is unavailable (NATS down: only
 // a transaction's natural home goes on without a claim, a window the
@@ -101,7 +163,13 @@
 // here every claim is answered); clock drift (no decision of the machines
 // reads a clock: time reaches them as events, whose order the simulator
 // already chooses freely); the cell's instances sharing a database, which
-// instances_test.go models apart (below); entries' expiry (MaxAge).
+// instances_test.go models apart (below); entries' expiry (MaxAge); a
+// follow-up's market or currency other than its original's
+// (ORIGINAL_MISMATCH, a rule of HoldFollowUp's tested with it); a
+// follow-up that reuses a payment's ID (their IDs are apart here: the
+// idempotency rules that would answer it are the payments'); a
+// follow-up's cancelled context in its cell (a caller gone, the cell's
+// run goes on in the model: more than the code does).
 //
 // An ID here stands for a transaction's whole key, (partner, transaction
 // ID): the model has one partner, since every rule above applies per key

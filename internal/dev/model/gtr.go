@@ -248,4 +248,7 @@ var codeNames = map[codes.Code]string{
 	codes.AlreadyExists:    "ALREADY_EXISTS",
 	codes.Aborted:          "ABORTED",
 	codes.InvalidArgument:  "INVALID_ARGUMENT",
+	// A follow-up's refusals (followup.go).
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.NotFound:           "NOT_FOUND",
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/followup"
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/internal/pnr/gtrside"
 )
@@ -104,6 +105,20 @@ type Rules struct {
 	// decides again on another cell (issue 38's simulator found it).
 	NoDecisionEntry bool
 
+	// Follow-ups' rules (followup.go).
+
+	// NoHold: the store records a follow-up in state sending without
+	// holding its amount on its original's ledger (cellside.HoldFollowUp
+	// decides on a copy of the original), and the cell sends it to the
+	// issuer all the same: the sums a later follow-up is checked against
+	// leave it out while its outcome is unknown.
+	NoHold bool
+	// SettleTwice: the store's settle of a follow-up does not ask that
+	// its record still be sending (settleSQL without state = 'sending'),
+	// so persistAfterIssuer's retry of a settle whose commit landed with
+	// its answer lost settles the ledger a second time.
+	SettleTwice bool
+
 	// GroupCommit is no broken rule but the store's group commit
 	// (cmd/cell/internal/store/group.go): the durable writes after the
 	// claim (the insert or reclaim, and every persist) wait in the
@@ -188,6 +203,10 @@ type record struct {
 	// attempt is the attempt that wrote the record (Insert or Reclaim):
 	// the reconciler's grace waits for that attempt's issuer request.
 	attempt attemptKey
+	// ledger is an approved authorization's follow-up sums, as its row
+	// keeps them (held_capture, held_refund, captured, refunded, voided);
+	// Authorized is left zero here (it is the record's amount).
+	ledger followup.Ledger
 }
 
 func (r *record) result() result {
@@ -234,6 +253,13 @@ type cell struct {
 	// committing: their writes waiting for a shared commit, mCommit
 	// (Rules.GroupCommit).
 	committing map[attemptKey]cellside.Action
+	// fdb: the follow-ups' records (the same table in the code; a
+	// namespace of IDs of their own here). fuRuns: the follow-ups in
+	// progress in the process, by run; fuWait: those waiting for the
+	// issuer's answer to their Adjust.
+	fdb    map[string]*fuRecord
+	fuRuns map[int]*fuRun
+	fuWait map[int]string
 }
 
 // replica is one GTR process.
@@ -310,9 +336,19 @@ const (
 	mCommit                      // cell, in memory: a queued write commits (Rules.GroupCommit)
 	mMarkSendLost                // cell, in memory: the sending write commits, and its answer is lost
 	mProceeding                  // cell -> GTR on the attempt's stream: Proceed taken, the issuer is next
+	mFollowUp                    // GTR -> cell: a follow-up (Cell.FollowUp, unary)
+	mFollowUpResp                // cell -> GTR: its answer, or the original's owner
+	mFuHold                      // cell, in memory: the follow-up's hold transaction commits
+	mFuHoldLost                  // cell, in memory: the hold commits, and its answer is lost
+	mAdjustReq                   // cell -> issuer: Adjust
+	mAdjustResp                  // issuer -> cell
+	mFuSettle                    // cell, in memory: the outcome's write (settling the hold) commits
+	mFuSettleLost                // cell, in memory: it commits, and its answer is lost
+	mFuDirUpdate                 // cell -> directory: a follow-up's best-effort entry update
 )
 
-var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost", "proceeding"}
+var kindNames = [...]string{"process", "cancel", "proceed", "mark-sending", "wait", "pnr", "result", "reroutable", "issuer-request", "issuer-response", "directory-update", "commit", "mark-sending-answer-lost", "proceeding",
+	"follow-up", "follow-up-answer", "hold", "hold-answer-lost", "adjust", "adjust-response", "settle", "settle-answer-lost", "follow-up-directory-update"}
 
 type msg struct {
 	kind       msgKind
@@ -336,11 +372,24 @@ type msg struct {
 	// held: stuck in a stalled connection's send buffer (sim.go's
 	// stHold), delivered only once released, whole and late.
 	held bool
+	// fu is a follow-up's payload, and run its run in the cell
+	// (followup.go); a follow-up's call and the number of its request
+	// (fuCall.ask) are in call and attempt.
+	fu  fuPayload
+	run int
 }
 
 func (x msg) key() attemptKey { return attemptKey{x.call, x.attempt} }
 
 func (x msg) String() string {
+	switch x.kind {
+	case mFollowUp, mFollowUpResp:
+		return fmt.Sprintf("%s(%s call f%d ask %d cell %d)", kindNames[x.kind], x.id, x.call, x.attempt, x.cell)
+	case mFuHold, mFuHoldLost, mAdjustReq, mAdjustResp, mFuSettle, mFuSettleLost:
+		return fmt.Sprintf("%s(%s run %d cell %d)", kindNames[x.kind], x.id, x.run, x.cell)
+	case mFuDirUpdate:
+		return fmt.Sprintf("%s(%s cell %d %s)", kindNames[x.kind], x.id, x.cell, x.dirState)
+	}
 	if x.kind == mDirUpdate {
 		return fmt.Sprintf("%s(%s cell %d rev %d %s)", kindNames[x.kind], x.id, x.cell, x.rev, x.dirState)
 	}
@@ -352,7 +401,7 @@ func (x msg) String() string {
 // the cell's memory.
 func (x msg) network() bool {
 	switch x.kind {
-	case mMarkSend, mWait, mCommit, mMarkSendLost:
+	case mMarkSend, mWait, mCommit, mMarkSendLost, mFuHold, mFuHoldLost, mFuSettle, mFuSettleLost:
 		return false
 	}
 	return true
@@ -379,6 +428,8 @@ type model struct {
 	cells    [numCells]*cell
 	replicas [numReplicas]*replica
 	calls    []*call
+	// calm is the number of calls of the calm start (sim.go's calmStart).
+	calm     int
 	pool     []msg
 	effects  map[string]int
 	requests map[string]int    // issuer requests received, per ID
@@ -404,14 +455,18 @@ type model struct {
 	// recover (sim.go's stall).
 	stalled [numCells]bool
 	log     []string
+	// quiet: no trace is kept (logf does nothing): a sweep's run, whose
+	// trace is needed only if it fails, and then is run again (runQuiet).
+	quiet bool
+	fus   // the follow-ups' part (followup.go)
 }
 
 func newModel(rules Rules) *model {
 	m := &model{rules: rules, effects: map[string]int{}, requests: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
 		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{},
-		taken: map[attemptKey]bool{}, closed: map[string]bool{}}
+		taken: map[attemptKey]bool{}, closed: map[string]bool{}, fus: newFus()}
 	for i := range m.cells {
-		m.cells[i] = &cell{up: true, db: map[string]*record{}}
+		m.cells[i] = &cell{up: true, db: map[string]*record{}, fdb: map[string]*fuRecord{}}
 		m.cells[i].forget()
 	}
 	for i := range m.replicas {
@@ -420,7 +475,11 @@ func newModel(rules Rules) *model {
 	return m
 }
 
-func (m *model) logf(format string, args ...any) { m.log = append(m.log, fmt.Sprintf(format, args...)) }
+func (m *model) logf(format string, args ...any) {
+	if !m.quiet {
+		m.log = append(m.log, fmt.Sprintf(format, args...))
+	}
+}
 
 func (m *model) violate(format string, args ...any) {
 	m.violations = append(m.violations, fmt.Sprintf(format, args...))
@@ -584,6 +643,16 @@ func (m *model) deliver(i int) {
 		}
 	case mDirUpdate:
 		m.applyUpdate(x)
+	case mFollowUp:
+		m.fuDeliver(x)
+	case mFollowUpResp:
+		m.fuResponse(x)
+	case mFuHold, mFuHoldLost, mAdjustResp, mFuSettle, mFuSettleLost:
+		m.fuInMemory(x)
+	case mAdjustReq:
+		m.send(msg{kind: mAdjustResp, run: x.run, cell: x.cell, epoch: x.epoch, id: x.id, fu: x.fu, res: m.adjust(x)})
+	case mFuDirUpdate:
+		m.fuApplyUpdate(x)
 	}
 }
 
@@ -638,6 +707,11 @@ func (m *model) crash(i int) {
 	if len(cl.awaiting)+len(cl.issuerWait) > 0 {
 		m.cover(covCrashPastSending)
 	}
+	for _, r := range cl.fuRuns {
+		if r.held != nil {
+			m.cover(covFuHeldCrash) // held, the issuer's answer or its settle not yet in
+		}
+	}
 	cl.up = false
 	cl.epoch++
 	cl.forget()
@@ -649,6 +723,7 @@ func (m *model) crash(i int) {
 			m.broken(c, fmt.Sprintf("cell %d crashed", i))
 		}
 	}
+	m.fuCrashed(i)
 }
 
 // processPending reports whether c's current attempt has not reached its
@@ -677,6 +752,8 @@ func (cl *cell) forget() {
 	cl.runs = map[attemptKey]*run{}
 	cl.persisting = map[attemptKey]cellside.Persist{}
 	cl.committing = map[attemptKey]cellside.Action{}
+	cl.fuRuns = map[int]*fuRun{}
+	cl.fuWait = map[int]string{}
 }
 
 // reconcile is one reconciler round in cell i: for each sending record not
@@ -722,6 +799,7 @@ func (m *model) reconcile(i int) {
 		}
 		m.logf("reconcile cell %d: %s -> %s", i, id, rec.state)
 	}
+	m.fuReconcile(i)
 }
 
 // takenOver is the reconciler's rule for an outcome the issuer has: with
@@ -831,41 +909,82 @@ func (m *model) authorize(k attemptKey, id string, p payload) result {
 	}
 	if _, ok := m.outcome[id]; !ok {
 		m.outcome[id] = r
+		if r.status == "APPROVED" {
+			// The authorization's ledger at the issuer, which its
+			// adjustments are held to (issuersim's authorizations.add).
+			m.auths[id] = &followup.Ledger{Authorized: amountOf(p)}
+		}
 	}
 	return r
 }
 
 // --- invariants ---
 
-// check returns the first invariant broken so far, if any.
+// check returns the first invariant broken so far, if any. It looks in
+// the maps' own order first, which costs no sorting, and only once it
+// finds a break looks again in sorted order, so that the break it reports
+// is the same on every run of the seed.
 func (m *model) check() error {
 	if len(m.violations) > 0 {
 		return errors.New(m.violations[0])
 	}
-	for _, id := range slices.Sorted(maps.Keys(m.effects)) {
-		if n := m.effects[id]; n > 1 {
+	if m.checkIn(false) == nil {
+		return nil
+	}
+	return m.checkIn(true)
+}
+
+// checkIn is check's look, the maps' keys in sorted order or not.
+func (m *model) checkIn(sorted bool) error {
+	err := each(sorted, m.effects, func(id string, n int) error {
+		if n > 1 {
 			return fmt.Errorf("at most one issuer effect per ID: %s has %d", id, n)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
-		as := m.answers[id]
-		var first *answered
+	err = each(sorted, m.answers, func(id string, as []answered) error {
+		first := -1
 		for i := range as {
 			a := &as[i]
 			if a.res.isError() {
 				continue
 			}
-			if first == nil {
-				first = a
+			if first < 0 {
+				first = i
 				continue
 			}
-			if a.payload != first.payload {
+			if f := as[first]; a.payload != f.payload {
 				return fmt.Errorf("same ID, other payload, ALREADY_EXISTS: %s answered %v for payload %d and %v for payload %d",
-					id, first.res, first.payload, a.res, a.payload)
+					id, f.res, f.payload, a.res, a.payload)
+			} else if f.res.final() && a.res.final() && a.res != f.res {
+				return fmt.Errorf("same ID and payload, same answer: %s answered %v and %v", id, f.res, a.res)
 			}
-			if first.res.final() && a.res.final() && a.res != first.res {
-				return fmt.Errorf("same ID and payload, same answer: %s answered %v and %v", id, first.res, a.res)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return m.fuCheck(sorted)
+}
+
+// each calls f with every key of mp and its value, in sorted order or in
+// the map's own, until f returns an error, which it returns.
+func each[V any](sorted bool, mp map[string]V, f func(string, V) error) error {
+	if !sorted {
+		for k, v := range mp {
+			if err := f(k, v); err != nil {
+				return err
 			}
+		}
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(mp)) {
+		if err := f(k, mp[k]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -884,7 +1003,7 @@ func (m *model) heal() {
 	}
 	for round := 0; round < 20; round++ {
 		for len(m.pool) > 0 {
-			m.deliver(m.deliverable()[0])
+			m.deliver(0) // deliverable()[0]: nothing is held or stalled any more
 		}
 		for i, cl := range m.cells {
 			for _, k := range slices.SortedFunc(maps.Keys(cl.issuerWait), cmpKey) {
@@ -892,6 +1011,9 @@ func (m *model) heal() {
 			}
 			for _, k := range slices.SortedFunc(maps.Keys(cl.awaiting), cmpKey) {
 				m.proceedTimeout(i, k)
+			}
+			for _, n := range slices.Sorted(maps.Keys(cl.fuWait)) {
+				m.fuIssuerTimeout(i, n)
 			}
 		}
 		for i := range m.cells {
@@ -964,7 +1086,7 @@ func (m *model) checkHealed() error {
 			}
 		}
 	}
-	return nil
+	return m.fuCheckHealed()
 }
 
 // agreedRecord is the outcome of id's records past their PNR, which must

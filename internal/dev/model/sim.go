@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -35,6 +36,33 @@ import (
 // ids is small on purpose: duplicates, replays and conflicts need IDs to
 // meet.
 var ids = []string{"t0", "t1", "t2"}
+
+// authIDs are the authorizations approved in a run's calm start, before
+// its faults (calmStart): the safety phase's payments are rarely approved
+// (most of them meet a fault on their way), and follow-ups need approved
+// authorizations to act on from the start.
+var authIDs = []string{"a0", "a1", "a2"}
+
+// calmStart approves the partner's authorizations authIDs, one after the
+// other, every message delivered in order and no fault: each at a replica
+// of the seed's choice, for an amount of its choice, and now and then
+// while a replica drains its natural home, so that it is recorded on the
+// next cell of its ranking (a follow-up to the home is then sent on to
+// the owner the directory names).
+func (m *model) calmStart(r *rand.Rand) {
+	for _, id := range authIDs {
+		drained := -1
+		if r.IntN(3) == 0 {
+			drained = ranking(id)[0]
+		}
+		m.submitDrained(r.IntN(numReplicas), id, payload(3*r.IntN(2)), drained)
+		for len(m.pool) > 0 {
+			m.deliver(0) // deliverable()[0]: nothing is held or stalled yet
+		}
+	}
+	m.calm = len(m.calls)
+	m.logf("calm start over: faults from here")
+}
 
 // live lists the calls in flight that pass ok, in call order.
 func (m *model) live(ok func(*call) bool) []*call {
@@ -71,12 +99,16 @@ const (
 	stAttemptTimeout                 // the GTR's attempt timer fires
 	stDeadline                       // a caller's deadline passes
 	stReconcile                      // a cell's reconciler runs a round
+	stCapture                        // a partner's capture of an authorization (followup.go)
+	stVoid                           // a partner's void of an authorization
+	stRefund                         // a partner's refund of an authorization
+	stFollowUpAgain                  // a follow-up ID used again: a retry, or another payload
 	numStepKinds
 )
 
 var stepNames = [numStepKinds]string{"submit", "submit-drained", "duplicate", "other-payload", "deliver", "duplicate-message",
 	"lose", "stall", "unstall", "hold-issuer-request", "release", "crash", "crash-busy", "restart", "crash-gtr", "issuer-timeout", "proceed-timeout", "attempt-timeout",
-	"deadline", "reconcile"}
+	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again"}
 
 // cov is an interesting state a run may reach.
 type cov int
@@ -98,6 +130,16 @@ const (
 	covCoalesced                     // a duplicate coalesced at a replica
 	covPendingResolved               // a PENDING answer resolved after healing
 	covDecidingSettled               // a decision left deciding (a crash) settled by the reconciler
+	covFuHeldCrash                   // a follow-up held, its cell crashed before its outcome was recorded
+	covFuHoldLost                    // a follow-up's hold committed with its answer lost
+	covFuReconciled                  // a follow-up resolved by the reconciler
+	covFuOverLimit                   // a follow-up over its authorization's limits refused
+	covFuReplayed                    // a follow-up ID answered from its record
+	covFuRedirect                    // a follow-up sent on to the cell the directory names
+	covFuFanOut                      // a follow-up's original found by a fan-out
+	covFuCloseInFlight               // an inquiry closed a follow-up with its Adjust in flight
+	covFuClosedRefused               // the issuer refused a late Adjust (closed ID)
+	covFuRefunded                    // a refund approved (of a capture approved before it)
 	numCov
 )
 
@@ -105,7 +147,11 @@ var covNames = [numCov]string{"re-route before the PNR", "re-route after a Proce
 	"directory takeover", "step back with a Proceed in flight", "late Proceed", "stream ended before Proceeding",
 	"crash between sending and the issuer's answer", "issuer timeout (PENDING)", "inquiry closed an ID with a send in flight",
 	"late request refused (closed ID)", "duplicate waited in the cell", "sending committed, answer lost",
-	"duplicate coalesced at a replica", "PENDING resolved", "decision settled by the reconciler"}
+	"duplicate coalesced at a replica", "PENDING resolved", "decision settled by the reconciler",
+	"follow-up held, then its cell crashed", "follow-up held, the commit's answer lost", "follow-up resolved by the reconciler",
+	"follow-up over the limits refused", "duplicate follow-up replayed", "follow-up sent on to the original's owner",
+	"follow-up's original found by a fan-out", "inquiry closed a follow-up with its Adjust in flight",
+	"late Adjust refused (closed ID)", "refund approved"}
 
 func (m *model) cover(c cov) { m.covered[c]++ }
 
@@ -173,13 +219,28 @@ type Result struct {
 }
 
 // Run runs one seed with rules (the zero value: the protocol as built).
-func Run(seed uint64, rules Rules) Result {
+func Run(seed uint64, rules Rules) Result { return runSeed(seed, rules, false) }
+
+// RunQuiet is Run without keeping a trace, unless the seed broke an
+// invariant: then it is run again, with its trace. A sweep's run: the
+// trace of a passing seed is dropped anyway, and formatting it is most of
+// a run's time.
+func RunQuiet(seed uint64, rules Rules) Result {
+	if res := runSeed(seed, rules, true); res.Violation == "" {
+		return res
+	}
+	return Run(seed, rules)
+}
+
+func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	r := rand.New(rand.NewPCG(seed, 0x63656c6c706179)) // "cellpay"
 	mix := drawMix(r)
 	rules.GroupCommit = rules.GroupCommit || mix.GroupCommit
 	rules.AsyncInsert = rules.AsyncInsert || mix.AsyncInsert
 	m := newModel(rules)
+	m.quiet = quiet
 	m.logf("seed %d: %s", seed, mix)
+	m.calmStart(r)
 	res := Result{Seed: seed, Mix: mix}
 	total := 0
 	for _, w := range mix.Weights {
@@ -242,10 +303,12 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 	case stSubmitDrained:
 		m.submitDrained(r.IntN(numReplicas), ids[r.IntN(len(ids))], payload(r.IntN(6)), pickCell())
 	case stDuplicate, stOtherPayload:
-		if len(m.calls) == 0 {
+		// Of the safety phase's calls (the calm start's are final).
+		calls := m.calls[m.calm:]
+		if len(calls) == 0 {
 			return false
 		}
-		c := m.calls[r.IntN(len(m.calls))]
+		c := calls[r.IntN(len(calls))]
 		p := c.payload
 		if k == stOtherPayload {
 			p = (p + 1 + payload(r.IntN(5))) % 6
@@ -257,13 +320,25 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 			return false
 		}
 		m.deliver(d[r.IntN(len(d))])
+	case stCapture:
+		return m.newFollowUp(r, cellpayv1.PaymentType_CAPTURE)
+	case stVoid:
+		return m.newFollowUp(r, cellpayv1.PaymentType_VOID)
+	case stRefund:
+		return m.newFollowUp(r, cellpayv1.PaymentType_REFUND)
+	case stFollowUpAgain:
+		return m.dupFollowUp(r)
 	case stDuplicateMsg, stLose:
-		var lossy []int
+		var lossy, fu []int
 		for i, x := range m.pool {
-			if x.kind == mIssuerReq || x.kind == mIssuerResp || x.kind == mDirUpdate {
+			switch x.kind {
+			case mIssuerReq, mIssuerResp, mDirUpdate:
 				lossy = append(lossy, i)
+			case mAdjustReq, mAdjustResp, mFuDirUpdate:
+				fu = append(fu, i)
 			}
 		}
+		lossy = paymentsFirst(lossy, fu)
 		if len(lossy) == 0 {
 			return false
 		}
@@ -275,12 +350,17 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 			m.send(m.pool[i])
 		}
 	case stHold:
-		var reqs []int
+		var reqs, adjusts []int
 		for i, x := range m.pool {
-			if x.kind == mIssuerReq && !x.held {
+			switch {
+			case x.held:
+			case x.kind == mIssuerReq:
 				reqs = append(reqs, i)
+			case x.kind == mAdjustReq:
+				adjusts = append(adjusts, i)
 			}
 		}
+		reqs = paymentsFirst(reqs, adjusts)
 		if len(reqs) == 0 {
 			return false
 		}
@@ -290,8 +370,11 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 		m.logf("held %v", *x)
 		// Held long enough for its cell to stop waiting (IssuerTimeout).
 		if cl := m.cells[x.cell]; cl.up && cl.epoch == x.epoch {
-			if _, ok := cl.issuerWait[x.key()]; ok {
+			if _, ok := cl.issuerWait[x.key()]; ok && x.kind == mIssuerReq {
 				m.issuerTimeout(x.cell, x.key())
+			}
+			if _, ok := cl.fuWait[x.run]; ok && x.kind == mAdjustReq {
+				m.fuIssuerTimeout(x.cell, x.run)
 			}
 		}
 	case stRelease:
@@ -318,6 +401,11 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 				busy = append(busy, i)
 			}
 		}
+		for i, cl := range m.cells {
+			if cl.up && len(cl.fuRuns) > 0 && !slices.Contains(busy, i) {
+				busy = append(busy, i) // a follow-up in progress
+			}
+		}
 		if len(busy) == 0 {
 			return false
 		}
@@ -336,28 +424,59 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 			of = func(cl *cell) map[attemptKey]string { return cl.awaiting }
 		}
 		waits := m.waits(of)
+		if k == stIssuerTimeout {
+			// Or the follow-ups' waits on the issuer, as waits of attempt
+			// -1 of their run.
+			var fu []wait
+			for i, cl := range m.cells {
+				for _, n := range slices.Sorted(maps.Keys(cl.fuWait)) {
+					fu = append(fu, wait{i, attemptKey{n, -1}})
+				}
+			}
+			waits = paymentsFirst(waits, fu)
+		}
 		if len(waits) == 0 {
 			return false
 		}
 		// The waits that matter most: on a request stuck in a buffer.
 		stuck := slices.DeleteFunc(slices.Clone(waits), func(w wait) bool {
-			return !slices.ContainsFunc(m.pool, func(x msg) bool { return x.held && x.kind == mIssuerReq && x.key() == w.k })
+			return !slices.ContainsFunc(m.pool, func(x msg) bool {
+				if w.k.attempt == -1 {
+					return x.held && x.kind == mAdjustReq && x.run == w.k.call
+				}
+				return x.held && x.kind == mIssuerReq && x.key() == w.k
+			})
 		})
 		if len(stuck) > 0 {
 			waits = stuck
 		}
 		w := waits[r.IntN(len(waits))]
-		if k == stIssuerTimeout {
+		switch {
+		case w.k.attempt == -1:
+			m.fuIssuerTimeout(w.cell, w.k.call)
+		case k == stIssuerTimeout:
 			m.issuerTimeout(w.cell, w.k)
-		} else {
+		default:
 			m.proceedTimeout(w.cell, w.k)
 		}
 	case stAttemptTimeout, stDeadline:
 		live := m.live(func(c *call) bool { return k == stDeadline || !c.pnr })
-		if len(live) == 0 {
+		var fuLive []*fuCall
+		if k == stDeadline {
+			fuLive = m.fuLiveCalls()
+		}
+		if len(live)+len(fuLive) == 0 {
 			return false
 		}
-		c := live[r.IntN(len(live))]
+		n := r.IntN(len(live) + len(fuLive))
+		if n >= len(live) {
+			// A follow-up's caller leaves: DEADLINE_EXCEEDED; its cell
+			// goes on (the model's cell may finish what a cancelled
+			// context would cut short, a superset).
+			m.fuFinish(fuLive[n-len(live)], result{status: "DEADLINE_EXCEEDED"})
+			return true
+		}
+		c := live[n]
 		if k == stDeadline {
 			m.deadline(c)
 		} else {
@@ -374,6 +493,9 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 					break
 				}
 			}
+			if cl.up && !slices.Contains(work, i) && len(m.fuUnresolved(i)) > 0 {
+				work = append(work, i)
+			}
 		}
 		if len(work) == 0 {
 			return false
@@ -381,6 +503,20 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 		m.reconcile(work[r.IntN(len(work))])
 	}
 	return true
+}
+
+// paymentsFirst is the targets of a fault that payments and follow-ups
+// share (an issuer message lost, duplicated or held, an issuer timeout):
+// the payments' while they have any, else the follow-ups'. Follow-ups'
+// messages and waits far outnumber the payments', whose rarer states
+// (a PENDING resolved, a late request refused) would otherwise be reached
+// half as often; the follow-ups' are hit whenever no payment's is there,
+// which is most of the time.
+func paymentsFirst[T any](payments, followUps []T) []T {
+	if len(payments) > 0 {
+		return payments
+	}
+	return followUps
 }
 
 // release delivers what stalled send buffers held back, late: the held
@@ -443,7 +579,7 @@ func Sweep(from uint64, n int, rules Rules) Summary {
 	var sum Summary
 	for i := range n {
 		t0 := time.Now()
-		res := Run(from+uint64(i), rules)
+		res := RunQuiet(from+uint64(i), rules)
 		sum.Add(res, time.Since(t0))
 	}
 	return sum
@@ -544,28 +680,47 @@ func (m *model) crashGTR(g int) {
 		c.joined = 0 // the coalesced callers lost their connections too
 		m.finish(c, result{status: "UNAVAILABLE"})
 	}
+	m.fuCrashGTR(g)
 	m.replicas[g] = &replica{moved: map[string]int{}}
 }
 
 // judge hands the healed run to the checker the end-to-end tests use
-// (internal/dev/checker): every partner's answers against what a read
-// returns, every cell's record and the issuer's counters.
+// (internal/dev/checker): every partner's answers, payments' and
+// follow-ups', against what a read returns, every cell's record (with an
+// authorization's ledger and the sums of its approved follow-ups there,
+// and a follow-up's kind, original and amount) and the issuer's counters
+// and applied amounts.
 func (m *model) judge() error {
 	var answers []checker.Answer
 	observed := map[idempotency.Key]checker.Observed{}
+	answer := func(id string, res result) checker.Answer {
+		ans := checker.Answer{PartnerID: partner, ID: id}
+		if res.isError() {
+			ans.Code = codeOf(res.status)
+		} else {
+			ans.Status = cellpayv1.TransactionStatus(cellpayv1.TransactionStatus_value[res.status])
+			ans.AuthCode, ans.DeclineReason = res.auth, res.reason
+		}
+		return ans
+	}
+	issuer := func(id string) checker.Observed {
+		o := checker.Observed{ReadCode: codes.NotFound, Effects: int32(m.effects[id]), Requests: int32(m.requests[id]), Amounts: true}
+		if r := m.outcome[id]; r.status == "APPROVED" {
+			o.IssuerApproved = true
+			if e, ok := m.applied[id]; ok {
+				o.IssuerAmount = e.amount
+			} else if l := m.auths[id]; l != nil {
+				o.IssuerAmount = l.Authorized
+			}
+		}
+		return o
+	}
 	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
 		k := idempotency.Key{PartnerID: partner, TransactionID: id}
 		for _, a := range m.answers[id] {
-			ans := checker.Answer{PartnerID: partner, ID: id}
-			if a.res.isError() {
-				ans.Code = codeOf(a.res.status)
-			} else {
-				ans.Status = cellpayv1.TransactionStatus(cellpayv1.TransactionStatus_value[a.res.status])
-				ans.AuthCode, ans.DeclineReason = a.res.auth, a.res.reason
-			}
-			answers = append(answers, ans)
+			answers = append(answers, answer(id, a.res))
 		}
-		o := checker.Observed{ReadCode: codes.NotFound, Effects: int32(m.effects[id]), Requests: int32(m.requests[id])}
+		o := issuer(id)
 		if rec, err := m.agreedRecord(id); err != nil {
 			return err
 		} else if rec != nil {
@@ -573,9 +728,38 @@ func (m *model) judge() error {
 		}
 		for i, cl := range m.cells {
 			if r, ok := cl.db[id]; ok {
+				var followed checker.Sums
+				for _, fid := range slices.Sorted(maps.Keys(cl.fdb)) {
+					if f := cl.fdb[fid].rec; f.Original == id && f.State == cellside.StateApproved {
+						followed = addSums(followed, f.PaymentType, f.Amount)
+					}
+				}
 				o.Records = append(o.Records, checker.CellRecord{PartnerID: partner, TransactionID: id, Cell: cellName(i), CellID: cellName(i),
-					State: string(r.state), AuthCode: r.auth, DeclineReason: r.reason})
+					State: string(r.state), AuthCode: r.auth, DeclineReason: r.reason,
+					PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: amountOf(r.payload),
+					Ledger: checker.Sums{Captured: r.ledger.Captured, Refunded: r.ledger.Refunded, Voided: r.ledger.Voided}, Followed: followed})
 			}
+		}
+		observed[k] = o
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.fuAnswers)) {
+		k := idempotency.Key{PartnerID: partner, TransactionID: id}
+		for _, a := range m.fuAnswers[id] {
+			answers = append(answers, answer(id, a.res))
+		}
+		o := issuer(id)
+		for i, cl := range m.cells {
+			f, ok := cl.fdb[id]
+			if !ok {
+				continue
+			}
+			r := f.rec
+			if r.State != cellside.StateAbandoned {
+				o.Read, o.ReadCode = r.Transaction(), codes.OK
+			}
+			o.Records = append(o.Records, checker.CellRecord{PartnerID: partner, TransactionID: id, Cell: cellName(i), CellID: cellName(i),
+				State: string(r.State), AuthCode: r.AuthCode, DeclineReason: r.DeclineReason, Attempt: r.Attempt,
+				PaymentType: r.PaymentType, Amount: r.Amount, Original: r.Original})
 		}
 		observed[k] = o
 	}
@@ -589,6 +773,19 @@ func (m *model) judge() error {
 		return fmt.Errorf("checker: %s", strings.Join(found, "; "))
 	}
 	return nil
+}
+
+// addSums adds an approved follow-up of kind for amount to s.
+func addSums(s checker.Sums, kind cellpayv1.PaymentType, amount int64) checker.Sums {
+	switch kind {
+	case cellpayv1.PaymentType_CAPTURE:
+		s.Captured += amount
+	case cellpayv1.PaymentType_REFUND:
+		s.Refunded += amount
+	case cellpayv1.PaymentType_VOID:
+		s.Voided = true
+	}
+	return s
 }
 
 // codeOf is the gRPC code a partner's error answer names.

@@ -28,12 +28,16 @@ func TestSimulator(t *testing.T) {
 }
 
 // TestSimulatorDeterministic: a run is a function of its seed; the same
-// seed twice gives the same trace, and different seeds different mixes.
+// seed twice gives the same trace, and different seeds different mixes;
+// a run without its trace (RunQuiet, the sweeps') finds the same.
 func TestSimulatorDeterministic(t *testing.T) {
 	for _, seed := range []uint64{1, 4, 77, 2026} {
 		a, b := Run(seed, Rules{}), Run(seed, Rules{})
 		if !slices.Equal(a.Trace, b.Trace) || a.Violation != b.Violation || a.Covered != b.Covered {
 			t.Fatalf("seed %d: two runs differ", seed)
+		}
+		if q := RunQuiet(seed, Rules{}); q.Violation != a.Violation || q.Covered != a.Covered || q.Steps != a.Steps {
+			t.Fatalf("seed %d: a run without its trace differs", seed)
 		}
 		if len(a.Trace) < 20 {
 			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace))
@@ -47,7 +51,8 @@ func TestSimulatorDeterministic(t *testing.T) {
 // TestSimulatorBites: with a rule of the protocol broken, the simulator
 // finds a violation of the invariant that rule protects within 1,000
 // seeds. PendingWithoutProceeding and ReconcilerNoClose are the two bugs
-// issue 38 found, as the code had them.
+// issue 38 found, as the code had them; NoHold and SettleTwice break the
+// follow-ups' hold (followup.go).
 func TestSimulatorBites(t *testing.T) {
 	for _, tt := range []struct {
 		knob, want string
@@ -58,6 +63,8 @@ func TestSimulatorBites(t *testing.T) {
 		{"ProceedAfterTimeout", "no Proceed for an attempt given up"},
 		{"IssuerWithoutProceed", "no issuer call without Proceed"},
 		{"NoDecisionEntry", "reroutes_after_pnr"},
+		{"NoHold", "a follow-up in flight is held on its authorization"},
+		{"SettleTwice", "ledger is valid|captured ≤ authorized|refunded ≤ captured|held on its authorization"},
 	} {
 		t.Run(tt.knob, func(t *testing.T) {
 			rules, err := RulesNamed(tt.knob)
