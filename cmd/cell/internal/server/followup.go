@@ -73,7 +73,10 @@ func (s *Server) FollowUp(ctx context.Context, req *cellproto.FollowUpRequest) (
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	out := s.adjust(ctx, held)
-	if out == nil || s.persistAfterIssuer(ctx, out, cellside.StateSending) != nil {
+	if out != nil {
+		out = s.settle(ctx, out)
+	}
+	if out == nil {
 		s.release(ctx, k)
 		return result(held), nil // PENDING: the reconciler resolves it
 	}
@@ -84,6 +87,24 @@ func (s *Server) FollowUp(ctx context.Context, req *cellproto.FollowUpRequest) (
 		s.cfg.Metrics.Finished(string(out.State))
 	}
 	return result(out), nil
+}
+
+// settle records out, the issuer's outcome of a held follow-up: the
+// record final, or nil when the write failed (the reconciler's then). A
+// write whose commit's answer was lost (store.ErrStateChanged on a retry)
+// is read back: final, it is the answer, and its directory entry is
+// written like any other.
+func (s *Server) settle(ctx context.Context, out *cellside.Record) *cellside.Record {
+	err := s.persistAfterIssuer(ctx, out, cellside.StateSending)
+	if errors.Is(err, store.ErrStateChanged) {
+		if r, gerr := s.cfg.Store.Get(ctx, out.Key()); gerr == nil && r.State.Terminal() {
+			return r
+		}
+	}
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // holds reports whether r is a record this cell answers for: not one it

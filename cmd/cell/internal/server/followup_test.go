@@ -145,3 +145,28 @@ func checkRefused(t *testing.T, ctx context.Context, c cellproto.CellClient, r *
 		t.Fatalf("%s: %v (reason %q), want %v %s", r.GetTransactionId(), err, apierr.Info(err).GetReason(), code, reason)
 	}
 }
+
+// TestFollowUpSettleAnswerLost: the outcome's commit lands but its answer
+// is lost; the retry finds the record final and answers with it (not
+// PENDING), once, with the ledger settled once.
+func TestFollowUpSettleAnswerLost(t *testing.T) {
+	c, st, iss := start(t)
+	ctx := ctxT(t)
+	if got := proceed(t, open(t, ctx, c, "auth-1")); got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("authorization: %v", got.GetStatus())
+	}
+	st.mu.Lock()
+	st.settleAckLost = true
+	st.mu.Unlock()
+	got := answer(t, ctx, c, followUp(cellpayv1.PaymentType_CAPTURE, "c-1", 1000))
+	if got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("capture whose commit's answer was lost: %v, want APPROVED read back", got.GetStatus())
+	}
+	orig, err := c.Get(ctx, &cellproto.GetRequest{PartnerId: "p-001", TransactionId: "auth-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if orig.GetCapturedAmount().GetMinorUnits() != 1000 || iss.callsFor(idempotency.Key{PartnerID: "p-001", TransactionID: "c-1"}) != 1 {
+		t.Fatalf("captured %v, issuer calls %d; want 1000 and 1", orig.GetCapturedAmount(), iss.callsFor(idempotency.Key{PartnerID: "p-001", TransactionID: "c-1"}))
+	}
+}

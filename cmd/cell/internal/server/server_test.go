@@ -48,6 +48,8 @@ type memStore struct {
 	// sending commits and then fails, as a commit whose connection is lost.
 	releaseFails, abandonFails int
 	sendingAckLost             bool
+	// settleAckLost: the next follow-up's outcome commits and then fails.
+	settleAckLost bool
 }
 
 func (m *memStore) own(k idempotency.Key, ok bool) {
@@ -123,6 +125,11 @@ func (m *memStore) Persist(_ context.Context, r *cellside.Record, from cellside.
 	}
 	if r.Original != "" && from == cellside.StateSending {
 		m.settle(r)
+		if m.settleAckLost {
+			m.settleAckLost = false
+			m.recs[r.Key()] = *r
+			return errors.New("store: persist: unexpected EOF")
+		}
 	}
 	m.recs[r.Key()] = *r
 	if r.State != cellside.StateSending {
