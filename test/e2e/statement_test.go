@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ func (s sums) add(pt cellpayv1.PaymentType, n, amount int64) {
 	s[pt] = [2]int64{v[0] + n, v[1] + amount}
 }
 
-// TestStatementAndList: a partner of its own runs a day's business:
+// TestStatementAndList: a partner of its own runs a day's business, four
+// calls at a time:
 // authorizations (some declined by the issuer), bank transfers, card
 // refunds, and on the approved authorizations captures, refunds and
 // voids. Its statement for the day (every cell's records) holds, per
@@ -36,39 +38,56 @@ func TestStatementAndList(t *testing.T) {
 	started := time.Now().UTC()
 	answered := sums{}
 	answers := &answerLog{}
-	var ids []string
-	submit := func(req *cellpayv1.SubmitTransactionRequest) *cellpayv1.Transaction {
-		t.Helper()
-		req.PartnerId = p.id
-		txn, err := p.payments.SubmitTransaction(ctx, req)
-		answers.add(p.id, req.GetTransactionId(), txn, err)
-		if err != nil {
-			t.Fatalf("%s: %v", req.GetTransactionId(), err)
-		}
-		ids = append(ids, req.GetTransactionId())
+	var (
+		mu       sync.Mutex
+		ids      []string
+		approved []original
+	)
+	// made records a transaction answered.
+	made := func(pt cellpayv1.PaymentType, id string, txn *cellpayv1.Transaction, amount int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, id)
 		if txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
-			answered.add(req.GetPaymentType(), 1, req.GetAmount().GetMinorUnits())
+			answered.add(pt, 1, amount)
 		}
-		return txn
 	}
-	var approved []original
-	for i := range 30 {
-		pan := freshPAN()
-		if i%7 == 3 {
-			pan = issuersim.CardDoNotHonor
-		}
-		req := request(fmt.Sprintf("stmt-%d", i), pan)
-		req.Amount.MinorUnits = int64(1000 + 37*i)
-		switch i % 10 {
-		case 8:
-			req.PaymentType, req.Card = cellpayv1.PaymentType_BANK_TRANSFER, nil
-		case 9:
-			req.PaymentType = cellpayv1.PaymentType_CARD_REFUND
-		}
-		txn := submit(req)
-		if req.GetPaymentType() == cellpayv1.PaymentType_CARD_AUTHORIZATION && txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
-			approved = append(approved, original{req, txn.GetCellId(), txn})
-		}
+	// Four workers at once: 60 payments, some declined by the issuer, some
+	// bank transfers and card refunds.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < 60; i += 4 {
+				pan := freshPAN()
+				if i%7 == 3 {
+					pan = issuersim.CardDoNotHonor
+				}
+				req := request(fmt.Sprintf("stmt-%d", i), pan)
+				req.PartnerId, req.Amount.MinorUnits = p.id, int64(1000+37*i)
+				switch i % 10 {
+				case 8:
+					req.PaymentType, req.Card = cellpayv1.PaymentType_BANK_TRANSFER, nil
+				case 9:
+					req.PaymentType = cellpayv1.PaymentType_CARD_REFUND
+				}
+				txn, err := p.payments.SubmitTransaction(ctx, req)
+				answers.add(p.id, req.GetTransactionId(), txn, err)
+				if err != nil {
+					t.Errorf("%s: %v", req.GetTransactionId(), err)
+					return
+				}
+				made(req.GetPaymentType(), req.GetTransactionId(), txn, req.GetAmount().GetMinorUnits())
+				if req.GetPaymentType() == cellpayv1.PaymentType_CARD_AUTHORIZATION && txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED {
+					mu.Lock()
+					approved = append(approved, original{req, txn.GetCellId(), txn})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	if len(approved) < 10 {
 		t.Fatalf("only %d authorizations approved", len(approved))
@@ -78,16 +97,16 @@ func TestStatementAndList(t *testing.T) {
 		if i%4 == 3 {
 			txn := followUp(t, ctx, p.payments, cellpayv1.PaymentType_VOID, o, id("void"), 0)
 			answers.add(p.id, id("void"), txn, nil)
-			answered.add(cellpayv1.PaymentType_VOID, 1, txn.GetAmount().GetMinorUnits())
-			ids = append(ids, id("void"))
+			made(cellpayv1.PaymentType_VOID, id("void"), txn, txn.GetAmount().GetMinorUnits())
 			continue
 		}
 		capture := o.req.GetAmount().GetMinorUnits() - int64(i)
-		answers.add(p.id, id("cap"), followUp(t, ctx, p.payments, cellpayv1.PaymentType_CAPTURE, o, id("cap"), capture), nil)
-		answered.add(cellpayv1.PaymentType_CAPTURE, 1, capture)
-		answers.add(p.id, id("ref"), followUp(t, ctx, p.payments, cellpayv1.PaymentType_REFUND, o, id("ref"), int64(10+i)), nil)
-		answered.add(cellpayv1.PaymentType_REFUND, 1, int64(10+i))
-		ids = append(ids, id("cap"), id("ref"))
+		txn := followUp(t, ctx, p.payments, cellpayv1.PaymentType_CAPTURE, o, id("cap"), capture)
+		answers.add(p.id, id("cap"), txn, nil)
+		made(cellpayv1.PaymentType_CAPTURE, id("cap"), txn, capture)
+		txn = followUp(t, ctx, p.payments, cellpayv1.PaymentType_REFUND, o, id("ref"), int64(10+i))
+		answers.add(p.id, id("ref"), txn, nil)
+		made(cellpayv1.PaymentType_REFUND, id("ref"), txn, int64(10+i))
 	}
 	finished := time.Now().UTC()
 
