@@ -24,10 +24,9 @@ func (s sums) add(pt cellpayv1.PaymentType, n, amount int64) {
 }
 
 // TestStatementAndList: a partner of its own runs a day's business, four
-// calls at a time:
-// authorizations (some declined by the issuer), bank transfers, card
-// refunds, and on the approved authorizations captures, refunds and
-// voids. Its statement for the day (every cell's records) holds, per
+// calls at a time: authorizations (some declined by the issuer), bank
+// transfers, card refunds, and on the approved authorizations captures,
+// refunds and voids. Its statement for the day (every cell's records) holds, per
 // payment type, exactly the approvals it was answered and exactly the
 // issuer's effects, to the minor unit; ListTransactions pages through
 // every transaction it made once, in order, and filters by status and
