@@ -150,17 +150,7 @@ func (a *Partners) byKey(vals []string) (*partners.Partner, error) {
 func authorize(p *partners.Partner, req any) error {
 	switch r := req.(type) {
 	case *cellpayv1.SubmitTransactionRequest:
-		if r.GetPartnerId() != p.ID {
-			return errNotYours
-		}
-		field, ok := p.Allows(r.GetMarket(), r.GetPaymentType().String())
-		switch {
-		case ok:
-		case field == "market":
-			return errMarket
-		default:
-			return errPaymentType
-		}
+		return actFor(p, r.GetPartnerId(), r.GetMarket(), r.GetPaymentType())
 	case *cellpayv1.GetTransactionRequest:
 		return readFor(p, &r.PartnerId)
 	case *cellpayv1.ListTransactionsRequest:
@@ -170,23 +160,27 @@ func authorize(p *partners.Partner, req any) error {
 	case followUp:
 		// A capture, void or refund acts on the partner's own
 		// authorization, in a market it may use for authorizations.
-		if r.GetPartnerId() != p.ID {
-			return errNotYours
-		}
-		field, ok := p.Allows(r.GetMarket(), cellpayv1.PaymentType_CARD_AUTHORIZATION.String())
-		switch {
-		case ok:
-		case field == "market":
-			return errMarket
-		default:
-			return errPaymentType
-		}
-	default:
-		// A Payments method this function does not know acts for no one:
-		// refused rather than let through unchecked.
+		return actFor(p, r.GetPartnerId(), r.GetMarket(), cellpayv1.PaymentType_CARD_AUTHORIZATION)
+	}
+	// A Payments method this function does not know acts for no one:
+	// refused rather than let through unchecked.
+	return errNotYours
+}
+
+// actFor checks a call that makes a transaction: for p itself, in a market
+// and of a payment type p may use.
+func actFor(p *partners.Partner, partnerID, market string, pt cellpayv1.PaymentType) error {
+	if partnerID != p.ID {
 		return errNotYours
 	}
-	return nil
+	field, ok := p.Allows(market, pt.String())
+	switch {
+	case ok:
+		return nil
+	case field == "market":
+		return errMarket
+	}
+	return errPaymentType
 }
 
 // readFor checks a read's partner_id: empty reads for the caller (it is

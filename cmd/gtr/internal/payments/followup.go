@@ -69,22 +69,9 @@ func (s *Server) followUp(ctx context.Context, req *cellproto.FollowUpRequest) (
 		defer cancel()
 	}
 	fp := s.fp.Of(cellside.AsRequest(req))
-	key := req.GetPartnerId() + "\x00" + req.GetTransactionId() + "\x00" + string(fp[:])
-	deadline, _ := ctx.Deadline()
-	ch := s.flights.DoChan(key, func() (any, error) {
-		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-		defer cancel()
-		return s.sendFollowUp(fctx, req)
+	return s.coalesce(ctx, req.GetPartnerId(), req.GetTransactionId(), fp, func(ctx context.Context) (*cellpayv1.Transaction, error) {
+		return s.sendFollowUp(ctx, req)
 	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return nil, r.Err
-		}
-		return r.Val.(*cellpayv1.Transaction), nil
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
 }
 
 // sendFollowUp finds the original's cell (the rule above) and runs the

@@ -210,16 +210,24 @@ func (s *Server) SubmitTransaction(ctx context.Context, req *cellpayv1.SubmitTra
 		defer cancel()
 	}
 	fp := s.fp.Of(req)
+	return s.coalesce(ctx, req.GetPartnerId(), req.GetTransactionId(), fp, func(ctx context.Context) (*cellpayv1.Transaction, error) {
+		return s.submit(ctx, req, fp)
+	})
+}
+
+// coalesce runs do once for concurrent calls of one partner's transaction
+// ID with one payload (fingerprint fp), and gives each caller its answer.
+// The shared run outlives a first caller who gives up, but not the first
+// caller's deadline.
+func (s *Server) coalesce(ctx context.Context, partner, id string, fp idempotency.Fingerprint, do func(context.Context) (*cellpayv1.Transaction, error)) (*cellpayv1.Transaction, error) {
 	// Partner and transaction ID are validated ([A-Za-z0-9._-]): the NULs
 	// cannot occur in them, so no two keys run together.
-	key := req.GetPartnerId() + "\x00" + req.GetTransactionId() + "\x00" + string(fp[:])
-	// The shared processing must outlive a first caller who gives up, but
-	// not the first caller's deadline.
+	key := partner + "\x00" + id + "\x00" + string(fp[:])
 	deadline, _ := ctx.Deadline()
 	ch := s.flights.DoChan(key, func() (any, error) {
 		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		return s.submit(fctx, req, fp)
+		return do(fctx)
 	})
 	select {
 	case r := <-ch:
