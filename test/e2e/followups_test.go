@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -129,6 +130,15 @@ func (l *answerLog) judge(t *testing.T, ctx context.Context, payments cellpayv1.
 	t.Helper()
 	cfg := checkerConfig()
 	cfg.Payments = payments
+	// A follow-up or payment answered PENDING (its cell killed at the
+	// wrong moment) is resolved by its cell's reconciler: wait for it.
+	keys := make([]idempotency.Key, len(l.all))
+	for i, a := range l.all {
+		keys[i] = a.Key()
+	}
+	if took, err := checker.WaitResolved(ctx, cfg, keys, 60*time.Second); err != nil {
+		t.Fatalf("after %v: %v", took, err)
+	}
 	report, err := checker.Check(ctx, cfg, l.all)
 	if err != nil {
 		t.Fatal(err)

@@ -163,13 +163,23 @@ func (s *Server) ownerOf(ctx context.Context, k idempotency.Key) (string, error)
 // contract.
 func (s *Server) Find(ctx context.Context, req *cellproto.GetRequest) (*cellproto.FindResponse, error) {
 	txn, err := s.Get(ctx, req)
+	k := idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()}
+	if err == nil && txn.GetStatus() == cellpayv1.TransactionStatus_PENDING {
+		// A sending record may be a crash's leftover of an attempt that
+		// never had Proceed while another cell decided the transaction
+		// (this cell's reconciler abandons it, in time): the directory's
+		// owner, if another cell, has the answer.
+		if owner, oerr := s.ownerOf(ctx, k); oerr == nil && owner != "" {
+			return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_OwnerCell{OwnerCell: owner}}, nil
+		}
+	}
 	if err == nil {
 		return &cellproto.FindResponse{Outcome: &cellproto.FindResponse_Result{Result: txn}}, nil
 	}
 	if status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	owner, err := s.ownerOf(ctx, idempotency.Key{PartnerID: req.GetPartnerId(), TransactionID: req.GetTransactionId()})
+	owner, err := s.ownerOf(ctx, k)
 	switch {
 	case err != nil:
 		return nil, err
