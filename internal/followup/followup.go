@@ -18,11 +18,6 @@ import (
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
-// IsKind reports whether pt is a follow-up's payment type.
-func IsKind(pt cellpayv1.PaymentType) bool {
-	return pt == cellpayv1.PaymentType_CAPTURE || pt == cellpayv1.PaymentType_VOID || pt == cellpayv1.PaymentType_REFUND
-}
-
 // Ledger is one authorization's sums, in minor units of its currency.
 type Ledger struct {
 	// Authorized is the original's amount.

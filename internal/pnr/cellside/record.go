@@ -165,10 +165,15 @@ func (r *Record) Transaction() *cellpayv1.Transaction {
 		UpdatedAt:             timestamppb.New(r.UpdatedAt),
 		OriginalTransactionId: r.Original,
 	}
-	if r.PaymentType == cellpayv1.PaymentType_CARD_AUTHORIZATION && r.State == StateApproved {
+	// An authorization's follow-up sums, only once it has some: every
+	// answer is also a directory entry and a callback body, and an absent
+	// Money reads as zero.
+	if r.Ledger.Captured > 0 {
 		t.CapturedAmount = &cellpayv1.Money{MinorUnits: r.Ledger.Captured, Currency: r.Currency}
-		t.RefundedAmount = &cellpayv1.Money{MinorUnits: r.Ledger.Refunded, Currency: r.Currency}
-		t.Voided = r.Ledger.Voided
 	}
+	if r.Ledger.Refunded > 0 {
+		t.RefundedAmount = &cellpayv1.Money{MinorUnits: r.Ledger.Refunded, Currency: r.Currency}
+	}
+	t.Voided = r.Ledger.Voided
 	return t
 }

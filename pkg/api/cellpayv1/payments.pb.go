@@ -755,8 +755,8 @@ type Transaction struct {
 	// authorization it follows.
 	OriginalTransactionId string `protobuf:"bytes,19,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
 	// For a CARD_AUTHORIZATION: the sums of its approved captures and
-	// refunds, and whether it was voided. Follow-ups still PENDING are not
-	// in the sums.
+	// refunds (absent while zero), and whether it was voided. Follow-ups
+	// still PENDING are not in the sums.
 	CapturedAmount *Money `protobuf:"bytes,20,opt,name=captured_amount,json=capturedAmount,proto3" json:"captured_amount,omitempty"`
 	RefundedAmount *Money `protobuf:"bytes,21,opt,name=refunded_amount,json=refundedAmount,proto3" json:"refunded_amount,omitempty"`
 	Voided         bool   `protobuf:"varint,22,opt,name=voided,proto3" json:"voided,omitempty"`
