@@ -8,7 +8,8 @@
 //   - JSON field names are the protos' (transaction_id); unknown fields
 //     are refused, naming them.
 //   - An Idempotency-Key header means the transaction_id: it fills an
-//     absent one, and one that differs is refused (INVALID_REQUEST).
+//     absent one, and one that differs, or is not printable ASCII, is
+//     refused (INVALID_REQUEST).
 //   - A call to /v1/ is authenticated from its headers (Authenticate)
 //     before its body is read, as the gRPC server's tap does before it
 //     decodes anything; then bodies over MaxBody are refused before
@@ -127,6 +128,10 @@ func front(mux *runtime.ServeMux, cfg Config, eh runtime.ErrorHandlerFunc) http.
 				return
 			}
 		}
+		if err := idempotencyHeader(r.Header); err != nil {
+			eh(r.Context(), mux, Marshaler, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusBadRequest, Err: err})
+			return
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 			if err != nil {
@@ -142,6 +147,21 @@ func front(mux *runtime.ServeMux, cfg Config, eh runtime.ErrorHandlerFunc) http.
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// idempotencyHeader refuses an Idempotency-Key that is not printable
+// ASCII: the gateway would drop it from the call's metadata without a
+// word, and a key that silently vanished would let the body's
+// transaction_id (or none) stand for it.
+func idempotencyHeader(h http.Header) error {
+	for _, v := range h.Values(IdempotencyKey) {
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 || v[i] > 0x7e {
+				return badRequest(IdempotencyKey, "must be printable ASCII, a transaction_id")
+			}
+		}
+	}
+	return nil
 }
 
 // incoming forwards the one header of REST's own to the call's metadata;
