@@ -34,8 +34,8 @@ type Call struct {
 	next     int // the ranking's next place to try
 	attempts int // places that may be tried
 	tried    int // attempts made (a busy cell is skipped, not tried)
-	// failed: the last attempt re-routed, so the next one spends from the
-	// retry budget. busy: a cell was skipped at its limit; retry is the
+	// failed: the last attempt re-routed (not to the owner the directory
+	// named), so the next one spends from the retry budget. busy: a cell was skipped at its limit; retry is the
 	// soonest of those cells' hints. sent: an attempt reached a cell.
 	failed, busy, sent, redirected bool
 	retry                          time.Duration
@@ -216,7 +216,7 @@ func (c *Call) Step(e CallEvent) CallAction {
 			if c.busy {
 				return c.shedCells()
 			}
-			return c.finish(Finish{Err: status.Errorf(codes.Unavailable, "retry budget exhausted; first attempt: %v", c.last)})
+			return c.finish(Finish{Err: status.Errorf(codes.Unavailable, "retry budget exhausted; last attempt: %v", c.last)})
 		}
 		c.failed = false
 		return c.try(e.Now)
@@ -294,8 +294,15 @@ func (c *Call) attempted(e Attempted) CallAction {
 		// The transaction directory names the cell that owns the
 		// transaction: its state is there, so the next attempt goes there,
 		// whatever its weight (a drained cell still answers for what it
-		// owns). Once per call.
+		// owns). Once per call, and not from the retry budget: the cell
+		// asked answered, with where the transaction is, so the attempt
+		// there is routing, not a retry of a failure (at most one more
+		// per call). Spending the budget on it would, when a cell has
+		// just failed and its re-routes have spent the budget, refuse the
+		// one attempt that can answer (the owner's, or its sibling
+		// instance's).
 		c.redirected = true
+		c.failed = false
 		c.cells = redirect(c.cells, c.next+1, a.Owner)
 		c.attempts = min(len(c.cells), c.cfg.MaxAttempts+1)
 	}

@@ -229,6 +229,16 @@ func TestCall(t *testing.T) {
 			}
 		},
 	}, {
+		name: "the redirect to the owner spends no retry budget; a re-route after it does",
+		sc: callScript{admitted: true, routed: three, budget: 0,
+			tries: []tryAnswer{{ans: Answer{Reroute: errors.New("owned elsewhere"), CellHealthy: true, Owner: "c"}, ownerKnown: true}, {ans: reroute("c down")}}},
+		tries: "a#1 c#2",
+		check: func(t *testing.T, f Finish) {
+			if status.Code(f.Err) != codes.Unavailable || !strings.Contains(f.Err.Error(), "retry budget exhausted") || !strings.Contains(f.Err.Error(), "c down") {
+				t.Fatalf("%+v", f)
+			}
+		},
+	}, {
 		name: "after the owner, the ranking goes on without it",
 		sc: callScript{cfg: CallConfig{MaxAttempts: 2}, admitted: true, routed: three, budget: 5,
 			tries: []tryAnswer{{ans: Answer{Reroute: errors.New("owned elsewhere"), CellHealthy: true, Owner: "c"}, ownerKnown: true}, {ans: reroute("c down")}, {ans: approved("b")}}},
