@@ -139,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.cfg.GTRDialOptions = opts
 		dir := filepath.Dir(*ca)
 		files := tlsconf.Files{Cert: cmp.Or(*cert, filepath.Join(dir, "ops.crt")), Key: cmp.Or(*key, filepath.Join(dir, "ops.key")), CA: *ca}
-		issuer, _, err := hop.DialOption(files) // reloads until the process exits
+		issuer, _, err := hop.DialOption(files, hop.Only(hop.Issuer)) // reloads until the process exits
 		if err != nil {
 			fmt.Fprintf(stderr, "cellpay-check: issuer credentials: %v\n", err)
 			return o, err

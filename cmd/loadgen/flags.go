@@ -114,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if c.Target == load.TargetCell && !o.plaintext {
 		// A cell serves Process to the GTR's identity only: play it.
 		cert, key := cmp.Or(o.cert, filepath.Join(filepath.Dir(o.ca), "gtr.crt")), cmp.Or(o.key, filepath.Join(filepath.Dir(o.ca), "gtr.key"))
-		opt, _, err := hop.DialOption(tlsconf.Files{Cert: cert, Key: key, CA: o.ca}) // reloads until the process exits
+		opt, _, err := hop.DialOption(tlsconf.Files{Cert: cert, Key: key, CA: o.ca}, hop.IsCell) // reloads until the process exits
 		if err != nil {
 			return o, usageError(fs, stderr, "cell TLS: %v (make run writes the GTR's certificate; or -cert, -key, -ca)", err)
 		}

@@ -11,6 +11,10 @@
 //	spiffe://cellpay.internal/ops            operators' and tests' tools
 //	spiffe://cellpay.internal/replicator     the reference data replicator (NATS only)
 //	spiffe://cellpay.internal/nats-admin     NATS's administrator: the launcher, tests
+//	spiffe://cellpay.internal/nats           the NATS servers (their server certificate)
+//
+// Clients pin the identity of the peer they dial (Dialer.To, Pin), and
+// servers authorize their callers' (Policy).
 //
 // NATS maps the same identities to its users (package natsauth).
 //
@@ -43,6 +47,8 @@ const (
 	// NATS. Neither is served by a gRPC hop.
 	Replicator = prefix + "replicator"
 	NATSAdmin  = prefix + "nats-admin"
+	// NATS is the NATS servers' identity, pinned by their clients.
+	NATS = prefix + "nats"
 )
 
 // Cell is the identity of the cell id.

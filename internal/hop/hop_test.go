@@ -95,13 +95,15 @@ func serve(t *testing.T, files tlsconf.Files, p hop.Policy, register func(*grpc.
 	}, opts...)
 }
 
-func dialAs(t *testing.T, addr string, files *tlsconf.Files) *grpc.ClientConn {
+// dialAs dials addr as files' identity (plaintext with none), expecting
+// a server whose identity want accepts.
+func dialAs(t *testing.T, addr string, files *tlsconf.Files, want func(string) bool) *grpc.ClientConn {
 	t.Helper()
 	opt := grpc.WithTransportCredentials(insecure.NewCredentials())
 	if files != nil {
 		var stop func()
 		var err error
-		if opt, stop, err = hop.DialOption(*files); err != nil {
+		if opt, stop, err = hop.DialOption(*files, want); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(stop)
@@ -134,7 +136,7 @@ func TestCellServesTheGTROnly(t *testing.T) {
 	addr := serve(t, files("cell-a"), hop.CellPolicy, func(gs *grpc.Server) { cellproto.RegisterCellServer(gs, fakeCell{}) })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	as := func(name string) *grpc.ClientConn { f := files(name); return dialAs(t, addr, &f) }
+	as := func(name string) *grpc.ClientConn { f := files(name); return dialAs(t, addr, &f, hop.Only(hop.Cell("cell-a"))) }
 
 	for _, tc := range []struct {
 		name    string
@@ -147,7 +149,7 @@ func TestCellServesTheGTROnly(t *testing.T) {
 		{"a cell's certificate", as("cell-a"), codes.PermissionDenied, codes.PermissionDenied, codes.OK},
 		{"the tools' certificate", as("ops"), codes.PermissionDenied, codes.PermissionDenied, codes.OK},
 		{"no certificate", caOnly(t, addr, files("gtr").CA), codes.Unavailable, codes.Unavailable, codes.Unavailable},
-		{"plaintext", dialAs(t, addr, nil), codes.Unavailable, codes.Unavailable, codes.Unavailable},
+		{"plaintext", dialAs(t, addr, nil, nil), codes.Unavailable, codes.Unavailable, codes.Unavailable},
 		{"the GTR's name from another CA", as("forged-gtr"), codes.Unavailable, codes.Unavailable, codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,7 +184,7 @@ func TestIssuerServesCells(t *testing.T) {
 	defer cancel()
 	as := func(name string) issuerproto.IssuerClient {
 		f := files(name)
-		return issuerproto.NewIssuerClient(dialAs(t, addr, &f))
+		return issuerproto.NewIssuerClient(dialAs(t, addr, &f, hop.Only(hop.Issuer)))
 	}
 	auth := &issuerproto.AuthorizeRequest{PartnerId: "p", TransactionId: "t-1", Pan: issuersim.CardApproved}
 	for _, tc := range []struct {
@@ -193,7 +195,7 @@ func TestIssuerServesCells(t *testing.T) {
 		{"a cell", as("cell-a"), codes.OK, codes.PermissionDenied},
 		{"the GTR", as("gtr"), codes.PermissionDenied, codes.PermissionDenied},
 		{"the tools", as("ops"), codes.PermissionDenied, codes.OK},
-		{"plaintext", issuerproto.NewIssuerClient(dialAs(t, addr, nil)), codes.Unavailable, codes.Unavailable},
+		{"plaintext", issuerproto.NewIssuerClient(dialAs(t, addr, nil, nil)), codes.Unavailable, codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.client.Authorize(ctx, auth)
@@ -247,5 +249,50 @@ func TestRequireTLS(t *testing.T) {
 		if err := hop.RequireNATSTLS(c.url, c.ca, c.insecure, "-nats-ca"); err != nil {
 			t.Errorf("RequireNATSTLS(%q, %q, %v): %v", c.url, c.ca, c.insecure, err)
 		}
+	}
+}
+
+// TestClientsPinThePeer: a client refuses a server of the same CA whose
+// certificate carries another identity than the peer dialled (a cell's
+// certificate answering as the issuer, say), at the handshake, before any
+// call; the expiry of what each server served is recorded by identity.
+func TestClientsPinThePeer(t *testing.T) {
+	_, files := identities(t)
+	addr := serve(t, files("cell-a"), hop.CellPolicy, func(gs *grpc.Server) { cellproto.RegisterCellServer(gs, fakeCell{}) })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	gtr := files("gtr")
+	for _, tc := range []struct {
+		name string
+		want func(string) bool
+		code codes.Code
+	}{
+		{"the cell dialled", hop.Only(hop.Cell("cell-a")), codes.OK},
+		{"any cell", hop.IsCell, codes.OK},
+		{"another cell", hop.Only(hop.Cell("cell-b")), codes.Unavailable},
+		{"the issuer", hop.Only(hop.Issuer), codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cellproto.NewCellClient(dialAs(t, addr, &gtr, tc.want)).Get(ctx, &cellproto.GetRequest{})
+			if got := status.Code(err); got != tc.code {
+				t.Fatalf("Get: %v, want %v", err, tc.code)
+			}
+			if tc.code != codes.OK && !strings.Contains(err.Error(), "presented identity "+hop.Cell("cell-a")) {
+				t.Fatalf("the refusal does not name the identity presented: %v", err)
+			}
+		})
+	}
+	cert, err := pki.ReadCertificate(files("cell-a").Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, p := range hop.PeerExpiries() {
+		if p.Identity == hop.Cell("cell-a") {
+			seen = p.NotAfter.Equal(cert.NotAfter)
+		}
+	}
+	if !seen {
+		t.Fatalf("cell-a's served certificate (expiring %v) not among %v", cert.NotAfter, hop.PeerExpiries())
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Services every server opens: health to any verified caller (the GTR's
@@ -78,17 +77,4 @@ func ServerOptions(files tlsconf.Files, p Policy) ([]grpc.ServerOption, func(), 
 		return nil, nil, err
 	}
 	return append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, p.ServerOptions()...), stop, nil
-}
-
-// DialOption dials with mutual TLS as files' identity, or plaintext with
-// no files. The func stops the certificate's reloading.
-func DialOption(files tlsconf.Files) (grpc.DialOption, func(), error) {
-	if !files.Set() {
-		return grpc.WithTransportCredentials(insecure.NewCredentials()), func() {}, nil
-	}
-	cfg, stop, err := tlsconf.MutualClientConfig(files, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), stop, nil
 }

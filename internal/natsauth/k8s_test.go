@@ -81,7 +81,7 @@ func TestKubernetesNATSConfigBoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ca.Issue("tls", []string{"127.0.0.1"}, pki.Server|pki.Client); err != nil {
+	if err := ca.Issue("tls", []string{"127.0.0.1", hop.NATS}, pki.Server|pki.Client); err != nil {
 		t.Fatal(err)
 	}
 	for name, id := range map[string]string{"cell-a": hop.Cell("cell-a"), "ops": hop.Ops} {

@@ -52,7 +52,7 @@ func start(t *testing.T) *server {
 		hosts []string
 		usage pki.Usage
 	}{
-		"nats":       {[]string{"127.0.0.1"}, pki.Server},
+		"nats":       {[]string{"127.0.0.1", hop.NATS}, pki.Server},
 		"gtr":        {[]string{hop.GTR}, pki.Client},
 		"cell-a":     {[]string{hop.Cell("cell-a")}, pki.Client},
 		"cell-b":     {[]string{hop.Cell("cell-b")}, pki.Client},

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +48,61 @@ func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.
 	if err != nil {
 		return nil, err
 	}
-	return nats.Connect(url, append(append(base, tlsOpts...), opts...)...)
+	nc, err := nats.Connect(url, append(append(base, tlsOpts...), opts...)...)
+	if err == nil && tlsOpts != nil {
+		go probeServedCert(nc, tlsOpts)
+	}
+	return nc, err
+}
+
+// ProbeEvery is how often a process's NATS connections look afresh at the
+// certificate their server presents.
+const ProbeEvery = 5 * time.Minute
+
+// probed is when each server URL was last probed by this process: its
+// several connections to one server share a probe.
+var probed struct {
+	sync.Mutex
+	at map[string]time.Time
+}
+
+// probeServedCert connects afresh, every ProbeEvery while nc is open, to
+// the server nc is connected to, and closes at once: the handshake pins
+// and records the certificate the server presents now (hop.Pin,
+// cellpay_tls_peer_not_after_seconds). A connection lives for days, and
+// NATS reloads its certificate only when told to (its reloader in
+// Kubernetes); only a new handshake shows whether it did. It returns
+// within a quarter of a second of nc's closing.
+func probeServedCert(nc *nats.Conn, tlsOpts []nats.Option) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if nc.IsClosed() {
+			return
+		}
+		url := nc.ConnectedUrlRedacted()
+		if url == "" || !dueProbe(url, time.Now()) {
+			continue
+		}
+		if p, err := nats.Connect(nc.ConnectedUrl(), append([]nats.Option{nats.Name("cellpay certificate probe"), nats.Timeout(5 * time.Second), nats.NoReconnect()}, tlsOpts...)...); err == nil {
+			p.Close()
+		}
+	}
+}
+
+// dueProbe reports whether url is due a probe at now, and if so counts it
+// as probed.
+func dueProbe(url string, now time.Time) bool {
+	probed.Lock()
+	defer probed.Unlock()
+	if probed.at == nil {
+		probed.at = map[string]time.Time{}
+	}
+	if last, ok := probed.at[url]; ok && now.Sub(last) < ProbeEvery {
+		return false
+	}
+	probed.at[url] = now
+	return true
 }
 
 // PingInterval is how often a connection pings its server.
@@ -57,7 +112,9 @@ const PingInterval = 2 * time.Second
 // and trust only files.CA, both read from their files at every TLS
 // handshake (every connect and reconnect: nats.go calls the callbacks of
 // nats.ClientTLSConfig each time), with the inbox prefix of the
-// certificate's identity; none when files are not set. A certificate
+// certificate's identity; none when files are not set. The server must
+// present the NATS servers' identity (hop.NATS), not merely a certificate
+// of the CA for its host. A certificate
 // replaced in place (cert-manager, Platform.RotateCertificates) is thus
 // presented from the next reconnect on; the identity, and so the inbox
 // prefix, must stay the same.
@@ -84,6 +141,9 @@ func TLSOptions(files tlsconf.Files) ([]nats.Option, error) {
 		return nil, err
 	}
 	return []nats.Option{
+		// First: ClientTLSConfig keeps this configuration and adds the
+		// certificate and CA to a copy at each handshake.
+		nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: hop.Pin(hop.Only(hop.NATS))}),
 		nats.ClientTLSConfig(
 			func() (tls.Certificate, error) { return tlsconf.LoadKeyPair(files.Cert, files.Key) },
 			func() (*x509.CertPool, error) { return tlsconf.CertPool(files.CA) }),

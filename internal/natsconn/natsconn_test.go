@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ca.Issue("nats", []string{"127.0.0.1"}, pki.Server); err != nil {
+	if err := ca.Issue("nats", []string{"127.0.0.1", hop.NATS}, pki.Server); err != nil {
 		t.Fatal(err)
 	}
 	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
@@ -119,9 +120,75 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 	if _, err := nc.Request("$JS.API.INFO", nil, 2*time.Second); err != nil {
 		t.Fatalf("a request as the cell after the reconnect: %v", err)
 	}
+	// The connection's probe looked at the server's certificate on a
+	// connection of its own, and closed it; the certificate NATS serves
+	// is recorded under its identity.
+	testutil.Eventually(t, 5*time.Second, "a certificate probe's connection, closed", func() bool {
+		cz, err := ns.NATS().Connz(&server.ConnzOptions{State: server.ConnClosed})
+		if err != nil {
+			return false
+		}
+		for _, c := range cz.Conns {
+			if c.Name == "cellpay certificate probe" {
+				return true
+			}
+		}
+		return false
+	})
+	served, err := pki.ReadCertificate(pki.CertFile(ca.Dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, p := range hop.PeerExpiries() {
+		seen = seen || p.Identity == hop.NATS && p.NotAfter.Equal(served.NotAfter)
+	}
+	if !seen {
+		t.Fatalf("NATS's certificate (expiring %v) not recorded: %v", served.NotAfter, hop.PeerExpiries())
+	}
 }
 
 func certSum(c *x509.Certificate) string {
 	s := sha256.Sum256(c.Raw)
 	return hex.EncodeToString(s[:])
+}
+
+// TestRefusesAServerWithoutNATSIdentity: a server with a certificate of
+// the same CA for its address, but not the NATS servers' identity (another
+// component's certificate, say), is refused at the handshake.
+func TestRefusesAServerWithoutNATSIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.EnsureCA(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("imposter", []string{"127.0.0.1", hop.Cell("cell-b")}, pki.Server); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testutil.FreePortRun(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := natsauth.Server{Host: "127.0.0.1", Port: port, StoreDir: filepath.Join(dir, "js"),
+		Cert: pki.CertFile(ca.Dir, "imposter"), Key: pki.KeyFile(ca.Dir, "imposter"), CA: ca.CertFile(), Cells: []string{"cell-a"}}
+	confFile := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := natstest.StartFile(t, confFile)
+	opts, err := natsconn.TLSOptions(tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.URL(), append(opts, nats.Timeout(5*time.Second))...)
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected to a server presenting a cell's identity")
+	}
+	if !strings.Contains(err.Error(), "presented identity "+hop.Cell("cell-b")) {
+		t.Fatalf("the refusal does not name the identity presented: %v", err)
+	}
 }

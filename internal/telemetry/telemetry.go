@@ -124,6 +124,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		mp:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
 		prop: propagation.TraceContext{},
 	}
+	if err := newCertExpiries(t.mp.Meter("cellpay/tls")); err != nil {
+		_ = t.mp.Shutdown(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	if t.stopProfile, err = startProfile(cfg); err != nil {
 		_ = t.mp.Shutdown(context.WithoutCancel(ctx))
 		return nil, err

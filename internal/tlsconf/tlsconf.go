@@ -50,7 +50,8 @@ func ServerConfig(certFile, keyFile string, refresh time.Duration) (*tls.Config,
 			return identity(hello.Context(), prov)
 		},
 	}
-	return cfg, prov.Close, nil
+	forget := serving(prov)
+	return cfg, func() { forget(); prov.Close() }, nil
 }
 
 func identity(ctx context.Context, prov certprovider.Provider) (*tls.Certificate, error) {

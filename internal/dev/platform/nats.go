@@ -337,7 +337,7 @@ func (p *Platform) waitNATS(ctx context.Context, url string, exited <-chan struc
 // and the replicator's and NATS's administrator's client identities. (The
 // GTR and the cells present their hop certificates, hopCerts.)
 func natsCerts(host string) []certSpec {
-	hosts := slices.Clone(loopbackHosts)
+	hosts := append(slices.Clone(loopbackHosts), hop.NATS)
 	if host != "" && !slices.Contains(hosts, host) {
 		hosts = append(hosts, host)
 	}

@@ -126,7 +126,7 @@ func (c *Cell) startPeers(ctx context.Context) error {
 	if !cfg.TLS.Set() {
 		c.log.Warn("no TLS files: plaintext to the issuer and from every caller, none authorized")
 	}
-	issuerCreds, stopIssuerCreds, err := hop.DialOption(cfg.TLS)
+	issuerCreds, stopIssuerCreds, err := hop.DialOption(cfg.TLS, hop.Only(hop.Issuer))
 	if err != nil {
 		return fmt.Errorf("cell: issuer TLS: %w", err)
 	}

@@ -38,6 +38,7 @@ type Pool struct {
 	mu    sync.RWMutex
 	conns map[string]entry // by cell ID; at most one per cell of the table
 	opts  []grpc.DialOption
+	creds func(cellID string) grpc.DialOption // nil: opts' (or plaintext)
 }
 
 type entry struct {
@@ -57,6 +58,14 @@ func (e *entry) dials(c *routing.Cell, b routing.Balancer) bool {
 // own (telemetry's stats handler, say). Connections are plaintext unless
 // opts carry transport credentials (the GTR's mutual TLS, package hop).
 func New(opts ...grpc.DialOption) *Pool { return &Pool{conns: map[string]entry{}, opts: opts} }
+
+// NewPinned is New whose connection to each cell gets the transport
+// creds(cell ID): the GTR's mutual TLS pinning that cell's identity
+// (hop.Dialer.To), so that no other certificate of the CA can answer for
+// it.
+func NewPinned(creds func(cellID string) grpc.DialOption, opts ...grpc.DialOption) *Pool {
+	return &Pool{conns: map[string]entry{}, opts: opts, creds: creds}
+}
 
 // Client returns the client of cell c, balanced over its instances by b
 // (its pool's balancer, routing.Table.Balancer). Once the connection
@@ -78,7 +87,11 @@ func (p *Pool) Client(c *routing.Cell, b routing.Balancer) (cellproto.CellClient
 		_ = e.conn.Close()
 		delete(p.conns, c.ID)
 	}
-	conn, err := Dial(c, b, p.opts...)
+	opts := p.opts
+	if p.creds != nil {
+		opts = append(slices.Clip(opts), p.creds(c.ID))
+	}
+	conn, err := Dial(c, b, opts...)
 	if err != nil {
 		return nil, err
 	}

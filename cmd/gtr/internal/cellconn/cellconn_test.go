@@ -322,7 +322,7 @@ func TestInstancesOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopSrv()
-	dial, stopDial, err := hop.DialOption(files("gtr"))
+	dial, stopDial, err := hop.DialOption(files("gtr"), hop.Only(hop.Cell("cell-a")))
 	if err != nil {
 		t.Fatal(err)
 	}

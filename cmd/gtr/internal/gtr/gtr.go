@@ -214,7 +214,7 @@ type GTR struct {
 
 	// Set by Start's steps (start.go), in this order, and only read once
 	// Start has returned.
-	cellDial      grpc.DialOption
+	cellDial      func(cellID string) grpc.DialOption
 	mon           *health.Monitor
 	st            *state.State
 	tel           *telemetry.Telemetry

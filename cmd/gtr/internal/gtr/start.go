@@ -53,7 +53,7 @@ import (
 // one owner of health) and the routing state, which reads the monitor's
 // shares when it compiles: an ejection only signals the state's compiler.
 func (g *GTR) startRouting(context.Context) error {
-	cellDial, stopCellTLS, err := hop.DialOption(g.cfg.CellTLS)
+	cells, stopCellTLS, err := hop.NewDialer(g.cfg.CellTLS)
 	if err != nil {
 		return fmt.Errorf("gtr: cells' TLS: %w", err)
 	}
@@ -61,13 +61,14 @@ func (g *GTR) startRouting(context.Context) error {
 	if !g.cfg.CellTLS.Set() {
 		g.cfg.Log.Warn("no cell TLS files: plaintext to the cells")
 	}
-	g.cellDial = cellDial
+	// Each cell's connections pin its identity.
+	g.cellDial = func(id string) grpc.DialOption { return cells.To(hop.Only(hop.Cell(id))) }
 	// g.st is set before the monitor watches any cell, so before OnChange
 	// runs.
 	g.mon, err = health.New(health.Config{OnChange: func(id string, share int) {
 		g.st.HealthChanged(id, share)
 		g.recent.HealthChanged(id, share)
-	}, Dial: cellDial, Log: g.cfg.Log})
+	}, Dial: g.cellDial, Log: g.cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (g *GTR) startStores(context.Context) error {
 // and the pool at the table's cells whenever the table changes.
 func (g *GTR) startFollowing(context.Context) error {
 	st, mon := g.st, g.mon
-	pool := cellconn.New(append(g.tel.DialOptions(), g.cellDial)...)
+	pool := cellconn.NewPinned(g.cellDial, g.tel.DialOptions()...)
 	g.pool = pool
 	g.rel.Add(pool.Close)
 	bg, stopBG := context.WithCancel(context.Background())

@@ -73,9 +73,10 @@ type Config struct {
 	// state's HealthChanged, which signals its background compiler.
 	// Required.
 	OnChange func(cellID string, share int)
-	// Dial is the transport of the active checks' connections (the GTR's
-	// mutual TLS, package hop); nil for plaintext.
-	Dial grpc.DialOption
+	// Dial is the transport of the active checks' connections to a cell's
+	// instances (the GTR's mutual TLS pinning the cell's identity, package
+	// hop); nil for plaintext.
+	Dial func(cellID string) grpc.DialOption
 }
 
 func (c *Config) validate() error {

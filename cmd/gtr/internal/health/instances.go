@@ -99,9 +99,9 @@ func instanceAddrs(c Cell) []string {
 // authority, when not empty, is the name each is authenticated under (a
 // pod's IP found through a DNS name serves the name's certificate).
 func (m *Monitor) dialAll(cellID string, addrs []string, authority string) []*instance {
-	dial := m.cfg.Dial
-	if dial == nil {
-		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+	dial := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if m.cfg.Dial != nil {
+		dial = m.cfg.Dial(cellID)
 	}
 	opts := append([]grpc.DialOption{dial, hop.ReconnectWithin(m.cfg.Interval)}, grpclimits.Internal.DialOptions()...)
 	if authority != "" {

@@ -70,7 +70,15 @@ func Options(tb testing.TB, mtls bool, server tlsconf.Files, p hop.Policy, clien
 		tb.Fatal(err)
 	}
 	tb.Cleanup(stop)
-	dial, stopDial, err := hop.DialOption(client)
+	want := hop.Anyone
+	if mtls {
+		cert, err := pki.ReadCertificate(server.Cert)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		want = hop.Only(hop.CertIdentity(cert)) // the server's, pinned as the platform pins it
+	}
+	dial, stopDial, err := hop.DialOption(client, want)
 	if err != nil {
 		tb.Fatal(err)
 	}
