@@ -52,6 +52,9 @@ const (
 	DirectoryBucket    = "cellpay_txn"
 	AuditStream        = "CELLPAY_AUDIT"
 	AuditSubjectPrefix = "cellpay.audit."
+	// ReplicasPrefix: the GTR replicas' questions to one another
+	// (cellpay.gtr.ask.<kind>, package replicas).
+	ReplicasPrefix = "cellpay.gtr.ask."
 )
 
 // DirectoryEntries are the directory bucket's entry subjects (keys "t.",
@@ -188,8 +191,11 @@ func GTR() User {
 	// The audit stream: read, publish, create if missing; no update.
 	pub = append(pub, readStream(AuditStream, "*")...)
 	pub = append(pub, jsAPI+"STREAM.CREATE."+AuditStream, jsAPI+"CONSUMER.CREATE."+AuditStream, AuditSubjectPrefix+">")
+	// The replicas' questions to one another, and their answers, which
+	// go to the asking replica's inbox (every replica's is the GTR's).
+	pub = append(pub, ReplicasPrefix+">", InboxPrefix(hop.GTR)+".>")
 	return User{Identity: hop.GTR, Publish: dedupe(pub),
-		Subscribe: []string{InboxPrefix(hop.GTR) + ".>", StatusPrefix + "*"}}
+		Subscribe: []string{InboxPrefix(hop.GTR) + ".>", StatusPrefix + "*", ReplicasPrefix + ">"}}
 }
 
 // Replicator is the reference data publisher's user.

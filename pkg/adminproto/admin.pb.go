@@ -3450,6 +3450,219 @@ func (x *CellTransaction) GetRecord() *cellproto.InspectResponse {
 	return nil
 }
 
+type FindReferenceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id: 16 lowercase hexadecimal digits.
+	RequestId     string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindReferenceRequest) Reset() {
+	*x = FindReferenceRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindReferenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindReferenceRequest) ProtoMessage() {}
+
+func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindReferenceRequest.ProtoReflect.Descriptor instead.
+func (*FindReferenceRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *FindReferenceRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type FindReferenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// refusals: the call refused under the reference, as the replica that
+	// answered it recorded it (one, unless IDs collide).
+	Refusals []*Refusal `protobuf:"bytes,1,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// replicas: the GTR replicas that answered the search.
+	Replicas      []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindReferenceResponse) Reset() {
+	*x = FindReferenceResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindReferenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindReferenceResponse) ProtoMessage() {}
+
+func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindReferenceResponse.ProtoReflect.Descriptor instead.
+func (*FindReferenceResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *FindReferenceResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *FindReferenceResponse) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// Refusal is one refused partner call.
+type Refusal struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Replica   string                 `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Time      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// method: the gRPC method, or REST's "METHOD /path".
+	Method        string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	PartnerId     string `protobuf:"bytes,5,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string `protobuf:"bytes,6,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// code: the gRPC code's name; reason: the ErrorInfo's reason.
+	Code   string `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message: the error as the platform saw it, card numbers masked (for a
+	// platform error, its detail, which the partner was not told).
+	Message       string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *Refusal) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *Refusal) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Refusal) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Refusal) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Refusal) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *Refusal) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *Refusal) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Refusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Refusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type GetStatementRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// partner_id is the partner whose statement is asked for: 1 to 64
@@ -3464,7 +3677,7 @@ type GetStatementRequest struct {
 
 func (x *GetStatementRequest) Reset() {
 	*x = GetStatementRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3689,7 @@ func (x *GetStatementRequest) String() string {
 func (*GetStatementRequest) ProtoMessage() {}
 
 func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3702,7 @@ func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
 func (*GetStatementRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetStatementRequest) GetPartnerId() string {
@@ -3527,7 +3740,7 @@ type GetStatementResponse struct {
 
 func (x *GetStatementResponse) Reset() {
 	*x = GetStatementResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3752,7 @@ func (x *GetStatementResponse) String() string {
 func (*GetStatementResponse) ProtoMessage() {}
 
 func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3765,7 @@ func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementResponse.ProtoReflect.Descriptor instead.
 func (*GetStatementResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetStatementResponse) GetPartnerId() string {
@@ -3608,7 +3821,7 @@ type CellStatement struct {
 
 func (x *CellStatement) Reset() {
 	*x = CellStatement{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3833,7 @@ func (x *CellStatement) String() string {
 func (*CellStatement) ProtoMessage() {}
 
 func (x *CellStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3846,7 @@ func (x *CellStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellStatement.ProtoReflect.Descriptor instead.
 func (*CellStatement) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CellStatement) GetCellId() string {
@@ -3667,7 +3880,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3892,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3905,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -3721,7 +3934,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +3946,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +3959,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -3775,7 +3988,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4000,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4013,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -3830,7 +4043,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3842,7 +4055,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3855,7 +4068,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3901,7 +4114,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4126,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +4139,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -4019,7 +4232,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4244,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4257,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -4316,7 +4529,25 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fCellTransaction\x12\x17\n" +
 	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x128\n" +
-	"\x06record\x18\x03 \x01(\v2 .cellpay.cell.v1.InspectResponseR\x06record\"H\n" +
+	"\x06record\x18\x03 \x01(\v2 .cellpay.cell.v1.InspectResponseR\x06record\"5\n" +
+	"\x14FindReferenceRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"j\n" +
+	"\x15FindReferenceResponse\x125\n" +
+	"\brefusals\x18\x01 \x03(\v2\x19.cellpay.admin.v1.RefusalR\brefusals\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\"\x96\x02\n" +
+	"\aRefusal\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x05 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x06 \x01(\tR\rtransactionId\x12\x12\n" +
+	"\x04code\x18\a \x01(\tR\x04code\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"H\n" +
 	"\x13GetStatementRequest\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x12\n" +
@@ -4367,7 +4598,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xfc\x0f\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xde\x10\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -4391,7 +4622,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rListCallbacks\x12%.cellpay.cell.v1.ListCallbacksRequest\x1a'.cellpay.admin.v1.ListCallbacksResponse\x12e\n" +
 	"\x0fReplayCallbacks\x12'.cellpay.cell.v1.ReplayCallbacksRequest\x1a).cellpay.admin.v1.ReplayCallbacksResponse\x12f\n" +
 	"\x0fFindTransaction\x12(.cellpay.admin.v1.FindTransactionRequest\x1a).cellpay.admin.v1.FindTransactionResponse\x12]\n" +
-	"\fGetStatement\x12%.cellpay.admin.v1.GetStatementRequest\x1a&.cellpay.admin.v1.GetStatementResponse\x12T\n" +
+	"\fGetStatement\x12%.cellpay.admin.v1.GetStatementRequest\x1a&.cellpay.admin.v1.GetStatementResponse\x12`\n" +
+	"\rFindReference\x12&.cellpay.admin.v1.FindReferenceRequest\x1a'.cellpay.admin.v1.FindReferenceResponse\x12T\n" +
 	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponse\x12Z\n" +
 	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
@@ -4408,7 +4640,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -4461,36 +4693,39 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*FindTransactionRequest)(nil),           // 48: cellpay.admin.v1.FindTransactionRequest
 	(*FindTransactionResponse)(nil),          // 49: cellpay.admin.v1.FindTransactionResponse
 	(*CellTransaction)(nil),                  // 50: cellpay.admin.v1.CellTransaction
-	(*GetStatementRequest)(nil),              // 51: cellpay.admin.v1.GetStatementRequest
-	(*GetStatementResponse)(nil),             // 52: cellpay.admin.v1.GetStatementResponse
-	(*CellStatement)(nil),                    // 53: cellpay.admin.v1.CellStatement
-	(*ReplayCallbacksResponse)(nil),          // 54: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 55: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 56: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 57: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 58: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 59: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 61: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 62: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 63: cellpay.cell.v1.InspectResponse
-	(*cellpayv1.StatementLine)(nil),          // 64: cellpay.v1.StatementLine
-	(*cellproto.ListCallbacksRequest)(nil),   // 65: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 66: cellpay.cell.v1.ReplayCallbacksRequest
+	(*FindReferenceRequest)(nil),             // 51: cellpay.admin.v1.FindReferenceRequest
+	(*FindReferenceResponse)(nil),            // 52: cellpay.admin.v1.FindReferenceResponse
+	(*Refusal)(nil),                          // 53: cellpay.admin.v1.Refusal
+	(*GetStatementRequest)(nil),              // 54: cellpay.admin.v1.GetStatementRequest
+	(*GetStatementResponse)(nil),             // 55: cellpay.admin.v1.GetStatementResponse
+	(*CellStatement)(nil),                    // 56: cellpay.admin.v1.CellStatement
+	(*ReplayCallbacksResponse)(nil),          // 57: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 58: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 59: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 60: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 61: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 62: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 64: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 65: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 66: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 67: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 68: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 69: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	60, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	63, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	60, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	60, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	60, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	61, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	61, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	61, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	63, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	63, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	63, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	64, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	64, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	64, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -4509,8 +4744,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	60, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	60, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	63, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	63, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -4518,68 +4753,72 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	62, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	65, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
 	50, // 41: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	63, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
-	53, // 43: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
-	64, // 44: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
-	64, // 45: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
-	46, // 46: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	60, // 47: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	60, // 48: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	58, // 49: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 50: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	7,  // 51: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	8,  // 52: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	9,  // 53: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	11, // 54: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	15, // 55: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	17, // 56: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	21, // 57: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	25, // 58: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	28, // 59: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	35, // 60: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	37, // 61: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	38, // 62: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	40, // 63: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	42, // 64: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	43, // 65: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	44, // 66: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	65, // 67: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	66, // 68: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	48, // 69: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	51, // 70: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
-	57, // 71: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	55, // 72: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 73: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 74: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 75: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 76: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	12, // 77: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	16, // 78: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	18, // 79: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	22, // 80: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	26, // 81: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	29, // 82: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	36, // 83: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	39, // 84: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 85: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	41, // 86: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	39, // 87: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 88: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 89: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	47, // 90: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	54, // 91: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	49, // 92: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	52, // 93: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
-	59, // 94: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	56, // 95: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	73, // [73:96] is the sub-list for method output_type
-	50, // [50:73] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	66, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	53, // 43: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
+	63, // 44: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
+	56, // 45: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
+	67, // 46: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	67, // 47: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	46, // 48: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	63, // 49: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	63, // 50: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	61, // 51: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 52: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	7,  // 53: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	8,  // 54: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	9,  // 55: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	11, // 56: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	15, // 57: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	17, // 58: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	21, // 59: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	25, // 60: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	28, // 61: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	35, // 62: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	37, // 63: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	38, // 64: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	40, // 65: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	42, // 66: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	43, // 67: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	44, // 68: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	68, // 69: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	69, // 70: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	48, // 71: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	54, // 72: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	51, // 73: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
+	60, // 74: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	58, // 75: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 76: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 77: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 78: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 79: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	12, // 80: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	16, // 81: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	18, // 82: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	22, // 83: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	26, // 84: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	29, // 85: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	36, // 86: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	39, // 87: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 88: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	41, // 89: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	39, // 90: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	39, // 91: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 92: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	47, // 93: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	57, // 94: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	49, // 95: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	55, // 96: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	52, // 97: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
+	62, // 98: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	59, // 99: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	76, // [76:100] is the sub-list for method output_type
+	52, // [52:76] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -4593,7 +4832,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,7 @@ const (
 	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
 	Admin_FindTransaction_FullMethodName   = "/cellpay.admin.v1.Admin/FindTransaction"
 	Admin_GetStatement_FullMethodName      = "/cellpay.admin.v1.Admin/GetStatement"
+	Admin_FindReference_FullMethodName     = "/cellpay.admin.v1.Admin/FindReference"
 	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
 	Admin_ReleaseCell_FullMethodName       = "/cellpay.admin.v1.Admin/ReleaseCell"
 )
@@ -151,6 +152,14 @@ type AdminClient interface {
 	// that does not answer is named with its error, and the answer says it
 	// is not complete. Errors: INVALID_ARGUMENT (partner_id, date).
 	GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*GetStatementResponse, error)
+	// FindReference finds a partner's call by the reference quoted from its
+	// error (the ErrorInfo's request_id, or the answer's x-request-id), on
+	// every GTR replica: what was refused, when, for which partner and
+	// transaction, and why, including the platform error's detail that the
+	// partner saw only as "(reference ...)". Each replica keeps its last
+	// 4,096 refusals. Errors: INVALID_ARGUMENT (request_id), NOT_FOUND
+	// (no replica that answered holds it).
+	FindReference(ctx context.Context, in *FindReferenceRequest, opts ...grpc.CallOption) (*FindReferenceResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -384,6 +393,16 @@ func (c *adminClient) GetStatement(ctx context.Context, in *GetStatementRequest,
 	return out, nil
 }
 
+func (c *adminClient) FindReference(ctx context.Context, in *FindReferenceRequest, opts ...grpc.CallOption) (*FindReferenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindReferenceResponse)
+	err := c.cc.Invoke(ctx, Admin_FindReference_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -493,6 +512,14 @@ type AdminServer interface {
 	// that does not answer is named with its error, and the answer says it
 	// is not complete. Errors: INVALID_ARGUMENT (partner_id, date).
 	GetStatement(context.Context, *GetStatementRequest) (*GetStatementResponse, error)
+	// FindReference finds a partner's call by the reference quoted from its
+	// error (the ErrorInfo's request_id, or the answer's x-request-id), on
+	// every GTR replica: what was refused, when, for which partner and
+	// transaction, and why, including the platform error's detail that the
+	// partner saw only as "(reference ...)". Each replica keeps its last
+	// 4,096 refusals. Errors: INVALID_ARGUMENT (request_id), NOT_FOUND
+	// (no replica that answered holds it).
+	FindReference(context.Context, *FindReferenceRequest) (*FindReferenceResponse, error)
 	// ListAudit reads the audit log (the CELLPAY_AUDIT JetStream stream, all
 	// replicas, and this replica's records not yet in it): the newest limit
 	// records at or after since, oldest first.
@@ -578,6 +605,9 @@ func (UnimplementedAdminServer) FindTransaction(context.Context, *FindTransactio
 }
 func (UnimplementedAdminServer) GetStatement(context.Context, *GetStatementRequest) (*GetStatementResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStatement not implemented")
+}
+func (UnimplementedAdminServer) FindReference(context.Context, *FindReferenceRequest) (*FindReferenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindReference not implemented")
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -984,6 +1014,24 @@ func _Admin_GetStatement_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_FindReference_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindReferenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).FindReference(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_FindReference_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).FindReference(ctx, req.(*FindReferenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -1110,6 +1158,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStatement",
 			Handler:    _Admin_GetStatement_Handler,
+		},
+		{
+			MethodName: "FindReference",
+			Handler:    _Admin_FindReference_Handler,
 		},
 		{
 			MethodName: "ListAudit",

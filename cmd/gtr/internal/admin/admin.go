@@ -69,6 +69,10 @@ type Config struct {
 	// Cells reaches the cells' outboxes for the callback RPCs; optional
 	// (without it they answer UNIMPLEMENTED).
 	Cells Cells
+	// References finds refusals by the reference partners quote
+	// (FindReference); optional (without it FindReference answers
+	// UNIMPLEMENTED).
+	References References
 	// Releaser writes the directory's release records (ReleaseCell);
 	// optional (without it ReleaseCell answers UNIMPLEMENTED).
 	Releaser Releaser

@@ -23,6 +23,7 @@ var policy = map[string]operators.Role{
 	"ListPartners":      operators.RoleViewer,
 	"ListCallbacks":     operators.RoleViewer,
 	"FindTransaction":   operators.RoleViewer,
+	"FindReference":     operators.RoleViewer,
 	"GetStatement":      operators.RoleViewer,
 	"ListAudit":         operators.RoleViewer,
 

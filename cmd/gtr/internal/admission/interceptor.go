@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/auth"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/internal/partners"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
 )
@@ -126,8 +127,14 @@ func (a *Partners) tapRefusal(method, partner string, st *status.Status) error {
 // the REST gateway's own) under its request ID id, within LogRefusals'
 // rate; without LogRefusals it logs nothing.
 func (a *Partners) LogRefusal(id, method, partner string, st *status.Status) {
+	a.kept.Add(id, method, partner, "", st)
 	a.refusals.write(a.now(), id, method, partner, st)
 }
+
+// KeepRefusals keeps every refusal made before the interceptors in r,
+// under its request ID, whatever the log's rate (package refusals). Call
+// it before serving.
+func (a *Partners) KeepRefusals(r *refusals.Ring) { a.kept = r }
 
 // LogRefusals logs the refusals made before the interceptors to log, at
 // most perSecond a second (bursts of as many); the next line logged says

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/internal/partners"
 )
 
@@ -26,6 +27,9 @@ type Partners struct {
 	// refusals logs the tap's refusals, at a bounded rate (LogRefusals);
 	// nil logs none.
 	refusals *refusalLog
+	// kept keeps every refusal of the tap's by its request ID, for
+	// operators (KeepRefusals); nil keeps none.
+	kept *refusals.Ring
 }
 
 type partnerLimit struct {

@@ -1,14 +1,16 @@
 // Package console is the GTR's operator console: a web page on the admin
 // listener showing the cells and their instances (health, weight, share of
 // keys, in-flight, reference data version, refreshed every few seconds),
-// this replica's recent re-routes and ejections and the audit log, and
+// every replica's recent re-routes and ejections (Config.Events) and the
+// audit log, and
 // letting an operator drain, restore and weight a cell, now or ramped,
 // after a preview of the share of keys that would move. Its search finds
 // a partner's transaction by ID in every cell (the Admin API's
 // FindTransaction, as gtrctl txn get): each cell's record by the attempt
 // that wrote it, which cell decided it and which attempts stepped back
 // (its re-routes), its masked card and its callbacks, and the cells that
-// did not answer.
+// did not answer; another finds a refused call by the reference its
+// partner quotes, on every replica (FindReference).
 //
 // Serving. The console shares the admin listener and its TLS with the gRPC
 // Admin API: Split completes each connection's TLS handshake and hands
@@ -91,6 +93,9 @@ type Config struct {
 	// Recent is this replica's recent re-routes and ejections; nil shows
 	// none.
 	Recent *Recent
+	// Events, if set, is every replica's recent events merged (newest
+	// first, at most limit), shown instead of Recent's alone.
+	Events func(ctx context.Context, limit int) ([]Event, error)
 	// MaxSessions bounds the sessions held [64]; SessionTTL a session's
 	// life [8h]; IdleTimeout a session unused [30m].
 	MaxSessions int
@@ -153,6 +158,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /api/events", h.authed(h.events))
 	h.mux.HandleFunc("GET /api/audit", h.authed(h.audit))
 	h.mux.HandleFunc("GET /api/txn", h.authed(h.txn))
+	h.mux.HandleFunc("GET /api/ref", h.authed(h.ref))
 	h.mux.HandleFunc("POST /api/preview", h.authed(h.preview))
 	h.mux.HandleFunc("POST /api/change", h.authed(h.change))
 	return h, nil
@@ -337,9 +343,19 @@ func (h *Handler) session(w http.ResponseWriter, _ *http.Request, s session) {
 	writeJSON(w, http.StatusOK, sessionView(s.op))
 }
 
-func (h *Handler) events(w http.ResponseWriter, _ *http.Request, _ session) {
+func (h *Handler) events(w http.ResponseWriter, r *http.Request, _ session) {
 	evs := []Event{}
-	if h.cfg.Recent != nil {
+	if h.cfg.Events != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+		defer cancel()
+		merged, err := h.cfg.Events(ctx, eventsLimit)
+		if err != nil {
+			h.cfg.Log.Warn("console: events of the other replicas", "error", err)
+		}
+		if merged != nil {
+			evs = merged
+		}
+	} else if h.cfg.Recent != nil {
 		evs = h.cfg.Recent.List(eventsLimit)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"events": evs})

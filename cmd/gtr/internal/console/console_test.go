@@ -620,3 +620,76 @@ func TestRecent(t *testing.T) {
 		t.Fatalf("Rerouted allocates %v times", n)
 	}
 }
+
+// FindReference knows one reference, refused on replica gtr-b.
+func (f *fakeAdmin) FindReference(ctx context.Context, req *adminproto.FindReferenceRequest, opts ...grpc.CallOption) (*adminproto.FindReferenceResponse, error) {
+	if _, err := f.authorize(ctx, "FindReference", opts); err != nil {
+		return nil, err
+	}
+	if req.GetRequestId() != "6553324a6b46f7af" {
+		return nil, status.Error(codes.NotFound, "no refusal under reference "+req.GetRequestId())
+	}
+	return &adminproto.FindReferenceResponse{Replicas: []string{"gtr-a", "gtr-b"}, Refusals: []*adminproto.Refusal{{
+		Replica: "gtr-b", RequestId: req.GetRequestId(), Time: timestamppb.New(time.Date(2026, 5, 4, 9, 58, 0, 0, time.UTC)),
+		Method: "/cellpay.v1.Payments/SubmitTransaction", PartnerId: "p-001", TransactionId: "order-1842",
+		Code: "Unavailable", Reason: "UNAVAILABLE", Message: "no cell could take the transaction: cell cell-b: connection refused"}}}, nil
+}
+
+// TestFindReference: /api/ref answers a viewer what the Admin API found
+// under a reference, with the replicas searched; an unknown one is 404;
+// without a session 401.
+func TestFindReference(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := f.browser(t)
+	if resp, body := f.req(t, c, "GET", "/api/ref?id=6553324a6b46f7af", "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("before login: %d %s, want 401", resp.StatusCode, body)
+	}
+	f.login(t, c, f.viewerTk)
+	resp, body := f.req(t, c, "GET", "/api/ref?id=6553324a6b46f7af", "", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("find: %d %s", resp.StatusCode, body)
+	}
+	var got struct {
+		Refusals []refJSON `json:"refusals"`
+		Replicas []string  `json:"replicas"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Refusals) != 1 || got.Refusals[0].Replica != "gtr-b" || got.Refusals[0].TransactionID != "order-1842" ||
+		!strings.Contains(got.Refusals[0].Message, "connection refused") || len(got.Replicas) != 2 {
+		t.Fatalf("got %+v", got)
+	}
+	if resp, body := f.req(t, c, "GET", "/api/ref?id=0000000000000000", "", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown: %d %s, want 404", resp.StatusCode, body)
+	}
+}
+
+// TestEventsMerged: with Events set, /api/events shows every replica's
+// events merged newest first, each naming its replica.
+func TestEventsMerged(t *testing.T) {
+	t0 := time.Date(2026, 5, 4, 9, 58, 0, 0, time.UTC)
+	a := []Event{{Time: t0.Add(3 * time.Second), Kind: "down", Cell: "cell-a", Replica: "gtr-a"}, {Time: t0, Kind: "reroute", Cell: "cell-a", Replica: "gtr-a"}}
+	b := []Event{{Time: t0.Add(2 * time.Second), Kind: "reroute", Cell: "cell-b", Replica: "gtr-b"}}
+	f := newFixture(t, Config{Events: func(_ context.Context, limit int) ([]Event, error) { return MergeEvents(limit, a, b), nil }})
+	c := f.browser(t)
+	f.login(t, c, f.viewerTk)
+	resp, body := f.req(t, c, "GET", "/api/events", "", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d %s", resp.StatusCode, body)
+	}
+	var got struct{ Events []Event }
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range got.Events {
+		order = append(order, e.Replica+":"+e.Kind)
+	}
+	if strings.Join(order, " ") != "gtr-a:down gtr-b:reroute gtr-a:reroute" {
+		t.Fatalf("merged %v", order)
+	}
+	if got := MergeEvents(2, a, b); len(got) != 2 {
+		t.Fatalf("MergeEvents(2) kept %d", len(got))
+	}
+}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,20 @@ type Event struct {
 	Kind   string `json:"kind"`
 	Cell   string `json:"cell"`
 	Detail string `json:"detail,omitempty"`
+	// Replica is the GTR replica that saw it, in a view merged across
+	// replicas (MergeEvents).
+	Replica string `json:"replica,omitempty"`
+}
+
+// MergeEvents merges replicas' lists (each newest first, as List returns
+// them) into one, newest first, cut to limit.
+func MergeEvents(limit int, lists ...[]Event) []Event {
+	var out []Event
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.SortStableFunc(out, func(a, b Event) int { return b.Time.Compare(a.Time) })
+	return out[:min(len(out), max(limit, 0))]
 }
 
 type entry struct {

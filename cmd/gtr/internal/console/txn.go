@@ -208,3 +208,36 @@ func (h *Handler) txn(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	writeJSON(w, http.StatusOK, txnView(resp))
 }
+
+// refJSON is a refusal found by its reference.
+type refJSON struct {
+	Replica       string    `json:"replica"`
+	RequestID     string    `json:"request_id"`
+	Time          time.Time `json:"time"`
+	Method        string    `json:"method"`
+	PartnerID     string    `json:"partner_id,omitempty"`
+	TransactionID string    `json:"transaction_id,omitempty"`
+	Code          string    `json:"code"`
+	Reason        string    `json:"reason,omitempty"`
+	Message       string    `json:"message"`
+}
+
+// ref finds a refused call by the reference a partner quotes, on every
+// GTR replica: GET /api/ref?id=R (the Admin API's FindReference). A
+// refusal naming a transaction links to its search.
+func (h *Handler) ref(w http.ResponseWriter, r *http.Request, s session) {
+	id := r.URL.Query().Get("id")
+	var resp *adminproto.FindReferenceResponse
+	if h.call(w, r, s, func(ctx context.Context, opt grpc.CallOption) (err error) {
+		resp, err = h.cfg.Admin.FindReference(ctx, &adminproto.FindReferenceRequest{RequestId: id}, opt)
+		return err
+	}) {
+		return
+	}
+	out := make([]refJSON, 0, len(resp.GetRefusals()))
+	for _, f := range resp.GetRefusals() {
+		out = append(out, refJSON{Replica: f.GetReplica(), RequestID: f.GetRequestId(), Time: f.GetTime().AsTime(), Method: f.GetMethod(),
+			PartnerID: f.GetPartnerId(), TransactionID: f.GetTransactionId(), Code: f.GetCode(), Reason: f.GetReason(), Message: f.GetMessage()})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"refusals": out, "replicas": resp.GetReplicas()})
+}

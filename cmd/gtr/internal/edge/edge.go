@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
 )
 
@@ -43,8 +44,11 @@ var generic = map[codes.Code]string{
 // errors, logging the original under the request ID. It runs outermost,
 // so that refusals by authentication and admission are named too. served,
 // if set, is told each call's method (without prefix) and how long it
-// took; it must not block.
-func UnaryInterceptor(prefix string, log *slog.Logger, served func(method string, d time.Duration)) grpc.UnaryServerInterceptor {
+// took; it must not block. keep, if set, keeps every refusal under its
+// request ID with the partner and transaction it named and the status as
+// it was before the platform's errors were made generic, for operators
+// searching by the reference (package refusals).
+func UnaryInterceptor(prefix string, log *slog.Logger, served func(method string, d time.Duration), keep *refusals.Ring) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !strings.HasPrefix(info.FullMethod, prefix) {
 			return handler(ctx, req)
@@ -61,6 +65,7 @@ func UnaryInterceptor(prefix string, log *slog.Logger, served func(method string
 			return resp, nil
 		}
 		st := status.Convert(err)
+		keep.Add(id, info.FullMethod, partnerOf(req), transactionOf(req), st)
 		reason := reasonOf(st)
 		if msg, ok := generic[st.Code()]; ok {
 			log.Warn("partner answered with a platform error", "request_id", id, "method", info.FullMethod,
@@ -74,6 +79,20 @@ func UnaryInterceptor(prefix string, log *slog.Logger, served func(method string
 		}
 		return nil, apierr.WithRequestID(st, id).Err()
 	}
+}
+
+func partnerOf(req any) string {
+	if r, ok := req.(interface{ GetPartnerId() string }); ok {
+		return r.GetPartnerId()
+	}
+	return ""
+}
+
+func transactionOf(req any) string {
+	if r, ok := req.(interface{ GetTransactionId() string }); ok {
+		return r.GetTransactionId()
+	}
+	return ""
 }
 
 // reasonOf is the reason st will carry.

@@ -12,18 +12,22 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/pkg/api/apierr"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
 func TestPlatformErrorsAreGeneric(t *testing.T) {
 	var logs bytes.Buffer
 	var served []string
+	kept := refusals.New(nil)
 	ic := UnaryInterceptor("/cellpay.v1.Payments/", slog.New(slog.NewJSONHandler(&logs, nil)), func(m string, d time.Duration) {
 		if d < 0 {
 			t.Errorf("%s took %v", m, d)
 		}
 		served = append(served, m)
-	})
+	}, kept)
+	req := &cellpayv1.SubmitTransactionRequest{PartnerId: "p-1", TransactionId: "t-1"}
 	info := &grpc.UnaryServerInfo{FullMethod: "/cellpay.v1.Payments/SubmitTransaction"}
 	defer func() {
 		if len(served) != 7 || served[0] != "SubmitTransaction" {
@@ -44,7 +48,7 @@ func TestPlatformErrorsAreGeneric(t *testing.T) {
 		{apierr.Error(codes.ResourceExhausted, apierr.RateLimited, "partner rate limit reached"), false, apierr.RateLimited},
 	} {
 		logs.Reset()
-		_, err := ic(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, c.err })
+		_, err := ic(context.Background(), req, info, func(context.Context, any) (any, error) { return nil, c.err })
 		in, out := status.Convert(c.err), status.Convert(err)
 		if out.Code() != in.Code() {
 			t.Errorf("%v: code changed to %v", in.Code(), out.Code())
@@ -55,6 +59,12 @@ func TestPlatformErrorsAreGeneric(t *testing.T) {
 		}
 		if !strings.Contains(logs.String(), id) {
 			t.Errorf("%v: the log lacks the request ID %s: %s", in.Code(), id, logs.String())
+		}
+		// Kept under its reference as the platform saw it, the detail
+		// included, with the call's partner and transaction.
+		if r, ok := kept.Find(id); !ok || r.Message != in.Message() || r.Code != in.Code().String() || r.PartnerID != "p-1" ||
+			r.TransactionID != "t-1" || r.Method != info.FullMethod || r.Reason != string(c.reason) {
+			t.Errorf("%v: kept as %+v (%v)", in.Code(), r, ok)
 		}
 		if !c.generic {
 			if out.Message() != in.Message() {

@@ -33,6 +33,8 @@ import (
 	"github.com/cellpay/cellpay/cmd/gtr/internal/cellconn"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/console"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/health"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/replicas"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
 	"github.com/cellpay/cellpay/internal/healthport"
@@ -207,6 +209,10 @@ type GTR struct {
 	// recent is the console's ring of this replica's re-routes and
 	// ejections, fed by the monitor and the payments' metrics.
 	recent *console.Recent
+	// refusals keeps this replica's recent refusals by request ID;
+	// replicas asks every replica (its refusals, its recent events).
+	refusals *refusals.Ring
+	replicas *replicas.Replicas
 	// metrics are the GTR's instruments, made with the partners' server.
 	metrics       *telemetry.GTR
 	cellLimits    *admission.Cells
@@ -253,9 +259,10 @@ func New(cfg Config) (*GTR, error) {
 		return nil, err
 	}
 	return &GTR{
-		cfg:    cfg,
-		hs:     grpchealth.NewServer(),
-		recent: console.NewRecent(nil),
+		cfg:      cfg,
+		hs:       grpchealth.NewServer(),
+		recent:   console.NewRecent(nil),
+		refusals: refusals.New(nil),
 		cellLimits: admission.NewCells(admission.CellConfig{Disabled: cfg.NoAdmission, Baseline: cfg.AdmissionBaseline,
 			ShedBaseline: cfg.AdmissionShedBaseline, Tolerance: cfg.AdmissionTolerance}),
 		partnerLimits: admission.NewPartners(cfg.NoAdmission, nil),
@@ -279,6 +286,7 @@ func (g *GTR) Start(ctx context.Context) error {
 		g.startStores,     // routing configuration, partner registry, cells' reference data versions
 		g.startFollowing,  // connections to the cells, and what keeps state and monitor in step
 		g.startPartners,   // the Payments API's server and listener
+		g.startReplicas,   // answering the other replicas' questions, and asking them
 		g.startAdmin,      // the Admin API's and the console's listener
 		g.startHealthPort, // plaintext health for probes
 	} {

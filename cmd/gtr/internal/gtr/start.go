@@ -198,6 +198,7 @@ func (g *GTR) startPartners(context.Context) error {
 	g.rel.Add(stopTLS)
 	authn := &auth.Partners{Index: g.partners.Index, OnDenied: metrics.Denied}
 	g.partnerLimits.LogRefusals(g.cfg.Log, refusalsLogged)
+	g.partnerLimits.KeepRefusals(g.refusals)
 	// The options of both servers of the Payments API: the listener's, and
 	// the REST gateway's in process, which has no TLS of its own (its
 	// HTTPS listener has).
@@ -205,7 +206,7 @@ func (g *GTR) startPartners(context.Context) error {
 		grpc.InTapHandle(g.partnerLimits.Tap(authn.FromHeader,
 			admission.RouterLimit{Limit: g.cellLimits.Cell(admission.WholeGTR), FairShare: fairShare != nil}, metrics.Shed))}, grpclimits.Partners.ServerOptions()...)
 	srvOpts = append(srvOpts, g.tel.PublicServerOptions()...)
-	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log, metrics.Served)))
+	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(edge.UnaryInterceptor(auth.PaymentsPrefix, g.cfg.Log, metrics.Served, g.refusals)))
 	srvOpts = append(srvOpts, authn.ServerOptions()...)
 	srvOpts = append(srvOpts, grpc.ChainUnaryInterceptor(g.partnerLimits.UnaryInterceptor(metrics.Shed)))
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, srvOpts...)...)
@@ -326,7 +327,7 @@ func (g *GTR) startAdmin(context.Context) error {
 		rel = releaser{url: cfg.NATSURL, tls: cfg.NATSTLS, name: "gtr release " + cfg.ReplicaID}
 	}
 	adm, err := admin.New(admin.Config{State: g.st, Health: g.mon, Store: g.store, Partners: g.partners, ReplicaID: cfg.ReplicaID, Cells: g.pool,
-		Releaser: rel, Audit: auditLog, Log: cfg.Log})
+		Releaser: rel, Audit: auditLog, References: g.findReference, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -369,7 +370,7 @@ func (g *GTR) startAdmin(context.Context) error {
 // the console's server down within ShutdownTimeout (and the context it is
 // given), then closes what is still open.
 func (g *GTR) startConsole(adm *admin.Server, authn *admin.Auth, webLis net.Listener) error {
-	web, stopWeb, err := newConsole(adm, authn, g.recent, g.tel, g.cfg.Log)
+	web, stopWeb, err := newConsole(adm, authn, g.recent, g.events, g.tel, g.cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -444,7 +445,7 @@ func (m recordingMetrics) Rerouted(cellID string, err error, cellHealthy bool) {
 // the same interceptors as the admin listener's (auth by the operator's
 // token, the policy, the audit), so that nothing the console does bypasses
 // them. The func stops that server and connection.
-func newConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, tel *telemetry.Telemetry, log *slog.Logger) (*http.Server, func(), error) {
+func newConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, events func(context.Context, int) ([]console.Event, error), tel *telemetry.Telemetry, log *slog.Logger) (*http.Server, func(), error) {
 	mem := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer(append(append(grpclimits.Admin.ServerOptions(), adm.ServerOptions(authn)...), tel.ServerOptions()...)...)
 	adm.Register(gs)
@@ -460,7 +461,7 @@ func newConsole(adm *admin.Server, authn *admin.Auth, recent *console.Recent, te
 		conn.Close()
 		gs.Stop()
 	}
-	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Login, Recent: recent, Log: log})
+	h, err := console.New(console.Config{Admin: adminproto.NewAdminClient(conn), Authenticate: authn.Login, Recent: recent, Events: events, Log: log})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -290,15 +290,51 @@
     return tr;
   }
 
+  // --- find an error by its reference ---
+
+  $('ref-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    $('ref').hidden = true;
+    $('ref-error').textContent = '';
+    $('ref-replicas').textContent = 'Asking every replica…';
+    $('ref-find').disabled = true;
+    try {
+      const r = await api('GET', '/api/ref?' + new URLSearchParams({ id: $('ref-id').value.trim() }));
+      $('ref').tBodies[0].replaceChildren(...r.refusals.map((f) => {
+        const tr = el('tr');
+        const txn = el('td', f.transaction_id || '-');
+        if (f.transaction_id && f.partner_id) {
+          const b = el('button', 'find', 'link');
+          b.type = 'button';
+          b.addEventListener('click', () => {
+            $('txn-partner').value = f.partner_id;
+            $('txn-id').value = f.transaction_id;
+            $('txn-form').requestSubmit();
+          });
+          txn.append(' ', b);
+        }
+        tr.append(el('td', new Date(f.time).toLocaleString()), el('td', f.replica), el('td', f.method), el('td', f.partner_id || '-'),
+          txn, el('td', f.code + (f.reason ? ' · ' + f.reason : ''), 'down'), el('td', f.message, 'change'));
+        return tr;
+      }));
+      $('ref').hidden = false;
+      $('ref-replicas').textContent = 'Searched replicas: ' + r.replicas.join(', ') + '.';
+    } catch (e) {
+      $('ref-replicas').textContent = '';
+      $('ref-error').textContent = e.message;
+    }
+    $('ref-find').disabled = false;
+  });
+
   // --- events and audit ---
 
   async function refreshLogs() {
     const ev = await api('GET', '/api/events');
     $('events').tBodies[0].replaceChildren(...(ev.events.length ? ev.events.map((e) => {
       const tr = el('tr');
-      tr.append(el('td', time(e.time)), el('td', e.cell), el('td', e.kind, e.kind), el('td', e.detail || ''));
+      tr.append(el('td', time(e.time)), el('td', e.replica || '-'), el('td', e.cell), el('td', e.kind, e.kind), el('td', e.detail || ''));
       return tr;
-    }) : [emptyRow(4, 'none')]));
+    }) : [emptyRow(5, 'none')]));
     const au = await api('GET', '/api/audit');
     $('audit').tBodies[0].replaceChildren(...(au.records.length ? au.records.map((a) => {
       const tr = el('tr');
