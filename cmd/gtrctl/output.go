@@ -34,12 +34,17 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	}
 	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
-	var down []string
+	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tREPLICAS\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	var down, split []string
 	for _, cs := range resp.GetCells() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
-			cs.GetId(), cs.GetPool(), health(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
+			cs.GetId(), cs.GetPool(), health(cs), replicasUp(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
 			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), refdataVersion(cs), ramp(cs.GetRamp()))
+		for _, v := range cs.GetReplicas() {
+			if (v.GetHealthShare() > 0) != (cs.GetHealthShare() > 0) {
+				split = append(split, fmt.Sprintf("  %s: replica %s sees health %d%%, in flight %d", cs.GetId(), v.GetReplica(), v.GetHealthShare(), v.GetInFlight()))
+			}
+		}
 		for _, in := range cs.GetInstances() {
 			if in.GetHealth() == adminproto.Health_HEALTH_DOWN {
 				down = append(down, fmt.Sprintf("  %s %s: %s", cs.GetId(), in.GetAddr(), in.GetDetail()))
@@ -52,7 +57,27 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	if len(down) > 0 {
 		fmt.Fprintf(c.out, "\ninstances down (-o json for every instance):\n%s\n", strings.Join(down, "\n"))
 	}
+	if len(split) > 0 {
+		fmt.Fprintf(c.out, "\nreplicas that judge a cell otherwise than replica %s (-o json for every view):\n%s\n", resp.GetReplicaId(), strings.Join(split, "\n"))
+	}
 	return nil
+}
+
+// replicasUp is "2/2 up": the GTR replicas whose own health monitor
+// counts the cell up, of those that answered; "-" from a GTR that does
+// not ask the others.
+func replicasUp(cs *adminproto.CellStatus) string {
+	vs := cs.GetReplicas()
+	if len(vs) == 0 {
+		return "-"
+	}
+	up := 0
+	for _, v := range vs {
+		if v.GetHealthShare() > 0 {
+			up++
+		}
+	}
+	return fmt.Sprintf("%d/%d up", up, len(vs))
 }
 
 // instances is "2/2 up" (instances serving of those checked) and the

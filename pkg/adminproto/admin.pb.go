@@ -288,7 +288,12 @@ type CellStatus struct {
 	Balancer string `protobuf:"bytes,17,opt,name=balancer,proto3" json:"balancer,omitempty"`
 	// addrs is the cell's configured instance list (empty when addr is
 	// one address).
-	Addrs         []string `protobuf:"bytes,18,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	Addrs []string `protobuf:"bytes,18,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	// replicas is every GTR replica's own view of the cell (this one's
+	// included), each health monitor judging on its own: a cell one replica
+	// ejects and another does not shows here. Replicas that did not answer
+	// within the search's window are absent.
+	Replicas      []*ReplicaCellView `protobuf:"bytes,19,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +454,92 @@ func (x *CellStatus) GetAddrs() []string {
 	return nil
 }
 
+func (x *CellStatus) GetReplicas() []*ReplicaCellView {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// ReplicaCellView is one GTR replica's view of a cell.
+type ReplicaCellView struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Replica string                 `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// health_share, in_flight, success_rate and recent_requests as in
+	// CellStatus, as that replica sees them.
+	HealthShare    int32   `protobuf:"varint,2,opt,name=health_share,json=healthShare,proto3" json:"health_share,omitempty"`
+	InFlight       int64   `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	SuccessRate    float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	RecentRequests int64   `protobuf:"varint,5,opt,name=recent_requests,json=recentRequests,proto3" json:"recent_requests,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReplicaCellView) Reset() {
+	*x = ReplicaCellView{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaCellView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaCellView) ProtoMessage() {}
+
+func (x *ReplicaCellView) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaCellView.ProtoReflect.Descriptor instead.
+func (*ReplicaCellView) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReplicaCellView) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ReplicaCellView) GetHealthShare() int32 {
+	if x != nil {
+		return x.HealthShare
+	}
+	return 0
+}
+
+func (x *ReplicaCellView) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ReplicaCellView) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
+func (x *ReplicaCellView) GetRecentRequests() int64 {
+	if x != nil {
+		return x.RecentRequests
+	}
+	return 0
+}
+
 // InstanceStatus is one instance of a cell, by its latest health check.
 type InstanceStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -466,7 +557,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +569,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +582,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InstanceStatus) GetAddr() string {
@@ -536,7 +627,7 @@ type Ramp struct {
 
 func (x *Ramp) Reset() {
 	*x = Ramp{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +639,7 @@ func (x *Ramp) String() string {
 func (*Ramp) ProtoMessage() {}
 
 func (x *Ramp) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +652,7 @@ func (x *Ramp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ramp.ProtoReflect.Descriptor instead.
 func (*Ramp) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ramp) GetFromWeight() int32 {
@@ -604,7 +695,7 @@ type SetWeightRequest struct {
 
 func (x *SetWeightRequest) Reset() {
 	*x = SetWeightRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +707,7 @@ func (x *SetWeightRequest) String() string {
 func (*SetWeightRequest) ProtoMessage() {}
 
 func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +720,7 @@ func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetWeightRequest) GetCellId() string {
@@ -665,7 +756,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +768,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +781,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DrainRequest) GetCellId() string {
@@ -724,7 +815,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +827,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +840,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RestoreRequest) GetCellId() string {
@@ -780,7 +871,7 @@ type Attrs struct {
 
 func (x *Attrs) Reset() {
 	*x = Attrs{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +883,7 @@ func (x *Attrs) String() string {
 func (*Attrs) ProtoMessage() {}
 
 func (x *Attrs) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +896,7 @@ func (x *Attrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attrs.ProtoReflect.Descriptor instead.
 func (*Attrs) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Attrs) GetPartnerId() string {
@@ -852,7 +943,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +955,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +968,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExplainRequest) GetAttrs() *Attrs {
@@ -908,7 +999,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1011,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1024,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExplainResponse) GetTableVersion() uint64 {
@@ -1010,7 +1101,7 @@ type RuleMiss struct {
 
 func (x *RuleMiss) Reset() {
 	*x = RuleMiss{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1113,7 @@ func (x *RuleMiss) String() string {
 func (*RuleMiss) ProtoMessage() {}
 
 func (x *RuleMiss) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1126,7 @@ func (x *RuleMiss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleMiss.ProtoReflect.Descriptor instead.
 func (*RuleMiss) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RuleMiss) GetRule() string {
@@ -1081,7 +1172,7 @@ type CellVerdict struct {
 
 func (x *CellVerdict) Reset() {
 	*x = CellVerdict{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1184,7 @@ func (x *CellVerdict) String() string {
 func (*CellVerdict) ProtoMessage() {}
 
 func (x *CellVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1197,7 @@ func (x *CellVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellVerdict.ProtoReflect.Descriptor instead.
 func (*CellVerdict) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CellVerdict) GetCellId() string {
@@ -1174,7 +1265,7 @@ type RouteKeysRequest struct {
 
 func (x *RouteKeysRequest) Reset() {
 	*x = RouteKeysRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1277,7 @@ func (x *RouteKeysRequest) String() string {
 func (*RouteKeysRequest) ProtoMessage() {}
 
 func (x *RouteKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1290,7 @@ func (x *RouteKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteKeysRequest.ProtoReflect.Descriptor instead.
 func (*RouteKeysRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteKeysRequest) GetAttrs() []*Attrs {
@@ -1221,7 +1312,7 @@ type RouteKeysResponse struct {
 
 func (x *RouteKeysResponse) Reset() {
 	*x = RouteKeysResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1324,7 @@ func (x *RouteKeysResponse) String() string {
 func (*RouteKeysResponse) ProtoMessage() {}
 
 func (x *RouteKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1337,7 @@ func (x *RouteKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteKeysResponse.ProtoReflect.Descriptor instead.
 func (*RouteKeysResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteKeysResponse) GetTableVersion() uint64 {
@@ -1271,7 +1362,7 @@ type GetTableRequest struct {
 
 func (x *GetTableRequest) Reset() {
 	*x = GetTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1374,7 @@ func (x *GetTableRequest) String() string {
 func (*GetTableRequest) ProtoMessage() {}
 
 func (x *GetTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1387,7 @@ func (x *GetTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTableRequest.ProtoReflect.Descriptor instead.
 func (*GetTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type Table struct {
@@ -1313,7 +1404,7 @@ type Table struct {
 
 func (x *Table) Reset() {
 	*x = Table{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1416,7 @@ func (x *Table) String() string {
 func (*Table) ProtoMessage() {}
 
 func (x *Table) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1429,7 @@ func (x *Table) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Table.ProtoReflect.Descriptor instead.
 func (*Table) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Table) GetVersion() uint64 {
@@ -1389,7 +1480,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1492,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1505,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cell) GetId() string {
@@ -1466,7 +1557,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1569,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1582,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Pool) GetName() string {
@@ -1516,7 +1607,7 @@ type GetEffectiveTableRequest struct {
 
 func (x *GetEffectiveTableRequest) Reset() {
 	*x = GetEffectiveTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1619,7 @@ func (x *GetEffectiveTableRequest) String() string {
 func (*GetEffectiveTableRequest) ProtoMessage() {}
 
 func (x *GetEffectiveTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1632,7 @@ func (x *GetEffectiveTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveTableRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectiveTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 // EffectiveTable is one replica's derived view of the table in force.
@@ -1560,7 +1651,7 @@ type EffectiveTable struct {
 
 func (x *EffectiveTable) Reset() {
 	*x = EffectiveTable{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1663,7 @@ func (x *EffectiveTable) String() string {
 func (*EffectiveTable) ProtoMessage() {}
 
 func (x *EffectiveTable) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1676,7 @@ func (x *EffectiveTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveTable.ProtoReflect.Descriptor instead.
 func (*EffectiveTable) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EffectiveTable) GetVersion() uint64 {
@@ -1649,7 +1740,7 @@ type EffectiveCell struct {
 
 func (x *EffectiveCell) Reset() {
 	*x = EffectiveCell{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1752,7 @@ func (x *EffectiveCell) String() string {
 func (*EffectiveCell) ProtoMessage() {}
 
 func (x *EffectiveCell) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1765,7 @@ func (x *EffectiveCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveCell.ProtoReflect.Descriptor instead.
 func (*EffectiveCell) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EffectiveCell) GetId() string {
@@ -1766,7 +1857,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1869,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1882,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Rule) GetName() string {
@@ -1858,7 +1949,7 @@ type ApplyTableRequest struct {
 
 func (x *ApplyTableRequest) Reset() {
 	*x = ApplyTableRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1961,7 @@ func (x *ApplyTableRequest) String() string {
 func (*ApplyTableRequest) ProtoMessage() {}
 
 func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +1974,7 @@ func (x *ApplyTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableRequest.ProtoReflect.Descriptor instead.
 func (*ApplyTableRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyTableRequest) GetTable() *Table {
@@ -1928,7 +2019,7 @@ type ApplyTableResponse struct {
 
 func (x *ApplyTableResponse) Reset() {
 	*x = ApplyTableResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2031,7 @@ func (x *ApplyTableResponse) String() string {
 func (*ApplyTableResponse) ProtoMessage() {}
 
 func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2044,7 @@ func (x *ApplyTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTableResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTableResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApplyTableResponse) GetVersion() uint64 {
@@ -1996,7 +2087,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2099,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2112,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Move) GetFromCell() string {
@@ -2060,7 +2151,7 @@ type ListPartnersRequest struct {
 
 func (x *ListPartnersRequest) Reset() {
 	*x = ListPartnersRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2163,7 @@ func (x *ListPartnersRequest) String() string {
 func (*ListPartnersRequest) ProtoMessage() {}
 
 func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2176,7 @@ func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersRequest.ProtoReflect.Descriptor instead.
 func (*ListPartnersRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 type ListPartnersResponse struct {
@@ -2101,7 +2192,7 @@ type ListPartnersResponse struct {
 
 func (x *ListPartnersResponse) Reset() {
 	*x = ListPartnersResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2204,7 @@ func (x *ListPartnersResponse) String() string {
 func (*ListPartnersResponse) ProtoMessage() {}
 
 func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2217,7 @@ func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersResponse.ProtoReflect.Descriptor instead.
 func (*ListPartnersResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPartnersResponse) GetRegistryVersion() uint64 {
@@ -2181,7 +2272,7 @@ type Partner struct {
 
 func (x *Partner) Reset() {
 	*x = Partner{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2284,7 @@ func (x *Partner) String() string {
 func (*Partner) ProtoMessage() {}
 
 func (x *Partner) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2297,7 @@ func (x *Partner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partner.ProtoReflect.Descriptor instead.
 func (*Partner) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Partner) GetId() string {
@@ -2282,7 +2373,7 @@ type PartnerKey struct {
 
 func (x *PartnerKey) Reset() {
 	*x = PartnerKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2385,7 @@ func (x *PartnerKey) String() string {
 func (*PartnerKey) ProtoMessage() {}
 
 func (x *PartnerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2398,7 @@ func (x *PartnerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerKey.ProtoReflect.Descriptor instead.
 func (*PartnerKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PartnerKey) GetKeyId() string {
@@ -2335,7 +2426,7 @@ type PartnerLimits struct {
 
 func (x *PartnerLimits) Reset() {
 	*x = PartnerLimits{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2438,7 @@ func (x *PartnerLimits) String() string {
 func (*PartnerLimits) ProtoMessage() {}
 
 func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2451,7 @@ func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerLimits.ProtoReflect.Descriptor instead.
 func (*PartnerLimits) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PartnerLimits) GetRatePerSecond() float64 {
@@ -2399,7 +2490,7 @@ type PartnerCallbacks struct {
 
 func (x *PartnerCallbacks) Reset() {
 	*x = PartnerCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2502,7 @@ func (x *PartnerCallbacks) String() string {
 func (*PartnerCallbacks) ProtoMessage() {}
 
 func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2515,7 @@ func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerCallbacks.ProtoReflect.Descriptor instead.
 func (*PartnerCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartnerCallbacks) GetMode() string {
@@ -2467,7 +2558,7 @@ type NewKey struct {
 
 func (x *NewKey) Reset() {
 	*x = NewKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2570,7 @@ func (x *NewKey) String() string {
 func (*NewKey) ProtoMessage() {}
 
 func (x *NewKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2583,7 @@ func (x *NewKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewKey.ProtoReflect.Descriptor instead.
 func (*NewKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NewKey) GetKeyId() string {
@@ -2530,7 +2621,7 @@ type AddPartnerRequest struct {
 
 func (x *AddPartnerRequest) Reset() {
 	*x = AddPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2633,7 @@ func (x *AddPartnerRequest) String() string {
 func (*AddPartnerRequest) ProtoMessage() {}
 
 func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2646,7 @@ func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerRequest.ProtoReflect.Descriptor instead.
 func (*AddPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddPartnerRequest) GetPartnerId() string {
@@ -2604,7 +2695,7 @@ type AddPartnerResponse struct {
 
 func (x *AddPartnerResponse) Reset() {
 	*x = AddPartnerResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2707,7 @@ func (x *AddPartnerResponse) String() string {
 func (*AddPartnerResponse) ProtoMessage() {}
 
 func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2720,7 @@ func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerResponse.ProtoReflect.Descriptor instead.
 func (*AddPartnerResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddPartnerResponse) GetPartner() *Partner {
@@ -2662,7 +2753,7 @@ type SuspendPartnerRequest struct {
 
 func (x *SuspendPartnerRequest) Reset() {
 	*x = SuspendPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2765,7 @@ func (x *SuspendPartnerRequest) String() string {
 func (*SuspendPartnerRequest) ProtoMessage() {}
 
 func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2778,7 @@ func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPartnerRequest.ProtoReflect.Descriptor instead.
 func (*SuspendPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SuspendPartnerRequest) GetPartnerId() string {
@@ -2706,7 +2797,7 @@ type ResumePartnerRequest struct {
 
 func (x *ResumePartnerRequest) Reset() {
 	*x = ResumePartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2809,7 @@ func (x *ResumePartnerRequest) String() string {
 func (*ResumePartnerRequest) ProtoMessage() {}
 
 func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2822,7 @@ func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
 func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumePartnerRequest) GetPartnerId() string {
@@ -2753,7 +2844,7 @@ type PartnerChange struct {
 
 func (x *PartnerChange) Reset() {
 	*x = PartnerChange{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2856,7 @@ func (x *PartnerChange) String() string {
 func (*PartnerChange) ProtoMessage() {}
 
 func (x *PartnerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2869,7 @@ func (x *PartnerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
 func (*PartnerChange) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PartnerChange) GetPartner() *Partner {
@@ -2804,7 +2895,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2907,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2920,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddKeyRequest) GetPartnerId() string {
@@ -2850,7 +2941,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +2953,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +2966,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AddKeyResponse) GetPartner() *Partner {
@@ -2912,7 +3003,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3015,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3028,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeKeyRequest) GetPartnerId() string {
@@ -2976,7 +3067,7 @@ type SetCallbacksRequest struct {
 
 func (x *SetCallbacksRequest) Reset() {
 	*x = SetCallbacksRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3079,7 @@ func (x *SetCallbacksRequest) String() string {
 func (*SetCallbacksRequest) ProtoMessage() {}
 
 func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3092,7 @@ func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetCallbacksRequest) GetPartnerId() string {
@@ -3043,7 +3134,7 @@ type AddCallbackSecretRequest struct {
 
 func (x *AddCallbackSecretRequest) Reset() {
 	*x = AddCallbackSecretRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3146,7 @@ func (x *AddCallbackSecretRequest) String() string {
 func (*AddCallbackSecretRequest) ProtoMessage() {}
 
 func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3159,7 @@ func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddCallbackSecretRequest) GetPartnerId() string {
@@ -3097,7 +3188,7 @@ type AddCallbackSecretResponse struct {
 
 func (x *AddCallbackSecretResponse) Reset() {
 	*x = AddCallbackSecretResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3200,7 @@ func (x *AddCallbackSecretResponse) String() string {
 func (*AddCallbackSecretResponse) ProtoMessage() {}
 
 func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3213,7 @@ func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddCallbackSecretResponse) GetPartner() *Partner {
@@ -3160,7 +3251,7 @@ type CellCallbacks struct {
 
 func (x *CellCallbacks) Reset() {
 	*x = CellCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3263,7 @@ func (x *CellCallbacks) String() string {
 func (*CellCallbacks) ProtoMessage() {}
 
 func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3276,7 @@ func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
 func (*CellCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CellCallbacks) GetCellId() string {
@@ -3233,7 +3324,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3336,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3349,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
@@ -3285,7 +3376,7 @@ type FindTransactionRequest struct {
 
 func (x *FindTransactionRequest) Reset() {
 	*x = FindTransactionRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3388,7 @@ func (x *FindTransactionRequest) String() string {
 func (*FindTransactionRequest) ProtoMessage() {}
 
 func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3401,7 @@ func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionRequest.ProtoReflect.Descriptor instead.
 func (*FindTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FindTransactionRequest) GetPartnerId() string {
@@ -3339,7 +3430,7 @@ type FindTransactionResponse struct {
 
 func (x *FindTransactionResponse) Reset() {
 	*x = FindTransactionResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3442,7 @@ func (x *FindTransactionResponse) String() string {
 func (*FindTransactionResponse) ProtoMessage() {}
 
 func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3455,7 @@ func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionResponse.ProtoReflect.Descriptor instead.
 func (*FindTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FindTransactionResponse) GetPartnerId() string {
@@ -3401,7 +3492,7 @@ type CellTransaction struct {
 
 func (x *CellTransaction) Reset() {
 	*x = CellTransaction{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3504,7 @@ func (x *CellTransaction) String() string {
 func (*CellTransaction) ProtoMessage() {}
 
 func (x *CellTransaction) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3517,7 @@ func (x *CellTransaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellTransaction.ProtoReflect.Descriptor instead.
 func (*CellTransaction) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CellTransaction) GetCellId() string {
@@ -3460,7 +3551,7 @@ type FindReferenceRequest struct {
 
 func (x *FindReferenceRequest) Reset() {
 	*x = FindReferenceRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3563,7 @@ func (x *FindReferenceRequest) String() string {
 func (*FindReferenceRequest) ProtoMessage() {}
 
 func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3576,7 @@ func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceRequest.ProtoReflect.Descriptor instead.
 func (*FindReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FindReferenceRequest) GetRequestId() string {
@@ -3508,7 +3599,7 @@ type FindReferenceResponse struct {
 
 func (x *FindReferenceResponse) Reset() {
 	*x = FindReferenceResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3611,7 @@ func (x *FindReferenceResponse) String() string {
 func (*FindReferenceResponse) ProtoMessage() {}
 
 func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3624,7 @@ func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceResponse.ProtoReflect.Descriptor instead.
 func (*FindReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FindReferenceResponse) GetRefusals() []*Refusal {
@@ -3572,7 +3663,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3675,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3688,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Refusal) GetReplica() string {
@@ -3677,7 +3768,7 @@ type GetStatementRequest struct {
 
 func (x *GetStatementRequest) Reset() {
 	*x = GetStatementRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3780,7 @@ func (x *GetStatementRequest) String() string {
 func (*GetStatementRequest) ProtoMessage() {}
 
 func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3793,7 @@ func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
 func (*GetStatementRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetStatementRequest) GetPartnerId() string {
@@ -3740,7 +3831,7 @@ type GetStatementResponse struct {
 
 func (x *GetStatementResponse) Reset() {
 	*x = GetStatementResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3843,7 @@ func (x *GetStatementResponse) String() string {
 func (*GetStatementResponse) ProtoMessage() {}
 
 func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3856,7 @@ func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementResponse.ProtoReflect.Descriptor instead.
 func (*GetStatementResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetStatementResponse) GetPartnerId() string {
@@ -3821,7 +3912,7 @@ type CellStatement struct {
 
 func (x *CellStatement) Reset() {
 	*x = CellStatement{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3924,7 @@ func (x *CellStatement) String() string {
 func (*CellStatement) ProtoMessage() {}
 
 func (x *CellStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3937,7 @@ func (x *CellStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellStatement.ProtoReflect.Descriptor instead.
 func (*CellStatement) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CellStatement) GetCellId() string {
@@ -3880,7 +3971,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +3983,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +3996,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -3934,7 +4025,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4037,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4050,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -3988,7 +4079,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4091,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4104,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -4043,7 +4134,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4146,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4159,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -4114,7 +4205,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4217,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4230,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -4232,7 +4323,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4335,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4348,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -4285,7 +4376,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\x8f\x05\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xce\x05\n" +
 	"\n" +
 	"CellStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4306,7 +4397,14 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rrefdata_since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\frefdataSince\x12>\n" +
 	"\tinstances\x18\x10 \x03(\v2 .cellpay.admin.v1.InstanceStatusR\tinstances\x12\x1a\n" +
 	"\bbalancer\x18\x11 \x01(\tR\bbalancer\x12\x14\n" +
-	"\x05addrs\x18\x12 \x03(\tR\x05addrs\"\xa9\x01\n" +
+	"\x05addrs\x18\x12 \x03(\tR\x05addrs\x12=\n" +
+	"\breplicas\x18\x13 \x03(\v2!.cellpay.admin.v1.ReplicaCellViewR\breplicas\"\xb7\x01\n" +
+	"\x0fReplicaCellView\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12!\n" +
+	"\fhealth_share\x18\x02 \x01(\x05R\vhealthShare\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12!\n" +
+	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x12'\n" +
+	"\x0frecent_requests\x18\x05 \x01(\x03R\x0erecentRequests\"\xa9\x01\n" +
 	"\x0eInstanceStatus\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x120\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x18.cellpay.admin.v1.HealthR\x06health\x12\x16\n" +
@@ -4640,185 +4738,187 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
 	(*ListCellsRequest)(nil),                 // 2: cellpay.admin.v1.ListCellsRequest
 	(*ListCellsResponse)(nil),                // 3: cellpay.admin.v1.ListCellsResponse
 	(*CellStatus)(nil),                       // 4: cellpay.admin.v1.CellStatus
-	(*InstanceStatus)(nil),                   // 5: cellpay.admin.v1.InstanceStatus
-	(*Ramp)(nil),                             // 6: cellpay.admin.v1.Ramp
-	(*SetWeightRequest)(nil),                 // 7: cellpay.admin.v1.SetWeightRequest
-	(*DrainRequest)(nil),                     // 8: cellpay.admin.v1.DrainRequest
-	(*RestoreRequest)(nil),                   // 9: cellpay.admin.v1.RestoreRequest
-	(*Attrs)(nil),                            // 10: cellpay.admin.v1.Attrs
-	(*ExplainRequest)(nil),                   // 11: cellpay.admin.v1.ExplainRequest
-	(*ExplainResponse)(nil),                  // 12: cellpay.admin.v1.ExplainResponse
-	(*RuleMiss)(nil),                         // 13: cellpay.admin.v1.RuleMiss
-	(*CellVerdict)(nil),                      // 14: cellpay.admin.v1.CellVerdict
-	(*RouteKeysRequest)(nil),                 // 15: cellpay.admin.v1.RouteKeysRequest
-	(*RouteKeysResponse)(nil),                // 16: cellpay.admin.v1.RouteKeysResponse
-	(*GetTableRequest)(nil),                  // 17: cellpay.admin.v1.GetTableRequest
-	(*Table)(nil),                            // 18: cellpay.admin.v1.Table
-	(*Cell)(nil),                             // 19: cellpay.admin.v1.Cell
-	(*Pool)(nil),                             // 20: cellpay.admin.v1.Pool
-	(*GetEffectiveTableRequest)(nil),         // 21: cellpay.admin.v1.GetEffectiveTableRequest
-	(*EffectiveTable)(nil),                   // 22: cellpay.admin.v1.EffectiveTable
-	(*EffectiveCell)(nil),                    // 23: cellpay.admin.v1.EffectiveCell
-	(*Rule)(nil),                             // 24: cellpay.admin.v1.Rule
-	(*ApplyTableRequest)(nil),                // 25: cellpay.admin.v1.ApplyTableRequest
-	(*ApplyTableResponse)(nil),               // 26: cellpay.admin.v1.ApplyTableResponse
-	(*Move)(nil),                             // 27: cellpay.admin.v1.Move
-	(*ListPartnersRequest)(nil),              // 28: cellpay.admin.v1.ListPartnersRequest
-	(*ListPartnersResponse)(nil),             // 29: cellpay.admin.v1.ListPartnersResponse
-	(*Partner)(nil),                          // 30: cellpay.admin.v1.Partner
-	(*PartnerKey)(nil),                       // 31: cellpay.admin.v1.PartnerKey
-	(*PartnerLimits)(nil),                    // 32: cellpay.admin.v1.PartnerLimits
-	(*PartnerCallbacks)(nil),                 // 33: cellpay.admin.v1.PartnerCallbacks
-	(*NewKey)(nil),                           // 34: cellpay.admin.v1.NewKey
-	(*AddPartnerRequest)(nil),                // 35: cellpay.admin.v1.AddPartnerRequest
-	(*AddPartnerResponse)(nil),               // 36: cellpay.admin.v1.AddPartnerResponse
-	(*SuspendPartnerRequest)(nil),            // 37: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),             // 38: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),                    // 39: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),                    // 40: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),                   // 41: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),                 // 42: cellpay.admin.v1.RevokeKeyRequest
-	(*SetCallbacksRequest)(nil),              // 43: cellpay.admin.v1.SetCallbacksRequest
-	(*AddCallbackSecretRequest)(nil),         // 44: cellpay.admin.v1.AddCallbackSecretRequest
-	(*AddCallbackSecretResponse)(nil),        // 45: cellpay.admin.v1.AddCallbackSecretResponse
-	(*CellCallbacks)(nil),                    // 46: cellpay.admin.v1.CellCallbacks
-	(*ListCallbacksResponse)(nil),            // 47: cellpay.admin.v1.ListCallbacksResponse
-	(*FindTransactionRequest)(nil),           // 48: cellpay.admin.v1.FindTransactionRequest
-	(*FindTransactionResponse)(nil),          // 49: cellpay.admin.v1.FindTransactionResponse
-	(*CellTransaction)(nil),                  // 50: cellpay.admin.v1.CellTransaction
-	(*FindReferenceRequest)(nil),             // 51: cellpay.admin.v1.FindReferenceRequest
-	(*FindReferenceResponse)(nil),            // 52: cellpay.admin.v1.FindReferenceResponse
-	(*Refusal)(nil),                          // 53: cellpay.admin.v1.Refusal
-	(*GetStatementRequest)(nil),              // 54: cellpay.admin.v1.GetStatementRequest
-	(*GetStatementResponse)(nil),             // 55: cellpay.admin.v1.GetStatementResponse
-	(*CellStatement)(nil),                    // 56: cellpay.admin.v1.CellStatement
-	(*ReplayCallbacksResponse)(nil),          // 57: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 58: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 59: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 60: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 61: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 62: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 64: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 65: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 66: cellpay.cell.v1.InspectResponse
-	(*cellpayv1.StatementLine)(nil),          // 67: cellpay.v1.StatementLine
-	(*cellproto.ListCallbacksRequest)(nil),   // 68: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 69: cellpay.cell.v1.ReplayCallbacksRequest
+	(*ReplicaCellView)(nil),                  // 5: cellpay.admin.v1.ReplicaCellView
+	(*InstanceStatus)(nil),                   // 6: cellpay.admin.v1.InstanceStatus
+	(*Ramp)(nil),                             // 7: cellpay.admin.v1.Ramp
+	(*SetWeightRequest)(nil),                 // 8: cellpay.admin.v1.SetWeightRequest
+	(*DrainRequest)(nil),                     // 9: cellpay.admin.v1.DrainRequest
+	(*RestoreRequest)(nil),                   // 10: cellpay.admin.v1.RestoreRequest
+	(*Attrs)(nil),                            // 11: cellpay.admin.v1.Attrs
+	(*ExplainRequest)(nil),                   // 12: cellpay.admin.v1.ExplainRequest
+	(*ExplainResponse)(nil),                  // 13: cellpay.admin.v1.ExplainResponse
+	(*RuleMiss)(nil),                         // 14: cellpay.admin.v1.RuleMiss
+	(*CellVerdict)(nil),                      // 15: cellpay.admin.v1.CellVerdict
+	(*RouteKeysRequest)(nil),                 // 16: cellpay.admin.v1.RouteKeysRequest
+	(*RouteKeysResponse)(nil),                // 17: cellpay.admin.v1.RouteKeysResponse
+	(*GetTableRequest)(nil),                  // 18: cellpay.admin.v1.GetTableRequest
+	(*Table)(nil),                            // 19: cellpay.admin.v1.Table
+	(*Cell)(nil),                             // 20: cellpay.admin.v1.Cell
+	(*Pool)(nil),                             // 21: cellpay.admin.v1.Pool
+	(*GetEffectiveTableRequest)(nil),         // 22: cellpay.admin.v1.GetEffectiveTableRequest
+	(*EffectiveTable)(nil),                   // 23: cellpay.admin.v1.EffectiveTable
+	(*EffectiveCell)(nil),                    // 24: cellpay.admin.v1.EffectiveCell
+	(*Rule)(nil),                             // 25: cellpay.admin.v1.Rule
+	(*ApplyTableRequest)(nil),                // 26: cellpay.admin.v1.ApplyTableRequest
+	(*ApplyTableResponse)(nil),               // 27: cellpay.admin.v1.ApplyTableResponse
+	(*Move)(nil),                             // 28: cellpay.admin.v1.Move
+	(*ListPartnersRequest)(nil),              // 29: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),             // 30: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),                          // 31: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),                       // 32: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),                    // 33: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),                 // 34: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                           // 35: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),                // 36: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),               // 37: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil),            // 38: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),             // 39: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 40: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 41: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 42: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 43: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 44: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 45: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 46: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 47: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 48: cellpay.admin.v1.ListCallbacksResponse
+	(*FindTransactionRequest)(nil),           // 49: cellpay.admin.v1.FindTransactionRequest
+	(*FindTransactionResponse)(nil),          // 50: cellpay.admin.v1.FindTransactionResponse
+	(*CellTransaction)(nil),                  // 51: cellpay.admin.v1.CellTransaction
+	(*FindReferenceRequest)(nil),             // 52: cellpay.admin.v1.FindReferenceRequest
+	(*FindReferenceResponse)(nil),            // 53: cellpay.admin.v1.FindReferenceResponse
+	(*Refusal)(nil),                          // 54: cellpay.admin.v1.Refusal
+	(*GetStatementRequest)(nil),              // 55: cellpay.admin.v1.GetStatementRequest
+	(*GetStatementResponse)(nil),             // 56: cellpay.admin.v1.GetStatementResponse
+	(*CellStatement)(nil),                    // 57: cellpay.admin.v1.CellStatement
+	(*ReplayCallbacksResponse)(nil),          // 58: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 59: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 60: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 61: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 62: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 63: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 64: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 65: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 66: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 67: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 68: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 69: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 70: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
-	6,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	63, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
-	5,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
-	0,  // 5: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	63, // 6: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	63, // 7: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	63, // 8: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	64, // 9: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	64, // 10: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	64, // 11: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
-	10, // 12: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	13, // 13: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
-	14, // 14: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
-	10, // 15: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
-	19, // 16: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
-	24, // 17: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
-	20, // 18: cellpay.admin.v1.Table.pools:type_name -> cellpay.admin.v1.Pool
-	23, // 19: cellpay.admin.v1.EffectiveTable.cells:type_name -> cellpay.admin.v1.EffectiveCell
-	24, // 20: cellpay.admin.v1.EffectiveTable.rules:type_name -> cellpay.admin.v1.Rule
-	20, // 21: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
-	18, // 22: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
-	27, // 23: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	30, // 24: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
-	1,  // 25: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
-	31, // 26: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
-	32, // 27: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	32, // 28: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
-	33, // 29: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	63, // 30: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	63, // 31: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
-	32, // 32: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	30, // 33: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
-	34, // 34: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
-	30, // 35: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
-	30, // 36: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
-	34, // 37: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
-	30, // 38: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	65, // 39: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	46, // 40: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	50, // 41: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	66, // 42: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
-	53, // 43: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
-	63, // 44: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
-	56, // 45: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
-	67, // 46: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
-	67, // 47: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
-	46, // 48: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	63, // 49: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	63, // 50: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	61, // 51: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 52: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	7,  // 53: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	8,  // 54: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	9,  // 55: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	11, // 56: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	15, // 57: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	17, // 58: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	21, // 59: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	25, // 60: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	28, // 61: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	35, // 62: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	37, // 63: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	38, // 64: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	40, // 65: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	42, // 66: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	43, // 67: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	44, // 68: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	68, // 69: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	69, // 70: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	48, // 71: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	54, // 72: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
-	51, // 73: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
-	60, // 74: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	58, // 75: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 76: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 77: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 78: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 79: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	12, // 80: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	16, // 81: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	18, // 82: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	22, // 83: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	26, // 84: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	29, // 85: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	36, // 86: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	39, // 87: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 88: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	41, // 89: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	39, // 90: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	39, // 91: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 92: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	47, // 93: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	57, // 94: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	49, // 95: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	55, // 96: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
-	52, // 97: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
-	62, // 98: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	59, // 99: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	76, // [76:100] is the sub-list for method output_type
-	52, // [52:76] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	7,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
+	64, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	6,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
+	5,  // 5: cellpay.admin.v1.CellStatus.replicas:type_name -> cellpay.admin.v1.ReplicaCellView
+	0,  // 6: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
+	64, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	64, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	64, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	65, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	65, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	65, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	11, // 13: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	14, // 14: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
+	15, // 15: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
+	11, // 16: cellpay.admin.v1.RouteKeysRequest.attrs:type_name -> cellpay.admin.v1.Attrs
+	20, // 17: cellpay.admin.v1.Table.cells:type_name -> cellpay.admin.v1.Cell
+	25, // 18: cellpay.admin.v1.Table.rules:type_name -> cellpay.admin.v1.Rule
+	21, // 19: cellpay.admin.v1.Table.pools:type_name -> cellpay.admin.v1.Pool
+	24, // 20: cellpay.admin.v1.EffectiveTable.cells:type_name -> cellpay.admin.v1.EffectiveCell
+	25, // 21: cellpay.admin.v1.EffectiveTable.rules:type_name -> cellpay.admin.v1.Rule
+	21, // 22: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
+	19, // 23: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
+	28, // 24: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
+	31, // 25: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
+	1,  // 26: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
+	32, // 27: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
+	33, // 28: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	33, // 29: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
+	34, // 30: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
+	64, // 31: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	64, // 32: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	33, // 33: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	31, // 34: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
+	35, // 35: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
+	31, // 36: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
+	31, // 37: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
+	35, // 38: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
+	31, // 39: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
+	66, // 40: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	47, // 41: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	51, // 42: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
+	67, // 43: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	54, // 44: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
+	64, // 45: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
+	57, // 46: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
+	68, // 47: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	68, // 48: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	47, // 49: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	64, // 50: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	64, // 51: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	62, // 52: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 53: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	8,  // 54: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	9,  // 55: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	10, // 56: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	12, // 57: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	16, // 58: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	18, // 59: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	22, // 60: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	26, // 61: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	29, // 62: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	36, // 63: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	38, // 64: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	39, // 65: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	41, // 66: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	43, // 67: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	44, // 68: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	45, // 69: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	69, // 70: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	70, // 71: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	49, // 72: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	55, // 73: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	52, // 74: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
+	61, // 75: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	59, // 76: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 77: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 78: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 79: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 80: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	13, // 81: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	17, // 82: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	19, // 83: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	23, // 84: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	27, // 85: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	30, // 86: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	37, // 87: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	40, // 88: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	40, // 89: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	42, // 90: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	40, // 91: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	40, // 92: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	46, // 93: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	48, // 94: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	58, // 95: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	50, // 96: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	56, // 97: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	53, // 98: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
+	63, // 99: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	60, // 100: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	77, // [77:101] is the sub-list for method output_type
+	53, // [53:77] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -4832,7 +4932,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,3 +62,41 @@ func TestReferenceFoundOnEveryReplica(t *testing.T) {
 		t.Fatalf("an unknown reference: exit %d, %s", code, errOut)
 	}
 }
+
+// TestCellsSeenByEveryReplica: gtrctl cells through either access point
+// shows each cell as every GTR replica's own health monitor judges it.
+func TestCellsSeenByEveryReplica(t *testing.T) {
+	cfg := env.p.Config()
+	for _, addr := range []string{cfg.AdminAddr, cfg.BackupAdminAddr} {
+		var out string
+		testutil.Eventually(t, 20*time.Second, "every cell seen up by both replicas through "+addr, func() bool {
+			code, o, _ := gtrctlAt(t, addr, operators.RoleViewer, "cells", "-o", "json")
+			out = o
+			var resp struct {
+				Cells []struct {
+					ID       string `json:"id"`
+					Replicas []struct {
+						Replica     string `json:"replica"`
+						HealthShare int    `json:"healthShare"`
+					} `json:"replicas"`
+				} `json:"cells"`
+			}
+			if code != 0 || json.Unmarshal([]byte(o), &resp) != nil || len(resp.Cells) == 0 {
+				return false
+			}
+			for _, c := range resp.Cells {
+				seen := map[string]bool{}
+				for _, r := range c.Replicas {
+					seen[r.Replica] = r.HealthShare > 0
+				}
+				if len(seen) != 2 || !seen[platform.GTR] || !seen[platform.GTRBackup] {
+					return false
+				}
+			}
+			return true
+		})
+		if !strings.Contains(out, platform.GTRBackup) {
+			t.Fatalf("%s", out)
+		}
+	}
+}

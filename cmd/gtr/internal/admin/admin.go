@@ -69,6 +69,9 @@ type Config struct {
 	// Cells reaches the cells' outboxes for the callback RPCs; optional
 	// (without it they answer UNIMPLEMENTED).
 	Cells Cells
+	// CellViews, if set, is every replica's own view of each cell, by
+	// cell ID (package replicas), shown in ListCells.
+	CellViews func(ctx context.Context) (map[string][]*adminproto.ReplicaCellView, error)
 	// References finds refusals by the reference partners quote
 	// (FindReference); optional (without it FindReference answers
 	// UNIMPLEMENTED).
@@ -127,7 +130,7 @@ const (
 	defDrySamples = 100_000
 )
 
-func (s *Server) ListCells(_ context.Context, _ *adminproto.ListCellsRequest) (*adminproto.ListCellsResponse, error) {
+func (s *Server) ListCells(ctx context.Context, _ *adminproto.ListCellsRequest) (*adminproto.ListCellsResponse, error) {
 	st := s.cfg.State
 	tbl := st.Table()
 	d, _, ok := st.Doc()
@@ -140,10 +143,18 @@ func (s *Server) ListCells(_ context.Context, _ *adminproto.ListCellsRequest) (*
 		share[h]++
 	}
 	now := st.Now()
+	var views map[string][]*adminproto.ReplicaCellView
+	if s.cfg.CellViews != nil {
+		var err error
+		if views, err = s.cfg.CellViews(ctx); err != nil {
+			s.cfg.Log.Warn("admin: the replicas' views of the cells", "error", err)
+		}
+	}
 	resp := &adminproto.ListCellsResponse{TableVersion: tbl.Version(), ReplicaId: s.cfg.ReplicaID, ConfigStore: s.cfg.Store.Status()}
 	for _, c := range d.Cells {
 		cs := s.cellStatus(c, now, float64(share[c.ID])/float64(s.cfg.ShareSamples))
 		cs.Balancer = tbl.Balancer(c.Pool).String()
+		cs.Replicas = views[c.ID]
 		resp.Cells = append(resp.Cells, cs)
 	}
 	return resp, nil

@@ -42,6 +42,8 @@ type cellJSON struct {
 	RefdataVersion uint64         `json:"refdata_version"`
 	Ramp           *rampJSON      `json:"ramp,omitempty"`
 	Instances      []instanceJSON `json:"instances"`
+	// Replicas is every GTR replica's own health verdict on the cell.
+	Replicas []replicaJSON `json:"replicas,omitempty"`
 }
 
 func healthText(h adminproto.Health) string {
@@ -52,6 +54,13 @@ func healthText(h adminproto.Health) string {
 		return "down"
 	}
 	return "unknown"
+}
+
+// replicaJSON is one replica's view of a cell.
+type replicaJSON struct {
+	Replica     string `json:"replica"`
+	HealthShare int32  `json:"health_share"`
+	InFlight    int64  `json:"in_flight"`
 }
 
 func cellView(c *adminproto.CellStatus) cellJSON {
@@ -69,6 +78,9 @@ func cellView(c *adminproto.CellStatus) cellJSON {
 			ij.CheckedAt = &t
 		}
 		cj.Instances = append(cj.Instances, ij)
+	}
+	for _, v := range c.GetReplicas() {
+		cj.Replicas = append(cj.Replicas, replicaJSON{Replica: v.GetReplica(), HealthShare: v.GetHealthShare(), InFlight: v.GetInFlight()})
 	}
 	return cj
 }

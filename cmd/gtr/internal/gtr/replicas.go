@@ -18,7 +18,17 @@ import (
 const (
 	askReference = "reference" // a refusal by its request ID: the JSON string
 	askEvents    = "events"    // the recent re-routes and ejections: a JSON limit
+	askCells     = "cells"     // each cell as this replica sees it: no question
 )
+
+// cellView is a replica's view of one cell (adminproto.ReplicaCellView).
+type cellView struct {
+	Cell           string  `json:"cell"`
+	HealthShare    int32   `json:"health_share"`
+	InFlight       int64   `json:"in_flight"`
+	SuccessRate    float64 `json:"success_rate"`
+	RecentRequests int64   `json:"recent_requests"`
+}
 
 // startReplicas answers the other replicas' questions about this one (its
 // refusals, its recent events) and lets the admin API and the console ask
@@ -36,6 +46,19 @@ func (g *GTR) startReplicas(context.Context) error {
 					return nil, nil
 				}
 				return json.Marshal(r)
+			},
+			askCells: func(context.Context, []byte) (json.RawMessage, error) {
+				d, _, ok := g.st.Doc()
+				if !ok {
+					return nil, errors.New("no routing table")
+				}
+				views := make([]cellView, 0, len(d.Cells))
+				for _, c := range d.Cells {
+					s := g.mon.Stats(c.ID)
+					views = append(views, cellView{Cell: c.ID, HealthShare: int32(g.mon.Share(c.ID)), InFlight: g.st.Stats(c.ID).InFlight,
+						SuccessRate: s.SuccessRate, RecentRequests: int64(s.Recent)})
+				}
+				return json.Marshal(views)
 			},
 			askEvents: func(_ context.Context, q []byte) (json.RawMessage, error) {
 				var limit int
@@ -99,4 +122,24 @@ func (g *GTR) events(ctx context.Context, limit int) ([]console.Event, error) {
 		lists = append(lists, evs)
 	}
 	return console.MergeEvents(limit, lists...), errors.Join(errs...)
+}
+
+// cellViews asks every replica how it sees each cell, by cell.
+func (g *GTR) cellViews(ctx context.Context) (map[string][]*adminproto.ReplicaCellView, error) {
+	answers, err := g.replicas.Ask(ctx, askCells, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]*adminproto.ReplicaCellView{}
+	for _, a := range answers {
+		var views []cellView
+		if json.Unmarshal(a.Body, &views) != nil {
+			continue
+		}
+		for _, v := range views {
+			out[v.Cell] = append(out[v.Cell], &adminproto.ReplicaCellView{Replica: a.Replica, HealthShare: v.HealthShare, InFlight: v.InFlight,
+				SuccessRate: v.SuccessRate, RecentRequests: v.RecentRequests})
+		}
+	}
+	return out, nil
 }

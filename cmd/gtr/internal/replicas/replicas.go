@@ -6,7 +6,9 @@
 //
 // The question goes over NATS to cellpay.gtr.ask.<kind>, which every
 // replica subscribes to (core NATS, no stream: nothing is kept), and each
-// answers to the asker's inbox within the asker's window. Without NATS, or
+// answers to the asker's inbox within the asker's window. A question ends
+// as soon as every replica that answered in the last minute has; at least
+// every 30 s one waits its whole window, to hear of new replicas. Without NATS, or
 // with NATS down, a replica answers alone, and says so: the answer lists
 // the replicas that answered. A question and an answer are bounded
 // (MaxBody), and so are the answers gathered (MaxReplicas).
@@ -20,6 +22,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,7 +75,21 @@ type Config struct {
 type Replicas struct {
 	cfg Config
 	nc  *nats.Conn
+
+	// known are the replicas that answered lately, and when; a question
+	// ends as soon as they all have, but waits its whole window at least
+	// every fullEvery, to learn of new ones.
+	mu     sync.Mutex
+	known  map[string]time.Time
+	fullAt time.Time
 }
+
+// Learning: a replica silent for forgetAfter is no longer waited for; a
+// question waits its whole window at least every fullEvery.
+const (
+	forgetAfter = time.Minute
+	fullEvery   = 30 * time.Second
+)
 
 // Start answers questions from now on, over NATS when configured. Close
 // stops it.
@@ -91,7 +108,7 @@ func Start(cfg Config) (*Replicas, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Replicas{cfg: cfg}
+	r := &Replicas{cfg: cfg, known: map[string]time.Time{}}
 	if cfg.NATSURL == "" {
 		return r, nil
 	}
@@ -186,8 +203,10 @@ func (r *Replicas) gather(ctx context.Context, kind string, question []byte) []A
 		r.cfg.Log.Warn("replicas: cannot ask", "kind", kind, "error", err)
 		return nil
 	}
+	expect, full := r.expected(time.Now())
 	var out []Answer
 	seen := map[string]bool{}
+	defer func() { r.learn(seen, full, time.Now()) }()
 	for len(out) < MaxReplicas {
 		select {
 		case <-ctx.Done():
@@ -199,7 +218,54 @@ func (r *Replicas) gather(ctx context.Context, kind string, question []byte) []A
 			}
 			seen[a.Replica] = true
 			out = append(out, a)
+			if !full && len(seen) >= len(expect) && allIn(expect, seen) {
+				return out
+			}
 		}
 	}
 	return out
+}
+
+// expected are the replicas known to answer at now, and whether this
+// question must wait its whole window instead (none known, or none waited
+// for fullEvery).
+func (r *Replicas) expected(now time.Time) ([]string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for id, at := range r.known {
+		if now.Sub(at) > forgetAfter {
+			delete(r.known, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	full := len(out) == 0 || now.Sub(r.fullAt) >= fullEvery
+	if full {
+		r.fullAt = now // one question at a time waits it out
+	}
+	return out, full
+}
+
+// learn notes the replicas that answered.
+func (r *Replicas) learn(seen map[string]bool, full bool, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range seen {
+		if _, ok := r.known[id]; ok || len(r.known) < MaxReplicas {
+			r.known[id] = now
+		}
+	}
+	if full {
+		r.fullAt = now
+	}
+}
+
+func allIn(ids []string, seen map[string]bool) bool {
+	for _, id := range ids {
+		if !seen[id] {
+			return false
+		}
+	}
+	return true
 }

@@ -72,6 +72,10 @@ func TestEveryReplicaAnswers(t *testing.T) {
 		got, err = a.Ask(t.Context(), "echo", []byte("q"))
 		return err == nil && len(got) == 2
 	})
+	// Once both are known, a question ends when both have answered.
+	if again, err := a.Ask(t.Context(), "echo", []byte("q")); err != nil || len(again) != 2 {
+		t.Fatalf("asked again: %+v, %v", again, err)
+	}
 	for i, want := range []string{"gtr-a", "gtr-b"} {
 		var body string
 		if err := json.Unmarshal(got[i].Body, &body); err != nil || got[i].Replica != want || body != want+":q" {

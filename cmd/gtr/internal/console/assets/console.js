@@ -138,7 +138,15 @@
     tr.firstChild.scope = 'row';
     tr.append(el('td', c.pool + (c.balancer && c.balancer !== 'round_robin' ? ' (' + c.balancer + ')' : '')));
     const h = c.health === 'up' && c.health_share < 100 ? 'up ' + c.health_share + '%' : c.health;
-    tr.append(el('td', h, 'health ' + c.health));
+    const health = el('td', h, 'health ' + c.health);
+    if (c.replicas && c.replicas.length) {
+      // Every replica's own verdict: one that judges otherwise shows here.
+      const upOn = c.replicas.filter((r) => r.health_share > 0).length;
+      const rs = el('div', upOn + '/' + c.replicas.length + ' replicas up', 'help');
+      rs.title = c.replicas.map((r) => r.replica + ': ' + r.health_share + '%, ' + r.in_flight + ' in flight').join('\n');
+      health.append(rs);
+    }
+    tr.append(health);
     const inst = el('td');
     const up = c.instances.filter((i) => i.health === 'up').length;
     inst.append(el('span', up + '/' + c.instances.length + ' up'));
