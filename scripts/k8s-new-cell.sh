@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # k8s-new-cell.sh NAME: add a cell to deploy/k8s. Writes overlays/NAME (the
-# cell's namespace and certificate, and via base/cell its Deployment,
+# cell's namespace, certificate and the issuance policy that lets its
+# namespace obtain that identity alone, and via base/cell its Deployment,
 # Postgres Cluster, Service and NetworkPolicies), adds its one line to the
 # GTR's routing table (overlays/platform/gtr.yaml, at weight 0, version
 # raised), makes its Postgres roles' passwords, adds it to NATS's users, and runs the checks over

@@ -36,6 +36,12 @@ var update = flag.Bool("update", false, "rewrite metrics.txt from the Go sources
 var external = map[string]string{
 	"up": "Prometheus, for every scrape target",
 	"certmanager_certificate_expiration_timestamp_seconds": "cert-manager",
+	// The storage alerts' (Kubernetes only): the kubelet's (job kubelet),
+	// and a cell's Postgres instances' exporter's (job cellpay-postgres).
+	"kubelet_volume_stats_available_bytes":                           "the kubelet",
+	"kubelet_volume_stats_capacity_bytes":                            "the kubelet",
+	"cnpg_collector_pg_wal_archive_status":                           "CloudNativePG's instance manager",
+	"barman_cloud_cloudnative_pg_io_last_available_backup_timestamp": "the Barman Cloud plugin, through CloudNativePG's instance manager",
 }
 
 var (

@@ -136,7 +136,10 @@ func TestCellServesTheGTROnly(t *testing.T) {
 	addr := serve(t, files("cell-a"), hop.CellPolicy, func(gs *grpc.Server) { cellproto.RegisterCellServer(gs, fakeCell{}) })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	as := func(name string) *grpc.ClientConn { f := files(name); return dialAs(t, addr, &f, hop.Only(hop.Cell("cell-a"))) }
+	as := func(name string) *grpc.ClientConn {
+		f := files(name)
+		return dialAs(t, addr, &f, hop.Only(hop.Cell("cell-a")))
+	}
 
 	for _, tc := range []struct {
 		name    string

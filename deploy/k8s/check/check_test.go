@@ -58,7 +58,7 @@ func TestOverlaysRender(t *testing.T) {
 			kinds := map[string]int{}
 			for _, obj := range objs {
 				kinds[obj.GVK.Kind]++
-				if obj.GVK.Kind != "Namespace" && obj.GVK.Kind != "ClusterIssuer" && obj.Namespace == "" {
+				if !ClusterScoped(obj.GVK) && obj.Namespace == "" {
 					t.Errorf("%s has no namespace", obj)
 				}
 			}

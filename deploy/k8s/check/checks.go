@@ -32,6 +32,8 @@ func Check(objs []Object) []string {
 	v = append(v, CheckScrape(w)...)
 	v = append(v, CheckCallbacks(w)...)
 	v = append(v, CheckZones(w)...)
+	v = append(v, CheckIssuance(w)...)
+	v = append(v, CheckNATSReload(w)...)
 	sort.Strings(v)
 	return v
 }

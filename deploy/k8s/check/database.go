@@ -40,7 +40,9 @@ const (
 //     CA Secret, mounted whole (never the CA's key);
 //   - each URL's password is $(VAR) of an env var defined before it, from
 //     key password of that role's basic-auth Secret, which is rendered,
-//     names the role, and holds a URL-safe password.
+//     names the role, and holds a URL-safe password;
+//   - it is backed up: WAL archived to an object store and base backups
+//     scheduled (CheckBackup, backup.go).
 func CheckDatabase(w *World, ns string) []string {
 	clusters := w.Find("Cluster", ns)
 	if len(clusters) != 1 {
@@ -59,6 +61,7 @@ func CheckDatabase(w *World, ns string) []string {
 	if cl.Spec.StorageConfiguration.Size == "" && cl.Spec.StorageConfiguration.PersistentVolumeClaimTemplate == nil {
 		v = append(v, fmt.Sprintf("%s: no storage size", co))
 	}
+	v = append(v, CheckBackup(w, ns, co)...)
 	initdb := (*cnpgv1.BootstrapInitDB)(nil)
 	if cl.Spec.Bootstrap != nil {
 		initdb = cl.Spec.Bootstrap.InitDB

@@ -2,8 +2,8 @@
 
 // The server-side dry run: every overlay applied with dryRun=All and strict
 // field validation against a real kube-apiserver and etcd, with
-// cert-manager's, CloudNativePG's and the Prometheus Operator's CRDs
-// installed (crdSources). It runs only from
+// cert-manager's, approver-policy's, CloudNativePG's and the Prometheus
+// Operator's CRDs installed (crdSources). It runs only from
 // scripts/k8s-envtest.sh, which builds and caches the binaries and sets
 // CELLPAY_ENVTEST=1, CELLPAY_KUBE_APISERVER and CELLPAY_ETCD. Under the tag
 // but without them it fails rather than skips, so that a CI step can never
@@ -99,8 +99,9 @@ type crdSource struct {
 }
 
 // crdSources: cert-manager's from its deploy/crds (its own install bundles
-// them the same way), CloudNativePG's Cluster from config/crd/bases (its
-// release manifest is built from them). Installing is all either needs
+// them the same way), CloudNativePG's Cluster and ScheduledBackup from
+// config/crd/bases (its release manifest is built from them), and so its
+// Barman Cloud plugin's ObjectStore. Installing is all either needs
 // here: no controller runs, so nothing is issued or created, and a dry run
 // only validates.
 var crdSources = []crdSource{
@@ -110,8 +111,19 @@ var crdSources = []crdSource{
 		"cert-manager.io_issuers.yaml",
 		"cert-manager.io_clusterissuers.yaml",
 	}},
+	// approver-policy's CertificateRequestPolicy, from deploy/crds (its
+	// chart's CRD template is the same schema, wrapped in Helm).
+	{module: "github.com/cert-manager/approver-policy", dir: "deploy/crds", files: []string{
+		"policy.cert-manager.io_certificaterequestpolicies.yaml",
+	}},
 	{module: "github.com/cloudnative-pg/cloudnative-pg", dir: "config/crd/bases", files: []string{
 		"postgresql.cnpg.io_clusters.yaml",
+		"postgresql.cnpg.io_scheduledbackups.yaml",
+	}},
+	// The Barman Cloud plugin's ObjectStore (the cells' backups), from its
+	// module, whose API types Scheme decodes with.
+	{module: "github.com/cloudnative-pg/plugin-barman-cloud", dir: "config/crd/bases", files: []string{
+		"barmancloud.cnpg.io_objectstores.yaml",
 	}},
 	// The Prometheus Operator's, from the example/prometheus-operator-crd
 	// its bundle is made of. Its API types are the separate module
@@ -279,7 +291,8 @@ func TestServerDryRun(t *testing.T) {
 		})
 	}
 	t.Logf("%d objects of %d overlays accepted by the server (dryRun=All, fieldValidation=Strict): %v", n, len(overlays), kinds)
-	for _, k := range []string{"cert-manager.io/Certificate", "cert-manager.io/Issuer", "cert-manager.io/ClusterIssuer", "postgresql.cnpg.io/Cluster",
+	for _, k := range []string{"cert-manager.io/Certificate", "cert-manager.io/Issuer", "cert-manager.io/ClusterIssuer",
+		"policy.cert-manager.io/CertificateRequestPolicy", "rbac.authorization.k8s.io/Role", "rbac.authorization.k8s.io/RoleBinding", "postgresql.cnpg.io/Cluster",
 		"monitoring.coreos.com/Prometheus", "monitoring.coreos.com/PodMonitor", "monitoring.coreos.com/PrometheusRule"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s accepted: those objects did not meet the server", k)
@@ -297,6 +310,8 @@ func TestServerDryRun(t *testing.T) {
 			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], dnsName: [b]}\n",
 		"invalid Certificate value": "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad, namespace: cellpay-gtr}\n" +
 			"spec: {secretName: s, issuerRef: {name: i}, dnsNames: [a], privateKey: {algorithm: DSA}}\n",
+		"unknown CertificateRequestPolicy field": "apiVersion: policy.cert-manager.io/v1alpha1\nkind: CertificateRequestPolicy\nmetadata: {name: bad}\n" +
+			"spec: {selector: {namespace: {matchNames: [a]}}, allowed: {uri: {values: [x]}}}\n",
 		"unknown Cluster field": "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: bad, namespace: cell-a}\n" +
 			"spec: {instances: 3, storage: {size: 1Gi}, instance: 2}\n",
 		"unknown PodMonitor field": "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata: {name: bad, namespace: cell-a}\n" +

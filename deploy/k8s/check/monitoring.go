@@ -44,7 +44,9 @@ const (
 //     (and so no other of its pods) on its http-metrics port as job
 //     cert-manager with honorLabels, so that its metrics keep the
 //     Certificate's namespace that CellpayCertificateExpiry names, scrapes
-//     no pod of a cell, and evaluates the platform's PrometheusRule.
+//     no pod of a cell, scrapes the kubelets' volume stats through its one
+//     scrape config that is no PodMonitor (kubeletScrape,
+//     monitoring_kubelet.go), and evaluates the platform's PrometheusRule.
 func CheckMonitoring(w *World) []string {
 	var v []string
 	for _, ns := range w.Cells {
@@ -142,9 +144,10 @@ func globalMonitoring(w *World) []string {
 	if !p.Spec.EnableRemoteWriteReceiver {
 		v = append(v, at+": enableRemoteWriteReceiver is off: the cells cannot write to it")
 	}
-	if p.Spec.AdditionalScrapeConfigs != nil || p.Spec.ServiceMonitorSelector != nil || p.Spec.ProbeSelector != nil || p.Spec.ScrapeConfigSelector != nil {
-		v = append(v, at+": scrapes more than PodMonitors")
+	if p.Spec.ServiceMonitorSelector != nil || p.Spec.ProbeSelector != nil || p.Spec.ScrapeConfigSelector != nil {
+		v = append(v, at+": scrapes more than PodMonitors and the kubelets")
 	}
+	v = append(v, kubeletScrape(w, at, p)...)
 	for _, ns := range w.Cells {
 		if nsSelected(w, p.Spec.PodMonitorNamespaceSelector, MonitoringNamespace, ns) {
 			v = append(v, fmt.Sprintf("%s: discovers PodMonitors in cell %s, whose scrape is its own Prometheus's", at, ns))

@@ -23,6 +23,7 @@ resources:
   - ../../base/cell
   - namespace.yaml
   - certificate.yaml
+  - issuance-policy.yaml
 labels:
   - pairs: {cellpay.io/cell: {{.}}}
     includeTemplates: true
@@ -77,6 +78,59 @@ spec:
   issuerRef: {group: cert-manager.io, kind: ClusterIssuer, name: cellpay-internal-ca}
 `))
 
+// Who may obtain the cell's certificate: this namespace alone, from the
+// internal CA, for the certificate's names; cert-manager's controller is
+// bound to use the policy here only.
+var issuancePolicyTemplate = template.Must(template.New("issuance-policy").Parse(`# Who may obtain cell {{.}}'s certificate (certificate.yaml): requests in
+# namespace {{.}} only, from the internal CA only, for exactly these names and
+# usages. No other namespace may obtain spiffe://cellpay.internal/cell/{{.}}
+# (README.md, "Who may obtain a certificate"; base/nats says how a policy
+# and its Role work). Policies are cluster-scoped: kustomize stamps the
+# overlay's namespace on this one too, and the API server drops it.
+apiVersion: policy.cert-manager.io/v1alpha1
+kind: CertificateRequestPolicy
+metadata:
+  name: {{.}}.cell
+  labels: {app.kubernetes.io/name: cell, app.kubernetes.io/part-of: cellpay}
+spec:
+  selector:
+    namespace: {matchNames: [{{.}}]}
+    issuerRef: {group: cert-manager.io, kind: ClusterIssuer, name: cellpay-internal-ca}
+  allowed:
+    commonName: {value: {{.}}, required: true}
+    uris: {values: ["spiffe://cellpay.internal/cell/{{.}}"], required: true}
+    dnsNames:
+      values:
+        - cell
+        - cell.{{.}}
+        - cell.{{.}}.svc
+        - cell.{{.}}.svc.cluster.local
+        - {{.}}.cellpay.internal
+    usages: [server auth, client auth, digital signature]
+---
+# cert-manager's controller may use the policy for requests in this
+# namespace, and only here.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: cellpay-issuance.cell
+  labels: {app.kubernetes.io/part-of: cellpay}
+rules:
+  - apiGroups: [policy.cert-manager.io]
+    resources: [certificaterequestpolicies]
+    verbs: [use]
+    resourceNames: [{{.}}.cell]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: cellpay-issuance.cell
+  labels: {app.kubernetes.io/part-of: cellpay}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cellpay-issuance.cell}
+subjects:
+  - {kind: ServiceAccount, name: cert-manager, namespace: cert-manager}
+`))
+
 var namespaceTemplate = template.Must(template.New("namespace").Parse(`apiVersion: v1
 kind: Namespace
 metadata:
@@ -101,7 +155,10 @@ func OverlayFiles(name string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("newcell: %q is not a DNS label (lower case letters, digits, '-')", name)
 	}
 	out := map[string][]byte{}
-	for file, t := range map[string]*template.Template{"kustomization.yaml": overlayTemplate, "namespace.yaml": namespaceTemplate, "certificate.yaml": certificateTemplate} {
+	for file, t := range map[string]*template.Template{
+		"kustomization.yaml": overlayTemplate, "namespace.yaml": namespaceTemplate,
+		"certificate.yaml": certificateTemplate, "issuance-policy.yaml": issuancePolicyTemplate,
+	} {
 		var b bytes.Buffer
 		if err := t.Execute(&b, name); err != nil {
 			return nil, err
@@ -112,7 +169,8 @@ func OverlayFiles(name string) (map[string][]byte, error) {
 }
 
 // NewCell adds cell name to the deploy/k8s tree at root: it writes
-// overlays/NAME and adds the cell's one line to the GTR's routing table
+// overlays/NAME (with the policy that lets only its namespace obtain its
+// certificate) and adds the cell's one line to the GTR's routing table
 // (overlays/platform/gtr.yaml), raising the table's version. The cell joins
 // pool main at weight 0, so that it takes no traffic until an operator
 // restores it with a ramp (gtrctl restore NAME --over 10m).

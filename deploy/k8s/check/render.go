@@ -1,9 +1,11 @@
 // Package check renders Cellpay's Kubernetes manifests (deploy/k8s) with the
 // kustomize library, decodes every object strictly into the Kubernetes API
-// types (and cert-manager's, CloudNativePG's and the Prometheus Operator's,
-// see Scheme), and proves properties of the result: probes, limits, pinned
-// images, non-root pods, disruption budgets, the internal hops' mutual TLS
-// (hoptls.go), each cell's database (database.go), the monitoring
+// types (and cert-manager's, approver-policy's, CloudNativePG's and the
+// Prometheus Operator's, see Scheme), and proves properties of the result:
+// probes, limits, pinned images, non-root pods, disruption budgets, the
+// internal hops' mutual TLS (hoptls.go), who may obtain which certificate
+// (issuance.go), NATS's certificate reload (nats_reload.go), each cell's
+// database (database.go), the monitoring
 // (monitoring.go, its paths scrape.go, its rules rules.go), and the cell
 // boundary, the last with a small NetworkPolicy evaluator (netpol.go)
 // rather than by reading file names.
@@ -26,9 +28,11 @@ import (
 	"sort"
 	"strings"
 
+	policyv1alpha1 "github.com/cert-manager/approver-policy/pkg/apis/policy/v1alpha1"
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cnpgv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -204,7 +208,8 @@ func (t *Tree) RenderAll() ([]Object, error) {
 
 // Scheme holds every kind the manifests may use: the built-in Kubernetes
 // API types, cert-manager's (cert-manager.io/v1: Certificate, Issuer,
-// ClusterIssuer, CertificateRequest), CloudNativePG's
+// ClusterIssuer, CertificateRequest), approver-policy's
+// (policy.cert-manager.io/v1alpha1: CertificateRequestPolicy), CloudNativePG's
 // (postgresql.cnpg.io/v1: Cluster and the rest) and the Prometheus
 // Operator's (monitoring.coreos.com/v1: Prometheus, PodMonitor,
 // PrometheusRule and the rest). It is this package's own, so that
@@ -217,6 +222,7 @@ func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(cmv1.AddToScheme(s))
+	utilruntime.Must(policyv1alpha1.AddToScheme(s))
 	utilruntime.Must(cnpgv1.AddToScheme(s))
 	utilruntime.Must(monitoringv1.AddToScheme(s))
 	return s
@@ -239,5 +245,28 @@ func Decode(data []byte) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
-	return Object{GVK: gvk, Namespace: u.GetNamespace(), Name: u.GetName(), YAML: bytes.Clone(data), Typed: typed}, nil
+	ns := u.GetNamespace()
+	if ClusterScoped(gvk) {
+		// kustomize knows the scope of the built-in kinds only, and
+		// stamps an overlay's namespace on a cluster-scoped custom
+		// resource too; the API server drops it, and so does Decode.
+		ns = ""
+		if m, err := meta.Accessor(typed); err == nil {
+			m.SetNamespace("")
+		}
+	}
+	return Object{GVK: gvk, Namespace: ns, Name: u.GetName(), YAML: bytes.Clone(data), Typed: typed}, nil
 }
+
+// clusterScoped are the cluster-scoped kinds the manifests use.
+var clusterScoped = map[schema.GroupKind]bool{
+	{Kind: "Namespace"}: true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:           true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:    true,
+	{Group: "cert-manager.io", Kind: "ClusterIssuer"}:                   true,
+	{Group: "policy.cert-manager.io", Kind: "CertificateRequestPolicy"}: true,
+}
+
+// ClusterScoped says whether objects of kind gvk live outside any
+// namespace.
+func ClusterScoped(gvk schema.GroupVersionKind) bool { return clusterScoped[gvk.GroupKind()] }

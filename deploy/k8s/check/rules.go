@@ -16,8 +16,9 @@ import (
 // (TestPrometheusRules keeps them equal; -update rewrites them):
 //
 //   - the cell's (base/cell/rules.yaml), evaluated by each cell's own
-//     Prometheus: the rules every series of which a cell exports, so that
-//     a cell alerts on itself with the global Prometheus away;
+//     Prometheus: the rules every series of which a cell or its Postgres
+//     exports, so that a cell alerts on itself with the global Prometheus
+//     away;
 //   - the platform's (base/monitoring/rules.yaml), evaluated by the global
 //     Prometheus: every other rule (the GTR's metrics, up, cert-manager's).
 //
@@ -32,9 +33,12 @@ const (
 	MonitoringNamespace = "cellpay-monitoring"
 )
 
-// cellMetricPrefixes are the series a cell exports (cmd/cell: its own
-// instruments and refsync's). A rule naming only these is the cell's.
-var cellMetricPrefixes = []string{"cellpay_cell_", "cellpay_refdata_"}
+// cellMetricPrefixes are the series a cell's own Prometheus scrapes: the
+// cell's (cmd/cell: its own instruments and refsync's), and its Postgres
+// instances' exporter's (CloudNativePG's collector, and the Barman Cloud
+// plugin's backup metrics through it). A rule naming only these is the
+// cell's.
+var cellMetricPrefixes = []string{"cellpay_cell_", "cellpay_refdata_", "cnpg_collector_", "barman_cloud_cloudnative_pg_io_"}
 
 // RuleFiles are the generated PrometheusRules: path (relative to
 // deploy/k8s), name, namespace ("" for the overlay's) and RulesLabel value.

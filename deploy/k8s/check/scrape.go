@@ -53,8 +53,9 @@ func isCertManagerController(p Pod) bool {
 //     9090, and each of them gets through; it reaches every GTR pod on
 //     9070, every NATS pod's natsmon on 7777, cert-manager's controller on 9402 (in cert-manager's
 //     namespace, as far as our policies go: that namespace's own are not
-//     ours) and DNS, sends nowhere else but the API server's ports, and
-//     so into no cell, nor to cert-manager's webhook or cainjector.
+//     ours) and DNS, sends nowhere else but the API server's ports and
+//     the kubelets' (10250), and so into no cell, nor to cert-manager's
+//     webhook or cainjector but on those.
 //
 // Who else may reach a cell, its Postgres or the GTR is CheckBoundary's
 // and CheckTrust's, which admit these scrapes and nothing more.
@@ -157,13 +158,16 @@ func globalPrometheusPaths(w *World, global Pod) []string {
 			}
 			switch {
 			case apiServerPort(t) && apiServerOnly(w, global, dst, t):
+			case t == (Target{KubeletPort, corev1.ProtocolTCP}) && apiServerOnly(w, global, dst, t):
+				// The kubelets' port, open to any address as the API
+				// server's are (nodes are no pods): no pod of ours on it.
 			case isGTR(dst) && t == Target{GTRMetricsPort, corev1.ProtocolTCP}:
 			case isNATS(dst) && t == Target{NATSMonMetricsPort, corev1.ProtocolTCP}:
 			case isCertManagerController(dst) && t == Target{CertManagerMetricsPort, corev1.ProtocolTCP}:
 			case dst.Namespace == "kube-system" && dst.Labels["k8s-app"] == "kube-dns" && t.Port == 53:
 			default:
-				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), natsmon (%d), cert-manager's controller (%d), DNS and the API server",
-					global, dst, t, GTRMetricsPort, NATSMonMetricsPort, CertManagerMetricsPort))
+				v = append(v, fmt.Sprintf("%s may send to %s on %s: the global Prometheus reaches only the GTR (%d), natsmon (%d), cert-manager's controller (%d), DNS, the API server and the kubelets (%d)",
+					global, dst, t, GTRMetricsPort, NATSMonMetricsPort, CertManagerMetricsPort, KubeletPort))
 			}
 		}
 	}

@@ -386,7 +386,7 @@ func TestPartnersPortsAlike(t *testing.T) {
 
 // TestOrganisationIssuer does what README.md ("Replacing the issuer") tells
 // production to do: drop the bootstrap CA and point the Certificate at a
-// ClusterIssuer, with the public name added. The result must pass the
+// ClusterIssuer, with the public name added, and its issuance policy alike. The result must pass the
 // checks, and the Certificate must say so.
 func TestOrganisationIssuer(t *testing.T) {
 	dir := t.TempDir()
@@ -410,6 +410,14 @@ func TestOrganisationIssuer(t *testing.T) {
         value: {group: cert-manager.io, kind: ClusterIssuer, name: corp-ca}
       - op: add
         path: /spec/dnsNames/-
+        value: payments.example.com
+  - target: {group: policy.cert-manager.io, kind: CertificateRequestPolicy, name: cellpay-gtr.gtr}
+    patch: |
+      - op: replace
+        path: /spec/selector/issuerRef
+        value: {group: cert-manager.io, kind: ClusterIssuer, name: corp-ca}
+      - op: add
+        path: /spec/allowed/dnsNames/values/-
         value: payments.example.com
 `
 	if err := os.WriteFile(k, []byte(text), 0o644); err != nil {

@@ -327,7 +327,7 @@ func (g *GTR) startAdmin(context.Context) error {
 		rel = releaser{url: cfg.NATSURL, tls: cfg.NATSTLS, name: "gtr release " + cfg.ReplicaID}
 	}
 	adm, err := admin.New(admin.Config{State: g.st, Health: g.mon, Store: g.store, Partners: g.partners, ReplicaID: cfg.ReplicaID, Cells: g.pool,
-		Releaser: rel, Audit: auditLog, References: g.findReference, Log: cfg.Log})
+		Releaser: rel, Audit: auditLog, References: g.findReference, CellViews: g.cellViews, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
