@@ -27,28 +27,7 @@ import (
 // reconnect presents the new certificate, which the server (TLS with
 // verify_and_map, as the platform's) takes as the same user.
 func TestReconnectPresentsRenewedCertificate(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.EnsureCA(filepath.Join(dir, "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Issue("nats", []string{"127.0.0.1", hop.NATS}, pki.Server); err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
-		t.Fatal(err)
-	}
-	port, err := testutil.FreePortRun(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := natsauth.Server{Host: "127.0.0.1", Port: port, StoreDir: filepath.Join(dir, "js"),
-		Cert: pki.CertFile(ca.Dir, "nats"), Key: pki.KeyFile(ca.Dir, "nats"), CA: ca.CertFile(), Cells: []string{"cell-a"}}
-	confFile := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ns := natstest.StartFile(t, confFile)
+	ca, ns := secureNATS(t, hop.NATS)
 
 	files := tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()}
 	reconnected := make(chan struct{}, 1)
@@ -157,28 +136,7 @@ func certSum(c *x509.Certificate) string {
 // the same CA for its address, but not the NATS servers' identity (another
 // component's certificate, say), is refused at the handshake.
 func TestRefusesAServerWithoutNATSIdentity(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.EnsureCA(filepath.Join(dir, "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Issue("imposter", []string{"127.0.0.1", hop.Cell("cell-b")}, pki.Server); err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
-		t.Fatal(err)
-	}
-	port, err := testutil.FreePortRun(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := natsauth.Server{Host: "127.0.0.1", Port: port, StoreDir: filepath.Join(dir, "js"),
-		Cert: pki.CertFile(ca.Dir, "imposter"), Key: pki.KeyFile(ca.Dir, "imposter"), CA: ca.CertFile(), Cells: []string{"cell-a"}}
-	confFile := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ns := natstest.StartFile(t, confFile)
+	ca, ns := secureNATS(t, hop.Cell("cell-b"))
 	opts, err := natsconn.TLSOptions(tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()})
 	if err != nil {
 		t.Fatal(err)
@@ -191,4 +149,33 @@ func TestRefusesAServerWithoutNATSIdentity(t *testing.T) {
 	if !strings.Contains(err.Error(), "presented identity "+hop.Cell("cell-b")) {
 		t.Fatalf("the refusal does not name the identity presented: %v", err)
 	}
+}
+
+// secureNATS runs a NATS server with the platform's TLS and permissions
+// (cell-a a user), its certificate for 127.0.0.1 and the identity given,
+// and issues cell-a's client certificate from the same CA.
+func secureNATS(t *testing.T, serverIdentity string) (*pki.CA, *natstest.Server) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := pki.EnsureCA(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("nats", []string{"127.0.0.1", serverIdentity}, pki.Server); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testutil.FreePortRun(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := natsauth.Server{Host: "127.0.0.1", Port: port, StoreDir: filepath.Join(dir, "js"),
+		Cert: pki.CertFile(ca.Dir, "nats"), Key: pki.KeyFile(ca.Dir, "nats"), CA: ca.CertFile(), Cells: []string{"cell-a"}}
+	confFile := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ca, natstest.StartFile(t, confFile)
 }

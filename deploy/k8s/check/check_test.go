@@ -339,3 +339,27 @@ func TestWorkloadChecksCatch(t *testing.T) {
 		}
 	}
 }
+
+// brokenCase is the rendered platform broken one way, and the violations
+// the checks must report for it.
+type brokenCase struct {
+	name  string
+	objs  []Object
+	wants []string
+}
+
+// checkBroken runs the checks over each case, each a subtest, requiring
+// every violation it wants.
+func checkBroken(t *testing.T, cases []brokenCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := strings.Join(Check(c.objs), "\n")
+			for _, want := range c.wants {
+				if !strings.Contains(got, want) {
+					t.Errorf("no violation %q; got:\n%s", want, got)
+				}
+			}
+		})
+	}
+}

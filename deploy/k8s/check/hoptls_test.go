@@ -52,11 +52,7 @@ func TestHopTLSChecksCatch(t *testing.T) {
 	cert := func(kind, ns, name string, change func(c *cmv1.Certificate)) []Object {
 		return withObject(t, base, kind, ns, name, change)
 	}
-	cases := []struct {
-		name  string
-		objs  []Object
-		wants []string
-	}{
+	cases := []brokenCase{
 		{"cell without TLS", cell(func(d *appsv1.Deployment) { dropEnv(containerOf(d), "CELL_TLS_CA") }),
 			[]string{"Deployment cell-b/cell container cell: no CELL_TLS_CA: the cell's hop is not mutual TLS"}},
 		{"cell certificate by subPath", cell(func(d *appsv1.Deployment) {
@@ -116,16 +112,7 @@ func TestHopTLSChecksCatch(t *testing.T) {
 		{"internal CA not issued", without(base, "Certificate", "cert-manager", "cellpay-internal-ca"),
 			[]string{"ClusterIssuer/cellpay-internal-ca: CA Secret cellpay-internal-ca is neither rendered nor issued by a rendered CA Certificate in cert-manager"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := strings.Join(Check(c.objs), "\n")
-			for _, want := range c.wants {
-				if !strings.Contains(got, want) {
-					t.Errorf("no violation %q; got:\n%s", want, got)
-				}
-			}
-		})
-	}
+	checkBroken(t, cases)
 }
 
 func issuerRef(kind, name string) cmmetav1.IssuerReference {
@@ -154,11 +141,7 @@ func TestDatabaseChecksCatch(t *testing.T) {
 			}
 		})
 	}
-	cases := []struct {
-		name  string
-		objs  []Object
-		wants []string
-	}{
+	cases := []brokenCase{
 		{"one instance, no synchronous standby", cluster(func(c *cnpgv1.Cluster) {
 			c.Spec.Instances, c.Spec.PostgresConfiguration.Synchronous = 1, nil
 		}), []string{"Cluster cell-a/postgres: 1 instances, want 2 or more", "Cluster cell-a/postgres: no synchronous replication"}},
@@ -221,16 +204,7 @@ func TestDatabaseChecksCatch(t *testing.T) {
 		{"a password that breaks the URL", withSecretData(t, base, "cell-a", "cellpay-app-", "password", "p@ss/word"),
 			[]string{"cell-a: CELL_DATABASE_URL: Secret cellpay-app-", "password is not URL-safe"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := strings.Join(Check(c.objs), "\n")
-			for _, want := range c.wants {
-				if !strings.Contains(got, want) {
-					t.Errorf("no violation %q; got:\n%s", want, got)
-				}
-			}
-		})
-	}
+	checkBroken(t, cases)
 }
 
 // withSecretData sets one key of the Secret in ns whose name starts with

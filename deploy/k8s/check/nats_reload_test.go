@@ -51,11 +51,7 @@ func TestNATSReloadChecksCatch(t *testing.T) {
 		return withObject(t, base, "ConfigMap", NATSNamespace, confName, func(cm *corev1.ConfigMap) { cm.Data["nats.conf"] = change(cm.Data["nats.conf"]) })
 	}
 	const sts = "StatefulSet cellpay-nats/nats"
-	cases := []struct {
-		name  string
-		objs  []Object
-		wants []string
-	}{
+	cases := []brokenCase{
 		{"no reloader", nats(func(s *corev1.PodSpec) {
 			s.Containers = slices.DeleteFunc(s.Containers, func(c corev1.Container) bool { return imageName(c.Image) == ReloaderImage })
 		}), []string{sts + ": no reloader container (image natsio/nats-server-config-reloader)"}},
@@ -105,16 +101,7 @@ func TestNATSReloadChecksCatch(t *testing.T) {
 			}
 		}), []string{sts + " container natsmon: may run as the server's user (1000)"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := strings.Join(Check(c.objs), "\n")
-			for _, want := range c.wants {
-				if !strings.Contains(got, want) {
-					t.Errorf("no violation %q; got:\n%s", want, got)
-				}
-			}
-		})
-	}
+	checkBroken(t, cases)
 }
 
 // TestFlagValues holds the reloader's argument parsing to Go's flag syntax.

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/admin"
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -650,8 +651,8 @@ func TestFindReference(t *testing.T) {
 		t.Fatalf("find: %d %s", resp.StatusCode, body)
 	}
 	var got struct {
-		Refusals []refJSON `json:"refusals"`
-		Replicas []string  `json:"replicas"`
+		Refusals []refusals.Refusal `json:"refusals"`
+		Replicas []string           `json:"replicas"`
 	}
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/cellpay/cellpay/cmd/gtr/internal/refusals"
 	"github.com/cellpay/cellpay/internal/iso"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/cellproto"
@@ -209,19 +210,6 @@ func (h *Handler) txn(w http.ResponseWriter, r *http.Request, s session) {
 	writeJSON(w, http.StatusOK, txnView(resp))
 }
 
-// refJSON is a refusal found by its reference.
-type refJSON struct {
-	Replica       string    `json:"replica"`
-	RequestID     string    `json:"request_id"`
-	Time          time.Time `json:"time"`
-	Method        string    `json:"method"`
-	PartnerID     string    `json:"partner_id,omitempty"`
-	TransactionID string    `json:"transaction_id,omitempty"`
-	Code          string    `json:"code"`
-	Reason        string    `json:"reason,omitempty"`
-	Message       string    `json:"message"`
-}
-
 // ref finds a refused call by the reference a partner quotes, on every
 // GTR replica: GET /api/ref?id=R (the Admin API's FindReference). A
 // refusal naming a transaction links to its search.
@@ -234,9 +222,9 @@ func (h *Handler) ref(w http.ResponseWriter, r *http.Request, s session) {
 	}) {
 		return
 	}
-	out := make([]refJSON, 0, len(resp.GetRefusals()))
+	out := make([]refusals.Refusal, 0, len(resp.GetRefusals()))
 	for _, f := range resp.GetRefusals() {
-		out = append(out, refJSON{Replica: f.GetReplica(), RequestID: f.GetRequestId(), Time: f.GetTime().AsTime(), Method: f.GetMethod(),
+		out = append(out, refusals.Refusal{Replica: f.GetReplica(), RequestID: f.GetRequestId(), Time: f.GetTime().AsTime(), Method: f.GetMethod(),
 			PartnerID: f.GetPartnerId(), TransactionID: f.GetTransactionId(), Code: f.GetCode(), Reason: f.GetReason(), Message: f.GetMessage()})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"refusals": out, "replicas": resp.GetReplicas()})

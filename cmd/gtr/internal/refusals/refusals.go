@@ -25,6 +25,9 @@ const Size = 4096
 
 // Refusal is one refused call, as a replica answered it.
 type Refusal struct {
+	// Replica is the replica that answered it, in a search across
+	// replicas (Find leaves it empty: the ring is one replica's).
+	Replica       string    `json:"replica,omitempty"`
 	RequestID     string    `json:"request_id"`
 	Time          time.Time `json:"time"`
 	Method        string    `json:"method"`
