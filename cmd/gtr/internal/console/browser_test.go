@@ -27,6 +27,8 @@ import (
 	"github.com/cellpay/cellpay/internal/dev/pki"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/api/apierr"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/cellproto"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -89,8 +91,9 @@ func freeAddr(t *testing.T) string {
 }
 
 // consoleGTR runs a GTR with three healthy cells and two operators, and
-// returns its admin address, the CA file and the two tokens.
-func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok string) {
+// returns its admin address, the CA file and the two tokens, and its
+// partners' address.
+func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok, partners string) {
 	t.Helper()
 	dir := t.TempDir()
 	var yml strings.Builder
@@ -136,7 +139,7 @@ func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok string) {
 			t.Error(err)
 		}
 	})
-	return cfg.AdminListen, ca, operatorTok, viewerTok
+	return cfg.AdminListen, ca, operatorTok, viewerTok, cfg.Listen
 }
 
 // adminClient is gtrctl's way in: gRPC over TLS with a token.
@@ -218,11 +221,12 @@ func login(t *testing.T, b context.Context, url, tok string) {
 
 // TestConsoleInBrowser: an operator logs in, sees three cells, drains one
 // by 30% after its preview and sees its share fall (and the table change
-// through the Admin API, audited as the operator's); a viewer sees no
-// drain control, and a drain posted by hand is refused 403 and audited as
-// refused.
+// through the Admin API, audited as the operator's), finds a transaction
+// in every cell and a partner's refused call by its reference; a viewer
+// sees no drain control, and a drain posted by hand is refused 403 and
+// audited as refused.
 func TestConsoleInBrowser(t *testing.T) {
-	addr, ca, operatorTok, viewerTok := consoleGTR(t)
+	addr, ca, operatorTok, viewerTok, partners := consoleGTR(t)
 	api := adminClient(t, addr, ca, operatorTok)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -307,6 +311,29 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Errorf("%s shows %q, want %q in it", sel, text, w)
 			}
 		}
+	}
+	// A partner's call refused (no API key) is found by its reference.
+	tlsOpt, err := client.TLS(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pconn, err := grpc.NewClient(partners, tlsOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pconn.Close()
+	_, perr := cellpayv1.NewPaymentsClient(pconn).GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: "p-001", TransactionId: "order-1842"})
+	ref := apierr.RequestIDOf(perr)
+	if status.Code(perr) != codes.Unauthenticated || ref == "" {
+		t.Fatalf("a call without a key: %v (reference %q), want UNAUTHENTICATED with a reference", perr, ref)
+	}
+	within(t, b, "find an error by its reference",
+		chromedp.SetValue(chromedp.ID("ref-id"), ref),
+		chromedp.SendKeys(chromedp.ID("ref-id"), "\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#ref tbody tr`)))
+	if text := eval[string](t, b, `document.querySelector('#ref tbody tr').textContent`); !strings.Contains(text, "Unauthenticated") ||
+		!strings.Contains(text, "r1") || !strings.Contains(text, "GetTransaction") {
+		t.Fatalf("the reference's row %q: want the replica r1's UNAUTHENTICATED GetTransaction", text)
 	}
 	if *updateScreenshot {
 		shot, err := chromedp.Run(b, chromedp.FullScreenshot(100))
