@@ -186,7 +186,8 @@ k8s-envtest:
 	./scripts/k8s-envtest.sh
 
 k8s-verify:
-	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff
+	cd deploy/k8s/check && $(GO) vet ./... && $(GO) vet -tags envtest ./... && $(GO) mod tidy -diff \
+		&& $(GO) tool -modfile=../../../tools/go.mod staticcheck ./... && $(GO) tool -modfile=../../../tools/go.mod staticcheck -tags envtest ./...
 
 ## Benchmarks. Every bench target runs through the harness (benchrun,
 ## internal/dev/benchrun): its variants interleaved, BENCH_RUNS runs each (at

@@ -66,7 +66,6 @@ func cellMonitoring(w *World, ns string) []string {
 	if p.Spec.Replicas != nil && *p.Spec.Replicas != 1 {
 		v = append(v, fmt.Sprintf("%s: %d replicas: each would remote-write the same series", at, *p.Spec.Replicas))
 	}
-	var jobs []string
 	if dep, ok := w.get("Deployment", ns, "cell"); ok {
 		v = append(v, metricsListen(dep, "cell", "CELL_METRICS_LISTEN", CellMetricsPort)...)
 	}
@@ -99,7 +98,6 @@ func cellMonitoring(w *World, ns string) []string {
 		if want.job == PostgresJob && s.labels["cell"] != ns {
 			v = append(v, fmt.Sprintf("%s: cell of %s is %q, want %q", s.monitor, want.pod, s.labels["cell"], ns))
 		}
-		jobs = append(jobs, s.labels["job"])
 	}
 	v = append(v, rulesSelected(w, at, ns, p, "cell")...)
 	if len(p.Spec.RemoteWrite) != 1 {
