@@ -82,6 +82,17 @@ type Config struct {
 	MinSuccessPercent int
 	MinResults        int
 
+	// The dynamic rule of the guide's cross-city switching: over the
+	// primary's results of the last FastWindow [5s], more than
+	// FastFailPercent (1..100) [50] failed, with at least FastMinResults
+	// [10] results (so that two failures of three are not a verdict),
+	// moves the client to the backup at once, without waiting for the
+	// next evaluation. It runs with the success-rate window (strategies
+	// success-rate and both); returning is those strategies' way.
+	FastWindow      time.Duration
+	FastFailPercent int
+	FastMinResults  int
+
 	// Every ProbeInterval [1m] the driver probes the primary ProbeCount
 	// [5] times in a row; ProbeFailures [3] or more failed probes fail
 	// the round.
@@ -111,6 +122,9 @@ const (
 	DefaultEvalInterval      = time.Minute
 	DefaultMinSuccessPercent = 90
 	DefaultMinResults        = 10
+	DefaultFastWindow        = 5 * time.Second
+	DefaultFastFailPercent   = 50
+	DefaultFastMinResults    = 10
 	DefaultProbeInterval     = time.Minute
 	DefaultProbeCount        = 5
 	DefaultProbeFailures     = 3
@@ -143,6 +157,9 @@ func (c Config) WithDefaults() Config {
 	setDur(&c.EvalInterval, DefaultEvalInterval)
 	setInt(&c.MinSuccessPercent, DefaultMinSuccessPercent)
 	setInt(&c.MinResults, DefaultMinResults)
+	setDur(&c.FastWindow, DefaultFastWindow)
+	setInt(&c.FastFailPercent, DefaultFastFailPercent)
+	setInt(&c.FastMinResults, DefaultFastMinResults)
 	setDur(&c.ProbeInterval, DefaultProbeInterval)
 	setInt(&c.ProbeCount, DefaultProbeCount)
 	setInt(&c.ProbeFailures, DefaultProbeFailures)
@@ -162,7 +179,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("window size %d, min results %d: want 1 <= min results <= size", c.WindowSize, c.MinResults)
 	case c.MinSuccessPercent < 1 || c.MinSuccessPercent > 100:
 		return fmt.Errorf("min success percent %d: want 1..100", c.MinSuccessPercent)
-	case c.WindowAge < 0 || c.EvalInterval < 0 || c.ProbeInterval < 0 || c.DampWindow < 0:
+	case c.FastFailPercent < 1 || c.FastFailPercent > 100:
+		return fmt.Errorf("fast fail percent %d: want 1..100", c.FastFailPercent)
+	case c.FastMinResults < 1 || c.FastMinResults > c.WindowSize:
+		return fmt.Errorf("fast min results %d, window size %d: want 1 <= fast min results <= size", c.FastMinResults, c.WindowSize)
+	case c.WindowAge < 0 || c.EvalInterval < 0 || c.ProbeInterval < 0 || c.DampWindow < 0 || c.FastWindow < 0:
 		return errors.New("negative duration")
 	case c.ProbeCount < 1 || c.ProbeFailures < 1 || c.ProbeFailures > c.ProbeCount:
 		return fmt.Errorf("probe count %d, failures %d: want 1 <= failures <= count", c.ProbeCount, c.ProbeFailures)
@@ -269,10 +290,33 @@ func (m *Machine) Observe(now time.Time, ep Endpoint, ok bool) {
 	r := result{at: now, ok: ok}
 	if len(m.window) < m.cfg.WindowSize {
 		m.window = append(m.window, r)
-		return
+	} else {
+		m.window[m.next] = r
+		m.next = (m.next + 1) % m.cfg.WindowSize
 	}
-	m.window[m.next] = r
-	m.next = (m.next + 1) % m.cfg.WindowSize
+	if !ok && m.current == Primary && m.cfg.Endpoints > 1 {
+		m.fastTrip(now)
+	}
+}
+
+// fastTrip moves to the backup when more than FastFailPercent of the
+// primary's results within FastWindow failed, with FastMinResults of them
+// at least.
+func (m *Machine) fastTrip(now time.Time) {
+	oldest := now.Add(-m.cfg.FastWindow)
+	failed, total := 0, 0
+	for _, r := range m.window {
+		if r.at.Before(oldest) {
+			continue
+		}
+		total++
+		if !r.ok {
+			failed++
+		}
+	}
+	if total >= m.cfg.FastMinResults && failed*100 > m.cfg.FastFailPercent*total {
+		m.switchTo(now, Backup, fmt.Sprintf("fast: %d of %d failed within %v, over %d%%", failed, total, m.cfg.FastWindow, m.cfg.FastFailPercent))
+	}
 }
 
 // Tick advances the machine to now and judges the success-rate window if

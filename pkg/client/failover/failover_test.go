@@ -37,7 +37,7 @@ func TestDefaultsAreTheGuides(t *testing.T) {
 	got := m.Config()
 	want := Config{Endpoints: 2, Strategy: Both, WindowSize: 100, WindowAge: 10 * time.Minute, EvalInterval: time.Minute,
 		MinSuccessPercent: 90, MinResults: 10, ProbeInterval: time.Minute, ProbeCount: 5, ProbeFailures: 3,
-		SplitRatio: 99, MaxSwitches: 4, DampWindow: 10 * time.Minute}
+		SplitRatio: 99, MaxSwitches: 4, DampWindow: 10 * time.Minute, FastWindow: 5 * time.Second, FastFailPercent: 50, FastMinResults: 10}
 	if got != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", got, want)
 	}
@@ -57,6 +57,8 @@ func TestInvalidConfig(t *testing.T) {
 		{"negative split", Config{SplitRatio: -1}},
 		{"one switch", Config{MaxSwitches: 1}},
 		{"negative interval", Config{EvalInterval: -time.Second}},
+		{"fast percent over 100", Config{FastFailPercent: 101}},
+		{"fast min results over window", Config{WindowSize: 5, MinResults: 5, FastMinResults: 6}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := New(tt.cfg, time.Now()); !errors.Is(err, ErrInvalidConfig) {
@@ -160,7 +162,9 @@ func TestSuccessRate(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m, c := newMachine(t, Config{Strategy: SuccessRate})
+			// The fast rule off (100%: never over): these are the
+			// evaluation's cases, bursts of results at one instant.
+			m, c := newMachine(t, Config{Strategy: SuccessRate, FastFailPercent: 100})
 			for i, s := range tt.steps {
 				observe(m, c.now, s.ok, s.failed)
 				for range s.backupFail {
@@ -329,4 +333,64 @@ func TestOneEndpointNeverSwitches(t *testing.T) {
 	if m.ProbeDue(c.now) || m.Current() != Primary {
 		t.Fatal("one endpoint switched or probed")
 	}
+}
+
+// TestFastTrip: more than half of the primary's results within 5 s
+// failed, of 10 at least, moves the client to the backup at the failure
+// that tips it, before any evaluation; half, fewer than 10, or failures
+// spread over more than 5 s do not; on the backup the probes bring it
+// back (strategy both).
+func TestFastTrip(t *testing.T) {
+	t.Run("six of ten within a second", func(t *testing.T) {
+		m, c := newMachine(t, Config{})
+		observe(m, c.now, 4, 5)
+		if m.Current() != Primary {
+			t.Fatal("switched before the tenth result")
+		}
+		m.Observe(c.advance(time.Second), Primary, false)
+		if m.Current() != Backup {
+			t.Fatalf("on %v after 6 of 10 failed within 1 s, want the backup", m.Current())
+		}
+		ev := m.Events()
+		if len(ev) != 1 || !strings.Contains(ev[0].Reason, "fast: 6 of 10 failed within 5s") {
+			t.Fatalf("events %+v", ev)
+		}
+		if m.ProbeDue(c.advance(time.Minute)) {
+			m.ProbeResult(c.now, 0)
+		}
+		if m.Current() != Primary {
+			t.Fatalf("on %v after a passing probe round, want the primary", m.Current())
+		}
+	})
+	for _, tt := range []struct {
+		name       string
+		ok, failed int
+		spread     time.Duration // between results
+	}{
+		{"half of ten", 5, 5, 0},
+		{"nine of nine", 0, 9, 0},
+		{"failures spread over 6 s", 0, 12, 600 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, c := newMachine(t, Config{})
+			observe(m, c.now, tt.ok, 0)
+			for range tt.failed {
+				m.Observe(c.advance(tt.spread), Primary, false)
+			}
+			if m.Current() != Primary {
+				t.Fatalf("on %v, want the primary: %+v", m.Current(), m.Events())
+			}
+		})
+	}
+	t.Run("the backup's failures and the probe strategy", func(t *testing.T) {
+		m, c := newMachine(t, Config{})
+		for range 20 {
+			m.Observe(c.now, Backup, false)
+		}
+		p, c2 := newMachine(t, Config{Strategy: Probe})
+		observe(p, c2.now, 0, 20)
+		if m.Current() != Primary || p.Current() != Primary {
+			t.Fatalf("on %v and %v, want the primary", m.Current(), p.Current())
+		}
+	})
 }
