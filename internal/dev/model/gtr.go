@@ -165,7 +165,7 @@ func (m *model) attemptAnswered(c *call, a gtrside.Answer) {
 		}
 		m.logf("call %d (%s) attempt %d on cell %d re-routable: %v (owner %q)", c.n, c.id, c.attempt, c.cell, a.Reroute, a.Owner)
 	}
-	m.callStep(c, c.cm.Step(gtrside.Attempted{Now: c.now, Answer: a, OwnerKnown: a.Owner != ""}))
+	m.callStep(c, c.cm.Step(gtrside.Attempted{Now: c.now, Answer: a, OwnerKnown: a.Owner != "", OwnerUp: a.Owner != ""}))
 }
 
 // streamEnded is the end of the stream of c's current attempt without a

@@ -169,11 +169,13 @@ type Busy struct {
 }
 
 // Attempted answers Try: the attempt's Answer. OwnerKnown: Answer.Owner
-// names a cell of the routing table in force.
+// names a cell of the routing table in force; OwnerUp: and that cell is
+// up in it (not ejected).
 type Attempted struct {
 	Now        time.Time
 	Answer     Answer
 	OwnerKnown bool
+	OwnerUp    bool
 }
 
 func (Admitted) isCallEvent()    {}
@@ -294,15 +296,17 @@ func (c *Call) attempted(e Attempted) CallAction {
 		// The transaction directory names the cell that owns the
 		// transaction: its state is there, so the next attempt goes there,
 		// whatever its weight (a drained cell still answers for what it
-		// owns). Once per call, and not from the retry budget: the cell
-		// asked answered, with where the transaction is, so the attempt
-		// there is routing, not a retry of a failure (at most one more
-		// per call). Spending the budget on it would, when a cell has
-		// just failed and its re-routes have spent the budget, refuse the
-		// one attempt that can answer (the owner's, or its sibling
-		// instance's).
+		// owns). Once per call. To an owner that is up, not from the retry
+		// budget: the cell asked answered, with where the transaction is,
+		// so the attempt there is routing, not a retry of a failure (at
+		// most one more per call); spending the budget on it would, when a
+		// cell has just failed and its re-routes have spent the budget,
+		// refuse the one attempt that can answer (the restarted owner's).
+		// To an owner that is down, from the budget as any re-route: it is
+		// load on a sick cell, and a spent budget answers UNAVAILABLE at
+		// once (retry later) rather than wait on it.
 		c.redirected = true
-		c.failed = false
+		c.failed = !e.OwnerUp
 		c.cells = redirect(c.cells, c.next+1, a.Owner)
 		c.attempts = min(len(c.cells), c.cfg.MaxAttempts+1)
 	}

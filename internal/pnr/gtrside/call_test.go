@@ -32,6 +32,8 @@ type tryAnswer struct {
 	busy       time.Duration // > 0: the cell is at its limit, with this hint
 	ans        Answer
 	ownerKnown bool
+	ownerDown  bool // the owner is known and down (ejected); else known is up
+	ownerUp    bool
 }
 
 func (sc callScript) run(t *testing.T) ([]Try, Finish) {
@@ -62,11 +64,12 @@ func (sc callScript) run(t *testing.T) ([]Try, Finish) {
 				t.Fatalf("an attempt more than the script has: %+v", act)
 			}
 			ta := sc.tries[0]
+			ta.ownerUp = ta.ownerUp || ta.ownerKnown && !ta.ownerDown
 			sc.tries = sc.tries[1:]
 			if ta.busy > 0 {
 				a = c.Step(Busy{Now: now, RetryAfter: ta.busy})
 			} else {
-				a = c.Step(Attempted{Now: now, Answer: ta.ans, OwnerKnown: ta.ownerKnown})
+				a = c.Step(Attempted{Now: now, Answer: ta.ans, OwnerKnown: ta.ownerKnown, OwnerUp: ta.ownerUp})
 			}
 		case Finish:
 			return tries, act
@@ -235,6 +238,16 @@ func TestCall(t *testing.T) {
 		tries: "a#1 c#2",
 		check: func(t *testing.T, f Finish) {
 			if status.Code(f.Err) != codes.Unavailable || !strings.Contains(f.Err.Error(), "retry budget exhausted") || !strings.Contains(f.Err.Error(), "c down") {
+				t.Fatalf("%+v", f)
+			}
+		},
+	}, {
+		name: "the redirect to an owner that is down spends the budget: a spent one answers at once",
+		sc: callScript{admitted: true, routed: three, budget: 0,
+			tries: []tryAnswer{{ans: Answer{Reroute: errors.New("owned elsewhere"), CellHealthy: true, Owner: "c"}, ownerKnown: true, ownerDown: true}}},
+		tries: "a#1",
+		check: func(t *testing.T, f Finish) {
+			if status.Code(f.Err) != codes.Unavailable || !strings.Contains(f.Err.Error(), "retry budget exhausted") {
 				t.Fatalf("%+v", f)
 			}
 		},

@@ -308,8 +308,9 @@ func (s *Server) submit(ctx context.Context, req *cellpayv1.SubmitTransactionReq
 			if !ans.Gone {
 				s.report(req, cell, act.Attempt, ans)
 			}
-			_, known := table.Cell(ans.Owner)
-			a = call.Step(gtrside.Attempted{Now: time.Now(), Answer: ans, OwnerKnown: ans.Owner != "" && known})
+			owner, known := table.Cell(ans.Owner)
+			known = ans.Owner != "" && known
+			a = call.Step(gtrside.Attempted{Now: time.Now(), Answer: ans, OwnerKnown: known, OwnerUp: known && owner.State == routing.CellUp})
 		case gtrside.Finish:
 			return s.finish(ctx, req, act, gtrSlot, txnKey, fp)
 		}
