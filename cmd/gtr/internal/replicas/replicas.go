@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/natsauth"
 	"github.com/cellpay/cellpay/internal/natsconn"
 	"github.com/cellpay/cellpay/internal/tlsconf"
@@ -91,6 +92,10 @@ const (
 	fullEvery   = 30 * time.Second
 )
 
+// gtrInbox starts every reply subject a GTR replica may ask with; a
+// question answered anywhere else is dropped.
+var gtrInbox = natsauth.InboxPrefix(hop.GTR) + "."
+
 // Start answers questions from now on, over NATS when configured. Close
 // stops it.
 func Start(cfg Config) (*Replicas, error) {
@@ -135,7 +140,7 @@ func (r *Replicas) Close() {
 
 func (r *Replicas) serve(h Handler) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		if m.Reply == "" || !strings.HasPrefix(m.Reply, natsauth.InboxPrefix(natsauth.GTR().Identity)+".") {
+		if !strings.HasPrefix(m.Reply, gtrInbox) {
 			return // answers go to a GTR replica's inbox only
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Window)
@@ -206,7 +211,7 @@ func (r *Replicas) gather(ctx context.Context, kind string, question []byte) []A
 	expect, full := r.expected(time.Now())
 	var out []Answer
 	seen := map[string]bool{}
-	defer func() { r.learn(seen, full, time.Now()) }()
+	defer func() { r.learn(seen, time.Now()) }()
 	for len(out) < MaxReplicas {
 		select {
 		case <-ctx.Done():
@@ -248,16 +253,13 @@ func (r *Replicas) expected(now time.Time) ([]string, bool) {
 }
 
 // learn notes the replicas that answered.
-func (r *Replicas) learn(seen map[string]bool, full bool, now time.Time) {
+func (r *Replicas) learn(seen map[string]bool, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id := range seen {
 		if _, ok := r.known[id]; ok || len(r.known) < MaxReplicas {
 			r.known[id] = now
 		}
-	}
-	if full {
-		r.fullAt = now
 	}
 }
 
