@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE sim bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-followups bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
+.PHONY: FORCE sim bench-retention bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-followups bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -207,6 +207,7 @@ bench: $(BIN)/benchrun
 	$(BENCHRUN) -v go='$(GO) test -run "^$$" -bench . -benchmem -count 1 ./pkg/routing/ ./internal/pnr/cellside/'
 
 ## bench-e2e: end-to-end against pgbench (throughput, CPU µs per transaction per process) and the GTR's added latency (minutes).
+## FOLLOWUPS=SHARE (0..1, default 0) has the load tool follow that share of the pgbench comparison's approved authorizations with captures and refunds, or a void (scripts/bench-e2e.sh).
 bench-e2e: build
 	RUNS=$(BENCH_RUNS) ./scripts/bench-e2e.sh
 
@@ -254,9 +255,15 @@ bench-refdata: $(BIN)/benchrun
 bench-callbacks: $(BIN)/benchrun
 	$(call e2ebench,callbacks,TestCallbackBenchmark,CELLPAY_CALLBACK_BENCH)
 
+## bench-retention: what the partitions of transactions and callbacks cost a payment's writes: the database's CPU µs per transaction just after migration 011, with 400 days in quarters (as shipped) and in months.
+bench-retention: $(BIN)/benchrun
+	$(BENCHRUN) -v fresh='$(call writebench,0,1)' -v quarters='$(call writebench,15,3)' -v months='$(call writebench,15,1)'
+
+writebench = CELLPAY_WRITE_BENCH=3000 CELLPAY_WRITE_BENCH_MONTHS=$(1) CELLPAY_WRITE_BENCH_SPAN=$(2) $(GO) test -count=1 -run "^TestWriteCostBenchmark$$" -v ./cmd/cell/internal/store/
+
 ## soak: the fault tests (kill, Postgres stop, freeze, issuer) at a higher rate for longer.
 soak:
-	CELLPAY_SOAK_RATE=$${CELLPAY_SOAK_RATE:-150} CELLPAY_SOAK_SECONDS=$${CELLPAY_SOAK_SECONDS:-60} \
+	CELLPAY_SOAK_RATE=$${CELLPAY_SOAK_RATE:-150} CELLPAY_SOAK_SECONDS=$${CELLPAY_SOAK_SECONDS:-60} CELLPAY_SOAK_FOLLOWUPS=$${CELLPAY_SOAK_FOLLOWUPS:-0.3} \
 	  $(GO) test -count=1 -timeout 60m -run '^TestFault' -v ./test/e2e/
 
 clean:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/client/failover"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // Default addresses from docs/design/README.md's local defaults.
@@ -25,6 +27,10 @@ const (
 	defaultGTRAddr  = "127.0.0.1:7070"
 	defaultCellAddr = "127.0.0.1:7081"
 )
+
+// defaultTimeout bounds each request, and each follow-up (load.Config's
+// default too).
+const defaultTimeout = 5 * time.Second
 
 // Default trust material of a local platform (make run's data folder).
 const (
@@ -58,13 +64,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed for request payloads")
 	fs.StringVar(&c.RunID, "run-id", "", "transaction ID prefix (default random)")
 	fs.Float64Var(&c.DeclineShare, "decline-share", 0, "share (0..1) of card requests using the declining test card")
-	fs.DurationVar(&c.PerRequestTimeout, "timeout", 5*time.Second, "timeout of each request")
+	fs.DurationVar(&c.PerRequestTimeout, "timeout", defaultTimeout, "timeout of each request")
 	fs.StringVar(&o.ca, "ca", defaultCA, "CA certificate the GTR's TLS certificate is checked against (gtr target)")
 	fs.StringVar(&o.keys, "keys", defaultKeys, "folder of <partner>.key API key files; the load spreads over these partners (gtr target)")
 	fs.StringVar(&o.cert, "cert", "", "client certificate for the cell target, checked by the cell against -ca: the GTR's, the only identity a cell serves Process to (default gtr.crt beside -ca, as make run writes it)")
 	fs.StringVar(&o.key, "key", "", "private key of -cert (cell target; default gtr.key beside -ca)")
 	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys or certificates (a cell with no TLS files, or a test server); never the GTR")
-	fs.StringVar(&o.answers, "answers", "", "write one JSON line per call to FILE: the checker's answers format (partner_id, id, status, ...) plus the endpoint that answered")
+	fs.StringVar(&o.answers, "answers", "", "write one JSON line per call to FILE: the checker's answers format (partner_id, id, status, ...) plus the endpoint that answered, or a follow-up's kind and original")
+	fs.Float64Var(&c.FollowUps, "followups", 0, "share (0..1) of approved authorizations followed, within -d, by captures (one or two, of all or part of it) then refunds (one or two, of all or part of the captures), or by a void (a quarter of them), each follow-up with its own ID, on -c more workers (gtr target)")
 	fo := &c.Client.Failover
 	strategy := fs.String("failover", "", "failover strategy between two access points: probe, success-rate or both (default both)")
 	fs.DurationVar(&fo.ProbeInterval, "probe-interval", 0, "failover: how often the primary is probed (default 1m)")
@@ -96,6 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["rate"] && c.Mode != load.ModeOpen {
 		return o, usageError(fs, stderr, "-rate applies to -mode open only")
+	}
+	if err := checkFollowUps(o); err != nil {
+		return o, usageError(fs, stderr, "%v", err)
 	}
 	fo.Strategy = failover.Strategy(*strategy)
 	if addrs := strings.Split(c.Addr, ","); len(addrs) > 1 {
@@ -138,6 +148,30 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		c.DialOptions = []grpc.DialOption{tlsOpt, grpc.WithChainUnaryInterceptor(client.PartnerKeys(keys))}
 	}
 	return o, nil
+}
+
+// checkFollowUps refuses, naming the flags, a -followups the run cannot
+// play (load.Run would refuse it too, naming its fields): a share
+// outside 0..1, a target without follow-ups, or a -run-id that leaves
+// no room for a follow-up's suffix in its 64 characters.
+func checkFollowUps(o options) error {
+	c := o.cfg
+	share := c.FollowUps
+	if !(share >= 0 && share <= 1) {
+		return fmt.Errorf("-followups %v: want a share 0..1", share)
+	}
+	if share == 0 {
+		return nil
+	}
+	if c.Target != load.TargetGTR {
+		return fmt.Errorf("-followups: follow-ups go through the Payments API, the gtr target only (-target %s)", c.Target)
+	}
+	if c.Count > 0 && c.Count <= load.MaxCount {
+		if most := idempotency.MaxKeyLen - 1 - len(strconv.FormatInt(c.Count, 10)) - load.FollowUpSuffixLen; len(c.RunID) > most {
+			return fmt.Errorf("-run-id %q: at most %d characters with -followups (a follow-up's ID is its authorization's and up to %d more)", c.RunID, most, load.FollowUpSuffixLen)
+		}
+	}
+	return nil
 }
 
 func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) error {

@@ -1,13 +1,16 @@
 // Command loadgen drives synthetic payment load at a local GTR or cell and
 // prints a report: a table, JSON with -json, or BENCH lines for benchrun
 // with -bench. It only ever targets loopback addresses, and every run is
-// bounded by -n and -d.
+// bounded by -n and -d. With -followups, a share of the approved
+// authorizations is followed within the same bounds by captures and
+// refunds, or a void, each follow-up a transaction of its own.
 //
 //	loadgen -mode closed -c 32 -n 10000
 //	loadgen -mode open -rate 500 -d 1m -json > report.json
 //	loadgen -target cell -addr 127.0.0.1:7082 -n 2000
 //	loadgen -n 5000 -bench   # BENCH lines, for benchrun
 //	loadgen -addr 127.0.0.1:7070,127.0.0.1:7170 -answers answers.jsonl -json   # through the client's failover
+//	loadgen -n 2000 -followups 0.3 -answers answers.jsonl   # 30% of approved authorizations captured and refunded, or voided
 //
 // Exit status: 0 when at least one request completed, 1 when none did or
 // the run failed, 2 on a configuration error.
@@ -57,6 +60,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 			return 2
 		}
 		opts.cfg.OnResult = answers.write
+		opts.cfg.OnFollowUp = answers.writeFollowUp
 	}
 	bar := newProgress(stderr, opts.progress || isTerminal(stderr))
 	rep, err := load.Run(ctx, opts.cfg, bar.update)
@@ -66,6 +70,12 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 			err = cerr
 		}
 	}
+	return exit(stdout, stderr, rep, err, opts.format)
+}
+
+// exit prints the report, or the run's error, and returns the exit
+// status.
+func exit(stdout io.Writer, stderr *os.File, rep load.Report, err error, format reportFormat) int {
 	if errors.Is(err, load.ErrInvalidConfig) {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 2
@@ -74,7 +84,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 1
 	}
-	if err := printReport(stdout, rep, opts.format); err != nil {
+	if err := printReport(stdout, rep, format); err != nil {
 		fmt.Fprintf(stderr, "loadgen: %v\n", err)
 		return 1
 	}

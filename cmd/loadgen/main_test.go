@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -27,15 +28,22 @@ func (approver) SubmitTransaction(_ context.Context, req *cellpayv1.SubmitTransa
 	return &cellpayv1.Transaction{TransactionId: req.GetTransactionId(), Status: cellpayv1.TransactionStatus_APPROVED}, nil
 }
 
-// serveApprover runs a real gRPC Payments server approving everything.
+// serveApprover runs a real gRPC Payments server approving every submit.
 func serveApprover(t *testing.T) string {
+	t.Helper()
+	return serve(t, approver{})
+}
+
+// serve runs payments as a real gRPC Payments server on loopback until
+// the test ends.
+func serve(t *testing.T, payments cellpayv1.PaymentsServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	cellpayv1.RegisterPaymentsServer(srv, approver{})
+	cellpayv1.RegisterPaymentsServer(srv, payments)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
@@ -217,5 +225,40 @@ func TestFailoverAnswers(t *testing.T) {
 	code, out, _ = runCmd(t, "-plaintext", "-addr", primary+","+backup, "-n", "20")
 	if code != 0 || !strings.Contains(out, "access points") {
 		t.Fatalf("table without access points:\n%s", out)
+	}
+}
+
+// TestFollowUpsFlag: -followups is a share 0..1, for the gtr target, with
+// room in -run-id for a follow-up's suffix; each refusal names the flag.
+func TestFollowUpsFlag(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	tests := []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"negative", []string{"-followups", "-0.1"}, "-followups -0.1: want a share 0..1"},
+		{"over one", []string{"-followups", "1.5"}, "-followups 1.5: want a share 0..1"},
+		{"NaN", []string{"-followups", "NaN"}, "-followups NaN: want a share 0..1"},
+		{"infinite", []string{"-followups", "+Inf"}, "-followups +Inf: want a share 0..1"},
+		{"not a number", []string{"-followups", "some"}, "-followups"},
+		{"cell target", []string{"-target", "cell", "-followups", "0.5"}, "-followups: follow-ups go through the Payments API, the gtr target only"},
+		{"run ID too long", []string{"-followups", "0.5", "-n", "1000", "-run-id", strings.Repeat("r", 58)}, "-run-id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCmd(t, append([]string{"-plaintext"}, tt.args...)...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, want 2, and stderr naming %q: %s", code, tt.want, stderr)
+			}
+		})
+	}
+	// The longest run ID that -n 1000 leaves room for is accepted.
+	o, err := parseFlags([]string{"-plaintext", "-followups", "1", "-n", "1000", "-run-id", strings.Repeat("r", 56)}, io.Discard)
+	if err != nil || o.cfg.FollowUps != 1 {
+		t.Fatalf("56-character run ID with -n 1000: %v, %+v", err, o)
+	}
+	if _, err := parseFlags([]string{"-plaintext", "-followups", "0", "-target", "cell"}, io.Discard); err != nil {
+		t.Fatalf("-followups 0 with the cell target: %v", err)
 	}
 }

@@ -63,6 +63,8 @@ const (
 	formatBench
 )
 
+// printReport prints rep; with -followups its follow-ups too (in JSON,
+// follow_ups after the load's fields).
 func printReport(w io.Writer, rep load.Report, f reportFormat) error {
 	switch f {
 	case formatJSON:
@@ -104,7 +106,28 @@ func printReport(w io.Writer, rep load.Report, f reportFormat) error {
 	}
 	l := rep.Latency
 	fmt.Fprintf(tw, "latency ms\tp50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n", l.P50, l.P90, l.P99, l.Max, l.Mean)
+	if rep.FollowUps != nil {
+		printFollowUps(tw, *rep.FollowUps)
+	}
 	return tw.Flush()
+}
+
+// statusNames are the statuses a follow-up may be answered, in the
+// table's order; its errors follow, by gRPC code name.
+var statusNames = []string{"APPROVED", "DECLINED", "PENDING", "FAILED"}
+
+// printFollowUps adds the follow-ups' lines to the table: the lives
+// chosen, then each kind's follow-ups by outcome.
+func printFollowUps(tw io.Writer, fu load.FollowUpReport) {
+	fmt.Fprintf(tw, "follow-ups\tshare %g: lives %s  (dropped %d), done after %.2fs\n",
+		fu.Share, counts(fu.Lives, []string{load.LifeCaptureRefund, load.LifeVoid}), fu.Dropped, fu.ElapsedSeconds)
+	for _, kind := range load.FollowUpKinds {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.ToLower(kind.String())+"s", counts(fu.Calls[kind.String()], statusNames))
+	}
+	fmt.Fprintf(tw, "  unsent\t%d\n", fu.Unsent)
+	if len(fu.Switches) > 0 {
+		fmt.Fprintf(tw, "  switches\t%d\n", len(fu.Switches))
+	}
 }
 
 // printBench prints the report as benchrun's BENCH lines: one figure a
@@ -112,6 +135,9 @@ func printReport(w io.Writer, rep load.Report, f reportFormat) error {
 // higher is better, ms higher is slower). errors counts every request
 // that did not complete: failed RPCs and cell streams without a terminal
 // event. dropped is there in open loop only, where it means anything.
+// With -followups, followups counts the follow-ups answered and
+// followup_errors those that failed; tx and the figures before them are
+// still the submits'.
 func printBench(w io.Writer, rep load.Report) error {
 	var errs int64
 	for _, n := range rep.Errors {
@@ -129,6 +155,10 @@ func printBench(w io.Writer, rep load.Report) error {
 	fmt.Fprintf(&b, "BENCH errors %d\n", errs)
 	if rep.Mode == load.ModeOpen {
 		fmt.Fprintf(&b, "BENCH dropped %d\n", rep.Dropped)
+	}
+	if fu := rep.FollowUps; fu != nil {
+		fmt.Fprintf(&b, "BENCH followups %d\n", fu.Answered)
+		fmt.Fprintf(&b, "BENCH followup_errors %d\n", fu.Sent-fu.Answered)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

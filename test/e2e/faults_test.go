@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,14 +32,23 @@ import (
 // wait for every PENDING answer to resolve, and check docs/design/README.md's
 // invariants with the checker over the GTR, the issuer's effect counters
 // and every cell's database. Rates and lengths fit a 2-core CI machine;
-// `make soak` runs them longer and harder.
+// `make soak` runs them longer and harder, and has a share of the approved
+// authorizations captured and refunded, or voided, while the fault lasts
+// (load.Config.FollowUps), so that the checker holds their amounts too.
 
 // faultLoad is the load of one fault test; `make soak` raises it through
-// CELLPAY_SOAK_RATE and CELLPAY_SOAK_SECONDS.
+// CELLPAY_SOAK_RATE and CELLPAY_SOAK_SECONDS, and adds follow-ups through
+// CELLPAY_SOAK_FOLLOWUPS (a share 0..1 of the approved authorizations;
+// none by default, so that make test's fault tests are as before).
 var faultLoad = struct {
-	rate     float64
-	duration time.Duration
-}{rate: envFloat("CELLPAY_SOAK_RATE", 60), duration: time.Duration(envFloat("CELLPAY_SOAK_SECONDS", 9) * float64(time.Second))}
+	rate      float64
+	duration  time.Duration
+	followUps float64
+}{
+	rate:      envFloat("CELLPAY_SOAK_RATE", 60),
+	duration:  time.Duration(envFloat("CELLPAY_SOAK_SECONDS", 9) * float64(time.Second)),
+	followUps: envFloat("CELLPAY_SOAK_FOLLOWUPS", 0),
+}
 
 func envFloat(name string, def float64) float64 {
 	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
@@ -63,8 +73,6 @@ type fault struct {
 	extra func() []checker.Answer
 }
 
-// runFault runs load with the fault in the middle, then checks the
-// invariants. It returns the answers for further checks.
 // faultTarget is a platform the fault tests load, break and check: the
 // shared one (sharedTarget), or one a test starts for itself.
 type faultTarget struct {
@@ -80,17 +88,26 @@ func sharedTarget() faultTarget {
 	return faultTarget{p: env.p, gtrAddr: env.gtrAddr, gtrOpts: env.gtrOpts, payments: env.payments, issuer: env.issuer, cells: env.cells}
 }
 
+// runFault runs load with the fault in the middle, then checks the
+// invariants. It returns the answers for further checks.
 func runFault(t *testing.T, f fault) []checker.Answer {
 	t.Helper()
 	return runFaultOn(t, sharedTarget(), f)
 }
 
-// runFaultOn runs f under load on target and checks the invariants.
+// runFaultOn runs f under load on target and checks the invariants. It
+// returns the submits' answers (and f.extra's) for further checks; the
+// follow-ups' (faultLoad.followUps) go to the checker with them, which
+// holds their amounts to the minor unit, but are not returned: a
+// follow-up whose authorization's cell is down is answered UNAVAILABLE,
+// never re-routed (the cell holds the authorization), which the checker
+// counts as an error answer, not a broken invariant, and which the
+// callers' noFailuresShown, a promise about submits, must not judge.
 func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
 	var mu sync.Mutex
-	var answers []checker.Answer
+	var answers, followUps []checker.Answer
 	duration := cmp.Or(f.load, faultLoad.duration)
 	cfg := load.Config{
 		// Through the partners' client (pkg/client), as a partner sends:
@@ -109,6 +126,13 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 			a := checker.AnswerOf(r.PartnerID, r.Request.GetTransactionId(), r.Transaction, r.Err)
 			mu.Lock()
 			answers = append(answers, a)
+			mu.Unlock()
+		},
+		FollowUps: faultLoad.followUps,
+		OnFollowUp: func(r load.FollowUpResult) {
+			a := checker.AnswerOf(r.PartnerID, r.ID, r.Transaction, r.Err)
+			mu.Lock()
+			followUps = append(followUps, a)
 			mu.Unlock()
 		},
 	}
@@ -131,13 +155,22 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 	}
 	t.Logf("%s: load: sent %d, completed %d, statuses %v, errors %v, p99 %.1f ms",
 		f.name, rep.Sent, rep.Completed, rep.Statuses, rep.Errors, rep.Latency.P99)
+	if fu := rep.FollowUps; fu != nil {
+		t.Logf("%s: follow-ups (share %g): lives %v, sent %d, answered %d, unsent %d, dropped %d, calls %v",
+			f.name, fu.Share, fu.Lives, fu.Sent, fu.Answered, fu.Unsent, fu.Dropped, fu.Calls)
+		if fu.Sent == 0 || fu.Sent != int64(len(followUps)) {
+			t.Fatalf("follow-ups: %d sent, %d answers: the run asked for a share of %g", fu.Sent, len(followUps), fu.Share)
+		}
+		logFollowUpErrors(t, f.name, followUps)
+	}
 
 	if f.extra != nil {
 		answers = append(answers, f.extra()...)
 	}
+	judged := append(slices.Clip(answers), followUps...)
 	ccfg := target.checkerConfig()
-	keys := make([]idempotency.Key, 0, len(answers))
-	for _, a := range answers {
+	keys := make([]idempotency.Key, 0, len(judged))
+	for _, a := range judged {
 		keys = append(keys, a.Key())
 	}
 	took, err := checker.WaitResolved(ctx, ccfg, keys, 30*time.Second)
@@ -145,11 +178,13 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 		t.Fatalf("PENDING not resolved within 30 s of healing: %v", err)
 	}
 	t.Logf("%s: every PENDING resolved %.1f s after healing (waited %.1f s)", f.name, time.Since(healed).Seconds(), took.Seconds())
-	report, err := checker.Check(ctx, ccfg, answers)
+	report, err := checker.Check(ctx, ccfg, judged)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s: checker: %s", f.name, strings.ReplaceAll(report.String(), "\n", "; "))
+	// OK holds every amount (AmountMismatches), the follow-ups' included;
+	// their error answers are Errors, which it does not judge.
 	if !report.OK() || report.Pending != 0 {
 		t.Fatalf("invariants broken:\n%s", report.String())
 	}
@@ -157,6 +192,26 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 		t.Fatalf("only %d of %d transactions attempted", report.Attempted, cfg.Count)
 	}
 	return answers
+}
+
+// logFollowUpErrors logs the first few follow-ups answered with an
+// error, with the platforms' log lines of their reference: not a failure
+// (an UNAVAILABLE is expected of a follow-up whose authorization's cell is
+// down), but what a soak's reader needs to tell one from another.
+func logFollowUpErrors(t *testing.T, name string, followUps []checker.Answer) {
+	t.Helper()
+	n := 0
+	for _, a := range followUps {
+		if !a.Err() {
+			continue
+		}
+		if n++; n <= 5 {
+			t.Logf("%s: follow-up %s answered %s: %s%s", name, a.Key(), checker.CodeName(a.Code), a.Message, logsFor(a.Message))
+		}
+	}
+	if n > 5 {
+		t.Logf("%s: %d follow-ups answered with an error in all", name, n)
+	}
 }
 
 func checkerConfig() checker.Config { return sharedTarget().checkerConfig() }

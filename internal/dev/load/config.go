@@ -13,6 +13,14 @@
 // counted as dropped instead of delaying the schedule. The closed loop runs
 // Concurrency workers back to back; a worker refused with a retry hint (a
 // request the GTR shed) waits it, up to a second, before its next request.
+//
+// With FollowUps, a share of the approved authorizations gets a life, as a
+// partner's would: a void, or captures in one or two parts then refunds in
+// one or two parts, each a transaction of its own, chosen by the seed and
+// kept within the authorization's limits (lives.go). Lives run on
+// Concurrency more workers, through pkg/client as the submits go, within
+// the run's Duration; OnFollowUp gets each answer as OnResult gets each
+// submit's.
 package load
 
 import (
@@ -118,6 +126,16 @@ type Config struct {
 	// OnResult, if set, is called once per finished request, from many
 	// goroutines at once: it must be safe for concurrent use and quick.
 	OnResult func(Result)
+	// FollowUps is the share (0..1) of approved card authorizations
+	// followed by a life (a void, or captures then refunds), the GTR
+	// target only; Seed chooses which and by what life. Each follow-up is
+	// bounded by PerRequestTimeout, none is sent after Duration, and Run
+	// returns once the last has finished. RunID must leave room for a
+	// follow-up's suffix (FollowUpSuffixLen).
+	FollowUps float64
+	// OnFollowUp, if set, is called once per finished follow-up, as
+	// OnResult is per request, and before Run returns.
+	OnFollowUp func(FollowUpResult)
 }
 
 // Result is one finished request, for OnResult.
@@ -236,8 +254,12 @@ func (c Config) validateShape() error {
 	if c.PerRequestTimeout <= 0 || c.PerRequestTimeout > MaxTimeout {
 		return fmt.Errorf("per-request timeout %v: want > 0 and <= %v", c.PerRequestTimeout, MaxTimeout)
 	}
-	// IDs are RunID-seq and must stay within 64 characters of [A-Za-z0-9._-].
+	// IDs are RunID-seq, and a follow-up's RunID-seq-suffix; they must
+	// stay within 64 characters of [A-Za-z0-9._-].
 	maxRunID := 64 - 1 - len(strconv.FormatInt(c.Count, 10))
+	if c.FollowUps > 0 {
+		maxRunID -= FollowUpSuffixLen
+	}
 	if !idCharset.MatchString(c.RunID) || len(c.RunID) > maxRunID {
 		return fmt.Errorf("run ID %q: want 1..%d characters of [A-Za-z0-9._-]", c.RunID, maxRunID)
 	}
@@ -266,6 +288,12 @@ func (c Config) validateShape() error {
 	}
 	if !(c.DeclineShare >= 0 && c.DeclineShare <= 1) {
 		return fmt.Errorf("decline share %v: want 0..1", c.DeclineShare)
+	}
+	if !(c.FollowUps >= 0 && c.FollowUps <= 1) {
+		return fmt.Errorf("follow-ups share %v: want 0..1", c.FollowUps)
+	}
+	if c.FollowUps > 0 && c.Target != TargetGTR {
+		return fmt.Errorf("follow-ups: through the Payments API, the %q target only", TargetGTR)
 	}
 	return nil
 }

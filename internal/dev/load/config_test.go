@@ -2,6 +2,7 @@ package load
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,13 @@ func TestValidate(t *testing.T) {
 		{"market", func(c *Config) { c.Markets = []string{"GB", "ZZ"} }, "market"},
 		{"mix", func(c *Config) { c.PaymentMix = []PaymentWeight{{Type: 0, Weight: 1}} }, "payment mix"},
 		{"timeout", func(c *Config) { c.PerRequestTimeout = 2 * time.Hour }, "timeout"},
+		{"follow-ups", func(c *Config) { c.FollowUps = 1 }, ""},
+		{"follow-ups' longest run ID", func(c *Config) { c.FollowUps, c.RunID = 0.3, strings.Repeat("x", 57) }, ""},
+		{"follow-ups negative", func(c *Config) { c.FollowUps = -0.1 }, "follow-ups"},
+		{"follow-ups over one", func(c *Config) { c.FollowUps = 1.5 }, "follow-ups"},
+		{"follow-ups NaN", func(c *Config) { c.FollowUps = math.NaN() }, "follow-ups"},
+		{"follow-ups to a cell", func(c *Config) { c.Target, c.Addr, c.FollowUps = TargetCell, "127.0.0.1:7081", 0.5 }, "follow-ups"},
+		{"follow-ups' run ID too long", func(c *Config) { c.FollowUps, c.RunID = 0.3, strings.Repeat("x", 58) }, "run ID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

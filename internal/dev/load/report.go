@@ -57,6 +57,9 @@ type Report struct {
 	// Throughput is completed requests per second of elapsed time.
 	Throughput float64        `json:"throughput"`
 	Latency    LatencySummary `json:"latency_ms"`
+
+	// FollowUps is the follow-ups' report, with Config.FollowUps only.
+	FollowUps *FollowUpReport `json:"follow_ups,omitempty"`
 }
 
 // LatencySummary is in milliseconds. Percentiles use the nearest-rank method.

@@ -31,8 +31,10 @@ type caller func(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (
 
 // Run issues load as cfg describes until Count requests, Duration or the end
 // of ctx, whichever comes first, then waits for requests in flight (each
-// bounded by PerRequestTimeout, and not cut short by ctx) and returns the
-// report. The end of ctx is not an error: the report says "interrupted".
+// bounded by PerRequestTimeout, and not cut short by ctx) and, with
+// FollowUps, for the lives under way (no follow-up is sent after Duration
+// or the end of ctx), then returns the report. The end of ctx is not an
+// error: the report says "interrupted".
 //
 // progress, if not nil, is called from a single goroutine about every
 // 100ms and once at the end, with the number of resolved requests (finished
@@ -57,6 +59,7 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 		reqCtx: context.WithoutCancel(ctx),
 	}
 	var fo *client.Client
+	var conn *grpc.ClientConn // without Endpoints
 	if len(cfg.Endpoints) > 0 {
 		var err error
 		fo, err = client.DialEndpoints(cfg.Endpoints, cfg.Client, opts...)
@@ -66,7 +69,8 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 		defer fo.Close()
 		r.call = clientCaller(fo)
 	} else {
-		conn, err := grpc.NewClient(cfg.Addr, opts...)
+		var err error
+		conn, err = grpc.NewClient(cfg.Addr, opts...)
 		if err != nil {
 			return Report{}, fmt.Errorf("load: dial %s: %w", cfg.Addr, err)
 		}
@@ -78,10 +82,24 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 			r.call = cellCaller(cellproto.NewCellClient(conn))
 		}
 	}
+	var fuAPI *client.Client
+	if cfg.FollowUps > 0 {
+		var err error
+		if fuAPI, err = dialFollowUps(cfg, conn, opts); err != nil {
+			return Report{}, err
+		}
+	}
 
 	stopProgress := startProgress(r.rec, cfg.Count, progress)
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
+	if fuAPI != nil {
+		r.fu = startFollowUps(ctx, followUpConfig{
+			Share: cfg.FollowUps, Seed: cfg.Seed,
+			Workers: cfg.Concurrency, Queue: int(min(cfg.Count, maxFollowUpQueue)),
+			Timeout: cfg.PerRequestTimeout, Deadline: deadline, OnAnswer: cfg.OnFollowUp,
+		}, fuAPI, start)
+	}
 	var reason string
 	if cfg.Mode == ModeOpen {
 		reason = r.openLoop(ctx, start, deadline)
@@ -92,6 +110,15 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 	stopProgress()
 
 	rep := r.rec.report(elapsed)
+	if r.fu != nil {
+		// After the submits' figures: the follow-ups' own time is
+		// theirs (FollowUpReport.ElapsedSeconds).
+		fr, err := r.fu.finish()
+		if err != nil {
+			return Report{}, err
+		}
+		rep.FollowUps = &fr
+	}
 	rep.Target, rep.Mode, rep.Addr, rep.RunID = cfg.Target, cfg.Mode, cfg.Addr, cfg.RunID
 	rep.Concurrency, rep.StopReason = cfg.Concurrency, reason
 	if fo != nil {
@@ -109,6 +136,7 @@ type runner struct {
 	rec    *recorder
 	call   caller
 	reqCtx context.Context
+	fu     *followUps // with FollowUps only
 }
 
 // openLoop schedules request seq at start + (seq-1)/Rate whatever the
@@ -146,7 +174,7 @@ func (r *runner) openLoop(ctx context.Context, start, deadline time.Time) string
 		wg.Go(func() {
 			defer func() { <-sem }()
 			// Latency runs from the scheduled time, not the send time.
-			r.do(r.gen.request(seq), at)
+			r.do(seq, at)
 		})
 	}
 	return StopCount
@@ -170,8 +198,7 @@ func (r *runner) closedLoop(ctx context.Context, deadline time.Time) string {
 				if seq > r.cfg.Count {
 					return
 				}
-				req := r.gen.request(seq)
-				if hint, ok := client.RetryAfter(r.do(req, time.Now())); ok {
+				if hint, ok := client.RetryAfter(r.do(seq, time.Now())); ok {
 					_ = sleep(issueCtx, min(hint, maxHintWait))
 				}
 			}
@@ -206,18 +233,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 // maxHintWait bounds a closed-loop worker's wait on a retry hint.
 const maxHintWait = time.Second
 
-// do sends one request and records its answer with the latency since at;
-// it returns the request's error.
-func (r *runner) do(req *cellpayv1.SubmitTransactionRequest, at time.Time) error {
+// do sends request seq and records its answer with the latency since at,
+// then offers it to the follow-ups; it returns the request's error.
+func (r *runner) do(seq int64, at time.Time) error {
+	req := r.gen.request(seq)
 	r.rec.sent.Add(1)
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.PerRequestTimeout)
 	defer cancel()
 	o, err := r.call(ctx, req)
 	lat := time.Since(at)
 	r.rec.record(o, err, lat)
+	res := Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat,
+		Endpoint: o.endpoint, FailedOver: o.failedOver}
 	if r.cfg.OnResult != nil {
-		r.cfg.OnResult(Result{PartnerID: req.GetPartnerId(), Request: req, Transaction: o.txn, Err: err, Sent: at, Latency: lat,
-			Endpoint: o.endpoint, FailedOver: o.failedOver})
+		r.cfg.OnResult(res)
+	}
+	if r.fu != nil {
+		r.fu.offer(seq, res)
 	}
 	return err
 }
