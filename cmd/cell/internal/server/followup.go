@@ -48,6 +48,14 @@ func (s *Server) FollowUp(ctx context.Context, req *cellproto.FollowUpRequest) (
 		return s.locate(ctx, cellside.FollowUpKey(req))
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
+	case orig.State == cellside.StateSending:
+		// A sending original may be a crash's leftover of an attempt
+		// that never had Proceed while another cell decided the
+		// authorization (as in Find): the directory's owner, if another
+		// cell, holds it, and this cell would refuse it as still pending.
+		if owner, oerr := s.ownerOf(ctx, cellside.FollowUpKey(req)); oerr == nil && owner != "" {
+			return &cellproto.FollowUpResponse{Outcome: &cellproto.FollowUpResponse_OwnerCell{OwnerCell: owner}}, nil
+		}
 	}
 	fp, fpKeyID := s.cfg.Keys.Fingerprint(asReq), s.cfg.Keys.FingerprintKeyID()
 	rev, answer, err := s.claimFollowUp(ctx, k, asReq, fp, fpKeyID)

@@ -170,3 +170,47 @@ func TestFollowUpSettleAnswerLost(t *testing.T) {
 		t.Fatalf("captured %v, issuer calls %d; want 1000 and 1", orig.GetCapturedAmount(), iss.callsFor(idempotency.Key{PartnerID: "p-001", TransactionID: "c-1"}))
 	}
 }
+
+// entries is a transaction directory that holds fixed entries and grants
+// every claim without keeping it (the methods it leaves to the embedded
+// nil interface are not called on the paths tested with it).
+type entries struct {
+	Directory
+	of map[idempotency.Key]cellside.Entry
+}
+
+func (d entries) Get(_ context.Context, k idempotency.Key) (cellside.Entry, bool, error) {
+	e, ok := d.of[k]
+	return e, ok, nil
+}
+
+func (d entries) Claim(_ context.Context, _ idempotency.Key, e cellside.Entry) (cellside.Entry, bool, error) {
+	return e, true, nil
+}
+
+func (d entries) Later(func(ctx context.Context) error, string) {}
+
+// TestFollowUpOfALeftover: this cell holds the authorization as sending
+// (an attempt that crashed before Proceed), while the directory says
+// another cell decided it: a capture is sent to that cell, not refused as
+// "still pending". With the directory naming this cell, the authorization
+// is pending here, and the capture is refused so.
+func TestFollowUpOfALeftover(t *testing.T) {
+	auth := idempotency.Key{PartnerID: "p-001", TransactionID: "auth-1"}
+	dir := entries{of: map[idempotency.Key]cellside.Entry{auth: {Owner: "cell-other", State: cellside.EntryFinal}}}
+	st := &memStore{recs: map[idempotency.Key]cellside.Record{auth: {
+		TransactionID: "auth-1", PartnerID: "p-001", PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION,
+		State: cellside.StateSending, Amount: 1250, Currency: "GBP", Market: "GB", CellID: "cell-t",
+	}}}
+	c, _, iss := startWith(t, testKeys, st, func(cfg *Config) { cfg.Directory = dir })
+	ctx := ctxT(t)
+	resp, err := c.FollowUp(ctx, followUp(cellpayv1.PaymentType_CAPTURE, "c-1", 500))
+	if err != nil || resp.GetOwnerCell() != "cell-other" {
+		t.Fatalf("capture of another cell's authorization: %v, %v; want its owner", resp, err)
+	}
+	if iss.calls.Load() != 0 {
+		t.Fatal("the issuer was called")
+	}
+	dir.of[auth] = cellside.Entry{Owner: "cell-t", State: cellside.EntryOwned}
+	checkRefused(t, ctx, c, followUp(cellpayv1.PaymentType_CAPTURE, "c-2", 500), codes.FailedPrecondition, apierr.OriginalNotApproved)
+}

@@ -208,21 +208,26 @@ func start(t *testing.T) (cellproto.CellClient, *memStore, *countingIssuer) {
 	return startWith(t, testKeys, &memStore{recs: map[idempotency.Key]cellside.Record{}})
 }
 
-// startWith starts a server with card data keys and store st.
-func startWith(t *testing.T, keys *cardkeys.Ring, st *memStore) (cellproto.CellClient, *memStore, *countingIssuer) {
+// startWith starts a server with card data keys and store st, its
+// configuration changed by opts.
+func startWith(t *testing.T, keys *cardkeys.Ring, st *memStore, opts ...func(*Config)) (cellproto.CellClient, *memStore, *countingIssuer) {
 	t.Helper()
 	ref, err := refdata.Load("../../../../config/refdata.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	iss := &countingIssuer{}
-	srv, err := New(Config{
+	cfg := Config{
 		CellID: "cell-t", Store: st, Issuer: iss,
 		RefData: func() cellside.RefData { return ref },
 		Policy:  cellside.Policy{LimitCurrency: "EUR", VelocityWindow: time.Minute},
 		Keys:    keys, WaitTimeout: 5 * time.Second,
 		Log: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
