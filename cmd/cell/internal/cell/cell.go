@@ -70,6 +70,10 @@ type Config struct {
 	// directory.DefaultMaxAge and no size limit.
 	DirectoryMaxAge   time.Duration
 	DirectoryMaxBytes int64
+	// Retention is how long a partition of transactions and callbacks is kept
+	// after it ends (package retention); zero for retention.DefaultKeep.
+	// It must exceed DirectoryMaxAge (the idempotency window) by a day.
+	Retention time.Duration
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.

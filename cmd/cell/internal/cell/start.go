@@ -19,6 +19,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
 	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
+	"github.com/cellpay/cellpay/cmd/cell/internal/retention"
 	"github.com/cellpay/cellpay/cmd/cell/internal/server"
 	"github.com/cellpay/cellpay/cmd/cell/internal/store"
 	"github.com/cellpay/cellpay/internal/grpclimits"
@@ -227,8 +228,15 @@ func (c *Cell) startWatchers(context.Context) error {
 	if err != nil {
 		return err
 	}
+	keeper, err := retention.New(retention.Config{Store: c.st, Keep: c.cfg.Retention, Log: c.log})
+	if err != nil {
+		return err
+	}
+	if err := telemetry.NewRetention(c.tel.Meter(meterName), keeper.End); err != nil {
+		return err
+	}
 	watchers.Go(func() {
-		instance.Lead(watchCtx, c.st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, c.st, c.log) }, c.log)
+		instance.Lead(watchCtx, c.st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, keeper, c.st, c.log) }, c.log)
 	})
 	if !c.cfg.Callbacks.Off {
 		stopNotifier, err := startNotifier(watchCtx, c.cfg, c.st, c.reg, c.tel, c.log)
@@ -257,13 +265,15 @@ func (c *Cell) ready(ok bool) {
 }
 
 // reconcileCell is the work of the cell's one reconciler: transactions
-// past their point of no return with no known outcome, and the leftovers
+// past their point of no return with no known outcome, the leftovers
 // short of it of instances that are gone (orphanGrace after their last
-// write; any row stuck past store.ActiveFor).
-func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, st *store.Store, log *slog.Logger) {
-	ran := make(chan struct{})
-	go func() { rec.Run(ctx); close(ran) }()
-	defer func() { <-ran }()
+// write; any row stuck past store.ActiveFor), and the months of the
+// tables, created ahead and dropped past retention.
+func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, keeper *retention.Keeper, st *store.Store, log *slog.Logger) {
+	var ran sync.WaitGroup
+	ran.Go(func() { rec.Run(ctx) })
+	ran.Go(func() { keeper.Run(ctx) })
+	defer ran.Wait()
 	t := time.NewTicker(instance.RenewEvery)
 	defer t.Stop()
 	for {

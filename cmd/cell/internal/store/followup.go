@@ -33,9 +33,13 @@ func (s *Store) HoldFollowUp(ctx context.Context, k, original idempotency.Key, b
 		WHERE partner_id = $1 AND transaction_id = $2 FOR UPDATE`, original.PartnerID, original.TransactionID))
 	switch {
 	case errors.Is(err, ErrNotFound):
-		// A replay of a follow-up whose original is gone cannot happen
-		// (rows are never deleted while a follow-up names them), so the
-		// follow-up's own key need not be read first.
+		// A replay of a follow-up whose original's month was dropped
+		// (retention) gets the follow-up's answer, not "unknown original".
+		if existing, err := s.getIn(ctx, tx, k); err == nil {
+			return nil, existing, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, nil, fmt.Errorf("store: hold follow-up: %w", err)
+		}
 		return nil, nil, cellside.ErrOriginalNotFound
 	case err != nil:
 		return nil, nil, fmt.Errorf("store: hold follow-up: %w", err)
@@ -50,8 +54,8 @@ func (s *Store) HoldFollowUp(ctx context.Context, k, original idempotency.Key, b
 		return nil, nil, err
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO transactions (`+columns+`, owner, unfiled, original_transaction_id)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29)
-		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(f), s.instance, f.Unfiled, f.Original)...)
+		SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29
+		WHERE cellpay_claim_key($7, $1)`, append(args(f), s.instance, f.Unfiled, f.Original)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: hold follow-up: %w", err)
 	}
@@ -101,7 +105,7 @@ var settleSQL = fmt.Sprintf(`WITH u AS (
 	), ob AS (
 		INSERT INTO outbox (event_id, partner_id, transaction_id, event_type, body, next_attempt_at, created_at, updated_at)
 		SELECT $7, $1, $2, $8, $9, $6, $6, $6 FROM u WHERE $10
-		ON CONFLICT (event_id) DO NOTHING
+		ON CONFLICT (event_id, created_at) DO NOTHING
 	)
 	SELECT count(*) FROM u`,
 	cellpayv1.PaymentType_CAPTURE, cellpayv1.PaymentType_VOID, cellpayv1.PaymentType_REFUND)

@@ -33,10 +33,12 @@ import (
 // commits whole or not at all, so a crash leaves each transaction in it
 // either before its write or after it, as if the writes had been committed
 // one by one. The batched statements never fail in the normal course
-// (conflicts are ON CONFLICT DO NOTHING, a state that moved is 0 rows);
+// (a key already recorded inserts nothing, a state that moved is 0 rows);
 // when one does fail on the server, the batch is rolled back whole and
 // each of its writes is run again alone, so that one bad write cannot fail
-// the others. A connection lost mid-batch leaves the batch's outcome
+// the others. (Two batches holding one key's insert each, in opposite
+// orders, meet in Postgres's deadlock detection, which fails one of them:
+// the same path.) A connection lost mid-batch leaves the batch's outcome
 // unknown, which each writer is told, as it would be of its own statement.
 //
 // Two races in the window between a transaction's directory claim and its

@@ -90,8 +90,8 @@ func TestGroupCommitBadWriteAlone(t *testing.T) {
 		r := record(id)
 		r.Amount = amount // 0 breaks CHECK (amount > 0)
 		return &write{ctx: ctx, sql: `INSERT INTO transactions (` + columns + `, owner)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)
-			ON CONFLICT (partner_id, transaction_id) DO NOTHING`, args: append(args(r), ""), done: make(chan writeResult, 1)}
+			SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27
+			WHERE cellpay_claim_key($7, $1)`, args: append(args(r), ""), done: make(chan writeResult, 1)}
 	}
 	good1, bad, good2 := insert("b-1", 100), insert("b-2", 0), insert("b-3", 100)
 	gone, cancel := context.WithCancel(ctx)

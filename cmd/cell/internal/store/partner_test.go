@@ -170,7 +170,8 @@ func TestMigrationFrom002KeepsRows(t *testing.T) {
 // TestEveryTransactionKeyNamesThePartner reads the schema after every
 // migration: each index or constraint (primary keys, unique constraints,
 // foreign keys, plain indexes) over a transaction_id column, in any table,
-// names partner_id too, and the primary key of transactions is the pair.
+// names partner_id too, and the primary key of transactions is the pair
+// and the month's key (created_at: migration 011).
 func TestEveryTransactionKeyNamesThePartner(t *testing.T) {
 	_, url := open(t)
 	ctx := ctxT(t)
@@ -206,8 +207,8 @@ func TestEveryTransactionKeyNamesThePartner(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if pk := keys["transactions transactions_pkey"]; !slices.Equal(pk, []string{"partner_id", "transaction_id"}) {
-		t.Fatalf("primary key of transactions = %v, want [partner_id transaction_id]; all keys: %v", pk, keys)
+	if pk := keys["transactions transactions_pkey"]; !slices.Equal(pk, []string{"partner_id", "transaction_id", "created_at"}) {
+		t.Fatalf("primary key of transactions = %v, want [partner_id transaction_id created_at]; all keys: %v", pk, keys)
 	}
 	for name, cols := range keys {
 		if slices.Contains(cols, "transaction_id") && !slices.Contains(cols, "partner_id") {

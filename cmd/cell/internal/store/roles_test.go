@@ -75,6 +75,18 @@ func TestOwnerMigratesAppServes(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
+	// Partitions are the owner's, made and dropped for the app by its functions.
+	parts, err := s.Partitions(ctx)
+	if err != nil || len(parts) != 4 {
+		t.Fatalf("Partitions: %v, %v; want the first and the next of both tables", parts, err)
+	}
+	last := parts[len(parts)-1].To
+	if made, err := s.CreatePartition(ctx, "outbox", last, 3); err != nil || !made {
+		t.Fatalf("CreatePartition: %v, %v", made, err)
+	}
+	if kept, err := s.DropPartition(ctx, "outbox_"+last.Format("2006_01"), time.Now().AddDate(0, 0, -9)); err != nil || kept == "" {
+		t.Fatalf("DropPartition of a quarter to come: %q, %v; want kept", kept, err)
+	}
 
 	app, err := pgx.Connect(ctx, appURL)
 	if err != nil {
@@ -85,7 +97,8 @@ func TestOwnerMigratesAppServes(t *testing.T) {
 	if err := app.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n); err != nil || n != 1 {
 		t.Errorf("outbox rows: %d, %v; want 1", n, err)
 	}
-	for _, sql := range []string{"DROP TABLE transactions", "TRUNCATE outbox", "ALTER TABLE transactions DROP COLUMN masked_pan", "CREATE TABLE x (id int)", "DROP TABLE schema_version"} {
+	for _, sql := range []string{"DROP TABLE transactions", "TRUNCATE outbox", "ALTER TABLE transactions DROP COLUMN masked_pan", "CREATE TABLE x (id int)", "DROP TABLE schema_version",
+		"DROP TABLE transactions_legacy", "CREATE TABLE outbox_2040_01 PARTITION OF outbox FOR VALUES FROM ('2040-01-01') TO ('2040-02-01')"} {
 		if _, err := app.Exec(ctx, sql); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 			t.Errorf("app: %s: %v, want insufficient_privilege", sql, err)
 		}

@@ -266,8 +266,8 @@ func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, existing *cellside.Record, err error) {
 	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner, unfiled)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
-		ON CONFLICT (partner_id, transaction_id) DO NOTHING`, append(args(r), s.instance, r.Unfiled)...)
+		SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28
+		WHERE cellpay_claim_key($7, $1)`, append(args(r), s.instance, r.Unfiled)...)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: insert: %w", err)
 	}
@@ -381,7 +381,7 @@ func (s *Store) persistFinal(ctx context.Context, r *cellside.Record, from cells
 		), o AS (
 			INSERT INTO outbox (event_id, partner_id, transaction_id, event_type, body, next_attempt_at, created_at, updated_at)
 			SELECT $8, $1, $2, $9, $10, $6, $6, $6 FROM u
-			ON CONFLICT (event_id) DO NOTHING
+			ON CONFLICT (event_id, created_at) DO NOTHING
 		)
 		SELECT count(*) FROM u`,
 		r.PartnerID, r.TransactionID, string(r.State), r.DeclineReason, r.AuthCode, r.UpdatedAt, string(from),
