@@ -11,12 +11,12 @@ import (
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 )
 
-// TestOneKeyAcrossMonths: attempts at one key, created in different months
-// (partitions), with and without group commit, race; exactly one inserts
-// and every other one gets the winner's record. The primary key holds the
-// month, so only the insert's claim of the key (cellpay_claim_key) keeps
-// the transaction ID unique across months.
-func TestOneKeyAcrossMonths(t *testing.T) {
+// TestOneKeyAcrossPartitions: attempts at one key, created in different
+// partitions, with and without group commit, race; exactly one inserts
+// and every other one gets the winner's record. The primary key holds
+// created_at, so only the insert's claim of the key (cellpay_claim_key)
+// keeps the transaction ID unique across partitions.
+func TestOneKeyAcrossPartitions(t *testing.T) {
 	s, url := open(t)
 	ctx := ctxT(t)
 	grouped, err := Open(ctx, url, 8)
