@@ -240,6 +240,12 @@ func (m *model) write(r *run, a cellside.Action) cellside.Event {
 		if rec, ok := cl.db[x.id]; ok {
 			return m.existingEvent(r, rec)
 		}
+		if f := m.fuRecordAt(x.cell, x.id); f != nil {
+			// The key's row is a follow-up's (one key space): the insert
+			// finds it, and the machine compares its payload.
+			prev := *f.rec
+			return cellside.Existing{Record: &prev, Active: m.active(r)}
+		}
 		cl.db[x.id] = m.stored(a.Record, x.key())
 		return cellside.Inserted{}
 	case cellside.Reclaim:
@@ -420,6 +426,7 @@ func (m *model) finishRun(r *run, a cellside.Action) {
 		m.logf("cell %d: %s answered from the directory (owner %s)", x.cell, x.id, a.Entry.Owner)
 		m.reply(x, mResult, resultOf(a.Entry.Answer), p)
 	case cellside.Reject:
+		m.reuseRefused(r, a)
 		res := result{status: "INVALID_ARGUMENT"}
 		switch {
 		case errors.Is(a.Err, idempotency.ErrConflict):

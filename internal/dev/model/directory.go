@@ -70,8 +70,8 @@ func (m *model) claim(r *run, a cellside.Claim) cellside.Event {
 		ours = ours || e.Owner == r.in.CellID
 	}
 	if ours {
-		if m.rules.IgnorePayload {
-			e.Fingerprint = r.in.Fingerprint // the cell does not compare payloads
+		if m.rules.IgnorePayload && m.fuEntryOf(r.x.id) == nil {
+			e.Fingerprint = r.in.Fingerprint // the cell does not compare payloads (of a payment's entry)
 		}
 		return cellside.Claimed{Entry: e, Active: m.active(r)}
 	}
@@ -83,7 +83,7 @@ func (m *model) claim(r *run, a cellside.Claim) cellside.Event {
 func (m *model) held(r *run, e cellside.Entry) cellside.Event {
 	sameFP := e.Fingerprint == r.in.Fingerprint
 	switch {
-	case m.rules.AnswerEntryAnyPayload && e.State == cellside.EntryFinal && !sameFP:
+	case m.rules.AnswerEntryAnyPayload && e.State == cellside.EntryFinal && !sameFP && m.fuEntryOf(r.x.id) == nil:
 		r.truePayload[r.in.Fingerprint] = payloadOf(r.x.id, e.Fingerprint)
 		e.Fingerprint = r.in.Fingerprint
 	case m.rules.TakeoverAnyCall && e.State == cellside.EntryOwned && sameFP:
@@ -106,6 +106,10 @@ func (m *model) held(r *run, e cellside.Entry) cellside.Event {
 // the key and whether it is e.Owner's.
 func (m *model) create(r *run, e cellside.Entry) (cellside.Entry, bool) {
 	cur := m.dir[r.x.id]
+	if fe := m.fuEntryOf(r.x.id); cur == nil && fe != nil {
+		// A follow-up's entry holds the key (one key space).
+		return fuToEntry(r.x.id, fe), cellName(fe.owner) == e.Owner
+	}
 	if cur == nil {
 		cur = fromEntry(r.x.id, e)
 		cur.rev = 1
@@ -121,6 +125,8 @@ func (m *model) create(r *run, e cellside.Entry) (cellside.Entry, bool) {
 func (m *model) take(r *run, e cellside.Entry, rev uint64) (cellside.Entry, bool) {
 	cur := m.dir[r.x.id]
 	switch {
+	case cur == nil && m.fuEntryOf(r.x.id) != nil:
+		return fuToEntry(r.x.id, m.fuEntryOf(r.x.id)), false // a follow-up's entry holds the key
 	case cur == nil:
 		return m.create(r, e)
 	case uint64(cur.rev) != rev:
@@ -168,6 +174,16 @@ func fromEntry(id string, e cellside.Entry) *entry {
 // the claim of the attempt that stepped back).
 func (m *model) applyUpdate(x msg) {
 	e := m.dir[x.id]
+	if fe := m.fuEntryOf(x.id); fe != nil {
+		// A follow-up's entry holds the key: Finalize writes over it if it
+		// is this cell's and not final; Abandon names this attempt's
+		// claim, which it is not.
+		if x.dirState != entryFinal || fe.owner != x.cell || fe.state == entryFinal {
+			m.logf("directory: %s %s by cell %d refused (a follow-up's entry)", x.id, x.dirState, x.cell)
+			return
+		}
+		e = m.payOver(x.id, x.cell, x.payload)
+	}
 	switch x.dirState {
 	case entryFinal:
 		switch {

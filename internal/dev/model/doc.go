@@ -40,8 +40,10 @@
 // sim.go runs that world on one seed (Run; cmd/cellpay-sim and make sim
 // sweep many, RunQuiet, keeping the trace of a failing seed only): the
 // seed first draws its fault mix (swarm testing: a weight per kind of
-// step, some none, and whether the cells' stores group-commit) and the
-// trace's first line prints it; a calm start approves the authorizations
+// step, some none, and whether the cells' stores group-commit; the kinds
+// added once seeds had been kept, the reuse steps, from a second stream
+// of the seed's, so that a mix that leaves them off runs as before) and
+// the trace's first line prints it; a calm start approves the authorizations
 // a0 to a2 with no fault (now and then while a replica drains the
 // original's home, so that it is recorded on another cell), for the
 // follow-ups to act on from the first step, since the safety phase's own
@@ -60,7 +62,9 @@
 // authorization it knows approved (answered so, or read so), now and then
 // of another, for amounts around the authorization's or the captures',
 // now and then over them, and a follow-up ID used again (the same payload,
-// or another); delivery in any order (delay, reordering), issuer messages
+// or another); one kind's ID used by the other (reuse.go: a follow-up
+// under its original's own ID or another payment's, a payment under a
+// follow-up's, each sent again like any other); delivery in any order (delay, reordering), issuer messages
 // (Authorize and Adjust) and directory updates lost or duplicated, a
 // cell's connections stalled and then delivering everything late, an
 // issuer request held in a send buffer with its deadline whole, crashes
@@ -77,13 +81,17 @@
 // what a ledger holds the sum of its follow-ups in flight (sending) in
 // that cell, at most one issuer effect per follow-up ID, one final answer
 // per follow-up ID and payload (ALREADY_EXISTS for another), and every
-// final answer the issuer's outcome. Once healed: every follow-up call
-// answered and every follow-up resolved (none sending, nothing held), the
-// directory's final entries equal to the records, and per authorization
-// its approved captures, refunds and void as partners know them (their
-// final answers, else what a read returns) equal to the issuer's applied
-// adjustments, its ledger at the issuer and its ledger in its cell, to
-// the minor unit. A run is a function of its seed (no goroutine, no
+// final answer the issuer's outcome; and one transaction per ID (never a
+// payment past its PNR and a follow-up held under one ID, every answer to
+// the other kind ALREADY_EXISTS or one that says nothing, UNAVAILABLE,
+// DEADLINE_EXCEEDED or a follow-up's original not found, and never
+// ALREADY_EXISTS for the transaction's own payload). Once healed: every
+// follow-up call answered and every follow-up resolved (none sending,
+// nothing held), the directory's final entries equal to the records, and
+// per authorization its approved captures, refunds and void as partners
+// know them (their final answers, else what a read returns) equal to the
+// issuer's applied adjustments, its ledger at the issuer and its ledger
+// in its cell, to the minor unit. A run is a function of its seed (no goroutine, no
 // clock, every map read whose order matters in sorted order; check looks
 // in the maps' own order first and again sorted only once it finds a
 // break): the same seed prints the same trace. Counters of interesting
@@ -91,12 +99,20 @@
 // seed reaches fails the sweep.
 // TestSimulatorBites breaks rules on purpose (Rules' knobs) and requires
 // a violation within 1,000 seeds; testdata/sim keeps the seeds that found
-// bugs, replayed on every test run.
+// bugs, replayed on every test run (claim-any-own-entry.txt among them,
+// Rules.ClaimAnyOwnEntry: a follow-up's claim took its cell's entry as its
+// own whoever claimed it).
 //
 // rapid_test.go drives the same world through rapid's choice of steps
-// (TestProtocol, with group commit and without; payments only, no
-// follow-ups), and TestScripted and TestDirectory replay hand-written
-// sequences.
+// (TestProtocol, with group commit and without): the payments' actions
+// and faults of its own, and, with the simulator's calm start drawn by
+// rapid, the simulator's follow-up steps (captures, voids, refunds, the
+// same IDs again, IDs reused across the kinds) and its faults that reach
+// the follow-ups, through a chooser over rapid's draws; each run ends
+// with converged, the simulator's checks and the checker.
+// TestInvariantsCatchBrokenRules searches for each knob's break, the
+// payments' without follow-ups. TestScripted, TestReuseScripted and
+// TestDirectory replay hand-written sequences.
 //
 // What stays hand-written, as model code mirroring the production code,
 // and why: the parts below are I/O in the real system (Postgres, NATS KV,
@@ -111,14 +127,16 @@
 //     payload and remembering, in a bounded FIFO cache, the cell a
 //     re-routed transaction completed on; the ranking with that cell
 //     promoted and a drained cell skipped;
-//   - the transaction directory's store (directory.go): one entry per ID,
-//     Claim (Create) and Take (Update at the revision read) atomic, and
-//     the best-effort Finalize (the owner's answer, if the entry is the
-//     owner's or missing and not final) and Abandon (if the entry is
-//     still the stepping-back attempt's claim) as messages that may be
-//     delayed, reordered, duplicated, lost or never delivered;
-//   - the records' store (Insert, Reclaim, conditional Persist, the wait
-//     on a concurrent attempt, group commit) and restart's AbandonUnsent
+//   - the transaction directory's store (directory.go): one entry per ID
+//     (a payment's or a follow-up's: reuse.go), Claim (Create) and Take
+//     (Update at the revision read) atomic, and the best-effort Finalize
+//     (the owner's answer, if the entry is the owner's or missing and not
+//     final) and Abandon (if the entry is still the stepping-back
+//     attempt's claim) as messages that may be delayed, reordered,
+//     duplicated, lost or never delivered;
+//   - the records' store (one row per ID, a payment's or a follow-up's:
+//     Insert, Reclaim, conditional Persist, the wait on a concurrent
+//     attempt, group commit) and restart's AbandonUnsent
 //     (received becomes abandoned; deciding and sending stay); a write to
 //     sending may commit with its answer lost (the machine hears it
 //     failed), and the step back that follows applies to the attempt's
@@ -165,10 +183,10 @@
 // already chooses freely); the cell's instances sharing a database, which
 // instances_test.go models apart (below); entries' expiry (MaxAge); a
 // follow-up's market or currency other than its original's
-// (ORIGINAL_MISMATCH, a rule of HoldFollowUp's tested with it); a
-// follow-up that reuses a payment's ID (their IDs are apart here: the
-// idempotency rules that would answer it are the payments'); a
-// follow-up's cancelled context in its cell (a caller gone, the cell's
+// (ORIGINAL_MISMATCH, a rule of HoldFollowUp's tested with it), or one
+// whose original is another follow-up (ORIGINAL_NOT_APPROVED, the same);
+// a follow-up's
+// cancelled context in its cell (a caller gone, the cell's
 // run goes on in the model: more than the code does).
 //
 // An ID here stands for a transaction's whole key, (partner, transaction

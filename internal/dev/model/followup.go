@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/cellpay/cellpay/internal/followup"
@@ -59,10 +58,10 @@ import (
 //     multiple of 13 is declined do_not_honor, so that a decline's
 //     release is exercised).
 //
-// Follow-ups' IDs (f0, f1, ...) are a namespace apart from the payments'
-// (t0, t1, t2): a follow-up that reuses a payment's ID meets the same
-// idempotency rules as any other payload under an ID, which the payments
-// already exercise.
+// Follow-ups' IDs (f0, f1, ...) are the partner's own for its follow-ups,
+// and the payments' (t0, t1, t2, a0, a1, a2) theirs; but an ID is one key
+// for both, in the cells' stores, the directory and the issuer, and the
+// partner now and then uses one kind's ID for the other (reuse.go).
 
 // fuPayload is a follow-up's content: its kind, original and amount (none
 // for a void).
@@ -96,8 +95,9 @@ type fuRecord struct {
 }
 
 // fuEntry is a follow-up's directory entry (its claim: call
-// "follow-up", attempt 1).
+// "follow-up", attempt 1); rev is its key's revision, as an entry's.
 type fuEntry struct {
+	rev   int
 	owner int
 	p     fuPayload
 	fp    idempotency.Fingerprint
@@ -146,10 +146,12 @@ type fuAnswered struct {
 	res result
 }
 
-// fuSent is a follow-up ID a partner used, and its first payload.
+// fuSent is a follow-up ID a partner used, and its first payload; reuse:
+// the ID was a payment's (reuse.go).
 type fuSent struct {
-	id string
-	p  fuPayload
+	id    string
+	p     fuPayload
+	reuse bool
 }
 
 // fuEffect is an adjustment the issuer applied: its payload and the
@@ -166,37 +168,40 @@ type fus struct {
 	// fuSent: every follow-up ID a partner used, with its first payload,
 	// in order (the duplicates' pool).
 	fuSent []fuSent
-	fdir   map[string]*fuEntry
+	// fdir: the follow-ups' entries in the directory (one key space with
+	// the payments' dir: reuse.go).
+	fdir map[string]*fuEntry
 	// auths: the issuer's ledgers of the authorizations it approved;
 	// applied: the adjustments it applied.
 	auths   map[string]*followup.Ledger
 	applied map[string]fuEffect
 	nextRun int
+	// usedBy: the kinds of call the partner made under each ID (1: a
+	// payment, 2: a follow-up); shared: the IDs both kinds used
+	// (reuse.go).
+	usedBy map[string]uint8
+	shared map[string]bool
 }
 
 func newFus() fus {
 	return fus{fuAnswers: map[string][]fuAnswered{}, fdir: map[string]*fuEntry{}, auths: map[string]*followup.Ledger{},
-		applied: map[string]fuEffect{}}
+		applied: map[string]fuEffect{}, usedBy: map[string]uint8{}, shared: map[string]bool{}}
 }
 
 // --- the partner ---
 
 // newFollowUp is a partner's new follow-up of kind: of an authorization
 // it knows approved (answered APPROVED, or read so: a record approved in
-// a cell), now and then of any it submitted (which the cell may refuse),
-// for an amount around the authorization's (a refund's: around what the
-// partner knows captured), over it now and then; false when the partner
-// knows no transaction yet, and mostly when it knows none approved (a
-// refund: none captured).
-func (m *model) newFollowUp(r *rand.Rand, kind cellpayv1.PaymentType) bool {
-	var approvedIDs, known []string
-	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
-		known = append(known, id)
-		if slices.ContainsFunc(m.answers[id], func(a answered) bool { return a.res.status == "APPROVED" }) ||
-			slices.ContainsFunc(m.cells[:], func(cl *cell) bool { return cl.db[id] != nil && cl.db[id].state == approved }) {
-			approvedIDs = append(approvedIDs, id)
-		}
-	}
+// a cell), now and then of any payment it submitted (which the cell may
+// refuse; not one under a follow-up's ID: an original is a payment here,
+// and HoldFollowUp's refusal of another kind's, ORIGINAL_NOT_APPROVED, is
+// tested with it), for an amount around the authorization's (a refund's:
+// around what the partner knows captured), over it now and then; false
+// when the partner knows no transaction yet, and mostly when it knows
+// none approved (a refund: none captured).
+func (m *model) newFollowUp(r chooser, kind cellpayv1.PaymentType) bool {
+	known := slices.DeleteFunc(slices.Sorted(maps.Keys(m.answers)), m.followUpID)
+	approvedIDs := m.approvedKnown()
 	if len(known) == 0 || len(approvedIDs) == 0 && r.IntN(6) > 0 {
 		return false
 	}
@@ -280,7 +285,7 @@ func (m *model) knownApproved(id string) (fuPayload, bool) {
 
 // dupFollowUp is a follow-up ID used again: the same payload (a retry, at
 // either access point), or now and then another (another amount or kind).
-func (m *model) dupFollowUp(r *rand.Rand) bool {
+func (m *model) dupFollowUp(r chooser) bool {
 	if len(m.fuSent) == 0 {
 		return false
 	}
@@ -300,6 +305,7 @@ func (m *model) dupFollowUp(r *rand.Rand) bool {
 
 // followUp is a partner's capture, void or refund id at GTR replica g.
 func (m *model) followUp(g int, id string, p fuPayload) {
+	m.use(id, true)
 	for _, c := range m.fuCalls {
 		if c.replica == g && c.id == id && c.p == p && !c.done {
 			c.joined++ // singleflight on ID and payload
@@ -450,9 +456,13 @@ func holds(r *record) bool {
 // fuProcess runs FollowUp's steps up to the hold.
 func (m *model) fuProcess(x msg) {
 	cl := m.cells[x.cell]
-	fp := fingerprints.Of(cellside.AsRequest(fuRequest(x.id, x.fu)))
+	fp := fuFingerprint(x.id, x.fu)
 	if f, ok := cl.fdb[x.id]; ok {
 		m.fuReply(x, m.fuReplay(x.cell, f, fp), -1)
+		return
+	}
+	if rec := m.payRecordAt(x.cell, x.id); rec != nil {
+		m.fuReply(x, m.fuReplayPayment(x.cell, x.id, rec, fp), -1)
 		return
 	}
 	if orig, ok := cl.db[x.fu.orig]; !ok || !holds(orig) {
@@ -484,6 +494,18 @@ func (m *model) fuReplay(i int, f *fuRecord, fp idempotency.Fingerprint) result 
 	return resultOf(f.rec.Transaction())
 }
 
+// fuReplayPayment is followUpReplay of a payment's row under the
+// follow-up's ID (one key space): its payload is never a follow-up's,
+// so ALREADY_EXISTS, by the same fingerprint check.
+func (m *model) fuReplayPayment(i int, id string, rec *record, fp idempotency.Fingerprint) result {
+	if idempotency.Check(fingerprint(id, rec.payload), fp) == nil {
+		return rec.result()
+	}
+	m.cover(covReuseFollowUp)
+	m.logf("cell %d: follow-up %s refused: the ID is a payment's (%s)", i, id, rec.state)
+	return result{status: "ALREADY_EXISTS"}
+}
+
 // fuLocate is server.locate: the original's owner in the directory
 // (another cell, its entry not abandoned), or NOT_FOUND.
 func (m *model) fuLocate(x msg) {
@@ -495,22 +517,36 @@ func (m *model) fuLocate(x msg) {
 }
 
 // fuClaim is claimFollowUp: the follow-up's ID claimed for this cell (a
-// new entry, or one this cell owns already), or the answer for an entry
-// another cell holds.
+// new entry, or this follow-up's own that this cell owns already), or the
+// answer for an entry of another transaction or another cell.
 func (m *model) fuClaim(x msg, fp idempotency.Fingerprint) (result, bool) {
 	if m.rules.NoDirectory {
 		return result{}, true
 	}
+	if pe := m.payEntryOf(x.id); pe != nil {
+		// A payment's entry holds the key, this cell's or another's (a
+		// payment's claim whose record is not written yet): never this
+		// follow-up's claim.
+		if m.rules.ClaimAnyOwnEntry && pe.owner == x.cell {
+			m.logf("directory: follow-up %s's claim finds cell %d's entry of a payment (%s): taken as its own", x.id, x.cell, pe.state)
+			return result{}, true
+		}
+		m.cover(covReuseFollowUp)
+		m.logf("cell %d: follow-up %s refused: the ID is a payment's, cell %d's", x.cell, x.id, pe.owner)
+		return result{status: "ALREADY_EXISTS"}, false
+	}
 	e := m.fdir[x.id]
 	switch {
 	case e == nil:
-		m.fdir[x.id] = &fuEntry{owner: x.cell, p: x.fu, fp: fp, state: entryOwned}
+		m.fdir[x.id] = &fuEntry{rev: 1, owner: x.cell, p: x.fu, fp: fp, state: entryOwned}
 		m.logf("directory: follow-up %s claimed by cell %d", x.id, x.cell)
 		return result{}, true
-	case e.owner == x.cell:
+	case e.owner == x.cell && m.rules.ClaimAnyOwnEntry:
 		return result{}, true
 	case idempotency.Check(e.fp, fp) != nil:
 		return result{status: "ALREADY_EXISTS"}, false
+	case e.owner == x.cell:
+		return result{}, true
 	case e.state == entryFinal:
 		return e.res, false
 	}
@@ -570,6 +606,10 @@ func (m *model) fuHold(r *fuRun, lost bool) {
 	cl := m.cells[x.cell]
 	if f, ok := cl.fdb[x.id]; ok {
 		m.fuEnd(r, m.fuReplay(x.cell, f, r.fp), -1)
+		return
+	}
+	if rec := m.payRecordAt(x.cell, x.id); rec != nil {
+		m.fuEnd(r, m.fuReplayPayment(x.cell, x.id, rec, r.fp), -1)
 		return
 	}
 	orig := cl.db[x.fu.orig] // read before, and rows are never deleted
@@ -704,6 +744,16 @@ func (m *model) fuFinalizeLater(i int, id string, p fuPayload, res result) {
 // or Abandon (the entry this cell's claim).
 func (m *model) fuApplyUpdate(x msg) {
 	e := m.fdir[x.id]
+	if pe := m.payEntryOf(x.id); pe != nil {
+		// A payment's entry holds the key: Finalize writes over it if it
+		// is this cell's and not final; Abandon names the follow-up's
+		// claim, which it is not.
+		if x.dirState != entryFinal || pe.owner != x.cell || pe.state == entryFinal {
+			m.logf("directory: follow-up %s %s by cell %d refused (a payment's entry)", x.id, x.dirState, x.cell)
+			return
+		}
+		e = m.fuOver(x.id, x.cell, x.fu)
+	}
 	switch x.dirState {
 	case entryFinal:
 		switch {
@@ -713,11 +763,13 @@ func (m *model) fuApplyUpdate(x msg) {
 		case e.owner != x.cell || e.state == entryFinal:
 			return
 		}
-		e.p, e.fp, e.state, e.res = x.fu, fingerprints.Of(cellside.AsRequest(fuRequest(x.id, x.fu))), entryFinal, x.res
+		e.rev++
+		e.p, e.fp, e.state, e.res = x.fu, fuFingerprint(x.id, x.fu), entryFinal, x.res
 	case entryAbandoned:
 		if e == nil || e.owner != x.cell || e.state != entryOwned {
 			return
 		}
+		e.rev++
 		e.state = entryAbandoned
 	}
 	m.logf("directory: follow-up %s %s (%v)", x.id, e.state, e.res)
@@ -758,8 +810,7 @@ func (m *model) fuReconcile(i int) {
 	for _, id := range m.fuUnresolved(i) {
 		f := cl.fdb[id]
 		out := *f.rec
-		e := m.fdir[id]
-		if !m.rules.NoDirectory && e != nil && e.owner != i {
+		if e := m.fuKeyEntry(id); !m.rules.NoDirectory && e.found && e.owner != i {
 			out.State = cellside.StateAbandoned
 			m.fuPersist(i, &out)
 			m.logf("reconcile cell %d: follow-up %s -> abandoned (entry cell %d's)", i, id, e.owner)
@@ -782,10 +833,18 @@ func (m *model) fuReconcile(i int) {
 		}
 		res := resultOf(out.Transaction())
 		if !m.rules.NoDirectory {
+			e := m.fdir[id]
+			if pe := m.payEntryOf(id); pe != nil && pe.state != entryFinal {
+				e = m.fuOver(id, i, f.p) // this cell's payment entry, not final: written over
+			}
 			switch {
+			case m.payEntryOf(id) != nil:
+				// A payment's final entry of this cell's: Finalize writes
+				// nothing ("written before").
 			case e == nil:
-				m.fdir[id] = &fuEntry{owner: i, p: f.p, fp: f.rec.Fingerprint, state: entryFinal, res: res}
+				m.fdir[id] = &fuEntry{rev: 1, owner: i, p: f.p, fp: f.rec.Fingerprint, state: entryFinal, res: res}
 			case e.state != entryFinal:
+				e.rev++
 				e.state, e.res, e.p, e.fp = entryFinal, res, f.p, f.rec.Fingerprint
 			}
 		}

@@ -118,6 +118,23 @@ type Rules struct {
 	// so persistAfterIssuer's retry of a settle whose commit landed with
 	// its answer lost settles the ledger a second time.
 	SettleTwice bool
+	// KindsApart: the cells' stores and the directory keep payments' and
+	// follow-ups' IDs apart, two key spaces (as this model did before
+	// reuse.go), so that a follow-up under a payment's ID, or a payment
+	// under a follow-up's, is decided as a new transaction; the issuer
+	// keeps its one key space.
+	KindsApart bool
+	// ClaimAnyOwnEntry: a follow-up's claim takes its cell's directory
+	// entry as its own whoever claimed it, as claimFollowUp did on
+	// Directory.Claim's "e.Owner owns it already" before it looked at the
+	// entry's call and payload. A follow-up that meets a payment's claim
+	// not yet recorded in that cell (a crash, or the GTR's attempt timer,
+	// between the claim and the insert) is then held and sent to the
+	// issuer, and the payment's next attempt on another cell takes the
+	// entry over and is sent too: two transactions under one ID, the
+	// payment answered with the follow-up's outcome (found by the
+	// simulator, testdata/sim/claim-any-own-entry.txt).
+	ClaimAnyOwnEntry bool
 
 	// GroupCommit is no broken rule but the store's group commit
 	// (cmd/cell/internal/store/group.go): the durable writes after the
@@ -253,8 +270,8 @@ type cell struct {
 	// committing: their writes waiting for a shared commit, mCommit
 	// (Rules.GroupCommit).
 	committing map[attemptKey]cellside.Action
-	// fdb: the follow-ups' records (the same table in the code; a
-	// namespace of IDs of their own here). fuRuns: the follow-ups in
+	// fdb: the follow-ups' records (the same table in the code, and one
+	// key space with db's: reuse.go). fuRuns: the follow-ups in
 	// progress in the process, by run; fuWait: those waiting for the
 	// issuer's answer to their Adjust.
 	fdb    map[string]*fuRecord
@@ -505,6 +522,7 @@ func (m *model) submit(r int, id string, p payload) { m.submitDrained(r, id, p, 
 // call's ranking skips it, as a cell at weight 0 is skipped. A drained
 // cell still answers for what it owns: a redirect reaches it.
 func (m *model) submitDrained(r int, id string, p payload, drained int) {
+	m.use(id, false)
 	for _, c := range m.calls {
 		if c.replica == r && c.id == id && c.payload == p && !c.done {
 			c.joined++ // singleflight on ID and payload: answered when c is
@@ -812,8 +830,7 @@ func (m *model) takenOver(i int, id string, rec *record) bool {
 	if m.rules.NoDirectory || m.rules.ReconcilerNoClaim {
 		return false
 	}
-	e := m.dir[id]
-	if e == nil || e.owner == i {
+	if e := m.payKeyEntry(id); !e.found || e.owner == i {
 		return false
 	}
 	if m.taken[rec.attempt] {
@@ -831,22 +848,30 @@ func (m *model) takenOver(i int, id string, rec *record) bool {
 // nothing of this record reached the issuer: it is abandoned instead.
 func (m *model) notReached(i int, id string, rec *record) {
 	fail := result{status: "FAILED", reason: reasonNotReached}
-	if e := m.dir[id]; !m.rules.NoDirectory && !m.rules.ReconcilerNoClaim {
+	if k := m.payKeyEntry(id); !m.rules.NoDirectory && !m.rules.ReconcilerNoClaim {
+		e := m.dir[id]
 		switch {
-		case e == nil || e.owner != i:
+		case !k.found || k.owner != i:
 			if m.taken[rec.attempt] {
 				m.violate("the reconciler abandons only an unconfirmed record: cell %d abandoned %s (call %d attempt %d) after Proceed",
 					i, id, rec.attempt.call, rec.attempt.attempt)
 			}
 			rec.state = abandoned
 			return
-		case e.state == entryFinal:
+		case e != nil && e.state == entryFinal:
 			m.violate("a final entry has a final owner record: cell %d reconciles %s, sending, entry %+v", i, id, *e)
 			return
+		case e == nil && k.state == entryFinal:
+			// This cell's follow-up's final entry holds the key: Finalize
+			// writes nothing ("written before").
+		default:
+			if e == nil {
+				e = m.payOver(id, i, rec.payload) // this cell's follow-up's entry, not final
+			}
+			e.rev++
+			e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
+			m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
 		}
-		e.rev++
-		e.by, e.state, e.res, e.pinned = noAttempt, entryFinal, fail, false
-		m.logf("directory: %s final (%v), rev %d", id, fail, e.rev)
 	}
 	// The inquiry that closes the ID comes once the entry is known to be
 	// this cell's (reconcile.resolve reads it first): the close and the
@@ -968,7 +993,10 @@ func (m *model) checkIn(sorted bool) error {
 	if err != nil {
 		return err
 	}
-	return m.fuCheck(sorted)
+	if err := m.fuCheck(sorted); err != nil {
+		return err
+	}
+	return m.reuseCheck(sorted)
 }
 
 // each calls f with every key of mp and its value, in sorted order or in
@@ -1148,12 +1176,15 @@ func (m *model) proceedTimeout(i int, k attemptKey) {
 func (m *model) settleDeciding(i int, id string, rec *record) {
 	m.cover(covDecidingSettled)
 	decision := result{status: "DECLINED", reason: rec.reason}
-	e := m.dir[id]
+	e, k := m.dir[id], m.payKeyEntry(id)
 	switch {
-	case e != nil && e.owner == i && e.state == entryFinal:
-		settle(rec, e.res)
-	case e == nil || e.owner == i:
-		if e == nil {
+	case k.found && k.owner == i && k.state == entryFinal:
+		settle(rec, k.res)
+	case !k.found || k.owner == i:
+		switch {
+		case e == nil && k.found:
+			e = m.payOver(id, i, rec.payload) // this cell's follow-up's entry, not final
+		case e == nil:
 			e = &entry{owner: i, payload: rec.payload}
 			m.dir[id] = e
 		}

@@ -43,13 +43,23 @@ var ids = []string{"t0", "t1", "t2"}
 // authorizations to act on from the start.
 var authIDs = []string{"a0", "a1", "a2"}
 
+// chooser makes a step's choices: the seed's *rand.Rand in the simulator,
+// rapid's draws in the property test (rapid_test.go), so that both drive
+// the same steps.
+type chooser interface {
+	// IntN returns a choice in [0, n), n > 0.
+	IntN(n int) int
+	// Int64N returns a choice in [0, n), n > 0.
+	Int64N(n int64) int64
+}
+
 // calmStart approves the partner's authorizations authIDs, one after the
 // other, every message delivered in order and no fault: each at a replica
 // of the seed's choice, for an amount of its choice, and now and then
 // while a replica drains its natural home, so that it is recorded on the
 // next cell of its ranking (a follow-up to the home is then sent on to
 // the owner the directory names).
-func (m *model) calmStart(r *rand.Rand) {
+func (m *model) calmStart(r chooser) {
 	for _, id := range authIDs {
 		drained := -1
 		if r.IntN(3) == 0 {
@@ -103,12 +113,21 @@ const (
 	stVoid                           // a partner's void of an authorization
 	stRefund                         // a partner's refund of an authorization
 	stFollowUpAgain                  // a follow-up ID used again: a retry, or another payload
+	// The kinds from here on draw from the seed's second stream (drawMix).
+	stReusePaymentID  // a follow-up under a payment's ID (reuse.go)
+	stReuseFollowUpID // a payment under a follow-up's ID
 	numStepKinds
 )
 
+// laterKinds is the first step kind drawn from the seed's second stream:
+// the kinds added once seeds had been kept (testdata/sim). A seed whose
+// mix leaves them off runs as it did before they existed, and one whose
+// mix has them on as it did until the first of them acts.
+const laterKinds = stReusePaymentID
+
 var stepNames = [numStepKinds]string{"submit", "submit-drained", "duplicate", "other-payload", "deliver", "duplicate-message",
 	"lose", "stall", "unstall", "hold-issuer-request", "release", "crash", "crash-busy", "restart", "crash-gtr", "issuer-timeout", "proceed-timeout", "attempt-timeout",
-	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again"}
+	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again", "reuse-payment-id", "reuse-follow-up-id"}
 
 // cov is an interesting state a run may reach.
 type cov int
@@ -140,6 +159,8 @@ const (
 	covFuCloseInFlight               // an inquiry closed a follow-up with its Adjust in flight
 	covFuClosedRefused               // the issuer refused a late Adjust (closed ID)
 	covFuRefunded                    // a refund approved (of a capture approved before it)
+	covReuseFollowUp                 // a follow-up under a payment's ID refused ALREADY_EXISTS (reuse.go)
+	covReusePayment                  // a payment under a follow-up's ID refused ALREADY_EXISTS
 	numCov
 )
 
@@ -151,7 +172,8 @@ var covNames = [numCov]string{"re-route before the PNR", "re-route after a Proce
 	"follow-up held, then its cell crashed", "follow-up held, the commit's answer lost", "follow-up resolved by the reconciler",
 	"follow-up over the limits refused", "duplicate follow-up replayed", "follow-up sent on to the original's owner",
 	"follow-up's original found by a fan-out", "inquiry closed a follow-up with its Adjust in flight",
-	"late Adjust refused (closed ID)", "refund approved"}
+	"late Adjust refused (closed ID)", "refund approved", "follow-up under a payment's ID refused",
+	"payment under a follow-up's ID refused"}
 
 func (m *model) cover(c cov) { m.covered[c]++ }
 
@@ -184,13 +206,15 @@ func (x Mix) String() string {
 	return s
 }
 
-// drawMix draws a seed's fault mix. Delivery and submission are always on
-// (a run must get past the handshake and have work); every fault is on
-// with probability 2/3, at a weight of 1 to 4.
-func drawMix(r *rand.Rand) Mix {
+// drawMix draws a seed's fault mix: the kinds before laterKinds, its
+// length and its store from r, the seed's first stream; the later kinds
+// from later, its second (runSeed). Delivery and submission are always on
+// (a run must get past the handshake and have work); every other kind is
+// on with probability 2/3, at a weight of 1 to 4.
+func drawMix(r, later *rand.Rand) Mix {
 	var x Mix
-	for k := range x.Weights {
-		switch stepKind(k) {
+	for k := range laterKinds {
+		switch k {
 		case stDeliver:
 			x.Weights[k] = 12 + r.IntN(12)
 		case stSubmit:
@@ -204,7 +228,23 @@ func drawMix(r *rand.Rand) Mix {
 	x.Steps = 80 + r.IntN(240)
 	x.GroupCommit = r.IntN(2) == 0
 	x.AsyncInsert = x.GroupCommit && r.IntN(2) == 0
+	for k := laterKinds; k < numStepKinds; k++ {
+		if later.IntN(3) > 0 {
+			x.Weights[k] = 1 + later.IntN(4)
+		}
+	}
 	return x
+}
+
+// pick draws a step kind from weights with r: kind first + i with
+// probability weights[i] / total.
+func pick(r chooser, weights []int, total int, first stepKind) stepKind {
+	n := r.IntN(total)
+	k := 0
+	for ; n >= weights[k]; k++ {
+		n -= weights[k]
+	}
+	return first + stepKind(k)
 }
 
 // Result is what one seed's run found.
@@ -233,8 +273,9 @@ func RunQuiet(seed uint64, rules Rules) Result {
 }
 
 func runSeed(seed uint64, rules Rules, quiet bool) Result {
-	r := rand.New(rand.NewPCG(seed, 0x63656c6c706179)) // "cellpay"
-	mix := drawMix(r)
+	r := rand.New(rand.NewPCG(seed, 0x63656c6c706179))   // "cellpay"
+	later := rand.New(rand.NewPCG(seed, 0x6c6174657273)) // "laters"
+	mix := drawMix(r, later)
 	rules.GroupCommit = rules.GroupCommit || mix.GroupCommit
 	rules.AsyncInsert = rules.AsyncInsert || mix.AsyncInsert
 	m := newModel(rules)
@@ -242,17 +283,24 @@ func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	m.logf("seed %d: %s", seed, mix)
 	m.calmStart(r)
 	res := Result{Seed: seed, Mix: mix}
-	total := 0
-	for _, w := range mix.Weights {
-		total += w
+	total, laterTotal := 0, 0
+	for k, w := range mix.Weights {
+		if stepKind(k) < laterKinds {
+			total += w
+		} else {
+			laterTotal += w
+		}
 	}
 	for res.Steps < mix.Steps {
-		pick := r.IntN(total)
-		k := 0
-		for ; pick >= mix.Weights[k]; k++ {
-			pick -= mix.Weights[k]
+		// A later kind's step, chosen and made with the second stream;
+		// or one of the others, with the first, as before they existed.
+		rr, k := r, stepKind(0)
+		if laterTotal > 0 && later.IntN(total+laterTotal) >= total {
+			rr, k = later, pick(later, mix.Weights[laterKinds:], laterTotal, laterKinds)
+		} else {
+			k = pick(r, mix.Weights[:laterKinds], total, 0)
 		}
-		if !m.step(r, stepKind(k)) {
+		if !m.step(rr, k) {
 			continue // nothing to do for that kind now: draw again
 		}
 		res.Steps++
@@ -263,10 +311,7 @@ func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	pending := m.pendingAnswers()
 	m.heal()
 	m.logf("healed")
-	if err := m.checkHealed(); err != nil {
-		return m.result(res, err.Error())
-	}
-	if err := m.judge(); err != nil {
+	if err := m.converged(); err != nil {
 		return m.result(res, err.Error())
 	}
 	for _, id := range pending {
@@ -295,7 +340,7 @@ func (m *model) pendingAnswers() []string {
 
 // step performs one step of kind k, choosing its target with r; false
 // when the kind has nothing to act on now.
-func (m *model) step(r *rand.Rand, k stepKind) bool {
+func (m *model) step(r chooser, k stepKind) bool {
 	pickCell := func() int { return r.IntN(numCells) }
 	switch k {
 	case stSubmit:
@@ -328,6 +373,10 @@ func (m *model) step(r *rand.Rand, k stepKind) bool {
 		return m.newFollowUp(r, cellpayv1.PaymentType_REFUND)
 	case stFollowUpAgain:
 		return m.dupFollowUp(r)
+	case stReusePaymentID:
+		return m.reuseByFollowUp(r)
+	case stReuseFollowUpID:
+		return m.reuseByPayment(r)
 	case stDuplicateMsg, stLose:
 		var lossy, fu []int
 		for i, x := range m.pool {
@@ -684,6 +733,16 @@ func (m *model) crashGTR(g int) {
 	m.replicas[g] = &replica{moved: map[string]int{}}
 }
 
+// converged is what must hold once the faults heal (heal): checkHealed,
+// then the checker the end-to-end tests use (judge). The simulator and
+// the property test end every run with it.
+func (m *model) converged() error {
+	if err := m.checkHealed(); err != nil {
+		return err
+	}
+	return m.judge()
+}
+
 // judge hands the healed run to the checker the end-to-end tests use
 // (internal/dev/checker): every partner's answers, payments' and
 // follow-ups', against what a read returns, every cell's record (with an
@@ -715,9 +774,22 @@ func (m *model) judge() error {
 		}
 		return o
 	}
-	for _, id := range slices.Sorted(maps.Keys(m.answers)) {
+	// An ID is one key whichever kinds used it (reuse.go): its answers,
+	// payments' and follow-ups', are judged together against one
+	// observation, every cell's rows of it of either kind.
+	ids := slices.Sorted(maps.Keys(m.answers))
+	for id := range m.fuAnswers {
+		if _, ok := m.answers[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
 		k := idempotency.Key{PartnerID: partner, TransactionID: id}
 		for _, a := range m.answers[id] {
+			answers = append(answers, answer(id, a.res))
+		}
+		for _, a := range m.fuAnswers[id] {
 			answers = append(answers, answer(id, a.res))
 		}
 		o := issuer(id)
@@ -739,22 +811,12 @@ func (m *model) judge() error {
 					PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: amountOf(r.payload),
 					Ledger: checker.Sums{Captured: r.ledger.Captured, Refunded: r.ledger.Refunded, Voided: r.ledger.Voided}, Followed: followed})
 			}
-		}
-		observed[k] = o
-	}
-	for _, id := range slices.Sorted(maps.Keys(m.fuAnswers)) {
-		k := idempotency.Key{PartnerID: partner, TransactionID: id}
-		for _, a := range m.fuAnswers[id] {
-			answers = append(answers, answer(id, a.res))
-		}
-		o := issuer(id)
-		for i, cl := range m.cells {
 			f, ok := cl.fdb[id]
 			if !ok {
 				continue
 			}
 			r := f.rec
-			if r.State != cellside.StateAbandoned {
+			if r.State != cellside.StateAbandoned && o.Read == nil {
 				o.Read, o.ReadCode = r.Transaction(), codes.OK
 			}
 			o.Records = append(o.Records, checker.CellRecord{PartnerID: partner, TransactionID: id, Cell: cellName(i), CellID: cellName(i),

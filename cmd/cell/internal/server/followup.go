@@ -209,6 +209,17 @@ func (s *Server) claimFollowUp(ctx context.Context, k idempotency.Key, asReq *ce
 	}
 	e, ours, err := d.Claim(ctx, k, cellside.Entry{Owner: s.cfg.CellID, Call: followUpCall, Attempt: 1,
 		Fingerprint: fp, FingerprintKeyID: fpKeyID, State: cellside.EntryOwned})
+	var same bool
+	if err == nil {
+		theirs, known := s.cfg.Keys.FingerprintUnder(e.FingerprintKeyID, asReq)
+		same = known && e.Call == followUpCall && idempotency.Check(e.Fingerprint, theirs) == nil
+	}
+	// Claim answers "ours" for any entry this cell owns: only a claim of
+	// this follow-up (a retry's) is. Another transaction's entry under
+	// the ID, this cell's too (a payment's claim whose record is not
+	// written yet, found by the model), is a reuse of the ID: taken, the
+	// follow-up and the payment would both reach the issuer.
+	ours = ours && same
 	result := "claimed"
 	switch {
 	case err != nil:
@@ -224,9 +235,7 @@ func (s *Server) claimFollowUp(ctx context.Context, k idempotency.Key, asReq *ce
 		return 0, nil, nil
 	case ours:
 		return e.Revision, nil, nil
-	}
-	theirs, known := s.cfg.Keys.FingerprintUnder(e.FingerprintKeyID, asReq)
-	if !known || idempotency.Check(e.Fingerprint, theirs) != nil {
+	case !same:
 		return 0, nil, apierr.Error(codes.AlreadyExists, apierr.TransactionIDReused, "transaction_id: already used with a different payload")
 	}
 	if e.State == cellside.EntryFinal && e.Answer != nil {

@@ -172,8 +172,10 @@ func TestFollowUpSettleAnswerLost(t *testing.T) {
 }
 
 // entries is a transaction directory that holds fixed entries and grants
-// every claim without keeping it (the methods it leaves to the embedded
-// nil interface are not called on the paths tested with it).
+// a claim of a key it has none of, without keeping it; a claim of a key it
+// holds gets the entry back, "ours" when its owner is the claimer's, as
+// Directory.Claim answers (the methods it leaves to the embedded nil
+// interface are not called on the paths tested with it).
 type entries struct {
 	Directory
 	of map[idempotency.Key]cellside.Entry
@@ -184,7 +186,10 @@ func (d entries) Get(_ context.Context, k idempotency.Key) (cellside.Entry, bool
 	return e, ok, nil
 }
 
-func (d entries) Claim(_ context.Context, _ idempotency.Key, e cellside.Entry) (cellside.Entry, bool, error) {
+func (d entries) Claim(_ context.Context, k idempotency.Key, e cellside.Entry) (cellside.Entry, bool, error) {
+	if cur, ok := d.of[k]; ok {
+		return cur, cur.Owner == e.Owner, nil
+	}
 	return e, true, nil
 }
 
@@ -213,4 +218,35 @@ func TestFollowUpOfALeftover(t *testing.T) {
 	}
 	dir.of[auth] = cellside.Entry{Owner: "cell-t", State: cellside.EntryOwned}
 	checkRefused(t, ctx, c, followUp(cellpayv1.PaymentType_CAPTURE, "c-2", 500), codes.FailedPrecondition, apierr.OriginalNotApproved)
+}
+
+// TestFollowUpMeetsAPaymentsClaim: the follow-up's ID is held in the
+// directory by this cell's claim of a payment whose record is not written
+// yet (the simulator's seed in testdata/sim/claim-any-own-entry.txt):
+// Directory.Claim answers it as this cell's, but it is not this
+// follow-up's, which is refused ALREADY_EXISTS without reaching the
+// issuer; a claim of this follow-up's own (a retry's) goes on.
+func TestFollowUpMeetsAPaymentsClaim(t *testing.T) {
+	auth := idempotency.Key{PartnerID: "p-001", TransactionID: "auth-1"}
+	reused := idempotency.Key{PartnerID: "p-001", TransactionID: "pay-7"}
+	dir := entries{of: map[idempotency.Key]cellside.Entry{
+		reused: {Owner: "cell-t", Call: "call-7", Attempt: 0, FingerprintKeyID: testKeys.FingerprintKeyID(), State: cellside.EntryOwned},
+	}}
+	st := &memStore{recs: map[idempotency.Key]cellside.Record{auth: {
+		TransactionID: "auth-1", PartnerID: "p-001", PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION,
+		State: cellside.StateApproved, Amount: 1250, Currency: "GBP", Market: "GB", CellID: "cell-t",
+	}}}
+	c, _, iss := startWith(t, testKeys, st, func(cfg *Config) { cfg.Directory = dir })
+	ctx := ctxT(t)
+	checkRefused(t, ctx, c, followUp(cellpayv1.PaymentType_CAPTURE, "pay-7", 500), codes.AlreadyExists, apierr.TransactionIDReused)
+	if iss.calls.Load() != 0 {
+		t.Fatal("the issuer was called")
+	}
+	// This follow-up's own claim, left by an attempt that recorded nothing.
+	req := followUp(cellpayv1.PaymentType_CAPTURE, "c-1", 500)
+	dir.of[idempotency.Key{PartnerID: "p-001", TransactionID: "c-1"}] = cellside.Entry{Owner: "cell-t", Call: followUpCall, Attempt: 1,
+		Fingerprint: testKeys.Fingerprint(cellside.AsRequest(req)), FingerprintKeyID: testKeys.FingerprintKeyID(), State: cellside.EntryOwned}
+	if got := answer(t, ctx, c, req); got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("a retry of the follow-up's own claim: %v", got)
+	}
 }
