@@ -151,6 +151,7 @@ func defineFlags(cfg *gtr.Config, o *options) {
 	flag.Float64Var(&cfg.AdmissionTolerance, "admission-tolerance", 0, "how many times slower than its long-term latency a cell, or the GTR as a whole, may answer before its adaptive concurrency limit falls; above 1, 0 for the default (2)")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
+	flag.StringVar(&cfg.Site, "site", env("GTR_SITE", ""), "the site (city, data centre) of this access point, shown to operators beside its replica; lowercase letters, digits and hyphens, such as site-a; \"\" for none (env GTR_SITE)")
 	flag.BoolVar(&o.insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone, and without -nats-ca, speak anonymous plaintext NATS: benchmarks and local tests only (env GTR_INSECURE_PLAINTEXT=1). Without it, without -cell-ca (or with -nats-url and no -nats-ca) the GTR refuses to start")
 	flag.StringVar(&o.natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 }

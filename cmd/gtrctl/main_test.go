@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -191,5 +193,41 @@ func TestUsage(t *testing.T) {
 		if code, _, _ := gtrctl(t, args...); code != 2 {
 			t.Fatalf("%v: code %d, want 2", args, code)
 		}
+	}
+}
+
+// TestCellsBySite: gtrctl cells has a SITE column and lists a site's
+// cells together, by site then cell ID, cells of no named site last; a
+// replica that judges a cell otherwise is named with its site.
+func TestCellsBySite(t *testing.T) {
+	cell := func(id, site string) *adminproto.CellStatus {
+		return &adminproto.CellStatus{Id: id, Site: site, Pool: "main", Health: adminproto.Health_HEALTH_UP, HealthShare: 100, Weight: 100}
+	}
+	resp := &adminproto.ListCellsResponse{TableVersion: 2, ReplicaId: "r1", Cells: []*adminproto.CellStatus{
+		cell("cell-c", "site-a"), cell("cell-z", ""), cell("cell-b", "site-b"), cell("cell-a", "site-a"), cell("cell-d", "site-b"),
+	}}
+	resp.Cells[2].Replicas = []*adminproto.ReplicaCellView{{Replica: "r1", Site: "site-a", HealthShare: 100}, {Replica: "r2", Site: "site-b", HealthShare: 0}}
+	var out bytes.Buffer
+	if err := (&cli{out: &out}).printCells(resp); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && strings.HasPrefix(f[1], "cell-") {
+			rows = append(rows, f[0]+" "+f[1])
+		}
+	}
+	want := []string{"site-a cell-a", "site-a cell-c", "site-b cell-b", "site-b cell-d", "- cell-z"}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("rows %q, want %q\n%s", rows, want, out.String())
+	}
+	if !regexp.MustCompile(`(?m)^SITE +CELL +POOL +HEALTH`).MatchString(out.String()) {
+		t.Fatalf("no SITE column first:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "cell-b: replica r2 (site site-b) sees health 0%") {
+		t.Fatalf("the replica that judges otherwise is not named with its site:\n%s", out.String())
+	}
+	if ids := []string{resp.Cells[0].Id, resp.Cells[1].Id}; ids[0] != "cell-c" || ids[1] != "cell-z" {
+		t.Fatalf("printing reordered the answer: %v", ids)
 	}
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,15 +36,15 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 	}
 	fmt.Fprintf(c.out, "table version %d, replica %s, config store %s\n\n", resp.GetTableVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CELL\tPOOL\tHEALTH\tREPLICAS\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
+	fmt.Fprintln(tw, "SITE\tCELL\tPOOL\tHEALTH\tREPLICAS\tINSTANCES\tWEIGHT\tTARGET\tTABLE\tIN-FLIGHT\tSUCCESS\tSHARE\tREFDATA\tRAMP")
 	var down, split []string
-	for _, cs := range resp.GetCells() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
-			cs.GetId(), cs.GetPool(), health(cs), replicasUp(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
+	for _, cs := range bySite(resp.GetCells()) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\n",
+			orDash(cs.GetSite()), cs.GetId(), cs.GetPool(), health(cs), replicasUp(cs), instances(cs), cs.GetWeight(), cs.GetTargetWeight(), cs.GetTableWeight(),
 			cs.GetInFlight(), success(cs), 100*cs.GetTrafficShare(), refdataVersion(cs), ramp(cs.GetRamp()))
 		for _, v := range cs.GetReplicas() {
 			if (v.GetHealthShare() > 0) != (cs.GetHealthShare() > 0) {
-				split = append(split, fmt.Sprintf("  %s: replica %s sees health %d%%, in flight %d", cs.GetId(), v.GetReplica(), v.GetHealthShare(), v.GetInFlight()))
+				split = append(split, fmt.Sprintf("  %s: replica %s (site %s) sees health %d%%, in flight %d", cs.GetId(), v.GetReplica(), orDash(v.GetSite()), v.GetHealthShare(), v.GetInFlight()))
 			}
 		}
 		for _, in := range cs.GetInstances() {
@@ -61,6 +63,23 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 		fmt.Fprintf(c.out, "\nreplicas that judge a cell otherwise than replica %s (-o json for every view):\n%s\n", resp.GetReplicaId(), strings.Join(split, "\n"))
 	}
 	return nil
+}
+
+// bySite is cells ordered by site, then cell ID, cells of no named site
+// last: an operator reads a site's cells together. The answer's own order
+// (the table's) is left as it was.
+func bySite(cells []*adminproto.CellStatus) []*adminproto.CellStatus {
+	out := slices.Clone(cells)
+	slices.SortStableFunc(out, func(a, b *adminproto.CellStatus) int {
+		if (a.GetSite() == "") != (b.GetSite() == "") {
+			if a.GetSite() == "" {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(strings.Compare(a.GetSite(), b.GetSite()), strings.Compare(a.GetId(), b.GetId()))
+	})
+	return out
 }
 
 // replicasUp is "2/2 up": the GTR replicas whose own health monitor
@@ -270,6 +289,7 @@ type tableCell struct {
 	Addrs  []string `yaml:"addrs,omitempty,flow" json:"addrs,omitempty"`
 	Pool   string   `yaml:"pool" json:"pool"`
 	Weight *int     `yaml:"weight" json:"weight"`
+	Site   string   `yaml:"site,omitempty" json:"site,omitempty"`
 }
 
 // tablePool names a pool's balancer: round_robin, least_request or
@@ -314,7 +334,7 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 		if c.Weight != nil {
 			w = int32(*c.Weight)
 		}
-		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w})
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, Site: c.Site})
 	}
 	for _, p := range f.Pools {
 		t.Pools = append(t.Pools, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer})
@@ -368,7 +388,7 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 	f := tableFile{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
 		wt := int(c.GetWeight())
-		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: &wt})
+		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: &wt, Site: c.GetSite()})
 	}
 	for _, p := range t.GetPools() {
 		f.Pools = append(f.Pools, tablePool{Name: p.GetName(), Balancer: p.GetBalancer()})

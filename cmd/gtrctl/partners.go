@@ -22,6 +22,7 @@ import (
 func partnerCommands() []command {
 	var (
 		currency, markets, types string
+		homeSite                 string
 		rate                     float64
 		burst, inFlight          int
 		keyOut                   string
@@ -31,7 +32,7 @@ func partnerCommands() []command {
 		fs.StringVar(&keyOut, "key-out", "", "write the new API key to this file (mode 0600) instead of printing it")
 	}
 	return []command{
-		{name: "partners list", help: "list partners: status, markets, payment types, limits, callbacks, key IDs",
+		{name: "partners list", help: "list partners: status, home site, markets, payment types, limits, callbacks, key IDs",
 			run: func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 0 {
 					return errUsage
@@ -52,6 +53,7 @@ func partnerCommands() []command {
 				fs.Float64Var(&rate, "rate", 0, "transactions per second allowed; 0: the default")
 				fs.IntVar(&burst, "burst", 0, "burst above the rate; 0: the default")
 				fs.IntVar(&inFlight, "max-in-flight", 0, "transactions in flight at once; 0: the default")
+				fs.StringVar(&homeSite, "home-site", "", "the partner's home site, such as site-a (shown to operators; nothing routes by it yet); default: none")
 				keyOutFlag(fs)
 			},
 			run: func(ctx context.Context, c *cli, args []string) error {
@@ -65,7 +67,8 @@ func partnerCommands() []command {
 				defer cancel()
 				resp, err := c.client.AddPartner(cctx, &adminproto.AddPartnerRequest{
 					PartnerId: args[0], SettlementCurrency: currency, Markets: list(markets), PaymentTypes: list(types),
-					Limits: &adminproto.PartnerLimits{RatePerSecond: rate, Burst: int32(burst), MaxInFlight: int32(inFlight)},
+					Limits:   &adminproto.PartnerLimits{RatePerSecond: rate, Burst: int32(burst), MaxInFlight: int32(inFlight)},
+					HomeSite: homeSite,
 				})
 				if err != nil {
 					return err
@@ -212,11 +215,11 @@ func (c *cli) printPartners(resp *adminproto.ListPartnersResponse) error {
 	}
 	fmt.Fprintf(c.out, "registry version %d, replica %s, config store %s\n\n", resp.GetRegistryVersion(), resp.GetReplicaId(), resp.GetConfigStore())
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTNER\tSTATUS\tCURRENCY\tMARKETS\tPAYMENT TYPES\tLIMITS (EFFECTIVE)\tKEYS\tCALLBACKS")
+	fmt.Fprintln(tw, "PARTNER\tSTATUS\tHOME SITE\tCURRENCY\tMARKETS\tPAYMENT TYPES\tLIMITS (EFFECTIVE)\tKEYS\tCALLBACKS")
 	for _, p := range resp.GetPartners() {
 		l := p.GetEffectiveLimits()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g/s, burst %d, in flight %d\t%d\t%s\n",
-			p.GetId(), partnerStatus(p), orDash(p.GetSettlementCurrency()), orAll(p.GetMarkets()), orAll(p.GetPaymentTypes()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g/s, burst %d, in flight %d\t%d\t%s\n",
+			p.GetId(), partnerStatus(p), orDash(p.GetHomeSite()), orDash(p.GetSettlementCurrency()), orAll(p.GetMarkets()), orAll(p.GetPaymentTypes()),
 			l.GetRatePerSecond(), l.GetBurst(), l.GetMaxInFlight(), len(p.GetKeys()), callbacks(p.GetCallbacks()))
 	}
 	if err := tw.Flush(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func (f *partnersAdmin) ListPartners(ctx context.Context, _ *adminproto.ListPart
 		return nil, err
 	}
 	p := f.partner("p-001")
-	p.SettlementCurrency, p.Markets = "EUR", []string{"GB", "DE"}
+	p.SettlementCurrency, p.Markets, p.HomeSite = "EUR", []string{"GB", "DE"}, "site-a"
 	p.Limits = &adminproto.PartnerLimits{RatePerSecond: 50}
 	p.EffectiveLimits = &adminproto.PartnerLimits{RatePerSecond: 50, Burst: 50, MaxInFlight: 50}
 	p.Callbacks = &adminproto.PartnerCallbacks{Mode: "ordered", Endpoints: []string{"https://a.example/cb"}, SigningSecrets: 2}
@@ -130,6 +131,10 @@ func TestPartnersList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errs)
 	}
+	if !regexp.MustCompile(`(?m)^PARTNER +STATUS +HOME SITE +CURRENCY`).MatchString(out) || !regexp.MustCompile(`(?m)^p-001 +active +site-a +EUR`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^p-002 +suspended +- +-`).MatchString(out) {
+		t.Errorf("list lacks the home sites:\n%s", out)
+	}
 	for _, want := range []string{"registry version 7, replica r1, config store connected", "LIMITS (EFFECTIVE)",
 		"p-001", "EUR", "GB,DE", "50/s, burst 50, in flight 50", "ordered: https://a.example/cb (2 signing secrets)",
 		"p-002", "suspended", listedKeyID + "  p-001    2026-03-01T12:00:00Z"} {
@@ -151,14 +156,14 @@ func TestPartnersAddPrintsKeyOnce(t *testing.T) {
 	f := &partnersAdmin{}
 	addr := serveWith(t, f)
 	code, out, errs := gtrctl(t, "partners", "add", "p-004", "--currency", "EUR", "--markets", "GB, DE", "--types", "CARD_AUTHORIZATION",
-		"--rate", "25", "--burst", "50", "--max-in-flight", "10", "--addr", addr, "--token", "tok")
+		"--rate", "25", "--burst", "50", "--max-in-flight", "10", "--home-site", "site-b", "--addr", addr, "--token", "tok")
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errs)
 	}
 	req := f.add
 	if req.GetPartnerId() != "p-004" || req.GetSettlementCurrency() != "EUR" || strings.Join(req.GetMarkets(), "|") != "GB|DE" ||
 		strings.Join(req.GetPaymentTypes(), "|") != "CARD_AUTHORIZATION" || req.GetLimits().GetRatePerSecond() != 25 ||
-		req.GetLimits().GetBurst() != 50 || req.GetLimits().GetMaxInFlight() != 10 {
+		req.GetLimits().GetBurst() != 50 || req.GetLimits().GetMaxInFlight() != 10 || req.GetHomeSite() != "site-b" {
 		t.Fatalf("request %v", req)
 	}
 	key := f.keys[0]

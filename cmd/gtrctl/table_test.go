@@ -14,12 +14,12 @@ import (
 )
 
 // operatorTable is what the fake GTR's GetTable answers: every field a
-// table file carries, a weight of 0 included.
+// table file carries, a weight of 0 and a cell of no site included.
 func operatorTable() *adminproto.Table {
 	return &adminproto.Table{Version: 7,
 		Cells: []*adminproto.Cell{
-			{Id: "cell-a", Addrs: []string{"127.0.0.1:7081", "127.0.0.1:7181"}, Pool: "main", Weight: 100},
-			{Id: "cell-b", Addr: "127.0.0.1:7082", Pool: "main", Weight: 70},
+			{Id: "cell-a", Addrs: []string{"127.0.0.1:7081", "127.0.0.1:7181"}, Pool: "main", Weight: 100, Site: "site-a"},
+			{Id: "cell-b", Addr: "127.0.0.1:7082", Pool: "main", Weight: 70, Site: "site-b"},
 			{Id: "cell-c", Addr: "dns:///cell-c:7083", Pool: "spare", Weight: 0},
 		},
 		Rules: []*adminproto.Rule{
@@ -64,8 +64,9 @@ func TestTableGetApplyRoundTrip(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("get: code %d: %s", code, errs)
 			}
-			if tc.name == "yaml" && (!strings.Contains(out, `addrs: ['127.0.0.1:7081', '127.0.0.1:7181']`) || !strings.Contains(out, "balancer: priority")) {
-				t.Fatalf("get does not show the instances and balancer:\n%s", out)
+			if tc.name == "yaml" && (!strings.Contains(out, `addrs: ['127.0.0.1:7081', '127.0.0.1:7181']`) || !strings.Contains(out, "balancer: priority") ||
+				!strings.Contains(out, "site: site-b")) {
+				t.Fatalf("get does not show the instances, balancer and sites:\n%s", out)
 			}
 			old := regexp.MustCompile(tc.oldVersion)
 			if len(old.FindAllString(out, -1)) != 1 {

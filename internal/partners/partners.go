@@ -25,6 +25,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // Errors that callers branch on.
@@ -84,6 +86,10 @@ type Partner struct {
 	PaymentTypes       []string  `json:"payment_types,omitempty" yaml:"payment_types,omitempty"`
 	Limits             Limits    `json:"limits" yaml:"limits"`
 	Callbacks          Callbacks `json:"callbacks" yaml:"callbacks"`
+	// HomeSite, optional, names the partner's home site, in the form of a
+	// cell's site (routing.CheckSite: such as site-a). Nothing routes by
+	// it yet: it is shown to operators.
+	HomeSite string `json:"home_site,omitempty" yaml:"home_site,omitempty"`
 }
 
 // Key is one API key, by its ID and the hash of its secret.
@@ -198,6 +204,9 @@ func (p *Partner) validate() error {
 		if !slices.Contains(paymentTypes, t) {
 			return fieldErr(fmt.Sprintf("payment_types[%d]", j), "%q, want one of %s", t, strings.Join(paymentTypes, ", "))
 		}
+	}
+	if err := routing.CheckSite(p.HomeSite); err != nil {
+		return fieldErr("home_site", "%v", err)
 	}
 	l := p.Limits
 	if l.RatePerSecond < 0 || l.RatePerSecond > 1e6 || l.Burst < 0 || l.Burst > 1e6 || l.MaxInFlight < 0 || l.MaxInFlight > 1e6 {

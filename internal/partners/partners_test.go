@@ -1,6 +1,7 @@
 package partners
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -91,6 +92,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"bad mode", Partner{ID: "p", Status: StatusActive, Callbacks: Callbacks{Mode: "sideways"}}, "callbacks.mode"},
 		{"bad endpoint", Partner{ID: "p", Status: StatusActive, Callbacks: Callbacks{Endpoints: []string{"ftp://x"}}}, "callbacks.endpoints[0]"},
 		{"negative rate", Partner{ID: "p", Status: StatusActive, Limits: Limits{RatePerSecond: -1}}, "limits"},
+		{"home site in capitals", Partner{ID: "p", Status: StatusActive, HomeSite: "Site-A"}, `home_site: site "Site-A"`},
+		{"home site with a dot", Partner{ID: "p", Status: StatusActive, HomeSite: "site.a"}, "home_site"},
 	} {
 		err := (&Registry{Partners: []Partner{c.p}}).Validate()
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.field) {
@@ -191,4 +194,30 @@ func FuzzAuthenticate(f *testing.F) {
 			t.Fatal("wrong partner")
 		}
 	})
+}
+
+// TestHomeSite: a partner's home site is optional, read from YAML and
+// JSON, kept by Clone, and left out of the JSON of a partner without one.
+func TestHomeSite(t *testing.T) {
+	r, err := Parse([]byte("version: 1\npartners:\n  - id: p-001\n    status: active\n    home_site: site-a\n  - id: p-002\n    status: active\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Partners[0].HomeSite != "site-a" || r.Partners[1].HomeSite != "" {
+		t.Fatalf("home sites %q, %q", r.Partners[0].HomeSite, r.Partners[1].HomeSite)
+	}
+	if c := r.Clone(); c.Partners[0].HomeSite != "site-a" {
+		t.Fatalf("Clone lost the home site: %+v", c.Partners[0])
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), `"home_site"`) != 1 {
+		t.Fatalf("JSON %s: want home_site once, for p-001 only", b)
+	}
+	back, err := ParseJSON(b)
+	if err != nil || back.Partners[0].HomeSite != "site-a" {
+		t.Fatalf("ParseJSON: %+v, %v", back, err)
+	}
 }

@@ -293,7 +293,10 @@ type CellStatus struct {
 	// included), each health monitor judging on its own: a cell one replica
 	// ejects and another does not shows here. Replicas that did not answer
 	// within the search's window are absent.
-	Replicas      []*ReplicaCellView `protobuf:"bytes,19,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []*ReplicaCellView `protobuf:"bytes,19,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// site names the site the cell runs in (empty when the table names
+	// none). Routing does not use it yet.
+	Site          string `protobuf:"bytes,20,opt,name=site,proto3" json:"site,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +464,13 @@ func (x *CellStatus) GetReplicas() []*ReplicaCellView {
 	return nil
 }
 
+func (x *CellStatus) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
 // ReplicaCellView is one GTR replica's view of a cell.
 type ReplicaCellView struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -471,8 +481,11 @@ type ReplicaCellView struct {
 	InFlight       int64   `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	SuccessRate    float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
 	RecentRequests int64   `protobuf:"varint,5,opt,name=recent_requests,json=recentRequests,proto3" json:"recent_requests,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// site is the site of that replica's access point (its -site; empty
+	// when unnamed).
+	Site          string `protobuf:"bytes,6,opt,name=site,proto3" json:"site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaCellView) Reset() {
@@ -538,6 +551,13 @@ func (x *ReplicaCellView) GetRecentRequests() int64 {
 		return x.RecentRequests
 	}
 	return 0
+}
+
+func (x *ReplicaCellView) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
 }
 
 // InstanceStatus is one instance of a cell, by its latest health check.
@@ -1473,7 +1493,11 @@ type Cell struct {
 	Weight int32 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	// addrs lists the cell's instances, "host:port" each, at most 16, in
 	// the order the priority balancer tries them.
-	Addrs         []string `protobuf:"bytes,5,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	Addrs []string `protobuf:"bytes,5,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	// site, optional, names the site the cell runs in: 1 to 32 lowercase
+	// letters, digits and hyphens, starting with a letter (such as site-a).
+	// Routing does not use it yet.
+	Site          string `protobuf:"bytes,6,opt,name=site,proto3" json:"site,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1541,6 +1565,13 @@ func (x *Cell) GetAddrs() []string {
 		return x.Addrs
 	}
 	return nil
+}
+
+func (x *Cell) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
 }
 
 // Pool is a pool's configuration.
@@ -1733,7 +1764,9 @@ type EffectiveCell struct {
 	// refdata_version the compiled table has for the cell (0: unknown).
 	RefdataVersion uint64 `protobuf:"varint,9,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
 	// addrs is the cell's instance list, when it has one instead of addr.
-	Addrs         []string `protobuf:"bytes,10,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	Addrs []string `protobuf:"bytes,10,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	// site names the site the cell runs in (empty when unnamed).
+	Site          string `protobuf:"bytes,11,opt,name=site,proto3" json:"site,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1836,6 +1869,13 @@ func (x *EffectiveCell) GetAddrs() []string {
 		return x.Addrs
 	}
 	return nil
+}
+
+func (x *EffectiveCell) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
 }
 
 type Rule struct {
@@ -2266,8 +2306,11 @@ type Partner struct {
 	Limits          *PartnerLimits    `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
 	EffectiveLimits *PartnerLimits    `protobuf:"bytes,8,opt,name=effective_limits,json=effectiveLimits,proto3" json:"effective_limits,omitempty"`
 	Callbacks       *PartnerCallbacks `protobuf:"bytes,9,opt,name=callbacks,proto3" json:"callbacks,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// home_site names the partner's home site (empty when unnamed). Routing
+	// does not use it yet.
+	HomeSite      string `protobuf:"bytes,10,opt,name=home_site,json=homeSite,proto3" json:"home_site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Partner) Reset() {
@@ -2361,6 +2404,13 @@ func (x *Partner) GetCallbacks() *PartnerCallbacks {
 		return x.Callbacks
 	}
 	return nil
+}
+
+func (x *Partner) GetHomeSite() string {
+	if x != nil {
+		return x.HomeSite
+	}
+	return ""
 }
 
 type PartnerKey struct {
@@ -2615,8 +2665,11 @@ type AddPartnerRequest struct {
 	Markets            []string       `protobuf:"bytes,3,rep,name=markets,proto3" json:"markets,omitempty"`
 	PaymentTypes       []string       `protobuf:"bytes,4,rep,name=payment_types,json=paymentTypes,proto3" json:"payment_types,omitempty"`
 	Limits             *PartnerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// home_site, optional, names the partner's home site, in the form of a
+	// cell's site (such as site-a).
+	HomeSite      string `protobuf:"bytes,6,opt,name=home_site,json=homeSite,proto3" json:"home_site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddPartnerRequest) Reset() {
@@ -2682,6 +2735,13 @@ func (x *AddPartnerRequest) GetLimits() *PartnerLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *AddPartnerRequest) GetHomeSite() string {
+	if x != nil {
+		return x.HomeSite
+	}
+	return ""
 }
 
 type AddPartnerResponse struct {
@@ -4376,7 +4436,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x02 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xce\x05\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xe2\x05\n" +
 	"\n" +
 	"CellStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4398,13 +4458,15 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\tinstances\x18\x10 \x03(\v2 .cellpay.admin.v1.InstanceStatusR\tinstances\x12\x1a\n" +
 	"\bbalancer\x18\x11 \x01(\tR\bbalancer\x12\x14\n" +
 	"\x05addrs\x18\x12 \x03(\tR\x05addrs\x12=\n" +
-	"\breplicas\x18\x13 \x03(\v2!.cellpay.admin.v1.ReplicaCellViewR\breplicas\"\xb7\x01\n" +
+	"\breplicas\x18\x13 \x03(\v2!.cellpay.admin.v1.ReplicaCellViewR\breplicas\x12\x12\n" +
+	"\x04site\x18\x14 \x01(\tR\x04site\"\xcb\x01\n" +
 	"\x0fReplicaCellView\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12!\n" +
 	"\fhealth_share\x18\x02 \x01(\x05R\vhealthShare\x12\x1b\n" +
 	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12!\n" +
 	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x12'\n" +
-	"\x0frecent_requests\x18\x05 \x01(\x03R\x0erecentRequests\"\xa9\x01\n" +
+	"\x0frecent_requests\x18\x05 \x01(\x03R\x0erecentRequests\x12\x12\n" +
+	"\x04site\x18\x06 \x01(\tR\x04site\"\xa9\x01\n" +
 	"\x0eInstanceStatus\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x120\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x18.cellpay.admin.v1.HealthR\x06health\x12\x16\n" +
@@ -4471,13 +4533,14 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12,\n" +
 	"\x05cells\x18\x02 \x03(\v2\x16.cellpay.admin.v1.CellR\x05cells\x12,\n" +
 	"\x05rules\x18\x03 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\x12,\n" +
-	"\x05pools\x18\x04 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"l\n" +
+	"\x05pools\x18\x04 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"\x80\x01\n" +
 	"\x04Cell\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x05R\x06weight\x12\x14\n" +
-	"\x05addrs\x18\x05 \x03(\tR\x05addrs\"6\n" +
+	"\x05addrs\x18\x05 \x03(\tR\x05addrs\x12\x12\n" +
+	"\x04site\x18\x06 \x01(\tR\x04site\"6\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bbalancer\x18\x02 \x01(\tR\bbalancer\"\x1a\n" +
@@ -4488,7 +4551,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"replica_id\x18\x02 \x01(\tR\treplicaId\x125\n" +
 	"\x05cells\x18\x03 \x03(\v2\x1f.cellpay.admin.v1.EffectiveCellR\x05cells\x12,\n" +
 	"\x05rules\x18\x04 \x03(\v2\x16.cellpay.admin.v1.RuleR\x05rules\x12,\n" +
-	"\x05pools\x18\x05 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"\xb8\x02\n" +
+	"\x05pools\x18\x05 \x03(\v2\x16.cellpay.admin.v1.PoolR\x05pools\"\xcc\x02\n" +
 	"\rEffectiveCell\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
@@ -4501,7 +4564,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05state\x18\b \x01(\tR\x05state\x12'\n" +
 	"\x0frefdata_version\x18\t \x01(\x04R\x0erefdataVersion\x12\x14\n" +
 	"\x05addrs\x18\n" +
-	" \x03(\tR\x05addrs\"\xd2\x01\n" +
+	" \x03(\tR\x05addrs\x12\x12\n" +
+	"\x04site\x18\v \x01(\tR\x04site\"\xd2\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bpartners\x18\x02 \x03(\tR\bpartners\x12\x18\n" +
@@ -4531,7 +4595,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\bpartners\x18\x02 \x03(\v2\x19.cellpay.admin.v1.PartnerR\bpartners\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x03 \x01(\tR\treplicaId\x12!\n" +
-	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xbb\x03\n" +
+	"\fconfig_store\x18\x04 \x01(\tR\vconfigStore\"\xd8\x03\n" +
 	"\aPartner\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.cellpay.admin.v1.PartnerStatusR\x06status\x120\n" +
@@ -4541,7 +4605,9 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rpayment_types\x18\x06 \x03(\tR\fpaymentTypes\x127\n" +
 	"\x06limits\x18\a \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x06limits\x12J\n" +
 	"\x10effective_limits\x18\b \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x0feffectiveLimits\x12@\n" +
-	"\tcallbacks\x18\t \x01(\v2\".cellpay.admin.v1.PartnerCallbacksR\tcallbacks\"Y\n" +
+	"\tcallbacks\x18\t \x01(\v2\".cellpay.admin.v1.PartnerCallbacksR\tcallbacks\x12\x1b\n" +
+	"\thome_site\x18\n" +
+	" \x01(\tR\bhomeSite\"Y\n" +
 	"\n" +
 	"PartnerKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x124\n" +
@@ -4558,14 +4624,15 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x06NewKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x17\n" +
 	"\aapi_key\x18\x02 \x01(\tR\x06apiKey\x124\n" +
-	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xdb\x01\n" +
+	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xf8\x01\n" +
 	"\x11AddPartnerRequest\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12/\n" +
 	"\x13settlement_currency\x18\x02 \x01(\tR\x12settlementCurrency\x12\x18\n" +
 	"\amarkets\x18\x03 \x03(\tR\amarkets\x12#\n" +
 	"\rpayment_types\x18\x04 \x03(\tR\fpaymentTypes\x127\n" +
-	"\x06limits\x18\x05 \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x06limits\"\xa0\x01\n" +
+	"\x06limits\x18\x05 \x01(\v2\x1f.cellpay.admin.v1.PartnerLimitsR\x06limits\x12\x1b\n" +
+	"\thome_site\x18\x06 \x01(\tR\bhomeSite\"\xa0\x01\n" +
 	"\x12AddPartnerResponse\x123\n" +
 	"\apartner\x18\x01 \x01(\v2\x19.cellpay.admin.v1.PartnerR\apartner\x12*\n" +
 	"\x03key\x18\x02 \x01(\v2\x18.cellpay.admin.v1.NewKeyR\x03key\x12)\n" +

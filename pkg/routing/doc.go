@@ -1,7 +1,8 @@
 // Package routing decides which cell serves a transaction.
 //
 // A [Spec] lists the cells (id, address or instance addresses, pool,
-// weight, state), the pools' balancers and an ordered list of rules.
+// weight, state, and a site, a name for operators that routing does not
+// read), the pools' balancers and an ordered list of rules.
 // Routing picks a cell, never an instance: a cell's instances
 // ([Cell.Instances]) and its pool's [Balancer] ([Table.Balancer]) tell the
 // caller's connection how to spread the cell's requests over them. [Compile] validates it and builds an immutable [Table];

@@ -171,6 +171,10 @@ type Cell struct {
 	// last reported it; 0 means unknown (never heard, or a bootstrap file).
 	// Only rules with a MinRefdataVersion look at it.
 	RefdataVersion uint64 `json:",omitempty"`
+	// Site names the site (a city, a data centre: a failure domain) the
+	// cell runs in, "" when unnamed; see CheckSite for its form. It is a
+	// name for operators only: Route does not look at it.
+	Site string `json:",omitempty"`
 }
 
 // Instances is the cell's instance addresses: Addrs, or Addr alone. The

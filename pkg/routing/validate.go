@@ -75,6 +75,31 @@ func CheckAddr(addr string) error {
 	return nil
 }
 
+// MaxSiteLen is the longest site name, in bytes.
+const MaxSiteLen = 32
+
+// CheckSite reports whether site is a site name: "" (none named), or 1 to
+// MaxSiteLen lowercase letters, digits and hyphens that start with a
+// letter and do not end with a hyphen, such as "site-a" (a lowercase DNS
+// label, so a site can name hosts and Kubernetes objects as it is).
+func CheckSite(site string) error {
+	if site == "" {
+		return nil
+	}
+	if len(site) > MaxSiteLen {
+		return fmt.Errorf("site of %d bytes, longer than %d", len(site), MaxSiteLen)
+	}
+	ok := site[0] >= 'a' && site[0] <= 'z' && site[len(site)-1] != '-'
+	for i := 0; ok && i < len(site); i++ {
+		c := site[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("site %.40q: want lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (such as site-a)", site)
+	}
+	return nil
+}
+
 // isDNSName: labels of 1 to 63 letters, digits and hyphens, not starting
 // or ending with a hyphen, separated by dots, at most 253 bytes.
 func isDNSName(s string) bool {
@@ -124,7 +149,8 @@ func (e *SpecError) Error() string {
 // further. Otherwise it rejects: no cells; a cell with an empty or duplicate
 // id, no addr, both addr and addrs, an addr not of CheckAddr's format, an
 // addrs entry that is not host:port or is listed twice, an empty pool, a name
-// longer than MaxNameLen, a weight outside 0..100 or an unknown state; a
+// longer than MaxNameLen, a weight outside 0..100, an unknown state or a
+// site not of CheckSite's form; a
 // pool entry with an empty or duplicate name, naming a pool no cell is
 // in, or with an unknown balancer; a
 // rule with an empty or duplicate name, an empty pool or one no cell is in,
@@ -231,6 +257,9 @@ func (v *validator) cells(cells []Cell) {
 		}
 		if c.State > CellDown {
 			v.add("cell", i, c.ID, "State", "unknown state %v", c.State)
+		}
+		if err := CheckSite(c.Site); err != nil {
+			v.add("cell", i, truncate(c.ID), "Site", "%v", err)
 		}
 	}
 }

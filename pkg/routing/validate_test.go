@@ -72,6 +72,9 @@ func TestValidate(t *testing.T) {
 		{"weight below 0", func(s *Spec) { s.Cells[0].Weight = -1 }, "cell", "eu-1", "Weight", "weight -1 outside 0..100"},
 		{"weight above 100", func(s *Spec) { s.Cells[1].Weight = 101 }, "cell", "eu-2", "Weight", "weight 101 outside 0..100"},
 		{"unknown state", func(s *Spec) { s.Cells[1].State = 9 }, "cell", "eu-2", "State", "unknown state CellState(9)"},
+		{"site in capitals", func(s *Spec) { s.Cells[1].Site = "Site-A" }, "cell", "eu-2", "Site", `site "Site-A": want lowercase letters`},
+		{"site with a space", func(s *Spec) { s.Cells[0].Site = "site a" }, "cell", "eu-1", "Site", `site "site a": want lowercase letters`},
+		{"site too long", func(s *Spec) { s.Cells[2].Site = strings.Repeat("s", 33) }, "cell", "us-1", "Site", "site of 33 bytes, longer than 32"},
 		{"empty rule name", func(s *Spec) { s.Rules[1].Name = "" }, "rule", "#1", "Name", "empty name"},
 		{"duplicate rule name", func(s *Spec) { s.Rules[1].Name = "eu-cards" }, "rule", "eu-cards", "Name", "duplicate name (also rule #0)"},
 		{"empty rule pool", func(s *Spec) { s.Rules[0].Pool = "" }, "rule", "eu-cards", "Pool", "empty pool"},
@@ -172,5 +175,52 @@ func TestValidateJoinsProblems(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "Weight,Addr,Pool" {
 		t.Fatalf("fields = %v, want [Weight Addr Pool]", got)
+	}
+}
+
+// TestCheckSite: a site is "" or a short lowercase DNS label.
+func TestCheckSite(t *testing.T) {
+	for _, ok := range []string{"", "a", "site-a", "lon1", "eu-west-2b", strings.Repeat("s", MaxSiteLen)} {
+		if err := CheckSite(ok); err != nil {
+			t.Errorf("CheckSite(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"Site-a", "site_a", "site.a", "-site", "site-", "1site", "site a", "sité", strings.Repeat("s", MaxSiteLen+1)} {
+		if err := CheckSite(bad); err == nil {
+			t.Errorf("CheckSite(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestSiteDoesNotRoute: naming sites changes no ranking; the site is a
+// name for operators, not an input of Route.
+func TestSiteDoesNotRoute(t *testing.T) {
+	plain := validSpec()
+	named := validSpec()
+	for i := range named.Cells {
+		named.Cells[i].Site = []string{"site-a", "site-b"}[i%2]
+	}
+	a, b := mustCompile(t, plain), mustCompile(t, named)
+	for _, attrs := range []Attrs{
+		{PartnerID: "acme", Market: "US", PaymentType: PaymentBankTransfer},
+		{PartnerID: "p-1", Market: "DE", PaymentType: PaymentCardAuthorization, MerchantID: "m-7"},
+		{PartnerID: "p-2", Market: "GB", PaymentType: PaymentCardRefund},
+	} {
+		ra, erra := a.Route(&attrs, nil)
+		rb, errb := b.Route(&attrs, nil)
+		if erra != nil || errb != nil {
+			t.Fatalf("%+v: %v / %v", attrs, erra, errb)
+		}
+		if ra.Rule.Name != rb.Rule.Name || len(ra.Ranked) != len(rb.Ranked) {
+			t.Fatalf("%+v: %+v vs %+v", attrs, ra, rb)
+		}
+		for i := range ra.Ranked {
+			if ra.Ranked[i].Cell.ID != rb.Ranked[i].Cell.ID {
+				t.Errorf("%+v: rank %d is %s without sites, %s with", attrs, i, ra.Ranked[i].Cell.ID, rb.Ranked[i].Cell.ID)
+			}
+		}
+	}
+	if c, _ := b.Cell("eu-2"); c.Site != "site-b" {
+		t.Errorf("compiled table's eu-2 site = %q, want site-b", c.Site)
 	}
 }

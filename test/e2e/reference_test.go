@@ -64,7 +64,8 @@ func TestReferenceFoundOnEveryReplica(t *testing.T) {
 }
 
 // TestCellsSeenByEveryReplica: gtrctl cells through either access point
-// shows each cell as every GTR replica's own health monitor judges it.
+// shows each cell as every GTR replica's own health monitor judges it,
+// each replica naming its site.
 func TestCellsSeenByEveryReplica(t *testing.T) {
 	cfg := env.p.Config()
 	for _, addr := range []string{cfg.AdminAddr, cfg.BackupAdminAddr} {
@@ -77,6 +78,7 @@ func TestCellsSeenByEveryReplica(t *testing.T) {
 					ID       string `json:"id"`
 					Replicas []struct {
 						Replica     string `json:"replica"`
+						Site        string `json:"site"`
 						HealthShare int    `json:"healthShare"`
 					} `json:"replicas"`
 				} `json:"cells"`
@@ -87,7 +89,8 @@ func TestCellsSeenByEveryReplica(t *testing.T) {
 			for _, c := range resp.Cells {
 				seen := map[string]bool{}
 				for _, r := range c.Replicas {
-					seen[r.Replica] = r.HealthShare > 0
+					// Each replica names its access point's site (-site).
+					seen[r.Replica] = r.HealthShare > 0 && r.Site == platform.Site
 				}
 				if len(seen) != 2 || !seen[platform.GTR] || !seen[platform.GTRBackup] {
 					return false

@@ -169,6 +169,11 @@ const (
 	NATSMon = "natsmon"
 )
 
+// Site is the site a local platform's access points name (-site): there
+// is one locally, the one config/gtr.yaml names for its cells. It is a
+// name for operators; nothing routes by it.
+const Site = "site-a"
+
 // DefaultNATSAddr is where a local platform's NATS listens (the usual 4222
 // is left to a system server).
 const DefaultNATSAddr = "127.0.0.1:7222"
@@ -437,7 +442,7 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 }
 
 // addGTR adds a GTR replica, an access point: its own listeners, replica
-// ID and state files (gtr-state.json, gtr-partners-state.json and the
+// ID, site and state files (gtr-state.json, gtr-partners-state.json and the
 // audit spool gtr-audit.jsonl for the primary; <name>-... for the others),
 // the shared config, seeds, operators and certificate; restAddr "" serves
 // no REST.
@@ -449,7 +454,7 @@ func (p *Platform) addGTR(name, addr, adminAddr, restAddr, stateName string, cre
 		"-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
 		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
 		"-partners-state-file", filepath.Join(cfg.DataDir, stateName+"-partners-state.json"), "-reflection",
-		"-replica-id", name, "-cell-ca", p.CAFile())
+		"-replica-id", name, "-site", Site, "-cell-ca", p.CAFile())
 	p.procs[name].creds = creds
 	p.procs[name].args = append(p.procs[name].args, p.metricsArgs(addr)...)
 	if restAddr != "" {

@@ -189,7 +189,7 @@ func (s *Server) cellStatus(c state.CellConfig, now time.Time, share float64) *a
 	// The success rate is the monitor's window, the one that ejects.
 	outcomes := s.cfg.Health.Stats(c.ID)
 	cs := &adminproto.CellStatus{
-		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Health: h,
+		Id: c.ID, Addr: c.Addr, Pool: c.Pool, Site: c.Site, Health: h,
 		// Weight is the operator's, before this replica's health scaling.
 		Weight: int32(c.WeightAt(now)), TargetWeight: int32(c.Weight), TableWeight: int32(c.TableWeight),
 		InFlight: s.cfg.State.Stats(c.ID).InFlight, SuccessRate: outcomes.SuccessRate, RecentRequests: int64(outcomes.Recent),
@@ -323,7 +323,7 @@ func (s *Server) GetEffectiveTable(_ context.Context, _ *adminproto.GetEffective
 	spec, now := tbl.Spec(), s.cfg.State.Now()
 	resp := &adminproto.EffectiveTable{Version: spec.Version, ReplicaId: s.cfg.ReplicaID, Rules: rulesToProto(spec.Rules), Pools: poolsToProto(spec.Pools)}
 	for _, c := range spec.Cells {
-		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, EffectiveWeight: int32(c.Weight),
+		ec := &adminproto.EffectiveCell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Site: c.Site, EffectiveWeight: int32(c.Weight),
 			State: c.State.String(), RefdataVersion: c.RefdataVersion, HealthShare: int32(s.cfg.Health.Share(c.ID))}
 		if dc := d.Cell(c.ID); dc != nil {
 			ec.ConfiguredWeight, ec.RampWeight = int32(dc.Weight), int32(dc.WeightAt(now))

@@ -55,7 +55,7 @@ func (s *Server) AddPartner(ctx context.Context, req *adminproto.AddPartnerReque
 	p := partners.Partner{
 		ID: req.GetPartnerId(), Status: partners.StatusActive, SettlementCurrency: req.GetSettlementCurrency(),
 		Markets: slices.Clone(req.GetMarkets()), PaymentTypes: slices.Clone(req.GetPaymentTypes()),
-		Limits: limitsFromProto(req.GetLimits()),
+		Limits: limitsFromProto(req.GetLimits()), HomeSite: req.GetHomeSite(),
 	}
 	if err := p.Validate(); err != nil {
 		return nil, partnerStatus(err)
@@ -213,7 +213,7 @@ func partnerToProto(p *partners.Partner) *adminproto.Partner {
 		st = adminproto.PartnerStatus_PARTNER_STATUS_SUSPENDED
 	}
 	out := &adminproto.Partner{
-		Id: p.ID, Status: st, SettlementCurrency: p.SettlementCurrency,
+		Id: p.ID, Status: st, SettlementCurrency: p.SettlementCurrency, HomeSite: p.HomeSite,
 		Markets: slices.Clone(p.Markets), PaymentTypes: slices.Clone(p.PaymentTypes),
 		Limits: limitsToProto(p.Limits), EffectiveLimits: limitsToProto(p.EffectiveLimits()),
 		Callbacks: &adminproto.PartnerCallbacks{

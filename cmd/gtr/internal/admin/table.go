@@ -114,7 +114,7 @@ func moves(old, next *routing.Table, n int) []*adminproto.Move {
 func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 	s := routing.Spec{Version: t.GetVersion()}
 	for _, c := range t.GetCells() {
-		s.Cells = append(s.Cells, routing.Cell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: int(c.GetWeight())})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: int(c.GetWeight()), Site: c.GetSite()})
 	}
 	for i, p := range t.GetPools() {
 		b, err := routing.ParseBalancer(p.GetBalancer())
@@ -141,7 +141,7 @@ func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 func docToProto(d state.Doc) *adminproto.Table {
 	t := &adminproto.Table{Version: d.Version, Rules: rulesToProto(d.Rules), Pools: poolsToProto(d.Pools)}
 	for _, c := range d.Cells {
-		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: int32(c.Weight)})
+		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: int32(c.Weight), Site: c.Site})
 	}
 	return t
 }

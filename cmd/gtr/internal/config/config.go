@@ -28,13 +28,16 @@ type File struct {
 
 // Cell is one cell. Weight defaults to 100 when left out. A cell has one
 // address (addr: a single instance, or "dns:///name:port" resolved to all
-// of them) or lists its instances (addrs), not both.
+// of them) or lists its instances (addrs), not both. Site, optional, names
+// the site the cell runs in (routing.CheckSite's form, such as site-a):
+// shown to operators, not used by routing.
 type Cell struct {
 	ID     string   `yaml:"id"`
 	Addr   string   `yaml:"addr"`
 	Addrs  []string `yaml:"addrs"`
 	Pool   string   `yaml:"pool"`
 	Weight *int     `yaml:"weight"`
+	Site   string   `yaml:"site,omitempty"`
 }
 
 // Pool names the balancer a pool's cells use over their instances:
@@ -96,7 +99,7 @@ func (f File) Spec() (routing.Spec, error) {
 		if c.Weight != nil {
 			w = *c.Weight
 		}
-		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, Site: c.Site})
 	}
 	for i, p := range f.Pools {
 		b, err := routing.ParseBalancer(p.Balancer)

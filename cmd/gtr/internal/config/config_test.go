@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/cellpay/cellpay/pkg/routing"
 )
 
@@ -39,6 +41,8 @@ func TestParseErrors(t *testing.T) {
 		"bad balancer":   {good + "pools: [{name: p, balancer: random}]\n", `pools[0] "p": balancer`},
 		"pool entry":     {good + "pools: [{name: q, balancer: priority}]\n", `pool "q" has no cells`},
 		"duplicate ids":  {strings.Replace(good, "rules:", "  - {id: a, addr: 127.0.0.1:2, pool: p}\nrules:", 1), "duplicate"},
+		"bad site":       {strings.Replace(good, "pool: p}\nrules", "pool: p, site: Site_A}\nrules", 1), `cell "a": site "Site_A": want lowercase`},
+		"site as a list": {strings.Replace(good, "pool: p}\nrules", "pool: p, site: [a, b]}\nrules", 1), "line 3: cannot unmarshal !!seq into string"},
 	}
 	for name, c := range cases {
 		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -74,5 +78,36 @@ func TestInstances(t *testing.T) {
 	}
 	if len(spec.Pools) != 1 || spec.Pools[0].Balancer != routing.BalanceLeastRequest {
 		t.Fatalf("pools %+v", spec.Pools)
+	}
+}
+
+// TestSites: a cell's site is read, kept through the routing spec, and
+// survives a round trip through the YAML form; a cell without one has "".
+func TestSites(t *testing.T) {
+	in := "version: 4\ncells:\n  - {id: a, addr: 127.0.0.1:1, pool: p, site: site-a}\n  - {id: b, addr: 127.0.0.1:2, pool: p, site: site-b, weight: 40}\n" +
+		"  - {id: c, addr: 127.0.0.1:3, pool: p}\nrules:\n  - {name: all, pool: p}\n"
+	spec, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{spec.Cells[0].Site, spec.Cells[1].Site, spec.Cells[2].Site}; got[0] != "site-a" || got[1] != "site-b" || got[2] != "" {
+		t.Fatalf("sites %q", got)
+	}
+	var f File
+	if err := yaml.Unmarshal([]byte(in), &f); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(out)
+	if err != nil {
+		t.Fatalf("re-reading %s: %v", out, err)
+	}
+	for i, c := range again.Cells {
+		if c.ID != spec.Cells[i].ID || c.Site != spec.Cells[i].Site || c.Weight != spec.Cells[i].Weight {
+			t.Errorf("round trip: cell %d is %+v, was %+v", i, c, spec.Cells[i])
+		}
 	}
 }

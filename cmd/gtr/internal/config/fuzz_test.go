@@ -24,6 +24,7 @@ func FuzzParse(f *testing.F) {
 		"rules:\n  - {name: cards, markets: [DE, FR], payment_types: [CARD_AUTHORIZATION], pool: eu, hash_on: merchant, min_refdata_version: 4}\n  - {name: rest, pool: eu}\n"))
 	f.Add([]byte("version: 2\ncells:\n  - {id: a, addrs: [\"127.0.0.1:7081\", \"127.0.0.1:7181\"], pool: p}\n  - {id: b, addr: \"dns:///cell.b.svc:7081\", pool: p}\n" +
 		"pools:\n  - {name: p, balancer: priority}\nrules:\n  - {name: r, pool: p}\n"))
+	f.Add([]byte("version: 5\ncells:\n  - {id: a, addr: \"a:1\", pool: p, site: site-a}\n  - {id: b, addr: \"b:1\", pool: p, site: Site-B}\nrules: [{name: r, pool: p}]\n"))
 	f.Add([]byte("version: 2\ncells: [{id: a, addr: \"a:1\", addrs: [\"a:2\"], pool: p}]\npools: [{name: q, balancer: random}]\nrules: [{name: r, pool: p}]\n"))
 	f.Add([]byte("version: 1\ncells: &c [{id: a, addr: \"a:1\", pool: p}]\nrules: [{name: r, pool: p, partners: [*c]}]\n"))
 	f.Add([]byte("version: 18446744073709551615\ncells: []\n"))
@@ -40,6 +41,9 @@ func FuzzParse(f *testing.F) {
 		for _, c := range spec.Cells {
 			if (c.Addr == "") == (len(c.Addrs) == 0) || len(c.Addrs) > routing.MaxInstances {
 				t.Fatalf("accepted cell %q with addr %q and %d addrs", c.ID, c.Addr, len(c.Addrs))
+			}
+			if err := routing.CheckSite(c.Site); err != nil {
+				t.Fatalf("accepted cell %q with site %q: %v", c.ID, c.Site, err)
 			}
 			for _, a := range c.Instances() {
 				if err := routing.CheckAddr(a); err != nil {

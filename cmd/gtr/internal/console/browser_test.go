@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -90,7 +91,8 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// consoleGTR runs a GTR with three healthy cells and two operators, and
+// consoleGTR runs a GTR with three healthy cells in two sites (cell-a and
+// cell-c in site-a, cell-b in site-b) and two operators, and
 // returns its admin address, the CA file and the two tokens, and its
 // partners' address.
 func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok, partners string) {
@@ -99,7 +101,8 @@ func consoleGTR(t *testing.T) (addr, ca, operatorTok, viewerTok, partners string
 	var yml strings.Builder
 	yml.WriteString("version: 1\ncells:\n")
 	for _, id := range []string{"cell-a", "cell-b", "cell-c"} {
-		fmt.Fprintf(&yml, "  - {id: %s, addrs: [%q], pool: main}\n", id, fakeCell(t, id))
+		site := map[string]string{"cell-b": "site-b"}[id]
+		fmt.Fprintf(&yml, "  - {id: %s, addrs: [%q], pool: main, site: %s}\n", id, fakeCell(t, id), cmp.Or(site, "site-a"))
 	}
 	yml.WriteString("rules:\n  - {name: all, pool: main}\n")
 	cfgFile := filepath.Join(dir, "gtr.yaml")
@@ -219,7 +222,8 @@ func login(t *testing.T, b context.Context, url, tok string) {
 		chromedp.WaitVisible(chromedp.CSS(`#cells tr[data-cell="cell-c"]`)))
 }
 
-// TestConsoleInBrowser: an operator logs in, sees three cells, drains one
+// TestConsoleInBrowser: an operator logs in, sees three cells grouped by
+// site, drains one
 // by 30% after its preview and sees its share fall (and the table change
 // through the Admin API, audited as the operator's), finds a transaction
 // in every cell and a partner's refused call by its reference; a viewer
@@ -237,8 +241,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	url := "https://" + addr + "/"
 
 	login(t, b, url, operatorTok)
-	if n := eval[int](t, b, `document.querySelectorAll('#cells tbody tr').length`); n != 3 {
+	if n := eval[int](t, b, `document.querySelectorAll('#cells tbody tr[data-cell]').length`); n != 3 {
 		t.Fatalf("%d cells shown, want 3", n)
+	}
+	// A group per site, headed by its name, its cells by ID.
+	groups := eval[string](t, b, `[...document.querySelectorAll('#cells tbody')].map((g) => g.querySelector('tr.site th').textContent + ': ' +
+		[...g.querySelectorAll('tr[data-cell]')].map((tr) => tr.dataset.cell).join(' ')).join(' | ')`)
+	if want := "Site site-a · 2 cells: cell-a cell-c | Site site-b · 1 cell: cell-b"; groups != want {
+		t.Fatalf("cells grouped as %q, want %q", groups, want)
 	}
 	if who := eval[string](t, b, `document.getElementById('who-text').textContent`); who != "otto (operator)" {
 		t.Fatalf("logged in as %q", who)

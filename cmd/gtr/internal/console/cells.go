@@ -1,11 +1,14 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,7 +30,9 @@ type rampJSON struct {
 }
 
 type cellJSON struct {
-	ID             string         `json:"id"`
+	ID string `json:"id"`
+	// Site is the site the table names for the cell, "" for none.
+	Site           string         `json:"site"`
 	Pool           string         `json:"pool"`
 	Balancer       string         `json:"balancer"`
 	Health         string         `json:"health"`
@@ -59,12 +64,13 @@ func healthText(h adminproto.Health) string {
 // replicaJSON is one replica's view of a cell.
 type replicaJSON struct {
 	Replica     string `json:"replica"`
+	Site        string `json:"site,omitempty"` // the replica's, "" for none
 	HealthShare int32  `json:"health_share"`
 	InFlight    int64  `json:"in_flight"`
 }
 
 func cellView(c *adminproto.CellStatus) cellJSON {
-	cj := cellJSON{ID: c.GetId(), Pool: c.GetPool(), Balancer: c.GetBalancer(), Health: healthText(c.GetHealth()), HealthShare: c.GetHealthShare(),
+	cj := cellJSON{ID: c.GetId(), Site: c.GetSite(), Pool: c.GetPool(), Balancer: c.GetBalancer(), Health: healthText(c.GetHealth()), HealthShare: c.GetHealthShare(),
 		Weight: c.GetWeight(), TargetWeight: c.GetTargetWeight(), TableWeight: c.GetTableWeight(), Share: c.GetTrafficShare(),
 		InFlight: c.GetInFlight(), SuccessRate: c.GetSuccessRate(), RecentRequests: c.GetRecentRequests(),
 		RefdataVersion: c.GetRefdataVersion(), Instances: []instanceJSON{}}
@@ -80,7 +86,7 @@ func cellView(c *adminproto.CellStatus) cellJSON {
 		cj.Instances = append(cj.Instances, ij)
 	}
 	for _, v := range c.GetReplicas() {
-		cj.Replicas = append(cj.Replicas, replicaJSON{Replica: v.GetReplica(), HealthShare: v.GetHealthShare(), InFlight: v.GetInFlight()})
+		cj.Replicas = append(cj.Replicas, replicaJSON{Replica: v.GetReplica(), Site: v.GetSite(), HealthShare: v.GetHealthShare(), InFlight: v.GetInFlight()})
 	}
 	return cj
 }
@@ -99,12 +105,28 @@ func (h *Handler) cells(w http.ResponseWriter, r *http.Request, s session) {
 	if !ok {
 		return
 	}
-	out := make([]cellJSON, 0, len(resp.GetCells()))
-	for _, c := range resp.GetCells() {
+	writeJSON(w, http.StatusOK, map[string]any{"table_version": resp.GetTableVersion(), "replica": resp.GetReplicaId(),
+		"config_store": resp.GetConfigStore(), "cells": cellsBySite(resp.GetCells())})
+}
+
+// cellsBySite is the cells as the page shows them, a site's together: by
+// site, then cell ID, cells of no named site last (the page heads each
+// site's group; gtrctl cells orders its rows the same way).
+func cellsBySite(cells []*adminproto.CellStatus) []cellJSON {
+	out := make([]cellJSON, 0, len(cells))
+	for _, c := range cells {
 		out = append(out, cellView(c))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"table_version": resp.GetTableVersion(), "replica": resp.GetReplicaId(),
-		"config_store": resp.GetConfigStore(), "cells": out})
+	slices.SortStableFunc(out, func(a, b cellJSON) int {
+		if (a.Site == "") != (b.Site == "") {
+			if a.Site == "" {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(strings.Compare(a.Site, b.Site), strings.Compare(a.ID, b.ID))
+	})
+	return out
 }
 
 // previewJSON is what a change would do to the cell's share of keys.

@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -692,5 +693,29 @@ func TestEventsMerged(t *testing.T) {
 	}
 	if got := MergeEvents(2, a, b); len(got) != 2 {
 		t.Fatalf("MergeEvents(2) kept %d", len(got))
+	}
+}
+
+// TestCellsBySite: the page's cells come a site's together, by site then
+// cell ID, cells of no named site last, each naming its site and its
+// replicas' sites.
+func TestCellsBySite(t *testing.T) {
+	cell := func(id, site string) *adminproto.CellStatus { return &adminproto.CellStatus{Id: id, Site: site} }
+	in := []*adminproto.CellStatus{cell("cell-d", ""), cell("cell-c", "site-b"), cell("cell-b", "site-a"), cell("cell-a", "site-b"), cell("cell-e", "site-a")}
+	in[1].Replicas = []*adminproto.ReplicaCellView{{Replica: "r2", Site: "site-b", HealthShare: 100}}
+	var got []string
+	out := cellsBySite(in)
+	for _, c := range out {
+		got = append(got, c.Site+"/"+c.ID)
+	}
+	if want := []string{"site-a/cell-b", "site-a/cell-e", "site-b/cell-a", "site-b/cell-c", "/cell-d"}; !slices.Equal(got, want) {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+	if r := out[3].Replicas; len(r) != 1 || r[0].Site != "site-b" {
+		t.Fatalf("cell-c's replicas %+v", r)
+	}
+	b, _ := json.Marshal(out[4])
+	if !strings.Contains(string(b), `"site":""`) {
+		t.Fatalf("a cell of no site: %s", b)
 	}
 }

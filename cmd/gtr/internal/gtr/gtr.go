@@ -43,6 +43,7 @@ import (
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/internal/tlsconf"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // DefaultAdmissionBaseline is the gtr command's -admission-baseline: with
@@ -98,6 +99,10 @@ type Config struct {
 	// StateFile keeps the last-known configuration; "" keeps none.
 	StateFile string
 	ReplicaID string
+	// Site names the site (a city, a data centre) of this replica's
+	// access point, shown to operators beside its replica ID; "" when
+	// unnamed. routing.CheckSite's form. Nothing routes by it yet.
+	Site string
 	// TLSCertFile and TLSKeyFile are the partners' listener's certificate
 	// and key (PEM), re-read every few seconds so that a renewed
 	// certificate is served without a restart. Required: partners' calls
@@ -159,6 +164,9 @@ func (c *Config) validate() error {
 	}
 	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
 		return errors.New("gtr: the partners' listener needs a TLS certificate and key (tls-cert, tls-key)")
+	}
+	if err := routing.CheckSite(c.Site); err != nil {
+		return fmt.Errorf("gtr: site: %v", err)
 	}
 	if c.AdmissionBaseline < 0 {
 		return fmt.Errorf("gtr: admission-baseline: %v is negative (0 for the per-window rule)", c.AdmissionBaseline)
@@ -381,7 +389,7 @@ func (g *GTR) serve() {
 		})
 	}
 	tbl := g.st.Table()
-	g.cfg.Log.Info("gtr listening", "addr", g.lis.Addr().String(), "rest_addr", g.cfg.RESTListen, "admin_addr", g.cfg.AdminListen, "replica", g.cfg.ReplicaID,
+	g.cfg.Log.Info("gtr listening", "addr", g.lis.Addr().String(), "rest_addr", g.cfg.RESTListen, "admin_addr", g.cfg.AdminListen, "replica", g.cfg.ReplicaID, "site", g.cfg.Site,
 		"config_store", g.store.Status(), "table_version", tbl.Version(), "cells", len(tbl.Spec().Cells))
 }
 

@@ -82,18 +82,19 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestAdminOnlyOnAdminListener: the partners' port does not serve Admin,
-// the admin port does, over TLS only, behind the token; the health port
-// serves health alone, in plaintext.
+// the admin port does, over TLS only, behind the token (naming the cells'
+// sites and each replica's); the health port serves health alone, in
+// plaintext.
 func TestAdminOnlyOnAdminListener(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "gtr.yaml")
-	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main}\n"+
+	if err := os.WriteFile(cfgFile, []byte("version: 1\ncells:\n  - {id: cell-a, addr: \"127.0.0.1:1\", pool: main, site: site-a}\n"+
 		"  - {id: cell-b, addrs: [\"127.0.0.1:2\", \"127.0.0.1:3\"], pool: main}\npools: [{name: main, balancer: priority}]\nrules:\n  - {name: all, pool: main}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cert, key, ca := testTLS(t)
 	cfg := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", ConfigFile: cfgFile, AdminToken: "tok",
-		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", ShutdownTimeout: time.Second,
+		StateFile: filepath.Join(dir, "state.json"), ReplicaID: "r1", Site: "site-b", ShutdownTimeout: time.Second,
 		TLSCertFile: cert, TLSKeyFile: key,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	g := startGTR(t, cfg)
@@ -126,6 +127,11 @@ func TestAdminOnlyOnAdminListener(t *testing.T) {
 	}
 	if list.ReplicaId != "r1" || list.ConfigStore != "standalone" || len(list.Cells) != 2 {
 		t.Fatalf("list: %v", list)
+	}
+	// The cells' sites come from the table; each replica's view of a cell
+	// names the replica's own site (its -site).
+	if a, b := list.Cells[0], list.Cells[1]; a.Site != "site-a" || b.Site != "" || len(a.Replicas) != 1 || a.Replicas[0].Replica != "r1" || a.Replicas[0].Site != "site-b" {
+		t.Fatalf("sites: cell-a %q, cell-b %q, cell-a's replicas %v", a.Site, b.Site, a.Replicas)
 	}
 	// The table's instances reach the health monitor, which lists each.
 	if b := list.Cells[1]; len(b.Instances) != 2 || b.Instances[1].Addr != "127.0.0.1:3" || b.Balancer != "priority" || len(list.Cells[0].Instances) != 1 {
@@ -174,6 +180,8 @@ func TestAdmissionFlagsRefused(t *testing.T) {
 		{"shed baseline negative", func(c *Config) { c.AdmissionShedBaseline = -time.Second }, "admission-shed-baseline"},
 		{"shed baseline 60 s", func(c *Config) { c.AdmissionShedBaseline = time.Minute }, ""},
 		{"defaults", func(*Config) {}, ""},
+		{"site", func(c *Config) { c.Site = "site-a" }, ""},
+		{"site in capitals", func(c *Config) { c.Site = "Site-A" }, "site"},
 		{"tolerance 1.5, baseline 0", func(c *Config) { c.AdmissionTolerance, c.AdmissionBaseline = 1.5, 0 }, ""},
 	} {
 		c := base

@@ -34,7 +34,7 @@ type cellView struct {
 // refusals, its recent events) and lets the admin API and the console ask
 // them all.
 func (g *GTR) startReplicas(context.Context) error {
-	r, err := replicas.Start(replicas.Config{ReplicaID: cmp.Or(g.cfg.ReplicaID, "gtr"), NATSURL: g.cfg.NATSURL, NATSTLS: g.cfg.NATSTLS, Log: g.cfg.Log,
+	r, err := replicas.Start(replicas.Config{ReplicaID: cmp.Or(g.cfg.ReplicaID, "gtr"), Site: g.cfg.Site, NATSURL: g.cfg.NATSURL, NATSTLS: g.cfg.NATSTLS, Log: g.cfg.Log,
 		Handlers: map[string]replicas.Handler{
 			askReference: func(_ context.Context, q []byte) (json.RawMessage, error) {
 				var id string
@@ -137,7 +137,7 @@ func (g *GTR) cellViews(ctx context.Context) (map[string][]*adminproto.ReplicaCe
 			continue
 		}
 		for _, v := range views {
-			out[v.Cell] = append(out[v.Cell], &adminproto.ReplicaCellView{Replica: a.Replica, HealthShare: v.HealthShare, InFlight: v.InFlight,
+			out[v.Cell] = append(out[v.Cell], &adminproto.ReplicaCellView{Replica: a.Replica, Site: a.Site, HealthShare: v.HealthShare, InFlight: v.InFlight,
 				SuccessRate: v.SuccessRate, RecentRequests: v.RecentRequests})
 		}
 	}

@@ -49,8 +49,11 @@ type Handler func(ctx context.Context, question []byte) (json.RawMessage, error)
 
 // Answer is one replica's.
 type Answer struct {
-	Replica string          `json:"replica"`
-	Body    json.RawMessage `json:"body,omitempty"`
+	Replica string `json:"replica"`
+	// Site is the answering replica's site (its access point's), "" when
+	// unnamed.
+	Site string          `json:"site,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
 	// Error is the replica's handler's error, if it had one.
 	Error string `json:"error,omitempty"`
 }
@@ -59,6 +62,9 @@ type Answer struct {
 type Config struct {
 	// ReplicaID names this replica in its answers. Required.
 	ReplicaID string
+	// Site names the site of this replica's access point in its answers;
+	// "" when unnamed.
+	Site string
 	// NATSURL and NATSTLS reach NATS as the GTR; without a URL the
 	// replica answers alone.
 	NATSURL string
@@ -147,7 +153,7 @@ func (r *Replicas) serve(h Handler) nats.MsgHandler {
 		defer cancel()
 		b, err := json.Marshal(r.answer(ctx, h, m.Data))
 		if err != nil || len(b) > MaxBody {
-			b, _ = json.Marshal(Answer{Replica: r.cfg.ReplicaID, Error: "answer too large"})
+			b, _ = json.Marshal(Answer{Replica: r.cfg.ReplicaID, Site: r.cfg.Site, Error: "answer too large"})
 		}
 		_ = m.Respond(b)
 	}
@@ -155,10 +161,10 @@ func (r *Replicas) serve(h Handler) nats.MsgHandler {
 
 func (r *Replicas) answer(ctx context.Context, h Handler, q []byte) Answer {
 	if len(q) > MaxBody {
-		return Answer{Replica: r.cfg.ReplicaID, Error: "question too large"}
+		return Answer{Replica: r.cfg.ReplicaID, Site: r.cfg.Site, Error: "question too large"}
 	}
 	body, err := h(ctx, q)
-	a := Answer{Replica: r.cfg.ReplicaID, Body: body}
+	a := Answer{Replica: r.cfg.ReplicaID, Site: r.cfg.Site, Body: body}
 	if err != nil {
 		a.Error = err.Error()
 	}

@@ -90,3 +90,41 @@ func TestEveryReplicaAnswers(t *testing.T) {
 		t.Fatal("an unknown question asked")
 	}
 }
+
+// TestAnswersNameTheirSite: each answer names its replica's site, over
+// NATS and alone; a replica without one names none.
+func TestAnswersNameTheirSite(t *testing.T) {
+	url, files := secureNATS(t)
+	echo := map[string]replicas.Handler{"echo": func(context.Context, []byte) (json.RawMessage, error) { return json.RawMessage(`1`), nil }}
+	var asker *replicas.Replicas
+	for _, c := range []replicas.Config{{ReplicaID: "gtr-a", Site: "site-a"}, {ReplicaID: "gtr-b", Site: "site-b"}, {ReplicaID: "gtr-c"}} {
+		c.NATSURL, c.NATSTLS, c.Window, c.Handlers = url, files, time.Second, echo
+		r, err := replicas.Start(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		if asker == nil {
+			asker = r
+		}
+	}
+	var got []replicas.Answer
+	testutil.Eventually(t, 10*time.Second, "three replicas answering", func() bool {
+		var err error
+		got, err = asker.Ask(t.Context(), "echo", nil)
+		return err == nil && len(got) == 3
+	})
+	for i, want := range []string{"site-a", "site-b", ""} {
+		if got[i].Site != want {
+			t.Errorf("%s answers from site %q, want %q", got[i].Replica, got[i].Site, want)
+		}
+	}
+	alone, err := replicas.Start(replicas.Config{ReplicaID: "gtr-d", Site: "site-d", Handlers: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(alone.Close)
+	if got, err := alone.Ask(t.Context(), "echo", nil); err != nil || len(got) != 1 || got[0].Site != "site-d" {
+		t.Fatalf("alone: %+v, %v", got, err)
+	}
+}

@@ -39,6 +39,9 @@ type CellConfig struct {
 	Addr  string   `json:"addr"`
 	Addrs []string `json:"addrs,omitempty"`
 	Pool  string   `json:"pool"`
+	// Site names the site the cell runs in, as in routing.Cell ("" when
+	// unnamed): shown to operators, not used by routing.
+	Site string `json:"site,omitempty"`
 	// TableWeight is the weight in the last applied table; Restore returns
 	// the cell to it and Drain takes its percentage of it.
 	TableWeight int `json:"table_weight"`
@@ -161,13 +164,13 @@ func (d Doc) Spec(t time.Time, health func(cellID string) int) routing.Spec {
 				w = w * h / 100
 			}
 		}
-		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, State: st})
+		s.Cells = append(s.Cells, routing.Cell{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, State: st, Site: c.Site})
 	}
 	return s
 }
 
 // WithTable is the Doc that applying table s over d makes: s's version,
-// cells (with their addresses), pools and rules. A cell whose weight in s is its configured weight in d
+// cells (with their addresses and sites), pools and rules. A cell whose weight in s is its configured weight in d
 // (Weight, where any ramp ends) keeps its table weight and ramp, so that
 // applying exactly what GetTable returned, with the version raised,
 // changes no configured weight, drained or ramping cells included. Any
@@ -192,7 +195,7 @@ func (d Doc) WithTable(s routing.Spec) Doc {
 func FromSpec(s routing.Spec) Doc {
 	d := Doc{Version: s.Version, Rules: s.Rules, Pools: s.Pools}
 	for _, c := range s.Cells {
-		d.Cells = append(d.Cells, CellConfig{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, TableWeight: c.Weight, Weight: c.Weight})
+		d.Cells = append(d.Cells, CellConfig{ID: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Site: c.Site, TableWeight: c.Weight, Weight: c.Weight})
 	}
 	return d.Clone()
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strconv"
@@ -515,5 +516,45 @@ func TestWithTableKeepsConfiguredWeights(t *testing.T) {
 	n := d.WithTable(spec)
 	if c := n.Cell("cell-c"); c.TableWeight != 50 || c.Weight != 50 || c.Ramp != nil {
 		t.Fatalf("changed weight: %+v", *c)
+	}
+}
+
+// TestSitesFlowThrough: a cell's site goes from the spec into the Doc,
+// through its JSON (the KV bucket's and the state file's form) and a
+// table apply, into the compiled table, and a Doc without sites reads as
+// it did before they existed.
+func TestSitesFlowThrough(t *testing.T) {
+	spec := testDoc().Spec(time.Time{}, nil)
+	spec.Cells[0].Site, spec.Cells[1].Site = "site-a", "site-b"
+	d := FromSpec(spec)
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Doc
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, d) {
+		t.Fatalf("JSON round trip %+v, want %+v", back, d)
+	}
+	if plain, _ := json.Marshal(testDoc()); strings.Contains(string(plain), `"site"`) {
+		t.Fatalf("a Doc without sites names one: %s", plain)
+	}
+	s, _ := newState(t)
+	cur, _, _ := s.Doc()
+	spec.Version = cur.Version + 1
+	if err := s.Apply(cur.WithTable(spec), 2); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"cell-a": "site-a", "cell-b": "site-b", "cell-c": ""} {
+		if c, ok := s.Table().Cell(id); !ok || c.Site != want {
+			t.Errorf("compiled %s: site %q, want %q", id, c.Site, want)
+		}
+	}
+	bad := back.Clone()
+	bad.Cells[2].Site = "Site C"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `cell "cell-c": site "Site C"`) {
+		t.Errorf("Validate of a bad site: %v", err)
 	}
 }

@@ -120,15 +120,41 @@
     const d = await api('GET', '/api/cells');
     $('table-meta').textContent = 'Table version ' + d.table_version + ' · replica ' + (d.replica || '-') +
       ' · config store ' + d.config_store + ' · updated ' + new Date().toLocaleTimeString();
-    const tbody = $('cells').tBodies[0];
-    const rows = d.cells.map(cellRow);
-    tbody.replaceChildren(...rows);
+    $('cells').querySelectorAll('tbody').forEach((tb) => tb.remove());
+    $('cells').append(...siteGroups(d.cells));
     const sel = $('cell'), keep = sel.value;
     const ids = d.cells.map((c) => c.id);
     if (sel.options.length !== ids.length || ids.some((id, i) => sel.options[i].value !== id)) {
       sel.replaceChildren(...ids.map((id) => { const o = el('option', id); o.value = id; return o; }));
       if (ids.includes(keep)) sel.value = keep;
     }
+  }
+
+  // siteGroups is a tbody per site, headed by its name, in the server's
+  // order (by site, then cell); a table that names no site is one group
+  // without a heading.
+  function siteGroups(cells) {
+    const named = cells.some((c) => c.site);
+    const groups = [];
+    for (const c of cells) {
+      let g = groups[groups.length - 1];
+      if (!g || g.dataset.site !== c.site) {
+        g = el('tbody');
+        g.dataset.site = c.site;
+        if (named) {
+          const tr = el('tr', null, 'site');
+          const n = cells.filter((x) => x.site === c.site).length;
+          const th = el('th', (c.site ? 'Site ' + c.site : 'No site named') + ' · ' + n + (n === 1 ? ' cell' : ' cells'));
+          th.scope = 'rowgroup';
+          th.colSpan = 10;
+          tr.append(th);
+          g.append(tr);
+        }
+        groups.push(g);
+      }
+      g.append(cellRow(c));
+    }
+    return groups;
   }
 
   function cellRow(c) {
@@ -143,7 +169,8 @@
       // Every replica's own verdict: one that judges otherwise shows here.
       const upOn = c.replicas.filter((r) => r.health_share > 0).length;
       const rs = el('div', upOn + '/' + c.replicas.length + ' replicas up', 'help');
-      rs.title = c.replicas.map((r) => r.replica + ': ' + r.health_share + '%, ' + r.in_flight + ' in flight').join('\n');
+      rs.title = c.replicas.map((r) => r.replica + (r.site ? ' (' + r.site + ')' : '') + ': ' + r.health_share + '%, ' +
+        r.in_flight + ' in flight').join('\n');
       health.append(rs);
     }
     tr.append(health);
