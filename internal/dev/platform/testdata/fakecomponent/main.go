@@ -32,7 +32,7 @@ func main() {
 	tlsCert := fs.String("tls-cert", "", "")
 	tlsKey := fs.String("tls-key", "", "")
 	tlsCA := fs.String("tls-ca", "", "")
-	for _, name := range []string{"cell-ca", "id", "issuer", "refdata", "admin-listen", "config", "operators", "audit-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id", "instance"} {
+	for _, name := range []string{"cell-ca", "id", "issuer", "refdata", "admin-listen", "config", "operators", "audit-file", "state-file", "partners", "callback-ca-file", "partners-state-file", "replica-id", "site", "instance"} {
 		fs.String(name, "", "")
 	}
 	fs.Bool("reflection", false, "")
