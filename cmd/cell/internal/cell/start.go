@@ -267,8 +267,8 @@ func (c *Cell) ready(ok bool) {
 // reconcileCell is the work of the cell's one reconciler: transactions
 // past their point of no return with no known outcome, the leftovers
 // short of it of instances that are gone (orphanGrace after their last
-// write; any row stuck past store.ActiveFor), and the months of the
-// tables, created ahead and dropped past retention.
+// write; any row stuck past store.ActiveFor), and the tables'
+// partitions, created ahead and dropped past retention.
 func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, keeper *retention.Keeper, st *store.Store, log *slog.Logger) {
 	var ran sync.WaitGroup
 	ran.Go(func() { rec.Run(ctx) })

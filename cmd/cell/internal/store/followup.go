@@ -33,7 +33,7 @@ func (s *Store) HoldFollowUp(ctx context.Context, k, original idempotency.Key, b
 		WHERE partner_id = $1 AND transaction_id = $2 FOR UPDATE`, original.PartnerID, original.TransactionID))
 	switch {
 	case errors.Is(err, ErrNotFound):
-		// A replay of a follow-up whose original's month was dropped
+		// A replay of a follow-up whose original's partition was dropped
 		// (retention) gets the follow-up's answer, not "unknown original".
 		if existing, err := s.getIn(ctx, tx, k); err == nil {
 			return nil, existing, nil

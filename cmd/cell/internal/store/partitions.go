@@ -12,7 +12,7 @@ import (
 // (cmd/cell/internal/retention) through the schema owner's functions, as
 // the role it serves as may only read and write rows.
 
-// PartitionedTables are the tables kept by month.
+// PartitionedTables are the tables kept in partitions by created_at.
 var PartitionedTables = []string{"transactions", "outbox"}
 
 // Partition is one partition of a partitioned table: a quarter, or what

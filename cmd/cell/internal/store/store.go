@@ -261,8 +261,10 @@ func scanWith(row pgx.Row, extra ...any) (*cellside.Record, error) {
 }
 
 // Insert records a new transaction, owned by this store's instance. When its key (partner and transaction
-// ID) is already recorded it returns the existing record instead, and
-// inserted is false. Another partner's record with the same transaction ID
+// ID) is already recorded, in any partition, it returns the existing
+// record instead, and inserted is false: the insert runs only where
+// cellpay_claim_key finds the key free once it holds the key's lock
+// (migration 011). Another partner's record with the same transaction ID
 // is no conflict.
 func (s *Store) Insert(ctx context.Context, r *cellside.Record) (inserted bool, existing *cellside.Record, err error) {
 	n, err := s.exec(ctx, false, `INSERT INTO transactions (`+columns+`, owner, unfiled)
