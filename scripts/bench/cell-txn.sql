@@ -7,10 +7,10 @@ INSERT INTO transactions (transaction_id, fingerprint, state, decline_reason, au
   amount, currency, settlement_amount, settlement_currency, risk_amount, merchant_id, mcc, merchant_country,
   masked_pan, pan_hash, refdata_version, route_rule, attempt, cell_id, created_at, updated_at,
   pan_hash_key_id, fingerprint_key_id)
-VALUES ('pgb-' || :id, '\x0102', 'received', '', '', 1, 'p-001', 'GB', 1250, 'GBP', 1250, 'GBP', 1486, 'm-1', '5411', 'GB',
+SELECT 'pgb-' || :id, '\x0102', 'received', '', '', 1, 'p-001', 'GB', 1250, 'GBP', 1250, 'GBP', 1486, 'm-1', '5411', 'GB',
   '424242******4242', decode(md5(:card::text), 'hex'), '1', 'everything', 1, 'cell-a', now(), now(),
-  'pan-00000000', 'fp-00000000')
-ON CONFLICT (partner_id, transaction_id) DO NOTHING;
+  'pan-00000000', 'fp-00000000'
+WHERE cellpay_claim_key('p-001', 'pgb-' || :id);
 SELECT count(*), coalesce(sum(risk_amount), 0)::bigint FROM transactions
   WHERE pan_hash = ANY(ARRAY[decode(md5(:card::text), 'hex')])
   AND (pan_hash_key_id, pan_hash) IN (SELECT * FROM unnest(ARRAY['pan-00000000'], ARRAY[decode(md5(:card::text), 'hex')]))
