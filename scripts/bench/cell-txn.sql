@@ -1,6 +1,7 @@
 -- pgbench script: the SQL one approved card authorization runs in a cell,
 -- statement for statement and commit for commit (each statement is its own
--- transaction, as in cmd/cell/internal/store). Keep in step with store.go.
+-- transaction, as in cmd/cell/internal/store). Keep in step with store.go
+-- (TestPgbenchScriptRuns runs it against the schema as migrated).
 \set id random(1, 1000000000000)
 \set card random(1, 1000000)
 INSERT INTO transactions (transaction_id, fingerprint, state, decline_reason, auth_code, payment_type, partner_id, market,
