@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 func (c *cli) printJSON(m proto.Message) error {
@@ -71,13 +71,7 @@ func (c *cli) printCells(resp *adminproto.ListCellsResponse) error {
 func bySite(cells []*adminproto.CellStatus) []*adminproto.CellStatus {
 	out := slices.Clone(cells)
 	slices.SortStableFunc(out, func(a, b *adminproto.CellStatus) int {
-		if (a.GetSite() == "") != (b.GetSite() == "") {
-			if a.GetSite() == "" {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Or(strings.Compare(a.GetSite(), b.GetSite()), strings.Compare(a.GetId(), b.GetId()))
+		return routing.CompareBySite(a.GetSite(), a.GetId(), b.GetSite(), b.GetId())
 	})
 	return out
 }

@@ -75,6 +75,22 @@ func CheckAddr(addr string) error {
 	return nil
 }
 
+// CompareBySite orders cells for operators, a site's together: by site,
+// then cell ID, cells of no named site last. gtrctl cells and the console
+// list cells in this order.
+func CompareBySite(siteA, idA, siteB, idB string) int {
+	if (siteA == "") != (siteB == "") {
+		if siteA == "" {
+			return 1
+		}
+		return -1
+	}
+	if c := strings.Compare(siteA, siteB); c != 0 {
+		return c
+	}
+	return strings.Compare(idA, idB)
+}
+
 // MaxSiteLen is the longest site name, in bytes.
 const MaxSiteLen = 32
 

@@ -1,19 +1,18 @@
 package console
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 type instanceJSON struct {
@@ -117,15 +116,7 @@ func cellsBySite(cells []*adminproto.CellStatus) []cellJSON {
 	for _, c := range cells {
 		out = append(out, cellView(c))
 	}
-	slices.SortStableFunc(out, func(a, b cellJSON) int {
-		if (a.Site == "") != (b.Site == "") {
-			if a.Site == "" {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Or(strings.Compare(a.Site, b.Site), strings.Compare(a.ID, b.ID))
-	})
+	slices.SortStableFunc(out, func(a, b cellJSON) int { return routing.CompareBySite(a.Site, a.ID, b.Site, b.ID) })
 	return out
 }
 
