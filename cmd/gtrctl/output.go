@@ -286,11 +286,12 @@ type tableCell struct {
 	Site   string   `yaml:"site,omitempty" json:"site,omitempty"`
 }
 
-// tablePool names a pool's balancer: round_robin, least_request or
-// priority.
+// tablePool names a pool's balancer (round_robin, least_request or
+// priority) and its spill share (1..100; 0: 50).
 type tablePool struct {
-	Name     string `yaml:"name" json:"name"`
-	Balancer string `yaml:"balancer" json:"balancer"`
+	Name       string `yaml:"name" json:"name"`
+	Balancer   string `yaml:"balancer" json:"balancer"`
+	SpillBelow int    `yaml:"spill_below,omitempty" json:"spill_below,omitempty"`
 }
 
 type tableRule struct {
@@ -331,7 +332,7 @@ func parseTable(b []byte) (*adminproto.Table, error) {
 		t.Cells = append(t.Cells, &adminproto.Cell{Id: c.ID, Addr: c.Addr, Addrs: c.Addrs, Pool: c.Pool, Weight: w, Site: c.Site})
 	}
 	for _, p := range f.Pools {
-		t.Pools = append(t.Pools, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer})
+		t.Pools = append(t.Pools, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer, SpillBelow: int32(p.SpillBelow)})
 	}
 	for _, r := range f.Rules {
 		t.Rules = append(t.Rules, &adminproto.Rule{Name: r.Name, Partners: r.Partners, Markets: r.Markets,
@@ -385,7 +386,7 @@ func writeTableYAML(w io.Writer, t *adminproto.Table) error {
 		f.Cells = append(f.Cells, tableCell{ID: c.GetId(), Addr: c.GetAddr(), Addrs: c.GetAddrs(), Pool: c.GetPool(), Weight: &wt, Site: c.GetSite()})
 	}
 	for _, p := range t.GetPools() {
-		f.Pools = append(f.Pools, tablePool{Name: p.GetName(), Balancer: p.GetBalancer()})
+		f.Pools = append(f.Pools, tablePool{Name: p.GetName(), Balancer: p.GetBalancer(), SpillBelow: int(p.GetSpillBelow())})
 	}
 	for _, r := range t.GetRules() {
 		f.Rules = append(f.Rules, tableRule{Name: r.GetName(), Partners: r.GetPartners(), Markets: r.GetMarkets(),

@@ -47,6 +47,8 @@ type GTR struct {
 	logins   metric.Int64Counter
 	locates  metric.Int64Counter
 	lcAttrs  *attrCache // op, how
+	across   metric.Int64Counter
+	acAttrs  *attrCache // home_site, site
 	duration metric.Float64Histogram
 	mtAttrs  *attrCache // method
 	lgAttrs  *attrCache // reason
@@ -73,10 +75,11 @@ type GTR struct {
 //	cellpay_gtr_cell_ejections_total{cell,reason} times health ejected a cell, by cause (consecutive_failures, failure_rate, success_rate, checks_unanswered, check_down)
 //	cellpay_gtr_request_duration_seconds{method}  histogram of the partners' calls' time at the GTR, refusals included (the latency SLO's)
 //	cellpay_gtr_locates_total{op,how}             how reads and follow-ups found the cell holding their transaction: first (the first cell asked), owner (named by the directory), fanout (every cell asked)
+//	cellpay_gtr_routed_across_total{home_site,site} transactions routed outside their partner's home site (too little healthy capacity there, or none), by the site of the first cell
 //	cellpay_gtr_admin_login_failures_total{reason} failed operator logins on the admin API and console (missing_token, invalid_token), and calls refused for them (throttled)
 func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	g := &GTR{txnAttrs: newAttrCache("status", "code"), rrAttrs: newAttrCache("cell", "reason"), dnAttrs: newAttrCache("code", "reason"), shAttrs: newAttrCache("reason", ""),
-		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("op", "how"), mtAttrs: newAttrCache("method", "")}
+		lgAttrs: newAttrCache("reason", ""), lcAttrs: newAttrCache("op", "how"), acAttrs: newAttrCache("home_site", "site"), mtAttrs: newAttrCache("method", "")}
 	errs := make([]error, 8)
 	g.txns, errs[0] = m.Int64Counter("cellpay.gtr.transactions",
 		metric.WithDescription("Transactions the GTR processed, by the status answered (none on an error) and gRPC code."))
@@ -114,6 +117,9 @@ func NewGTR(m metric.Meter, cells iter.Seq[CellGauge]) (*GTR, error) {
 	errs = append(errs, err)
 	g.locates, err = m.Int64Counter("cellpay.gtr.locates",
 		metric.WithDescription("Reads (op read) and captures, voids and refunds (op follow_up) by how they found the cell holding their transaction: the first cell asked (first), the owner the directory named (owner), or by asking every cell (fanout)."))
+	errs = append(errs, err)
+	g.across, err = m.Int64Counter("cellpay.gtr.routed_across",
+		metric.WithDescription("Transactions routed outside their partner's home site, by home site and the site of the first cell ranked: the home site had too little healthy capacity in the pool (its spill_below), or no cell there."))
 	errs = append(errs, err)
 	g.duration, err = m.Float64Histogram("cellpay.gtr.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Partners' calls by method: the time from the GTR's first interceptor to its answer, refusals included."),
@@ -172,6 +178,11 @@ func (g *GTR) Served(method string, d time.Duration) {
 // Located counts how a read or a follow-up (op) found its cell.
 func (g *GTR) Located(op, how string) {
 	g.locates.Add(context.Background(), 1, g.lcAttrs.of(op, how).add...)
+}
+
+// Across counts a transaction routed outside its partner's home site.
+func (g *GTR) Across(homeSite, site string) {
+	g.across.Add(context.Background(), 1, g.acAttrs.of(homeSite, site).add...)
 }
 
 // Shed counts a request refused by admission control.

@@ -1012,7 +1012,11 @@ type ExplainResponse struct {
 	// error is "no rule matches" or "no cell available", or empty.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// text renders the explanation for a person.
-	Text          string `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	// home_site is the partner's home site in the partner registry (empty:
+	// none), and across says that the first cell ranked is outside it.
+	HomeSite      string `protobuf:"bytes,10,opt,name=home_site,json=homeSite,proto3" json:"home_site,omitempty"`
+	Across        bool   `protobuf:"varint,11,opt,name=across,proto3" json:"across,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1110,6 +1114,20 @@ func (x *ExplainResponse) GetText() string {
 	return ""
 }
 
+func (x *ExplainResponse) GetHomeSite() string {
+	if x != nil {
+		return x.HomeSite
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetAcross() bool {
+	if x != nil {
+		return x.Across
+	}
+	return false
+}
+
 type RuleMiss struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -1179,15 +1197,18 @@ type CellVerdict struct {
 	Weight int32  `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	State  string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	// verdict: "accepts", "fallback", "skipped: down", "skipped: weight 0"
-	// or "skipped: stale reference data" (the cell serves a version below
-	// the rule's min_refdata_version; why names both).
+	// "skipped: stale reference data" (the cell serves a version below
+	// the rule's min_refdata_version; why names both) or "skipped: other
+	// site" (the partner's home site keeps its keys).
 	Verdict string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	Why     string `protobuf:"bytes,7,opt,name=why,proto3" json:"why,omitempty"`
 	// refdata_version is the version the cell serves, as this replica last
 	// heard (0: unknown).
 	RefdataVersion uint64 `protobuf:"varint,8,opt,name=refdata_version,json=refdataVersion,proto3" json:"refdata_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// site is the cell's site (empty: none named).
+	Site          string `protobuf:"bytes,9,opt,name=site,proto3" json:"site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CellVerdict) Reset() {
@@ -1274,6 +1295,13 @@ func (x *CellVerdict) GetRefdataVersion() uint64 {
 		return x.RefdataVersion
 	}
 	return 0
+}
+
+func (x *CellVerdict) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
 }
 
 type RouteKeysRequest struct {
@@ -1581,7 +1609,12 @@ type Pool struct {
 	// balancer over each cell's healthy instances: round_robin (the
 	// default), least_request or priority (the first healthy instance in
 	// list order).
-	Balancer      string `protobuf:"bytes,2,opt,name=balancer,proto3" json:"balancer,omitempty"`
+	Balancer string `protobuf:"bytes,2,opt,name=balancer,proto3" json:"balancer,omitempty"`
+	// spill_below: the share (percent, 1..100; 0: the default, 50) of a
+	// site's capacity in the pool that must be healthy for the keys of
+	// partners homed in that site to stay on its cells; below it they rank
+	// over every site (routing.Pool.SpillBelow).
+	SpillBelow    int32 `protobuf:"varint,3,opt,name=spill_below,json=spillBelow,proto3" json:"spill_below,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1628,6 +1661,13 @@ func (x *Pool) GetBalancer() string {
 		return x.Balancer
 	}
 	return ""
+}
+
+func (x *Pool) GetSpillBelow() int32 {
+	if x != nil {
+		return x.SpillBelow
+	}
+	return 0
 }
 
 type GetEffectiveTableRequest struct {
@@ -4499,7 +4539,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"merchantId\x12%\n" +
 	"\x0etransaction_id\x18\x05 \x01(\tR\rtransactionId\"?\n" +
 	"\x0eExplainRequest\x12-\n" +
-	"\x05attrs\x18\x01 \x01(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"\xb8\x02\n" +
+	"\x05attrs\x18\x01 \x01(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"\xed\x02\n" +
 	"\x0fExplainResponse\x12#\n" +
 	"\rtable_version\x18\x01 \x01(\x04R\ftableVersion\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x122\n" +
@@ -4509,11 +4549,14 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cells\x18\x06 \x03(\v2\x1d.cellpay.admin.v1.CellVerdictR\x05cells\x12.\n" +
 	"\x13min_refdata_version\x18\t \x01(\x04R\x11minRefdataVersion\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x12\n" +
-	"\x04text\x18\b \x01(\tR\x04text\"J\n" +
+	"\x04text\x18\b \x01(\tR\x04text\x12\x1b\n" +
+	"\thome_site\x18\n" +
+	" \x01(\tR\bhomeSite\x12\x16\n" +
+	"\x06across\x18\v \x01(\bR\x06across\"J\n" +
 	"\bRuleMiss\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\tR\x05value\"\xd5\x01\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xe9\x01\n" +
 	"\vCellVerdict\x12\x17\n" +
 	"\acell_id\x18\x01 \x01(\tR\x06cellId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x16\n" +
@@ -4522,7 +4565,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
 	"\averdict\x18\x06 \x01(\tR\averdict\x12\x10\n" +
 	"\x03why\x18\a \x01(\tR\x03why\x12'\n" +
-	"\x0frefdata_version\x18\b \x01(\x04R\x0erefdataVersion\"A\n" +
+	"\x0frefdata_version\x18\b \x01(\x04R\x0erefdataVersion\x12\x12\n" +
+	"\x04site\x18\t \x01(\tR\x04site\"A\n" +
 	"\x10RouteKeysRequest\x12-\n" +
 	"\x05attrs\x18\x01 \x03(\v2\x17.cellpay.admin.v1.AttrsR\x05attrs\"L\n" +
 	"\x11RouteKeysResponse\x12#\n" +
@@ -4540,10 +4584,12 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x05R\x06weight\x12\x14\n" +
 	"\x05addrs\x18\x05 \x03(\tR\x05addrs\x12\x12\n" +
-	"\x04site\x18\x06 \x01(\tR\x04site\"6\n" +
+	"\x04site\x18\x06 \x01(\tR\x04site\"W\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\bbalancer\x18\x02 \x01(\tR\bbalancer\"\x1a\n" +
+	"\bbalancer\x18\x02 \x01(\tR\bbalancer\x12\x1f\n" +
+	"\vspill_below\x18\x03 \x01(\x05R\n" +
+	"spillBelow\"\x1a\n" +
 	"\x18GetEffectiveTableRequest\"\xdc\x01\n" +
 	"\x0eEffectiveTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1d\n" +

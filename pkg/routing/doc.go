@@ -1,8 +1,8 @@
 // Package routing decides which cell serves a transaction.
 //
 // A [Spec] lists the cells (id, address or instance addresses, pool,
-// weight, state, and a site, a name for operators that routing does not
-// read), the pools' balancers and an ordered list of rules.
+// weight, state, site), the pools' balancers and spill shares, and an
+// ordered list of rules.
 // Routing picks a cell, never an instance: a cell's instances
 // ([Cell.Instances]) and its pool's [Balancer] ([Table.Balancer]) tell the
 // caller's connection how to spread the cell's requests over them. [Compile] validates it and builds an immutable [Table];
@@ -16,6 +16,14 @@
 // time and the rest keep their home. The ranking is a pure function of the
 // key and the table: no random seeds and no map iteration order, so every
 // replica routes a key the same way.
+//
+// Local first: a partner's home site (Attrs.HomeSite, from the partner
+// registry) keeps its keys on its own cells of the pool while at least the
+// pool's SpillBelow share of its capacity there is healthy (weights of the
+// cells up, over 100 per cell); below it, the pool ranks as one group over
+// every site, and Result.Across says when a key's first cell is in another
+// site. A partner with no home site ranks the whole pool, as before sites.
+// Crossing is thus a rule of the table, never a timeout's guess.
 //
 // A rule may also require a minimum reference data version
 // (Rule.MinRefdataVersion): cells serving an older one (Cell.RefdataVersion,

@@ -18,6 +18,24 @@ type Explanation struct {
 	HashOn    HashField
 	Key       string        // the value hashed
 	Cells     []CellVerdict // every cell of the pool, by descending rendezvous score
+	// HomeSite is the partner's home site as asked (Attrs.HomeSite), and
+	// Sites what routing made of it; zero without one.
+	HomeSite string
+	Sites    SiteVerdict
+	Across   bool // as Result.Across
+}
+
+// SiteVerdict is how the home site's capacity in the pool decided the
+// ranking's scope.
+type SiteVerdict struct {
+	// Cells is how many cells the home site has in the pool; 0 ranks the
+	// pool as one group.
+	Cells int
+	// Healthy is the share of the home site's capacity that is healthy,
+	// in percent (rounded down), and SpillBelow the pool's threshold.
+	Healthy, SpillBelow int
+	// Local is set when the ranking is over the home site's cells alone.
+	Local bool
 }
 
 // RuleMiss is a rule that did not match, and the first attribute that
@@ -57,6 +75,9 @@ const (
 	// older than the rule's MinRefdataVersion (or none known), so it is not
 	// ranked at all for this rule.
 	VerdictStale
+	// VerdictOtherSite: the cell could take the key, but is not in the
+	// partner's home site, which has enough healthy capacity to keep it.
+	VerdictOtherSite
 )
 
 // String is a short name for the verdict.
@@ -72,6 +93,8 @@ func (v Verdict) String() string {
 		return "skipped: weight 0"
 	case VerdictStale:
 		return "skipped: stale reference data"
+	case VerdictOtherSite:
+		return "skipped: other site"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -92,6 +115,8 @@ func (cv CellVerdict) Why() string {
 			return fmt.Sprintf("skipped: serves no known reference data version, rule needs v%d", cv.MinRefdataVersion)
 		}
 		return fmt.Sprintf("skipped: serves reference data v%d, rule needs v%d", cv.Cell.RefdataVersion, cv.MinRefdataVersion)
+	case VerdictOtherSite:
+		return fmt.Sprintf("skipped: site %q, and the home site keeps its keys", cv.Cell.Site)
 	}
 	return cv.Verdict.String()
 }
@@ -118,6 +143,12 @@ func (t *Table) Explain(a *Attrs) (Explanation, error) {
 	e.HashOn = r.rule.HashOn
 	e.Key = r.rule.HashOn.key(a)
 	kh := xxhash.Sum64String(e.Key)
+	e.HomeSite = a.HomeSite
+	site := t.siteIndex(a.HomeSite)
+	if site >= 0 && r.sites[site].total > 0 {
+		c := r.sites[site]
+		e.Sites = SiteVerdict{Cells: int(c.total / 100), Healthy: int(c.healthy * 100 / c.total), SpillBelow: int(r.spill), Local: r.local(site)}
+	}
 	for i := range r.pool {
 		pc := &r.pool[i]
 		cv := CellVerdict{Cell: *pc.cell, Score: pc.score(kh), Bucket: int(pc.bucket(kh)), Rank: -1, MinRefdataVersion: r.minRef}
@@ -130,6 +161,8 @@ func (t *Table) Explain(a *Attrs) (Explanation, error) {
 			cv.Verdict = VerdictZeroWeight
 		case pc.refdata < r.minRef:
 			cv.Verdict = VerdictStale
+		case e.Sites.Local && pc.site != site:
+			cv.Verdict = VerdictOtherSite
 		case uint64(cv.Bucket) < pc.weight:
 			cv.Verdict = VerdictAccept
 		default:
@@ -154,6 +187,11 @@ func (t *Table) Explain(a *Attrs) (Explanation, error) {
 	}
 	if rank == 0 {
 		return e, ErrNoCell
+	}
+	for _, c := range e.Cells {
+		if c.Rank == 0 {
+			e.Across = a.HomeSite != "" && c.Cell.Site != a.HomeSite
+		}
 	}
 	return e, nil
 }
@@ -188,6 +226,18 @@ func (e Explanation) String() string {
 		fmt.Fprintf(&b, ", needs reference data v%d or newer", m)
 	}
 	b.WriteString("\n")
+	switch s := e.Sites; {
+	case e.HomeSite == "":
+	case s.Cells == 0:
+		fmt.Fprintf(&b, "home site %q has no cell in the pool: ranked over every site\n", e.HomeSite)
+	case s.Local:
+		fmt.Fprintf(&b, "home site %q: %d%% of its %d cells' capacity healthy, spill below %d%%: its cells only\n", e.HomeSite, s.Healthy, s.Cells, s.SpillBelow)
+	default:
+		fmt.Fprintf(&b, "home site %q: %d%% of its %d cells' capacity healthy, below spill %d%%: ranked over every site\n", e.HomeSite, s.Healthy, s.Cells, s.SpillBelow)
+	}
+	if e.Across {
+		b.WriteString("across: the first cell is outside the home site\n")
+	}
 	for _, c := range e.Cells {
 		rank := "-"
 		if c.Rank >= 0 {

@@ -10,8 +10,9 @@ import (
 )
 
 // genSpec draws a valid spec: 1..3 pools, each with at least one cell, some
-// cells drained or down; one rule per partner ahead of a catch-all, each
-// with a random pool and hash field.
+// cells drained or down, in site-a, site-b or none; pools spilling at
+// various shares; one rule per partner ahead of a catch-all, each with a
+// random pool and hash field.
 func genSpec(t *rapid.T) Spec {
 	nPools := rapid.IntRange(1, 3).Draw(t, "pools")
 	nCells := rapid.IntRange(nPools, 12).Draw(t, "cells")
@@ -27,11 +28,16 @@ func genSpec(t *rapid.T) Spec {
 			Addr:   fmt.Sprintf("10.0.0.%d:7000", i),
 			Pool:   fmt.Sprintf("p%d", pool),
 			Weight: rapid.OneOf(rapid.Just(0), rapid.Just(100), rapid.IntRange(0, 100)).Draw(t, "weight"),
+			Site:   rapid.SampledFrom([]string{"", "site-a", "site-b", "site-b"}).Draw(t, "site"),
 		}
 		if rapid.IntRange(0, 9).Draw(t, "down") == 0 {
 			c.State = CellDown
 		}
 		s.Cells = append(s.Cells, c)
+	}
+	for p := range nPools {
+		s.Pools = append(s.Pools, Pool{Name: fmt.Sprintf("p%d", p),
+			SpillBelow: rapid.OneOf(rapid.Just(0), rapid.Just(1), rapid.Just(100), rapid.IntRange(0, 100)).Draw(t, "spillBelow")})
 	}
 	for p := range 3 {
 		s.Rules = append(s.Rules, Rule{
@@ -59,6 +65,7 @@ func genAttrs(t *rapid.T, n int) []Attrs {
 			Market:        rapid.SampledFrom([]string{"DE", "FR", "US", "GB"}).Draw(t, "market"),
 			PaymentType:   rapid.SampledFrom(paymentTypes[:]).Draw(t, "paymentType"),
 			MerchantID:    str.Draw(t, "merchant"),
+			HomeSite:      rapid.SampledFrom([]string{"", "site-a", "site-b", "site-z"}).Draw(t, "homeSite"),
 		}
 	}
 	return out
@@ -140,6 +147,12 @@ func TestPropertyRemoveOrDrainMovesOnlyItsKeys(t *testing.T) {
 			t.Skip("removing the cell empties a pool a rule needs")
 		}
 		for _, a := range genAttrs(t, 50) {
+			if ex1, ex2 := explain(tbl, &a), explain(after, &a); ex1.Sites.Local != ex2.Sites.Local {
+				// The change took the home site below its spill share (or
+				// removed its last cell): its keys rank over every site now,
+				// by rule; TestPropertyLocalFirst holds that rule.
+				continue
+			}
 			r1, _ := tbl.Route(&a, nil)
 			r2, _ := after.Route(&a, nil)
 			before, now := first(t, tbl, &a), first(t, after, &a)
@@ -148,6 +161,67 @@ func TestPropertyRemoveOrDrainMovesOnlyItsKeys(t *testing.T) {
 			}
 			if !slices.Equal(without(r1.Ranked, id), without(r2.Ranked, id)) {
 				t.Fatalf("other cells reordered: %v -> %v", ids(r1.Ranked), ids(r2.Ranked))
+			}
+		}
+	})
+}
+
+// explain is t.Explain(a), its error ignored.
+func explain(t *Table, a *Attrs) Explanation {
+	e, _ := t.Explain(a)
+	return e
+}
+
+// TestPropertyLocalFirst: a key of a partner with a home site ranks the
+// home site's cells alone while the site keeps at least its pool's spill
+// share of capacity healthy, and otherwise exactly as with no home site
+// (the pool as one group); Across says whether the first cell is outside
+// the home site, and the natural home is a home-site cell whenever the
+// pool has one there.
+func TestPropertyLocalFirst(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tbl := mustCompile(t, genSpec(t))
+		for _, a := range genAttrs(t, 30) {
+			res, err := tbl.Route(&a, nil)
+			if errors.Is(err, ErrNoRule) {
+				continue
+			}
+			ex := explain(tbl, &a)
+			noSite := a
+			noSite.HomeSite = ""
+			flat, flatErr := tbl.Route(&noSite, nil)
+			homeCells := 0
+			for _, c := range ex.Cells {
+				if c.Cell.Site == a.HomeSite && a.HomeSite != "" {
+					homeCells++
+				}
+			}
+			if ex.Sites.Cells != homeCells {
+				t.Fatalf("%+v: Explain counts %d home cells, the pool has %d", a, ex.Sites.Cells, homeCells)
+			}
+			if homeCells > 0 && res.Home.Site != a.HomeSite {
+				t.Fatalf("%+v: natural home %s is in site %q", a, res.Home.ID, res.Home.Site)
+			}
+			if ex.Sites.Local {
+				for _, c := range res.Ranked {
+					if c.Cell.Site != a.HomeSite {
+						t.Fatalf("%+v: home site local (%+v), but %s of site %q ranked: %v", a, ex.Sites, c.Cell.ID, c.Cell.Site, ids(res.Ranked))
+					}
+				}
+				if ex.Sites.Healthy < ex.Sites.SpillBelow {
+					t.Fatalf("%+v: local at %+v", a, ex.Sites)
+				}
+			} else {
+				if err != flatErr || !sameRanking(res.Ranked, flat.Ranked) {
+					t.Fatalf("%+v: spilled (%+v), yet ranked %v (%v), not as with no home site %v (%v)", a, ex.Sites, ids(res.Ranked), err, ids(flat.Ranked), flatErr)
+				}
+				if homeCells > 0 && ex.Sites.Healthy*100 >= ex.Sites.SpillBelow*100+100 {
+					t.Fatalf("%+v: spilled at %+v", a, ex.Sites)
+				}
+			}
+			across := err == nil && a.HomeSite != "" && res.Ranked[0].Cell.Site != a.HomeSite
+			if res.Across != across || ex.Across != across {
+				t.Fatalf("%+v: Across %v, Explain %v, want %v (ranked %v)", a, res.Across, ex.Across, across, ids(res.Ranked))
 			}
 		}
 	})

@@ -31,8 +31,15 @@ type Result struct {
 	// ranking over the whole pool, before weights, health and reference
 	// data. It names the cell that may take a transaction without a
 	// transaction directory claim (docs/design/transaction-directory.md);
-	// it is not necessarily in Ranked. Nil on ErrNoRule.
+	// it is not necessarily in Ranked. With a home site (Attrs.HomeSite)
+	// that has cells in the pool, the ranking is over those cells only.
+	// Nil on ErrNoRule.
 	Home *Cell
+	// Across says that Ranked[0] is not in the partner's home site: the
+	// home site has no cells in the pool, or too little healthy capacity
+	// there (Pool.SpillBelow), so the key ranked over every site. False
+	// without a home site, and on an error.
+	Across bool
 }
 
 // Route finds the first rule (in Spec order) matching a's partner, market
@@ -43,7 +50,10 @@ type Result struct {
 // same order. Cells that are down or at weight 0 never appear, nor, for a
 // rule with a MinRefdataVersion, cells whose RefdataVersion is below it:
 // removing them leaves the others in the order they would have without
-// the requirement.
+// the requirement. While the partner's home site (a.HomeSite) has at
+// least its pool's SpillBelow share of its capacity healthy, the cells of
+// other sites do not appear either (local first); below it, or with no
+// home site, the whole pool ranks as one group.
 //
 // Ranked is dst[:0] with the choices appended: with cap(dst) >= the pool
 // size (MaxPoolSize covers every pool) Route does not allocate. It never
@@ -56,15 +66,21 @@ func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
 		return Result{Ranked: dst}, ErrNoRule
 	}
 	kh := xxhash.Sum64String(r.rule.HashOn.key(a))
+	site := t.siteIndex(a.HomeSite)
+	if site >= 0 && r.sites[site].total == 0 {
+		site = -1 // no cell of the pool is there: the pool is one group
+	}
+	local := site >= 0 && r.local(site)
 	accepted := 0 // dst[:accepted] accept the key, dst[accepted:] are fallbacks
 	var home *Cell
 	var homeScore uint64
 	for i := range r.pool {
 		pc := &r.pool[i]
-		if sc := pc.score(kh); home == nil || ranksBefore(sc, pc.cell.ID, homeScore, home.ID) {
+		inSite := site < 0 || pc.site == site
+		if sc := pc.score(kh); inSite && (home == nil || ranksBefore(sc, pc.cell.ID, homeScore, home.ID)) {
 			home, homeScore = pc.cell, sc
 		}
-		if !pc.eligible || pc.refdata < r.minRef {
+		if !pc.eligible || pc.refdata < r.minRef || local && !inSite {
 			continue
 		}
 		c := Choice{Cell: pc.cell, Score: pc.score(kh)}
@@ -78,7 +94,8 @@ func (t *Table) Route(a *Attrs, dst []Choice) (Result, error) {
 	if len(dst) == 0 {
 		return Result{Rule: r.rule, Ranked: dst, Home: home}, ErrNoCell
 	}
-	return Result{Rule: r.rule, Ranked: dst, Home: home}, nil
+	across := a.HomeSite != "" && dst[0].Cell.Site != a.HomeSite
+	return Result{Rule: r.rule, Ranked: dst, Home: home, Across: across}, nil
 }
 
 // insert puts c into its place in dst[lo:hi], which is ordered best first,

@@ -125,14 +125,14 @@ func checkRanking(t interface{ Errorf(string, ...any) }, tbl *Table, ex Explanat
 			t.Errorf("explanation not in rendezvous order: %v", ex)
 		}
 		fresh := c.Cell.RefdataVersion >= ex.Rule.MinRefdataVersion
-		if c.Cell.State == CellUp && c.Cell.Weight > 0 && fresh {
+		if c.Cell.State == CellUp && c.Cell.Weight > 0 && fresh && c.Verdict != VerdictOtherSite {
 			eligible++
 			byRank = append(byRank, c)
 		} else if c.Rank != -1 {
 			t.Errorf("ineligible cell %s ranked %d", c.Cell.ID, c.Rank)
 		}
 		wantAccept := c.Bucket < c.Cell.Weight
-		if (c.Verdict == VerdictAccept) != (wantAccept && c.Cell.State == CellUp && fresh) {
+		if (c.Verdict == VerdictAccept) != (wantAccept && c.Cell.State == CellUp && fresh && c.Verdict != VerdictOtherSite) && !(c.Verdict == VerdictOtherSite && ex.Sites.Local) {
 			t.Errorf("cell %s verdict %v with bucket %d weight %d", c.Cell.ID, c.Verdict, c.Bucket, c.Cell.Weight)
 		}
 	}
@@ -272,14 +272,28 @@ func TestRouteDoesNotAllocate(t *testing.T) {
 		}
 	}
 	gated := mustCompile(t, s)
+	// And in two sites, the partners homed in one or the other (or none),
+	// one site's cells drained below its spill share in one of the pools.
+	for i := range s.Cells {
+		s.Cells[i].Site = []string{"site-a", "site-b"}[i%2]
+		if i%2 == 1 {
+			s.Cells[i].Weight = 10
+		}
+	}
+	sited := mustCompile(t, s)
+	homed := slices.Clone(attrs)
+	for i := range homed {
+		homed[i].HomeSite = []string{"site-a", "site-b", "", "site-z"}[i%4]
+	}
 	for _, tb := range []struct {
-		name string
-		tbl  *Table
-	}{{"plain", tbl}, {"gated", gated}} {
+		name  string
+		tbl   *Table
+		attrs []Attrs
+	}{{"plain", tbl, attrs}, {"gated", gated, attrs}, {"sites", sited, homed}} {
 		dst := make([]Choice, 0, tb.tbl.MaxPoolSize())
 		i := 0
 		allocs := testing.AllocsPerRun(1000, func() {
-			_, _ = tb.tbl.Route(&attrs[i%len(attrs)], dst)
+			_, _ = tb.tbl.Route(&tb.attrs[i%len(tb.attrs)], dst)
 			i++
 		})
 		if allocs != 0 {

@@ -12,6 +12,11 @@ type Attrs struct {
 	Market        string // ISO 3166-1 alpha-2
 	PaymentType   string // "CARD_AUTHORIZATION", "CARD_REFUND", "BANK_TRANSFER"
 	MerchantID    string
+	// HomeSite is the partner's home site (the partner registry's
+	// home_site), "" for none. Route ranks the pool's cells of that site
+	// first, and only them while the site has healthy capacity in the pool
+	// (Pool.SpillBelow); a site no cell names counts as none.
+	HomeSite string
 }
 
 // Payment types a rule may name.
@@ -172,8 +177,9 @@ type Cell struct {
 	// Only rules with a MinRefdataVersion look at it.
 	RefdataVersion uint64 `json:",omitempty"`
 	// Site names the site (a city, a data centre: a failure domain) the
-	// cell runs in, "" when unnamed; see CheckSite for its form. It is a
-	// name for operators only: Route does not look at it.
+	// cell runs in, "" when unnamed; see CheckSite for its form. Route
+	// keeps a partner's keys on the cells of its home site (Attrs.HomeSite)
+	// while that site has healthy capacity (Pool.SpillBelow).
 	Site string `json:",omitempty"`
 }
 
@@ -254,11 +260,27 @@ func (b *Balancer) UnmarshalText(t []byte) error {
 }
 
 // Pool is the configuration of a pool of cells, named by Cell.Pool. A pool
-// needs no entry: without one it balances round robin.
+// needs no entry: without one it balances round robin and spills at
+// DefaultSpillBelow.
 type Pool struct {
 	Name     string
 	Balancer Balancer
+	// SpillBelow (percent, 1..100; 0 means DefaultSpillBelow) is the
+	// share of a site's capacity in the pool that must be healthy for the
+	// keys of partners homed in that site to stay in it. A site's capacity
+	// is 100 per cell it has in the pool; its healthy capacity is the sum
+	// of the weights of those cells that are up (and fresh enough for the
+	// rule). At or above the share, a home site's partners are ranked over
+	// its cells alone; below it, over the whole pool as one group, so
+	// their keys spread over every site (Result.Across says when a key's
+	// first cell is elsewhere). 100 spills as soon as any home cell is
+	// drained or down; 1 only once the home site has nothing left.
+	SpillBelow int `json:",omitempty"`
 }
+
+// DefaultSpillBelow is the SpillBelow of a pool that sets none: a site
+// keeps its partners' keys while at least half of its capacity is healthy.
+const DefaultSpillBelow = 50
 
 // Rule sends matching transactions to a pool. An empty list matches any
 // value of that attribute.

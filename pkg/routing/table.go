@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"slices"
+
 	"github.com/cespare/xxhash/v2"
 )
 
@@ -15,6 +17,9 @@ type Table struct {
 	// balancers holds the pools that name a balancer other than the
 	// default; Balancer reads it.
 	balancers map[string]Balancer
+	// sites are the sites the cells name, sorted; poolCell.site and
+	// compiledRule.sites index it.
+	sites []string
 }
 
 // compiledRule is a Rule with its lists turned into sets and its pool
@@ -26,6 +31,39 @@ type compiledRule struct {
 	payments uint8 // bits from paymentBit; 0 matches any payment type
 	pool     []poolCell
 	minRef   uint64 // Rule.MinRefdataVersion: cells below it are skipped
+	spill    uint64 // the pool's SpillBelow, the default resolved
+	// sites holds each site's capacity in the pool for this rule, by
+	// site index.
+	sites []siteCapacity
+}
+
+// siteCapacity is a site's capacity in a rule's pool: 100 per cell of the
+// site in the pool (0: the site has none there), and the weights of those
+// of them Route may rank (up, weight > 0, fresh enough for the rule).
+type siteCapacity struct {
+	total, healthy uint64
+}
+
+// local reports whether a key homed in site s ranks over s's cells alone:
+// s has cells in the pool and at least the pool's SpillBelow share of
+// their capacity is healthy.
+func (r *compiledRule) local(s int) bool {
+	c := r.sites[s]
+	return c.total > 0 && c.healthy*100 >= r.spill*c.total
+}
+
+// siteIndex is the index of site in t.sites, or -1 for "" and a site no
+// cell names. Sites are few: a scan, no allocation.
+func (t *Table) siteIndex(site string) int {
+	if site == "" {
+		return -1
+	}
+	for i, s := range t.sites {
+		if s == site {
+			return i
+		}
+	}
+	return -1
 }
 
 // poolCell holds what Route needs of a cell, with its hashes precomputed.
@@ -36,6 +74,7 @@ type poolCell struct {
 	weight    uint64
 	refdata   uint64 // Cell.RefdataVersion
 	eligible  bool   // up and weight > 0
+	site      int    // index of Cell.Site in Table.sites; -1 for none
 }
 
 // Domain prefixes keep the two per-cell hashes independent. Changing them,
@@ -110,6 +149,12 @@ func Compile(s Spec) (*Table, error) {
 		return nil, err
 	}
 	t := &Table{spec: s.clone(), byID: make(map[string]int, len(s.Cells))}
+	for _, c := range t.spec.Cells {
+		if c.Site != "" && !slices.Contains(t.sites, c.Site) {
+			t.sites = append(t.sites, c.Site)
+		}
+	}
+	slices.Sort(t.sites)
 	pools := make(map[string][]poolCell)
 	var order []string // pools in order of first appearance, for determinism
 	for i := range t.spec.Cells {
@@ -125,12 +170,17 @@ func Compile(s Spec) (*Table, error) {
 			weight:    uint64(c.Weight),
 			refdata:   c.RefdataVersion,
 			eligible:  c.State == CellUp && c.Weight > 0,
+			site:      t.siteIndex(c.Site),
 		})
 	}
 	for _, p := range order {
 		t.maxPool = max(t.maxPool, len(pools[p]))
 	}
+	spill := make(map[string]uint64, len(t.spec.Pools))
 	for _, p := range t.spec.Pools {
+		if p.SpillBelow > 0 {
+			spill[p.Name] = uint64(p.SpillBelow)
+		}
 		if p.Balancer != BalanceRoundRobin {
 			if t.balancers == nil {
 				t.balancers = make(map[string]Balancer, len(t.spec.Pools))
@@ -147,6 +197,20 @@ func Compile(s Spec) (*Table, error) {
 			markets:  newSet(r.Markets),
 			pool:     pools[r.Pool],
 			minRef:   r.MinRefdataVersion,
+			spill:    DefaultSpillBelow,
+			sites:    make([]siteCapacity, len(t.sites)),
+		}
+		if v, ok := spill[r.Pool]; ok {
+			cr.spill = v
+		}
+		for _, pc := range cr.pool {
+			if pc.site < 0 {
+				continue
+			}
+			cr.sites[pc.site].total += 100
+			if pc.eligible && pc.refdata >= cr.minRef {
+				cr.sites[pc.site].healthy += pc.weight
+			}
 		}
 		for _, p := range r.PaymentTypes {
 			cr.payments |= paymentBit(p)

@@ -318,6 +318,9 @@ func (v *validator) pools(pools []Pool, cells []Cell) {
 		if int(p.Balancer) >= len(balancerNames) {
 			v.add("pool", i, truncate(p.Name), "Balancer", "unknown balancer %v", p.Balancer)
 		}
+		if p.SpillBelow < 0 || p.SpillBelow > 100 {
+			v.add("pool", i, truncate(p.Name), "SpillBelow", "spill_below %d outside 1..100 (0 or none: the default, %d)", p.SpillBelow, DefaultSpillBelow)
+		}
 	}
 }
 

@@ -192,9 +192,10 @@ func TestCheckSite(t *testing.T) {
 	}
 }
 
-// TestSiteDoesNotRoute: naming sites changes no ranking; the site is a
-// name for operators, not an input of Route.
-func TestSiteDoesNotRoute(t *testing.T) {
+// TestSitesMoveNoKeyWithoutAHomeSite: naming the cells' sites changes no
+// ranking of a partner with no home site, so that sites can be named
+// before any partner is homed in one.
+func TestSitesMoveNoKeyWithoutAHomeSite(t *testing.T) {
 	plain := validSpec()
 	named := validSpec()
 	for i := range named.Cells {

@@ -139,7 +139,7 @@ func (s *Server) ListCells(ctx context.Context, _ *adminproto.ListCellsRequest) 
 	}
 	spec := tbl.Spec()
 	share := map[string]int{}
-	for _, h := range homes(tbl, syntheticAttrs(s.cfg.ShareSamples, spec)) {
+	for _, h := range homes(tbl, syntheticAttrs(s.cfg.ShareSamples, s.homeSites(), spec)) {
 		share[h]++
 	}
 	now := st.Now()
@@ -263,10 +263,11 @@ func (s *Server) Explain(_ context.Context, req *adminproto.ExplainRequest) (*ad
 		return nil, errNoTable()
 	}
 	a := attrsFromProto(req.GetAttrs())
+	a.HomeSite = s.homeSites()[a.PartnerID]
 	e, err := tbl.Explain(&a)
 	resp := &adminproto.ExplainResponse{
 		TableVersion: e.Version, Rule: e.Rule.Name, HashOn: e.HashOn.String(), Key: e.Key, Text: e.String(),
-		MinRefdataVersion: e.Rule.MinRefdataVersion,
+		MinRefdataVersion: e.Rule.MinRefdataVersion, HomeSite: e.HomeSite, Across: e.Across,
 	}
 	if err != nil {
 		resp.Error = err.Error()
@@ -281,7 +282,7 @@ func (s *Server) Explain(_ context.Context, req *adminproto.ExplainRequest) (*ad
 		resp.Cells = append(resp.Cells, &adminproto.CellVerdict{
 			CellId: c.Cell.ID, Rank: int32(c.Rank + 1), Bucket: int32(c.Bucket), Weight: int32(c.Cell.Weight),
 			State: c.Cell.State.String(), Verdict: c.Verdict.String(), Why: c.Why(),
-			RefdataVersion: c.Cell.RefdataVersion,
+			RefdataVersion: c.Cell.RefdataVersion, Site: c.Cell.Site,
 		})
 	}
 	return resp, nil
@@ -296,8 +297,10 @@ func (s *Server) RouteKeys(_ context.Context, req *adminproto.RouteKeysRequest) 
 		return nil, errNoTable()
 	}
 	attrs := make([]routing.Attrs, len(req.GetAttrs()))
+	sites := s.homeSites()
 	for i, a := range req.GetAttrs() {
 		attrs[i] = attrsFromProto(a)
+		attrs[i].HomeSite = sites[attrs[i].PartnerID]
 	}
 	return &adminproto.RouteKeysResponse{TableVersion: tbl.Version(), Home: homes(tbl, attrs)}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
@@ -499,4 +501,67 @@ func hasField(st *status.Status, field string) bool {
 		}
 	}
 	return false
+}
+
+// TestSitesInTheTable: naming the cells' sites (and a pool's spill share)
+// moves no key in a dry run; a partner homed in a site is explained and
+// routed to its site's cells, and across once the site is below its
+// share; a share outside 1..100 is refused naming the pool's field.
+func TestSitesInTheTable(t *testing.T) {
+	f := start(t, token)
+	c := client(t, f.addr, token)
+	ctx := ctxFor(t)
+	tbl, err := c.GetTable(ctx, &adminproto.GetTableRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl.Version = 2
+	for i, site := range []string{"site-a", "site-b", "site-b"} {
+		tbl.Cells[i].Site = site
+	}
+	tbl.Pools = []*adminproto.Pool{{Name: tbl.Cells[0].Pool, SpillBelow: 60}}
+	dry, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, DryRun: true, Samples: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range dry.Moves {
+		if m.FromCell != m.ToCell {
+			t.Fatalf("naming sites moves keys: %v", dry.Moves)
+		}
+	}
+	bad := proto.Clone(tbl).(*adminproto.Table)
+	bad.Pools[0].SpillBelow = 101
+	if _, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "spill_below 101") {
+		t.Fatalf("spill_below 101: %v", err)
+	}
+	if res, err := c.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, ExpectedVersion: 1}); err != nil || !res.Applied {
+		t.Fatalf("apply: %v %v", res, err)
+	}
+	if _, err := c.AddPartner(ctx, &adminproto.AddPartnerRequest{PartnerId: "p-homed", HomeSite: "site-a"}); err != nil {
+		t.Fatal(err)
+	}
+	attrs := &adminproto.Attrs{PartnerId: "p-homed", Market: "GB", PaymentType: "CARD_AUTHORIZATION"}
+	e, err := c.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranked := 0
+	for _, v := range e.Cells {
+		if v.Rank > 0 {
+			ranked++
+			if v.Site != "site-a" {
+				t.Fatalf("a site-a partner ranked on %s of %s:\n%s", v.CellId, v.Site, e.Text)
+			}
+		}
+	}
+	if e.HomeSite != "site-a" || e.Across || ranked != 1 || !strings.Contains(e.Text, "spill below 60%: its cells only") {
+		t.Fatalf("explain: home %q across %v ranked %d:\n%s", e.HomeSite, e.Across, ranked, e.Text)
+	}
+	if _, err := c.SetWeight(ctx, &adminproto.SetWeightRequest{CellId: tbl.Cells[0].Id, Weight: 50}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the partner's keys across", func() bool {
+		e, err = c.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs})
+		return err == nil && strings.Contains(e.Text, "below spill 60%: ranked over every site")
+	})
 }

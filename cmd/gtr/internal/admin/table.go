@@ -70,7 +70,7 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 			return nil, toStatus(err)
 		}
 		resp.Samples = int32(samples)
-		resp.Moves = moves(cur, nt, samples)
+		resp.Moves = moves(cur, nt, samples, s.homeSites())
 		return resp, nil
 	}
 	if _, err := s.cfg.Store.Update(ctx, func(d *state.Doc) error {
@@ -89,9 +89,10 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 }
 
 // moves routes the same synthetic keys through both tables and counts them
-// by (old home, new home), largest first.
-func moves(old, next *routing.Table, n int) []*adminproto.Move {
-	attrs := syntheticAttrs(n, old.Spec(), next.Spec())
+// by (old home, new home), largest first; sites are the partners' home
+// sites.
+func moves(old, next *routing.Table, n int, sites map[string]string) []*adminproto.Move {
+	attrs := syntheticAttrs(n, sites, old.Spec(), next.Spec())
 	a, b := homes(old, attrs), homes(next, attrs)
 	type pair struct{ from, to string }
 	counts := map[pair]int{}
@@ -121,7 +122,7 @@ func tableFromProto(t *adminproto.Table) (routing.Spec, error) {
 		if err != nil {
 			return s, &state.FieldError{Field: fmt.Sprintf("table.pools[%d].balancer", i), Reason: fmt.Sprintf("unknown balancer %q: round_robin, least_request or priority", p.GetBalancer())}
 		}
-		s.Pools = append(s.Pools, routing.Pool{Name: p.GetName(), Balancer: b})
+		s.Pools = append(s.Pools, routing.Pool{Name: p.GetName(), Balancer: b, SpillBelow: int(p.GetSpillBelow())})
 	}
 	for i, r := range t.GetRules() {
 		h, err := routing.ParseHashField(r.GetHashOn())
@@ -149,7 +150,7 @@ func docToProto(d state.Doc) *adminproto.Table {
 func poolsToProto(pools []routing.Pool) []*adminproto.Pool {
 	var out []*adminproto.Pool
 	for _, p := range pools {
-		out = append(out, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer.String()})
+		out = append(out, &adminproto.Pool{Name: p.Name, Balancer: p.Balancer.String(), SpillBelow: int32(p.SpillBelow)})
 	}
 	return out
 }

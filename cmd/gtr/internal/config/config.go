@@ -41,10 +41,14 @@ type Cell struct {
 }
 
 // Pool names the balancer a pool's cells use over their instances:
-// round_robin (the default), least_request or priority.
+// round_robin (the default), least_request or priority; and its spill
+// share, spill_below (percent, 1..100; absent or 0: 50), below which a
+// site's healthy capacity no longer keeps its partners' keys at home
+// (routing.Pool.SpillBelow).
 type Pool struct {
-	Name     string `yaml:"name"`
-	Balancer string `yaml:"balancer"`
+	Name       string `yaml:"name"`
+	Balancer   string `yaml:"balancer"`
+	SpillBelow int    `yaml:"spill_below,omitempty"`
 }
 
 // Rule matches on partner, market and payment type (an empty list matches
@@ -106,7 +110,7 @@ func (f File) Spec() (routing.Spec, error) {
 		if err != nil {
 			return s, fmt.Errorf("pools[%d] %q: balancer: %w", i, p.Name, err)
 		}
-		s.Pools = append(s.Pools, routing.Pool{Name: p.Name, Balancer: b})
+		s.Pools = append(s.Pools, routing.Pool{Name: p.Name, Balancer: b, SpillBelow: p.SpillBelow})
 	}
 	for i, r := range f.Rules {
 		h, err := routing.ParseHashField(r.HashOn)

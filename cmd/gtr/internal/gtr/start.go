@@ -179,6 +179,7 @@ func (g *GTR) startPartners(context.Context) error {
 	}
 	pay, err := payments.New(payments.Config{
 		Table:    g.st.Table,
+		HomeSite: g.homeSite,
 		Cells:    g.pool,
 		Health:   g.mon,
 		InFlight: g.st.InFlight,
@@ -427,6 +428,15 @@ func followCells(st *state.State, mon *health.Monitor) {
 	}
 	mon.SetCells(cells)
 	st.HealthChanged("", 0)
+}
+
+// homeSite is a partner's home site in the registry in force, "" for none
+// (or an unknown partner, which authentication refuses anyway).
+func (g *GTR) homeSite(partner string) string {
+	if p, ok := g.partners.Index().Partner(partner); ok {
+		return p.HomeSite
+	}
+	return ""
 }
 
 // recordingMetrics also keeps each re-route in the console's ring.

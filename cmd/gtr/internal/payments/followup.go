@@ -95,7 +95,7 @@ func (s *Server) sendFollowUp(ctx context.Context, req *cellproto.FollowUpReques
 	}()
 	table := s.cfg.Table()
 	attrs := routing.Attrs{TransactionID: req.GetOriginalTransactionId(), PartnerID: req.GetPartnerId(), Market: req.GetMarket(),
-		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION.String()}
+		PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION.String(), HomeSite: s.homeSite(req.GetPartnerId())}
 	var buf [maxRanked]routing.Choice
 	res, rerr := table.Route(&attrs, buf[:0])
 	if res.Home != nil {

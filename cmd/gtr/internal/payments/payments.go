@@ -74,13 +74,21 @@ type Metrics interface {
 	// found the cell that holds its transaction: first (the first cell
 	// asked), owner (the directory named it) or fanout.
 	Located(op, how string)
+	// Across records a transaction routed outside its partner's home site
+	// (routing.Result.Across): the home site has too little healthy
+	// capacity in the pool, or none; site is where its first cell is.
+	Across(homeSite, site string)
 }
 
 // Config configures a Server.
 type Config struct {
 	// Table returns the routing table in force; it must not block.
 	Table func() *routing.Table
-	Cells Cells
+	// HomeSite, if set, is the home site of a partner (the partner
+	// registry's home_site, "" for none), which routing prefers; it must
+	// not block or allocate.
+	HomeSite func(partnerID string) string
+	Cells    Cells
 	// Health, if set, is told the outcome of every attempt.
 	Health Observer
 	// InFlight, if set, is told when an attempt on a cell starts (+1) and
@@ -326,8 +334,12 @@ func (s *Server) route(table *routing.Table, req *cellpayv1.SubmitTransactionReq
 		Market:        req.GetMarket(),
 		PaymentType:   req.GetPaymentType().String(),
 		MerchantID:    req.GetMerchant().GetId(),
+		HomeSite:      s.homeSite(req.GetPartnerId()),
 	}
 	res, err := table.Route(&attrs, buf)
+	if res.Across && s.cfg.Metrics != nil {
+		s.cfg.Metrics.Across(attrs.HomeSite, res.Ranked[0].Cell.Site)
+	}
 	switch {
 	case errors.Is(err, routing.ErrNoRule):
 		return res, nil, apierr.Error(codes.Unavailable, apierr.NoRoute, fmt.Sprintf("no routing rule for partner %q, market %s, payment type %s",
@@ -525,12 +537,20 @@ func (s *Server) GetTransaction(ctx context.Context, req *cellpayv1.GetTransacti
 	return nil, status.Error(codes.NotFound, "transaction not found")
 }
 
+// homeSite is the partner's home site, "" for none or no lookup.
+func (s *Server) homeSite(partner string) string {
+	if s.cfg.HomeSite == nil {
+		return ""
+	}
+	return s.cfg.HomeSite(partner)
+}
+
 // reader is the first cell a read of req asks: the natural home of the
 // transaction's key as far as the request tells it (a rule matching the
 // partner alone still names it), else a cell picked by the ID's hash
 // (any cell can tell where a transaction is).
 func (s *Server) reader(table *routing.Table, partner string, req *cellpayv1.GetTransactionRequest) *routing.Cell {
-	attrs := routing.Attrs{TransactionID: req.GetTransactionId(), PartnerID: partner, Market: req.GetMarket()}
+	attrs := routing.Attrs{TransactionID: req.GetTransactionId(), PartnerID: partner, Market: req.GetMarket(), HomeSite: s.homeSite(partner)}
 	if pt := req.GetPaymentType(); pt != cellpayv1.PaymentType_PAYMENT_TYPE_UNSPECIFIED {
 		attrs.PaymentType = pt.String()
 	}

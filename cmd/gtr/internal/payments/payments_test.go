@@ -492,6 +492,7 @@ type locations struct {
 func (l *locations) Rerouted(string, error, bool)            {}
 func (l *locations) Shed(string)                             {}
 func (l *locations) Done(*cellpayv1.Transaction, error, int) {}
+func (l *locations) Across(string, string)                   {}
 func (l *locations) Located(op, how string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
