@@ -99,6 +99,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/refdata
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime $(FUZZTIME) ./internal/dev/issuersim
+	$(GO) test -run '^$$' -fuzz '^FuzzListEffects$$' -fuzztime $(FUZZTIME) ./internal/dev/issuersim
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/partnerstate
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin

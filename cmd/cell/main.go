@@ -16,6 +16,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/cell"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
+	"github.com/cellpay/cellpay/cmd/cell/internal/issuercheck"
 	"github.com/cellpay/cellpay/cmd/cell/internal/retention"
 	"github.com/cellpay/cellpay/internal/buildinfo"
 	"github.com/cellpay/cellpay/internal/cardkeys"
@@ -102,6 +103,7 @@ func configure() (cell.Config, error) {
 	flag.DurationVar(&c.DirectoryMaxAge, "directory-max-age", envDuration("CELL_DIRECTORY_MAX_AGE", directory.DefaultMaxAge), "how long the transaction directory keeps an entry, if this cell creates its bucket: the idempotency window across cells (env CELL_DIRECTORY_MAX_AGE)")
 	flag.Int64Var(&c.DirectoryMaxBytes, "directory-max-bytes", envInt("CELL_DIRECTORY_MAX_BYTES", directory.DefaultMaxBytes), "the transaction directory bucket's size limit on each NATS server, if this cell creates it; past it claims fail and only natural homes take transactions, as in a NATS outage (env CELL_DIRECTORY_MAX_BYTES)")
 	flag.DurationVar(&c.Retention, "retention", envDuration("CELL_RETENTION", retention.DefaultKeep), "how long a partition (a quarter) of transactions and callbacks is kept once it has ended, then dropped whole (one still holding unresolved work is kept until it is resolved); at least -directory-max-age and a day; past it a transaction's follow-ups are refused as naming an unknown original, so at least the partners' refund window (env CELL_RETENTION)")
+	flag.DurationVar(&c.IssuerCheckEvery, "issuer-check-every", envDuration("CELL_ISSUER_CHECK_EVERY", issuercheck.DefaultEvery), "how often the leading instance compares the issuer's record of what it applied for this cell (its ListEffects, by the cell's ID as terminal) over twice that window with the cell's records, logging and exporting (cellpay_cell_issuer_discrepancies) every effect the cell holds no record of or another outcome of; 0 for none (env CELL_ISSUER_CHECK_EVERY)")
 	flag.StringVar(&c.MetricsListen, "metrics-listen", env("CELL_METRICS_LISTEN", ""), "address for Prometheus /metrics (transactions, issuer latency, reference data, gRPC), e.g. 127.0.0.1:9081; \"\" for none (env CELL_METRICS_LISTEN). Traces go over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	flag.StringVar(&c.HealthListen, "health-listen", env("CELL_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot present a client certificate (kubelet's), e.g. :7082; \"\" for none (env CELL_HEALTH_LISTEN)")
 	flag.StringVar(&keyFile, "pan-key-file", env("CELL_PAN_KEY_FILE", ""), "file holding the card data master secrets, one hex secret of 32+ bytes a line: the current one first, then previous ones newest first (kept while their rows are within the velocity and idempotency windows); the PAN hash and fingerprint keys are derived from them (env CELL_PAN_KEY_FILE)")

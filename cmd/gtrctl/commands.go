@@ -31,6 +31,11 @@ func commands() []command {
 		fs.DurationVar(&over, "over", 0, "ramp the change over this duration (default: now)")
 		fs.BoolVar(&noWait, "no-wait", false, "return at once instead of showing the ramp's progress")
 	}
+	siteFlags := func(fs *flag.FlagSet) {
+		rampFlags(fs)
+		fs.BoolVar(&dryRun, "dry-run", false, "change nothing; show the share of sampled keys that would move, from which cell to which, once any ramp has ended")
+		fs.IntVar(&samples, "samples", 100000, "synthetic keys the dry run routes through the table in force and the changed one")
+	}
 	return append([]command{
 		{name: "cells", help: "list cells: health, weight, in-flight, success rate, traffic share",
 			run: func(ctx context.Context, c *cli, args []string) error {
@@ -66,6 +71,26 @@ func commands() []command {
 				}
 				return c.weightChange(ctx, over, noWait, func(cctx context.Context) (*adminproto.CellStatus, error) {
 					return c.client.Restore(cctx, &adminproto.RestoreRequest{CellId: args[0], Over: dur(over)})
+				})
+			}},
+		{name: "evacuate", args: "SITE", help: "move every key of a site's cells to other sites' cells (weight 0; work in flight finishes where it is), now or --over a duration; --dry-run shows which keys would move",
+			flags: siteFlags,
+			run: func(ctx context.Context, c *cli, args []string) error {
+				if len(args) != 1 {
+					return errUsage
+				}
+				return c.siteChange(ctx, evacuation, over, noWait, func(cctx context.Context) (*adminproto.SiteChange, error) {
+					return c.client.EvacuateSite(cctx, &adminproto.EvacuateSiteRequest{Site: args[0], Over: dur(over), DryRun: dryRun, Samples: int32(samples)})
+				})
+			}},
+		{name: "restore-site", args: "SITE", help: "return every cell of a site to its table weight, now or --over a duration; --dry-run shows which keys would move back",
+			flags: siteFlags,
+			run: func(ctx context.Context, c *cli, args []string) error {
+				if len(args) != 1 {
+					return errUsage
+				}
+				return c.siteChange(ctx, restoration, over, noWait, func(cctx context.Context) (*adminproto.SiteChange, error) {
+					return c.client.RestoreSite(cctx, &adminproto.RestoreSiteRequest{Site: args[0], Over: dur(over), DryRun: dryRun, Samples: int32(samples)})
 				})
 			}},
 		{name: "release", args: "CELL", help: "declare a cell lost for good (admin, audited): its directory entries not final go to the next cell their transaction reaches, resolved by inquiry at the issuer; --reason is required",
@@ -199,9 +224,41 @@ func (c *cli) weightChange(ctx context.Context, over time.Duration, noWait bool,
 	if c.json() {
 		return c.printJSON(cs)
 	}
-	if cs.GetRamp() == nil || noWait {
-		c.printCellChange(cs)
-		return nil
+	if r := cs.GetRamp(); r != nil && !noWait {
+		return c.follow(ctx, fmt.Sprintf("%s weight %d -> %d", cs.GetId(), r.GetFromWeight(), r.GetToWeight()), []*adminproto.CellStatus{cs}, "")
 	}
-	return c.follow(ctx, cs)
+	c.printCellChange(cs)
+	return nil
+}
+
+// siteChange makes a site's change (evacuate, restore-site) and prints
+// it: a dry run's moves and the site's cells as they are, or the site's
+// cells after the change, following their ramps unless noWait.
+func (c *cli) siteChange(ctx context.Context, v siteVerb, over time.Duration, noWait bool, do func(context.Context) (*adminproto.SiteChange, error)) error {
+	cctx, cancel := c.call(ctx)
+	resp, err := do(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(resp)
+	}
+	if !resp.GetApplied() {
+		return c.printSiteDryRun(resp, v, over)
+	}
+	ramping := 0
+	for _, cs := range resp.GetCells() {
+		if cs.GetRamp() != nil {
+			ramping++
+		}
+	}
+	if ramping > 0 && !noWait {
+		return c.follow(ctx, fmt.Sprintf("site %s: %d cells ramping", resp.GetSite(), ramping), resp.GetCells(), siteHead(resp, v))
+	}
+	fmt.Fprintln(c.out, siteHead(resp, v))
+	for _, cs := range resp.GetCells() {
+		c.printCellChange(cs)
+	}
+	return nil
 }

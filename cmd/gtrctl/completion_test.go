@@ -32,6 +32,10 @@ func TestCompletion(t *testing.T) {
 		{"gtrctl callbacks list --st", []string{"--status"}},
 		{"gtrctl cells --ad", []string{"--addr"}},
 		{"gtrctl table apply -", []string{"--addr", "-f", "-o", "--dry-run"}},
+		{"gtrctl eva", []string{"evacuate"}},
+		{"gtrctl rest", []string{"restore", "restore-site"}},
+		{"gtrctl evacuate site-a -", []string{"--over", "--no-wait", "--dry-run", "--samples"}},
+		{"gtrctl restore-site site-a --d", []string{"--dry-run"}},
 		{"gtrctl cells x", nil},
 	} {
 		words := strings.Split(tt.line, " ")

@@ -24,6 +24,8 @@ func TestHelpIsNotAnError(t *testing.T) {
 		{[]string{"help", "drain"}, "usage: gtrctl drain CELL"},
 		{[]string{"help", "partners", "add"}, "usage: gtrctl partners add"},
 		{[]string{"statement", "-h"}, "usage: gtrctl statement PARTNER DATE"},
+		{[]string{"evacuate", "-h"}, "usage: gtrctl evacuate SITE"},
+		{[]string{"help", "restore-site"}, "usage: gtrctl restore-site SITE"},
 	} {
 		code, out, errs := gtrctl(t, tc.args...)
 		if code != 0 || !strings.HasPrefix(out, tc.want) || errs != "" {

@@ -1,12 +1,15 @@
 // Command gtrctl is the operator's CLI for the GTR admin API: list cells,
-// set weights, drain and restore cells (now or ramped), explain a route,
-// read or replace the routing table, and manage partners and their API
-// keys.
+// set weights, drain and restore cells (now or ramped), evacuate and
+// restore a site's cells, explain a route, read or replace the routing
+// table, and manage partners and their API keys.
 //
 //	gtrctl cells
 //	gtrctl drain cell-b --percent 30 --over 5m
 //	gtrctl restore cell-b --over 10m
 //	gtrctl weight cell-c 50
+//	gtrctl evacuate site-a --over 10m --dry-run   # which keys would leave the site
+//	gtrctl evacuate site-a --over 10m
+//	gtrctl restore-site site-a --over 30m
 //	gtrctl explain --partner p-001 --market GB --type CARD_AUTHORIZATION
 //	gtrctl table get > table.yaml           # the operator's table
 //	gtrctl table get -o json > table.json   # the same, as JSON; apply takes either

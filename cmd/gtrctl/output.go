@@ -184,15 +184,22 @@ func (c *cli) printCellChange(cs *adminproto.CellStatus) {
 	fmt.Fprintf(c.out, " (table weight %d)\n", cs.GetTableWeight())
 }
 
-// follow shows a ramp's progress until the cell's weight reaches the
-// target. Interrupting it (Ctrl-C) leaves the ramp running on the GTRs.
-func (c *cli) follow(ctx context.Context, cs *adminproto.CellStatus) error {
-	r := cs.GetRamp()
-	from, to := int(r.GetFromWeight()), int(r.GetToWeight())
-	steps := max(from-to, to-from)
+// follow shows the progress of cells' ramps (desc names them) until
+// every one's weight reaches its target, then prints head, when not
+// empty, and each cell as it is then (printCellChange). Interrupting it
+// (Ctrl-C) leaves the ramps running on the GTRs.
+func (c *cli) follow(ctx context.Context, desc string, cells []*adminproto.CellStatus, head string) error {
+	from, steps := map[string]int{}, 0
+	for _, cs := range cells {
+		if r := cs.GetRamp(); r != nil {
+			f, to := int(r.GetFromWeight()), int(r.GetToWeight())
+			from[cs.GetId()] = f
+			steps += max(f-to, to-f)
+		}
+	}
 	bar := progressbar.NewOptions(steps,
 		progressbar.OptionSetWriter(c.errOut),
-		progressbar.OptionSetDescription(fmt.Sprintf("%s weight %d -> %d", cs.GetId(), from, to)),
+		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowCount(),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
@@ -207,20 +214,33 @@ func (c *cli) follow(ctx context.Context, cs *adminproto.CellStatus) error {
 		if err != nil {
 			return err
 		}
-		var cur *adminproto.CellStatus
+		byID := map[string]*adminproto.CellStatus{}
 		for _, x := range resp.GetCells() {
-			if x.GetId() == cs.GetId() {
-				cur = x
+			byID[x.GetId()] = x
+		}
+		cur := make([]*adminproto.CellStatus, 0, len(cells))
+		done, ramping := 0, false
+		for _, cs := range cells {
+			x := byID[cs.GetId()]
+			if x == nil {
+				return fmt.Errorf("cell %s left the table during the ramp", cs.GetId())
 			}
+			cur = append(cur, x)
+			if f, ok := from[x.GetId()]; ok {
+				w := int(x.GetWeight())
+				done += max(w-f, f-w)
+			}
+			ramping = ramping || x.GetRamp() != nil
 		}
-		if cur == nil {
-			return fmt.Errorf("cell %s left the table during the ramp", cs.GetId())
-		}
-		w := int(cur.GetWeight())
-		_ = bar.Set(max(w-from, from-w))
-		if cur.GetRamp() == nil {
+		_ = bar.Set(done)
+		if !ramping {
 			_ = bar.Finish()
-			c.printCellChange(cur)
+			if head != "" {
+				fmt.Fprintln(c.out, head)
+			}
+			for _, x := range cur {
+				c.printCellChange(x)
+			}
 			return nil
 		}
 		select {
@@ -241,10 +261,16 @@ func (c *cli) printApply(resp *adminproto.ApplyTableResponse) error {
 		return nil
 	}
 	fmt.Fprintf(c.out, "dry run of table version %d over %d sampled keys (nothing changed):\n\n", resp.GetVersion(), resp.GetSamples())
+	return c.printMoves(resp.GetMoves())
+}
+
+// printMoves prints a dry run's moves, FROM TO KEYS SHARE (a key that
+// stays as "(stays)"), then the share of the keys that would move.
+func (c *cli) printMoves(moves []*adminproto.Move) error {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM\tTO\tKEYS\tSHARE")
 	moved := 0.0
-	for _, m := range resp.GetMoves() {
+	for _, m := range moves {
 		to := m.GetToCell()
 		if to == m.GetFromCell() {
 			to = "(stays)"
@@ -258,6 +284,45 @@ func (c *cli) printApply(resp *adminproto.ApplyTableResponse) error {
 	}
 	fmt.Fprintf(c.out, "\n%.2f%% of keys would move\n", 100*moved)
 	return nil
+}
+
+// siteVerb is what a site command (evacuate, restore-site) does, for its
+// output.
+type siteVerb struct {
+	// doing and done name the change: "evacuating", "evacuated".
+	doing, done string
+	// to is the weight a cell of the site goes to.
+	to func(cs *adminproto.CellStatus) int32
+}
+
+var (
+	evacuation  = siteVerb{"evacuating", "evacuated", func(*adminproto.CellStatus) int32 { return 0 }}
+	restoration = siteVerb{"restoring", "restored", func(cs *adminproto.CellStatus) int32 { return cs.GetTableWeight() }}
+)
+
+// printSiteDryRun prints a site command's dry run as table apply's: the
+// sampled keys that would move, from which cell to which (once a ramp
+// over over has ended), then each cell of the site as it is and where it
+// would go.
+func (c *cli) printSiteDryRun(resp *adminproto.SiteChange, v siteVerb, over time.Duration) error {
+	when := ""
+	if over > 0 {
+		when = fmt.Sprintf(", homes once the %v ramp has ended", over)
+	}
+	fmt.Fprintf(c.out, "dry run of %s site %s (table version %d) over %d sampled keys%s (nothing changed):\n\n", v.doing, resp.GetSite(), resp.GetVersion(), resp.GetSamples(), when)
+	if err := c.printMoves(resp.GetMoves()); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "\ncells of site %s:\n", resp.GetSite())
+	for _, cs := range resp.GetCells() {
+		fmt.Fprintf(c.out, "%s: weight %d, would go to %d (table weight %d)\n", cs.GetId(), cs.GetWeight(), v.to(cs), cs.GetTableWeight())
+	}
+	return nil
+}
+
+// siteHead is the line above a site change's cells.
+func siteHead(resp *adminproto.SiteChange, v siteVerb) string {
+	return fmt.Sprintf("site %s %s, table version %d:", resp.GetSite(), v.done, resp.GetVersion())
 }
 
 func orNone(s string) string {

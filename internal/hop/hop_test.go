@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/internal/dev/issuersim"
 	"github.com/cellpay/cellpay/internal/dev/pki"
@@ -190,15 +191,20 @@ func TestIssuerServesCells(t *testing.T) {
 		return issuerproto.NewIssuerClient(dialAs(t, addr, &f, hop.Only(hop.Issuer)))
 	}
 	auth := &issuerproto.AuthorizeRequest{PartnerId: "p", TransactionId: "t-1", Pan: issuersim.CardApproved}
+	day := func(terminal string) *issuerproto.ListEffectsRequest {
+		now := time.Now()
+		return &issuerproto.ListEffectsRequest{From: timestamppb.New(now.Add(-time.Hour)), To: timestamppb.New(now.Add(time.Hour)), TerminalId: terminal}
+	}
 	for _, tc := range []struct {
-		name             string
-		client           issuerproto.IssuerClient
-		authorize, stats codes.Code
+		name                     string
+		client                   issuerproto.IssuerClient
+		authorize, stats         codes.Code
+		ownEffects, otherEffects codes.Code // ListEffects of cell-a's terminal, of cell-b's
 	}{
-		{"a cell", as("cell-a"), codes.OK, codes.PermissionDenied},
-		{"the GTR", as("gtr"), codes.PermissionDenied, codes.PermissionDenied},
-		{"the tools", as("ops"), codes.PermissionDenied, codes.OK},
-		{"plaintext", issuerproto.NewIssuerClient(dialAs(t, addr, nil, nil)), codes.Unavailable, codes.Unavailable},
+		{"a cell", as("cell-a"), codes.OK, codes.PermissionDenied, codes.OK, codes.PermissionDenied},
+		{"the GTR", as("gtr"), codes.PermissionDenied, codes.PermissionDenied, codes.PermissionDenied, codes.PermissionDenied},
+		{"the tools", as("ops"), codes.PermissionDenied, codes.OK, codes.OK, codes.OK},
+		{"plaintext", issuerproto.NewIssuerClient(dialAs(t, addr, nil, nil)), codes.Unavailable, codes.Unavailable, codes.Unavailable, codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.client.Authorize(ctx, auth)
@@ -212,6 +218,14 @@ func TestIssuerServesCells(t *testing.T) {
 			_, err = tc.client.Effects(ctx, &issuerproto.EffectsRequest{})
 			if got := status.Code(err); got != tc.stats {
 				t.Errorf("Effects: %v, want %v", err, tc.stats)
+			}
+			_, err = tc.client.ListEffects(ctx, day("cell-a"))
+			if got := status.Code(err); got != tc.ownEffects {
+				t.Errorf("ListEffects of cell-a: %v, want %v", err, tc.ownEffects)
+			}
+			_, err = tc.client.ListEffects(ctx, day("cell-b"))
+			if got := status.Code(err); got != tc.otherEffects {
+				t.Errorf("ListEffects of cell-b: %v, want %v", err, tc.otherEffects)
 			}
 		})
 	}

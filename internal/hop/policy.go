@@ -25,12 +25,15 @@ var CellPolicy = append(Policy{
 }, common...)
 
 // IssuerPolicy: the issuer authorizes and answers inquiries for cells
-// only; its test counters (Effects) and fault injection (SetFaults) are
-// for operators' and tests' tools (the checker), never a cell or the GTR.
+// only; its record of effects (ListEffects) for cells (the issuer keeps
+// each to its own terminal) and operators; its test counters (Effects) and
+// fault injection (SetFaults) are for operators' and tests' tools (the
+// checker), never a cell or the GTR.
 var IssuerPolicy = append(Policy{
 	{Prefix: issuerproto.Issuer_Authorize_FullMethodName, Allow: IsCell},
 	{Prefix: issuerproto.Issuer_Inquire_FullMethodName, Allow: IsCell},
 	{Prefix: issuerproto.Issuer_Adjust_FullMethodName, Allow: IsCell},
+	{Prefix: issuerproto.Issuer_ListEffects_FullMethodName, Allow: func(id string) bool { return IsCell(id) || id == Ops }},
 	{Prefix: issuerproto.Issuer_Effects_FullMethodName, Allow: Only(Ops)},
 	{Prefix: issuerproto.Issuer_SetFaults_FullMethodName, Allow: Only(Ops)},
 }, common...)

@@ -3,8 +3,9 @@
 // the "authorization" metadata ("Bearer cpo_<operator>_<secret>"); a
 // missing or unknown token is UNAUTHENTICATED. Each operator has a role:
 // viewer (the reads and ListAudit), operator (also Drain, Restore,
-// SetWeight, ReplayCallbacks) or admin (everything); a call the role does
-// not allow is PERMISSION_DENIED, naming the role it needs.
+// SetWeight, EvacuateSite, RestoreSite, ReplayCallbacks) or admin
+// (everything); a call the role does not allow is PERMISSION_DENIED,
+// naming the role it needs.
 //
 // Every call that changes something (and every refused one) is written to
 // the audit log (ListAudit) before it answers; when the audit log cannot
@@ -295,7 +296,7 @@ type CellStatus struct {
 	// within the search's window are absent.
 	Replicas []*ReplicaCellView `protobuf:"bytes,19,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// site names the site the cell runs in (empty when the table names
-	// none). Routing does not use it yet.
+	// none); EvacuateSite and RestoreSite change a site's cells together.
 	Site          string `protobuf:"bytes,20,opt,name=site,proto3" json:"site,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1524,7 +1525,8 @@ type Cell struct {
 	Addrs []string `protobuf:"bytes,5,rep,name=addrs,proto3" json:"addrs,omitempty"`
 	// site, optional, names the site the cell runs in: 1 to 32 lowercase
 	// letters, digits and hyphens, starting with a letter (such as site-a).
-	// Routing does not use it yet.
+	// Partners homed in a site are routed to its cells first (Pool's
+	// spill_below).
 	Site          string `protobuf:"bytes,6,opt,name=site,proto3" json:"site,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2223,6 +2225,241 @@ func (x *Move) GetShare() float64 {
 	return 0
 }
 
+type EvacuateSiteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// site names the cells to evacuate: every cell whose site it is.
+	Site string `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	// over ramps the change; zero or unset applies it now.
+	Over *durationpb.Duration `protobuf:"bytes,2,opt,name=over,proto3" json:"over,omitempty"`
+	// dry_run changes nothing and reports the keys that would move.
+	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// samples is how many synthetic keys the dry run routes; default
+	// 100000, at most 1000000.
+	Samples       int32 `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvacuateSiteRequest) Reset() {
+	*x = EvacuateSiteRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvacuateSiteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvacuateSiteRequest) ProtoMessage() {}
+
+func (x *EvacuateSiteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvacuateSiteRequest.ProtoReflect.Descriptor instead.
+func (*EvacuateSiteRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *EvacuateSiteRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *EvacuateSiteRequest) GetOver() *durationpb.Duration {
+	if x != nil {
+		return x.Over
+	}
+	return nil
+}
+
+func (x *EvacuateSiteRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *EvacuateSiteRequest) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+type RestoreSiteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// site names the cells to restore: every cell whose site it is.
+	Site          string               `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	Over          *durationpb.Duration `protobuf:"bytes,2,opt,name=over,proto3" json:"over,omitempty"`
+	DryRun        bool                 `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Samples       int32                `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreSiteRequest) Reset() {
+	*x = RestoreSiteRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSiteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSiteRequest) ProtoMessage() {}
+
+func (x *RestoreSiteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSiteRequest.ProtoReflect.Descriptor instead.
+func (*RestoreSiteRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RestoreSiteRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *RestoreSiteRequest) GetOver() *durationpb.Duration {
+	if x != nil {
+		return x.Over
+	}
+	return nil
+}
+
+func (x *RestoreSiteRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RestoreSiteRequest) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+// SiteChange is what EvacuateSite or RestoreSite did, or on a dry run
+// would do, to a site's cells.
+type SiteChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Site  string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	// version is the table version the change made (applied) or would make
+	// (dry run).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Applied bool   `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	// samples and moves, on a dry run: sampled keys by (home under the table
+	// in force, home once any ramp of the change has ended), including keys
+	// that stay, as ApplyTableResponse's.
+	Samples int32   `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	Moves   []*Move `protobuf:"bytes,5,rep,name=moves,proto3" json:"moves,omitempty"`
+	// cells are the site's cells after the change, or as they are on a dry
+	// run (traffic_share -1: not sampled).
+	Cells         []*CellStatus `protobuf:"bytes,6,rep,name=cells,proto3" json:"cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SiteChange) Reset() {
+	*x = SiteChange{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SiteChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SiteChange) ProtoMessage() {}
+
+func (x *SiteChange) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SiteChange.ProtoReflect.Descriptor instead.
+func (*SiteChange) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SiteChange) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *SiteChange) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SiteChange) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *SiteChange) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SiteChange) GetMoves() []*Move {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *SiteChange) GetCells() []*CellStatus {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
 type ListPartnersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2231,7 +2468,7 @@ type ListPartnersRequest struct {
 
 func (x *ListPartnersRequest) Reset() {
 	*x = ListPartnersRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2480,7 @@ func (x *ListPartnersRequest) String() string {
 func (*ListPartnersRequest) ProtoMessage() {}
 
 func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2493,7 @@ func (x *ListPartnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersRequest.ProtoReflect.Descriptor instead.
 func (*ListPartnersRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type ListPartnersResponse struct {
@@ -2272,7 +2509,7 @@ type ListPartnersResponse struct {
 
 func (x *ListPartnersResponse) Reset() {
 	*x = ListPartnersResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2521,7 @@ func (x *ListPartnersResponse) String() string {
 func (*ListPartnersResponse) ProtoMessage() {}
 
 func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2534,7 @@ func (x *ListPartnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartnersResponse.ProtoReflect.Descriptor instead.
 func (*ListPartnersResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListPartnersResponse) GetRegistryVersion() uint64 {
@@ -2355,7 +2592,7 @@ type Partner struct {
 
 func (x *Partner) Reset() {
 	*x = Partner{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2604,7 @@ func (x *Partner) String() string {
 func (*Partner) ProtoMessage() {}
 
 func (x *Partner) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2617,7 @@ func (x *Partner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partner.ProtoReflect.Descriptor instead.
 func (*Partner) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Partner) GetId() string {
@@ -2463,7 +2700,7 @@ type PartnerKey struct {
 
 func (x *PartnerKey) Reset() {
 	*x = PartnerKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2712,7 @@ func (x *PartnerKey) String() string {
 func (*PartnerKey) ProtoMessage() {}
 
 func (x *PartnerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2725,7 @@ func (x *PartnerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerKey.ProtoReflect.Descriptor instead.
 func (*PartnerKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PartnerKey) GetKeyId() string {
@@ -2516,7 +2753,7 @@ type PartnerLimits struct {
 
 func (x *PartnerLimits) Reset() {
 	*x = PartnerLimits{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2765,7 @@ func (x *PartnerLimits) String() string {
 func (*PartnerLimits) ProtoMessage() {}
 
 func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2778,7 @@ func (x *PartnerLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerLimits.ProtoReflect.Descriptor instead.
 func (*PartnerLimits) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PartnerLimits) GetRatePerSecond() float64 {
@@ -2580,7 +2817,7 @@ type PartnerCallbacks struct {
 
 func (x *PartnerCallbacks) Reset() {
 	*x = PartnerCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2829,7 @@ func (x *PartnerCallbacks) String() string {
 func (*PartnerCallbacks) ProtoMessage() {}
 
 func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2842,7 @@ func (x *PartnerCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerCallbacks.ProtoReflect.Descriptor instead.
 func (*PartnerCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PartnerCallbacks) GetMode() string {
@@ -2648,7 +2885,7 @@ type NewKey struct {
 
 func (x *NewKey) Reset() {
 	*x = NewKey{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2897,7 @@ func (x *NewKey) String() string {
 func (*NewKey) ProtoMessage() {}
 
 func (x *NewKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2910,7 @@ func (x *NewKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewKey.ProtoReflect.Descriptor instead.
 func (*NewKey) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NewKey) GetKeyId() string {
@@ -2714,7 +2951,7 @@ type AddPartnerRequest struct {
 
 func (x *AddPartnerRequest) Reset() {
 	*x = AddPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2963,7 @@ func (x *AddPartnerRequest) String() string {
 func (*AddPartnerRequest) ProtoMessage() {}
 
 func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2976,7 @@ func (x *AddPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerRequest.ProtoReflect.Descriptor instead.
 func (*AddPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddPartnerRequest) GetPartnerId() string {
@@ -2795,7 +3032,7 @@ type AddPartnerResponse struct {
 
 func (x *AddPartnerResponse) Reset() {
 	*x = AddPartnerResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3044,7 @@ func (x *AddPartnerResponse) String() string {
 func (*AddPartnerResponse) ProtoMessage() {}
 
 func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3057,7 @@ func (x *AddPartnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPartnerResponse.ProtoReflect.Descriptor instead.
 func (*AddPartnerResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddPartnerResponse) GetPartner() *Partner {
@@ -2853,7 +3090,7 @@ type SuspendPartnerRequest struct {
 
 func (x *SuspendPartnerRequest) Reset() {
 	*x = SuspendPartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3102,7 @@ func (x *SuspendPartnerRequest) String() string {
 func (*SuspendPartnerRequest) ProtoMessage() {}
 
 func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3115,7 @@ func (x *SuspendPartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPartnerRequest.ProtoReflect.Descriptor instead.
 func (*SuspendPartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SuspendPartnerRequest) GetPartnerId() string {
@@ -2897,7 +3134,7 @@ type ResumePartnerRequest struct {
 
 func (x *ResumePartnerRequest) Reset() {
 	*x = ResumePartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3146,7 @@ func (x *ResumePartnerRequest) String() string {
 func (*ResumePartnerRequest) ProtoMessage() {}
 
 func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3159,7 @@ func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
 func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResumePartnerRequest) GetPartnerId() string {
@@ -2944,7 +3181,7 @@ type PartnerChange struct {
 
 func (x *PartnerChange) Reset() {
 	*x = PartnerChange{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3193,7 @@ func (x *PartnerChange) String() string {
 func (*PartnerChange) ProtoMessage() {}
 
 func (x *PartnerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3206,7 @@ func (x *PartnerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
 func (*PartnerChange) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PartnerChange) GetPartner() *Partner {
@@ -2995,7 +3232,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3244,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3257,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddKeyRequest) GetPartnerId() string {
@@ -3041,7 +3278,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3290,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3303,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddKeyResponse) GetPartner() *Partner {
@@ -3103,7 +3340,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3352,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3365,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RevokeKeyRequest) GetPartnerId() string {
@@ -3167,7 +3404,7 @@ type SetCallbacksRequest struct {
 
 func (x *SetCallbacksRequest) Reset() {
 	*x = SetCallbacksRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3416,7 @@ func (x *SetCallbacksRequest) String() string {
 func (*SetCallbacksRequest) ProtoMessage() {}
 
 func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3429,7 @@ func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetCallbacksRequest) GetPartnerId() string {
@@ -3234,7 +3471,7 @@ type AddCallbackSecretRequest struct {
 
 func (x *AddCallbackSecretRequest) Reset() {
 	*x = AddCallbackSecretRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3483,7 @@ func (x *AddCallbackSecretRequest) String() string {
 func (*AddCallbackSecretRequest) ProtoMessage() {}
 
 func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3496,7 @@ func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddCallbackSecretRequest) GetPartnerId() string {
@@ -3288,7 +3525,7 @@ type AddCallbackSecretResponse struct {
 
 func (x *AddCallbackSecretResponse) Reset() {
 	*x = AddCallbackSecretResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3537,7 @@ func (x *AddCallbackSecretResponse) String() string {
 func (*AddCallbackSecretResponse) ProtoMessage() {}
 
 func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3550,7 @@ func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddCallbackSecretResponse) GetPartner() *Partner {
@@ -3351,7 +3588,7 @@ type CellCallbacks struct {
 
 func (x *CellCallbacks) Reset() {
 	*x = CellCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3600,7 @@ func (x *CellCallbacks) String() string {
 func (*CellCallbacks) ProtoMessage() {}
 
 func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3613,7 @@ func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
 func (*CellCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CellCallbacks) GetCellId() string {
@@ -3424,7 +3661,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3673,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3686,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
@@ -3476,7 +3713,7 @@ type FindTransactionRequest struct {
 
 func (x *FindTransactionRequest) Reset() {
 	*x = FindTransactionRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3725,7 @@ func (x *FindTransactionRequest) String() string {
 func (*FindTransactionRequest) ProtoMessage() {}
 
 func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3738,7 @@ func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionRequest.ProtoReflect.Descriptor instead.
 func (*FindTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FindTransactionRequest) GetPartnerId() string {
@@ -3530,7 +3767,7 @@ type FindTransactionResponse struct {
 
 func (x *FindTransactionResponse) Reset() {
 	*x = FindTransactionResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3779,7 @@ func (x *FindTransactionResponse) String() string {
 func (*FindTransactionResponse) ProtoMessage() {}
 
 func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3792,7 @@ func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionResponse.ProtoReflect.Descriptor instead.
 func (*FindTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FindTransactionResponse) GetPartnerId() string {
@@ -3592,7 +3829,7 @@ type CellTransaction struct {
 
 func (x *CellTransaction) Reset() {
 	*x = CellTransaction{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +3841,7 @@ func (x *CellTransaction) String() string {
 func (*CellTransaction) ProtoMessage() {}
 
 func (x *CellTransaction) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +3854,7 @@ func (x *CellTransaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellTransaction.ProtoReflect.Descriptor instead.
 func (*CellTransaction) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CellTransaction) GetCellId() string {
@@ -3651,7 +3888,7 @@ type FindReferenceRequest struct {
 
 func (x *FindReferenceRequest) Reset() {
 	*x = FindReferenceRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3663,7 +3900,7 @@ func (x *FindReferenceRequest) String() string {
 func (*FindReferenceRequest) ProtoMessage() {}
 
 func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3676,7 +3913,7 @@ func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceRequest.ProtoReflect.Descriptor instead.
 func (*FindReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FindReferenceRequest) GetRequestId() string {
@@ -3699,7 +3936,7 @@ type FindReferenceResponse struct {
 
 func (x *FindReferenceResponse) Reset() {
 	*x = FindReferenceResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3948,7 @@ func (x *FindReferenceResponse) String() string {
 func (*FindReferenceResponse) ProtoMessage() {}
 
 func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3961,7 @@ func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceResponse.ProtoReflect.Descriptor instead.
 func (*FindReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FindReferenceResponse) GetRefusals() []*Refusal {
@@ -3763,7 +4000,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +4012,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +4025,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Refusal) GetReplica() string {
@@ -3868,7 +4105,7 @@ type GetStatementRequest struct {
 
 func (x *GetStatementRequest) Reset() {
 	*x = GetStatementRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4117,7 @@ func (x *GetStatementRequest) String() string {
 func (*GetStatementRequest) ProtoMessage() {}
 
 func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4130,7 @@ func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
 func (*GetStatementRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetStatementRequest) GetPartnerId() string {
@@ -3931,7 +4168,7 @@ type GetStatementResponse struct {
 
 func (x *GetStatementResponse) Reset() {
 	*x = GetStatementResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4180,7 @@ func (x *GetStatementResponse) String() string {
 func (*GetStatementResponse) ProtoMessage() {}
 
 func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4193,7 @@ func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementResponse.ProtoReflect.Descriptor instead.
 func (*GetStatementResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetStatementResponse) GetPartnerId() string {
@@ -4012,7 +4249,7 @@ type CellStatement struct {
 
 func (x *CellStatement) Reset() {
 	*x = CellStatement{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4261,7 @@ func (x *CellStatement) String() string {
 func (*CellStatement) ProtoMessage() {}
 
 func (x *CellStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4274,7 @@ func (x *CellStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellStatement.ProtoReflect.Descriptor instead.
 func (*CellStatement) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CellStatement) GetCellId() string {
@@ -4071,7 +4308,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4320,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4333,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -4125,7 +4362,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4374,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4387,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -4179,7 +4416,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4428,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4441,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -4234,7 +4471,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4483,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4496,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -4305,7 +4542,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4554,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +4567,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -4423,7 +4660,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4672,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4685,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -4634,7 +4871,25 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\tfrom_cell\x18\x01 \x01(\tR\bfromCell\x12\x17\n" +
 	"\ato_cell\x18\x02 \x01(\tR\x06toCell\x12\x12\n" +
 	"\x04keys\x18\x03 \x01(\x05R\x04keys\x12\x14\n" +
-	"\x05share\x18\x04 \x01(\x01R\x05share\"\x15\n" +
+	"\x05share\x18\x04 \x01(\x01R\x05share\"\x8b\x01\n" +
+	"\x13EvacuateSiteRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12-\n" +
+	"\x04over\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04over\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x05R\asamples\"\x8a\x01\n" +
+	"\x12RestoreSiteRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12-\n" +
+	"\x04over\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04over\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x05R\asamples\"\xd0\x01\n" +
+	"\n" +
+	"SiteChange\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x05R\asamples\x12,\n" +
+	"\x05moves\x18\x05 \x03(\v2\x16.cellpay.admin.v1.MoveR\x05moves\x122\n" +
+	"\x05cells\x18\x06 \x03(\v2\x1c.cellpay.admin.v1.CellStatusR\x05cells\"\x15\n" +
 	"\x13ListPartnersRequest\"\xba\x01\n" +
 	"\x14ListPartnersResponse\x12)\n" +
 	"\x10registry_version\x18\x01 \x01(\x04R\x0fregistryVersion\x125\n" +
@@ -4809,7 +5064,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xde\x10\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x86\x12\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -4820,7 +5075,9 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\bGetTable\x12!.cellpay.admin.v1.GetTableRequest\x1a\x17.cellpay.admin.v1.Table\x12a\n" +
 	"\x11GetEffectiveTable\x12*.cellpay.admin.v1.GetEffectiveTableRequest\x1a .cellpay.admin.v1.EffectiveTable\x12W\n" +
 	"\n" +
-	"ApplyTable\x12#.cellpay.admin.v1.ApplyTableRequest\x1a$.cellpay.admin.v1.ApplyTableResponse\x12]\n" +
+	"ApplyTable\x12#.cellpay.admin.v1.ApplyTableRequest\x1a$.cellpay.admin.v1.ApplyTableResponse\x12S\n" +
+	"\fEvacuateSite\x12%.cellpay.admin.v1.EvacuateSiteRequest\x1a\x1c.cellpay.admin.v1.SiteChange\x12Q\n" +
+	"\vRestoreSite\x12$.cellpay.admin.v1.RestoreSiteRequest\x1a\x1c.cellpay.admin.v1.SiteChange\x12]\n" +
 	"\fListPartners\x12%.cellpay.admin.v1.ListPartnersRequest\x1a&.cellpay.admin.v1.ListPartnersResponse\x12W\n" +
 	"\n" +
 	"AddPartner\x12#.cellpay.admin.v1.AddPartnerRequest\x1a$.cellpay.admin.v1.AddPartnerResponse\x12Z\n" +
@@ -4851,7 +5108,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -4882,63 +5139,66 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*ApplyTableRequest)(nil),                // 26: cellpay.admin.v1.ApplyTableRequest
 	(*ApplyTableResponse)(nil),               // 27: cellpay.admin.v1.ApplyTableResponse
 	(*Move)(nil),                             // 28: cellpay.admin.v1.Move
-	(*ListPartnersRequest)(nil),              // 29: cellpay.admin.v1.ListPartnersRequest
-	(*ListPartnersResponse)(nil),             // 30: cellpay.admin.v1.ListPartnersResponse
-	(*Partner)(nil),                          // 31: cellpay.admin.v1.Partner
-	(*PartnerKey)(nil),                       // 32: cellpay.admin.v1.PartnerKey
-	(*PartnerLimits)(nil),                    // 33: cellpay.admin.v1.PartnerLimits
-	(*PartnerCallbacks)(nil),                 // 34: cellpay.admin.v1.PartnerCallbacks
-	(*NewKey)(nil),                           // 35: cellpay.admin.v1.NewKey
-	(*AddPartnerRequest)(nil),                // 36: cellpay.admin.v1.AddPartnerRequest
-	(*AddPartnerResponse)(nil),               // 37: cellpay.admin.v1.AddPartnerResponse
-	(*SuspendPartnerRequest)(nil),            // 38: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),             // 39: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),                    // 40: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),                    // 41: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),                   // 42: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),                 // 43: cellpay.admin.v1.RevokeKeyRequest
-	(*SetCallbacksRequest)(nil),              // 44: cellpay.admin.v1.SetCallbacksRequest
-	(*AddCallbackSecretRequest)(nil),         // 45: cellpay.admin.v1.AddCallbackSecretRequest
-	(*AddCallbackSecretResponse)(nil),        // 46: cellpay.admin.v1.AddCallbackSecretResponse
-	(*CellCallbacks)(nil),                    // 47: cellpay.admin.v1.CellCallbacks
-	(*ListCallbacksResponse)(nil),            // 48: cellpay.admin.v1.ListCallbacksResponse
-	(*FindTransactionRequest)(nil),           // 49: cellpay.admin.v1.FindTransactionRequest
-	(*FindTransactionResponse)(nil),          // 50: cellpay.admin.v1.FindTransactionResponse
-	(*CellTransaction)(nil),                  // 51: cellpay.admin.v1.CellTransaction
-	(*FindReferenceRequest)(nil),             // 52: cellpay.admin.v1.FindReferenceRequest
-	(*FindReferenceResponse)(nil),            // 53: cellpay.admin.v1.FindReferenceResponse
-	(*Refusal)(nil),                          // 54: cellpay.admin.v1.Refusal
-	(*GetStatementRequest)(nil),              // 55: cellpay.admin.v1.GetStatementRequest
-	(*GetStatementResponse)(nil),             // 56: cellpay.admin.v1.GetStatementResponse
-	(*CellStatement)(nil),                    // 57: cellpay.admin.v1.CellStatement
-	(*ReplayCallbacksResponse)(nil),          // 58: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 59: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 60: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 61: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 62: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 63: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 64: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 65: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 66: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 67: cellpay.cell.v1.InspectResponse
-	(*cellpayv1.StatementLine)(nil),          // 68: cellpay.v1.StatementLine
-	(*cellproto.ListCallbacksRequest)(nil),   // 69: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 70: cellpay.cell.v1.ReplayCallbacksRequest
+	(*EvacuateSiteRequest)(nil),              // 29: cellpay.admin.v1.EvacuateSiteRequest
+	(*RestoreSiteRequest)(nil),               // 30: cellpay.admin.v1.RestoreSiteRequest
+	(*SiteChange)(nil),                       // 31: cellpay.admin.v1.SiteChange
+	(*ListPartnersRequest)(nil),              // 32: cellpay.admin.v1.ListPartnersRequest
+	(*ListPartnersResponse)(nil),             // 33: cellpay.admin.v1.ListPartnersResponse
+	(*Partner)(nil),                          // 34: cellpay.admin.v1.Partner
+	(*PartnerKey)(nil),                       // 35: cellpay.admin.v1.PartnerKey
+	(*PartnerLimits)(nil),                    // 36: cellpay.admin.v1.PartnerLimits
+	(*PartnerCallbacks)(nil),                 // 37: cellpay.admin.v1.PartnerCallbacks
+	(*NewKey)(nil),                           // 38: cellpay.admin.v1.NewKey
+	(*AddPartnerRequest)(nil),                // 39: cellpay.admin.v1.AddPartnerRequest
+	(*AddPartnerResponse)(nil),               // 40: cellpay.admin.v1.AddPartnerResponse
+	(*SuspendPartnerRequest)(nil),            // 41: cellpay.admin.v1.SuspendPartnerRequest
+	(*ResumePartnerRequest)(nil),             // 42: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 43: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 44: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 45: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 46: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 47: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 48: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 49: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 50: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 51: cellpay.admin.v1.ListCallbacksResponse
+	(*FindTransactionRequest)(nil),           // 52: cellpay.admin.v1.FindTransactionRequest
+	(*FindTransactionResponse)(nil),          // 53: cellpay.admin.v1.FindTransactionResponse
+	(*CellTransaction)(nil),                  // 54: cellpay.admin.v1.CellTransaction
+	(*FindReferenceRequest)(nil),             // 55: cellpay.admin.v1.FindReferenceRequest
+	(*FindReferenceResponse)(nil),            // 56: cellpay.admin.v1.FindReferenceResponse
+	(*Refusal)(nil),                          // 57: cellpay.admin.v1.Refusal
+	(*GetStatementRequest)(nil),              // 58: cellpay.admin.v1.GetStatementRequest
+	(*GetStatementResponse)(nil),             // 59: cellpay.admin.v1.GetStatementResponse
+	(*CellStatement)(nil),                    // 60: cellpay.admin.v1.CellStatement
+	(*ReplayCallbacksResponse)(nil),          // 61: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 62: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 63: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 64: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 65: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 66: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 67: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 68: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 69: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 70: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 71: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 72: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 73: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	7,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	64, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	67, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	6,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	5,  // 5: cellpay.admin.v1.CellStatus.replicas:type_name -> cellpay.admin.v1.ReplicaCellView
 	0,  // 6: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	64, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	64, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	64, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	65, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	65, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	65, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	67, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	67, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	67, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	68, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	68, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	68, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	11, // 13: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	14, // 14: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	15, // 15: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -4951,87 +5211,95 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	21, // 22: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
 	19, // 23: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
 	28, // 24: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	31, // 25: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
-	1,  // 26: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
-	32, // 27: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
-	33, // 28: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	33, // 29: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
-	34, // 30: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	64, // 31: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	64, // 32: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
-	33, // 33: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
-	31, // 34: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
-	35, // 35: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
-	31, // 36: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
-	31, // 37: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
-	35, // 38: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
-	31, // 39: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	66, // 40: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	47, // 41: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	51, // 42: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	67, // 43: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
-	54, // 44: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
-	64, // 45: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
-	57, // 46: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
-	68, // 47: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
-	68, // 48: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
-	47, // 49: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	64, // 50: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	64, // 51: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	62, // 52: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 53: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	8,  // 54: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	9,  // 55: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	10, // 56: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	12, // 57: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	16, // 58: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	18, // 59: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	22, // 60: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	26, // 61: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	29, // 62: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	36, // 63: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	38, // 64: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	39, // 65: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	41, // 66: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	43, // 67: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	44, // 68: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	45, // 69: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	69, // 70: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	70, // 71: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	49, // 72: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	55, // 73: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
-	52, // 74: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
-	61, // 75: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	59, // 76: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 77: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 78: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 79: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 80: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	13, // 81: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	17, // 82: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	19, // 83: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	23, // 84: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	27, // 85: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	30, // 86: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	37, // 87: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	40, // 88: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	40, // 89: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	42, // 90: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	40, // 91: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	40, // 92: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	46, // 93: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	48, // 94: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	58, // 95: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	50, // 96: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	56, // 97: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
-	53, // 98: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
-	63, // 99: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	60, // 100: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	77, // [77:101] is the sub-list for method output_type
-	53, // [53:77] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	68, // 25: cellpay.admin.v1.EvacuateSiteRequest.over:type_name -> google.protobuf.Duration
+	68, // 26: cellpay.admin.v1.RestoreSiteRequest.over:type_name -> google.protobuf.Duration
+	28, // 27: cellpay.admin.v1.SiteChange.moves:type_name -> cellpay.admin.v1.Move
+	4,  // 28: cellpay.admin.v1.SiteChange.cells:type_name -> cellpay.admin.v1.CellStatus
+	34, // 29: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
+	1,  // 30: cellpay.admin.v1.Partner.status:type_name -> cellpay.admin.v1.PartnerStatus
+	35, // 31: cellpay.admin.v1.Partner.keys:type_name -> cellpay.admin.v1.PartnerKey
+	36, // 32: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	36, // 33: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
+	37, // 34: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
+	67, // 35: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	67, // 36: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	36, // 37: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
+	34, // 38: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
+	38, // 39: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
+	34, // 40: cellpay.admin.v1.PartnerChange.partner:type_name -> cellpay.admin.v1.Partner
+	34, // 41: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
+	38, // 42: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
+	34, // 43: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
+	69, // 44: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	50, // 45: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	54, // 46: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
+	70, // 47: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	57, // 48: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
+	67, // 49: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
+	60, // 50: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
+	71, // 51: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	71, // 52: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	50, // 53: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	67, // 54: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	67, // 55: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	65, // 56: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	2,  // 57: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	8,  // 58: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	9,  // 59: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	10, // 60: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	12, // 61: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	16, // 62: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	18, // 63: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	22, // 64: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	26, // 65: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	29, // 66: cellpay.admin.v1.Admin.EvacuateSite:input_type -> cellpay.admin.v1.EvacuateSiteRequest
+	30, // 67: cellpay.admin.v1.Admin.RestoreSite:input_type -> cellpay.admin.v1.RestoreSiteRequest
+	32, // 68: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	39, // 69: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	41, // 70: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	42, // 71: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	44, // 72: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	46, // 73: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	47, // 74: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	48, // 75: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	72, // 76: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	73, // 77: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	52, // 78: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	58, // 79: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	55, // 80: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
+	64, // 81: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	62, // 82: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 83: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 84: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 85: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 86: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	13, // 87: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	17, // 88: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	19, // 89: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	23, // 90: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	27, // 91: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	31, // 92: cellpay.admin.v1.Admin.EvacuateSite:output_type -> cellpay.admin.v1.SiteChange
+	31, // 93: cellpay.admin.v1.Admin.RestoreSite:output_type -> cellpay.admin.v1.SiteChange
+	33, // 94: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	40, // 95: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	43, // 96: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	43, // 97: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	45, // 98: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	43, // 99: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	43, // 100: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	49, // 101: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	51, // 102: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	61, // 103: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	53, // 104: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	59, // 105: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	56, // 106: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
+	66, // 107: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	63, // 108: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	83, // [83:109] is the sub-list for method output_type
+	57, // [57:83] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -5045,7 +5313,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

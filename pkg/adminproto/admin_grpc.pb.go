@@ -3,8 +3,9 @@
 // the "authorization" metadata ("Bearer cpo_<operator>_<secret>"); a
 // missing or unknown token is UNAUTHENTICATED. Each operator has a role:
 // viewer (the reads and ListAudit), operator (also Drain, Restore,
-// SetWeight, ReplayCallbacks) or admin (everything); a call the role does
-// not allow is PERMISSION_DENIED, naming the role it needs.
+// SetWeight, EvacuateSite, RestoreSite, ReplayCallbacks) or admin
+// (everything); a call the role does not allow is PERMISSION_DENIED,
+// naming the role it needs.
 //
 // Every call that changes something (and every refused one) is written to
 // the audit log (ListAudit) before it answers; when the audit log cannot
@@ -46,6 +47,8 @@ const (
 	Admin_GetTable_FullMethodName          = "/cellpay.admin.v1.Admin/GetTable"
 	Admin_GetEffectiveTable_FullMethodName = "/cellpay.admin.v1.Admin/GetEffectiveTable"
 	Admin_ApplyTable_FullMethodName        = "/cellpay.admin.v1.Admin/ApplyTable"
+	Admin_EvacuateSite_FullMethodName      = "/cellpay.admin.v1.Admin/EvacuateSite"
+	Admin_RestoreSite_FullMethodName       = "/cellpay.admin.v1.Admin/RestoreSite"
 	Admin_ListPartners_FullMethodName      = "/cellpay.admin.v1.Admin/ListPartners"
 	Admin_AddPartner_FullMethodName        = "/cellpay.admin.v1.Admin/AddPartner"
 	Admin_SuspendPartner_FullMethodName    = "/cellpay.admin.v1.Admin/SuspendPartner"
@@ -105,6 +108,27 @@ type AdminClient interface {
 	// Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (expected_version is
 	// stale), UNAVAILABLE (the config store is unreachable).
 	ApplyTable(ctx context.Context, in *ApplyTableRequest, opts ...grpc.CallOption) (*ApplyTableResponse, error)
+	// EvacuateSite moves every key of a site's cells to the cells of the
+	// other sites: each cell whose site is site goes to weight 0, now or
+	// ramped over a duration, in one change of the table (one version), as
+	// Drain of 100 would. New transactions go elsewhere; those in flight,
+	// and any past its point of no return, finish in the cell that has
+	// them, which still answers for what it owns. Partners homed in the
+	// site keep their keys on its cells until its healthy capacity is below
+	// its pool's spill_below share, then rank over every site. With
+	// dry_run it changes nothing and reports which share of sampled keys
+	// would move from which cell to which once any ramp has ended.
+	// Errors: INVALID_ARGUMENT (site, over, samples), NOT_FOUND (no cell
+	// names the site), FAILED_PRECONDITION (a pool with weight in the site
+	// has no cell outside it at a weight above 0: its rules would be left
+	// without a cell), UNAVAILABLE (the config store is unreachable).
+	EvacuateSite(ctx context.Context, in *EvacuateSiteRequest, opts ...grpc.CallOption) (*SiteChange, error)
+	// RestoreSite returns every cell of a site to its weight in the applied
+	// table, now or ramped over a duration, in one change of the table; keys
+	// come back as the weights rise. dry_run as in EvacuateSite.
+	// Errors: INVALID_ARGUMENT (site, over, samples), NOT_FOUND (no cell
+	// names the site), UNAVAILABLE (the config store is unreachable).
+	RestoreSite(ctx context.Context, in *RestoreSiteRequest, opts ...grpc.CallOption) (*SiteChange, error)
 	// ListPartners lists the registry in force on the answering replica.
 	ListPartners(ctx context.Context, in *ListPartnersRequest, opts ...grpc.CallOption) (*ListPartnersResponse, error)
 	// AddPartner adds an active partner with one new API key.
@@ -267,6 +291,26 @@ func (c *adminClient) ApplyTable(ctx context.Context, in *ApplyTableRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ApplyTableResponse)
 	err := c.cc.Invoke(ctx, Admin_ApplyTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) EvacuateSite(ctx context.Context, in *EvacuateSiteRequest, opts ...grpc.CallOption) (*SiteChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SiteChange)
+	err := c.cc.Invoke(ctx, Admin_EvacuateSite_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RestoreSite(ctx context.Context, in *RestoreSiteRequest, opts ...grpc.CallOption) (*SiteChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SiteChange)
+	err := c.cc.Invoke(ctx, Admin_RestoreSite_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -465,6 +509,27 @@ type AdminServer interface {
 	// Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (expected_version is
 	// stale), UNAVAILABLE (the config store is unreachable).
 	ApplyTable(context.Context, *ApplyTableRequest) (*ApplyTableResponse, error)
+	// EvacuateSite moves every key of a site's cells to the cells of the
+	// other sites: each cell whose site is site goes to weight 0, now or
+	// ramped over a duration, in one change of the table (one version), as
+	// Drain of 100 would. New transactions go elsewhere; those in flight,
+	// and any past its point of no return, finish in the cell that has
+	// them, which still answers for what it owns. Partners homed in the
+	// site keep their keys on its cells until its healthy capacity is below
+	// its pool's spill_below share, then rank over every site. With
+	// dry_run it changes nothing and reports which share of sampled keys
+	// would move from which cell to which once any ramp has ended.
+	// Errors: INVALID_ARGUMENT (site, over, samples), NOT_FOUND (no cell
+	// names the site), FAILED_PRECONDITION (a pool with weight in the site
+	// has no cell outside it at a weight above 0: its rules would be left
+	// without a cell), UNAVAILABLE (the config store is unreachable).
+	EvacuateSite(context.Context, *EvacuateSiteRequest) (*SiteChange, error)
+	// RestoreSite returns every cell of a site to its weight in the applied
+	// table, now or ramped over a duration, in one change of the table; keys
+	// come back as the weights rise. dry_run as in EvacuateSite.
+	// Errors: INVALID_ARGUMENT (site, over, samples), NOT_FOUND (no cell
+	// names the site), UNAVAILABLE (the config store is unreachable).
+	RestoreSite(context.Context, *RestoreSiteRequest) (*SiteChange, error)
 	// ListPartners lists the registry in force on the answering replica.
 	ListPartners(context.Context, *ListPartnersRequest) (*ListPartnersResponse, error)
 	// AddPartner adds an active partner with one new API key.
@@ -569,6 +634,12 @@ func (UnimplementedAdminServer) GetEffectiveTable(context.Context, *GetEffective
 }
 func (UnimplementedAdminServer) ApplyTable(context.Context, *ApplyTableRequest) (*ApplyTableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyTable not implemented")
+}
+func (UnimplementedAdminServer) EvacuateSite(context.Context, *EvacuateSiteRequest) (*SiteChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvacuateSite not implemented")
+}
+func (UnimplementedAdminServer) RestoreSite(context.Context, *RestoreSiteRequest) (*SiteChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreSite not implemented")
 }
 func (UnimplementedAdminServer) ListPartners(context.Context, *ListPartnersRequest) (*ListPartnersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPartners not implemented")
@@ -794,6 +865,42 @@ func _Admin_ApplyTable_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).ApplyTable(ctx, req.(*ApplyTableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_EvacuateSite_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvacuateSiteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).EvacuateSite(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_EvacuateSite_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).EvacuateSite(ctx, req.(*EvacuateSiteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RestoreSite_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreSiteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RestoreSite(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RestoreSite_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RestoreSite(ctx, req.(*RestoreSiteRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1110,6 +1217,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyTable",
 			Handler:    _Admin_ApplyTable_Handler,
+		},
+		{
+			MethodName: "EvacuateSite",
+			Handler:    _Admin_EvacuateSite_Handler,
+		},
+		{
+			MethodName: "RestoreSite",
+			Handler:    _Admin_RestoreSite_Handler,
 		},
 		{
 			MethodName: "ListPartners",

@@ -11,6 +11,7 @@ package issuerproto
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -93,7 +94,10 @@ type AuthorizeRequest struct {
 	BankTransfer bool `protobuf:"varint,10,opt,name=bank_transfer,json=bankTransfer,proto3" json:"bank_transfer,omitempty"`
 	// partner_id is the partner the transaction belongs to; with
 	// transaction_id, the key duplicates are suppressed by.
-	PartnerId     string `protobuf:"bytes,11,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	PartnerId string `protobuf:"bytes,11,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// terminal_id names the acquirer's terminal that sent the request (the
+	// cell's ID); the issuer keeps it with the outcome, for ListEffects.
+	TerminalId    string `protobuf:"bytes,12,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +209,13 @@ func (x *AuthorizeRequest) GetPartnerId() string {
 	return ""
 }
 
+func (x *AuthorizeRequest) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
+	}
+	return ""
+}
+
 type AdjustRequest struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	PartnerId             string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
@@ -215,8 +226,10 @@ type AdjustRequest struct {
 	// authorized amount it releases.
 	AmountMinorUnits int64  `protobuf:"varint,5,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
 	Currency         string `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// terminal_id: as AuthorizeRequest's.
+	TerminalId    string `protobuf:"bytes,7,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdjustRequest) Reset() {
@@ -287,6 +300,13 @@ func (x *AdjustRequest) GetAmountMinorUnits() int64 {
 func (x *AdjustRequest) GetCurrency() string {
 	if x != nil {
 		return x.Currency
+	}
+	return ""
+}
+
+func (x *AdjustRequest) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
 	}
 	return ""
 }
@@ -724,6 +744,288 @@ func (x *EffectsResponse) GetTotalRequests() int64 {
 	return 0
 }
 
+type ListEffectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from (inclusive) and to (exclusive) bound the issuer's time of
+	// applying; both required, to after from, at most 31 days apart.
+	From *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// terminal_id, if set, keeps the effects of requests that carried it.
+	TerminalId string `protobuf:"bytes,3,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
+	// page_size: 1..1000; 0 takes 500.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the last page's next_page_token, with the same from, to
+	// and terminal_id; empty for the first page.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEffectsRequest) Reset() {
+	*x = ListEffectsRequest{}
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEffectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEffectsRequest) ProtoMessage() {}
+
+func (x *ListEffectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEffectsRequest.ProtoReflect.Descriptor instead.
+func (*ListEffectsRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListEffectsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ListEffectsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ListEffectsRequest) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
+	}
+	return ""
+}
+
+func (x *ListEffectsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEffectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// RecordedEffect is what the issuer applied for one transaction. It never
+// carries card data: the issuer's record of an authorization holds no PAN
+// for the acquirer to read back.
+type RecordedEffect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// kind: an authorization (UNSPECIFIED; refund or bank_transfer say
+	// which kind of one) or an adjustment of original_transaction_id.
+	Kind                  AdjustKind `protobuf:"varint,3,opt,name=kind,proto3,enum=cellpay.issuer.v1.AdjustKind" json:"kind,omitempty"`
+	OriginalTransactionId string     `protobuf:"bytes,4,opt,name=original_transaction_id,json=originalTransactionId,proto3" json:"original_transaction_id,omitempty"`
+	Refund                bool       `protobuf:"varint,5,opt,name=refund,proto3" json:"refund,omitempty"`
+	BankTransfer          bool       `protobuf:"varint,6,opt,name=bank_transfer,json=bankTransfer,proto3" json:"bank_transfer,omitempty"`
+	Approved              bool       `protobuf:"varint,7,opt,name=approved,proto3" json:"approved,omitempty"`
+	AuthCode              string     `protobuf:"bytes,8,opt,name=auth_code,json=authCode,proto3" json:"auth_code,omitempty"`
+	DeclineReason         string     `protobuf:"bytes,9,opt,name=decline_reason,json=declineReason,proto3" json:"decline_reason,omitempty"`
+	// amount_minor_units and currency are what an approval applied (0 and
+	// empty for a decline).
+	AmountMinorUnits int64                  `protobuf:"varint,10,opt,name=amount_minor_units,json=amountMinorUnits,proto3" json:"amount_minor_units,omitempty"`
+	Currency         string                 `protobuf:"bytes,11,opt,name=currency,proto3" json:"currency,omitempty"`
+	AppliedAt        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=applied_at,json=appliedAt,proto3" json:"applied_at,omitempty"`
+	TerminalId       string                 `protobuf:"bytes,13,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RecordedEffect) Reset() {
+	*x = RecordedEffect{}
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordedEffect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordedEffect) ProtoMessage() {}
+
+func (x *RecordedEffect) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordedEffect.ProtoReflect.Descriptor instead.
+func (*RecordedEffect) Descriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RecordedEffect) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetKind() AdjustKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AdjustKind_ADJUST_KIND_UNSPECIFIED
+}
+
+func (x *RecordedEffect) GetOriginalTransactionId() string {
+	if x != nil {
+		return x.OriginalTransactionId
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetRefund() bool {
+	if x != nil {
+		return x.Refund
+	}
+	return false
+}
+
+func (x *RecordedEffect) GetBankTransfer() bool {
+	if x != nil {
+		return x.BankTransfer
+	}
+	return false
+}
+
+func (x *RecordedEffect) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *RecordedEffect) GetAuthCode() string {
+	if x != nil {
+		return x.AuthCode
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetDeclineReason() string {
+	if x != nil {
+		return x.DeclineReason
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetAmountMinorUnits() int64 {
+	if x != nil {
+		return x.AmountMinorUnits
+	}
+	return 0
+}
+
+func (x *RecordedEffect) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetAppliedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppliedAt
+	}
+	return nil
+}
+
+func (x *RecordedEffect) GetTerminalId() string {
+	if x != nil {
+		return x.TerminalId
+	}
+	return ""
+}
+
+type ListEffectsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Effects []*RecordedEffect      `protobuf:"bytes,1,rep,name=effects,proto3" json:"effects,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEffectsResponse) Reset() {
+	*x = ListEffectsResponse{}
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEffectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEffectsResponse) ProtoMessage() {}
+
+func (x *ListEffectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEffectsResponse.ProtoReflect.Descriptor instead.
+func (*ListEffectsResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListEffectsResponse) GetEffects() []*RecordedEffect {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
+}
+
+func (x *ListEffectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type Faults struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// latency_ms is added before every Authorize and Inquire.
@@ -741,7 +1043,7 @@ type Faults struct {
 
 func (x *Faults) Reset() {
 	*x = Faults{}
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1055,7 @@ func (x *Faults) String() string {
 func (*Faults) ProtoMessage() {}
 
 func (x *Faults) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[8]
+	mi := &file_cellpay_issuer_v1_issuer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1068,7 @@ func (x *Faults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Faults.ProtoReflect.Descriptor instead.
 func (*Faults) Descriptor() ([]byte, []int) {
-	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{8}
+	return file_cellpay_issuer_v1_issuer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Faults) GetLatencyMs() int64 {
@@ -801,7 +1103,7 @@ var File_cellpay_issuer_v1_issuer_proto protoreflect.FileDescriptor
 
 const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\"\xe8\x02\n" +
+	"\x1ecellpay/issuer/v1/issuer.proto\x12\x11cellpay.issuer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x03\n" +
 	"\x10AuthorizeRequest\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x10\n" +
 	"\x03pan\x18\x02 \x01(\tR\x03pan\x12!\n" +
@@ -817,7 +1119,9 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\rbank_transfer\x18\n" +
 	" \x01(\bR\fbankTransfer\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\v \x01(\tR\tpartnerId\"\x8a\x02\n" +
+	"partner_id\x18\v \x01(\tR\tpartnerId\x12\x1f\n" +
+	"\vterminal_id\x18\f \x01(\tR\n" +
+	"terminalId\"\xab\x02\n" +
 	"\rAdjustRequest\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
@@ -825,7 +1129,9 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x17original_transaction_id\x18\x03 \x01(\tR\x15originalTransactionId\x121\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x1d.cellpay.issuer.v1.AdjustKindR\x04kind\x12,\n" +
 	"\x12amount_minor_units\x18\x05 \x01(\x03R\x10amountMinorUnits\x12\x1a\n" +
-	"\bcurrency\x18\x06 \x01(\tR\bcurrency\"\xef\x01\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency\x12\x1f\n" +
+	"\vterminal_id\x18\a \x01(\tR\n" +
+	"terminalId\"\xef\x01\n" +
 	"\x11AuthorizeResponse\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x1b\n" +
@@ -860,7 +1166,36 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x0fEffectsResponse\x123\n" +
 	"\aeffects\x18\x01 \x03(\v2\x19.cellpay.issuer.v1.EffectR\aeffects\x12#\n" +
 	"\rtotal_effects\x18\x02 \x01(\x03R\ftotalEffects\x12%\n" +
-	"\x0etotal_requests\x18\x03 \x01(\x03R\rtotalRequests\"}\n" +
+	"\x0etotal_requests\x18\x03 \x01(\x03R\rtotalRequests\"\xcd\x01\n" +
+	"\x12ListEffectsRequest\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1f\n" +
+	"\vterminal_id\x18\x03 \x01(\tR\n" +
+	"terminalId\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x84\x04\n" +
+	"\x0eRecordedEffect\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x121\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1d.cellpay.issuer.v1.AdjustKindR\x04kind\x126\n" +
+	"\x17original_transaction_id\x18\x04 \x01(\tR\x15originalTransactionId\x12\x16\n" +
+	"\x06refund\x18\x05 \x01(\bR\x06refund\x12#\n" +
+	"\rbank_transfer\x18\x06 \x01(\bR\fbankTransfer\x12\x1a\n" +
+	"\bapproved\x18\a \x01(\bR\bapproved\x12\x1b\n" +
+	"\tauth_code\x18\b \x01(\tR\bauthCode\x12%\n" +
+	"\x0edecline_reason\x18\t \x01(\tR\rdeclineReason\x12,\n" +
+	"\x12amount_minor_units\x18\n" +
+	" \x01(\x03R\x10amountMinorUnits\x12\x1a\n" +
+	"\bcurrency\x18\v \x01(\tR\bcurrency\x129\n" +
+	"\n" +
+	"applied_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tappliedAt\x12\x1f\n" +
+	"\vterminal_id\x18\r \x01(\tR\n" +
+	"terminalId\"z\n" +
+	"\x13ListEffectsResponse\x12;\n" +
+	"\aeffects\x18\x01 \x03(\v2!.cellpay.issuer.v1.RecordedEffectR\aeffects\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
 	"\x06Faults\x12\x1d\n" +
 	"\n" +
 	"latency_ms\x18\x01 \x01(\x03R\tlatencyMs\x12\x1d\n" +
@@ -873,12 +1208,13 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\x17ADJUST_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADJUST_KIND_CAPTURE\x10\x01\x12\x14\n" +
 	"\x10ADJUST_KIND_VOID\x10\x02\x12\x16\n" +
-	"\x12ADJUST_KIND_REFUND\x10\x032\x9b\x03\n" +
+	"\x12ADJUST_KIND_REFUND\x10\x032\xf9\x03\n" +
 	"\x06Issuer\x12V\n" +
 	"\tAuthorize\x12#.cellpay.issuer.v1.AuthorizeRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12R\n" +
 	"\aInquire\x12!.cellpay.issuer.v1.InquireRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12P\n" +
 	"\x06Adjust\x12 .cellpay.issuer.v1.AdjustRequest\x1a$.cellpay.issuer.v1.AuthorizeResponse\x12P\n" +
-	"\aEffects\x12!.cellpay.issuer.v1.EffectsRequest\x1a\".cellpay.issuer.v1.EffectsResponse\x12A\n" +
+	"\aEffects\x12!.cellpay.issuer.v1.EffectsRequest\x1a\".cellpay.issuer.v1.EffectsResponse\x12\\\n" +
+	"\vListEffects\x12%.cellpay.issuer.v1.ListEffectsRequest\x1a&.cellpay.issuer.v1.ListEffectsResponse\x12A\n" +
 	"\tSetFaults\x12\x19.cellpay.issuer.v1.Faults\x1a\x19.cellpay.issuer.v1.FaultsB8Z6github.com/cellpay/cellpay/pkg/issuerproto;issuerprotob\x06proto3"
 
 var (
@@ -894,39 +1230,50 @@ func file_cellpay_issuer_v1_issuer_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_issuer_v1_issuer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_cellpay_issuer_v1_issuer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cellpay_issuer_v1_issuer_proto_goTypes = []any{
-	(AdjustKind)(0),           // 0: cellpay.issuer.v1.AdjustKind
-	(*AuthorizeRequest)(nil),  // 1: cellpay.issuer.v1.AuthorizeRequest
-	(*AdjustRequest)(nil),     // 2: cellpay.issuer.v1.AdjustRequest
-	(*AuthorizeResponse)(nil), // 3: cellpay.issuer.v1.AuthorizeResponse
-	(*InquireRequest)(nil),    // 4: cellpay.issuer.v1.InquireRequest
-	(*TransactionRef)(nil),    // 5: cellpay.issuer.v1.TransactionRef
-	(*EffectsRequest)(nil),    // 6: cellpay.issuer.v1.EffectsRequest
-	(*Effect)(nil),            // 7: cellpay.issuer.v1.Effect
-	(*EffectsResponse)(nil),   // 8: cellpay.issuer.v1.EffectsResponse
-	(*Faults)(nil),            // 9: cellpay.issuer.v1.Faults
+	(AdjustKind)(0),               // 0: cellpay.issuer.v1.AdjustKind
+	(*AuthorizeRequest)(nil),      // 1: cellpay.issuer.v1.AuthorizeRequest
+	(*AdjustRequest)(nil),         // 2: cellpay.issuer.v1.AdjustRequest
+	(*AuthorizeResponse)(nil),     // 3: cellpay.issuer.v1.AuthorizeResponse
+	(*InquireRequest)(nil),        // 4: cellpay.issuer.v1.InquireRequest
+	(*TransactionRef)(nil),        // 5: cellpay.issuer.v1.TransactionRef
+	(*EffectsRequest)(nil),        // 6: cellpay.issuer.v1.EffectsRequest
+	(*Effect)(nil),                // 7: cellpay.issuer.v1.Effect
+	(*EffectsResponse)(nil),       // 8: cellpay.issuer.v1.EffectsResponse
+	(*ListEffectsRequest)(nil),    // 9: cellpay.issuer.v1.ListEffectsRequest
+	(*RecordedEffect)(nil),        // 10: cellpay.issuer.v1.RecordedEffect
+	(*ListEffectsResponse)(nil),   // 11: cellpay.issuer.v1.ListEffectsResponse
+	(*Faults)(nil),                // 12: cellpay.issuer.v1.Faults
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_cellpay_issuer_v1_issuer_proto_depIdxs = []int32{
-	0, // 0: cellpay.issuer.v1.AdjustRequest.kind:type_name -> cellpay.issuer.v1.AdjustKind
-	5, // 1: cellpay.issuer.v1.EffectsRequest.transactions:type_name -> cellpay.issuer.v1.TransactionRef
-	0, // 2: cellpay.issuer.v1.Effect.kind:type_name -> cellpay.issuer.v1.AdjustKind
-	7, // 3: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
-	1, // 4: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
-	4, // 5: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
-	2, // 6: cellpay.issuer.v1.Issuer.Adjust:input_type -> cellpay.issuer.v1.AdjustRequest
-	6, // 7: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
-	9, // 8: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
-	3, // 9: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	3, // 10: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	3, // 11: cellpay.issuer.v1.Issuer.Adjust:output_type -> cellpay.issuer.v1.AuthorizeResponse
-	8, // 12: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
-	9, // 13: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
-	9, // [9:14] is the sub-list for method output_type
-	4, // [4:9] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: cellpay.issuer.v1.AdjustRequest.kind:type_name -> cellpay.issuer.v1.AdjustKind
+	5,  // 1: cellpay.issuer.v1.EffectsRequest.transactions:type_name -> cellpay.issuer.v1.TransactionRef
+	0,  // 2: cellpay.issuer.v1.Effect.kind:type_name -> cellpay.issuer.v1.AdjustKind
+	7,  // 3: cellpay.issuer.v1.EffectsResponse.effects:type_name -> cellpay.issuer.v1.Effect
+	13, // 4: cellpay.issuer.v1.ListEffectsRequest.from:type_name -> google.protobuf.Timestamp
+	13, // 5: cellpay.issuer.v1.ListEffectsRequest.to:type_name -> google.protobuf.Timestamp
+	0,  // 6: cellpay.issuer.v1.RecordedEffect.kind:type_name -> cellpay.issuer.v1.AdjustKind
+	13, // 7: cellpay.issuer.v1.RecordedEffect.applied_at:type_name -> google.protobuf.Timestamp
+	10, // 8: cellpay.issuer.v1.ListEffectsResponse.effects:type_name -> cellpay.issuer.v1.RecordedEffect
+	1,  // 9: cellpay.issuer.v1.Issuer.Authorize:input_type -> cellpay.issuer.v1.AuthorizeRequest
+	4,  // 10: cellpay.issuer.v1.Issuer.Inquire:input_type -> cellpay.issuer.v1.InquireRequest
+	2,  // 11: cellpay.issuer.v1.Issuer.Adjust:input_type -> cellpay.issuer.v1.AdjustRequest
+	6,  // 12: cellpay.issuer.v1.Issuer.Effects:input_type -> cellpay.issuer.v1.EffectsRequest
+	9,  // 13: cellpay.issuer.v1.Issuer.ListEffects:input_type -> cellpay.issuer.v1.ListEffectsRequest
+	12, // 14: cellpay.issuer.v1.Issuer.SetFaults:input_type -> cellpay.issuer.v1.Faults
+	3,  // 15: cellpay.issuer.v1.Issuer.Authorize:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	3,  // 16: cellpay.issuer.v1.Issuer.Inquire:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	3,  // 17: cellpay.issuer.v1.Issuer.Adjust:output_type -> cellpay.issuer.v1.AuthorizeResponse
+	8,  // 18: cellpay.issuer.v1.Issuer.Effects:output_type -> cellpay.issuer.v1.EffectsResponse
+	11, // 19: cellpay.issuer.v1.Issuer.ListEffects:output_type -> cellpay.issuer.v1.ListEffectsResponse
+	12, // 20: cellpay.issuer.v1.Issuer.SetFaults:output_type -> cellpay.issuer.v1.Faults
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_issuer_v1_issuer_proto_init() }
@@ -940,7 +1287,7 @@ func file_cellpay_issuer_v1_issuer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_issuer_v1_issuer_proto_rawDesc), len(file_cellpay_issuer_v1_issuer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,11 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Issuer_Authorize_FullMethodName = "/cellpay.issuer.v1.Issuer/Authorize"
-	Issuer_Inquire_FullMethodName   = "/cellpay.issuer.v1.Issuer/Inquire"
-	Issuer_Adjust_FullMethodName    = "/cellpay.issuer.v1.Issuer/Adjust"
-	Issuer_Effects_FullMethodName   = "/cellpay.issuer.v1.Issuer/Effects"
-	Issuer_SetFaults_FullMethodName = "/cellpay.issuer.v1.Issuer/SetFaults"
+	Issuer_Authorize_FullMethodName   = "/cellpay.issuer.v1.Issuer/Authorize"
+	Issuer_Inquire_FullMethodName     = "/cellpay.issuer.v1.Issuer/Inquire"
+	Issuer_Adjust_FullMethodName      = "/cellpay.issuer.v1.Issuer/Adjust"
+	Issuer_Effects_FullMethodName     = "/cellpay.issuer.v1.Issuer/Effects"
+	Issuer_ListEffects_FullMethodName = "/cellpay.issuer.v1.Issuer/ListEffects"
+	Issuer_SetFaults_FullMethodName   = "/cellpay.issuer.v1.Issuer/SetFaults"
 )
 
 // IssuerClient is the client API for Issuer service.
@@ -78,6 +79,18 @@ type IssuerClient interface {
 	// (authorizations applied) and how many requests the issuer has seen.
 	// For test invariants.
 	Effects(ctx context.Context, in *EffectsRequest, opts ...grpc.CallOption) (*EffectsResponse, error)
+	// ListEffects is the issuer's own record of what it applied for the
+	// calling acquirer (the platform, by its client certificate) in a
+	// window of the issuer's clock, one entry per transaction that has an
+	// outcome (authorizations and adjustments, approved or declined), in
+	// the order the issuer applied them, by pages. A terminal_id narrows it
+	// to the requests that carried it (a cell's ID). It is how a cell whose
+	// database was restored from a copy that missed its last commits (a
+	// site lost, an asynchronous replica promoted) learns what the issuer
+	// did meanwhile, and records it: the issuer's record is the money.
+	// Errors: INVALID_ARGUMENT (from, to, page_size, page_token, naming the
+	// field).
+	ListEffects(ctx context.Context, in *ListEffectsRequest, opts ...grpc.CallOption) (*ListEffectsResponse, error)
 	// SetFaults replaces the injected faults and returns them.
 	SetFaults(ctx context.Context, in *Faults, opts ...grpc.CallOption) (*Faults, error)
 }
@@ -124,6 +137,16 @@ func (c *issuerClient) Effects(ctx context.Context, in *EffectsRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EffectsResponse)
 	err := c.cc.Invoke(ctx, Issuer_Effects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *issuerClient) ListEffects(ctx context.Context, in *ListEffectsRequest, opts ...grpc.CallOption) (*ListEffectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEffectsResponse)
+	err := c.cc.Invoke(ctx, Issuer_ListEffects_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +213,18 @@ type IssuerServer interface {
 	// (authorizations applied) and how many requests the issuer has seen.
 	// For test invariants.
 	Effects(context.Context, *EffectsRequest) (*EffectsResponse, error)
+	// ListEffects is the issuer's own record of what it applied for the
+	// calling acquirer (the platform, by its client certificate) in a
+	// window of the issuer's clock, one entry per transaction that has an
+	// outcome (authorizations and adjustments, approved or declined), in
+	// the order the issuer applied them, by pages. A terminal_id narrows it
+	// to the requests that carried it (a cell's ID). It is how a cell whose
+	// database was restored from a copy that missed its last commits (a
+	// site lost, an asynchronous replica promoted) learns what the issuer
+	// did meanwhile, and records it: the issuer's record is the money.
+	// Errors: INVALID_ARGUMENT (from, to, page_size, page_token, naming the
+	// field).
+	ListEffects(context.Context, *ListEffectsRequest) (*ListEffectsResponse, error)
 	// SetFaults replaces the injected faults and returns them.
 	SetFaults(context.Context, *Faults) (*Faults, error)
 	mustEmbedUnimplementedIssuerServer()
@@ -213,6 +248,9 @@ func (UnimplementedIssuerServer) Adjust(context.Context, *AdjustRequest) (*Autho
 }
 func (UnimplementedIssuerServer) Effects(context.Context, *EffectsRequest) (*EffectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Effects not implemented")
+}
+func (UnimplementedIssuerServer) ListEffects(context.Context, *ListEffectsRequest) (*ListEffectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEffects not implemented")
 }
 func (UnimplementedIssuerServer) SetFaults(context.Context, *Faults) (*Faults, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetFaults not implemented")
@@ -310,6 +348,24 @@ func _Issuer_Effects_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Issuer_ListEffects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEffectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IssuerServer).ListEffects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Issuer_ListEffects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IssuerServer).ListEffects(ctx, req.(*ListEffectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Issuer_SetFaults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(Faults)
 	if err := dec(in); err != nil {
@@ -350,6 +406,10 @@ var Issuer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Effects",
 			Handler:    _Issuer_Effects_Handler,
+		},
+		{
+			MethodName: "ListEffects",
+			Handler:    _Issuer_ListEffects_Handler,
 		},
 		{
 			MethodName: "SetFaults",

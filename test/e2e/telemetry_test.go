@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -19,7 +21,9 @@ import (
 // (one cell, so one CELL_METRICS_LISTEN), sends transactions with card
 // numbers, and scrapes /metrics: the GTR counts them by outcome, the cell
 // by final state with its ID as a label, and no full card number appears in
-// any process's metrics.
+// any process's metrics. The cell's check of the issuer's record (every
+// second here) finds every effect recorded, then, once a row is deleted
+// from its database (a commit lost, as with a site), that one missing.
 func TestTelemetryScrape(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	dir, err := os.MkdirTemp("", "cellpay-telemetry-")
@@ -64,6 +68,7 @@ func TestTelemetryScrape(t *testing.T) {
 			"GTR_METRICS_LISTEN=" + gtrMetrics,
 			"CELL_METRICS_LISTEN=" + cellMetrics,
 			"ISSUERSIM_METRICS_LISTEN=" + issuerMetrics,
+			"CELL_ISSUER_CHECK_EVERY=1s",
 			"OTEL_EXPORTER_OTLP_ENDPOINT=", // no collector: the no-op tracer
 		},
 	})
@@ -78,8 +83,12 @@ func TestTelemetryScrape(t *testing.T) {
 	for i := range n - 1 {
 		pans = append(pans, luhnPAN(fmt.Sprintf("5%014d", 42424200+i)))
 	}
+	var first string // the first transaction's ID
 	for i, pan := range pans {
 		txn, err := payments.SubmitTransaction(ctx, request(fmt.Sprintf("telemetry-%d", i), pan))
+		if i == 0 {
+			first = txn.GetTransactionId()
+		}
 		if err != nil {
 			t.Fatalf("transaction %d: %v", i, err)
 		}
@@ -112,6 +121,30 @@ func TestTelemetryScrape(t *testing.T) {
 	if got := sumMetric(cellText, "cellpay_refdata_serving", `cell="cell-m"`); got != 1 {
 		t.Errorf("cellpay_refdata_serving = %v\n%s", got, grep(cellText, "cellpay_refdata_"))
 	}
+
+	// The issuer check: a check after the last answer finds nothing
+	// missing; with the first transaction's row gone from the database,
+	// it finds that one.
+	answered := float64(time.Now().Unix())
+	checked := func(missing float64) func() bool {
+		return func() bool {
+			text := testutil.Scrape(t, cellMetrics)
+			return sumMetric(text, "cellpay_cell_issuer_check_timestamp_seconds") > answered &&
+				sumMetric(text, "cellpay_cell_issuer_discrepancies", `kind="missing"`) == missing &&
+				sumMetric(text, "cellpay_cell_issuer_discrepancies", `kind="differs"`) == 0
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "a check of the issuer's record finding every effect recorded", checked(0))
+	db, err := pgx.Connect(ctx, p.Postgres(cell.ID).URL("cellpay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if tag, err := db.Exec(ctx, "DELETE FROM transactions WHERE transaction_id = $1", first); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("deleting %s: %v, %v", first, tag, err)
+	}
+	answered = float64(time.Now().Unix())
+	testutil.Eventually(t, 20*time.Second, "a check of the issuer's record finding the deleted transaction missing", checked(1))
 
 	issuer := testutil.Scrape(t, issuerMetrics)
 	if !strings.Contains(issuer, `service_name="issuersim"`) || !strings.Contains(issuer, "rpc_server_") {

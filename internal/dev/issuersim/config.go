@@ -15,7 +15,8 @@ const (
 
 // Config configures a Server. The zero value is usable.
 type Config struct {
-	// Now is the clock card expiry is checked against. Default time.Now.
+	// Now is the clock card expiry is checked against and effects are
+	// recorded at (ListEffects). Default time.Now.
 	// Fault latency and hangs use real time regardless.
 	Now func() time.Time
 	// PerTxnLimit is the largest amount_minor_units one authorization may

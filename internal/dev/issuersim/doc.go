@@ -102,6 +102,20 @@
 // authorization), original, approved, and the amount and currency applied
 // (a void's: the authorized amount; zero and empty for a decline).
 //
+// # The issuer's record
+//
+// ListEffects is what a real issuer offers its acquirers for
+// reconciliation: every outcome it applied (approved or declined, an
+// authorization of each kind or an adjustment) in a window of its own
+// clock (Config.Now), in the order recorded, by pages (a token that is the
+// place in an append-only journal), narrowed to one terminal_id (the
+// cell that sent the request) when asked. Each entry carries what was
+// applied (amount, currency, auth code or decline reason, the time) and
+// never card data. A duplicate or a closed transaction adds nothing; an
+// effect whose caller learnt nothing (a failure after it) is listed, which
+// is the point: a cell whose database lost its last commits with a site
+// learns from it what the issuer did.
+//
 // # Closing
 //
 // Inquire returns a transaction's outcome if it has one, with

@@ -49,6 +49,12 @@ type outcome struct {
 	// for a decline. A void's amount is the authorization it released.
 	amount   int64
 	currency string
+	// refund and bankTransfer say which kind of authorization it was.
+	refund, bankTransfer bool
+	// at is when it was applied (the issuer's clock), and terminal the
+	// terminal_id of the request that applied it.
+	at       time.Time
+	terminal string
 }
 
 // record is what the issuer knows about one transaction. outcome and

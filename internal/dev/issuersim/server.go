@@ -22,6 +22,8 @@ type Server struct {
 	cards  *cards
 	auths  *authorizations
 	faults *faults
+	// journal lists every outcome applied, in order, for ListEffects.
+	journal journal
 }
 
 var _ issuerproto.IssuerServer = (*Server)(nil)
@@ -107,6 +109,9 @@ func (s *Server) call(ctx context.Context, op string, k txnKey, validate func() 
 		return nil, errInjected
 	}
 	out, dup, closed := apply(rec, decide)
+	if !dup && !closed {
+		s.journal.add(k, out)
+	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		attrs := []slog.Attr{
 			slog.String("partner_id", k.partner),
@@ -168,18 +173,16 @@ func (s *Server) authorize(k txnKey, req *issuerproto.AuthorizeRequest) outcome 
 		refund:       req.GetRefund(),
 		bankTransfer: req.GetBankTransfer(),
 	}, s.lim, s.cfg.Now())
+	o := outcome{refund: req.GetRefund(), bankTransfer: req.GetBankTransfer(), at: s.cfg.Now(), terminal: req.GetTerminalId()}
 	if !approved {
-		return outcome{reason: reason}
+		o.reason = reason
+		return o
 	}
 	if !req.GetRefund() && !req.GetBankTransfer() {
 		s.auths.add(k, req.GetAmountMinorUnits(), req.GetCurrency())
 	}
-	return outcome{
-		approved: true,
-		authCode: AuthCode(k.partner, k.id),
-		amount:   req.GetAmountMinorUnits(),
-		currency: req.GetCurrency(),
-	}
+	o.approved, o.authCode, o.amount, o.currency = true, AuthCode(k.partner, k.id), req.GetAmountMinorUnits(), req.GetCurrency()
+	return o
 }
 
 // adjust decides and applies adjustment k of its original, the partner's
@@ -188,7 +191,7 @@ func (s *Server) authorize(k txnKey, req *issuerproto.AuthorizeRequest) outcome 
 // Called under k's record lock; it takes the original's ledger lock, never
 // its record lock.
 func (s *Server) adjust(k txnKey, req *issuerproto.AdjustRequest) outcome {
-	o := outcome{kind: req.GetKind(), original: req.GetOriginalTransactionId()}
+	o := outcome{kind: req.GetKind(), original: req.GetOriginalTransactionId(), at: s.cfg.Now(), terminal: req.GetTerminalId()}
 	a := s.auths.get(txnKey{partner: k.partner, id: o.original})
 	switch {
 	case a == nil:

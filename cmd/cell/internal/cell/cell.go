@@ -74,6 +74,10 @@ type Config struct {
 	// after it ends (package retention); zero for retention.DefaultKeep.
 	// It must exceed DirectoryMaxAge (the idempotency window) by a day.
 	Retention time.Duration
+	// IssuerCheckEvery is how often the leading instance compares the
+	// issuer's record of the effects it applied for this cell with the
+	// cell's records (package issuercheck); zero for no check.
+	IssuerCheckEvery time.Duration
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.

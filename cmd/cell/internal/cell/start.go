@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/cellpay/cellpay/cmd/cell/internal/callback"
 	"github.com/cellpay/cellpay/cmd/cell/internal/directory"
 	"github.com/cellpay/cellpay/cmd/cell/internal/instance"
+	"github.com/cellpay/cellpay/cmd/cell/internal/issuercheck"
 	"github.com/cellpay/cellpay/cmd/cell/internal/notifier"
 	"github.com/cellpay/cellpay/cmd/cell/internal/reconcile"
 	"github.com/cellpay/cellpay/cmd/cell/internal/refsync"
@@ -31,6 +33,7 @@ import (
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -235,8 +238,12 @@ func (c *Cell) startWatchers(context.Context) error {
 	if err := telemetry.NewRetention(c.tel.Meter(meterName), keeper.End); err != nil {
 		return err
 	}
+	checker, err := c.issuerCheck()
+	if err != nil {
+		return err
+	}
 	watchers.Go(func() {
-		instance.Lead(watchCtx, c.st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, keeper, c.st, c.log) }, c.log)
+		instance.Lead(watchCtx, c.st, time.Second, func(ctx context.Context) { reconcileCell(ctx, rec, keeper, checker, c.st, c.log) }, c.log)
 	})
 	if !c.cfg.Callbacks.Off {
 		stopNotifier, err := startNotifier(watchCtx, c.cfg, c.st, c.reg, c.tel, c.log)
@@ -264,15 +271,43 @@ func (c *Cell) ready(ok bool) {
 	c.hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
 }
 
+// issuerCheck is the watcher of the issuer's record of this cell's
+// effects, its gauges registered; nil when IssuerCheckEvery is zero.
+func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
+	if c.cfg.IssuerCheckEvery <= 0 {
+		return nil, nil
+	}
+	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery, Log: c.log,
+		Records: func(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
+			r, err := c.st.Get(ctx, k)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, nil
+			}
+			return r, err
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return w, telemetry.NewIssuerCheck(c.tel.Meter(meterName), func() (map[string]int, time.Time, bool) {
+		rep, at, ok := w.Last()
+		return map[string]int{"missing": rep.Counts[issuercheck.Missing], "differs": rep.Counts[issuercheck.Differs],
+			"unresolved": rep.Counts[issuercheck.Unresolved]}, at, ok
+	})
+}
+
 // reconcileCell is the work of the cell's one reconciler: transactions
 // past their point of no return with no known outcome, the leftovers
 // short of it of instances that are gone (orphanGrace after their last
-// write; any row stuck past store.ActiveFor), and the tables'
-// partitions, created ahead and dropped past retention.
-func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, keeper *retention.Keeper, st *store.Store, log *slog.Logger) {
+// write; any row stuck past store.ActiveFor), the tables' partitions,
+// created ahead and dropped past retention, and the check of the
+// issuer's record of the cell's effects (checker, when not nil).
+func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, keeper *retention.Keeper, checker *issuercheck.Watcher, st *store.Store, log *slog.Logger) {
 	var ran sync.WaitGroup
 	ran.Go(func() { rec.Run(ctx) })
 	ran.Go(func() { keeper.Run(ctx) })
+	if checker != nil {
+		ran.Go(func() { checker.Run(ctx) })
+	}
 	defer ran.Wait()
 	t := time.NewTicker(instance.RenewEvery)
 	defer t.Stop()

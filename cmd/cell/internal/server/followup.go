@@ -266,7 +266,7 @@ func (s *Server) adjust(ctx context.Context, held *cellside.Record) *cellside.Re
 	}
 	resp, err := s.cfg.Issuer.Adjust(ctx, &issuerproto.AdjustRequest{
 		PartnerId: held.PartnerID, TransactionId: held.TransactionID, OriginalTransactionId: held.Original,
-		Kind: kind, AmountMinorUnits: held.Amount, Currency: held.Currency,
+		Kind: kind, AmountMinorUnits: held.Amount, Currency: held.Currency, TerminalId: s.cfg.CellID,
 	})
 	switch status.Code(err) {
 	case codes.OK:

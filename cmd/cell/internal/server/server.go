@@ -700,6 +700,7 @@ func (s *Server) authorize(ctx context.Context, a cellside.Authorize) cellside.E
 		Mcc:              r.GetMerchant().GetMcc(),
 		Refund:           r.GetPaymentType() == cellpayv1.PaymentType_CARD_REFUND,
 		BankTransfer:     r.GetPaymentType() == cellpayv1.PaymentType_BANK_TRANSFER,
+		TerminalId:       s.cfg.CellID,
 	})
 	switch status.Code(err) {
 	case codes.OK:

@@ -1,6 +1,7 @@
 // Package admin implements the GTR's operator API, cellpay.admin.v1.Admin:
 // list cells (with the reference data version each reports), set weights,
-// drain and restore (now or ramped), explain a route (including cells
+// drain and restore (now or ramped), evacuate and restore a site's cells
+// together (sites.go), explain a route (including cells
 // skipped for serving stale reference data), read or replace the routing
 // table, and manage the partner registry (list, add, suspend, resume, add
 // and revoke API keys).

@@ -175,6 +175,31 @@ func (s *Server) view(method string, req, resp any) json.RawMessage {
 		if d, _, ok := s.cfg.State.Doc(); ok {
 			v = map[string]any{"version": d.Version, "cells": cellWeights(docToProto(d))}
 		}
+	case "EvacuateSite", "RestoreSite":
+		// A dry run is audited like the change (an operator's call) and
+		// its after says applied false; only a change's after has cells,
+		// as ApplyTable's.
+		site := req.(interface{ GetSite() string }).GetSite()
+		if resp != nil {
+			r := resp.(*adminproto.SiteChange)
+			after := map[string]any{"site": r.GetSite(), "version": r.GetVersion(), "applied": r.GetApplied()}
+			if r.GetApplied() {
+				cells := []cellView{}
+				for _, c := range r.GetCells() {
+					cells = append(cells, viewOfCell(c, r.GetVersion()))
+				}
+				after["cells"] = cells
+			}
+			v = after
+			break
+		}
+		if d, _, ok := s.cfg.State.Doc(); ok {
+			cells := []cellView{}
+			for _, c := range s.siteCells(d, site, s.cfg.State.Now()) {
+				cells = append(cells, viewOfCell(c, d.Version))
+			}
+			v = map[string]any{"site": site, "version": d.Version, "cells": cells}
+		}
 	case "ReplayCallbacks":
 		if resp != nil {
 			v = map[string]any{"replayed": resp.(*adminproto.ReplayCallbacksResponse).GetReplayed()}

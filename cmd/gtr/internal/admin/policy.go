@@ -30,6 +30,8 @@ var policy = map[string]operators.Role{
 	"SetWeight":       operators.RoleOperator,
 	"Drain":           operators.RoleOperator,
 	"Restore":         operators.RoleOperator,
+	"EvacuateSite":    operators.RoleOperator,
+	"RestoreSite":     operators.RoleOperator,
 	"ReplayCallbacks": operators.RoleOperator,
 
 	"ApplyTable":        operators.RoleAdmin,

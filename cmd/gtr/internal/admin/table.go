@@ -26,12 +26,9 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 	if req.GetTable() == nil {
 		return nil, fieldError("table", "is required")
 	}
-	samples := int(req.GetSamples())
-	switch {
-	case samples < 0 || samples > maxDrySamples:
-		return nil, fieldError("samples", fmt.Sprintf("%d outside 0..%d", samples, maxDrySamples))
-	case samples == 0:
-		samples = defDrySamples
+	samples, err := drySamples(req.GetSamples())
+	if err != nil {
+		return nil, err
 	}
 	spec, err := tableFromProto(req.GetTable())
 	if err != nil {
@@ -86,6 +83,18 @@ func (s *Server) ApplyTable(ctx context.Context, req *adminproto.ApplyTableReque
 	s.cfg.Log.Info("admin: table applied", "version", next.Version, "cells", len(next.Cells), "rules", len(next.Rules))
 	resp.Applied = true
 	return resp, nil
+}
+
+// drySamples is a dry run's samples as asked for: 0 is defDrySamples,
+// anything outside 0..maxDrySamples is refused naming samples.
+func drySamples(n int32) (int, error) {
+	switch {
+	case n < 0 || n > maxDrySamples:
+		return 0, fieldError("samples", fmt.Sprintf("%d outside 0..%d", n, maxDrySamples))
+	case n == 0:
+		return defDrySamples, nil
+	}
+	return int(n), nil
 }
 
 // moves routes the same synthetic keys through both tables and counts them
@@ -191,14 +200,15 @@ func fieldError(field, reason string) error {
 func errNoTable() error { return status.Error(codes.Unavailable, "no routing table loaded yet") }
 
 // toStatus maps errors to the admin API's codes: bad input is
-// INVALID_ARGUMENT with a BadRequest detail per field, an unknown cell
-// NOT_FOUND, a stale expected version FAILED_PRECONDITION, an unreachable
-// store UNAVAILABLE, lost races ABORTED.
+// INVALID_ARGUMENT with a BadRequest detail per field, an unknown cell or
+// site NOT_FOUND, a stale expected version and an evacuation that would
+// leave a pool without weight FAILED_PRECONDITION, an unreachable store
+// UNAVAILABLE, lost races ABORTED.
 func toStatus(err error) error {
 	switch {
-	case errors.Is(err, state.ErrUnknownCell):
+	case errors.Is(err, state.ErrUnknownCell), errors.Is(err, state.ErrUnknownSite):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, errStaleVersion):
+	case errors.Is(err, errStaleVersion), errors.Is(err, state.ErrSiteIsLast):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, kvsync.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error()+"; routing continues on the last-known table")

@@ -40,7 +40,8 @@ type CellConfig struct {
 	Addrs []string `json:"addrs,omitempty"`
 	Pool  string   `json:"pool"`
 	// Site names the site the cell runs in, as in routing.Cell ("" when
-	// unnamed): shown to operators, not used by routing.
+	// unnamed); EvacuateSite and RestoreSite change a site's cells
+	// together.
 	Site string `json:"site,omitempty"`
 	// TableWeight is the weight in the last applied table; Restore returns
 	// the cell to it and Drain takes its percentage of it.
@@ -240,6 +241,15 @@ func (d Doc) Validate() error {
 // the Doc does not have.
 var ErrUnknownCell = errors.New("unknown cell")
 
+// ErrUnknownSite is returned by EvacuateSite and RestoreSite for a site
+// no cell of the Doc names.
+var ErrUnknownSite = errors.New("unknown site")
+
+// ErrSiteIsLast is returned by EvacuateSite when the site holds the last
+// weight of a pool: evacuating it would leave the pool's rules without a
+// cell to route to.
+var ErrSiteIsLast = errors.New("cannot evacuate")
+
 // FieldError is bad operator input: the field at fault and why.
 type FieldError struct {
 	Field  string
@@ -251,6 +261,21 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 // SetWeight moves cell id to weight w, now when over is 0, else ramped
 // linearly from its weight at now over the duration. It raises Version.
 func (d *Doc) SetWeight(id string, w int, now time.Time, over time.Duration) error {
+	if err := checkWeight(w, over); err != nil {
+		return err
+	}
+	c := d.Cell(id)
+	if c == nil {
+		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
+	}
+	c.setWeight(w, now, over)
+	d.Version++
+	return nil
+}
+
+// checkWeight validates a weight change's inputs: w in 0..100, over in
+// 0..MaxRamp.
+func checkWeight(w int, over time.Duration) error {
 	if w < 0 || w > 100 {
 		return &FieldError{"weight", fmt.Sprintf("%d outside 0..100", w)}
 	}
@@ -260,17 +285,19 @@ func (d *Doc) SetWeight(id string, w int, now time.Time, over time.Duration) err
 	if over > MaxRamp {
 		return &FieldError{"over", fmt.Sprintf("%v is longer than %v", over, MaxRamp)}
 	}
-	c := d.Cell(id)
-	if c == nil {
-		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
-	}
+	return nil
+}
+
+// setWeight is SetWeight's change to one cell, its inputs checked
+// (checkWeight): the weight becomes w, now when over is 0, else ramped
+// from the weight at now. It does not raise the Doc's version, so that
+// one operation may change several cells under one version.
+func (c *CellConfig) setWeight(w int, now time.Time, over time.Duration) {
 	from := c.WeightAt(now)
 	c.Weight, c.Ramp = w, nil
 	if over > 0 && from != w {
 		c.Ramp = &Ramp{From: from, Start: now, End: now.Add(over)}
 	}
-	d.Version++
-	return nil
 }
 
 // Drain moves percent of cell id's keys (of its TableWeight) away: its
@@ -295,4 +322,94 @@ func (d *Doc) Restore(id string, now time.Time, over time.Duration) error {
 		return fmt.Errorf("cell_id: %w %q", ErrUnknownCell, id)
 	}
 	return d.SetWeight(id, c.TableWeight, now, over)
+}
+
+// EvacuateSite moves every key of site's cells away: each cell whose
+// Site is site goes to weight 0, now when over is 0, else ramped from its
+// weight at now, as Drain of 100 would, all in one change (Version is
+// raised once). A weight-0 cell takes no new keys; what it owns (work in
+// flight, past its point of no return) still finishes there.
+//
+// It refuses (ErrSiteIsLast, naming the pool) when a pool with weight in
+// the site (a cell of the site at a configured weight above 0) has no
+// cell outside the site at a configured weight above 0: the pool's rules
+// would be left without a cell. Configured weights only: whether the
+// other cells are healthy is the health monitor's, not the Doc's. On any
+// error d is unchanged.
+func (d *Doc) EvacuateSite(site string, now time.Time, over time.Duration) error {
+	cells, err := d.siteCells(site, over)
+	if err != nil {
+		return err
+	}
+	inSite, outside := map[string]bool{}, map[string]bool{}
+	var pools []string // in the table's order, for a stable refusal
+	for _, c := range d.Cells {
+		if c.Weight <= 0 {
+			continue
+		}
+		if c.Site == site {
+			if !inSite[c.Pool] {
+				pools = append(pools, c.Pool)
+			}
+			inSite[c.Pool] = true
+		} else {
+			outside[c.Pool] = true
+		}
+	}
+	for _, p := range pools {
+		if !outside[p] {
+			return fmt.Errorf("site: %w: pool %q has no cell outside %s with weight above 0: evacuating would leave its rules without a cell", ErrSiteIsLast, p, site)
+		}
+	}
+	for _, c := range cells {
+		c.setWeight(0, now, over)
+	}
+	d.Version++
+	return nil
+}
+
+// RestoreSite returns every cell whose Site is site to its TableWeight,
+// now when over is 0, else ramped from its weight at now, as Restore
+// does, all in one change (Version is raised once). On any error d is
+// unchanged.
+func (d *Doc) RestoreSite(site string, now time.Time, over time.Duration) error {
+	cells, err := d.siteCells(site, over)
+	if err != nil {
+		return err
+	}
+	for _, c := range cells {
+		if err := checkWeight(c.TableWeight, over); err != nil {
+			return fmt.Errorf("cell %q: %w", c.ID, err)
+		}
+	}
+	for _, c := range cells {
+		c.setWeight(c.TableWeight, now, over)
+	}
+	d.Version++
+	return nil
+}
+
+// siteCells checks a site operation's inputs (site of routing.CheckSite's
+// form and not empty, over as SetWeight takes it) and returns the cells
+// of d in site, in the table's order; ErrUnknownSite when there is none.
+func (d *Doc) siteCells(site string, over time.Duration) ([]*CellConfig, error) {
+	if site == "" {
+		return nil, &FieldError{"site", "is required"}
+	}
+	if err := routing.CheckSite(site); err != nil {
+		return nil, &FieldError{"site", err.Error()}
+	}
+	if err := checkWeight(0, over); err != nil {
+		return nil, err
+	}
+	var cells []*CellConfig
+	for i := range d.Cells {
+		if d.Cells[i].Site == site {
+			cells = append(cells, &d.Cells[i])
+		}
+	}
+	if len(cells) == 0 {
+		return nil, fmt.Errorf("site: %w %q: no cell of the table names it", ErrUnknownSite, site)
+	}
+	return cells, nil
 }

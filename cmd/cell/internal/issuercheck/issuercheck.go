@@ -1,0 +1,317 @@
+// Package issuercheck compares a cell's records with the issuer's own
+// record of what it applied for the cell: the issuer's ListEffects, by the
+// cell's terminal ID (every Authorize and Adjust a cell sends carries its
+// cell ID as terminal_id). The issuer's record is the money; a cell must
+// hold a record of every effect the issuer applied for it, with the same
+// outcome. Invariant 12 of docs/design/README.md says so, and this is how
+// it is checked where it matters: routinely, on the cell's leading
+// instance (a finding is counted and logged, never corrected here), and
+// as the first step of recovering a cell whose database lost its last
+// commits (a site lost, an asynchronous copy promoted;
+// docs/design/sites.md).
+//
+// Compare is the pure judgement of one effect against the cell's record;
+// Check is the driver: it pages through the issuer's record of a window,
+// reads the cell's record of each, and counts what Compare finds, bounded
+// in pages and in findings kept.
+package issuercheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+// Kind is what a comparison found.
+type Kind int
+
+// The findings. Missing and Differs are discrepancies: the cell's records
+// are wrong about money, or about an outcome a partner may hold.
+// Unresolved is not one yet: the cell's reconciler resolves a record short
+// of final by inquiry at the issuer, which answers this same outcome.
+const (
+	// Agrees: the cell's record holds the issuer's outcome.
+	Agrees Kind = iota
+	// Missing: the issuer applied it, and the cell has no record of it.
+	Missing
+	// Unresolved: the cell's record has no outcome yet (received,
+	// deciding or sending).
+	Unresolved
+	// Differs: the cell's record holds another outcome: another kind of
+	// transaction, approved against declined, another amount or
+	// authorization code, or failed or abandoned where the issuer applied
+	// it.
+	Differs
+)
+
+var kindNames = [...]string{Agrees: "agrees", Missing: "missing", Unresolved: "unresolved", Differs: "differs"}
+
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Finding is one effect that does not agree with the cell's record: its
+// transaction, what the issuer applied and what the cell holds, in words
+// with no card data (neither side carries any).
+type Finding struct {
+	Key    idempotency.Key
+	Kind   Kind
+	Issuer string // e.g. "approved CAPTURE of a-1, 400 EUR, auth A1B2C3"
+	Cell   string // e.g. "no record", "sending", "declined: do_not_honour"
+}
+
+// Compare judges effect e against the cell's record r of the same
+// transaction (nil when the cell has none). It is pure. Amounts are
+// compared for approvals other than a void (whose issuer amount is the
+// authorization it released, which the void's record need not carry).
+func Compare(e *issuerproto.RecordedEffect, r *cellside.Record) Finding {
+	f := Finding{Key: idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}, Issuer: describeEffect(e)}
+	if r == nil {
+		f.Kind, f.Cell = Missing, "no record"
+		return f
+	}
+	f.Cell = describeRecord(r)
+	switch {
+	case !r.State.Terminal() && r.State != cellside.StateAbandoned:
+		f.Kind = Unresolved
+	case r.PaymentType != paymentType(e) || e.GetOriginalTransactionId() != r.Original:
+		f.Kind = Differs
+	case r.State == cellside.StateApproved && e.GetApproved():
+		if e.GetAuthCode() != r.AuthCode || e.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_VOID &&
+			(e.GetAmountMinorUnits() != r.Amount || e.GetCurrency() != r.Currency) {
+			f.Kind = Differs
+		}
+	case r.State == cellside.StateDeclined && !e.GetApproved():
+	default: // approved against declined, or failed or abandoned where the issuer applied it
+		f.Kind = Differs
+	}
+	return f
+}
+
+// paymentType is the payment type of the transaction e is the effect of.
+func paymentType(e *issuerproto.RecordedEffect) cellpayv1.PaymentType {
+	switch e.GetKind() {
+	case issuerproto.AdjustKind_ADJUST_KIND_CAPTURE:
+		return cellpayv1.PaymentType_CAPTURE
+	case issuerproto.AdjustKind_ADJUST_KIND_VOID:
+		return cellpayv1.PaymentType_VOID
+	case issuerproto.AdjustKind_ADJUST_KIND_REFUND:
+		return cellpayv1.PaymentType_REFUND
+	}
+	switch {
+	case e.GetRefund():
+		return cellpayv1.PaymentType_CARD_REFUND
+	case e.GetBankTransfer():
+		return cellpayv1.PaymentType_BANK_TRANSFER
+	}
+	return cellpayv1.PaymentType_CARD_AUTHORIZATION
+}
+
+func describeEffect(e *issuerproto.RecordedEffect) string {
+	what := paymentType(e).String()
+	if o := e.GetOriginalTransactionId(); o != "" {
+		what += " of " + o
+	}
+	if !e.GetApproved() {
+		return fmt.Sprintf("declined %s: %s", what, e.GetDeclineReason())
+	}
+	return fmt.Sprintf("approved %s, %d %s, auth %s", what, e.GetAmountMinorUnits(), e.GetCurrency(), e.GetAuthCode())
+}
+
+func describeRecord(r *cellside.Record) string {
+	what := r.PaymentType.String()
+	if r.Original != "" {
+		what += " of " + r.Original
+	}
+	switch r.State {
+	case cellside.StateApproved:
+		return fmt.Sprintf("approved %s, %d %s, auth %s", what, r.Amount, r.Currency, r.AuthCode)
+	case cellside.StateDeclined, cellside.StateFailed:
+		return fmt.Sprintf("%s %s: %s", r.State, what, r.DeclineReason)
+	}
+	return fmt.Sprintf("%s %s", r.State, what)
+}
+
+// Issuer is the issuer's record; issuerproto.IssuerClient implements it.
+type Issuer interface {
+	ListEffects(ctx context.Context, in *issuerproto.ListEffectsRequest, opts ...grpc.CallOption) (*issuerproto.ListEffectsResponse, error)
+}
+
+// Records reads the cell's record of a transaction: nil and no error
+// when it has none.
+type Records func(ctx context.Context, k idempotency.Key) (*cellside.Record, error)
+
+// Bounds of one Check.
+const (
+	// PageSize is the issuer's page Check asks for.
+	PageSize = 500
+	// MaxPages bounds the pages one Check reads: a window holding more
+	// effects than that is reported Truncated, and the caller narrows it.
+	MaxPages = 200
+	// MaxFindings is how many findings a Report keeps (it counts them all).
+	MaxFindings = 100
+)
+
+// Report is what one Check found.
+type Report struct {
+	From, To time.Time
+	Checked  int          // effects compared
+	Counts   map[Kind]int // by kind, Agrees included
+	Findings []Finding    // the first MaxFindings that do not agree
+	// Truncated says the window held more than MaxPages pages: the
+	// effects after them were not compared.
+	Truncated bool
+}
+
+// Discrepancies is the number of effects Missing or Differs.
+func (r Report) Discrepancies() int { return r.Counts[Missing] + r.Counts[Differs] }
+
+// Check compares every effect the issuer applied for terminal in [from,
+// to) of the issuer's clock with the cell's records.
+func Check(ctx context.Context, issuer Issuer, records Records, terminal string, from, to time.Time) (Report, error) {
+	if terminal == "" {
+		return Report{}, errors.New("issuercheck: terminal is required")
+	}
+	rep := Report{From: from, To: to, Counts: map[Kind]int{}}
+	req := &issuerproto.ListEffectsRequest{From: timestamppb.New(from), To: timestamppb.New(to), TerminalId: terminal, PageSize: PageSize}
+	for page := 0; ; page++ {
+		if page == MaxPages {
+			rep.Truncated = true
+			return rep, nil
+		}
+		resp, err := issuer.ListEffects(ctx, req)
+		if err != nil {
+			return rep, fmt.Errorf("issuercheck: the issuer's effects: %w", err)
+		}
+		for _, e := range resp.GetEffects() {
+			k := idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
+			r, err := records(ctx, k)
+			if err != nil {
+				return rep, fmt.Errorf("issuercheck: the cell's record of %s/%s: %w", k.PartnerID, k.TransactionID, err)
+			}
+			f := Compare(e, r)
+			rep.Checked++
+			rep.Counts[f.Kind]++
+			if f.Kind != Agrees && len(rep.Findings) < MaxFindings {
+				rep.Findings = append(rep.Findings, f)
+			}
+		}
+		if resp.GetNextPageToken() == "" {
+			return rep, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+// DefaultEvery is how often a Watcher checks by default.
+const DefaultEvery = 5 * time.Minute
+
+// WatchConfig configures a Watcher.
+type WatchConfig struct {
+	Issuer   Issuer
+	Records  Records
+	Terminal string // the cell's ID
+	// Every is the time between checks [DefaultEvery]; each checks the
+	// window of Lookback [2 × Every] up to its start, so that windows
+	// overlap and an effect recorded late at the issuer is not skipped.
+	Every, Lookback time.Duration
+	Log             *slog.Logger
+	Now             func() time.Time // [time.Now]
+}
+
+// Watcher runs Check on a schedule, logs every finding that is a
+// discrepancy, and keeps the last report for the metrics. The cell runs
+// one, on its leading instance.
+type Watcher struct {
+	cfg  WatchConfig
+	mu   sync.Mutex
+	last Report
+	at   time.Time // when last was taken; zero before the first
+}
+
+// NewWatcher returns a Watcher for cfg.
+func NewWatcher(cfg WatchConfig) (*Watcher, error) {
+	if cfg.Issuer == nil || cfg.Records == nil || cfg.Terminal == "" || cfg.Log == nil {
+		return nil, errors.New("issuercheck: Issuer, Records, Terminal and Log are required")
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = 2 * cfg.Every
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Watcher{cfg: cfg}, nil
+}
+
+// Run checks every Every until ctx ends, the first at once. When it
+// returns (the instance stopped leading), Last is false again: an
+// instance that no longer checks exports no finding.
+func (w *Watcher) Run(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Every)
+	defer t.Stop()
+	defer func() {
+		w.mu.Lock()
+		w.last, w.at = Report{}, time.Time{}
+		w.mu.Unlock()
+	}()
+	for {
+		if _, err := w.Once(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Log.Warn("checking the issuer's record of its effects failed; next check in "+w.cfg.Every.String(), "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Once checks the window of Lookback up to now, logs what does not agree
+// and keeps the report.
+func (w *Watcher) Once(ctx context.Context) (Report, error) {
+	now := w.cfg.Now()
+	rep, err := Check(ctx, w.cfg.Issuer, w.cfg.Records, w.cfg.Terminal, now.Add(-w.cfg.Lookback), now)
+	if err != nil {
+		return rep, err
+	}
+	for _, f := range rep.Findings {
+		if f.Kind == Unresolved {
+			continue // the reconciler's: it resolves the record by inquiry
+		}
+		w.cfg.Log.Error("the issuer applied a transaction this cell does not hold as applied",
+			"finding", f.Kind.String(), "partner_id", f.Key.PartnerID, "transaction_id", f.Key.TransactionID,
+			"issuer", f.Issuer, "cell", f.Cell)
+	}
+	if rep.Truncated {
+		w.cfg.Log.Warn("the issuer's record of the window is longer than one check reads; shorten the check's interval",
+			"checked", rep.Checked, "lookback", w.cfg.Lookback)
+	}
+	w.mu.Lock()
+	w.last, w.at = rep, now
+	w.mu.Unlock()
+	return rep, nil
+}
+
+// Last is the last report and when it was taken; false before the first.
+func (w *Watcher) Last() (Report, time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last, w.at, !w.at.IsZero()
+}

@@ -1,0 +1,163 @@
+package issuercheck
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cellpay/cellpay/internal/dev/issuersim"
+	"github.com/cellpay/cellpay/internal/dev/testutil/grpctest"
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+	"github.com/cellpay/cellpay/pkg/issuerproto"
+)
+
+const partner = "p-001"
+
+func effect(id string, approved bool, amount int64) *issuerproto.RecordedEffect {
+	e := &issuerproto.RecordedEffect{PartnerId: partner, TransactionId: id, Approved: approved}
+	if approved {
+		e.AmountMinorUnits, e.Currency, e.AuthCode = amount, "EUR", "AUTH"+id
+	} else {
+		e.DeclineReason = "stolen_card"
+	}
+	return e
+}
+
+func record(id string, st cellside.State, amount int64) *cellside.Record {
+	r := &cellside.Record{PartnerID: partner, TransactionID: id, State: st, PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: amount, Currency: "EUR"}
+	if st == cellside.StateApproved {
+		r.AuthCode = "AUTH" + id
+	}
+	return r
+}
+
+// TestCompare: the judgement of one effect against the cell's record.
+func TestCompare(t *testing.T) {
+	capture := func() *issuerproto.RecordedEffect {
+		e := effect("c", true, 400)
+		e.Kind, e.OriginalTransactionId = issuerproto.AdjustKind_ADJUST_KIND_CAPTURE, "a"
+		return e
+	}
+	captured := func() *cellside.Record {
+		r := record("c", cellside.StateApproved, 400)
+		r.PaymentType, r.Original = cellpayv1.PaymentType_CAPTURE, "a"
+		return r
+	}
+	void := func(amount int64) (*issuerproto.RecordedEffect, *cellside.Record) {
+		e := effect("v", true, 1000)
+		e.Kind, e.OriginalTransactionId = issuerproto.AdjustKind_ADJUST_KIND_VOID, "a"
+		r := record("v", cellside.StateApproved, amount)
+		r.PaymentType, r.Original = cellpayv1.PaymentType_VOID, "a"
+		return e, r
+	}
+	voidE, voidR := void(0)
+	refundAuth := effect("r", true, 50)
+	refundAuth.Refund = true
+	for _, tc := range []struct {
+		name string
+		e    *issuerproto.RecordedEffect
+		r    *cellside.Record
+		want Kind
+	}{
+		{"approved, recorded so", effect("a", true, 1000), record("a", cellside.StateApproved, 1000), Agrees},
+		{"declined, recorded so", effect("d", false, 0), record("d", cellside.StateDeclined, 500), Agrees},
+		{"a capture, recorded so", capture(), captured(), Agrees},
+		{"a void releases the authorization, whatever the void's record says", voidE, voidR, Agrees},
+		{"no record", effect("a", true, 1000), nil, Missing},
+		{"a decline with no record", effect("d", false, 0), nil, Missing},
+		{"sending", effect("a", true, 1000), record("a", cellside.StateSending, 1000), Unresolved},
+		{"received", effect("a", true, 1000), record("a", cellside.StateReceived, 1000), Unresolved},
+		{"deciding", effect("a", true, 1000), record("a", cellside.StateDeciding, 1000), Unresolved},
+		{"failed where the issuer applied it", effect("a", true, 1000), record("a", cellside.StateFailed, 1000), Differs},
+		{"abandoned where the issuer applied it", effect("a", true, 1000), record("a", cellside.StateAbandoned, 1000), Differs},
+		{"declined where the issuer approved", effect("a", true, 1000), record("a", cellside.StateDeclined, 1000), Differs},
+		{"approved where the issuer declined", effect("d", false, 0), record("d", cellside.StateApproved, 500), Differs},
+		{"another amount", effect("a", true, 1000), record("a", cellside.StateApproved, 999), Differs},
+		{"another auth code", effect("a", true, 1000), func() *cellside.Record { r := record("a", cellside.StateApproved, 1000); r.AuthCode = "X"; return r }(), Differs},
+		{"a capture recorded as an authorization", capture(), record("c", cellside.StateApproved, 400), Differs},
+		{"a refund authorization recorded as a purchase", refundAuth, record("r", cellside.StateApproved, 50), Differs},
+	} {
+		f := Compare(tc.e, tc.r)
+		if f.Kind != tc.want || f.Key != (idempotency.Key{PartnerID: partner, TransactionID: tc.e.GetTransactionId()}) || f.Issuer == "" || f.Cell == "" {
+			t.Errorf("%s: %+v, want %v", tc.name, f, tc.want)
+		}
+	}
+}
+
+// TestCheck: against the issuer simulator over gRPC, with authorizations
+// and a capture sent under two terminals, then the cell's records with one
+// lost (a commit missing from a restored copy), one left sending and one
+// recorded with another amount: Check pages through the terminal's
+// effects only and finds each.
+func TestCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sim := issuersim.New(issuersim.Config{})
+	addr := grpctest.Serve(t, func(s *grpc.Server) { issuerproto.RegisterIssuerServer(s, sim) })
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	issuer := issuerproto.NewIssuerClient(conn)
+	from := time.Now().Add(-time.Minute)
+	cell := map[idempotency.Key]*cellside.Record{}
+	authorize := func(id, terminal string, amount int64) {
+		t.Helper()
+		resp, err := issuer.Authorize(ctx, &issuerproto.AuthorizeRequest{PartnerId: partner, TransactionId: id, Pan: issuersim.CardApproved,
+			ExpiryMonth: 12, ExpiryYear: 2040, AmountMinorUnits: amount, Currency: "EUR", MerchantId: "m", Mcc: "5411", TerminalId: terminal})
+		if err != nil || !resp.GetApproved() {
+			t.Fatalf("%s: %v %v", id, resp, err)
+		}
+		if terminal == "cell-a" {
+			r := record(id, cellside.StateApproved, amount)
+			r.AuthCode = resp.GetAuthCode()
+			cell[r.Key()] = r
+		}
+	}
+	const n = 12
+	for i := range n {
+		authorize("a-"+string(rune('a'+i)), "cell-a", int64(100+i))
+		authorize("b-"+string(rune('a'+i)), "cell-b", int64(100+i))
+	}
+	if _, err := issuer.Adjust(ctx, &issuerproto.AdjustRequest{PartnerId: partner, TransactionId: "cap-1", OriginalTransactionId: "a-a",
+		Kind: issuerproto.AdjustKind_ADJUST_KIND_CAPTURE, AmountMinorUnits: 60, Currency: "EUR", TerminalId: "cell-a"}); err != nil {
+		t.Fatal(err)
+	}
+	capRec := record("cap-1", cellside.StateApproved, 60)
+	capRec.PaymentType, capRec.Original, capRec.AuthCode = cellpayv1.PaymentType_CAPTURE, "a-a", issuersim.AuthCode(partner, "cap-1")
+	cell[capRec.Key()] = capRec
+	records := func(_ context.Context, k idempotency.Key) (*cellside.Record, error) { return cell[k], nil }
+	to := time.Now().Add(time.Minute)
+
+	rep, err := Check(ctx, issuer, records, "cell-a", from, to)
+	if err != nil || rep.Checked != n+1 || rep.Counts[Agrees] != n+1 || rep.Discrepancies() != 0 || len(rep.Findings) != 0 || rep.Truncated {
+		t.Fatalf("all recorded: %+v, %v", rep, err)
+	}
+	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-b"})
+	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-c"}].State = cellside.StateSending
+	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-d"}].Amount = 1
+	rep, err = Check(ctx, issuer, records, "cell-a", from, to)
+	if err != nil || rep.Checked != n+1 || rep.Counts[Missing] != 1 || rep.Counts[Unresolved] != 1 || rep.Counts[Differs] != 1 || rep.Discrepancies() != 2 {
+		t.Fatalf("one lost, one sending, one wrong: %+v, %v", rep, err)
+	}
+	got := map[string]Kind{}
+	for _, f := range rep.Findings {
+		got[f.Key.TransactionID] = f.Kind
+		if strings.Contains(f.Issuer+f.Cell, issuersim.CardApproved) {
+			t.Errorf("a finding carries a card number: %+v", f)
+		}
+	}
+	if got["a-b"] != Missing || got["a-c"] != Unresolved || got["a-d"] != Differs || len(got) != 3 {
+		t.Fatalf("findings %v", got)
+	}
+	if _, err := Check(ctx, issuer, records, "", from, to); err == nil {
+		t.Fatal("a check with no terminal ran")
+	}
+}
