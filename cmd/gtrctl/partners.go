@@ -96,6 +96,19 @@ func partnerCommands() []command {
 					return c.client.ResumePartner(cctx, &adminproto.ResumePartnerRequest{PartnerId: args[0]})
 				})
 			}},
+		{name: "partners set-home-site", args: "PARTNER [SITE]", help: "set a partner's home site, whose cells routing prefers for it; no SITE: none",
+			run: func(ctx context.Context, c *cli, args []string) error {
+				if len(args) < 1 || len(args) > 2 {
+					return errUsage
+				}
+				site := ""
+				if len(args) == 2 {
+					site = args[1]
+				}
+				return c.partnerChange(ctx, func(cctx context.Context) (*adminproto.PartnerChange, error) {
+					return c.client.SetPartnerHomeSite(cctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: args[0], HomeSite: site})
+				})
+			}},
 		{name: "partners add-key", args: "PARTNER", help: "give a partner another API key (rotation), printed once",
 			flags: keyOutFlag,
 			run: func(ctx context.Context, c *cli, args []string) error {
@@ -195,7 +208,11 @@ func (c *cli) partnerChange(ctx context.Context, do func(context.Context) (*admi
 		return c.printJSON(resp)
 	}
 	p := resp.GetPartner()
-	fmt.Fprintf(c.out, "partner %s: %s, %d keys, registry version %d\n", p.GetId(), partnerStatus(p), len(p.GetKeys()), resp.GetRegistryVersion())
+	home := ""
+	if s := p.GetHomeSite(); s != "" {
+		home = ", home site " + s
+	}
+	fmt.Fprintf(c.out, "partner %s: %s, %d keys%s, registry version %d\n", p.GetId(), partnerStatus(p), len(p.GetKeys()), home, resp.GetRegistryVersion())
 	return nil
 }
 

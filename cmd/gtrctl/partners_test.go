@@ -102,6 +102,17 @@ func (f *partnersAdmin) setStatus(ctx context.Context, id string, st adminproto.
 	return &adminproto.PartnerChange{Partner: f.partner(id), RegistryVersion: 10}, nil
 }
 
+func (f *partnersAdmin) SetPartnerHomeSite(ctx context.Context, req *adminproto.SetPartnerHomeSiteRequest) (*adminproto.PartnerChange, error) {
+	if err := f.auth(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.partner(req.PartnerId)
+	p.HomeSite = req.HomeSite
+	return &adminproto.PartnerChange{Partner: p, RegistryVersion: 11}, nil
+}
+
 func (f *partnersAdmin) SuspendPartner(ctx context.Context, req *adminproto.SuspendPartnerRequest) (*adminproto.PartnerChange, error) {
 	return f.setStatus(ctx, req.PartnerId, adminproto.PartnerStatus_PARTNER_STATUS_SUSPENDED)
 }
@@ -253,6 +264,14 @@ func TestPartnersSuspendResumeRevoke(t *testing.T) {
 	code, out, _ = gtrctl(t, "partners", "resume", "p-001", "--addr", addr, "--token", "tok")
 	if code != 0 || !strings.Contains(out, "partner p-001: active") {
 		t.Fatalf("resume: code %d\n%s", code, out)
+	}
+	code, out, errs = gtrctl(t, "partners", "set-home-site", "p-001", "site-b", "--addr", addr, "--token", "tok")
+	if code != 0 || !strings.Contains(out, "partner p-001: active, 1 keys, home site site-b, registry version 11") {
+		t.Fatalf("set-home-site: code %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = gtrctl(t, "partners", "set-home-site", "p-001", "--addr", addr, "--token", "tok")
+	if code != 0 || strings.Contains(out, "home site") {
+		t.Fatalf("set-home-site with no site: code %d\n%s%s", code, out, errs)
 	}
 	code, _, errs = gtrctl(t, "partners", "revoke-key", "p-001", listedKeyID, "--addr", addr, "--token", "tok")
 	if code != 1 || !strings.Contains(errs, "FailedPrecondition") || f.revoke.GetForce() || f.revoke.GetKeyId() != listedKeyID {

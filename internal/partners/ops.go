@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/cellpay/cellpay/pkg/routing"
 )
 
 // Errors of the registry's operations; callers branch on them. Their
@@ -59,6 +61,23 @@ func (r *Registry) SetStatus(id, status string) (changed bool, err error) {
 		return false, nil
 	}
 	p.Status = status
+	return true, nil
+}
+
+// SetHomeSite sets partner id's home site: site in routing.CheckSite's
+// form, or "" for none. changed is false when it already was.
+func (r *Registry) SetHomeSite(id, site string) (changed bool, err error) {
+	if err := routing.CheckSite(site); err != nil {
+		return false, fieldErr("home_site", "%v", err)
+	}
+	p, err := r.Get(id)
+	if err != nil {
+		return false, err
+	}
+	if p.HomeSite == site {
+		return false, nil
+	}
+	p.HomeSite = site
 	return true, nil
 }
 

@@ -221,3 +221,28 @@ func TestHomeSite(t *testing.T) {
 		t.Fatalf("ParseJSON: %+v, %v", back, err)
 	}
 }
+
+// TestSetHomeSite: set, the same again (no change), cleared; a bad site
+// names home_site; an unknown partner is ErrNotFound.
+func TestSetHomeSite(t *testing.T) {
+	r, err := Parse([]byte("version: 1\npartners:\n  - id: p-001\n    status: active\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		site    string
+		changed bool
+	}{{"site-b", true}, {"site-b", false}, {"", true}} {
+		changed, err := r.SetHomeSite("p-001", step.site)
+		if err != nil || changed != step.changed || r.Partners[0].HomeSite != step.site {
+			t.Fatalf("SetHomeSite(%q): changed %v, %v; home site %q", step.site, changed, err, r.Partners[0].HomeSite)
+		}
+	}
+	var fe *FieldError
+	if _, err := r.SetHomeSite("p-001", "Site A"); !errors.As(err, &fe) || fe.Field != "home_site" {
+		t.Fatalf("a bad site: %v", err)
+	}
+	if _, err := r.SetHomeSite("p-404", "site-a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an unknown partner: %v", err)
+	}
+}

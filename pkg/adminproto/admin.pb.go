@@ -3125,6 +3125,60 @@ func (x *SuspendPartnerRequest) GetPartnerId() string {
 	return ""
 }
 
+type SetPartnerHomeSiteRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PartnerId string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
+	// home_site: 1 to 32 lowercase letters, digits and hyphens, starting
+	// with a letter (site-a); empty for none.
+	HomeSite      string `protobuf:"bytes,2,opt,name=home_site,json=homeSite,proto3" json:"home_site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPartnerHomeSiteRequest) Reset() {
+	*x = SetPartnerHomeSiteRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPartnerHomeSiteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPartnerHomeSiteRequest) ProtoMessage() {}
+
+func (x *SetPartnerHomeSiteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPartnerHomeSiteRequest.ProtoReflect.Descriptor instead.
+func (*SetPartnerHomeSiteRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetPartnerHomeSiteRequest) GetPartnerId() string {
+	if x != nil {
+		return x.PartnerId
+	}
+	return ""
+}
+
+func (x *SetPartnerHomeSiteRequest) GetHomeSite() string {
+	if x != nil {
+		return x.HomeSite
+	}
+	return ""
+}
+
 type ResumePartnerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartnerId     string                 `protobuf:"bytes,1,opt,name=partner_id,json=partnerId,proto3" json:"partner_id,omitempty"`
@@ -3134,7 +3188,7 @@ type ResumePartnerRequest struct {
 
 func (x *ResumePartnerRequest) Reset() {
 	*x = ResumePartnerRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3200,7 @@ func (x *ResumePartnerRequest) String() string {
 func (*ResumePartnerRequest) ProtoMessage() {}
 
 func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3213,7 @@ func (x *ResumePartnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePartnerRequest.ProtoReflect.Descriptor instead.
 func (*ResumePartnerRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResumePartnerRequest) GetPartnerId() string {
@@ -3181,7 +3235,7 @@ type PartnerChange struct {
 
 func (x *PartnerChange) Reset() {
 	*x = PartnerChange{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3247,7 @@ func (x *PartnerChange) String() string {
 func (*PartnerChange) ProtoMessage() {}
 
 func (x *PartnerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3260,7 @@ func (x *PartnerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerChange.ProtoReflect.Descriptor instead.
 func (*PartnerChange) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PartnerChange) GetPartner() *Partner {
@@ -3232,7 +3286,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3298,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3311,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddKeyRequest) GetPartnerId() string {
@@ -3278,7 +3332,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3344,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3357,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddKeyResponse) GetPartner() *Partner {
@@ -3340,7 +3394,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3406,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3419,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevokeKeyRequest) GetPartnerId() string {
@@ -3404,7 +3458,7 @@ type SetCallbacksRequest struct {
 
 func (x *SetCallbacksRequest) Reset() {
 	*x = SetCallbacksRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3470,7 @@ func (x *SetCallbacksRequest) String() string {
 func (*SetCallbacksRequest) ProtoMessage() {}
 
 func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3483,7 @@ func (x *SetCallbacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCallbacksRequest.ProtoReflect.Descriptor instead.
 func (*SetCallbacksRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetCallbacksRequest) GetPartnerId() string {
@@ -3471,7 +3525,7 @@ type AddCallbackSecretRequest struct {
 
 func (x *AddCallbackSecretRequest) Reset() {
 	*x = AddCallbackSecretRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3537,7 @@ func (x *AddCallbackSecretRequest) String() string {
 func (*AddCallbackSecretRequest) ProtoMessage() {}
 
 func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3550,7 @@ func (x *AddCallbackSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretRequest.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddCallbackSecretRequest) GetPartnerId() string {
@@ -3525,7 +3579,7 @@ type AddCallbackSecretResponse struct {
 
 func (x *AddCallbackSecretResponse) Reset() {
 	*x = AddCallbackSecretResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3591,7 @@ func (x *AddCallbackSecretResponse) String() string {
 func (*AddCallbackSecretResponse) ProtoMessage() {}
 
 func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3604,7 @@ func (x *AddCallbackSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCallbackSecretResponse.ProtoReflect.Descriptor instead.
 func (*AddCallbackSecretResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AddCallbackSecretResponse) GetPartner() *Partner {
@@ -3588,7 +3642,7 @@ type CellCallbacks struct {
 
 func (x *CellCallbacks) Reset() {
 	*x = CellCallbacks{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3654,7 @@ func (x *CellCallbacks) String() string {
 func (*CellCallbacks) ProtoMessage() {}
 
 func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3667,7 @@ func (x *CellCallbacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellCallbacks.ProtoReflect.Descriptor instead.
 func (*CellCallbacks) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CellCallbacks) GetCellId() string {
@@ -3661,7 +3715,7 @@ type ListCallbacksResponse struct {
 
 func (x *ListCallbacksResponse) Reset() {
 	*x = ListCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3727,7 @@ func (x *ListCallbacksResponse) String() string {
 func (*ListCallbacksResponse) ProtoMessage() {}
 
 func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3740,7 @@ func (x *ListCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ListCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListCallbacksResponse) GetEvents() []*cellproto.CallbackEvent {
@@ -3713,7 +3767,7 @@ type FindTransactionRequest struct {
 
 func (x *FindTransactionRequest) Reset() {
 	*x = FindTransactionRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3779,7 @@ func (x *FindTransactionRequest) String() string {
 func (*FindTransactionRequest) ProtoMessage() {}
 
 func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3792,7 @@ func (x *FindTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionRequest.ProtoReflect.Descriptor instead.
 func (*FindTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FindTransactionRequest) GetPartnerId() string {
@@ -3767,7 +3821,7 @@ type FindTransactionResponse struct {
 
 func (x *FindTransactionResponse) Reset() {
 	*x = FindTransactionResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3833,7 @@ func (x *FindTransactionResponse) String() string {
 func (*FindTransactionResponse) ProtoMessage() {}
 
 func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3846,7 @@ func (x *FindTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTransactionResponse.ProtoReflect.Descriptor instead.
 func (*FindTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FindTransactionResponse) GetPartnerId() string {
@@ -3829,7 +3883,7 @@ type CellTransaction struct {
 
 func (x *CellTransaction) Reset() {
 	*x = CellTransaction{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3895,7 @@ func (x *CellTransaction) String() string {
 func (*CellTransaction) ProtoMessage() {}
 
 func (x *CellTransaction) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3908,7 @@ func (x *CellTransaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellTransaction.ProtoReflect.Descriptor instead.
 func (*CellTransaction) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CellTransaction) GetCellId() string {
@@ -3888,7 +3942,7 @@ type FindReferenceRequest struct {
 
 func (x *FindReferenceRequest) Reset() {
 	*x = FindReferenceRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3900,7 +3954,7 @@ func (x *FindReferenceRequest) String() string {
 func (*FindReferenceRequest) ProtoMessage() {}
 
 func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3913,7 +3967,7 @@ func (x *FindReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceRequest.ProtoReflect.Descriptor instead.
 func (*FindReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FindReferenceRequest) GetRequestId() string {
@@ -3936,7 +3990,7 @@ type FindReferenceResponse struct {
 
 func (x *FindReferenceResponse) Reset() {
 	*x = FindReferenceResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4002,7 @@ func (x *FindReferenceResponse) String() string {
 func (*FindReferenceResponse) ProtoMessage() {}
 
 func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4015,7 @@ func (x *FindReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReferenceResponse.ProtoReflect.Descriptor instead.
 func (*FindReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FindReferenceResponse) GetRefusals() []*Refusal {
@@ -4000,7 +4054,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4066,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4079,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Refusal) GetReplica() string {
@@ -4105,7 +4159,7 @@ type GetStatementRequest struct {
 
 func (x *GetStatementRequest) Reset() {
 	*x = GetStatementRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4171,7 @@ func (x *GetStatementRequest) String() string {
 func (*GetStatementRequest) ProtoMessage() {}
 
 func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4184,7 @@ func (x *GetStatementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementRequest.ProtoReflect.Descriptor instead.
 func (*GetStatementRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetStatementRequest) GetPartnerId() string {
@@ -4168,7 +4222,7 @@ type GetStatementResponse struct {
 
 func (x *GetStatementResponse) Reset() {
 	*x = GetStatementResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4234,7 @@ func (x *GetStatementResponse) String() string {
 func (*GetStatementResponse) ProtoMessage() {}
 
 func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4247,7 @@ func (x *GetStatementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatementResponse.ProtoReflect.Descriptor instead.
 func (*GetStatementResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetStatementResponse) GetPartnerId() string {
@@ -4249,7 +4303,7 @@ type CellStatement struct {
 
 func (x *CellStatement) Reset() {
 	*x = CellStatement{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4315,7 @@ func (x *CellStatement) String() string {
 func (*CellStatement) ProtoMessage() {}
 
 func (x *CellStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4328,7 @@ func (x *CellStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellStatement.ProtoReflect.Descriptor instead.
 func (*CellStatement) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CellStatement) GetCellId() string {
@@ -4308,7 +4362,7 @@ type ReplayCallbacksResponse struct {
 
 func (x *ReplayCallbacksResponse) Reset() {
 	*x = ReplayCallbacksResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4374,7 @@ func (x *ReplayCallbacksResponse) String() string {
 func (*ReplayCallbacksResponse) ProtoMessage() {}
 
 func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4387,7 @@ func (x *ReplayCallbacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayCallbacksResponse.ProtoReflect.Descriptor instead.
 func (*ReplayCallbacksResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReplayCallbacksResponse) GetReplayed() int64 {
@@ -4362,7 +4416,7 @@ type ReleaseCellRequest struct {
 
 func (x *ReleaseCellRequest) Reset() {
 	*x = ReleaseCellRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4428,7 @@ func (x *ReleaseCellRequest) String() string {
 func (*ReleaseCellRequest) ProtoMessage() {}
 
 func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +4441,7 @@ func (x *ReleaseCellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCellRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReleaseCellRequest) GetCellId() string {
@@ -4416,7 +4470,7 @@ type ReleaseCellResponse struct {
 
 func (x *ReleaseCellResponse) Reset() {
 	*x = ReleaseCellResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +4482,7 @@ func (x *ReleaseCellResponse) String() string {
 func (*ReleaseCellResponse) ProtoMessage() {}
 
 func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +4495,7 @@ func (x *ReleaseCellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCellResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCellResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReleaseCellResponse) GetCellId() string {
@@ -4471,7 +4525,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4537,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4550,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -4542,7 +4596,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4608,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4621,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -4660,7 +4714,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +4726,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +4739,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -4940,7 +4994,11 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\x10registry_version\x18\x03 \x01(\x04R\x0fregistryVersion\"6\n" +
 	"\x15SuspendPartnerRequest\x12\x1d\n" +
 	"\n" +
-	"partner_id\x18\x01 \x01(\tR\tpartnerId\"5\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\"W\n" +
+	"\x19SetPartnerHomeSiteRequest\x12\x1d\n" +
+	"\n" +
+	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12\x1b\n" +
+	"\thome_site\x18\x02 \x01(\tR\bhomeSite\"5\n" +
 	"\x14ResumePartnerRequest\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\"o\n" +
@@ -5064,7 +5122,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\x86\x12\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xea\x12\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -5082,7 +5140,8 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"AddPartner\x12#.cellpay.admin.v1.AddPartnerRequest\x1a$.cellpay.admin.v1.AddPartnerResponse\x12Z\n" +
 	"\x0eSuspendPartner\x12'.cellpay.admin.v1.SuspendPartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12X\n" +
-	"\rResumePartner\x12&.cellpay.admin.v1.ResumePartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12K\n" +
+	"\rResumePartner\x12&.cellpay.admin.v1.ResumePartnerRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12b\n" +
+	"\x12SetPartnerHomeSite\x12+.cellpay.admin.v1.SetPartnerHomeSiteRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12K\n" +
 	"\x06AddKey\x12\x1f.cellpay.admin.v1.AddKeyRequest\x1a .cellpay.admin.v1.AddKeyResponse\x12P\n" +
 	"\tRevokeKey\x12\".cellpay.admin.v1.RevokeKeyRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12V\n" +
 	"\fSetCallbacks\x12%.cellpay.admin.v1.SetCallbacksRequest\x1a\x1f.cellpay.admin.v1.PartnerChange\x12l\n" +
@@ -5108,7 +5167,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -5152,53 +5211,54 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*AddPartnerRequest)(nil),                // 39: cellpay.admin.v1.AddPartnerRequest
 	(*AddPartnerResponse)(nil),               // 40: cellpay.admin.v1.AddPartnerResponse
 	(*SuspendPartnerRequest)(nil),            // 41: cellpay.admin.v1.SuspendPartnerRequest
-	(*ResumePartnerRequest)(nil),             // 42: cellpay.admin.v1.ResumePartnerRequest
-	(*PartnerChange)(nil),                    // 43: cellpay.admin.v1.PartnerChange
-	(*AddKeyRequest)(nil),                    // 44: cellpay.admin.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),                   // 45: cellpay.admin.v1.AddKeyResponse
-	(*RevokeKeyRequest)(nil),                 // 46: cellpay.admin.v1.RevokeKeyRequest
-	(*SetCallbacksRequest)(nil),              // 47: cellpay.admin.v1.SetCallbacksRequest
-	(*AddCallbackSecretRequest)(nil),         // 48: cellpay.admin.v1.AddCallbackSecretRequest
-	(*AddCallbackSecretResponse)(nil),        // 49: cellpay.admin.v1.AddCallbackSecretResponse
-	(*CellCallbacks)(nil),                    // 50: cellpay.admin.v1.CellCallbacks
-	(*ListCallbacksResponse)(nil),            // 51: cellpay.admin.v1.ListCallbacksResponse
-	(*FindTransactionRequest)(nil),           // 52: cellpay.admin.v1.FindTransactionRequest
-	(*FindTransactionResponse)(nil),          // 53: cellpay.admin.v1.FindTransactionResponse
-	(*CellTransaction)(nil),                  // 54: cellpay.admin.v1.CellTransaction
-	(*FindReferenceRequest)(nil),             // 55: cellpay.admin.v1.FindReferenceRequest
-	(*FindReferenceResponse)(nil),            // 56: cellpay.admin.v1.FindReferenceResponse
-	(*Refusal)(nil),                          // 57: cellpay.admin.v1.Refusal
-	(*GetStatementRequest)(nil),              // 58: cellpay.admin.v1.GetStatementRequest
-	(*GetStatementResponse)(nil),             // 59: cellpay.admin.v1.GetStatementResponse
-	(*CellStatement)(nil),                    // 60: cellpay.admin.v1.CellStatement
-	(*ReplayCallbacksResponse)(nil),          // 61: cellpay.admin.v1.ReplayCallbacksResponse
-	(*ReleaseCellRequest)(nil),               // 62: cellpay.admin.v1.ReleaseCellRequest
-	(*ReleaseCellResponse)(nil),              // 63: cellpay.admin.v1.ReleaseCellResponse
-	(*ListAuditRequest)(nil),                 // 64: cellpay.admin.v1.ListAuditRequest
-	(*AuditRecord)(nil),                      // 65: cellpay.admin.v1.AuditRecord
-	(*ListAuditResponse)(nil),                // 66: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 67: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 68: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 69: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 70: cellpay.cell.v1.InspectResponse
-	(*cellpayv1.StatementLine)(nil),          // 71: cellpay.v1.StatementLine
-	(*cellproto.ListCallbacksRequest)(nil),   // 72: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 73: cellpay.cell.v1.ReplayCallbacksRequest
+	(*SetPartnerHomeSiteRequest)(nil),        // 42: cellpay.admin.v1.SetPartnerHomeSiteRequest
+	(*ResumePartnerRequest)(nil),             // 43: cellpay.admin.v1.ResumePartnerRequest
+	(*PartnerChange)(nil),                    // 44: cellpay.admin.v1.PartnerChange
+	(*AddKeyRequest)(nil),                    // 45: cellpay.admin.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),                   // 46: cellpay.admin.v1.AddKeyResponse
+	(*RevokeKeyRequest)(nil),                 // 47: cellpay.admin.v1.RevokeKeyRequest
+	(*SetCallbacksRequest)(nil),              // 48: cellpay.admin.v1.SetCallbacksRequest
+	(*AddCallbackSecretRequest)(nil),         // 49: cellpay.admin.v1.AddCallbackSecretRequest
+	(*AddCallbackSecretResponse)(nil),        // 50: cellpay.admin.v1.AddCallbackSecretResponse
+	(*CellCallbacks)(nil),                    // 51: cellpay.admin.v1.CellCallbacks
+	(*ListCallbacksResponse)(nil),            // 52: cellpay.admin.v1.ListCallbacksResponse
+	(*FindTransactionRequest)(nil),           // 53: cellpay.admin.v1.FindTransactionRequest
+	(*FindTransactionResponse)(nil),          // 54: cellpay.admin.v1.FindTransactionResponse
+	(*CellTransaction)(nil),                  // 55: cellpay.admin.v1.CellTransaction
+	(*FindReferenceRequest)(nil),             // 56: cellpay.admin.v1.FindReferenceRequest
+	(*FindReferenceResponse)(nil),            // 57: cellpay.admin.v1.FindReferenceResponse
+	(*Refusal)(nil),                          // 58: cellpay.admin.v1.Refusal
+	(*GetStatementRequest)(nil),              // 59: cellpay.admin.v1.GetStatementRequest
+	(*GetStatementResponse)(nil),             // 60: cellpay.admin.v1.GetStatementResponse
+	(*CellStatement)(nil),                    // 61: cellpay.admin.v1.CellStatement
+	(*ReplayCallbacksResponse)(nil),          // 62: cellpay.admin.v1.ReplayCallbacksResponse
+	(*ReleaseCellRequest)(nil),               // 63: cellpay.admin.v1.ReleaseCellRequest
+	(*ReleaseCellResponse)(nil),              // 64: cellpay.admin.v1.ReleaseCellResponse
+	(*ListAuditRequest)(nil),                 // 65: cellpay.admin.v1.ListAuditRequest
+	(*AuditRecord)(nil),                      // 66: cellpay.admin.v1.AuditRecord
+	(*ListAuditResponse)(nil),                // 67: cellpay.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),            // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 69: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 70: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 71: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 72: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 73: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 74: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	7,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	67, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	68, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	6,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	5,  // 5: cellpay.admin.v1.CellStatus.replicas:type_name -> cellpay.admin.v1.ReplicaCellView
 	0,  // 6: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	67, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	67, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	67, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	68, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	68, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	68, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	68, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	68, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	68, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	69, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	69, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	69, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	11, // 13: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	14, // 14: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	15, // 15: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -5211,8 +5271,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	21, // 22: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
 	19, // 23: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
 	28, // 24: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	68, // 25: cellpay.admin.v1.EvacuateSiteRequest.over:type_name -> google.protobuf.Duration
-	68, // 26: cellpay.admin.v1.RestoreSiteRequest.over:type_name -> google.protobuf.Duration
+	69, // 25: cellpay.admin.v1.EvacuateSiteRequest.over:type_name -> google.protobuf.Duration
+	69, // 26: cellpay.admin.v1.RestoreSiteRequest.over:type_name -> google.protobuf.Duration
 	28, // 27: cellpay.admin.v1.SiteChange.moves:type_name -> cellpay.admin.v1.Move
 	4,  // 28: cellpay.admin.v1.SiteChange.cells:type_name -> cellpay.admin.v1.CellStatus
 	34, // 29: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
@@ -5221,8 +5281,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 32: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	36, // 33: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	37, // 34: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	67, // 35: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	67, // 36: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	68, // 35: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	68, // 36: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	36, // 37: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	34, // 38: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	38, // 39: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -5230,19 +5290,19 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	34, // 41: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	38, // 42: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	34, // 43: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	69, // 44: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
-	50, // 45: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	54, // 46: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	70, // 47: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
-	57, // 48: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
-	67, // 49: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
-	60, // 50: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
-	71, // 51: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
-	71, // 52: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
-	50, // 53: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	67, // 54: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	67, // 55: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	65, // 56: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
+	70, // 44: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	51, // 45: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	55, // 46: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
+	71, // 47: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	58, // 48: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
+	68, // 49: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
+	61, // 50: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
+	72, // 51: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	72, // 52: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	51, // 53: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
+	68, // 54: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	68, // 55: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	66, // 56: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
 	2,  // 57: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
 	8,  // 58: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
 	9,  // 59: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
@@ -5257,46 +5317,48 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	32, // 68: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
 	39, // 69: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
 	41, // 70: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	42, // 71: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	44, // 72: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	46, // 73: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	47, // 74: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	48, // 75: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	72, // 76: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	73, // 77: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	52, // 78: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	58, // 79: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
-	55, // 80: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
-	64, // 81: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	62, // 82: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 83: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 84: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 85: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 86: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	13, // 87: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	17, // 88: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	19, // 89: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	23, // 90: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	27, // 91: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	31, // 92: cellpay.admin.v1.Admin.EvacuateSite:output_type -> cellpay.admin.v1.SiteChange
-	31, // 93: cellpay.admin.v1.Admin.RestoreSite:output_type -> cellpay.admin.v1.SiteChange
-	33, // 94: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	40, // 95: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	43, // 96: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	43, // 97: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	45, // 98: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	43, // 99: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	43, // 100: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	49, // 101: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	51, // 102: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	61, // 103: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	53, // 104: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	59, // 105: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
-	56, // 106: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
-	66, // 107: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	63, // 108: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	83, // [83:109] is the sub-list for method output_type
-	57, // [57:83] is the sub-list for method input_type
+	43, // 71: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	42, // 72: cellpay.admin.v1.Admin.SetPartnerHomeSite:input_type -> cellpay.admin.v1.SetPartnerHomeSiteRequest
+	45, // 73: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	47, // 74: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	48, // 75: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	49, // 76: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	73, // 77: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	74, // 78: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	53, // 79: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	59, // 80: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	56, // 81: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
+	65, // 82: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	63, // 83: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	3,  // 84: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 85: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 86: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 87: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	13, // 88: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	17, // 89: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	19, // 90: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	23, // 91: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	27, // 92: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	31, // 93: cellpay.admin.v1.Admin.EvacuateSite:output_type -> cellpay.admin.v1.SiteChange
+	31, // 94: cellpay.admin.v1.Admin.RestoreSite:output_type -> cellpay.admin.v1.SiteChange
+	33, // 95: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	40, // 96: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	44, // 97: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 98: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 99: cellpay.admin.v1.Admin.SetPartnerHomeSite:output_type -> cellpay.admin.v1.PartnerChange
+	46, // 100: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	44, // 101: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 102: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	50, // 103: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	52, // 104: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	62, // 105: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	54, // 106: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	60, // 107: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	57, // 108: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
+	67, // 109: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	64, // 110: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	84, // [84:111] is the sub-list for method output_type
+	57, // [57:84] is the sub-list for method input_type
 	57, // [57:57] is the sub-list for extension type_name
 	57, // [57:57] is the sub-list for extension extendee
 	0,  // [0:57] is the sub-list for field type_name
@@ -5313,7 +5375,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,32 +38,33 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListCells_FullMethodName         = "/cellpay.admin.v1.Admin/ListCells"
-	Admin_SetWeight_FullMethodName         = "/cellpay.admin.v1.Admin/SetWeight"
-	Admin_Drain_FullMethodName             = "/cellpay.admin.v1.Admin/Drain"
-	Admin_Restore_FullMethodName           = "/cellpay.admin.v1.Admin/Restore"
-	Admin_Explain_FullMethodName           = "/cellpay.admin.v1.Admin/Explain"
-	Admin_RouteKeys_FullMethodName         = "/cellpay.admin.v1.Admin/RouteKeys"
-	Admin_GetTable_FullMethodName          = "/cellpay.admin.v1.Admin/GetTable"
-	Admin_GetEffectiveTable_FullMethodName = "/cellpay.admin.v1.Admin/GetEffectiveTable"
-	Admin_ApplyTable_FullMethodName        = "/cellpay.admin.v1.Admin/ApplyTable"
-	Admin_EvacuateSite_FullMethodName      = "/cellpay.admin.v1.Admin/EvacuateSite"
-	Admin_RestoreSite_FullMethodName       = "/cellpay.admin.v1.Admin/RestoreSite"
-	Admin_ListPartners_FullMethodName      = "/cellpay.admin.v1.Admin/ListPartners"
-	Admin_AddPartner_FullMethodName        = "/cellpay.admin.v1.Admin/AddPartner"
-	Admin_SuspendPartner_FullMethodName    = "/cellpay.admin.v1.Admin/SuspendPartner"
-	Admin_ResumePartner_FullMethodName     = "/cellpay.admin.v1.Admin/ResumePartner"
-	Admin_AddKey_FullMethodName            = "/cellpay.admin.v1.Admin/AddKey"
-	Admin_RevokeKey_FullMethodName         = "/cellpay.admin.v1.Admin/RevokeKey"
-	Admin_SetCallbacks_FullMethodName      = "/cellpay.admin.v1.Admin/SetCallbacks"
-	Admin_AddCallbackSecret_FullMethodName = "/cellpay.admin.v1.Admin/AddCallbackSecret"
-	Admin_ListCallbacks_FullMethodName     = "/cellpay.admin.v1.Admin/ListCallbacks"
-	Admin_ReplayCallbacks_FullMethodName   = "/cellpay.admin.v1.Admin/ReplayCallbacks"
-	Admin_FindTransaction_FullMethodName   = "/cellpay.admin.v1.Admin/FindTransaction"
-	Admin_GetStatement_FullMethodName      = "/cellpay.admin.v1.Admin/GetStatement"
-	Admin_FindReference_FullMethodName     = "/cellpay.admin.v1.Admin/FindReference"
-	Admin_ListAudit_FullMethodName         = "/cellpay.admin.v1.Admin/ListAudit"
-	Admin_ReleaseCell_FullMethodName       = "/cellpay.admin.v1.Admin/ReleaseCell"
+	Admin_ListCells_FullMethodName          = "/cellpay.admin.v1.Admin/ListCells"
+	Admin_SetWeight_FullMethodName          = "/cellpay.admin.v1.Admin/SetWeight"
+	Admin_Drain_FullMethodName              = "/cellpay.admin.v1.Admin/Drain"
+	Admin_Restore_FullMethodName            = "/cellpay.admin.v1.Admin/Restore"
+	Admin_Explain_FullMethodName            = "/cellpay.admin.v1.Admin/Explain"
+	Admin_RouteKeys_FullMethodName          = "/cellpay.admin.v1.Admin/RouteKeys"
+	Admin_GetTable_FullMethodName           = "/cellpay.admin.v1.Admin/GetTable"
+	Admin_GetEffectiveTable_FullMethodName  = "/cellpay.admin.v1.Admin/GetEffectiveTable"
+	Admin_ApplyTable_FullMethodName         = "/cellpay.admin.v1.Admin/ApplyTable"
+	Admin_EvacuateSite_FullMethodName       = "/cellpay.admin.v1.Admin/EvacuateSite"
+	Admin_RestoreSite_FullMethodName        = "/cellpay.admin.v1.Admin/RestoreSite"
+	Admin_ListPartners_FullMethodName       = "/cellpay.admin.v1.Admin/ListPartners"
+	Admin_AddPartner_FullMethodName         = "/cellpay.admin.v1.Admin/AddPartner"
+	Admin_SuspendPartner_FullMethodName     = "/cellpay.admin.v1.Admin/SuspendPartner"
+	Admin_ResumePartner_FullMethodName      = "/cellpay.admin.v1.Admin/ResumePartner"
+	Admin_SetPartnerHomeSite_FullMethodName = "/cellpay.admin.v1.Admin/SetPartnerHomeSite"
+	Admin_AddKey_FullMethodName             = "/cellpay.admin.v1.Admin/AddKey"
+	Admin_RevokeKey_FullMethodName          = "/cellpay.admin.v1.Admin/RevokeKey"
+	Admin_SetCallbacks_FullMethodName       = "/cellpay.admin.v1.Admin/SetCallbacks"
+	Admin_AddCallbackSecret_FullMethodName  = "/cellpay.admin.v1.Admin/AddCallbackSecret"
+	Admin_ListCallbacks_FullMethodName      = "/cellpay.admin.v1.Admin/ListCallbacks"
+	Admin_ReplayCallbacks_FullMethodName    = "/cellpay.admin.v1.Admin/ReplayCallbacks"
+	Admin_FindTransaction_FullMethodName    = "/cellpay.admin.v1.Admin/FindTransaction"
+	Admin_GetStatement_FullMethodName       = "/cellpay.admin.v1.Admin/GetStatement"
+	Admin_FindReference_FullMethodName      = "/cellpay.admin.v1.Admin/FindReference"
+	Admin_ListAudit_FullMethodName          = "/cellpay.admin.v1.Admin/ListAudit"
+	Admin_ReleaseCell_FullMethodName        = "/cellpay.admin.v1.Admin/ReleaseCell"
 )
 
 // AdminClient is the client API for Admin service.
@@ -139,6 +140,12 @@ type AdminClient interface {
 	SuspendPartner(ctx context.Context, in *SuspendPartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error)
 	// ResumePartner lets a suspended partner call again.
 	ResumePartner(ctx context.Context, in *ResumePartnerRequest, opts ...grpc.CallOption) (*PartnerChange, error)
+	// SetPartnerHomeSite sets a partner's home site (empty: none), whose
+	// cells routing prefers for the partner's transactions while the site
+	// has healthy capacity (docs/operations.md#sites); setting the site it
+	// has changes nothing. Errors: INVALID_ARGUMENT (home_site), NOT_FOUND
+	// (partner_id).
+	SetPartnerHomeSite(ctx context.Context, in *SetPartnerHomeSiteRequest, opts ...grpc.CallOption) (*PartnerChange, error)
 	// AddKey gives a partner another API key, for rotation.
 	// Errors also: FAILED_PRECONDITION (the partner has the most keys allowed).
 	AddKey(ctx context.Context, in *AddKeyRequest, opts ...grpc.CallOption) (*AddKeyResponse, error)
@@ -357,6 +364,16 @@ func (c *adminClient) ResumePartner(ctx context.Context, in *ResumePartnerReques
 	return out, nil
 }
 
+func (c *adminClient) SetPartnerHomeSite(ctx context.Context, in *SetPartnerHomeSiteRequest, opts ...grpc.CallOption) (*PartnerChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartnerChange)
+	err := c.cc.Invoke(ctx, Admin_SetPartnerHomeSite_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) AddKey(ctx context.Context, in *AddKeyRequest, opts ...grpc.CallOption) (*AddKeyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AddKeyResponse)
@@ -540,6 +557,12 @@ type AdminServer interface {
 	SuspendPartner(context.Context, *SuspendPartnerRequest) (*PartnerChange, error)
 	// ResumePartner lets a suspended partner call again.
 	ResumePartner(context.Context, *ResumePartnerRequest) (*PartnerChange, error)
+	// SetPartnerHomeSite sets a partner's home site (empty: none), whose
+	// cells routing prefers for the partner's transactions while the site
+	// has healthy capacity (docs/operations.md#sites); setting the site it
+	// has changes nothing. Errors: INVALID_ARGUMENT (home_site), NOT_FOUND
+	// (partner_id).
+	SetPartnerHomeSite(context.Context, *SetPartnerHomeSiteRequest) (*PartnerChange, error)
 	// AddKey gives a partner another API key, for rotation.
 	// Errors also: FAILED_PRECONDITION (the partner has the most keys allowed).
 	AddKey(context.Context, *AddKeyRequest) (*AddKeyResponse, error)
@@ -652,6 +675,9 @@ func (UnimplementedAdminServer) SuspendPartner(context.Context, *SuspendPartnerR
 }
 func (UnimplementedAdminServer) ResumePartner(context.Context, *ResumePartnerRequest) (*PartnerChange, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumePartner not implemented")
+}
+func (UnimplementedAdminServer) SetPartnerHomeSite(context.Context, *SetPartnerHomeSiteRequest) (*PartnerChange, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPartnerHomeSite not implemented")
 }
 func (UnimplementedAdminServer) AddKey(context.Context, *AddKeyRequest) (*AddKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddKey not implemented")
@@ -977,6 +1003,24 @@ func _Admin_ResumePartner_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetPartnerHomeSite_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPartnerHomeSiteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetPartnerHomeSite(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetPartnerHomeSite_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetPartnerHomeSite(ctx, req.(*SetPartnerHomeSiteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_AddKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AddKeyRequest)
 	if err := dec(in); err != nil {
@@ -1241,6 +1285,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumePartner",
 			Handler:    _Admin_ResumePartner_Handler,
+		},
+		{
+			MethodName: "SetPartnerHomeSite",
+			Handler:    _Admin_SetPartnerHomeSite_Handler,
 		},
 		{
 			MethodName: "AddKey",

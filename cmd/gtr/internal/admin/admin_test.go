@@ -564,4 +564,19 @@ func TestSitesInTheTable(t *testing.T) {
 		e, err = c.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs})
 		return err == nil && strings.Contains(e.Text, "below spill 60%: ranked over every site")
 	})
+
+	// Homed in site-b instead: its cells only; a bad site or partner is refused.
+	ch, err := c.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-homed", HomeSite: "site-b"})
+	if err != nil || ch.GetPartner().GetHomeSite() != "site-b" {
+		t.Fatalf("set home site: %v, %v", ch, err)
+	}
+	if e, err = c.Explain(ctx, &adminproto.ExplainRequest{Attrs: attrs}); err != nil || e.HomeSite != "site-b" || !strings.Contains(e.Text, `home site "site-b": 100% of its 2 cells' capacity healthy`) {
+		t.Fatalf("explain after the move: %v\n%s", err, e.GetText())
+	}
+	if _, err := c.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-homed", HomeSite: "Site B"}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "home_site") {
+		t.Fatalf("a bad site: %v", err)
+	}
+	if _, err := c.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-nobody", HomeSite: "site-b"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("an unknown partner: %v", err)
+	}
 }

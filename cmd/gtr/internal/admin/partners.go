@@ -85,6 +85,26 @@ func (s *Server) ResumePartner(ctx context.Context, req *adminproto.ResumePartne
 	return s.setStatus(ctx, req.GetPartnerId(), partners.StatusActive)
 }
 
+// SetPartnerHomeSite sets a partner's home site, which routing prefers.
+func (s *Server) SetPartnerHomeSite(ctx context.Context, req *adminproto.SetPartnerHomeSiteRequest) (*adminproto.PartnerChange, error) {
+	id := req.GetPartnerId()
+	if err := checkPartnerID(id); err != nil {
+		return nil, err
+	}
+	out, version, err := s.changePartner(ctx, id, func(r *partners.Registry) error {
+		changed, err := r.SetHomeSite(id, req.GetHomeSite())
+		if err == nil && !changed {
+			return errNoChange
+		}
+		return err
+	})
+	if err != nil {
+		return nil, partnerStatus(err)
+	}
+	s.cfg.Log.Info("admin: partner home site set", "partner", id, "home_site", out.HomeSite, "registry_version", version)
+	return &adminproto.PartnerChange{Partner: partnerToProto(out), RegistryVersion: version}, nil
+}
+
 func (s *Server) setStatus(ctx context.Context, id, st string) (*adminproto.PartnerChange, error) {
 	if err := checkPartnerID(id); err != nil {
 		return nil, err

@@ -34,15 +34,16 @@ var policy = map[string]operators.Role{
 	"RestoreSite":     operators.RoleOperator,
 	"ReplayCallbacks": operators.RoleOperator,
 
-	"ApplyTable":        operators.RoleAdmin,
-	"AddPartner":        operators.RoleAdmin,
-	"SuspendPartner":    operators.RoleAdmin,
-	"ResumePartner":     operators.RoleAdmin,
-	"AddKey":            operators.RoleAdmin,
-	"RevokeKey":         operators.RoleAdmin,
-	"SetCallbacks":      operators.RoleAdmin,
-	"AddCallbackSecret": operators.RoleAdmin,
-	"ReleaseCell":       operators.RoleAdmin,
+	"ApplyTable":         operators.RoleAdmin,
+	"AddPartner":         operators.RoleAdmin,
+	"SuspendPartner":     operators.RoleAdmin,
+	"ResumePartner":      operators.RoleAdmin,
+	"SetPartnerHomeSite": operators.RoleAdmin,
+	"AddKey":             operators.RoleAdmin,
+	"RevokeKey":          operators.RoleAdmin,
+	"SetCallbacks":       operators.RoleAdmin,
+	"AddCallbackSecret":  operators.RoleAdmin,
+	"ReleaseCell":        operators.RoleAdmin,
 }
 
 // otherServices are the other services of the admin listener: health is

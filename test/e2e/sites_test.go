@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cellpay/cellpay/internal/dev/checker"
+	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/client"
+	"github.com/cellpay/cellpay/pkg/idempotency"
+)
+
+// TestEvacuateSite names two sites over the shared cells (cell-a and cell-b
+// in site-a, cell-c in site-b) on two GTR replicas of its own, and under
+// partners' load through both: a dry run of evacuating site-a says which
+// share of the keys would move; the evacuation, ramped over 3 s, moves that
+// share (of 10,000 keys, within 3 points), after which no transaction
+// reaches site-a; restoring the site brings every key back home. No
+// partner sees an error, and the checker finds every answer as the cells
+// and the issuer hold it.
+func TestEvacuateSite(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	_, _, gtrs, admins := twoReplicas(t, "gtr-site")
+	a1, a2 := admins[0], admins[1]
+	site := map[string]string{"cell-a": "site-a", "cell-b": "site-a", "cell-c": "site-b"}
+	tbl, err := a1.GetTable(ctx, &adminproto.GetTableRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl.Version++
+	for _, c := range tbl.Cells {
+		c.Site = site[c.Id]
+	}
+	if _, err := a1.ApplyTable(ctx, &adminproto.ApplyTableRequest{Table: tbl, ExpectedVersion: tbl.Version - 1}); err != nil {
+		t.Fatal(err)
+	}
+	keys := drainKeys(10000)
+	homes := func(a adminproto.AdminClient) []string {
+		t.Helper()
+		r, err := a.RouteKeys(ctx, &adminproto.RouteKeysRequest{Attrs: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Home
+	}
+	// routesAll waits for both replicas to route every key as want says.
+	routesAll := func(what string, want func(i int, cell string) bool) {
+		t.Helper()
+		testutil.Eventually(t, 15*time.Second, what, func() bool {
+			for _, a := range admins {
+				for i, h := range homes(a) {
+					if !want(i, h) {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	routesAll("both replicas on the table with sites", func(_ int, h string) bool { return h != "" })
+	base := homes(a1)
+	onA := 0
+	for _, h := range base {
+		if site[h] == "site-a" {
+			onA++
+		}
+	}
+
+	dry, err := a2.EvacuateSite(ctx, &adminproto.EvacuateSiteRequest{Site: "site-a", DryRun: true, Samples: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := 0.0
+	for _, m := range dry.GetMoves() {
+		if m.GetFromCell() != m.GetToCell() {
+			if m.GetToCell() != "cell-c" {
+				t.Fatalf("the dry run moves keys from %s to %s, not to site-b", m.GetFromCell(), m.GetToCell())
+			}
+			shown += m.GetShare()
+		}
+	}
+	if dry.GetApplied() {
+		t.Fatal("a dry run applied")
+	}
+
+	// Partners' load through both replicas, as a partner sends (the
+	// client resends an UNAVAILABLE under the same ID), for the whole of
+	// the evacuation and the restore.
+	var (
+		mu      sync.Mutex
+		answers []checker.Answer
+		errs    []string
+		late    = map[string]int{} // cells of transactions sent after the evacuation settled
+		settled time.Time
+	)
+	done := make(chan load.Report, 1)
+	go func() {
+		rep, err := load.Run(ctx, load.Config{
+			Target: load.TargetGTR, Endpoints: []string{gtrs[0].Addr, gtrs[1].Addr}, DialOptions: env.gtrOpts, Mode: load.ModeOpen,
+			Client: client.Config{CallTimeout: 12 * time.Second}, PerRequestTimeout: 30 * time.Second,
+			Rate: 40, Concurrency: 64, Count: 1000, Duration: 20 * time.Second, Seed: 39, RunID: runID + "-evacuate",
+			OnResult: func(r load.Result) {
+				mu.Lock()
+				defer mu.Unlock()
+				answers = append(answers, checker.AnswerOf(r.PartnerID, r.Request.GetTransactionId(), r.Transaction, r.Err))
+				if r.Err != nil {
+					if len(errs) < 5 {
+						errs = append(errs, fmt.Sprintf("%s: %v", r.Request.GetTransactionId(), r.Err))
+					}
+					return
+				}
+				if !settled.IsZero() && r.Sent.After(settled) {
+					late[r.Transaction.GetCellId()]++
+				}
+			},
+		}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	time.Sleep(3 * time.Second)
+	ev, err := a1.EvacuateSite(ctx, &adminproto.EvacuateSiteRequest{Site: "site-a", Over: durationpb.New(3 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.GetApplied() || len(ev.GetCells()) != 2 {
+		t.Fatalf("evacuation: %v", ev)
+	}
+	routesAll("every key routed to site-b on both replicas", func(_ int, h string) bool { return h == "cell-c" })
+	mu.Lock()
+	settled = time.Now()
+	mu.Unlock()
+	moved := 0
+	for _, h := range base {
+		if h != "cell-c" {
+			moved++
+		}
+	}
+	got := float64(moved) / float64(len(base))
+	t.Logf("evacuating site-a: the dry run showed %.1f%% of keys moving, %.1f%% of 10,000 keys moved (%d were on site-a)", 100*shown, 100*got, onA)
+	if got < shown-0.03 || got > shown+0.03 {
+		t.Errorf("%.3f of the keys moved, the dry run showed %.3f", got, shown)
+	}
+	time.Sleep(5 * time.Second) // transactions sent with site-a empty
+	if _, err := a2.RestoreSite(ctx, &adminproto.RestoreSiteRequest{Site: "site-a", Over: durationpb.New(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	afterEvacuation := map[string]int{}
+	for c, n := range late {
+		afterEvacuation[c] = n
+	}
+	settled = time.Time{}
+	mu.Unlock()
+	routesAll("every key home again on both replicas", func(i int, h string) bool { return h == base[i] })
+	rep := <-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 || rep.Completed < 700 {
+		t.Fatalf("the load: %d completed, errors %v; the first: %v", rep.Completed, rep.Errors, errs)
+	}
+	if afterEvacuation["cell-a"]+afterEvacuation["cell-b"] != 0 || afterEvacuation["cell-c"] < 50 {
+		t.Fatalf("transactions sent after the evacuation settled, by cell: %v; want every one on cell-c", afterEvacuation)
+	}
+	keysOf := make([]idempotency.Key, 0, len(answers))
+	for _, a := range answers {
+		keysOf = append(keysOf, a.Key())
+	}
+	if _, err := checker.WaitResolved(ctx, checkerConfig(), keysOf, 30*time.Second); err != nil {
+		t.Fatalf("PENDING not resolved within 30 s: %v", err)
+	}
+	report, err := checker.Check(ctx, checkerConfig(), answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK() || report.Pending != 0 {
+		t.Fatalf("invariants broken:\n%s", report.String())
+	}
+	t.Logf("evacuation and restore under load: %d transactions, none failed; after the evacuation settled %v; checker: %s", rep.Completed, afterEvacuation, strings.ReplaceAll(report.String(), "\n", "; "))
+}
