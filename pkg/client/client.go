@@ -12,14 +12,19 @@
 //   - A PENDING answer (the transaction passed its point of no return and
 //     its outcome at the issuer is not known yet) is resolved by the owning
 //     cell; WaitFinal polls GetTransaction until it is.
-//   - Given two access points (DialEndpoints: a primary and a backup,
-//     standing for two cities), it rides through the loss of either by
-//     the WeChat Pay cross-city rules (package failover): a success-rate
-//     window over the primary and health probes of it decide which one
-//     calls go to, a split keeps about 1% on the backup to keep it proven,
-//     and a call that meets a connect or read timeout or UNAVAILABLE is
-//     retried once, identical, on the other access point. Every switch is
-//     an Event, logged, counted and passed to Config.OnSwitch.
+//   - Given several access points, it rides through the loss of any by
+//     the WeChat Pay cross-city rules (package failover): either two
+//     (DialEndpoints: a primary and a backup, standing for two cities), or
+//     up to six with their sites and the partner's home site
+//     (DialAccessPoints, Config.HomeSite), several per site. It prefers
+//     the first listed of the home site; a success-rate window over it,
+//     health probes of it, and a fast rule over the current access
+//     point's last 5 s decide which one calls go to, and a move goes to
+//     the best other, another of the home site before any other site. A
+//     split keeps about 1% on the next in line to keep it proven, and a
+//     call that meets a connect or read timeout or UNAVAILABLE is retried
+//     once, identical, on the best other access point. Every switch is an
+//     Event, logged, counted and passed to Config.OnSwitch.
 package client
 
 import (
@@ -28,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,11 +72,16 @@ type Config struct {
 	// system's roots).
 	CAFile string
 
+	// HomeSite is the partner's home site, one of the sites of the access
+	// points given to DialAccessPoints: the client prefers its access
+	// points. Required with sites, empty without.
+	HomeSite string
 	// Failover holds the numbers of the failover rules between the access
-	// points of DialEndpoints; zero values take the guide's defaults
-	// (package failover). Endpoints is set from the list.
+	// points of DialEndpoints and DialAccessPoints; zero values take the
+	// guide's defaults (package failover). Endpoints is set from the list.
 	Failover failover.Config
-	// ProbeTimeout bounds one health probe of the primary [1s].
+	// ProbeTimeout bounds one health probe of the preferred access point
+	// [1s].
 	ProbeTimeout time.Duration
 	// OnSwitch, if set, is called with every switch between access points,
 	// from the goroutine that made it; it must be quick.
@@ -98,8 +109,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Client talks to a GTR through one access point, or two with failover
-// between them. It is safe for concurrent use.
+// Client talks to a GTR through one access point, or several with
+// failover between them. It is safe for concurrent use.
 type Client struct {
 	cfg       Config
 	endpoints []*endpoint
@@ -113,9 +124,10 @@ type Client struct {
 // endpoint is one access point.
 type endpoint struct {
 	addr     string
+	site     string // "" without sites
 	payments cellpayv1.PaymentsClient
 	health   healthpb.HealthClient
-	conn     *grpc.ClientConn // owned when made by Dial or DialEndpoints
+	conn     *grpc.ClientConn // owned when made by Dial, DialEndpoints or DialAccessPoints
 }
 
 // New returns a Client over conn, which the caller owns: one access point,
@@ -140,9 +152,50 @@ func Dial(addr string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
 // then the backup, each as Dial would, and fails over between them by the
 // rules of cfg.Failover: it probes the primary with gRPC health over the
 // same connection, from a goroutine that Close ends. One address is Dial.
+// It is DialAccessPoints with no sites.
 func DialEndpoints(addrs []string, cfg Config, opts ...grpc.DialOption) (*Client, error) {
-	if len(addrs) == 0 || len(addrs) > 2 {
-		return nil, fmt.Errorf("client: %d access points: want a primary and at most one backup", len(addrs))
+	aps := make([]AccessPoint, len(addrs))
+	for i, a := range addrs {
+		aps[i].Addr = a
+	}
+	return DialAccessPoints(aps, cfg, opts...)
+}
+
+// AccessPoint is one of the partner's access points: its address and its
+// site.
+type AccessPoint struct {
+	// Addr is the access point's gRPC address (host:port).
+	Addr string
+	// Site is the site it is in: lowercase letters, digits and hyphens,
+	// starting with a letter and not ending with a hyphen, at most 32
+	// bytes, such as site-a (the routing configuration's form). Every
+	// access point has its site, or none has.
+	Site string
+}
+
+// MaxAccessPoints is how many access points DialAccessPoints takes with
+// their sites; without sites, two: a primary and a backup.
+const MaxAccessPoints = failover.MaxEndpoints
+
+// ErrInvalidAccessPoints wraps every refusal of a list of access points or
+// of Config.HomeSite by DialEndpoints and DialAccessPoints; the error names
+// the field.
+var ErrInvalidAccessPoints = errors.New("client: invalid access points")
+
+// DialAccessPoints connects to the access points, each as Dial would, and
+// fails over between them by the rules of cfg.Failover. With their sites
+// (up to MaxAccessPoints, several per site) and cfg.HomeSite, the client
+// prefers the first listed of the home site: it starts there, probes it
+// with gRPC health while away from it, and returns to it when the probes
+// pass; a failing access point hands over to the best other, another of
+// the home site before any of another site, and a call's one retry goes to
+// the best other too. Without sites, the list is a primary and at most one
+// backup, as DialEndpoints. The prober is a goroutine that Close ends. No
+// address may be listed twice.
+func DialAccessPoints(aps []AccessPoint, cfg Config, opts ...grpc.DialOption) (*Client, error) {
+	sited, err := checkAccessPoints(aps, cfg.HomeSite)
+	if err != nil {
+		return nil, err
 	}
 	cfg.defaults()
 	if len(opts) == 0 {
@@ -160,27 +213,114 @@ func DialEndpoints(addrs []string, cfg Config, opts ...grpc.DialOption) (*Client
 	// opts may say otherwise.
 	opts = append([]grpc.DialOption{grpc.WithConnectParams(connectParams)}, opts...)
 	c := &Client{cfg: cfg}
-	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr, opts...)
+	for _, ap := range aps {
+		conn, err := grpc.NewClient(ap.Addr, opts...)
 		if err != nil {
 			c.closeConns()
 			return nil, err
 		}
-		c.endpoints = append(c.endpoints, &endpoint{addr: addr, payments: cellpayv1.NewPaymentsClient(conn), health: healthpb.NewHealthClient(conn), conn: conn})
+		c.endpoints = append(c.endpoints, &endpoint{addr: ap.Addr, site: ap.Site, payments: cellpayv1.NewPaymentsClient(conn), health: healthpb.NewHealthClient(conn), conn: conn})
 	}
-	if len(addrs) == 2 {
+	if len(aps) > 1 {
 		fcfg := cfg.Failover
-		fcfg.Endpoints = 2
-		m, err := failover.New(fcfg, time.Now())
+		fcfg.Endpoints = len(aps)
+		var m *failover.Machine
+		if sited {
+			sites := make([]string, len(aps))
+			for i, ap := range aps {
+				sites[i] = ap.Site
+			}
+			m, err = failover.NewSites(fcfg, sites, cfg.HomeSite, time.Now())
+		} else {
+			m, err = failover.New(fcfg, time.Now())
+		}
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("client: %w", err)
 		}
-		c.fo = &switcher{m: m, client: c}
+		c.fo = newSwitcher(c, m)
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.probeLoop()
 	}
 	return c, nil
+}
+
+// checkAccessPoints reports the first problem with aps and the home site,
+// naming the field, wrapped in ErrInvalidAccessPoints, and whether the
+// access points have their sites.
+func checkAccessPoints(aps []AccessPoint, home string) (sited bool, err error) {
+	bad := func(format string, args ...any) (bool, error) {
+		return false, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAccessPoints}, args...)...)
+	}
+	if len(aps) == 0 {
+		return bad("no access point")
+	}
+	if len(aps) > MaxAccessPoints {
+		return bad("%d access points: at most %d", len(aps), MaxAccessPoints)
+	}
+	var sites []string
+	for i, ap := range aps {
+		if ap.Addr == "" {
+			return bad("AccessPoint[%d].Addr is empty", i)
+		}
+		for j := range i {
+			if aps[j].Addr == ap.Addr {
+				return bad("AccessPoint[%d].Addr %q: AccessPoint[%d]'s too: each access point once", i, ap.Addr, j)
+			}
+		}
+		if err := checkSite(ap.Site); err != nil {
+			return bad("AccessPoint[%d].Site: %w", i, err)
+		}
+		if ap.Site != "" && !slices.Contains(sites, ap.Site) {
+			sites = append(sites, ap.Site)
+		}
+	}
+	if len(sites) == 0 {
+		switch {
+		case len(aps) > 2:
+			return bad("%d access points without sites: want a primary and at most one backup, or each one's Site (up to %d)", len(aps), MaxAccessPoints)
+		case home != "":
+			return bad("Config.HomeSite %q: no access point has a site", home)
+		}
+		return false, nil
+	}
+	for i, ap := range aps {
+		if ap.Site == "" {
+			return bad("AccessPoint[%d].Site is empty: give every access point its site, or none", i)
+		}
+	}
+	switch {
+	case home == "":
+		return bad("Config.HomeSite is empty: want the partner's home site, one of %q", sites)
+	case !slices.Contains(sites, home):
+		return bad("Config.HomeSite %q: no access point is in it (sites %q)", home, sites)
+	}
+	return true, nil
+}
+
+// maxSiteLen is the routing configuration's bound on a site's name
+// (routing.MaxSiteLen).
+const maxSiteLen = 32
+
+// checkSite checks a site's name by routing.CheckSite's rule ("" passes):
+// partners' code may not import pkg/routing (imports_test.go), so the rule
+// is repeated here, and a test holds the two to the same answers.
+func checkSite(site string) error {
+	if site == "" {
+		return nil
+	}
+	if len(site) > maxSiteLen {
+		return fmt.Errorf("site of %d bytes, longer than %d", len(site), maxSiteLen)
+	}
+	ok := site[0] >= 'a' && site[0] <= 'z' && site[len(site)-1] != '-'
+	for i := 0; ok && i < len(site); i++ {
+		c := site[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("site %.40q: want lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (such as site-a)", site)
+	}
+	return nil
 }
 
 var connectParams = grpc.ConnectParams{
@@ -188,8 +328,8 @@ var connectParams = grpc.ConnectParams{
 	MinConnectTimeout: 2 * time.Second,
 }
 
-// Close stops the prober and closes the connections made by Dial or
-// DialEndpoints.
+// Close stops the prober and closes the connections made by Dial,
+// DialEndpoints or DialAccessPoints.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		if c.stop != nil {
@@ -254,12 +394,13 @@ func RetryAfter(err error) (time.Duration, bool) {
 }
 
 // Submit sends req, resending it unchanged on retryable answers until it
-// gets an answer, MaxAttempts is reached or ctx ends. With two access
+// gets an answer, MaxAttempts is reached or ctx ends. With several access
 // points, a connect or read timeout or UNAVAILABLE is retried at once on
-// the other one (once per Submit), and later attempts go where the
-// failover rules say. A refusal with a retry hint (RetryAfter) is resent
-// no sooner than the hint says (at most MaxRetryHint), whatever the
-// back-off. The answer may be PENDING: see WaitFinal.
+// the best other one (once per Submit: another of the home site first),
+// and later attempts go where the failover rules say. A refusal with a
+// retry hint (RetryAfter) is resent no sooner than the hint says (at most
+// MaxRetryHint), whatever the back-off. The answer may be PENDING: see
+// WaitFinal.
 func (c *Client) Submit(ctx context.Context, req *cellpayv1.SubmitTransactionRequest) (*cellpayv1.Transaction, error) {
 	txn, _, err := c.SubmitWithInfo(ctx, req)
 	return txn, err
@@ -272,7 +413,7 @@ type CallInfo struct {
 	Endpoint string
 	// Attempts is the number of calls made.
 	Attempts int
-	// FailedOver is set when the call waited for the retry on the other
+	// FailedOver is set when the call waited for the retry on another
 	// access point.
 	FailedOver bool
 }
@@ -293,7 +434,7 @@ func (c *Client) SubmitWithInfo(ctx context.Context, req *cellpayv1.SubmitTransa
 }
 
 // invoke makes up to attempts calls of fn: the first where the failover
-// rules pick, one retry on the other access point at once after a
+// rules pick, one retry on the best other access point at once after a
 // failover error, the others after a back-off where the rules pick.
 func (c *Client) invoke(ctx context.Context, attempts int, fn func(context.Context, *endpoint) error) (CallInfo, error) {
 	wait := c.cfg.Backoff
@@ -352,7 +493,7 @@ func (c *Client) Get(ctx context.Context, id string) (*cellpayv1.Transaction, er
 	return c.get(ctx, c.cfg.PartnerID, id)
 }
 
-// get reads once, or twice with the retry on the other access point.
+// get reads once, or twice with the retry on another access point.
 func (c *Client) get(ctx context.Context, partner, id string) (*cellpayv1.Transaction, error) {
 	attempts := 1
 	if c.fo != nil {

@@ -17,6 +17,11 @@ type Event struct {
 	// From and To are the access points' addresses.
 	From string `json:"from"`
 	To   string `json:"to"`
+	// FromSite and ToSite are their sites ("" without sites).
+	FromSite string `json:"from_site,omitempty"`
+	ToSite   string `json:"to_site,omitempty"`
+	// Rule is the rule that switched: probe, success-rate or fast.
+	Rule string `json:"rule"`
 	// Reason names the rule and its numbers ("probe: 5 of 5 failed").
 	Reason string `json:"reason"`
 }
@@ -24,8 +29,8 @@ type Event struct {
 // FailoverStats are a client's failover counters.
 type FailoverStats struct {
 	// Current is the address calls go to (but for the split); "" with one
-	// access point.
-	Current string
+	// access point. CurrentSite is its site ("" without sites).
+	Current, CurrentSite string
 	// Switches made, and switches the flap damping held back.
 	Switches, Damped int
 	// Calls answered, and calls failed (connect or read timeout,
@@ -41,11 +46,21 @@ const maxEvents = 1000
 type switcher struct {
 	client *Client
 
+	// preferred is the access point the probes ask: the primary, or the
+	// first listed of the home site. Fixed.
+	preferred failover.Endpoint
+
 	mu       sync.Mutex // guards everything below; never held across I/O
 	m        *failover.Machine
 	events   []Event
-	answered [2]int
-	failed   [2]int
+	answered []int // by endpoint index, one per access point
+	failed   []int
+}
+
+// newSwitcher returns the switcher of c's access points over m.
+func newSwitcher(c *Client, m *failover.Machine) *switcher {
+	n := len(c.endpoints)
+	return &switcher{client: c, preferred: m.Preferred(), m: m, answered: make([]int, n), failed: make([]int, n)}
 }
 
 // pick returns the access point of a new call.
@@ -64,6 +79,8 @@ func (c *Client) pick() failover.Endpoint {
 	return ep
 }
 
+// other returns where the one retry of a call that failed on ep goes: the
+// best other access point.
 func (s *switcher) other(ep failover.Endpoint) failover.Endpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,7 +115,8 @@ func (s *switcher) emit(ev []failover.Event) {
 	}
 	out := make([]Event, len(ev))
 	for i, e := range ev {
-		out[i] = Event{At: e.At, From: s.client.endpoints[e.From].addr, To: s.client.endpoints[e.To].addr, Reason: e.Reason}
+		from, to := s.client.endpoints[e.From], s.client.endpoints[e.To]
+		out[i] = Event{At: e.At, From: from.addr, To: to.addr, FromSite: from.site, ToSite: to.site, Rule: string(e.Rule), Reason: e.Reason}
 	}
 	s.mu.Lock()
 	s.events = append(s.events, out...)
@@ -107,7 +125,7 @@ func (s *switcher) emit(ev []failover.Event) {
 	}
 	s.mu.Unlock()
 	for _, e := range out {
-		s.client.cfg.Logger.Info("client: access point switched", "from", e.From, "to", e.To, "reason", e.Reason, "at", e.At)
+		s.client.cfg.Logger.Info("client: access point switched", "from", e.From, "from_site", e.FromSite, "to", e.To, "to_site", e.ToSite, "rule", e.Rule, "reason", e.Reason, "at", e.At)
 		if f := s.client.cfg.OnSwitch; f != nil {
 			f(e)
 		}
@@ -135,7 +153,8 @@ func (c *Client) FailoverStats() FailoverStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ms := s.m.Stats()
-	st.Current, st.Switches, st.Damped = c.endpoints[ms.Current].addr, ms.Switches, ms.Damped
+	cur := c.endpoints[ms.Current]
+	st.Current, st.CurrentSite, st.Switches, st.Damped = cur.addr, cur.site, ms.Switches, ms.Damped
 	for i, ep := range c.endpoints {
 		st.Answered[ep.addr], st.Failed[ep.addr] = s.answered[i], s.failed[i]
 	}
@@ -190,13 +209,15 @@ func (c *Client) probeLoop() {
 	}
 }
 
-// probeRound asks the primary's gRPC health n times in a row, each bounded
-// by ProbeTimeout, and returns how many did not answer SERVING.
+// probeRound asks the preferred access point's gRPC health n times in a
+// row, each bounded by ProbeTimeout, and returns how many did not answer
+// SERVING.
 func (c *Client) probeRound(ctx context.Context, n int) int {
 	failed := 0
+	ep := c.endpoints[c.fo.preferred]
 	for range n {
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
-		resp, err := c.endpoints[failover.Primary].health.Check(pctx, &healthpb.HealthCheckRequest{})
+		resp, err := ep.health.Check(pctx, &healthpb.HealthCheckRequest{})
 		cancel()
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			failed++
