@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/dev/platform"
@@ -313,6 +314,28 @@ func effectsOn(t *testing.T, ctx context.Context, issuer issuerproto.IssuerClien
 		}
 	}
 	return 0, 0
+}
+
+// recordedEffects is the issuer's record of every outcome it applied
+// since since (ListEffects, every page, as the tools' identity).
+func recordedEffects(t *testing.T, ctx context.Context, since time.Time) []*issuerproto.RecordedEffect {
+	t.Helper()
+	req := &issuerproto.ListEffectsRequest{From: timestamppb.New(since), To: timestamppb.New(time.Now().Add(time.Minute)), PageSize: 1000}
+	var out []*issuerproto.RecordedEffect
+	for pages := 0; ; pages++ {
+		if pages == 1000 {
+			t.Fatal("the issuer's record: more than 1,000 pages")
+		}
+		resp, err := env.issuer.ListEffects(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp.GetEffects()...)
+		if resp.GetNextPageToken() == "" {
+			return out
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
 }
 
 var runID = fmt.Sprintf("e2e%d", time.Now().UnixNano()%1_000_000_000)

@@ -124,7 +124,11 @@ func TestStatementAndList(t *testing.T) {
 		}
 	}
 	issuer := sums{}
-	eff, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{})
+	refs := make([]*issuerproto.TransactionRef, len(ids))
+	for i, id := range ids {
+		refs[i] = &issuerproto.TransactionRef{PartnerId: p.id, TransactionId: id}
+	}
+	eff, err := env.issuer.Effects(ctx, &issuerproto.EffectsRequest{Transactions: refs})
 	if err != nil {
 		t.Fatal(err)
 	}

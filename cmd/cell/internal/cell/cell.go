@@ -77,7 +77,9 @@ type Config struct {
 	// IssuerCheckEvery is how often the leading instance compares the
 	// issuer's record of the effects it applied for this cell with the
 	// cell's records (package issuercheck); zero for no check.
-	IssuerCheckEvery time.Duration
+	// IssuerCheckLookback is the window each check reads, up to its start;
+	// zero for twice IssuerCheckEvery.
+	IssuerCheckEvery, IssuerCheckLookback time.Duration
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.

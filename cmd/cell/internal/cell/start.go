@@ -277,7 +277,8 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 	if c.cfg.IssuerCheckEvery <= 0 {
 		return nil, nil
 	}
-	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery, Log: c.log,
+	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery,
+		Lookback: c.cfg.IssuerCheckLookback, Log: c.log,
 		Records: func(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
 			r, err := c.st.Get(ctx, k)
 			if errors.Is(err, store.ErrNotFound) {

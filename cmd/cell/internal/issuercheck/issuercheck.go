@@ -227,7 +227,10 @@ type WatchConfig struct {
 	Terminal string // the cell's ID
 	// Every is the time between checks [DefaultEvery]; each checks the
 	// window of Lookback [2 × Every] up to its start, so that windows
-	// overlap and an effect recorded late at the issuer is not skipped.
+	// overlap and an effect recorded late at the issuer is not skipped. A
+	// routine check thus sees an effect for about Lookback after the
+	// issuer applied it: a record lost later (a database restored from a
+	// copy) is seen only by a check reaching back before the copy's point.
 	Every, Lookback time.Duration
 	Log             *slog.Logger
 	Now             func() time.Time // [time.Now]
