@@ -96,13 +96,10 @@ func weightOf(t *testing.T, c adminproto.AdminClient, id string) int32 {
 	return 0
 }
 
-// TestOperatorRoles runs the admin API over loopback gRPC with three
-// operators and the audit log on a real NATS server, while the process
-// logger is saturated (every log record dropped): roles are enforced, and
-// every change and refusal is in the audit with actor, before and after.
-func TestOperatorRoles(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// threeOperators is an operators index of vera (viewer), otto (operator)
+// and ada (admin), with each one's token by name.
+func threeOperators(t *testing.T) (*operators.Index, map[string]string) {
+	t.Helper()
 	var f operators.File
 	toks := map[string]string{}
 	for _, o := range []struct {
@@ -120,6 +117,17 @@ func TestOperatorRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ix, toks
+}
+
+// TestOperatorRoles runs the admin API over loopback gRPC with three
+// operators and the audit log on a real NATS server, while the process
+// logger is saturated (every log record dropped): roles are enforced, and
+// every change and refusal is in the audit with actor, before and after.
+func TestOperatorRoles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ix, toks := threeOperators(t)
 	ns := natstest.Start(t)
 	al, err := audit.Open(audit.Config{NATSURL: ns.URL(), Replica: "test", File: filepath.Join(t.TempDir(), "spool.jsonl"),
 		MaxSpool: 1, Timeout: 300 * time.Millisecond, RetryInterval: time.Hour})

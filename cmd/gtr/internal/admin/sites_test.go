@@ -17,13 +17,12 @@ import (
 
 	"github.com/cellpay/cellpay/cmd/gtr/internal/audit"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
-	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 )
 
-// TestSites: a table that names its cells' sites moves no key (routing
-// does not look at a site), and ListCells, GetTable and GetEffectiveTable
+// TestSites: a table that names its cells' sites moves no key (no partner
+// is homed in a site here), and ListCells, GetTable and GetEffectiveTable
 // return each cell's site; a bad site is refused naming its field.
 func TestSites(t *testing.T) {
 	f := start(t, token)
@@ -292,23 +291,7 @@ func TestSiteChangeBadInput(t *testing.T) {
 // included, is in the audit log under its method, the evacuation's
 // record with the site's cells' weights before and after.
 func TestSiteChangeRolesAndAudit(t *testing.T) {
-	var file operators.File
-	toks := map[string]string{}
-	for _, o := range []struct {
-		id   string
-		role operators.Role
-	}{{"vera", operators.RoleViewer}, {"otto", operators.RoleOperator}, {"ada", operators.RoleAdmin}} {
-		tok, op, err := operators.NewToken(nil, o.id, o.role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		toks[o.id] = tok
-		file.Operators = append(file.Operators, op)
-	}
-	ix, err := operators.Compile(&file, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, toks := threeOperators(t)
 	al, err := audit.Open(audit.Config{Replica: "test", File: filepath.Join(t.TempDir(), "audit.jsonl")})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,8 @@ type File struct {
 // address (addr: a single instance, or "dns:///name:port" resolved to all
 // of them) or lists its instances (addrs), not both. Site, optional, names
 // the site the cell runs in (routing.CheckSite's form, such as site-a):
-// shown to operators, not used by routing.
+// partners homed in a site are routed to its cells first
+// (routing.Pool.SpillBelow).
 type Cell struct {
 	ID     string   `yaml:"id"`
 	Addr   string   `yaml:"addr"`
