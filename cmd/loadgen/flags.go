@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,15 +73,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.plaintext, "plaintext", false, "talk plaintext without API keys or certificates (a cell with no TLS files, or a test server); never the GTR")
 	fs.StringVar(&o.answers, "answers", "", "write one JSON line per call to FILE: the checker's answers format (partner_id, id, status, ...) plus the endpoint that answered, or a follow-up's kind and original")
 	fs.Float64Var(&c.FollowUps, "followups", 0, "share (0..1) of approved authorizations followed, within -d, by captures (one or two, of all or part of it) then refunds (one or two, of all or part of the captures), or by a void (a quarter of them), each follow-up with its own ID, on -c more workers (gtr target)")
+	accessPoints := fs.String("access-points", "", fmt.Sprintf("for gtr, SITE=HOST:PORT,... (loopback only, up to %d, several per site) instead of -addr: sends through the client's failover between these access points by site, preferring the first listed of -home-site", client.MaxAccessPoints))
+	fs.StringVar(&c.Client.HomeSite, "home-site", "", "the partner's home site, one of the sites of -access-points (required with it)")
 	fo := &c.Client.Failover
-	strategy := fs.String("failover", "", "failover strategy between two access points: probe, success-rate or both (default both)")
-	fs.DurationVar(&fo.ProbeInterval, "probe-interval", 0, "failover: how often the primary is probed (default 1m)")
+	strategy := fs.String("failover", "", "failover strategy between the access points: probe, success-rate or both (default both)")
+	fs.DurationVar(&fo.ProbeInterval, "probe-interval", 0, "failover: how often the primary (with -access-points, the first of -home-site) is probed (default 1m)")
 	fs.DurationVar(&fo.EvalInterval, "eval-interval", 0, "failover: how often the primary's success rate is judged (default 1m)")
 	fs.DurationVar(&fo.WindowAge, "window-age", 0, "failover: oldest result in the success-rate window (default 10m)")
 	fs.IntVar(&fo.SplitRatio, "split", 0, "failover: percent of calls kept on the primary while it serves, 1..100 (default 99)")
 	fs.IntVar(&fo.MaxSwitches, "max-switches", 0, "failover: most switches within -damp-window (default 4)")
 	fs.DurationVar(&fo.DampWindow, "damp-window", 0, "failover: flap damping window (default 10m)")
-	fs.DurationVar(&c.Client.CallTimeout, "call-timeout", 0, "failover: read timeout of one call before the retry on the other access point (default -timeout/2)")
+	fs.DurationVar(&c.Client.CallTimeout, "call-timeout", 0, "failover: read timeout of one call before the retry on another access point (default -timeout/2)")
 	fs.DurationVar(&c.Client.ProbeTimeout, "probe-timeout", 0, "failover: timeout of one probe (default 1s)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 	bench := fs.Bool("bench", false, "print the report as BENCH lines on stdout, for benchrun (tx, throughput, latency percentiles, errors)")
@@ -115,7 +118,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		c.Endpoints = addrs
 		c.Addr = addrs[0]
 	}
-	if c.Addr == "" {
+	if err := setAccessPoints(c, *accessPoints, set); err != nil {
+		return o, usageError(fs, stderr, "%v", err)
+	}
+	if c.Addr == "" && len(c.AccessPoints) == 0 { // with them, load.Run's default: the first of -home-site
 		c.Addr = defaultGTRAddr
 		if c.Target == load.TargetCell {
 			c.Addr = defaultCellAddr
@@ -170,6 +176,49 @@ func checkFollowUps(o options) error {
 		if most := idempotency.MaxKeyLen - 1 - len(strconv.FormatInt(c.Count, 10)) - load.FollowUpSuffixLen; len(c.RunID) > most {
 			return fmt.Errorf("-run-id %q: at most %d characters with -followups (a follow-up's ID is its authorization's and up to %d more)", c.RunID, most, load.FollowUpSuffixLen)
 		}
+	}
+	return nil
+}
+
+// setAccessPoints sets c's access points from -access-points' list of
+// SITE=HOST:PORT. It refuses, naming the flags, what load.Run would
+// otherwise refuse naming its fields: a list for the cell target or
+// beside -addr, an entry not of that form, more than
+// client.MaxAccessPoints, and a -home-site missing, not among the sites
+// or without the list. The sites' form and each address once are
+// pkg/client's to check (load.Run passes its refusal on).
+func setAccessPoints(c *load.Config, list string, set map[string]bool) error {
+	home := c.Client.HomeSite
+	if list == "" {
+		if set["home-site"] {
+			return fmt.Errorf("-home-site %q: with -access-points only", home)
+		}
+		return nil
+	}
+	if c.Target != load.TargetGTR {
+		return fmt.Errorf("-access-points: access points are for the gtr target only (-target %s)", c.Target)
+	}
+	if set["addr"] {
+		return errors.New("-addr and -access-points: give the access points in -access-points only")
+	}
+	var sites []string
+	for e := range strings.SplitSeq(list, ",") {
+		site, addr, ok := strings.Cut(e, "=")
+		if !ok || site == "" || addr == "" {
+			return fmt.Errorf("-access-points: %q: want SITE=HOST:PORT, such as site-a=127.0.0.1:7070", e)
+		}
+		c.AccessPoints = append(c.AccessPoints, client.AccessPoint{Addr: addr, Site: site})
+		if !slices.Contains(sites, site) {
+			sites = append(sites, site)
+		}
+	}
+	switch {
+	case len(c.AccessPoints) > client.MaxAccessPoints:
+		return fmt.Errorf("-access-points: %d access points, at most %d", len(c.AccessPoints), client.MaxAccessPoints)
+	case home == "":
+		return fmt.Errorf("-home-site: required with -access-points, one of %q", sites)
+	case !slices.Contains(sites, home):
+		return fmt.Errorf("-home-site %q: no access point of -access-points is in it (sites %q)", home, sites)
 	}
 	return nil
 }

@@ -3,13 +3,17 @@
 // with -bench. It only ever targets loopback addresses, and every run is
 // bounded by -n and -d. With -followups, a share of the approved
 // authorizations is followed within the same bounds by captures and
-// refunds, or a void, each follow-up a transaction of its own.
+// refunds, or a void, each follow-up a transaction of its own. Through a
+// GTR, -addr PRIMARY,BACKUP, or -access-points SITE=HOST:PORT,... (up to
+// six, several per site) with -home-site, sends through the partners'
+// client's failover between those access points.
 //
 //	loadgen -mode closed -c 32 -n 10000
 //	loadgen -mode open -rate 500 -d 1m -json > report.json
 //	loadgen -target cell -addr 127.0.0.1:7082 -n 2000
 //	loadgen -n 5000 -bench   # BENCH lines, for benchrun
 //	loadgen -addr 127.0.0.1:7070,127.0.0.1:7170 -answers answers.jsonl -json   # through the client's failover
+//	loadgen -access-points site-a=127.0.0.1:7070,site-a=127.0.0.1:7170,site-b=127.0.0.1:7270 -home-site site-a -json   # failover by site
 //	loadgen -n 2000 -followups 0.3 -answers answers.jsonl   # 30% of approved authorizations captured and refunded, or voided
 //
 // Exit status: 0 when at least one request completed, 1 when none did or

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/cellpay/cellpay/internal/dev/checker"
 	"github.com/cellpay/cellpay/internal/dev/load"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 type approver struct {
@@ -260,5 +262,63 @@ func TestFollowUpsFlag(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-plaintext", "-followups", "0", "-target", "cell"}, io.Discard); err != nil {
 		t.Fatalf("-followups 0 with the cell target: %v", err)
+	}
+}
+
+// TestAccessPointsFlag: -access-points SITE=HOST:PORT,... with
+// -home-site sends through the client's failover by site, starting at
+// the first of the home site, and the report counts answers by access
+// point; each refusal names the flag (or, for what pkg/client or
+// load.Run checks, the field).
+func TestAccessPointsFlag(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	o, err := parseFlags([]string{"-plaintext", "-access-points", "site-b=127.0.0.1:7270,site-a=127.0.0.1:7070,site-a=127.0.0.1:7170", "-home-site", "site-a"}, io.Discard)
+	want := []client.AccessPoint{{Addr: "127.0.0.1:7270", Site: "site-b"}, {Addr: "127.0.0.1:7070", Site: "site-a"}, {Addr: "127.0.0.1:7170", Site: "site-a"}}
+	if err != nil || !slices.Equal(o.cfg.AccessPoints, want) || o.cfg.Client.HomeSite != "site-a" || o.cfg.Addr != "" || o.cfg.Endpoints != nil {
+		t.Fatalf("parse: %v; access points %+v, home site %q, addr %q, endpoints %v", err, o.cfg.AccessPoints, o.cfg.Client.HomeSite, o.cfg.Addr, o.cfg.Endpoints)
+	}
+
+	seven := make([]string, 7)
+	for i := range seven {
+		seven[i] = "site-a=127.0.0.1:" + strconv.Itoa(7070+i)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"entry without a site", []string{"-access-points", "site-a=127.0.0.1:7070,127.0.0.1:7170", "-home-site", "site-a"}, `-access-points: "127.0.0.1:7170": want SITE=HOST:PORT`},
+		{"empty site", []string{"-access-points", "=127.0.0.1:7070", "-home-site", "site-a"}, `-access-points: "=127.0.0.1:7070": want SITE=HOST:PORT`},
+		{"empty address", []string{"-access-points", "site-a=", "-home-site", "site-a"}, `-access-points: "site-a=": want SITE=HOST:PORT`},
+		{"too many", []string{"-access-points", strings.Join(seven, ","), "-home-site", "site-a"}, "-access-points: 7 access points, at most 6"},
+		{"no home site", []string{"-access-points", "site-a=127.0.0.1:7070"}, `-home-site: required with -access-points, one of ["site-a"]`},
+		{"home site not among the sites", []string{"-access-points", "site-a=127.0.0.1:7070,site-b=127.0.0.1:7170", "-home-site", "site-c"}, `-home-site "site-c": no access point of -access-points is in it`},
+		{"home site alone", []string{"-home-site", "site-a"}, `-home-site "site-a": with -access-points only`},
+		{"beside -addr", []string{"-addr", "127.0.0.1:7070", "-access-points", "site-a=127.0.0.1:7170", "-home-site", "site-a"}, "-addr and -access-points"},
+		{"cell target", []string{"-target", "cell", "-access-points", "site-a=127.0.0.1:7081", "-home-site", "site-a"}, "-access-points: access points are for the gtr target only"},
+		{"off loopback", []string{"-access-points", "site-a=127.0.0.1:7070,site-b=192.0.2.1:7070", "-home-site", "site-a"}, `access points[1]: addr "192.0.2.1:7070": load may only target a loopback address`},
+		{"site of another form", []string{"-access-points", "Site-A=127.0.0.1:7070", "-home-site", "Site-A"}, "AccessPoint[0].Site"},
+		{"an address twice", []string{"-access-points", "site-a=127.0.0.1:7070,site-b=127.0.0.1:7070", "-home-site", "site-a"}, "AccessPoint[1].Addr"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCmd(t, append([]string{"-plaintext", "-n", "5"}, tt.args...)...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, want 2, and stderr naming %q: %s", code, tt.want, stderr)
+			}
+		})
+	}
+
+	a1, a2, b1 := serveApprover(t), serveApprover(t), serveApprover(t)
+	code, out, stderr := runCmd(t, "-plaintext", "-access-points", "site-b="+b1+",site-a="+a1+",site-a="+a2, "-home-site", "site-a", "-n", "100", "-c", "4", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, stderr)
+	}
+	var rep load.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Addr != a1 || len(rep.Endpoints) != 3 || rep.Endpoints[a1] == 0 || rep.Endpoints[a1]+rep.Endpoints[a2]+rep.Endpoints[b1] != 100 {
+		t.Fatalf("addr %q (want %q, the first of the home site), endpoints %v", rep.Addr, a1, rep.Endpoints)
 	}
 }

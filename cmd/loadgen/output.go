@@ -101,7 +101,11 @@ func printReport(w io.Writer, rep load.Report, f reportFormat) error {
 		fmt.Fprintf(tw, "access points\t%s  (failed over %d)\n", counts(eps, nil), rep.FailedOver)
 		fmt.Fprintf(tw, "switches\t%d\n", len(rep.Switches))
 		for _, e := range rep.Switches {
-			fmt.Fprintf(tw, "\t%s %s -> %s: %s\n", e.At.Format("15:04:05.000"), e.From, e.To, e.Reason)
+			from, to := e.From, e.To
+			if e.FromSite != "" || e.ToSite != "" { // -access-points
+				from, to = fmt.Sprintf("%s (%s)", e.From, e.FromSite), fmt.Sprintf("%s (%s)", e.To, e.ToSite)
+			}
+			fmt.Fprintf(tw, "\t%s %s -> %s: %s\n", e.At.Format("15:04:05.000"), from, to, e.Reason)
 		}
 	}
 	l := rep.Latency

@@ -118,10 +118,19 @@ type Config struct {
 	// instead of straight to Addr, which then defaults to Endpoints[0].
 	// Every one must be loopback.
 	Endpoints []string
-	// Client tunes the client of Endpoints: the failover rules, its
-	// retries and CallTimeout (default half of PerRequestTimeout, so that
-	// a read timeout leaves time for the retry on the other access
-	// point). Its credentials are DialOptions.
+	// AccessPoints, when set instead of Endpoints, send the GTR target's
+	// calls through pkg/client's failover between up to
+	// client.MaxAccessPoints access points with their sites
+	// (client.DialAccessPoints), preferring the first listed of
+	// Client.HomeSite; Addr then defaults to that one. Every address must
+	// be loopback; the client checks the sites and the home site, and its
+	// refusal wraps ErrInvalidConfig too.
+	AccessPoints []client.AccessPoint
+	// Client tunes the client of Endpoints or AccessPoints: the failover
+	// rules, its retries, HomeSite (with AccessPoints only) and
+	// CallTimeout (default half of PerRequestTimeout, so that a read
+	// timeout leaves time for the retry on another access point). Its
+	// credentials are DialOptions.
 	Client client.Config
 	// OnResult, if set, is called once per finished request, from many
 	// goroutines at once: it must be safe for concurrent use and quick.
@@ -150,8 +159,8 @@ type Result struct {
 	Sent        time.Time // when it was scheduled (open loop) or sent
 	Latency     time.Duration
 	// Endpoint is the access point that answered (or gave the last
-	// error), and FailedOver says the call waited for the retry on the
-	// other one; with Endpoints only.
+	// error), and FailedOver says the call waited for the retry on
+	// another one; with Endpoints or AccessPoints only.
 	Endpoint   string
 	FailedOver bool
 }
@@ -195,14 +204,42 @@ func (c *Config) setDefaults() {
 	if c.PerRequestTimeout == 0 {
 		c.PerRequestTimeout = 5 * time.Second
 	}
-	if len(c.Endpoints) > 0 {
+	if len(c.Endpoints) > 0 || len(c.AccessPoints) > 0 {
 		if c.Addr == "" {
-			c.Addr = c.Endpoints[0]
+			c.Addr = c.preferred()
 		}
 		if c.Client.CallTimeout == 0 {
 			c.Client.CallTimeout = c.PerRequestTimeout / 2
 		}
 	}
+}
+
+// preferred is the access point the client starts on: the primary of
+// Endpoints, or the first of AccessPoints in Client.HomeSite (the first
+// listed when none is, which the client refuses).
+func (c Config) preferred() string {
+	if len(c.Endpoints) > 0 {
+		return c.Endpoints[0]
+	}
+	for _, ap := range c.AccessPoints {
+		if ap.Site == c.Client.HomeSite {
+			return ap.Addr
+		}
+	}
+	return c.AccessPoints[0].Addr
+}
+
+// accessPointAddrs are the addresses of Endpoints or AccessPoints, in
+// their order; nil without either.
+func (c Config) accessPointAddrs() []string {
+	if len(c.AccessPoints) == 0 {
+		return c.Endpoints
+	}
+	addrs := make([]string, len(c.AccessPoints))
+	for i, ap := range c.AccessPoints {
+		addrs[i] = ap.Addr
+	}
+	return addrs
 }
 
 // validate reports the first problem with c, wrapped in ErrInvalidConfig.
@@ -218,6 +255,9 @@ func (c Config) validateShape() error {
 	case TargetGTR, TargetCell:
 	default:
 		return fmt.Errorf("target %q: want %q or %q", c.Target, TargetGTR, TargetCell)
+	}
+	if err := c.validateAccessPoints(); err != nil {
+		return err
 	}
 	if err := checkLoopback(c.Addr); err != nil {
 		return err
@@ -294,6 +334,33 @@ func (c Config) validateShape() error {
 	}
 	if c.FollowUps > 0 && c.Target != TargetGTR {
 		return fmt.Errorf("follow-ups: through the Payments API, the %q target only", TargetGTR)
+	}
+	return nil
+}
+
+// validateAccessPoints checks what the load tool asks of AccessPoints
+// and Client.HomeSite: pkg/client checks the rest when Run dials them
+// (the sites' form, each address once, the home site among the sites).
+func (c Config) validateAccessPoints() error {
+	if len(c.AccessPoints) == 0 {
+		if c.Client.HomeSite != "" {
+			return fmt.Errorf("client home site %q: with access points only", c.Client.HomeSite)
+		}
+		return nil
+	}
+	if len(c.Endpoints) > 0 {
+		return errors.New("endpoints and access points: give one list, a primary and a backup or the access points with their sites")
+	}
+	if c.Target != TargetGTR {
+		return errors.New("access points: failover is between GTR access points only")
+	}
+	if len(c.AccessPoints) > client.MaxAccessPoints {
+		return fmt.Errorf("access points: %d, want at most %d", len(c.AccessPoints), client.MaxAccessPoints)
+	}
+	for i, ap := range c.AccessPoints {
+		if err := checkLoopback(ap.Addr); err != nil {
+			return fmt.Errorf("access points[%d]: %w", i, err)
+		}
 	}
 	return nil
 }

@@ -2,10 +2,13 @@ package load
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellpay/cellpay/pkg/client"
 )
 
 func validConfig() Config {
@@ -59,6 +62,32 @@ func TestValidate(t *testing.T) {
 		{"follow-ups NaN", func(c *Config) { c.FollowUps = math.NaN() }, "follow-ups"},
 		{"follow-ups to a cell", func(c *Config) { c.Target, c.Addr, c.FollowUps = TargetCell, "127.0.0.1:7081", 0.5 }, "follow-ups"},
 		{"follow-ups' run ID too long", func(c *Config) { c.FollowUps, c.RunID = 0.3, strings.Repeat("x", 58) }, "run ID"},
+
+		{"access points", func(c *Config) { c.Addr, c.AccessPoints, c.Client.HomeSite = "", sitedAccessPoints(3), "site-a" }, ""},
+		{"access points at the cap", func(c *Config) {
+			c.Addr, c.AccessPoints, c.Client.HomeSite = "", sitedAccessPoints(client.MaxAccessPoints), "site-a"
+		}, ""},
+		{"too many access points", func(c *Config) {
+			c.Addr, c.AccessPoints, c.Client.HomeSite = "", sitedAccessPoints(client.MaxAccessPoints+1), "site-a"
+		}, fmt.Sprintf("access points: %d, want at most %d", client.MaxAccessPoints+1, client.MaxAccessPoints)},
+		{"access point off loopback", func(c *Config) {
+			c.AccessPoints, c.Client.HomeSite = sitedAccessPoints(3), "site-a"
+			c.AccessPoints[2].Addr = "10.0.0.1:7070"
+		}, `access points[2]: addr "10.0.0.1:7070": load may only target a loopback address`},
+		{"access point without a port", func(c *Config) {
+			c.AccessPoints, c.Client.HomeSite = sitedAccessPoints(2), "site-a"
+			c.AccessPoints[1].Addr = "127.0.0.1"
+		}, "access points[1]: addr"},
+		{"endpoints and access points", func(c *Config) {
+			c.Endpoints, c.AccessPoints, c.Client.HomeSite = []string{"127.0.0.1:7070"}, sitedAccessPoints(2), "site-a"
+		}, "endpoints and access points: give one list"},
+		{"access points to a cell", func(c *Config) {
+			c.Target, c.AccessPoints, c.Client.HomeSite = TargetCell, sitedAccessPoints(2), "site-a"
+		}, "access points: failover is between GTR access points only"},
+		{"home site without access points", func(c *Config) { c.Client.HomeSite = "site-a" }, `client home site "site-a": with access points only`},
+		{"home site with endpoints", func(c *Config) {
+			c.Endpoints, c.Client.HomeSite = []string{"127.0.0.1:7070", "127.0.0.1:7170"}, "site-a"
+		}, "client home site"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,6 +105,37 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("validate: %v, want ErrInvalidConfig mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// sitedAccessPoints returns n loopback access points, the first two in
+// site-a, the rest in site-b.
+func sitedAccessPoints(n int) []client.AccessPoint {
+	aps := make([]client.AccessPoint, n)
+	for i := range aps {
+		aps[i] = client.AccessPoint{Addr: fmt.Sprintf("127.0.0.1:%d", 7070+100*i), Site: "site-a"}
+		if i >= 2 {
+			aps[i].Site = "site-b"
+		}
+	}
+	return aps
+}
+
+// TestAccessPointsDefaults: with AccessPoints, Addr defaults to the
+// access point the client starts on, the first listed of the home site,
+// and the client's read timeout to half of PerRequestTimeout.
+func TestAccessPointsDefaults(t *testing.T) {
+	c := validConfig()
+	c.Addr, c.AccessPoints, c.Client.HomeSite = "", sitedAccessPoints(4), "site-b"
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	if c.Addr != c.AccessPoints[2].Addr || c.Client.CallTimeout != c.PerRequestTimeout/2 {
+		t.Fatalf("Addr %q, call timeout %v: want %q, %v", c.Addr, c.Client.CallTimeout, c.AccessPoints[2].Addr, c.PerRequestTimeout/2)
+	}
+	if got := c.accessPointAddrs(); len(got) != 4 || got[0] != c.AccessPoints[0].Addr || got[3] != c.AccessPoints[3].Addr {
+		t.Fatalf("addresses %v", got)
 	}
 }
 

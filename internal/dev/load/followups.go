@@ -66,7 +66,8 @@ type FollowUpReport struct {
 	// the last answer.
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	// Switches are the follow-ups' client's switches between access
-	// points (two Endpoints only; it decides apart from the submits').
+	// points (two Endpoints, or AccessPoints, only; it decides apart
+	// from the submits').
 	Switches []client.Event `json:"switches,omitempty"`
 }
 
@@ -104,7 +105,7 @@ type queued struct {
 // submit's result, chooses the approved authorizations to follow and
 // queues their lives; Workers goroutines send each life's steps in
 // order, each follow-up with its own transaction ID, through pkg/client
-// as the submits go (dialFollowUps): with two access points, resent
+// as the submits go (dialFollowUps): with several access points, resent
 // under the same ID on a retryable answer and failed over between them.
 type followUps struct {
 	cfg    followUpConfig
@@ -214,17 +215,13 @@ func (f *followUps) send(a authorization, id string, s step) (*cellpayv1.Transac
 }
 
 // dialFollowUps returns the follow-ups' client of cfg's run (defaults
-// set, validated): with Endpoints, pkg/client's retries and failover as
-// cfg.Client says, as the submits go, but a client of its own; with one
-// Addr, one call per follow-up over conn, the submits' connection, as
-// each submit is one call.
+// set, validated): with Endpoints or AccessPoints, pkg/client's retries
+// and failover as cfg.Client says, as the submits go, but a client of
+// its own (dialAccessPoints); with one Addr, one call per follow-up over
+// conn, the submits' connection, as each submit is one call.
 func dialFollowUps(cfg Config, conn grpc.ClientConnInterface, opts []grpc.DialOption) (*client.Client, error) {
-	if len(cfg.Endpoints) > 0 {
-		c, err := client.DialEndpoints(cfg.Endpoints, cfg.Client, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("load: follow-ups: dial %v: %w", cfg.Endpoints, err)
-		}
-		return c, nil
+	if len(cfg.Endpoints) > 0 || len(cfg.AccessPoints) > 0 {
+		return dialAccessPoints(cfg, opts, "load: follow-ups")
 	}
 	if conn == nil {
 		return nil, errors.New("load: follow-ups: no connection")

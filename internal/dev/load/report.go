@@ -46,9 +46,9 @@ type Report struct {
 	Dropped int64 `json:"dropped"`
 
 	// Endpoints counts completed requests by the access point that
-	// answered, FailedOver the requests that waited for the retry on the
-	// other one, and Switches are the client's switches between access
-	// points, oldest first (Config.Endpoints only).
+	// answered, FailedOver the requests that waited for the retry on
+	// another one, and Switches are the client's switches between access
+	// points, oldest first (Config.Endpoints or Config.AccessPoints only).
 	Endpoints  map[string]int64 `json:"endpoints,omitempty"`
 	FailedOver int64            `json:"failed_over,omitempty"`
 	Switches   []client.Event   `json:"switches,omitempty"`
@@ -77,7 +77,7 @@ type outcome struct {
 	status     cellpayv1.TransactionStatus
 	reroutable bool
 	pnr        bool
-	endpoint   string // the access point that answered (Endpoints only)
+	endpoint   string // the access point that answered (Endpoints or AccessPoints only)
 	failedOver bool
 }
 
@@ -102,7 +102,7 @@ type recorder struct {
 	codes                         [numCodes]atomic.Int64
 	statuses                      [5]atomic.Int64 // by TransactionStatus
 	lat                           latencies
-	endpoints                     []string       // Config.Endpoints, fixed
+	endpoints                     []string       // the addresses of Config.Endpoints or AccessPoints, fixed
 	perEndpoint                   []atomic.Int64 // completed, by endpoints' index
 	failedOver                    atomic.Int64
 }

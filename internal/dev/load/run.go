@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -53,18 +54,17 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int64)) (Rep
 	r := &runner{
 		cfg: cfg,
 		gen: newGenerator(cfg),
-		rec: newRecorder(cfg.Count, cfg.Endpoints),
+		rec: newRecorder(cfg.Count, cfg.accessPointAddrs()),
 		// In-flight requests outlive ctx so that an interrupted run still
 		// reports their answers; PerRequestTimeout bounds them.
 		reqCtx: context.WithoutCancel(ctx),
 	}
 	var fo *client.Client
-	var conn *grpc.ClientConn // without Endpoints
-	if len(cfg.Endpoints) > 0 {
+	var conn *grpc.ClientConn // without Endpoints or AccessPoints
+	if len(cfg.Endpoints) > 0 || len(cfg.AccessPoints) > 0 {
 		var err error
-		fo, err = client.DialEndpoints(cfg.Endpoints, cfg.Client, opts...)
-		if err != nil {
-			return Report{}, fmt.Errorf("load: dial %v: %w", cfg.Endpoints, err)
+		if fo, err = dialAccessPoints(cfg, opts, "load"); err != nil {
+			return Report{}, err
 		}
 		defer fo.Close()
 		r.call = clientCaller(fo)
@@ -262,6 +262,32 @@ func gtrCaller(c cellpayv1.PaymentsClient) caller {
 		}
 		return outcome{txn: txn, status: txn.GetStatus()}, nil
 	}
+}
+
+// dialAccessPoints returns pkg/client over the access points of cfg
+// (defaults set, validated, with Endpoints or AccessPoints), with
+// cfg.Client's failover rules and retries: Endpoints, a primary and a
+// backup, through client.DialEndpoints; AccessPoints, with their sites
+// and cfg.Client.HomeSite, through client.DialAccessPoints. The client's
+// refusal of the list or of the home site wraps ErrInvalidConfig; who
+// names the caller in other errors ("load", "load: follow-ups").
+func dialAccessPoints(cfg Config, opts []grpc.DialOption, who string) (*client.Client, error) {
+	var c *client.Client
+	var err error
+	var aps any = cfg.Endpoints
+	if len(cfg.AccessPoints) > 0 {
+		aps = cfg.AccessPoints
+		c, err = client.DialAccessPoints(cfg.AccessPoints, cfg.Client, opts...)
+	} else {
+		c, err = client.DialEndpoints(cfg.Endpoints, cfg.Client, opts...)
+	}
+	switch {
+	case errors.Is(err, client.ErrInvalidAccessPoints):
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s: dial %v: %w", who, aps, err)
+	}
+	return c, nil
 }
 
 // clientCaller sends through the partners' client, failing over between
