@@ -18,8 +18,10 @@ import (
 )
 
 // TestEvacuateSite names two sites over the shared cells (cell-a and cell-b
-// in site-a, cell-c in site-b) on two GTR replicas of its own, and under
-// partners' load through both: a dry run of evacuating site-a says which
+// in site-a, cell-c in site-b) on two GTR replicas of its own and homes
+// p-001 in site-a: its payments (hashed on the merchant) all land on
+// site-a's cells, where a third would land on cell-c by the hash alone.
+// Under partners' load through both replicas: a dry run of evacuating site-a says which
 // share of the keys would move; the evacuation, ramped over 3 s, moves that
 // share (of 10,000 keys, within 3 points), after which no transaction
 // reaches site-a; restoring the site brings every key back home. No
@@ -65,6 +67,37 @@ func TestEvacuateSite(t *testing.T) {
 		})
 	}
 	routesAll("both replicas on the table with sites", func(_ int, h string) bool { return h != "" })
+
+	// p-001 homed in site-a (the replicas' own registry), through replica
+	// 2: both route its keys to site-a's cells alone.
+	if _, err := a2.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-001", HomeSite: "site-a"}); err != nil {
+		t.Fatal(err)
+	}
+	routesAll("p-001's keys on site-a on both replicas", func(_ int, h string) bool { return site[h] == "site-a" })
+	for i := range 24 {
+		req := request(fmt.Sprintf("homed-%d", i), freshPAN())
+		req.Merchant.Id = keys[i*97].MerchantId
+		txn, err := gtrs[i%2].payments.SubmitTransaction(ctx, req)
+		if err != nil {
+			t.Fatalf("homed-%d: %v", i, err)
+		}
+		if site[txn.GetCellId()] != "site-a" {
+			t.Fatalf("homed-%d of p-001, homed in site-a, served by %s", i, txn.GetCellId())
+		}
+	}
+	// Back to no home site: the share below is the table's alone.
+	if _, err := a2.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-001"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, "p-001 without a home site on both replicas", func() bool {
+		for _, a := range admins {
+			e, err := a.Explain(ctx, &adminproto.ExplainRequest{Attrs: keys[0]})
+			if err != nil || e.GetHomeSite() != "" {
+				return false
+			}
+		}
+		return true
+	})
 	base := homes(a1)
 	onA := 0
 	for _, h := range base {
