@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -390,6 +391,13 @@ func submitKeys(t *testing.T, ctx context.Context, gtrs []*gtrProc, admins []adm
 	}
 	if (rerouted+moved)*10 > sent {
 		t.Errorf("%s: %d of %d transactions restarted on another cell or moved by health", tag, rerouted+moved, sent)
+		for _, g := range gtrs {
+			for _, l := range strings.Split(tail(g.logPath), "\n") {
+				if strings.Contains(l, "re-routing") {
+					t.Logf("%s: %s", g.ID, l)
+				}
+			}
+		}
 	}
 }
 

@@ -149,7 +149,10 @@ type Config struct {
 	// At most MaxSwitches [4] switches in any DampWindow [10m]: beyond
 	// the guide. A switch back to the preferred access point also needs
 	// room for the switch away from it again, so damping leaves the
-	// client away, never stuck on a failing preferred one.
+	// client away, never stuck on a failing preferred one. Nor on any
+	// failing one: a switch off an access point over the fast rule's
+	// threshold, to one that is not, is never held back (damping stops
+	// flapping between access points that answer, not an escape).
 	MaxSwitches int
 	DampWindow  time.Duration
 }
@@ -517,8 +520,11 @@ func (m *Machine) fastTrip(now time.Time, ep Endpoint) {
 // leave moves the client off from, the current access point, which a
 // rule found failing: from the preferred to the best other, whatever its
 // record (as from a failing primary to the backup); from another, to the
-// best other but the preferred (whose return is the probes' and the
-// success rate's), unless there is none or it is failing too.
+// best other but the preferred (whose return is otherwise the probes' and
+// the success rate's), unless there is none or it is failing too; then to
+// the preferred if it answers the calls that fail over to it (with two
+// access points, a failing backup hands back to a primary that serves its
+// retries, without waiting for a probe round); else nowhere.
 func (m *Machine) leave(now time.Time, from Endpoint, rule Rule, reason string) {
 	if from != m.current {
 		return
@@ -528,11 +534,20 @@ func (m *Machine) leave(now time.Time, from Endpoint, rule Rule, reason string) 
 		m.switchTo(now, to, rule, reason)
 		return
 	}
-	to, ok := m.best(from, true)
-	if !ok || m.down(to) {
+	if to, ok := m.best(from, true); ok && !m.down(to) {
+		m.switchTo(now, to, rule, reason)
 		return
 	}
-	m.switchTo(now, to, rule, reason)
+	if m.answering(m.preferred) {
+		m.switchTo(now, m.preferred, rule, reason+"; the "+m.preferredName()+" answers")
+	}
+}
+
+// answering reports whether ep answered calls within FastWindow and is
+// not over the fast rule's threshold.
+func (m *Machine) answering(ep Endpoint) bool {
+	failed, total, over := m.fastFailing(ep)
+	return total > failed && !over
 }
 
 // Tick advances the machine to now and judges the success-rate window if
@@ -638,11 +653,16 @@ func (m *Machine) switchTo(now time.Time, to Endpoint, rule Rule, reason string)
 	}
 	m.switches = recent
 	room := m.cfg.MaxSwitches - len(m.switches)
-	if room < 1 || (to == m.preferred && room < 2) {
+	_, _, fromFailing := m.fastFailing(m.current)
+	_, _, toFailing := m.fastFailing(to)
+	escape := fromFailing && !toFailing
+	if !escape && (room < 1 || (to == m.preferred && room < 2)) {
 		m.stats.Damped++
 		return
 	}
-	m.switches = append(m.switches, now)
+	if len(m.switches) < m.cfg.MaxSwitches { // escapes need no more to be counted
+		m.switches = append(m.switches, now)
+	}
 	if to == m.preferred {
 		// What its window holds was judged before the switch back; the
 		// preferred access point starts afresh.

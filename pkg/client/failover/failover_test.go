@@ -394,3 +394,57 @@ func TestFastTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestEscapeFromAFailingBackup: on the backup, more than half of its calls
+// failing within 5 s moves the client back to a primary that answers the
+// calls failing over to it, without waiting for a probe round, and even
+// when the damping has no room left; a primary that answers nothing keeps
+// it where it is.
+func TestEscapeFromAFailingBackup(t *testing.T) {
+	failBackup := func(m *Machine, c *clock, primaryAnswers bool) {
+		for range 10 {
+			now := c.advance(100 * time.Millisecond)
+			m.Observe(now, Backup, false)
+			if primaryAnswers {
+				m.Observe(now, Primary, true) // the call's retry
+			}
+		}
+	}
+	t.Run("the primary answers the retries", func(t *testing.T) {
+		m, c := newMachine(t, Config{ProbeInterval: time.Hour})
+		m.ProbeDue(c.advance(time.Hour))
+		m.ProbeResult(c.now, 5)
+		if m.Current() != Backup {
+			t.Fatal("failed round did not switch")
+		}
+		m.Events()
+		failBackup(m, c, true)
+		ev := m.Events()
+		if m.Current() != Primary || len(ev) != 1 || ev[0].Rule != RuleFast || !strings.Contains(ev[0].Reason, "the primary answers") {
+			t.Fatalf("on %v, events %+v; want back on the primary by the fast rule", m.Current(), ev)
+		}
+	})
+	t.Run("the primary answers nothing", func(t *testing.T) {
+		m, c := newMachine(t, Config{ProbeInterval: time.Hour})
+		m.ProbeDue(c.advance(time.Hour))
+		m.ProbeResult(c.now, 5)
+		failBackup(m, c, false)
+		if m.Current() != Backup {
+			t.Fatalf("on %v: left the backup for a primary with no answer", m.Current())
+		}
+	})
+	t.Run("the damping has no room", func(t *testing.T) {
+		m, c := newMachine(t, Config{ProbeInterval: time.Second, MaxSwitches: 4, DampWindow: time.Hour})
+		for _, failed := range []int{5, 0, 5, 0} { // away, back, away, (back: damped)
+			m.ProbeDue(c.advance(time.Second))
+			m.ProbeResult(c.now, failed)
+		}
+		if st := m.Stats(); m.Current() != Backup || st.Damped != 1 {
+			t.Fatalf("on %v, stats %+v; want the backup, one switch damped", m.Current(), st)
+		}
+		failBackup(m, c, true)
+		if m.Current() != Primary {
+			t.Fatalf("on %v: the damping held the client on a failing backup", m.Current())
+		}
+	})
+}

@@ -16,12 +16,14 @@
 package cellconn
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/balancer/leastrequest" // least_request_experimental
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client-side health checking of each subchannel
 	"google.golang.org/grpc/resolver"
@@ -98,6 +100,53 @@ func (p *Pool) Client(c *routing.Cell, b routing.Balancer) (cellproto.CellClient
 	e = entry{addr: c.Addr, addrs: slices.Clone(c.Addrs), balancer: b, conn: conn, client: cellproto.NewCellClient(conn)}
 	p.conns[c.ID] = e
 	return e.client, nil
+}
+
+// Connect has the connection of every cell of t connect now, opening the
+// connections it lacks, rather than on its first request: the first
+// payment routed to a cell after a start or a table change does not pay
+// for the connection's handshakes (mutual TLS, and the health check of
+// each instance), which on a loaded host can outlast the attempt's bound
+// and re-route it. It does no I/O itself and does not wait.
+func (p *Pool) Connect(t *routing.Table) {
+	for _, c := range t.Spec().Cells {
+		if _, err := p.Client(&c, t.Balancer(c.Pool)); err != nil {
+			continue // a bad address: the first request reports it
+		}
+		p.mu.RLock()
+		if e, ok := p.conns[c.ID]; ok {
+			e.conn.Connect()
+		}
+		p.mu.RUnlock()
+	}
+}
+
+// WaitConnected waits until every connection has tried to connect once:
+// it is ready, or its attempt failed (a cell that is down is the health
+// monitor's to judge, not a reason to wait), or ctx ends. It reports the
+// cells still connecting when ctx ended.
+func (p *Pool) WaitConnected(ctx context.Context) []string {
+	p.mu.RLock()
+	conns := make(map[string]*grpc.ClientConn, len(p.conns))
+	for id, e := range p.conns {
+		conns[id] = e.conn
+	}
+	p.mu.RUnlock()
+	var waiting []string
+	for id, conn := range conns {
+		for {
+			st := conn.GetState()
+			if st == connectivity.Ready || st == connectivity.TransientFailure || st == connectivity.Shutdown {
+				break
+			}
+			if !conn.WaitForStateChange(ctx, st) {
+				waiting = append(waiting, id)
+				break
+			}
+		}
+	}
+	slices.Sort(waiting)
+	return waiting
 }
 
 // Forget closes the connections of cells not in keep (the cells of the

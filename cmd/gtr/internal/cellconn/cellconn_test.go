@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	hs "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -334,5 +335,45 @@ func TestInstancesOverMutualTLS(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "a out of the rotation", func() bool { return count(t, c, 2)["a"] == 0 })
 	if got := count(t, c, 10); got["b"] != 10 {
 		t.Fatalf("with a NOT_SERVING over mutual TLS: %v, want all on b", got)
+	}
+}
+
+// TestConnectBeforeTheFirstRequest: Connect opens every cell's connection
+// of the table and WaitConnected returns once each has tried: ready for a
+// live instance, failed for a port nothing listens on, without waiting
+// out its context for the dead one.
+func TestConnectBeforeTheFirstRequest(t *testing.T) {
+	a := startInstance(t, "a")
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	table, err := routing.Compile(routing.Spec{Version: 1,
+		Cells: []routing.Cell{{ID: "live", Addr: a.addr, Pool: "p"}, {ID: "dead", Addr: deadAddr, Pool: "p"}},
+		Rules: []routing.Rule{{Name: "all", Pool: "p"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New()
+	defer p.Close()
+	p.Connect(table)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if waiting := p.WaitConnected(ctx); len(waiting) != 0 {
+		t.Fatalf("still connecting after 10 s: %v", waiting)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("WaitConnected waited out its context for a dead cell")
+	}
+	p.mu.RLock()
+	live, deadState := p.conns["live"].conn.GetState(), p.conns["dead"].conn.GetState()
+	p.mu.RUnlock()
+	if live != connectivity.Ready || deadState != connectivity.TransientFailure {
+		t.Fatalf("states live %v, dead %v; want READY and TRANSIENT_FAILURE", live, deadState)
+	}
+	if a.hits.Load() != 0 {
+		t.Fatal("connecting sent a request")
 	}
 }

@@ -126,10 +126,14 @@ func (g *GTR) startStores(context.Context) error {
 	return nil
 }
 
+// connectWait bounds how long a starting GTR waits for its connections to
+// the cells before it serves partners.
+const connectWait = 3 * time.Second
+
 // startFollowing opens the pool of connections to the cells and starts
 // the state's compiler, the monitor's checks, and what points the monitor
 // and the pool at the table's cells whenever the table changes.
-func (g *GTR) startFollowing(context.Context) error {
+func (g *GTR) startFollowing(ctx context.Context) error {
 	st, mon := g.st, g.mon
 	pool := cellconn.NewPinned(g.cellDial, g.tel.DialOptions()...)
 	g.pool = pool
@@ -142,6 +146,14 @@ func (g *GTR) startFollowing(context.Context) error {
 	})
 	wg.Go(func() { st.Run(bg) })
 	followCells(st, mon)
+	// Partners are served once every cell's connection has tried once:
+	// a restarted replica's first payments find them open.
+	pool.Connect(st.Table())
+	wctx, cancel := context.WithTimeout(ctx, connectWait)
+	if slow := pool.WaitConnected(wctx); len(slow) > 0 {
+		g.cfg.Log.Warn("serving before these cells' connections are ready", "cells", slow, "waited", connectWait)
+	}
+	cancel()
 	wg.Go(func() { mon.Run(bg) })
 	wg.Go(func() {
 		for {
@@ -151,6 +163,7 @@ func (g *GTR) startFollowing(context.Context) error {
 			case <-st.Changed():
 				followCells(st, mon)
 				pool.Forget(inTable(st))
+				pool.Connect(st.Table())
 			}
 		}
 	})
