@@ -10,7 +10,7 @@ import (
 
 // IssuerCheckKinds are the kinds of finding the issuer check counts, as
 // its kind label says them.
-var IssuerCheckKinds = []string{"missing", "differs", "unresolved"}
+var IssuerCheckKinds = []string{"missing", "recovered", "differs", "unresolved"}
 
 // NewIssuerCheck registers the gauges of a cell's last check of the
 // issuer's record of its effects on m; last is read at each collection
@@ -18,11 +18,11 @@ var IssuerCheckKinds = []string{"missing", "differs", "unresolved"}
 // when it ran, and false before the first check or on an instance that
 // does not lead.
 //
-//	cellpay_cell_issuer_discrepancies{kind}          the last check's effects the cell does not hold as the issuer applied them: missing (no record), differs (another outcome), unresolved (no outcome yet; the reconciler's)
+//	cellpay_cell_issuer_discrepancies{kind}          the last check's effects the cell does not hold as the issuer applied them: missing (no record, and not recovered), recovered (no record, recorded by the check from the issuer's record), differs (another outcome), unresolved (no outcome yet; the reconciler's)
 //	cellpay_cell_issuer_check_timestamp_seconds      when the last check ran (Unix time)
 func NewIssuerCheck(m metric.Meter, last func() (counts map[string]int, at time.Time, ok bool)) error {
 	found, err := m.Int64ObservableGauge("cellpay.cell.issuer.discrepancies",
-		metric.WithDescription("The last check of the issuer's record of this cell's effects: effects the cell holds no record of (missing), holds another outcome of (differs), or holds no outcome of yet (unresolved)."))
+		metric.WithDescription("The last check of the issuer's record of this cell's effects: effects the cell holds no record of (missing), held no record of and recorded from the issuer's record (recovered), holds another outcome of (differs), or holds no outcome of yet (unresolved)."))
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
@@ -23,7 +25,8 @@ import (
 // by final state with its ID as a label, and no full card number appears in
 // any process's metrics. The cell's check of the issuer's record (every
 // second here) finds every effect recorded, then, once a row is deleted
-// from its database (a commit lost, as with a site), that one missing.
+// from its database (a commit lost, as with a site), records it again
+// from the issuer's record, which the partner then reads.
 func TestTelemetryScrape(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	dir, err := os.MkdirTemp("", "cellpay-telemetry-")
@@ -85,11 +88,16 @@ func TestTelemetryScrape(t *testing.T) {
 	for i := range n - 1 {
 		pans = append(pans, luhnPAN(fmt.Sprintf("5%014d", 42424200+i)))
 	}
-	var first string // the first transaction's ID
+	var (
+		first    string // the first transaction's ID
+		firstReq *cellpayv1.SubmitTransactionRequest
+		firstTxn *cellpayv1.Transaction
+	)
 	for i, pan := range pans {
-		txn, err := payments.SubmitTransaction(ctx, request(fmt.Sprintf("telemetry-%d", i), pan))
+		req := request(fmt.Sprintf("telemetry-%d", i), pan)
+		txn, err := payments.SubmitTransaction(ctx, req)
 		if i == 0 {
-			first = txn.GetTransactionId()
+			first, firstReq, firstTxn = txn.GetTransactionId(), req, txn
 		}
 		if err != nil {
 			t.Fatalf("transaction %d: %v", i, err)
@@ -145,8 +153,27 @@ func TestTelemetryScrape(t *testing.T) {
 	if tag, err := db.Exec(ctx, "DELETE FROM transactions WHERE transaction_id = $1", first); err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("deleting %s: %v, %v", first, tag, err)
 	}
+	// The check records it again from the issuer's record (no card data,
+	// no fingerprint), and the next finds nothing missing; the partner
+	// reads the answer it was given, and a replay gets it too.
+	testutil.Eventually(t, 20*time.Second, "the deleted transaction recorded again from the issuer's record", func() bool {
+		var state, auth, keyID string
+		err := db.QueryRow(ctx, "SELECT state, auth_code, fingerprint_key_id FROM transactions WHERE transaction_id = $1", first).Scan(&state, &auth, &keyID)
+		return err == nil && state == "approved" && auth == firstTxn.GetAuthCode() && keyID == "recovered"
+	})
 	answered = float64(time.Now().Unix())
-	testutil.Eventually(t, 20*time.Second, "a check of the issuer's record finding the deleted transaction missing", checked(1))
+	testutil.Eventually(t, 20*time.Second, "a check of the issuer's record finding nothing missing after the recovery", checked(0))
+	got, err := payments.GetTransaction(ctx, &cellpayv1.GetTransactionRequest{PartnerId: firstReq.GetPartnerId(), TransactionId: first})
+	if err != nil || got.GetStatus() != cellpayv1.TransactionStatus_APPROVED || got.GetAuthCode() != firstTxn.GetAuthCode() {
+		t.Fatalf("reading the recovered transaction: %v, %v; answered %v", got, err, firstTxn)
+	}
+	if again, err := payments.SubmitTransaction(ctx, firstReq); err != nil || again.GetAuthCode() != firstTxn.GetAuthCode() {
+		t.Fatalf("replaying the recovered transaction: %v, %v", again, err)
+	}
+	firstReq.Amount.MinorUnits++
+	if _, err := payments.SubmitTransaction(ctx, firstReq); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("another payload under the recovered transaction's ID: %v, want ALREADY_EXISTS", err)
+	}
 
 	issuer := testutil.Scrape(t, issuerMetrics)
 	if !strings.Contains(issuer, `service_name="issuersim"`) || !strings.Contains(issuer, "rpc_server_") {

@@ -528,7 +528,11 @@ func (m *Machine) existing(prev *Record, active bool) Action {
 		// mixed two namespaces, and no rule below may apply to it.
 		return m.internal(fmt.Errorf("existing record %s is not the transaction %s", prev.Key(), m.rec.Key()))
 	}
-	if err := m.checkPayload(prev.FingerprintKeyID, prev.Fingerprint); err != nil {
+	if prev.Recovered() && !MatchesRecovered(prev, m.in.Request) {
+		m.phase = phaseDone
+		return Reject{Err: idempotency.ErrConflict}
+	}
+	if err := m.checkPayload(prev.FingerprintKeyID, prev.Fingerprint); !prev.Recovered() && err != nil {
 		m.phase = phaseDone
 		return Reject{Err: err}
 	}

@@ -136,6 +136,36 @@ type Record struct {
 	Unfiled bool
 }
 
+// RecoveredKeyID is the FingerprintKeyID of a recovered record: one the
+// cell had lost (its database restored or promoted from a copy behind its
+// last commits) and wrote again from the issuer's record of the effect
+// (cmd/cell/internal/issuercheck). Its Fingerprint is zero: the issuer's
+// record holds no payload to fingerprint, so a replay is compared by
+// MatchesRecovered instead.
+const RecoveredKeyID = "recovered"
+
+// Recovered reports whether r was written from the issuer's record.
+func (r *Record) Recovered() bool { return r.FingerprintKeyID == RecoveredKeyID }
+
+// MatchesRecovered reports whether req (a payment, or a follow-up as
+// AsRequest renders it) may be answered recovered record r: it matches r
+// on everything the issuer's record held, the payment type, a
+// follow-up's original, and the amount and currency of an approval (a
+// decline's record holds none; a void's amount is its authorization's,
+// not the request's). Any other payload is a conflict, as for a record
+// with a fingerprint.
+func MatchesRecovered(r *Record, req *cellpayv1.SubmitTransactionRequest) bool {
+	switch {
+	case req.GetPaymentType() != r.PaymentType:
+		return false
+	case r.Original != "" && req.GetMerchant().GetId() != r.Original:
+		return false
+	case r.PaymentType == cellpayv1.PaymentType_VOID || r.Amount == 0 && r.Currency == "":
+		return true
+	}
+	return req.GetAmount().GetMinorUnits() == r.Amount && req.GetAmount().GetCurrency() == r.Currency
+}
+
 // Key identifies the transaction: transaction IDs are a namespace per
 // partner.
 func (r *Record) Key() idempotency.Key {

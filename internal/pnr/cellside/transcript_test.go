@@ -97,6 +97,8 @@ func storedFingerprint(t *testing.T, args map[string]string, p *cellpayv1.Submit
 		return "fp-old", oldFP.Of(p)
 	case "gone":
 		return "fp-gone", goneFP.Of(p)
+	case "recovered":
+		return RecoveredKeyID, idempotency.Fingerprint{}
 	}
 	t.Fatalf("unknown key %q", args["key"])
 	return "", idempotency.Fingerprint{}
@@ -224,10 +226,18 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 			partner = p
 		}
 		keyID, f := storedFingerprint(t, args, other)
-		return Existing{Record: &Record{
+		r := &Record{
 			PartnerID: partner, TransactionID: req.GetTransactionId(), Fingerprint: f, FingerprintKeyID: keyID, State: State(args["state"]),
 			AuthCode: args["auth"], CellID: "cell-a", Attempt: 1,
-		}, Active: args["active"] == "true"}
+		}
+		if keyID == RecoveredKeyID {
+			// What the issuer's record held of the payload.
+			r.PaymentType, r.Amount, r.Currency = other.GetPaymentType(), other.GetAmount().GetMinorUnits(), other.GetAmount().GetCurrency()
+			if r.State == StateDeclined {
+				r.Amount, r.Currency = 0, ""
+			}
+		}
+		return Existing{Record: r, Active: args["active"] == "true"}
 	case "claimed", "held":
 		// The entry of this transcript's request (as it is now), unless
 		// payload=other.

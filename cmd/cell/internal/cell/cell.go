@@ -80,6 +80,9 @@ type Config struct {
 	// IssuerCheckLookback is the window each check reads, up to its start;
 	// zero for twice IssuerCheckEvery.
 	IssuerCheckEvery, IssuerCheckLookback time.Duration
+	// IssuerCheckReportOnly: the check does not record what the cell lost
+	// from the issuer's record (issuercheck.Recorder), it only reports.
+	IssuerCheckReportOnly bool
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.

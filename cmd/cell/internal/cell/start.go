@@ -277,8 +277,12 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 	if c.cfg.IssuerCheckEvery <= 0 {
 		return nil, nil
 	}
+	var recorder issuercheck.Recorder
+	if !c.cfg.IssuerCheckReportOnly {
+		recorder = c.st.Recover
+	}
 	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery,
-		Lookback: c.cfg.IssuerCheckLookback, Log: c.log,
+		Lookback: c.cfg.IssuerCheckLookback, Log: c.log, Recorder: recorder,
 		Records: func(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
 			r, err := c.st.Get(ctx, k)
 			if errors.Is(err, store.ErrNotFound) {
@@ -291,7 +295,7 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 	}
 	return w, telemetry.NewIssuerCheck(c.tel.Meter(meterName), func() (map[string]int, time.Time, bool) {
 		rep, at, ok := w.Last()
-		return map[string]int{"missing": rep.Counts[issuercheck.Missing], "differs": rep.Counts[issuercheck.Differs],
+		return map[string]int{"missing": rep.Unrecovered(), "recovered": rep.Recovered, "differs": rep.Counts[issuercheck.Differs],
 			"unresolved": rep.Counts[issuercheck.Unresolved]}, at, ok
 	})
 }

@@ -10,10 +10,12 @@
 // commits (a site lost, an asynchronous copy promoted;
 // docs/design/sites.md).
 //
-// Compare is the pure judgement of one effect against the cell's record;
-// Check is the driver: it pages through the issuer's record of a window,
-// reads the cell's record of each, and counts what Compare finds, bounded
-// in pages and in findings kept.
+// Compare is the pure judgement of one effect against the cell's record,
+// and Recovered the record of an effect the cell lost; Check is the
+// driver: it pages through the issuer's record of a window, reads the
+// cell's record of each, counts what Compare finds, bounded in pages and
+// in findings kept, and, given a Recorder, records each Missing effect
+// from the issuer's record (docs/design/sites.md, "Step 4").
 package issuercheck
 
 import (
@@ -72,6 +74,9 @@ type Finding struct {
 	Kind   Kind
 	Issuer string // e.g. "approved CAPTURE of a-1, 400 EUR, auth A1B2C3"
 	Cell   string // e.g. "no record", "sending", "declined: do_not_honour"
+	// Recovered: Missing, and the cell has recorded it since from the
+	// issuer's record (Recovered).
+	Recovered bool
 }
 
 // Compare judges effect e against the cell's record r of the same
@@ -100,6 +105,28 @@ func Compare(e *issuerproto.RecordedEffect, r *cellside.Record) Finding {
 		f.Kind = Differs
 	}
 	return f
+}
+
+// Recovered is the record of the transaction e is the effect of, for a
+// cell that lost its own (Missing): final with the issuer's outcome,
+// amount, currency, authorization code or decline reason, payment type
+// and original, created when the issuer applied it, by the cell whose
+// terminal it was. What the issuer does not know stays empty (market,
+// merchant, masked card number, settlement), and it has no fingerprint
+// (cellside.RecoveredKeyID; a replay is compared by
+// cellside.MatchesRecovered). It is pure.
+func Recovered(e *issuerproto.RecordedEffect, now time.Time) *cellside.Record {
+	r := &cellside.Record{
+		TransactionID: e.GetTransactionId(), PartnerID: e.GetPartnerId(), FingerprintKeyID: cellside.RecoveredKeyID,
+		PaymentType: paymentType(e), Original: e.GetOriginalTransactionId(), CellID: e.GetTerminalId(), Attempt: 1,
+		CreatedAt: e.GetAppliedAt().AsTime().UTC().Truncate(time.Microsecond), UpdatedAt: now.UTC().Truncate(time.Microsecond),
+	}
+	if e.GetApproved() {
+		r.State, r.AuthCode, r.Amount, r.Currency = cellside.StateApproved, e.GetAuthCode(), e.GetAmountMinorUnits(), e.GetCurrency()
+	} else {
+		r.State, r.DeclineReason = cellside.StateDeclined, e.GetDeclineReason()
+	}
+	return r
 }
 
 // paymentType is the payment type of the transaction e is the effect of.
@@ -155,6 +182,11 @@ type Issuer interface {
 // when it has none.
 type Records func(ctx context.Context, k idempotency.Key) (*cellside.Record, error)
 
+// Recorder writes a recovered record (Recovered) unless the cell holds
+// one of its key by then; it reports whether it wrote it. The store's
+// Recover is one.
+type Recorder func(ctx context.Context, r *cellside.Record) (bool, error)
+
 // Bounds of one Check.
 const (
 	// PageSize is the issuer's page Check asks for.
@@ -175,14 +207,27 @@ type Report struct {
 	// Truncated says the window held more than MaxPages pages: the
 	// effects after them were not compared.
 	Truncated bool
+	// Recovered counts the Missing effects recorded from the issuer's
+	// record by this check.
+	Recovered int
 }
 
 // Discrepancies is the number of effects Missing or Differs.
 func (r Report) Discrepancies() int { return r.Counts[Missing] + r.Counts[Differs] }
 
+// Unrecovered is the number of Missing effects the check did not record:
+// what is left for a person.
+func (r Report) Unrecovered() int { return r.Counts[Missing] - r.Recovered }
+
 // Check compares every effect the issuer applied for terminal in [from,
-// to) of the issuer's clock with the cell's records.
-func Check(ctx context.Context, issuer Issuer, records Records, terminal string, from, to time.Time) (Report, error) {
+// to) of the issuer's clock with the cell's records. With recorder, each
+// Missing effect is recorded from the issuer's record (Recovered) as it
+// is found: the issuer's record lists an original before its follow-ups,
+// so an original lost with its capture is recovered first and the
+// capture's sums land on it. Unresolved and Differs are never written:
+// the reconciler resolves the first by inquiry, and the second is for a
+// person.
+func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorder, terminal string, from, to time.Time) (Report, error) {
 	if terminal == "" {
 		return Report{}, errors.New("issuercheck: terminal is required")
 	}
@@ -204,6 +249,17 @@ func Check(ctx context.Context, issuer Issuer, records Records, terminal string,
 				return rep, fmt.Errorf("issuercheck: the cell's record of %s/%s: %w", k.PartnerID, k.TransactionID, err)
 			}
 			f := Compare(e, r)
+			if f.Kind == Missing && recorder != nil {
+				ok, err := recorder(ctx, Recovered(e, time.Now()))
+				if err != nil {
+					return rep, fmt.Errorf("issuercheck: recovering %s/%s: %w", k.PartnerID, k.TransactionID, err)
+				}
+				f.Recovered = ok
+				if ok {
+					rep.Recovered++
+					f.Cell = "no record; recovered from the issuer's record"
+				}
+			}
 			rep.Checked++
 			rep.Counts[f.Kind]++
 			if f.Kind != Agrees && len(rep.Findings) < MaxFindings {
@@ -232,7 +288,10 @@ type WatchConfig struct {
 	// issuer applied it: a record lost later (a database restored from a
 	// copy) is seen only by a check reaching back before the copy's point.
 	Every, Lookback time.Duration
-	Log             *slog.Logger
+	// Recorder, when set, records each Missing effect from the issuer's
+	// record (Check); nil only reports.
+	Recorder Recorder
+	Log      *slog.Logger
 	Now             func() time.Time // [time.Now]
 }
 
@@ -290,13 +349,18 @@ func (w *Watcher) Run(ctx context.Context) {
 // and keeps the report.
 func (w *Watcher) Once(ctx context.Context) (Report, error) {
 	now := w.cfg.Now()
-	rep, err := Check(ctx, w.cfg.Issuer, w.cfg.Records, w.cfg.Terminal, now.Add(-w.cfg.Lookback), now)
+	rep, err := Check(ctx, w.cfg.Issuer, w.cfg.Records, w.cfg.Recorder, w.cfg.Terminal, now.Add(-w.cfg.Lookback), now)
 	if err != nil {
 		return rep, err
 	}
 	for _, f := range rep.Findings {
 		if f.Kind == Unresolved {
 			continue // the reconciler's: it resolves the record by inquiry
+		}
+		if f.Recovered {
+			w.cfg.Log.Warn("recorded a transaction the issuer applied and this cell had lost, from the issuer's record",
+				"partner_id", f.Key.PartnerID, "transaction_id", f.Key.TransactionID, "issuer", f.Issuer)
+			continue
 		}
 		w.cfg.Log.Error("the issuer applied a transaction this cell does not hold as applied",
 			"finding", f.Kind.String(), "partner_id", f.Key.PartnerID, "transaction_id", f.Key.TransactionID,

@@ -136,14 +136,14 @@ func TestCheck(t *testing.T) {
 	records := func(_ context.Context, k idempotency.Key) (*cellside.Record, error) { return cell[k], nil }
 	to := time.Now().Add(time.Minute)
 
-	rep, err := Check(ctx, issuer, records, "cell-a", from, to)
+	rep, err := Check(ctx, issuer, records, nil, "cell-a", from, to)
 	if err != nil || rep.Checked != n+1 || rep.Counts[Agrees] != n+1 || rep.Discrepancies() != 0 || len(rep.Findings) != 0 || rep.Truncated {
 		t.Fatalf("all recorded: %+v, %v", rep, err)
 	}
 	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-b"})
 	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-c"}].State = cellside.StateSending
 	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-d"}].Amount = 1
-	rep, err = Check(ctx, issuer, records, "cell-a", from, to)
+	rep, err = Check(ctx, issuer, records, nil, "cell-a", from, to)
 	if err != nil || rep.Checked != n+1 || rep.Counts[Missing] != 1 || rep.Counts[Unresolved] != 1 || rep.Counts[Differs] != 1 || rep.Discrepancies() != 2 {
 		t.Fatalf("one lost, one sending, one wrong: %+v, %v", rep, err)
 	}
@@ -157,7 +157,56 @@ func TestCheck(t *testing.T) {
 	if got["a-b"] != Missing || got["a-c"] != Unresolved || got["a-d"] != Differs || len(got) != 3 {
 		t.Fatalf("findings %v", got)
 	}
-	if _, err := Check(ctx, issuer, records, "", from, to); err == nil {
+	if _, err := Check(ctx, issuer, records, nil, "", from, to); err == nil {
 		t.Fatal("a check with no terminal ran")
+	}
+
+	// Recovery: the original a-a and its capture lost together, a-b still
+	// lost. With a recorder, each is recorded from the issuer's record, the
+	// original before its capture, and the next check finds them agreeing
+	// (a-c and a-d are never written).
+	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-a"})
+	delete(cell, capRec.Key())
+	var order []string
+	recorder := func(_ context.Context, r *cellside.Record) (bool, error) {
+		if cell[r.Key()] != nil {
+			return false, nil
+		}
+		order = append(order, r.TransactionID)
+		cell[r.Key()] = r
+		return true, nil
+	}
+	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	if err != nil || rep.Counts[Missing] != 3 || rep.Recovered != 3 || rep.Unrecovered() != 0 {
+		t.Fatalf("three lost, recovered: %+v, %v", rep, err)
+	}
+	if strings.Join(order, ",") != "a-a,a-b,cap-1" {
+		t.Fatalf("recovered in the order %v, want the issuer's (a-a before its capture)", order)
+	}
+	if r := cell[capRec.Key()]; !r.Recovered() || r.Original != "a-a" || r.Amount != 60 || r.AuthCode != capRec.AuthCode ||
+		r.PaymentType != cellpayv1.PaymentType_CAPTURE || r.State != cellside.StateApproved || r.CellID != "cell-a" {
+		t.Fatalf("the recovered capture: %+v", r)
+	}
+	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	if err != nil || rep.Counts[Missing] != 0 || rep.Recovered != 0 || rep.Counts[Agrees] != n-1 {
+		t.Fatalf("after the recovery: %+v, %v", rep, err)
+	}
+}
+
+// TestRecoveredAgrees: the record Recovered makes of any effect is one
+// Compare finds agreeing with it, approved or declined, payment or
+// follow-up.
+func TestRecoveredAgrees(t *testing.T) {
+	capture := effect("c", true, 400)
+	capture.Kind, capture.OriginalTransactionId = issuerproto.AdjustKind_ADJUST_KIND_CAPTURE, "a"
+	refund := effect("r", true, 50)
+	refund.Refund = true
+	transfer := effect("t", false, 0)
+	transfer.BankTransfer = true
+	for _, e := range []*issuerproto.RecordedEffect{effect("a", true, 1000), effect("d", false, 0), capture, refund, transfer} {
+		r := Recovered(e, time.Now())
+		if f := Compare(e, r); f.Kind != Agrees || !r.Recovered() || !r.State.Terminal() {
+			t.Errorf("%s: %+v from %+v", e.GetTransactionId(), f, r)
+		}
 	}
 }

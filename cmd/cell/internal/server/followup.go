@@ -130,6 +130,12 @@ func result(r *cellside.Record) *cellproto.FollowUpResponse {
 // ALREADY_EXISTS for another payload, the record otherwise (PENDING while
 // its outcome is unknown).
 func (s *Server) followUpReplay(r *cellside.Record, asReq *cellpayv1.SubmitTransactionRequest) (*cellproto.FollowUpResponse, error) {
+	if r.Recovered() {
+		if !cellside.MatchesRecovered(r, asReq) {
+			return nil, apierr.Error(codes.AlreadyExists, apierr.TransactionIDReused, "transaction_id: already used with a different payload")
+		}
+		return result(r), nil
+	}
 	fp, ok := s.cfg.Keys.FingerprintUnder(r.FingerprintKeyID, asReq)
 	if !ok || idempotency.Check(r.Fingerprint, fp) != nil {
 		return nil, apierr.Error(codes.AlreadyExists, apierr.TransactionIDReused, "transaction_id: already used with a different payload")

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"testing"
+
+	"github.com/cellpay/cellpay/internal/pnr/cellside"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+)
+
+// recovered is a final recovered record of id, as issuercheck.Recovered
+// makes it: no fingerprint, nothing the issuer does not know.
+func recovered(id string, pt cellpayv1.PaymentType, original string, amount int64) *cellside.Record {
+	return &cellside.Record{TransactionID: id, PartnerID: "p-001", FingerprintKeyID: cellside.RecoveredKeyID,
+		State: cellside.StateApproved, AuthCode: "R" + id, PaymentType: pt, Original: original, Amount: amount, Currency: "GBP",
+		CellID: "cell-a", Attempt: 1, CreatedAt: t0, UpdatedAt: t0}
+}
+
+// TestRecover: a recovered record is written once, final, with its
+// callback event; an approved follow-up's amount lands on its original's
+// sums (an original that survived, and one recovered just before it); a
+// key recorded already is left as it is; a record that is not a final
+// recovered one is refused.
+func TestRecover(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	approvedAuth(t, s, "kept")
+	for _, r := range []*cellside.Record{
+		recovered("cap-kept", cellpayv1.PaymentType_CAPTURE, "kept", 400),
+		recovered("lost", cellpayv1.PaymentType_CARD_AUTHORIZATION, "", 1000),
+		recovered("cap-lost", cellpayv1.PaymentType_CAPTURE, "lost", 600),
+		recovered("ref-lost", cellpayv1.PaymentType_REFUND, "lost", 100),
+	} {
+		if ok, err := s.Recover(ctx, r); err != nil || !ok {
+			t.Fatalf("recover %s: %v, %v", r.TransactionID, ok, err)
+		}
+	}
+	for id, want := range map[string][2]int64{"kept": {400, 0}, "lost": {600, 100}} {
+		o, err := s.Get(ctx, key(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Ledger.Captured != want[0] || o.Ledger.Refunded != want[1] {
+			t.Errorf("%s: captured %d, refunded %d; want %v", id, o.Ledger.Captured, o.Ledger.Refunded, want)
+		}
+	}
+	got, err := s.Get(ctx, key("cap-lost"))
+	if err != nil || !got.Recovered() || got.State != cellside.StateApproved || got.Original != "lost" || got.AuthCode != "Rcap-lost" || got.Amount != 600 {
+		t.Fatalf("the recovered capture: %+v, %v", got, err)
+	}
+	cbs, err := s.ListCallbacks(ctx, CallbackFilter{PartnerID: "p-001", TransactionID: "cap-lost"})
+	if err != nil || len(cbs) != 1 {
+		t.Fatalf("callbacks of the recovered capture: %v, %v", cbs, err)
+	}
+	// Again, and over a record the cell holds: nothing changes.
+	if ok, err := s.Recover(ctx, recovered("cap-lost", cellpayv1.PaymentType_CAPTURE, "lost", 600)); err != nil || ok {
+		t.Fatalf("recovering it again: %v, %v", ok, err)
+	}
+	if ok, err := s.Recover(ctx, recovered("kept", cellpayv1.PaymentType_CARD_AUTHORIZATION, "", 1)); err != nil || ok {
+		t.Fatalf("recovering over a kept record: %v, %v", ok, err)
+	}
+	if o, _ := s.Get(ctx, key("lost")); o.Ledger.Captured != 600 {
+		t.Fatalf("a second recovery moved the sums: %+v", o.Ledger)
+	}
+	notFinal := recovered("x", cellpayv1.PaymentType_CARD_AUTHORIZATION, "", 1)
+	notFinal.State = cellside.StateSending
+	notRecovered := recovered("y", cellpayv1.PaymentType_CARD_AUTHORIZATION, "", 1)
+	notRecovered.FingerprintKeyID = "fp-cur"
+	for _, r := range []*cellside.Record{notFinal, notRecovered} {
+		if _, err := s.Recover(ctx, r); err == nil {
+			t.Errorf("recovered %s: %+v", r.TransactionID, r)
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package cellside
+
+import (
+	"testing"
+
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/cellproto"
+)
+
+// TestMatchesRecovered: a replay of a recovered record matches on what
+// the issuer's record held, and only that.
+func TestMatchesRecovered(t *testing.T) {
+	capture := &Record{PaymentType: cellpayv1.PaymentType_CAPTURE, Original: "a-1", Amount: 400, Currency: "EUR", FingerprintKeyID: RecoveredKeyID}
+	void := &Record{PaymentType: cellpayv1.PaymentType_VOID, Original: "a-1", Amount: 1000, Currency: "EUR", FingerprintKeyID: RecoveredKeyID}
+	followUp := func(kind cellpayv1.PaymentType, original string, amount int64, currency string) *cellpayv1.SubmitTransactionRequest {
+		return AsRequest(&cellproto.FollowUpRequest{TransactionId: "c-1", Kind: kind, PartnerId: "p-001",
+			OriginalTransactionId: original, Amount: &cellpayv1.Money{MinorUnits: amount, Currency: currency}})
+	}
+	for _, tt := range []struct {
+		name string
+		r    *Record
+		req  *cellpayv1.SubmitTransactionRequest
+		want bool
+	}{
+		{"the same capture", capture, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 400, "EUR"), true},
+		{"another amount", capture, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 401, "EUR"), false},
+		{"another currency", capture, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 400, "GBP"), false},
+		{"another original", capture, followUp(cellpayv1.PaymentType_CAPTURE, "a-2", 400, "EUR"), false},
+		{"another kind", capture, followUp(cellpayv1.PaymentType_REFUND, "a-1", 400, "EUR"), false},
+		{"a void, whatever its amount", void, followUp(cellpayv1.PaymentType_VOID, "a-1", 0, ""), true},
+		{"a void of another original", void, followUp(cellpayv1.PaymentType_VOID, "a-2", 0, ""), false},
+	} {
+		if got := MatchesRecovered(tt.r, tt.req); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if !capture.Recovered() || (&Record{FingerprintKeyID: "fp-1"}).Recovered() {
+		t.Error("Recovered does not follow the key ID")
+	}
+}
