@@ -18,7 +18,7 @@ var IssuerCheckKinds = []string{"missing", "recovered", "differs", "unresolved"}
 // when it ran, and false before the first check or on an instance that
 // does not lead.
 //
-//	cellpay_cell_issuer_discrepancies{kind}          the last check's effects the cell does not hold as the issuer applied them: missing (no record, and not recovered), recovered (no record, recorded by the check from the issuer's record), differs (another outcome), unresolved (no outcome yet; the reconciler's)
+//	cellpay_cell_issuer_discrepancies{kind}          the last check's effects the cell does not hold as the issuer applied them: missing (no record, or one behind the issuer's outcome, and not recovered), recovered (missing or behind, recorded by the check from the issuer's record), differs (another outcome), unresolved (no outcome yet; the reconciler's)
 //	cellpay_cell_issuer_check_timestamp_seconds      when the last check ran (Unix time)
 func NewIssuerCheck(m metric.Meter, last func() (counts map[string]int, at time.Time, ok bool)) error {
 	found, err := m.Int64ObservableGauge("cellpay.cell.issuer.discrepancies",

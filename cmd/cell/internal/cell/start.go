@@ -279,7 +279,7 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 	}
 	var recorder issuercheck.Recorder
 	if !c.cfg.IssuerCheckReportOnly {
-		recorder = c.st.Recover
+		recorder = c.st
 	}
 	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery,
 		Lookback: c.cfg.IssuerCheckLookback, Log: c.log, Recorder: recorder,

@@ -38,26 +38,31 @@ import (
 // Kind is what a comparison found.
 type Kind int
 
-// The findings. Missing and Differs are discrepancies: the cell's records
-// are wrong about money, or about an outcome a partner may hold.
-// Unresolved is not one yet: the cell's reconciler resolves a record short
-// of final by inquiry at the issuer, which answers this same outcome.
+// The findings. Missing, Behind and Differs are discrepancies: the cell's
+// records are wrong about money, or about an outcome a partner may hold.
+// Unresolved is not one yet: the cell's reconciler resolves a record
+// sending by inquiry at the issuer, which answers this same outcome.
 const (
 	// Agrees: the cell's record holds the issuer's outcome.
 	Agrees Kind = iota
 	// Missing: the issuer applied it, and the cell has no record of it.
 	Missing
-	// Unresolved: the cell's record has no outcome yet (received,
-	// deciding or sending).
+	// Unresolved: the cell's record is sending (or deciding): it has no
+	// outcome yet, and the reconciler resolves it.
 	Unresolved
 	// Differs: the cell's record holds another outcome: another kind of
 	// transaction, approved against declined, another amount or
-	// authorization code, or failed or abandoned where the issuer applied
-	// it.
+	// authorization code, or failed where the issuer applied it.
 	Differs
+	// Behind: the cell's record is short of its point of no return
+	// (received) or gave it up (abandoned), where the issuer applied it
+	// for this cell: the cell's database lost the commits that took the
+	// record on (a copy behind its primary promoted). A record in either
+	// state never reached the issuer, so no other cause explains it.
+	Behind
 )
 
-var kindNames = [...]string{Agrees: "agrees", Missing: "missing", Unresolved: "unresolved", Differs: "differs"}
+var kindNames = [...]string{Agrees: "agrees", Missing: "missing", Unresolved: "unresolved", Differs: "differs", Behind: "behind"}
 
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
@@ -74,8 +79,8 @@ type Finding struct {
 	Kind   Kind
 	Issuer string // e.g. "approved CAPTURE of a-1, 400 EUR, auth A1B2C3"
 	Cell   string // e.g. "no record", "sending", "declined: do_not_honour"
-	// Recovered: Missing, and the cell has recorded it since from the
-	// issuer's record (Recovered).
+	// Recovered: Missing or Behind, and the cell has recorded it since
+	// from the issuer's record (Recovered, CaughtUp).
 	Recovered bool
 }
 
@@ -90,18 +95,21 @@ func Compare(e *issuerproto.RecordedEffect, r *cellside.Record) Finding {
 		return f
 	}
 	f.Cell = describeRecord(r)
+	behind := r.State == cellside.StateReceived || r.State == cellside.StateAbandoned
 	switch {
-	case !r.State.Terminal() && r.State != cellside.StateAbandoned:
+	case !r.State.Terminal() && !behind:
 		f.Kind = Unresolved
 	case r.PaymentType != paymentType(e) || e.GetOriginalTransactionId() != r.Original:
 		f.Kind = Differs
+	case behind:
+		f.Kind = Behind
 	case r.State == cellside.StateApproved && e.GetApproved():
 		if e.GetAuthCode() != r.AuthCode || e.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_VOID &&
 			(e.GetAmountMinorUnits() != r.Amount || e.GetCurrency() != r.Currency) {
 			f.Kind = Differs
 		}
 	case r.State == cellside.StateDeclined && !e.GetApproved():
-	default: // approved against declined, or failed or abandoned where the issuer applied it
+	default: // approved against declined, or failed where the issuer applied it
 		f.Kind = Differs
 	}
 	return f
@@ -127,6 +135,21 @@ func Recovered(e *issuerproto.RecordedEffect, now time.Time) *cellside.Record {
 		r.State, r.DeclineReason = cellside.StateDeclined, e.GetDeclineReason()
 	}
 	return r
+}
+
+// CaughtUp is record r, which Compare found Behind effect e, brought to
+// the issuer's outcome: final, with its authorization code or decline
+// reason, updated now; everything else (its payload, its fingerprint) is
+// the record's. It is pure.
+func CaughtUp(e *issuerproto.RecordedEffect, r *cellside.Record, now time.Time) *cellside.Record {
+	out := *r
+	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	if e.GetApproved() {
+		out.State, out.AuthCode, out.DeclineReason = cellside.StateApproved, e.GetAuthCode(), ""
+	} else {
+		out.State, out.AuthCode, out.DeclineReason = cellside.StateDeclined, "", e.GetDeclineReason()
+	}
+	return &out
 }
 
 // paymentType is the payment type of the transaction e is the effect of.
@@ -182,10 +205,16 @@ type Issuer interface {
 // when it has none.
 type Records func(ctx context.Context, k idempotency.Key) (*cellside.Record, error)
 
-// Recorder writes a recovered record (Recovered) unless the cell holds
-// one of its key by then; it reports whether it wrote it. The store's
-// Recover is one.
-type Recorder func(ctx context.Context, r *cellside.Record) (bool, error)
+// Recorder records what the issuer applied where the cell lost it; the
+// store is one. Each reports whether it wrote.
+type Recorder interface {
+	// Recover writes a recovered record (Recovered) unless the cell holds
+	// one of its key by then.
+	Recover(ctx context.Context, r *cellside.Record) (bool, error)
+	// CatchUp writes r (CaughtUp) over the cell's record of its key if
+	// that is still in state from.
+	CatchUp(ctx context.Context, r *cellside.Record, from cellside.State) (bool, error)
+}
 
 // Bounds of one Check.
 const (
@@ -207,25 +236,26 @@ type Report struct {
 	// Truncated says the window held more than MaxPages pages: the
 	// effects after them were not compared.
 	Truncated bool
-	// Recovered counts the Missing effects recorded from the issuer's
-	// record by this check.
+	// Recovered counts the Missing and Behind effects recorded from the
+	// issuer's record by this check.
 	Recovered int
 }
 
-// Discrepancies is the number of effects Missing or Differs.
-func (r Report) Discrepancies() int { return r.Counts[Missing] + r.Counts[Differs] }
+// Discrepancies is the number of effects Missing, Behind or Differs.
+func (r Report) Discrepancies() int { return r.Counts[Missing] + r.Counts[Behind] + r.Counts[Differs] }
 
-// Unrecovered is the number of Missing effects the check did not record:
-// what is left for a person.
-func (r Report) Unrecovered() int { return r.Counts[Missing] - r.Recovered }
+// Unrecovered is the number of Missing and Behind effects the check did
+// not record: what is left for a person.
+func (r Report) Unrecovered() int { return r.Counts[Missing] + r.Counts[Behind] - r.Recovered }
 
 // Check compares every effect the issuer applied for terminal in [from,
 // to) of the issuer's clock with the cell's records. With recorder, each
-// Missing effect is recorded from the issuer's record (Recovered) as it
-// is found: the issuer's record lists an original before its follow-ups,
-// so an original lost with its capture is recovered first and the
-// capture's sums land on it. Unresolved and Differs are never written:
-// the reconciler resolves the first by inquiry, and the second is for a
+// Missing effect is recorded from the issuer's record (Recovered), and
+// each Behind record brought to the issuer's outcome (CaughtUp), as it is
+// found: the issuer's record lists an original before its follow-ups, so
+// an original lost with its capture is recovered first and the capture's
+// sums land on it. Unresolved and Differs are never written: the
+// reconciler resolves the first by inquiry, and the second is for a
 // person.
 func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorder, terminal string, from, to time.Time) (Report, error) {
 	if terminal == "" {
@@ -249,15 +279,20 @@ func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorde
 				return rep, fmt.Errorf("issuercheck: the cell's record of %s/%s: %w", k.PartnerID, k.TransactionID, err)
 			}
 			f := Compare(e, r)
-			if f.Kind == Missing && recorder != nil {
-				ok, err := recorder(ctx, Recovered(e, time.Now()))
+			if (f.Kind == Missing || f.Kind == Behind) && recorder != nil {
+				var ok bool
+				if f.Kind == Missing {
+					ok, err = recorder.Recover(ctx, Recovered(e, time.Now()))
+				} else {
+					ok, err = recorder.CatchUp(ctx, CaughtUp(e, r, time.Now()), r.State)
+				}
 				if err != nil {
 					return rep, fmt.Errorf("issuercheck: recovering %s/%s: %w", k.PartnerID, k.TransactionID, err)
 				}
 				f.Recovered = ok
 				if ok {
 					rep.Recovered++
-					f.Cell = "no record; recovered from the issuer's record"
+					f.Cell += "; recorded from the issuer's record"
 				}
 			}
 			rep.Checked++

@@ -2,6 +2,7 @@ package issuercheck
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,10 +73,11 @@ func TestCompare(t *testing.T) {
 		{"no record", effect("a", true, 1000), nil, Missing},
 		{"a decline with no record", effect("d", false, 0), nil, Missing},
 		{"sending", effect("a", true, 1000), record("a", cellside.StateSending, 1000), Unresolved},
-		{"received", effect("a", true, 1000), record("a", cellside.StateReceived, 1000), Unresolved},
+		{"received: behind", effect("a", true, 1000), record("a", cellside.StateReceived, 1000), Behind},
+		{"abandoned: behind", effect("a", true, 1000), record("a", cellside.StateAbandoned, 1000), Behind},
+		{"a capture received as an authorization", capture(), record("c", cellside.StateReceived, 400), Differs},
 		{"deciding", effect("a", true, 1000), record("a", cellside.StateDeciding, 1000), Unresolved},
 		{"failed where the issuer applied it", effect("a", true, 1000), record("a", cellside.StateFailed, 1000), Differs},
-		{"abandoned where the issuer applied it", effect("a", true, 1000), record("a", cellside.StateAbandoned, 1000), Differs},
 		{"declined where the issuer approved", effect("a", true, 1000), record("a", cellside.StateDeclined, 1000), Differs},
 		{"approved where the issuer declined", effect("d", false, 0), record("d", cellside.StateApproved, 500), Differs},
 		{"another amount", effect("a", true, 1000), record("a", cellside.StateApproved, 999), Differs},
@@ -167,21 +169,13 @@ func TestCheck(t *testing.T) {
 	// (a-c and a-d are never written).
 	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-a"})
 	delete(cell, capRec.Key())
-	var order []string
-	recorder := func(_ context.Context, r *cellside.Record) (bool, error) {
-		if cell[r.Key()] != nil {
-			return false, nil
-		}
-		order = append(order, r.TransactionID)
-		cell[r.Key()] = r
-		return true, nil
-	}
+	recorder := &mapRecorder{cell: cell}
 	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
 	if err != nil || rep.Counts[Missing] != 3 || rep.Recovered != 3 || rep.Unrecovered() != 0 {
 		t.Fatalf("three lost, recovered: %+v, %v", rep, err)
 	}
-	if strings.Join(order, ",") != "a-a,a-b,cap-1" {
-		t.Fatalf("recovered in the order %v, want the issuer's (a-a before its capture)", order)
+	if strings.Join(recorder.order, ",") != "a-a,a-b,cap-1" {
+		t.Fatalf("recovered in the order %v, want the issuer's (a-a before its capture)", recorder.order)
 	}
 	if r := cell[capRec.Key()]; !r.Recovered() || r.Original != "a-a" || r.Amount != 60 || r.AuthCode != capRec.AuthCode ||
 		r.PaymentType != cellpayv1.PaymentType_CAPTURE || r.State != cellside.StateApproved || r.CellID != "cell-a" {
@@ -191,6 +185,50 @@ func TestCheck(t *testing.T) {
 	if err != nil || rep.Counts[Missing] != 0 || rep.Recovered != 0 || rep.Counts[Agrees] != n-1 {
 		t.Fatalf("after the recovery: %+v, %v", rep, err)
 	}
+
+	// Behind: a-e held received and a-f abandoned (their commits past
+	// that lost): each is brought to the issuer's outcome, its payload
+	// kept.
+	ae := idempotency.Key{PartnerID: partner, TransactionID: "a-e"}
+	af := idempotency.Key{PartnerID: partner, TransactionID: "a-f"}
+	auth := cell[ae].AuthCode
+	cell[ae].State, cell[ae].AuthCode, cell[ae].Fingerprint = cellside.StateReceived, "", idempotency.Fingerprint{7}
+	cell[af].State, cell[af].AuthCode = cellside.StateAbandoned, ""
+	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	if err != nil || rep.Counts[Behind] != 2 || rep.Recovered != 2 || rep.Unrecovered() != 0 {
+		t.Fatalf("two behind: %+v, %v", rep, err)
+	}
+	if r := cell[ae]; r.State != cellside.StateApproved || r.AuthCode != auth || r.Fingerprint != (idempotency.Fingerprint{7}) || r.Recovered() {
+		t.Fatalf("a-e caught up: %+v", r)
+	}
+	if !slices.Equal(recorder.caughtUpFrom, []cellside.State{cellside.StateReceived, cellside.StateAbandoned}) {
+		t.Fatalf("caught up from %v", recorder.caughtUpFrom)
+	}
+}
+
+// mapRecorder is a Recorder over TestCheck's map of the cell's records.
+type mapRecorder struct {
+	cell         map[idempotency.Key]*cellside.Record
+	order        []string
+	caughtUpFrom []cellside.State
+}
+
+func (m *mapRecorder) Recover(_ context.Context, r *cellside.Record) (bool, error) {
+	if m.cell[r.Key()] != nil {
+		return false, nil
+	}
+	m.order = append(m.order, r.TransactionID)
+	m.cell[r.Key()] = r
+	return true, nil
+}
+
+func (m *mapRecorder) CatchUp(_ context.Context, r *cellside.Record, from cellside.State) (bool, error) {
+	if cur := m.cell[r.Key()]; cur == nil || cur.State != from {
+		return false, nil
+	}
+	m.caughtUpFrom = append(m.caughtUpFrom, from)
+	m.cell[r.Key()] = r
+	return true, nil
 }
 
 // TestRecoveredAgrees: the record Recovered makes of any effect is one
@@ -207,6 +245,17 @@ func TestRecoveredAgrees(t *testing.T) {
 		r := Recovered(e, time.Now())
 		if f := Compare(e, r); f.Kind != Agrees || !r.Recovered() || !r.State.Terminal() {
 			t.Errorf("%s: %+v from %+v", e.GetTransactionId(), f, r)
+		}
+		// The same record held behind, caught up, agrees too.
+		for _, st := range []cellside.State{cellside.StateReceived, cellside.StateAbandoned} {
+			behind := *r
+			behind.State, behind.AuthCode, behind.DeclineReason, behind.FingerprintKeyID = st, "", "", "fp-cur"
+			if f := Compare(e, &behind); f.Kind != Behind {
+				t.Errorf("%s held %s: %v, want behind", e.GetTransactionId(), st, f.Kind)
+			}
+			if f := Compare(e, CaughtUp(e, &behind, time.Now())); f.Kind != Agrees {
+				t.Errorf("%s caught up from %s: %+v", e.GetTransactionId(), st, f)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"testing"
+	"time"
 
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
@@ -69,5 +70,54 @@ func TestRecover(t *testing.T) {
 		if _, err := s.Recover(ctx, r); err == nil {
 			t.Errorf("recovered %s: %+v", r.TransactionID, r)
 		}
+	}
+}
+
+// TestCatchUp: a record held short of what the issuer applied (received,
+// or a capture abandoned with its hold released) is brought to the
+// issuer's outcome with its callback, the capture's amount on its
+// original's sums; a record no longer in the state named is left alone.
+func TestCatchUp(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	r := record("behind-1")
+	if _, _, err := s.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	approvedAuth(t, s, "orig")
+	c, _, err := hold(ctx, s, holdReq(cellpayv1.PaymentType_CAPTURE, "cap-behind", "orig", 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State = cellside.StateAbandoned
+	if err := s.Persist(ctx, c, cellside.StateSending); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		r    *cellside.Record
+		from cellside.State
+	}{{r, cellside.StateReceived}, {c, cellside.StateAbandoned}} {
+		up := *tc.r
+		up.State, up.AuthCode, up.UpdatedAt = cellside.StateApproved, "UP"+up.TransactionID, t0.Add(time.Second)
+		if ok, err := s.CatchUp(ctx, &up, tc.from); err != nil || !ok {
+			t.Fatalf("catch up %s: %v, %v", up.TransactionID, ok, err)
+		}
+		got, err := s.Get(ctx, up.Key())
+		if err != nil || got.State != cellside.StateApproved || got.AuthCode != up.AuthCode || got.Fingerprint != tc.r.Fingerprint {
+			t.Fatalf("%s caught up: %+v, %v", up.TransactionID, got, err)
+		}
+		if cbs, err := s.ListCallbacks(ctx, CallbackFilter{PartnerID: "p-001", TransactionID: up.TransactionID}); err != nil || len(cbs) != 1 {
+			t.Fatalf("callbacks of %s: %v, %v", up.TransactionID, cbs, err)
+		}
+		if ok, err := s.CatchUp(ctx, &up, tc.from); err != nil || ok {
+			t.Fatalf("catching %s up again: %v, %v", up.TransactionID, ok, err)
+		}
+	}
+	if o, _ := s.Get(ctx, key("orig")); o.Ledger.Captured != 500 || o.Ledger.HeldCapture != 0 {
+		t.Fatalf("the original's ledger: %+v", o.Ledger)
+	}
+	bad := *r
+	if _, err := s.CatchUp(ctx, &bad, cellside.StateSending); err == nil {
+		t.Fatal("caught up from sending")
 	}
 }
