@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,11 @@ func TestDrillCommand(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("cellpay drill:\n%s", out)
 	if err != nil {
+		// What the access points said meanwhile: a failed drill's report
+		// holds what the partner saw, not why.
+		for _, name := range []string{"gtr", "gtr-backup"} {
+			t.Logf("%s's warnings and errors, last 30:\n%s", name, warnings(filepath.Join(env.p.LogDir(), name+".log"), 30))
+		}
 		t.Fatalf("cellpay drill: %v", err)
 	}
 	for _, want := range []string{"cut primary access point", "cut backup access point", "switch away: after", "RESULT: OK", "verdict: PASS"} {
@@ -49,4 +55,20 @@ func warm(t *testing.T, ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// warnings returns the last n lines of the log at path logged at WARN or
+// ERROR.
+func warnings(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
