@@ -2,7 +2,6 @@ package cell
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,7 +32,6 @@ import (
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/cellproto"
-	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -283,13 +281,7 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 	}
 	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery,
 		Lookback: c.cfg.IssuerCheckLookback, Log: c.log, Recorder: recorder,
-		Records: func(ctx context.Context, k idempotency.Key) (*cellside.Record, error) {
-			r, err := c.st.Get(ctx, k)
-			if errors.Is(err, store.ErrNotFound) {
-				return nil, nil
-			}
-			return r, err
-		}})
+		Records: c.st.GetMany})
 	if err != nil {
 		return nil, err
 	}

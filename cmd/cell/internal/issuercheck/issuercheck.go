@@ -201,9 +201,10 @@ type Issuer interface {
 	ListEffects(ctx context.Context, in *issuerproto.ListEffectsRequest, opts ...grpc.CallOption) (*issuerproto.ListEffectsResponse, error)
 }
 
-// Records reads the cell's record of a transaction: nil and no error
-// when it has none.
-type Records func(ctx context.Context, k idempotency.Key) (*cellside.Record, error)
+// Records reads the cell's records of keys (at most PageSize) in one
+// read: a key the cell holds no record of is absent from the map. The
+// store's GetMany is one.
+type Records func(ctx context.Context, keys []idempotency.Key) (map[idempotency.Key]*cellside.Record, error)
 
 // Recorder records what the issuer applied where the cell lost it; the
 // store is one. Each reports whether it wrote.
@@ -272,12 +273,20 @@ func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorde
 		if err != nil {
 			return rep, fmt.Errorf("issuercheck: the issuer's effects: %w", err)
 		}
-		for _, e := range resp.GetEffects() {
-			k := idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
-			r, err := records(ctx, k)
-			if err != nil {
-				return rep, fmt.Errorf("issuercheck: the cell's record of %s/%s: %w", k.PartnerID, k.TransactionID, err)
-			}
+		effects := resp.GetEffects()
+		if len(effects) > PageSize {
+			return rep, fmt.Errorf("issuercheck: the issuer answered a page of %d effects, asked for %d", len(effects), PageSize)
+		}
+		keys := make([]idempotency.Key, len(effects))
+		for i, e := range effects {
+			keys[i] = idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
+		}
+		held, err := records(ctx, keys)
+		if err != nil {
+			return rep, fmt.Errorf("issuercheck: the cell's records: %w", err)
+		}
+		for i, e := range effects {
+			k, r := keys[i], held[keys[i]]
 			f := Compare(e, r)
 			if (f.Kind == Missing || f.Kind == Behind) && recorder != nil {
 				var ok bool

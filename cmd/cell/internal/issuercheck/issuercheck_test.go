@@ -135,7 +135,15 @@ func TestCheck(t *testing.T) {
 	capRec := record("cap-1", cellside.StateApproved, 60)
 	capRec.PaymentType, capRec.Original, capRec.AuthCode = cellpayv1.PaymentType_CAPTURE, "a-a", issuersim.AuthCode(partner, "cap-1")
 	cell[capRec.Key()] = capRec
-	records := func(_ context.Context, k idempotency.Key) (*cellside.Record, error) { return cell[k], nil }
+	records := func(_ context.Context, keys []idempotency.Key) (map[idempotency.Key]*cellside.Record, error) {
+		out := map[idempotency.Key]*cellside.Record{}
+		for _, k := range keys {
+			if r := cell[k]; r != nil {
+				out[k] = r
+			}
+		}
+		return out, nil
+	}
 	to := time.Now().Add(time.Minute)
 
 	rep, err := Check(ctx, issuer, records, nil, "cell-a", from, to)

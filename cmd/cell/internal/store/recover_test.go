@@ -6,6 +6,7 @@ import (
 
 	"github.com/cellpay/cellpay/internal/pnr/cellside"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 )
 
 // recovered is a final recovered record of id, as issuercheck.Recovered
@@ -119,5 +120,30 @@ func TestCatchUp(t *testing.T) {
 	bad := *r
 	if _, err := s.CatchUp(ctx, &bad, cellside.StateSending); err == nil {
 		t.Fatal("caught up from sending")
+	}
+}
+
+// TestGetMany: one read returns the records held of the keys asked,
+// another partner's record under the same ID not among them, and refuses
+// more than MaxGetMany keys.
+func TestGetMany(t *testing.T) {
+	s, _ := open(t)
+	ctx := ctxT(t)
+	for _, id := range []string{"m-1", "m-2"} {
+		if _, _, err := s.Insert(ctx, record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := record("m-3")
+	other.PartnerID = "p-002"
+	if _, _, err := s.Insert(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetMany(ctx, []idempotency.Key{key("m-1"), key("m-2"), key("m-3"), key("none")})
+	if err != nil || len(got) != 2 || got[key("m-1")].TransactionID != "m-1" || got[key("m-2")] == nil {
+		t.Fatalf("GetMany: %v, %v", got, err)
+	}
+	if _, err := s.GetMany(ctx, make([]idempotency.Key, MaxGetMany+1)); err == nil {
+		t.Fatal("GetMany took more than MaxGetMany keys")
 	}
 }

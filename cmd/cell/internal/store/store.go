@@ -317,6 +317,39 @@ func (s *Store) Get(ctx context.Context, k idempotency.Key) (*cellside.Record, e
 	return r, err
 }
 
+// MaxGetMany bounds the keys of one GetMany.
+const MaxGetMany = 1000
+
+// GetMany reads the records of keys (at most MaxGetMany) in one query,
+// by key; a key the cell holds no record of is absent from the map.
+func (s *Store) GetMany(ctx context.Context, keys []idempotency.Key) (map[idempotency.Key]*cellside.Record, error) {
+	if len(keys) > MaxGetMany {
+		return nil, fmt.Errorf("store: get many: %d keys, at most %d", len(keys), MaxGetMany)
+	}
+	partners, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		partners[i], ids[i] = k.PartnerID, k.TransactionID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+readColumns+` FROM transactions
+		JOIN unnest($1::text[], $2::text[]) AS k(partner, id) ON partner_id = k.partner AND transaction_id = k.id`, partners, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: get many: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[idempotency.Key]*cellside.Record, len(keys))
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: get many: %w", err)
+		}
+		out[r.Key()] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: get many: %w", err)
+	}
+	return out, nil
+}
+
 // Persist writes r's outcome (state, decline reason, auth code, update
 // time) to the record of r's key if the stored state is still from;
 // otherwise ErrStateChanged. Any state but sending ends the attempt's
