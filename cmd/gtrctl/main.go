@@ -28,8 +28,8 @@
 // Global flags (on any command): --addr (GTR_ADMIN_ADDR, default
 // 127.0.0.1:7071), --token (GTR_ADMIN_TOKEN), --token-file
 // (GTRCTL_TOKEN_FILE, else GTR_ADMIN_TOKEN_FILE), --ca (GTRCTL_CA),
-// --server-name (GTRCTL_SERVER_NAME),
-// -o table|json, --timeout.
+// --server-name (GTRCTL_SERVER_NAME), --server-identity
+// (GTRCTL_SERVER_IDENTITY), -o table|json, --timeout.
 //
 // gtrctl -h (or help) prints the commands, gtrctl COMMAND -h a command's
 // flags, on stdout with exit status 0; a usage error prints them on stderr
@@ -37,7 +37,11 @@
 //
 // The admin API speaks TLS only; its certificate is verified with --ca,
 // else a local platform's development CA ($CELLPAY_DATA or .cellpay,
-// pki/ca.crt) if it is there, else the system's roots.
+// pki/ca.crt) if it is there, else the system's roots; and it must carry
+// the GTR's identity (--server-identity, spiffe://cellpay.internal/gtr):
+// every component's certificate is of the same CA, and the host name alone
+// would let a cell's, say, answer as the admin API and be handed the
+// operator's token.
 //
 // The credential is an operator's token (cpo_<operator>_<secret>; its role
 // decides what it may do): --token-file, else --token, else, when neither
@@ -58,6 +62,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"google.golang.org/grpc"
@@ -76,6 +81,7 @@ func main() {
 // globals are the flags every command takes.
 type globals struct {
 	addr, token, tokenFile, ca, serverName, output string
+	serverIdentity                                 string
 	timeout                                        time.Duration
 }
 
@@ -86,6 +92,11 @@ func (g *globals) register(fs *flag.FlagSet) {
 		"file holding the operator token (env GTRCTL_TOKEN_FILE or GTR_ADMIN_TOKEN_FILE; default .cellpay/operators/admin.token when present)")
 	fs.StringVar(&g.ca, "ca", os.Getenv("GTRCTL_CA"), "CA certificate the admin API's certificate is verified with (env GTRCTL_CA; default .cellpay/pki/ca.crt when present, else the system's roots)")
 	fs.StringVar(&g.serverName, "server-name", os.Getenv("GTRCTL_SERVER_NAME"), "name the admin API's certificate is verified for, when --addr is not it (a port-forward to 127.0.0.1: gtr.cellpay-gtr.svc) (env GTRCTL_SERVER_NAME)")
+	identity := hop.GTR
+	if v, ok := os.LookupEnv("GTRCTL_SERVER_IDENTITY"); ok {
+		identity = v
+	}
+	fs.StringVar(&g.serverIdentity, "server-identity", identity, "identity (URI SAN) the admin API's certificate must carry; \"\" accepts any certificate the CA verifies for the host, e.g. an admin API behind a proxy with a certificate of its own (env GTRCTL_SERVER_IDENTITY)")
 	fs.StringVar(&g.output, "o", "table", "output: table (for people) or json (for scripts)")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each call")
 }
@@ -251,6 +262,9 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 			return nil, fmt.Errorf("--ca: %w", err)
 		}
 		tlsCfg.RootCAs = pool
+	}
+	if id := c.g.serverIdentity; id != "" {
+		tlsCfg.VerifyConnection = hop.Pin(hop.Only(id))
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
 	if tok != "" {
