@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,13 @@ func TestHomeSiteKeepsItsPartners(t *testing.T) {
 	compile()
 	pool := cellconn.New()
 	t.Cleanup(pool.Close)
-	home := map[string]string{"p-001": "site-a", "p-002": "site-b"}
+	// Eight partners, homed in turn in each site: the hash alone would put
+	// about half on the other site's cell (all eight right by chance: 1 in
+	// 256).
+	home := map[string]string{}
+	for i := 1; i <= 8; i++ {
+		home[fmt.Sprintf("p-%03d", i)] = map[bool]string{true: "site-a", false: "site-b"}[i%2 == 1]
+	}
 	m := &acrossCounts{across: map[string]int{}}
 	s, err := New(Config{Table: func() *routing.Table { return table }, Cells: pool, AttemptTimeout: 300 * time.Millisecond,
 		HomeSite: func(p string) string { return home[p] }, Metrics: m})
@@ -66,9 +73,10 @@ func TestHomeSiteKeepsItsPartners(t *testing.T) {
 		defer f.mu.Unlock()
 		return txn.GetCellId(), f.seen[len(f.seen)-1].GetHome()
 	}
-	for _, c := range []struct{ partner, cell string }{{"p-001", "a1"}, {"p-002", "b1"}} {
-		if cell, natural := submit(c.partner, c.partner+"-t1"); cell != c.cell || !natural {
-			t.Fatalf("%s: served by %s (natural home %v), want %s, its home site's", c.partner, cell, natural, c.cell)
+	for partner, site := range home {
+		want := map[string]string{"site-a": "a1", "site-b": "b1"}[site]
+		if cell, natural := submit(partner, partner+"-t1"); cell != want || !natural {
+			t.Fatalf("%s: served by %s (natural home %v), want %s, its home site's", partner, cell, natural, want)
 		}
 	}
 	if len(m.across) != 0 {
