@@ -291,9 +291,16 @@ func (m *model) stored(rec *cellside.Record, k attemptKey) *record {
 		auth: rec.AuthCode, reason: rec.DeclineReason, attempt: k}
 }
 
-// orchestratorRecord is the store's read of rec, held by cell i.
+// orchestratorRecord is the store's read of rec, held by cell i: a
+// recovered row as the recovery wrote it, with its ledger.
 func orchestratorRecord(i int, id string, rec *record) *cellside.Record {
 	l := rec.ledger
+	if rec.recovered != nil {
+		r := *rec.recovered
+		l.Authorized = r.Amount
+		r.Ledger = l
+		return &r
+	}
 	l.Authorized = amountOf(rec.payload)
 	return &cellside.Record{TransactionID: id, PartnerID: partner, Fingerprint: fingerprint(id, rec.payload),
 		State: cellside.State(rec.state), AuthCode: rec.auth, DeclineReason: rec.reason,
@@ -405,7 +412,7 @@ func (m *model) finishRun(r *run, a cellside.Action) {
 	switch a := a.(type) {
 	case cellside.Reply:
 		rec := &record{state: state(a.Record.State), auth: a.Record.AuthCode, reason: a.Record.DeclineReason,
-			payload: payloadOf(x.id, a.Record.Fingerprint)}
+			payload: m.replyPayload(x.cell, a.Record)}
 		if p, ok := r.truePayload[a.Record]; ok {
 			rec.payload = p
 		}
@@ -460,7 +467,7 @@ func (m *model) settleEntry(r *run, a cellside.Action) {
 	switch a := a.(type) {
 	case cellside.Reply:
 		if a.Record.State.Terminal() && a.Record.CellID == r.in.CellID {
-			p := payloadOf(r.x.id, a.Record.Fingerprint)
+			p := m.replyPayload(r.x.cell, a.Record)
 			if tp, ok := r.truePayload[a.Record]; ok {
 				p = tp
 			}
@@ -471,6 +478,16 @@ func (m *model) settleEntry(r *run, a cellside.Action) {
 			m.send(msg{kind: mDirUpdate, cell: r.x.cell, id: r.x.id, call: r.x.call, attempt: r.x.attempt, dirState: entryAbandoned})
 		}
 	}
+}
+
+// replyPayload is the payload of the record a Reply of cell i carries:
+// its fingerprint's; a recovered record has none (loss.go), and its
+// payload is the one the issuer's effect was of, as the model keeps it.
+func (m *model) replyPayload(i int, rec *cellside.Record) payload {
+	if r := m.cells[i].db[rec.TransactionID]; rec.Recovered() && r != nil {
+		return r.payload
+	}
+	return payloadOf(rec.TransactionID, rec.Fingerprint)
 }
 
 // finalizeLater is a best-effort Finalize of cell i's answer res for id.

@@ -42,7 +42,8 @@
 // seed first draws its fault mix (swarm testing: a weight per kind of
 // step, some none, and whether the cells' stores group-commit; the kinds
 // added once seeds had been kept, the reuse steps, from a second stream
-// of the seed's, so that a mix that leaves them off runs as before) and
+// of the seed's, and the loss of a store's last commits and its recovery
+// from a third, so that a mix that leaves them off runs as before) and
 // the trace's first line prints it; a calm start approves the authorizations
 // a0 to a2 with no fault (now and then while a replica drains the
 // original's home, so that it is recorded on another cell), for the
@@ -50,8 +51,8 @@
 // payments are rarely approved before it heals; a safety phase of steps
 // drawn from the mix, every invariant checked after each; then a liveness
 // phase, the faults healed (cells restarted, stalls ended, every message
-// delivered, every wait timed out, the reconcilers run), which must
-// converge; and last the checker the end-to-end tests use
+// delivered, every wait timed out, the reconcilers run, and then every
+// cell that lost commits recovered), which must converge; and last the checker the end-to-end tests use
 // (internal/dev/checker's Judge) over the partners' answers, payments'
 // and follow-ups', what a read returns, every cell's records (an
 // authorization's ledger and its approved follow-ups' sums, a
@@ -71,7 +72,16 @@
 // and restarts of cells (one between a follow-up's hold and its outcome
 // included) and of GTR replicas, issuer, Proceed and attempt timeouts,
 // callers' deadlines, and reconciler rounds (which resolve a follow-up
-// left sending by inquiry, closing it at the issuer if it has no outcome).
+// left sending by inquiry, closing it at the issuer if it has no outcome);
+// a cell's store losing its last commits (loss.go: the cell crashes and
+// its store goes back to one of its last 64 images, as a database
+// promoted from an asynchronous copy behind it; the issuer and the
+// directory keep everything), and the recovery the cell then does from
+// the issuer's journal of the effects it sent (issuercheck.Check with
+// store.Recover: each effect the cell holds no record of written final,
+// marked recovered, with no fingerprint, an approved follow-up's sum on
+// its original under the sums' CHECK; a replay of it compared by
+// cellside.MatchesRecovered), which serves on meanwhile, as the cell does.
 // A fault that payments and follow-ups share hits a payment's message or
 // wait while there is one (paymentsFirst), so that follow-ups, whose
 // messages outnumber the payments', do not starve the payments' rarer
@@ -85,13 +95,24 @@
 // payment past its PNR and a follow-up held under one ID, every answer to
 // the other kind ALREADY_EXISTS or one that says nothing, UNAVAILABLE,
 // DEADLINE_EXCEEDED or a follow-up's original not found, and never
-// ALREADY_EXISTS for the transaction's own payload). Once healed: every
+// ALREADY_EXISTS for the transaction's own payload); and every effect the
+// issuer applied held by the cell that sent it (its terminal) with its
+// outcome (issuercheck.Compare's agrees), or short of final there, or, in
+// a cell that lost commits, missing until its recovery covers it or
+// abandoned by a retry it served meanwhile. Once healed: every
 // follow-up call answered and every follow-up resolved (none sending,
 // nothing held), the directory's final entries equal to the records, and
 // per authorization its approved captures, refunds and void as partners
 // know them (their final answers, else what a read returns) equal to the
 // issuer's applied adjustments, its ledger at the issuer and its ledger
-// in its cell, to the minor unit. A run is a function of its seed (no goroutine, no
+// in its cell, to the minor unit; and every effect the issuer applied held
+// by the cell that sent it with its outcome, or by the owner that
+// completed a retry of it when that cell lost its record (loss.go's
+// heldByOwner). A decision the issuer never saw (a decline before the
+// point of no return, FAILED issuer_not_reached, a PENDING whose send
+// never reached it) lost with a store is let go, as the design lets it
+// (docs/design/sites.md): its answer needs no record, and its final
+// entry none. A run is a function of its seed (no goroutine, no
 // clock, every map read whose order matters in sorted order; check looks
 // in the maps' own order first and again sorted only once it finds a
 // break): the same seed prints the same trace. Counters of interesting
@@ -101,7 +122,10 @@
 // a violation within 1,000 seeds; testdata/sim keeps the seeds that found
 // bugs, replayed on every test run (claim-any-own-entry.txt among them,
 // Rules.ClaimAnyOwnEntry: a follow-up's claim took its cell's entry as its
-// own whoever claimed it).
+// own whoever claimed it;
+// recover-sums-check.txt, with no knob, one of the loss's: the model's
+// recovery moved a lost capture's sum onto an authorization holding a
+// void, without the sums' CHECK store.Recover's statement is held to).
 //
 // rapid_test.go drives the same world through rapid's choice of steps
 // (TestProtocol, with group commit and without): the payments' actions
@@ -111,8 +135,9 @@
 // the follow-ups, through a chooser over rapid's draws; each run ends
 // with converged, the simulator's checks and the checker.
 // TestInvariantsCatchBrokenRules searches for each knob's break, the
-// payments' without follow-ups. TestScripted, TestReuseScripted and
-// TestDirectory replay hand-written sequences.
+// payments' without follow-ups. TestScripted, TestReuseScripted,
+// TestLossScripted and TestDirectory replay hand-written sequences. The
+// loss's steps are the simulator's only: rapid does not draw them.
 //
 // What stays hand-written, as model code mirroring the production code,
 // and why: the parts below are I/O in the real system (Postgres, NATS KV,
@@ -165,6 +190,20 @@
 //     fan-out when the home is out of reach or knows no such original,
 //     UNAVAILABLE from the cell that holds it, never a re-route; each
 //     replica coalescing copies of one ID and payload;
+//   - the issuer's journal of its effects, each with the cell that sent
+//     it (ListEffects by terminal_id), and the loss and the recovery
+//     (loss.go): cmd/cell/internal/issuercheck's Compare and Recovered,
+//     which the model cannot import, mirrored as compareEffect and
+//     recoveredRecord, held to the code's by loss_test.go's tables;
+//     store.Recover's statement (the record unless its key exists, an
+//     approved follow-up's sums on its original, the sums' CHECK failing
+//     it whole); a store's history as an image after each step that
+//     changed it (a prefix of its commits at a step's end, never inside
+//     one). The loss goes back only to an image that holds no payment
+//     short of its point of no return that the store has since passed
+//     (Rules.LossAnyPoint lifts it: such a copy, received while the
+//     issuer applied it, is abandoned at restart, and neither the
+//     reconciler nor the recovery writes it);
 //   - the follow-ups' cell side around the pure rules
 //     (server/followup.go's FollowUp, store.HoldFollowUp and
 //     settleFollowUp): the replay, the original's owner from the
@@ -185,7 +224,11 @@
 // follow-up's market or currency other than its original's
 // (ORIGINAL_MISMATCH, a rule of HoldFollowUp's tested with it), or one
 // whose original is another follow-up (ORIGINAL_NOT_APPROVED, the same);
-// a follow-up's
+// a recovered transaction's directory entry (not built in the cell: the
+// entry keeps its first payload's answer, which the loss does not touch)
+// and its callback (the model has no callbacks);
+// the recovery's window (it reads the whole journal, as a check reaching
+// back before the loss does); a follow-up's
 // cancelled context in its cell (a caller gone, the cell's
 // run goes on in the model: more than the code does).
 //

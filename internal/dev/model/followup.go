@@ -458,11 +458,11 @@ func (m *model) fuProcess(x msg) {
 	cl := m.cells[x.cell]
 	fp := fuFingerprint(x.id, x.fu)
 	if f, ok := cl.fdb[x.id]; ok {
-		m.fuReply(x, m.fuReplay(x.cell, f, fp), -1)
+		m.fuReply(x, m.fuReplay(x.cell, f, x.id, x.fu, fp), -1)
 		return
 	}
 	if rec := m.payRecordAt(x.cell, x.id); rec != nil {
-		m.fuReply(x, m.fuReplayPayment(x.cell, x.id, rec, fp), -1)
+		m.fuReply(x, m.fuReplayPayment(x.cell, x.id, rec, x.fu, fp), -1)
 		return
 	}
 	if orig, ok := cl.db[x.fu.orig]; !ok || !holds(orig) {
@@ -483,10 +483,16 @@ func (m *model) fuProcess(x msg) {
 	m.send(msg{kind: mFuHoldLost, run: run.n, cell: x.cell, epoch: cl.epoch, id: x.id})
 }
 
-// fuReplay is followUpReplay: the record's answer, or ALREADY_EXISTS for
-// another payload.
-func (m *model) fuReplay(i int, f *fuRecord, fp idempotency.Fingerprint) result {
-	if idempotency.Check(f.rec.Fingerprint, fp) != nil {
+// fuReplay is followUpReplay of follow-up id with payload p (fingerprint
+// fp): the record's answer, or ALREADY_EXISTS for another payload; a
+// recovered record (loss.go), which has no fingerprint, is compared by
+// cellside.MatchesRecovered with the request as AsRequest renders it.
+func (m *model) fuReplay(i int, f *fuRecord, id string, p fuPayload, fp idempotency.Fingerprint) result {
+	if f.rec.Recovered() {
+		if !cellside.MatchesRecovered(f.rec, cellside.AsRequest(fuRequest(id, p))) {
+			return result{status: "ALREADY_EXISTS"}
+		}
+	} else if idempotency.Check(f.rec.Fingerprint, fp) != nil {
 		return result{status: "ALREADY_EXISTS"}
 	}
 	m.cover(covFuReplayed)
@@ -496,9 +502,14 @@ func (m *model) fuReplay(i int, f *fuRecord, fp idempotency.Fingerprint) result 
 
 // fuReplayPayment is followUpReplay of a payment's row under the
 // follow-up's ID (one key space): its payload is never a follow-up's,
-// so ALREADY_EXISTS, by the same fingerprint check.
-func (m *model) fuReplayPayment(i int, id string, rec *record, fp idempotency.Fingerprint) result {
-	if idempotency.Check(fingerprint(id, rec.payload), fp) == nil {
+// so ALREADY_EXISTS, by the same fingerprint check (a recovered row's by
+// MatchesRecovered, whose payment types differ).
+func (m *model) fuReplayPayment(i int, id string, rec *record, p fuPayload, fp idempotency.Fingerprint) result {
+	if rec.recovered != nil {
+		if cellside.MatchesRecovered(rec.recovered, cellside.AsRequest(fuRequest(id, p))) {
+			return rec.result()
+		}
+	} else if idempotency.Check(fingerprint(id, rec.payload), fp) == nil {
 		return rec.result()
 	}
 	m.cover(covReuseFollowUp)
@@ -605,11 +616,11 @@ func (m *model) fuHold(r *fuRun, lost bool) {
 	x := r.x
 	cl := m.cells[x.cell]
 	if f, ok := cl.fdb[x.id]; ok {
-		m.fuEnd(r, m.fuReplay(x.cell, f, r.fp), -1)
+		m.fuEnd(r, m.fuReplay(x.cell, f, x.id, x.fu, r.fp), -1)
 		return
 	}
 	if rec := m.payRecordAt(x.cell, x.id); rec != nil {
-		m.fuEnd(r, m.fuReplayPayment(x.cell, x.id, rec, r.fp), -1)
+		m.fuEnd(r, m.fuReplayPayment(x.cell, x.id, rec, x.fu, r.fp), -1)
 		return
 	}
 	orig := cl.db[x.fu.orig] // read before, and rows are never deleted
@@ -882,6 +893,7 @@ func (m *model) adjust(x msg) result {
 		}
 	}
 	r := m.applyAdjust(id, p)
+	m.journalAdjust(x.cell, id, p, r)
 	if _, ok := m.outcome[id]; !ok {
 		m.outcome[id] = r
 	}
@@ -1054,6 +1066,9 @@ func (m *model) fuCheckHealed() error {
 			continue
 		}
 		f := m.cells[e.owner].fdb[id]
+		if f == nil && m.lostUnseen(e.owner, id) {
+			continue // a decision the issuer never saw, lost with its record (loss.go)
+		}
 		if f == nil || resultOf(f.rec.Transaction()) != e.res {
 			return fmt.Errorf("the directory agrees with the records: follow-up %s is %v in the directory, record in cell %d %v", id, e.res, e.owner, f)
 		}

@@ -159,6 +159,12 @@ type Rules struct {
 	// payload start there (a claimed entry's payload is now compared, as a
 	// record's is). TestProtocolAsyncInsert.
 	AsyncInsert bool
+	// LossAnyPoint is no broken rule either but a wider fault: the loss
+	// of a store's last commits (loss.go) may go back to any of its
+	// images, one that holds a payment short of its point of no return
+	// the store has since passed included (received while the issuer
+	// applied it), which the recovery as built does not write.
+	LossAnyPoint bool
 }
 
 const (
@@ -224,6 +230,12 @@ type record struct {
 	// keeps them (held_capture, held_refund, captured, refunded, voided);
 	// Authorized is left zero here (it is the record's amount).
 	ledger followup.Ledger
+	// recovered is the row as the recovery wrote it (loss.go), marked
+	// recovered, with no fingerprint: what the store reads for it
+	// (orchestratorRecord), its ledger apart. payload is then the
+	// payload the issuer's effect was of, which the row does not hold:
+	// the model's checks' only.
+	recovered *cellside.Record
 }
 
 func (r *record) result() result {
@@ -474,14 +486,15 @@ type model struct {
 	log     []string
 	// quiet: no trace is kept (logf does nothing): a sweep's run, whose
 	// trace is needed only if it fails, and then is run again (runQuiet).
-	quiet bool
-	fus   // the follow-ups' part (followup.go)
+	quiet  bool
+	fus    // the follow-ups' part (followup.go)
+	losses // the issuer's journal, the stores' images, their losses (loss.go)
 }
 
 func newModel(rules Rules) *model {
 	m := &model{rules: rules, effects: map[string]int{}, requests: map[string]int{}, outcome: map[string]result{}, answers: map[string][]answered{},
 		proceeded: map[attemptKey]bool{}, cancelled: map[attemptKey]bool{}, dir: map[string]*entry{},
-		taken: map[attemptKey]bool{}, closed: map[string]bool{}, fus: newFus()}
+		taken: map[attemptKey]bool{}, closed: map[string]bool{}, fus: newFus(), losses: newLosses()}
 	for i := range m.cells {
 		m.cells[i] = &cell{up: true, db: map[string]*record{}, fdb: map[string]*fuRecord{}}
 		m.cells[i].forget()
@@ -635,7 +648,7 @@ func (m *model) deliver(i int) {
 			}
 		}
 	case mIssuerReq:
-		r := m.authorize(x.key(), x.id, x.payload)
+		r := m.authorize(x.cell, x.key(), x.id, x.payload)
 		m.send(msg{kind: mIssuerResp, call: x.call, attempt: x.attempt, cell: x.cell, epoch: x.epoch, id: x.id, res: r})
 	case mPNR:
 		m.onPNR(x)
@@ -858,6 +871,11 @@ func (m *model) notReached(i int, id string, rec *record) {
 			}
 			rec.state = abandoned
 			return
+		case e != nil && e.state == entryFinal && m.everLost[i]:
+			// The store lost the record's FAILED (loss.go) but not its
+			// entry's: the inquiry finds the ID closed, Finalize writes
+			// nothing ("written before"), and the record takes FAILED, as
+			// reconcile.resolve does.
 		case e != nil && e.state == entryFinal:
 			m.violate("a final entry has a final owner record: cell %d reconciles %s, sending, entry %+v", i, id, *e)
 			return
@@ -898,14 +916,14 @@ func (m *model) mayReachIssuer(n int) bool {
 // callIssuerDirect is a resend from outside any attempt.
 func (m *model) callIssuerDirect(i int, id string, p payload) {
 	m.violate("no issuer call without Proceed: the reconciler of cell %d resent %s", i, id)
-	m.authorize(noAttempt, id, p)
+	m.authorize(i, noAttempt, id, p)
 }
 
 // --- issuer ---
 
 // authorize is the issuer applying a request of attempt k (noAttempt: a
-// resend).
-func (m *model) authorize(k attemptKey, id string, p payload) result {
+// resend) that cell sent (its terminal_id).
+func (m *model) authorize(cell int, k attemptKey, id string, p payload) result {
 	m.requests[id]++
 	if r, ok := m.outcome[id]; ok && !m.rules.IssuerNoDedupe {
 		return r
@@ -932,6 +950,7 @@ func (m *model) authorize(k attemptKey, id string, p payload) result {
 	if p%3 == 1 {
 		r = result{status: "DECLINED", reason: "do_not_honor"}
 	}
+	m.journalAuthorize(cell, id, p, r)
 	if _, ok := m.outcome[id]; !ok {
 		m.outcome[id] = r
 		if r.status == "APPROVED" {
@@ -996,7 +1015,10 @@ func (m *model) checkIn(sorted bool) error {
 	if err := m.fuCheck(sorted); err != nil {
 		return err
 	}
-	return m.reuseCheck(sorted)
+	if err := m.reuseCheck(sorted); err != nil {
+		return err
+	}
+	return m.effectsHeld(false)
 }
 
 // each calls f with every key of mp and its value, in sorted order or in
@@ -1020,8 +1042,15 @@ func each[V any](sorted bool, mp map[string]V, f func(string, V) error) error {
 
 // heal ends every fault: cells restart, every message is delivered in
 // order, waits on the issuer time out, reconcilers run, and the GTR's
-// calls all end.
+// calls all end; then every cell that lost commits recovers what the
+// issuer applied for it (loss.go), once nothing more can reach the issuer.
 func (m *model) heal() {
+	m.healFaults()
+	m.recoverLost()
+}
+
+// healFaults is heal but for the recovery.
+func (m *model) healFaults() {
 	m.stalled = [numCells]bool{}
 	m.release()
 	for i, cl := range m.cells {
@@ -1097,7 +1126,7 @@ func (m *model) checkHealed() error {
 			return err
 		}
 		records[id] = rec
-		if e := m.dir[id]; e != nil && e.state == entryFinal && (rec == nil || e.res != *rec) {
+		if e := m.dir[id]; e != nil && e.state == entryFinal && (rec == nil && !m.lostUnseen(e.owner, id) || rec != nil && e.res != *rec) {
 			return fmt.Errorf("the directory agrees with the records: %s is %v in the directory, records %v", id, e.res, rec)
 		}
 	}
@@ -1107,6 +1136,8 @@ func (m *model) checkHealed() error {
 				continue
 			}
 			switch rec := records[id]; {
+			case rec == nil && a.res.status != "APPROVED" && m.lostUnseenAnywhere(id):
+				// A decision the issuer never saw, lost with its record.
 			case rec == nil:
 				return fmt.Errorf("lost: %s answered %v, no record past its PNR", id, a.res)
 			case a.res.final() && a.res != *rec:

@@ -116,18 +116,28 @@ const (
 	// The kinds from here on draw from the seed's second stream (drawMix).
 	stReusePaymentID  // a follow-up under a payment's ID (reuse.go)
 	stReuseFollowUpID // a payment under a follow-up's ID
+	// The kinds from here on draw from the seed's third stream.
+	stLoseCommits // a cell's store loses its last commits (loss.go)
+	stRecover     // a cell that lost commits recovers from the issuer's record
 	numStepKinds
 )
 
 // laterKinds is the first step kind drawn from the seed's second stream:
 // the kinds added once seeds had been kept (testdata/sim). A seed whose
 // mix leaves them off runs as it did before they existed, and one whose
-// mix has them on as it did until the first of them acts.
-const laterKinds = stReusePaymentID
+// mix has them on as it did until the first of them acts. lossKinds is
+// the first drawn from its third, in the same way, so that the kept seeds
+// whose mixes leave them off run as they did before them, whatever their
+// reuse steps.
+const (
+	laterKinds = stReusePaymentID
+	lossKinds  = stLoseCommits
+)
 
 var stepNames = [numStepKinds]string{"submit", "submit-drained", "duplicate", "other-payload", "deliver", "duplicate-message",
 	"lose", "stall", "unstall", "hold-issuer-request", "release", "crash", "crash-busy", "restart", "crash-gtr", "issuer-timeout", "proceed-timeout", "attempt-timeout",
-	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again", "reuse-payment-id", "reuse-follow-up-id"}
+	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again", "reuse-payment-id", "reuse-follow-up-id",
+	"lose-commits", "recover"}
 
 // cov is an interesting state a run may reach.
 type cov int
@@ -161,6 +171,8 @@ const (
 	covFuRefunded                    // a refund approved (of a capture approved before it)
 	covReuseFollowUp                 // a follow-up under a payment's ID refused ALREADY_EXISTS (reuse.go)
 	covReusePayment                  // a payment under a follow-up's ID refused ALREADY_EXISTS
+	covLostCommits                   // a cell's store lost its last commits (loss.go)
+	covRecovered                     // an effect the cell lost recorded from the issuer's record
 	numCov
 )
 
@@ -173,7 +185,7 @@ var covNames = [numCov]string{"re-route before the PNR", "re-route after a Proce
 	"follow-up over the limits refused", "duplicate follow-up replayed", "follow-up sent on to the original's owner",
 	"follow-up's original found by a fan-out", "inquiry closed a follow-up with its Adjust in flight",
 	"late Adjust refused (closed ID)", "refund approved", "follow-up under a payment's ID refused",
-	"payment under a follow-up's ID refused"}
+	"payment under a follow-up's ID refused", "a store lost its last commits", "a lost effect recovered from the issuer's record"}
 
 func (m *model) cover(c cov) { m.covered[c]++ }
 
@@ -208,10 +220,14 @@ func (x Mix) String() string {
 
 // drawMix draws a seed's fault mix: the kinds before laterKinds, its
 // length and its store from r, the seed's first stream; the later kinds
-// from later, its second (runSeed). Delivery and submission are always on
-// (a run must get past the handshake and have work); every other kind is
-// on with probability 2/3, at a weight of 1 to 4.
-func drawMix(r, later *rand.Rand) Mix {
+// from later, its second, and the loss kinds from loss, its third
+// (runSeed). Delivery and submission are always on (a run must get past
+// the handshake and have work); every other kind is on with probability
+// 2/3, at a weight of 1 to 4, but the loss of a store's last commits, on
+// with probability 1/3 at a weight of 1 or 2 (each is a crash and a
+// rollback), and its recovery step, on with probability 2/3 when the loss
+// is (otherwise the recovery comes only once healed).
+func drawMix(r, later, loss *rand.Rand) Mix {
 	var x Mix
 	for k := range laterKinds {
 		switch k {
@@ -228,9 +244,15 @@ func drawMix(r, later *rand.Rand) Mix {
 	x.Steps = 80 + r.IntN(240)
 	x.GroupCommit = r.IntN(2) == 0
 	x.AsyncInsert = x.GroupCommit && r.IntN(2) == 0
-	for k := laterKinds; k < numStepKinds; k++ {
+	for k := laterKinds; k < lossKinds; k++ {
 		if later.IntN(3) > 0 {
 			x.Weights[k] = 1 + later.IntN(4)
+		}
+	}
+	if loss.IntN(3) == 0 {
+		x.Weights[stLoseCommits] = 1 + loss.IntN(2)
+		if loss.IntN(3) > 0 {
+			x.Weights[stRecover] = 1 + loss.IntN(4)
 		}
 	}
 	return x
@@ -275,34 +297,45 @@ func RunQuiet(seed uint64, rules Rules) Result {
 func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	r := rand.New(rand.NewPCG(seed, 0x63656c6c706179))   // "cellpay"
 	later := rand.New(rand.NewPCG(seed, 0x6c6174657273)) // "laters"
-	mix := drawMix(r, later)
+	loss := rand.New(rand.NewPCG(seed, 0x6c6f73736573))  // "losses"
+	mix := drawMix(r, later, loss)
 	rules.GroupCommit = rules.GroupCommit || mix.GroupCommit
 	rules.AsyncInsert = rules.AsyncInsert || mix.AsyncInsert
 	m := newModel(rules)
 	m.quiet = quiet
+	m.track = mix.Weights[stLoseCommits] > 0
 	m.logf("seed %d: %s", seed, mix)
 	m.calmStart(r)
+	m.snapshot()
 	res := Result{Seed: seed, Mix: mix}
-	total, laterTotal := 0, 0
+	total, laterTotal, lossTotal := 0, 0, 0
 	for k, w := range mix.Weights {
-		if stepKind(k) < laterKinds {
+		switch {
+		case stepKind(k) < laterKinds:
 			total += w
-		} else {
+		case stepKind(k) < lossKinds:
 			laterTotal += w
+		default:
+			lossTotal += w
 		}
 	}
 	for res.Steps < mix.Steps {
-		// A later kind's step, chosen and made with the second stream;
-		// or one of the others, with the first, as before they existed.
+		// A loss kind's step, chosen and made with the third stream; a
+		// later kind's, with the second; or one of the others, with the
+		// first, as before they existed.
 		rr, k := r, stepKind(0)
-		if laterTotal > 0 && later.IntN(total+laterTotal) >= total {
-			rr, k = later, pick(later, mix.Weights[laterKinds:], laterTotal, laterKinds)
-		} else {
+		switch {
+		case lossTotal > 0 && loss.IntN(total+laterTotal+lossTotal) >= total+laterTotal:
+			rr, k = loss, pick(loss, mix.Weights[lossKinds:], lossTotal, lossKinds)
+		case laterTotal > 0 && later.IntN(total+laterTotal) >= total:
+			rr, k = later, pick(later, mix.Weights[laterKinds:lossKinds], laterTotal, laterKinds)
+		default:
 			k = pick(r, mix.Weights[:laterKinds], total, 0)
 		}
 		if !m.step(rr, k) {
 			continue // nothing to do for that kind now: draw again
 		}
+		m.snapshot()
 		res.Steps++
 		if err := m.check(); err != nil {
 			return m.result(res, err.Error())
@@ -377,6 +410,10 @@ func (m *model) step(r chooser, k stepKind) bool {
 		return m.reuseByFollowUp(r)
 	case stReuseFollowUpID:
 		return m.reuseByPayment(r)
+	case stLoseCommits:
+		return m.loseCommits(r)
+	case stRecover:
+		return m.recoverStep(r)
 	case stDuplicateMsg, stLose:
 		var lossy, fu []int
 		for i, x := range m.pool {
@@ -740,7 +777,10 @@ func (m *model) converged() error {
 	if err := m.checkHealed(); err != nil {
 		return err
 	}
-	return m.judge()
+	if err := m.judge(); err != nil {
+		return err
+	}
+	return m.effectsHeld(true)
 }
 
 // judge hands the healed run to the checker the end-to-end tests use
@@ -785,6 +825,13 @@ func (m *model) judge() error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
+		if m.lostUnseenAnywhere(id) && !m.heldAnywhere(id) {
+			// A decision the issuer never saw, lost with its cell's
+			// store: the design lets it go (loss.go's lostUnseen), and
+			// the checker would call it lost.
+			m.logf("judge: %s not judged: lost with its store, never at the issuer", id)
+			continue
+		}
 		k := idempotency.Key{PartnerID: partner, TransactionID: id}
 		for _, a := range m.answers[id] {
 			answers = append(answers, answer(id, a.res))
@@ -808,7 +855,7 @@ func (m *model) judge() error {
 				}
 				o.Records = append(o.Records, checker.CellRecord{PartnerID: partner, TransactionID: id, Cell: cellName(i), CellID: cellName(i),
 					State: string(r.state), AuthCode: r.auth, DeclineReason: r.reason,
-					PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: amountOf(r.payload),
+					PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: orchestratorRecord(i, id, r).Amount,
 					Ledger: checker.Sums{Captured: r.ledger.Captured, Refunded: r.ledger.Refunded, Voided: r.ledger.Voided}, Followed: followed})
 			}
 			f, ok := cl.fdb[id]

@@ -313,6 +313,13 @@ type Platform struct {
 	stopReceiver func()
 	// migrateURLs are the schema owner's, by cell ID; empty with DatabaseURL.
 	migrateURLs map[string]string
+	// urlMu guards dbURLs and migrateURLs after Start: MoveCellDatabase
+	// changes them.
+	urlMu sync.RWMutex
+	// copies are the cross-site copies StartSiteCopy started, stopped
+	// by Stop after the cells; guarded by copyMu.
+	copyMu sync.Mutex
+	copies []*SiteCopy
 	// stopWatch stops the failover watchdogs and waits for them; nil
 	// without any.
 	stopWatch func()
@@ -521,6 +528,12 @@ func (p *Platform) Stop() error {
 		}
 		if p.stopWatch != nil {
 			p.stopWatch()
+		}
+		p.copyMu.Lock()
+		copies := p.copies
+		p.copyMu.Unlock()
+		for _, c := range copies {
+			errs = append(errs, c.Stop())
 		}
 		for _, cell := range p.cfg.Cells {
 			if pp := p.pairs[cell.ID]; pp != nil {

@@ -72,13 +72,13 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 			return fmt.Errorf("platform: %s: %w", name, err)
 		}
 		pp := &pgPair{cell: cell.ID, ca: certs.CA}
-		if !p.cfg.NoStandby {
-			pw, err := readPassword(rolesDir, ReplicationRole)
-			if err != nil {
-				return fmt.Errorf("platform: %s: %w", name, err)
-			}
-			pp.repl = pgcluster.Replication{User: ReplicationRole, Password: pw}
+		// The replication role even without a standby: a cross-site
+		// copy (StartSiteCopy) streams as it.
+		pw, err := readPassword(rolesDir, ReplicationRole)
+		if err != nil {
+			return fmt.Errorf("platform: %s: %w", name, err)
 		}
+		pp.repl = pgcluster.Replication{User: ReplicationRole, Password: pw}
 		for node, n := range []struct {
 			dir, log string
 			port     int
@@ -110,9 +110,10 @@ func (p *Platform) startDatabases(ctx context.Context) error {
 			if p.cfg.NoFsync {
 				cfg.Settings["fsync"] = "off"
 			}
-			if !p.cfg.NoStandby {
-				cfg.ReplicationUser = ReplicationRole
-			}
+			// Even without a standby: a cross-site copy may stream
+			// (StartSiteCopy). The role exists only once
+			// EnsureReplication made it.
+			cfg.ReplicationUser = ReplicationRole
 			return cfg
 		}
 		p.pairs[cell.ID] = pp
@@ -249,13 +250,23 @@ func readPassword(dir, role string) (string, error) {
 // cluster the application role's (AppRole, over TLS with its password),
 // which reads and writes rows and nothing else; on Config.DatabaseURL that
 // URL's role.
-func (p *Platform) CellDatabaseURL(cellID string) string { return p.dbURLs[cellID] }
+// After MoveCellDatabase, the URL it was given.
+func (p *Platform) CellDatabaseURL(cellID string) string {
+	p.urlMu.RLock()
+	defer p.urlMu.RUnlock()
+	return p.dbURLs[cellID]
+}
 
 // CellMigrateDatabaseURL returns the URL cellID runs its migrations over,
 // the schema owner's (OwnerRole), for what must change the schema; "" on
 // Config.DatabaseURL, where the cell migrates over CellDatabaseURL. (The
 // superuser is Postgres(cellID).URL, by the cluster's Unix socket.)
-func (p *Platform) CellMigrateDatabaseURL(cellID string) string { return p.migrateURLs[cellID] }
+// After MoveCellDatabase, the URL it was given.
+func (p *Platform) CellMigrateDatabaseURL(cellID string) string {
+	p.urlMu.RLock()
+	defer p.urlMu.RUnlock()
+	return p.migrateURLs[cellID]
+}
 
 // RedactURL returns a database URL fit to print: its password, if any,
 // replaced by xxxxx.

@@ -261,6 +261,23 @@ func (p *Proc) CheckHealth(ctx context.Context) error {
 	return CheckHealth(ctx, p.Addr, grpc.WithTransportCredentials(creds))
 }
 
+// SetEnv sets the environment variable key to value for the
+// component's next start (Restart, or a start after Kill): the running
+// process keeps the environment it was started with. A platform moves a
+// cell's database this way (MoveCellDatabase).
+func (p *Proc) SetEnv(key, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prefix := key + "="
+	env := make([]string, 0, len(p.env)+1)
+	for _, kv := range p.env {
+		if !strings.HasPrefix(kv, prefix) {
+			env = append(env, kv)
+		}
+	}
+	p.env = append(env, prefix+value)
+}
+
 // Pid returns the process id of the latest run, even if it has exited, or 0
 // before the first start. The process is its group's leader.
 func (p *Proc) Pid() int { return int(p.pid.Load()) }

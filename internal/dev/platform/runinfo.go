@@ -67,7 +67,7 @@ func (p *Platform) RunInfo() RunInfo {
 		ri.BackupGTRAddr, ri.BackupAdminAddr, ri.BackupRESTAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr, p.cfg.BackupRESTAddr
 	}
 	for _, c := range p.cfg.Cells {
-		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.dbURLs[c.ID]}
+		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.CellDatabaseURL(c.ID)}
 		for _, in := range p.cfg.instances(c) {
 			rc.Instances = append(rc.Instances, in.Addr)
 		}

@@ -100,7 +100,9 @@ func HoldFollowUp(original, f *Record) error {
 			what = "is still pending; retry once it is approved"
 		}
 		return &Refused{"ORIGINAL_NOT_APPROVED", "original_transaction_id: the authorization " + what}
-	case f.Market != original.Market:
+	case f.Market != original.Market && !original.Recovered():
+		// A recovered original holds no market (the issuer's record has
+		// none): its currency is the check left.
 		return &Refused{"ORIGINAL_MISMATCH", "market: not the original's"}
 	case f.Currency != original.Currency:
 		return &Refused{"ORIGINAL_MISMATCH", "amount.currency: not the original's (" + original.Currency + ")"}

@@ -38,3 +38,30 @@ func TestMatchesRecovered(t *testing.T) {
 		t.Error("Recovered does not follow the key ID")
 	}
 }
+
+// TestFollowUpOfARecoveredOriginal: a recovered authorization holds no
+// market (the issuer's record has none), so its follow-ups are held on
+// its currency alone; a live original still refuses another market.
+func TestFollowUpOfARecoveredOriginal(t *testing.T) {
+	original := func(recovered bool) *Record {
+		r := &Record{TransactionID: "a-1", PartnerID: "p-001", State: StateApproved, PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION,
+			Amount: 1000, Currency: "EUR", Market: "GB", FingerprintKeyID: "fp-cur"}
+		if recovered {
+			r.Market, r.FingerprintKeyID = "", RecoveredKeyID
+		}
+		return r
+	}
+	capture := &Record{TransactionID: "c-1", PartnerID: "p-001", PaymentType: cellpayv1.PaymentType_CAPTURE, Market: "GB", Amount: 400, Currency: "EUR"}
+	if err := HoldFollowUp(original(true), capture); err != nil {
+		t.Fatalf("a capture of a recovered authorization: %v", err)
+	}
+	other := *capture
+	other.Market = "FR"
+	if err := HoldFollowUp(original(false), &other); err == nil {
+		t.Fatal("another market held on a live original")
+	}
+	other.Currency = "GBP"
+	if err := HoldFollowUp(original(true), &other); err == nil {
+		t.Fatal("another currency held on a recovered original")
+	}
+}

@@ -83,6 +83,14 @@ type Config struct {
 	// IssuerCheckReportOnly: the check does not record what the cell lost
 	// from the issuer's record (issuercheck.Recorder), it only reports.
 	IssuerCheckReportOnly bool
+	// RecoverAtStart, if set, has the cell record, before it serves, what
+	// the issuer applied for it over that long before the start that its
+	// database lacks or holds short of (issuercheck.Check with the
+	// store): for a cell started on a promoted copy of its database (a
+	// site lost) or a restore behind its last commits, so that no retry
+	// finds the transaction unknown and starts it again. A check that
+	// fails stops the start.
+	RecoverAtStart time.Duration
 	// MetricsListen, if set, serves Prometheus metrics at /metrics (the
 	// cell's ID a label of each). Traces are exported only when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -244,6 +252,7 @@ func (c *Cell) Start(ctx context.Context) error {
 		c.startStore,     // Postgres, the lease, this instance's leftovers
 		c.startRefdata,   // reference data, the lease's keeper, database gauges
 		c.startPeers,     // the issuer, the partner registry, the transaction directory
+		c.recoverFirst,   // with RecoverAtStart: what the issuer applied that the database lost
 		c.startServer,    // the Cell API's server and listener, the health port
 		c.startWatchers,  // database health, the reconciler, the notifier
 	} {

@@ -269,6 +269,28 @@ func (c *Cell) ready(ok bool) {
 	c.hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
 }
 
+// recoverFirst runs, with RecoverAtStart, one check of the issuer's
+// record over that window, recording what the database lacks, before the
+// cell serves.
+func (c *Cell) recoverFirst(ctx context.Context) error {
+	d := c.cfg.RecoverAtStart
+	if d <= 0 {
+		return nil
+	}
+	now := time.Now()
+	rep, err := issuercheck.Check(ctx, c.issuer, c.st.GetMany, c.st, c.cfg.ID, now.Add(-d), now)
+	if err != nil {
+		return fmt.Errorf("cell: recovering from the issuer's record before serving: %w", err)
+	}
+	c.log.Warn("recovered from the issuer's record before serving", "window", d, "checked", rep.Checked,
+		"recovered", rep.Recovered, "missing_left", rep.Unrecovered(), "differs", rep.Counts[issuercheck.Differs],
+		"unresolved", rep.Counts[issuercheck.Unresolved], "truncated", rep.Truncated)
+	if rep.Truncated {
+		return fmt.Errorf("cell: recovering from the issuer's record before serving: the window of %v holds more than one check reads; start with a shorter -recover-at-start", d)
+	}
+	return nil
+}
+
 // issuerCheck is the watcher of the issuer's record of this cell's
 // effects, its gauges registered; nil when IssuerCheckEvery is zero.
 func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {

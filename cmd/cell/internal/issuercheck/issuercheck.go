@@ -336,7 +336,7 @@ type WatchConfig struct {
 	// record (Check); nil only reports.
 	Recorder Recorder
 	Log      *slog.Logger
-	Now             func() time.Time // [time.Now]
+	Now      func() time.Time // [time.Now]
 }
 
 // Watcher runs Check on a schedule, logs every finding that is a

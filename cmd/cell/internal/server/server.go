@@ -365,6 +365,12 @@ func (s *Server) settleEntry(m *cellside.Machine, in cellside.Input, a cellside.
 		if !a.Record.State.Terminal() || a.Record.CellID != s.cfg.CellID || claimed && e.State == cellside.EntryFinal {
 			return // not final, not this cell's, or a replay whose entry has the answer already
 		}
+		if a.Record.Recovered() {
+			// No payload to file (the issuer's record has none): the
+			// entry stays this cell's, so a replay elsewhere comes here,
+			// where the record answers it.
+			return
+		}
 		var rev uint64
 		if claimed && e.Owner == s.cfg.CellID {
 			rev = e.Revision
