@@ -13,7 +13,7 @@ FUZZTIME ?= 20000x
 PROMTOOL ?= promtool
 
 FORCE:
-.PHONY: FORCE sim bench-retention bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-followups bench-overload bench-trust bench-failover bench-standby bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
+.PHONY: FORCE sim bench-retention bench-hops bench-directory bench-callbacks bench-access-points bench-rest bench-followups bench-overload bench-trust bench-failover bench-standby bench-sitecopy bench-refdata soak all build run deps test test-unit test-e2e fuzz verify norace-check promtool-test k8s-test k8s-envtest k8s-verify monitoring-test monitoring-e2e fmt-check vet lint tidy-check proto proto-check api-check bench bench-e2e clean
 
 all: build
 
@@ -223,6 +223,10 @@ bench-failover: $(BIN)/benchrun
 ## bench-standby: a synchronous standby's cost (closed loop, sync vs async vs none) and the launcher's failover time after kill -9 of a primary.
 bench-standby: $(BIN)/benchrun
 	$(call e2ebench,standby,TestStandbyBenchmark,CELLPAY_STANDBY_BENCH)
+
+## bench-sitecopy: a cell's asynchronous copy in the other site (20 ms each way): throughput, latency and its primary's CPU per transaction with the copy streaming and stopped.
+bench-sitecopy: $(BIN)/benchrun
+	$(call e2ebench,sitecopy,TestSiteCopyBenchmark,CELLPAY_SITECOPY_BENCH)
 
 ## bench-overload: saturation, then 2.5x it for 10 s, then 100 tx/s, with admission control as shipped, an alternative (CELLPAY_OVERLOAD_EXP) and none (CELLPAY_OVERLOAD_MODES=on,exp,off); and fairness between partners. About 15 minutes a run.
 bench-overload: $(BIN)/benchrun
