@@ -82,6 +82,11 @@ type faultTarget struct {
 	payments cellpayv1.PaymentsClient
 	issuer   issuerproto.IssuerClient
 	cells    []platform.CellSpec
+	// accessPoints, when set, are the partners' access points with their
+	// sites (the load's client fails over between them, preferring
+	// homeSite's), instead of gtrAddr alone.
+	accessPoints []client.AccessPoint
+	homeSite     string
 }
 
 func sharedTarget() faultTarget {
@@ -117,7 +122,7 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 		// GTR shed one call five times in a row, the default's bound). Its
 		// one call may take the request's whole budget, so only a quick
 		// refusal is retried.
-		Target: load.TargetGTR, Endpoints: []string{target.gtrAddr}, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
+		Target: load.TargetGTR, DialOptions: target.gtrOpts, Mode: load.ModeOpen,
 		Client: client.Config{CallTimeout: 12 * time.Second, MaxAttempts: 30},
 		Rate:   faultLoad.rate, Concurrency: 256, Count: int64(faultLoad.rate * duration.Seconds()),
 		Duration: duration, Seed: uint64(time.Now().UnixNano()), RunID: runID + "-" + f.name,
@@ -135,6 +140,11 @@ func runFaultOn(t *testing.T, target faultTarget, f fault) []checker.Answer {
 			followUps = append(followUps, a)
 			mu.Unlock()
 		},
+	}
+	if len(target.accessPoints) > 0 {
+		cfg.AccessPoints, cfg.Client.HomeSite = target.accessPoints, target.homeSite
+	} else {
+		cfg.Endpoints = []string{target.gtrAddr}
 	}
 	done := make(chan error, 1)
 	var rep load.Report

@@ -15,6 +15,7 @@ import (
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -51,7 +52,7 @@ func siteLossTarget(t *testing.T) (faultTarget, int) {
 	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
 		t.Fatal(err)
 	}
-	ports, err := testutil.FreePorts(6)
+	ports, err := testutil.FreePorts(9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +76,10 @@ func siteLossTarget(t *testing.T) (faultTarget, int) {
 		BinDir:  env.bin, DataDir: filepath.Join(dir, "data"), GTRConfig: gtrConfig,
 		RefData: filepath.Join(env.root, "config", "refdata.json"), Cells: cells,
 		IssuerAddr: addr(2), GTRAddr: addr(3), AdminAddr: addr(4), PGBasePort: pgBase,
-		NoStandby: true, NoBackupGTR: true,
-		Env: []string{"CELL_ISSUER_CHECK_EVERY=1s", "CELL_ISSUER_CHECK_LOOKBACK=10m"},
+		// The primary access point is site a's, the backup site b's.
+		BackupGTRAddr: addr(6), BackupAdminAddr: addr(7), BackupRESTAddr: addr(8),
+		NoStandby: true,
+		Env:       []string{"CELL_ISSUER_CHECK_EVERY=1s", "CELL_ISSUER_CHECK_LOOKBACK=10m"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +94,12 @@ func siteLossTarget(t *testing.T) (faultTarget, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Partners call through both access points, homed in site a; the
+	// checker reads through site b's, which outlives the loss.
 	return faultTarget{
 		p: p, gtrAddr: addr(3), gtrOpts: gtrOpts, cells: cells,
-		payments: cellpayv1.NewPaymentsClient(dialPlatformGTR(t, p, addr(3))),
+		accessPoints: []client.AccessPoint{{Addr: addr(3), Site: "site-a"}, {Addr: addr(6), Site: "site-b"}}, homeSite: "site-a",
+		payments: cellpayv1.NewPaymentsClient(dialPlatformGTR(t, p, addr(6))),
 		issuer:   issuerproto.NewIssuerClient(dial(addr(2), opsTLS)),
 	}, ports[5]
 }
@@ -101,9 +107,11 @@ func siteLossTarget(t *testing.T) (faultTarget, int) {
 // TestSiteLostCellRecoversFromItsCopy: the loss of a whole site, with a
 // cell's database copied to the other site asynchronously over a link of
 // 20 ms each way (docs/design/sites.md, "A site lost"). Under partners'
-// load the link is cut first (the site's last commits never cross: the
-// RPO window), then the site dies: kill -9 of cell-s and of its Postgres.
-// Its keys go to cell-t meanwhile. The copy is promoted, the cell's
+// load, through the two sites' access points with the client preferring
+// site a's, the link is cut first (the site's last commits never cross:
+// the RPO window), then the site dies: kill -9 of its access point, of
+// cell-s and of its Postgres. Partners' calls move to site b's access
+// point, and cell-s's keys to cell-t meanwhile; partners see no error. The copy is promoted, the cell's
 // database moved to it, and cell-s started there, in the other site; its
 // check of the issuer's record finds the effects the issuer applied for
 // it that the copy lacks and records them (step 4). Then the checker
@@ -139,7 +147,7 @@ func TestSiteLostCellRecoversFromItsCopy(t *testing.T) {
 		shortAtLoss map[string]int
 		servingAt   time.Time
 	)
-	runFaultOn(t, target, fault{
+	answers := runFaultOn(t, target, fault{
 		name: "siteloss",
 		break_: func(t *testing.T, ctx context.Context) {
 			var err error
@@ -156,6 +164,11 @@ func TestSiteLostCellRecoversFromItsCopy(t *testing.T) {
 			}
 			killedAt = time.Now()
 			if err := p.KillCellSite(lostCell); err != nil {
+				t.Fatal(err)
+			}
+			// The site's access point goes with it: partners' calls move
+			// to site b's by the client's failover.
+			if err := p.Process(platform.GTR).Kill(); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("siteloss: link cut with the copy %d bytes behind (replay lag %v); %s and its Postgres killed -9 %v later",
@@ -199,6 +212,11 @@ func TestSiteLostCellRecoversFromItsCopy(t *testing.T) {
 		// after it.
 		load: 15 * time.Second,
 	})
+
+	// Past the client's failover to site b's access point, and the GTR's
+	// re-routes while cell-s was down, partners saw no error and no
+	// FAILED.
+	noFailuresShown(t, answers)
 
 	// The cell checked the issuer's record before it served on the copy
 	// (and every second since): what the issuer applied that the copy
