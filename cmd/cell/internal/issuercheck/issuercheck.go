@@ -52,13 +52,16 @@ const (
 	Unresolved
 	// Differs: the cell's record holds another outcome: another kind of
 	// transaction, approved against declined, another amount or
-	// authorization code, or failed where the issuer applied it.
+	// authorization code, or failed or abandoned where the issuer applied
+	// it. (An abandoned record of an effect this cell sent is also what
+	// a released cell holds once another cell took the transaction over
+	// and resolved it: the effect is held, by that cell.)
 	Differs
 	// Behind: the cell's record is short of its point of no return
-	// (received) or gave it up (abandoned), where the issuer applied it
-	// for this cell: the cell's database lost the commits that took the
-	// record on (a copy behind its primary promoted). A record in either
-	// state never reached the issuer, so no other cause explains it.
+	// (received) where the issuer applied it for this cell: the cell's
+	// database lost the commits that took the record on (a copy behind its
+	// primary promoted). A received record never reached the issuer, so no
+	// other cause explains it.
 	Behind
 )
 
@@ -95,9 +98,9 @@ func Compare(e *issuerproto.RecordedEffect, r *cellside.Record) Finding {
 		return f
 	}
 	f.Cell = describeRecord(r)
-	behind := r.State == cellside.StateReceived || r.State == cellside.StateAbandoned
+	behind := r.State == cellside.StateReceived
 	switch {
-	case !r.State.Terminal() && !behind:
+	case !r.State.Terminal() && !behind && r.State != cellside.StateAbandoned:
 		f.Kind = Unresolved
 	case r.PaymentType != paymentType(e) || e.GetOriginalTransactionId() != r.Original:
 		f.Kind = Differs

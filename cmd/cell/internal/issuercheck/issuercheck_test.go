@@ -74,7 +74,7 @@ func TestCompare(t *testing.T) {
 		{"a decline with no record", effect("d", false, 0), nil, Missing},
 		{"sending", effect("a", true, 1000), record("a", cellside.StateSending, 1000), Unresolved},
 		{"received: behind", effect("a", true, 1000), record("a", cellside.StateReceived, 1000), Behind},
-		{"abandoned: behind", effect("a", true, 1000), record("a", cellside.StateAbandoned, 1000), Behind},
+		{"abandoned where the issuer applied it (released, or taken over)", effect("a", true, 1000), record("a", cellside.StateAbandoned, 1000), Differs},
 		{"a capture received as an authorization", capture(), record("c", cellside.StateReceived, 400), Differs},
 		{"deciding", effect("a", true, 1000), record("a", cellside.StateDeciding, 1000), Unresolved},
 		{"failed where the issuer applied it", effect("a", true, 1000), record("a", cellside.StateFailed, 1000), Differs},
@@ -194,22 +194,26 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("after the recovery: %+v, %v", rep, err)
 	}
 
-	// Behind: a-e held received and a-f abandoned (their commits past
-	// that lost): each is brought to the issuer's outcome, its payload
-	// kept.
+	// Behind: a-e held received (its commits past that lost): brought to
+	// the issuer's outcome, its payload kept; a-f abandoned (a released
+	// cell's, another holding the transaction) is reported, never
+	// written.
 	ae := idempotency.Key{PartnerID: partner, TransactionID: "a-e"}
 	af := idempotency.Key{PartnerID: partner, TransactionID: "a-f"}
 	auth := cell[ae].AuthCode
 	cell[ae].State, cell[ae].AuthCode, cell[ae].Fingerprint = cellside.StateReceived, "", idempotency.Fingerprint{7}
 	cell[af].State, cell[af].AuthCode = cellside.StateAbandoned, ""
 	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
-	if err != nil || rep.Counts[Behind] != 2 || rep.Recovered != 2 || rep.Unrecovered() != 0 {
-		t.Fatalf("two behind: %+v, %v", rep, err)
+	if err != nil || rep.Counts[Behind] != 1 || rep.Recovered != 1 || rep.Unrecovered() != 0 || rep.Counts[Differs] != 2 {
+		t.Fatalf("one behind, a-d and a-f differing: %+v, %v", rep, err)
+	}
+	if r := cell[af]; r.State != cellside.StateAbandoned {
+		t.Fatalf("a-f written: %+v", r)
 	}
 	if r := cell[ae]; r.State != cellside.StateApproved || r.AuthCode != auth || r.Fingerprint != (idempotency.Fingerprint{7}) || r.Recovered() {
 		t.Fatalf("a-e caught up: %+v", r)
 	}
-	if !slices.Equal(recorder.caughtUpFrom, []cellside.State{cellside.StateReceived, cellside.StateAbandoned}) {
+	if !slices.Equal(recorder.caughtUpFrom, []cellside.State{cellside.StateReceived}) {
 		t.Fatalf("caught up from %v", recorder.caughtUpFrom)
 	}
 }
@@ -255,7 +259,7 @@ func TestRecoveredAgrees(t *testing.T) {
 			t.Errorf("%s: %+v from %+v", e.GetTransactionId(), f, r)
 		}
 		// The same record held behind, caught up, agrees too.
-		for _, st := range []cellside.State{cellside.StateReceived, cellside.StateAbandoned} {
+		for _, st := range []cellside.State{cellside.StateReceived} {
 			behind := *r
 			behind.State, behind.AuthCode, behind.DeclineReason, behind.FingerprintKeyID = st, "", "", "fp-cur"
 			if f := Compare(e, &behind); f.Kind != Behind {

@@ -60,37 +60,26 @@ func (s *Store) Recover(ctx context.Context, r *cellside.Record) (inserted bool,
 }
 
 // catchUpSQL brings a record ($1, $2) still in state $3 to a final
-// outcome ($4 state, $5 decline reason, $6 authorization code, $7 when),
-// in one statement: for an approved follow-up, its amount on its
-// original's sums (a follow-up behind is abandoned, its hold released,
-// so nothing is held to move); and its callback event ($8..$10).
-// %[1]d, %[2]d, %[3]d are the payment types CAPTURE, VOID, REFUND.
-var catchUpSQL = fmt.Sprintf(`WITH u AS (
+// outcome ($4 state, $5 decline reason, $6 authorization code, $7 when)
+// with its callback event ($8..$10), in one statement. A follow-up is
+// never behind (it is recorded sending, with its hold), so no sums move.
+const catchUpSQL = `WITH u AS (
 		UPDATE transactions SET state = $4, decline_reason = $5, auth_code = $6, updated_at = $7, owner = ''
-		WHERE partner_id = $1 AND transaction_id = $2 AND state = $3
-		RETURNING payment_type, amount, original_transaction_id
-	), l AS (
-		UPDATE transactions o SET
-			captured = o.captured + CASE WHEN u.payment_type = %[1]d THEN u.amount ELSE 0 END,
-			refunded = o.refunded + CASE WHEN u.payment_type = %[3]d THEN u.amount ELSE 0 END,
-			voided = o.voided OR u.payment_type = %[2]d
-		FROM u WHERE $4 = 'approved' AND u.original_transaction_id <> ''
-			AND o.partner_id = $1 AND o.transaction_id = u.original_transaction_id
+		WHERE partner_id = $1 AND transaction_id = $2 AND state = $3 AND original_transaction_id = ''
+		RETURNING 1
 	), ob AS (
 		INSERT INTO outbox (event_id, partner_id, transaction_id, event_type, body, next_attempt_at, created_at, updated_at)
 		SELECT $8, $1, $2, $9, $10, $7, $7, $7 FROM u
 		ON CONFLICT (event_id, created_at) DO NOTHING
 	)
-	SELECT count(*) FROM u`,
-	cellpayv1.PaymentType_CAPTURE, cellpayv1.PaymentType_VOID, cellpayv1.PaymentType_REFUND)
+	SELECT count(*) FROM u`
 
 // CatchUp writes r's final outcome over its record if that is still in
-// state from (received or abandoned: a record the cell's database holds
-// short of what the issuer applied for it, issuercheck.CaughtUp), with
-// an approved follow-up's amount on its original's sums and its callback
+// state from, received (a record the cell's database holds short of what
+// the issuer applied for it, issuercheck.CaughtUp), with its callback
 // event, in one statement. It reports whether the record was in from.
 func (s *Store) CatchUp(ctx context.Context, r *cellside.Record, from cellside.State) (bool, error) {
-	if !r.State.Terminal() || (from != cellside.StateReceived && from != cellside.StateAbandoned) {
+	if !r.State.Terminal() || from != cellside.StateReceived {
 		return false, fmt.Errorf("store: catch up %s: %s -> %s is not from behind to final", r.Key(), from, r.State)
 	}
 	ev, err := newEvent(r)
