@@ -32,6 +32,7 @@ import (
 	"github.com/cellpay/cellpay/internal/telemetry"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 	"github.com/cellpay/cellpay/pkg/cellproto"
+	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
 
@@ -278,7 +279,7 @@ func (c *Cell) recoverFirst(ctx context.Context) error {
 		return nil
 	}
 	now := time.Now()
-	rep, err := issuercheck.Check(ctx, c.issuer, c.st.GetMany, c.st, c.cfg.ID, now.Add(-d), now)
+	rep, err := issuercheck.Check(ctx, c.issuer, c.st.GetMany, c.st, c.owner(), c.cfg.ID, now.Add(-d), now)
 	if err != nil {
 		return fmt.Errorf("cell: recovering from the issuer's record before serving: %w", err)
 	}
@@ -289,6 +290,21 @@ func (c *Cell) recoverFirst(ctx context.Context) error {
 		return fmt.Errorf("cell: recovering from the issuer's record before serving: the window of %v holds more than one check reads; start with a shorter -recover-at-start", d)
 	}
 	return nil
+}
+
+// owner reads the transaction directory's owner of a transaction for the
+// issuer check; nil without a directory.
+func (c *Cell) owner() issuercheck.Owner {
+	if c.dir == nil {
+		return nil
+	}
+	return func(ctx context.Context, k idempotency.Key) (string, error) {
+		e, found, err := c.dir.Get(ctx, k)
+		if err != nil || !found {
+			return "", err
+		}
+		return e.Owner, nil
+	}
 }
 
 // issuerCheck is the watcher of the issuer's record of this cell's
@@ -302,7 +318,7 @@ func (c *Cell) issuerCheck() (*issuercheck.Watcher, error) {
 		recorder = c.st
 	}
 	w, err := issuercheck.NewWatcher(issuercheck.WatchConfig{Issuer: c.issuer, Terminal: c.cfg.ID, Every: c.cfg.IssuerCheckEvery,
-		Lookback: c.cfg.IssuerCheckLookback, Log: c.log, Recorder: recorder,
+		Lookback: c.cfg.IssuerCheckLookback, Log: c.log, Recorder: recorder, Owner: c.owner(),
 		Records: c.st.GetMany})
 	if err != nil {
 		return nil, err

@@ -63,9 +63,14 @@ const (
 	// primary promoted). A received record never reached the issuer, so no
 	// other cause explains it.
 	Behind
+	// Elsewhere: the cell's record is abandoned, and the transaction
+	// directory names another cell its owner: a released cell's record,
+	// whose transaction another cell took over and resolved. The effect
+	// is held, by that cell: not a discrepancy.
+	Elsewhere
 )
 
-var kindNames = [...]string{Agrees: "agrees", Missing: "missing", Unresolved: "unresolved", Differs: "differs", Behind: "behind"}
+var kindNames = [...]string{Agrees: "agrees", Missing: "missing", Unresolved: "unresolved", Differs: "differs", Behind: "behind", Elsewhere: "elsewhere"}
 
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
@@ -209,6 +214,10 @@ type Issuer interface {
 // store's GetMany is one.
 type Records func(ctx context.Context, keys []idempotency.Key) (map[idempotency.Key]*cellside.Record, error)
 
+// Owner reads the transaction directory's owner of a transaction: "" when
+// it has no entry.
+type Owner func(ctx context.Context, k idempotency.Key) (string, error)
+
 // Recorder records what the issuer applied where the cell lost it; the
 // store is one. Each reports whether it wrote.
 type Recorder interface {
@@ -261,7 +270,10 @@ func (r Report) Unrecovered() int { return r.Counts[Missing] + r.Counts[Behind] 
 // sums land on it. Unresolved and Differs are never written: the
 // reconciler resolves the first by inquiry, and the second is for a
 // person.
-func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorder, terminal string, from, to time.Time) (Report, error) {
+//
+// With owner, an abandoned record where the issuer applied the effect is
+// Elsewhere when the directory names another cell its owner.
+func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorder, owner Owner, terminal string, from, to time.Time) (Report, error) {
 	if terminal == "" {
 		return Report{}, errors.New("issuercheck: terminal is required")
 	}
@@ -291,6 +303,15 @@ func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorde
 		for i, e := range effects {
 			k, r := keys[i], held[keys[i]]
 			f := Compare(e, r)
+			if f.Kind == Differs && r.State == cellside.StateAbandoned && owner != nil {
+				o, err := owner(ctx, k)
+				if err != nil {
+					return rep, fmt.Errorf("issuercheck: the directory's owner of %s/%s: %w", k.PartnerID, k.TransactionID, err)
+				}
+				if o != "" && o != terminal {
+					f.Kind, f.Cell = Elsewhere, f.Cell+"; held by "+o
+				}
+			}
 			if (f.Kind == Missing || f.Kind == Behind) && recorder != nil {
 				var ok bool
 				if f.Kind == Missing {
@@ -338,8 +359,11 @@ type WatchConfig struct {
 	// Recorder, when set, records each Missing effect from the issuer's
 	// record (Check); nil only reports.
 	Recorder Recorder
-	Log      *slog.Logger
-	Now      func() time.Time // [time.Now]
+	// Owner, when set, reads the directory's owner of an abandoned
+	// record's transaction (Check); nil without a directory.
+	Owner Owner
+	Log   *slog.Logger
+	Now   func() time.Time // [time.Now]
 }
 
 // Watcher runs Check on a schedule, logs every finding that is a
@@ -396,13 +420,13 @@ func (w *Watcher) Run(ctx context.Context) {
 // and keeps the report.
 func (w *Watcher) Once(ctx context.Context) (Report, error) {
 	now := w.cfg.Now()
-	rep, err := Check(ctx, w.cfg.Issuer, w.cfg.Records, w.cfg.Recorder, w.cfg.Terminal, now.Add(-w.cfg.Lookback), now)
+	rep, err := Check(ctx, w.cfg.Issuer, w.cfg.Records, w.cfg.Recorder, w.cfg.Owner, w.cfg.Terminal, now.Add(-w.cfg.Lookback), now)
 	if err != nil {
 		return rep, err
 	}
 	for _, f := range rep.Findings {
-		if f.Kind == Unresolved {
-			continue // the reconciler's: it resolves the record by inquiry
+		if f.Kind == Unresolved || f.Kind == Elsewhere {
+			continue // the reconciler's, or held by another cell
 		}
 		if f.Recovered {
 			w.cfg.Log.Warn("recorded a transaction the issuer applied and this cell had lost, from the issuer's record",

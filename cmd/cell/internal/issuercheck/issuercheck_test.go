@@ -146,14 +146,14 @@ func TestCheck(t *testing.T) {
 	}
 	to := time.Now().Add(time.Minute)
 
-	rep, err := Check(ctx, issuer, records, nil, "cell-a", from, to)
+	rep, err := Check(ctx, issuer, records, nil, nil, "cell-a", from, to)
 	if err != nil || rep.Checked != n+1 || rep.Counts[Agrees] != n+1 || rep.Discrepancies() != 0 || len(rep.Findings) != 0 || rep.Truncated {
 		t.Fatalf("all recorded: %+v, %v", rep, err)
 	}
 	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-b"})
 	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-c"}].State = cellside.StateSending
 	cell[idempotency.Key{PartnerID: partner, TransactionID: "a-d"}].Amount = 1
-	rep, err = Check(ctx, issuer, records, nil, "cell-a", from, to)
+	rep, err = Check(ctx, issuer, records, nil, nil, "cell-a", from, to)
 	if err != nil || rep.Checked != n+1 || rep.Counts[Missing] != 1 || rep.Counts[Unresolved] != 1 || rep.Counts[Differs] != 1 || rep.Discrepancies() != 2 {
 		t.Fatalf("one lost, one sending, one wrong: %+v, %v", rep, err)
 	}
@@ -167,7 +167,7 @@ func TestCheck(t *testing.T) {
 	if got["a-b"] != Missing || got["a-c"] != Unresolved || got["a-d"] != Differs || len(got) != 3 {
 		t.Fatalf("findings %v", got)
 	}
-	if _, err := Check(ctx, issuer, records, nil, "", from, to); err == nil {
+	if _, err := Check(ctx, issuer, records, nil, nil, "", from, to); err == nil {
 		t.Fatal("a check with no terminal ran")
 	}
 
@@ -178,7 +178,7 @@ func TestCheck(t *testing.T) {
 	delete(cell, idempotency.Key{PartnerID: partner, TransactionID: "a-a"})
 	delete(cell, capRec.Key())
 	recorder := &mapRecorder{cell: cell}
-	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	rep, err = Check(ctx, issuer, records, recorder, nil, "cell-a", from, to)
 	if err != nil || rep.Counts[Missing] != 3 || rep.Recovered != 3 || rep.Unrecovered() != 0 {
 		t.Fatalf("three lost, recovered: %+v, %v", rep, err)
 	}
@@ -189,7 +189,7 @@ func TestCheck(t *testing.T) {
 		r.PaymentType != cellpayv1.PaymentType_CAPTURE || r.State != cellside.StateApproved || r.CellID != "cell-a" {
 		t.Fatalf("the recovered capture: %+v", r)
 	}
-	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	rep, err = Check(ctx, issuer, records, recorder, nil, "cell-a", from, to)
 	if err != nil || rep.Counts[Missing] != 0 || rep.Recovered != 0 || rep.Counts[Agrees] != n-1 {
 		t.Fatalf("after the recovery: %+v, %v", rep, err)
 	}
@@ -203,12 +203,24 @@ func TestCheck(t *testing.T) {
 	auth := cell[ae].AuthCode
 	cell[ae].State, cell[ae].AuthCode, cell[ae].Fingerprint = cellside.StateReceived, "", idempotency.Fingerprint{7}
 	cell[af].State, cell[af].AuthCode = cellside.StateAbandoned, ""
-	rep, err = Check(ctx, issuer, records, recorder, "cell-a", from, to)
+	rep, err = Check(ctx, issuer, records, recorder, nil, "cell-a", from, to)
 	if err != nil || rep.Counts[Behind] != 1 || rep.Recovered != 1 || rep.Unrecovered() != 0 || rep.Counts[Differs] != 2 {
 		t.Fatalf("one behind, a-d and a-f differing: %+v, %v", rep, err)
 	}
 	if r := cell[af]; r.State != cellside.StateAbandoned {
 		t.Fatalf("a-f written: %+v", r)
+	}
+	// With the directory naming another cell a-f's owner (a released
+	// cell's record, taken over), a-f is held elsewhere: no discrepancy.
+	owner := func(_ context.Context, k idempotency.Key) (string, error) {
+		if k == af {
+			return "cell-b", nil
+		}
+		return "cell-a", nil
+	}
+	rep, err = Check(ctx, issuer, records, recorder, owner, "cell-a", from, to)
+	if err != nil || rep.Counts[Elsewhere] != 1 || rep.Counts[Differs] != 1 || rep.Discrepancies() != 1 {
+		t.Fatalf("a-f held by cell-b: %+v, %v", rep, err)
 	}
 	if r := cell[ae]; r.State != cellside.StateApproved || r.AuthCode != auth || r.Fingerprint != (idempotency.Fingerprint{7}) || r.Recovered() {
 		t.Fatalf("a-e caught up: %+v", r)
