@@ -216,17 +216,12 @@ func (c *Cell) startServer(context.Context) error {
 // Health says SERVING once the reference data is served and the database
 // answers.
 func (c *Cell) startWatchers(context.Context) error {
-	rcfg := reconcile.Config{Store: resolutions{c.st, c.metrics}, Issuer: c.issuer, Log: c.log}
-	if c.dir != nil {
-		rcfg.Directory, rcfg.CellID, rcfg.ErrNotOwner = c.dir, c.cfg.ID, directory.ErrNotOwner
-		rcfg.OnFiled = c.metrics.Filed
-	}
 	c.ready(true)
 	watchCtx, stopWatch := context.WithCancel(c.run)
 	var watchers sync.WaitGroup
 	c.rel.Add(func() { stopWatch(); watchers.Wait() })
 	watchers.Go(func() { watchDatabase(watchCtx, c.st, c.ready, c.log) })
-	rec, err := reconcile.New(rcfg)
+	rec, err := c.reconciler()
 	if err != nil {
 		return err
 	}
@@ -270,18 +265,58 @@ func (c *Cell) ready(ok bool) {
 	c.hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
 }
 
-// recoverFirst runs, with RecoverAtStart, one check of the issuer's
-// record over that window, recording what the database lacks, before the
-// cell serves.
+// reconciler is the cell's reconciler of unknown outcomes.
+func (c *Cell) reconciler() (*reconcile.Reconciler, error) {
+	rcfg := reconcile.Config{Store: resolutions{c.st, c.metrics}, Issuer: c.issuer, Log: c.log}
+	if c.dir != nil {
+		rcfg.Directory, rcfg.CellID, rcfg.ErrNotOwner = c.dir, c.cfg.ID, directory.ErrNotOwner
+		rcfg.OnFiled = c.metrics.Filed
+	}
+	return reconcile.New(rcfg)
+}
+
+// recoverBound bounds how long a start with RecoverAtStart tries to
+// record what the issuer applied before it gives up.
+const recoverBound = 2 * time.Minute
+
+// recoverFirst runs, with RecoverAtStart, the reconciler's round (the
+// records the database holds sending get the issuer's outcome, or are
+// closed at the issuer) and then one check of the issuer's record over
+// that window, recording what the database lacks or holds behind, before
+// the cell serves. The round comes first: a follow-up the database holds
+// sending holds its amount on its original, and a later one the issuer
+// applied that the database lacks could not be recorded over that hold
+// (the sums' CHECK). Both are tried again, every 2 s, until they pass or
+// recoverBound has passed (a sibling's leftover is the reconciler's only
+// once its lease has run out).
 func (c *Cell) recoverFirst(ctx context.Context) error {
 	d := c.cfg.RecoverAtStart
 	if d <= 0 {
 		return nil
 	}
-	now := time.Now()
-	rep, err := issuercheck.Check(ctx, c.issuer, c.st.GetMany, c.st, c.owner(), c.cfg.ID, now.Add(-d), now)
+	rec, err := c.reconciler()
 	if err != nil {
-		return fmt.Errorf("cell: recovering from the issuer's record before serving: %w", err)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, recoverBound)
+	defer cancel()
+	var rep issuercheck.Report
+	for {
+		if n, err := rec.Once(ctx); err != nil {
+			c.log.Warn("recovering before serving: a reconciler round failed", "error", err)
+		} else if n > 0 {
+			c.log.Info("recovering before serving: resolved pending transactions", "count", n)
+		}
+		now := time.Now()
+		if rep, err = issuercheck.Check(ctx, c.issuer, c.st.GetMany, c.st, c.owner(), c.cfg.ID, now.Add(-d), now); err == nil {
+			break
+		}
+		c.log.Warn("recovering before serving: the check failed; trying again in 2s", "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cell: recovering from the issuer's record before serving: %w", err)
+		case <-time.After(2 * time.Second):
+		}
 	}
 	c.log.Warn("recovered from the issuer's record before serving", "window", d, "checked", rep.Checked,
 		"recovered", rep.Recovered, "missing_left", rep.Unrecovered(), "differs", rep.Counts[issuercheck.Differs],

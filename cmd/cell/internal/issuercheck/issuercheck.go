@@ -271,8 +271,15 @@ func (r Report) Unrecovered() int { return r.Counts[Missing] + r.Counts[Behind] 
 // reconciler resolves the first by inquiry, and the second is for a
 // person.
 //
-// With owner, an abandoned record where the issuer applied the effect is
-// Elsewhere when the directory names another cell its owner.
+// With owner, an abandoned record where the issuer applied the effect
+// (Differs by Compare alone) is asked of the directory: Elsewhere when
+// the directory names another cell its owner (a released cell's record,
+// another cell holding the transaction); Behind when it names this cell
+// and the record is a payment's (its commits past abandoned lost: this
+// cell abandons a received record at its start, and a copy behind holds
+// received what the lost primary had taken on, so a record abandoned
+// under this cell's own entry where the issuer applied it for this cell
+// is one the copy held short of its outcome), caught up with the rest.
 func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorder, owner Owner, terminal string, from, to time.Time) (Report, error) {
 	if terminal == "" {
 		return Report{}, errors.New("issuercheck: terminal is required")
@@ -308,8 +315,11 @@ func Check(ctx context.Context, issuer Issuer, records Records, recorder Recorde
 				if err != nil {
 					return rep, fmt.Errorf("issuercheck: the directory's owner of %s/%s: %w", k.PartnerID, k.TransactionID, err)
 				}
-				if o != "" && o != terminal {
+				switch {
+				case o != "" && o != terminal:
 					f.Kind, f.Cell = Elsewhere, f.Cell+"; held by "+o
+				case o == terminal && r.Original == "":
+					f.Kind = Behind
 				}
 			}
 			if (f.Kind == Missing || f.Kind == Behind) && recorder != nil {

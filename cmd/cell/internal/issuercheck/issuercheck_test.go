@@ -212,21 +212,24 @@ func TestCheck(t *testing.T) {
 	}
 	// With the directory naming another cell a-f's owner (a released
 	// cell's record, taken over), a-f is held elsewhere: no discrepancy.
-	owner := func(_ context.Context, k idempotency.Key) (string, error) {
-		if k == af {
-			return "cell-b", nil
-		}
-		return "cell-a", nil
-	}
+	owners := map[idempotency.Key]string{af: "cell-b"}
+	owner := func(_ context.Context, k idempotency.Key) (string, error) { return owners[k], nil }
 	rep, err = Check(ctx, issuer, records, recorder, owner, "cell-a", from, to)
 	if err != nil || rep.Counts[Elsewhere] != 1 || rep.Counts[Differs] != 1 || rep.Discrepancies() != 1 {
 		t.Fatalf("a-f held by cell-b: %+v, %v", rep, err)
 	}
+	// Naming this cell (its own entry: the copy held a-f received, and
+	// the cell abandoned it at its start), a-f is behind, caught up.
+	owners[af] = "cell-a"
+	rep, err = Check(ctx, issuer, records, recorder, owner, "cell-a", from, to)
+	if err != nil || rep.Counts[Behind] != 1 || rep.Recovered != 1 || cell[af].State != cellside.StateApproved {
+		t.Fatalf("a-f under this cell's own entry: %+v, %v; a-f %+v", rep, err, cell[af])
+	}
+	if !slices.Equal(recorder.caughtUpFrom, []cellside.State{cellside.StateReceived, cellside.StateAbandoned}) {
+		t.Fatalf("caught up from %v", recorder.caughtUpFrom)
+	}
 	if r := cell[ae]; r.State != cellside.StateApproved || r.AuthCode != auth || r.Fingerprint != (idempotency.Fingerprint{7}) || r.Recovered() {
 		t.Fatalf("a-e caught up: %+v", r)
-	}
-	if !slices.Equal(recorder.caughtUpFrom, []cellside.State{cellside.StateReceived}) {
-		t.Fatalf("caught up from %v", recorder.caughtUpFrom)
 	}
 }
 

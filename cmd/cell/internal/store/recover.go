@@ -61,8 +61,9 @@ func (s *Store) Recover(ctx context.Context, r *cellside.Record) (inserted bool,
 
 // catchUpSQL brings a record ($1, $2) still in state $3 to a final
 // outcome ($4 state, $5 decline reason, $6 authorization code, $7 when)
-// with its callback event ($8..$10), in one statement. A follow-up is
-// never behind (it is recorded sending, with its hold), so no sums move.
+// with its callback event ($8..$10), in one statement: a payment's only
+// (a follow-up is recorded sending, with its hold, never received, and
+// one abandoned had its hold released), so no sums move.
 const catchUpSQL = `WITH u AS (
 		UPDATE transactions SET state = $4, decline_reason = $5, auth_code = $6, updated_at = $7, owner = ''
 		WHERE partner_id = $1 AND transaction_id = $2 AND state = $3 AND original_transaction_id = ''
@@ -74,12 +75,13 @@ const catchUpSQL = `WITH u AS (
 	)
 	SELECT count(*) FROM u`
 
-// CatchUp writes r's final outcome over its record if that is still in
-// state from, received (a record the cell's database holds short of what
-// the issuer applied for it, issuercheck.CaughtUp), with its callback
-// event, in one statement. It reports whether the record was in from.
+// CatchUp writes r's final outcome over its record, a payment's, if that
+// is still in state from, received or abandoned (a record the cell's
+// database holds short of what the issuer applied for it,
+// issuercheck.CaughtUp), with its callback event, in one statement. It
+// reports whether the record was in from.
 func (s *Store) CatchUp(ctx context.Context, r *cellside.Record, from cellside.State) (bool, error) {
-	if !r.State.Terminal() || from != cellside.StateReceived {
+	if !r.State.Terminal() || from != cellside.StateReceived && from != cellside.StateAbandoned {
 		return false, fmt.Errorf("store: catch up %s: %s -> %s is not from behind to final", r.Key(), from, r.State)
 	}
 	ev, err := newEvent(r)

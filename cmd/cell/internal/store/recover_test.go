@@ -101,10 +101,36 @@ func TestCatchUp(t *testing.T) {
 	if ok, err := s.CatchUp(ctx, &up, cellside.StateReceived); err != nil || ok {
 		t.Fatalf("catching up again: %v, %v", ok, err)
 	}
-	for _, from := range []cellside.State{cellside.StateSending, cellside.StateAbandoned} {
-		if _, err := s.CatchUp(ctx, &up, from); err == nil {
-			t.Errorf("caught up from %s", from)
-		}
+	if _, err := s.CatchUp(ctx, &up, cellside.StateSending); err == nil {
+		t.Error("caught up from sending")
+	}
+	// An abandoned payment's record is caught up too; an abandoned
+	// follow-up's is not (its hold was released).
+	ab := record("behind-2")
+	if _, _, err := s.Insert(ctx, ab); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.AbandonUnsent(ctx, t0); err != nil || n < 1 {
+		t.Fatalf("abandon: %d, %v", n, err)
+	}
+	up2 := *ab
+	up2.State, up2.AuthCode, up2.UpdatedAt = cellside.StateApproved, "UP2", t0.Add(time.Second)
+	if ok, err := s.CatchUp(ctx, &up2, cellside.StateAbandoned); err != nil || !ok {
+		t.Fatalf("catch up from abandoned: %v, %v", ok, err)
+	}
+	approvedAuth(t, s, "orig")
+	c, _, err := hold(ctx, s, holdReq(cellpayv1.PaymentType_CAPTURE, "cap-ab", "orig", 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State = cellside.StateAbandoned
+	if err := s.Persist(ctx, c, cellside.StateSending); err != nil {
+		t.Fatal(err)
+	}
+	upc := *c
+	upc.State = cellside.StateApproved
+	if ok, err := s.CatchUp(ctx, &upc, cellside.StateAbandoned); err != nil || ok {
+		t.Fatalf("an abandoned follow-up caught up: %v, %v", ok, err)
 	}
 }
 
