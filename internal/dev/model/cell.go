@@ -454,8 +454,9 @@ func (m *model) finishRun(r *run, a cellside.Action) {
 }
 
 // settleEntry is server.settleEntry: a final answer of this cell's
-// recorded, a claim of this attempt's given up before its PNR abandoned;
-// both best effort, as messages that may be delayed, reordered or lost.
+// recorded (but a recovered record's), a claim of this attempt's given
+// up before its PNR abandoned; both best effort, as messages that may be
+// delayed, reordered or lost.
 func (m *model) settleEntry(r *run, a cellside.Action) {
 	if m.rules.NoDirectory {
 		return
@@ -466,7 +467,10 @@ func (m *model) settleEntry(r *run, a cellside.Action) {
 	}
 	switch a := a.(type) {
 	case cellside.Reply:
-		if a.Record.State.Terminal() && a.Record.CellID == r.in.CellID {
+		// A recovered record (loss.go) is not filed: it holds no payload
+		// fingerprint to file, and the entry stays this cell's, so that a
+		// replay elsewhere comes here, where the record answers it.
+		if a.Record.State.Terminal() && a.Record.CellID == r.in.CellID && !a.Record.Recovered() {
 			p := m.replyPayload(r.x.cell, a.Record)
 			if tp, ok := r.truePayload[a.Record]; ok {
 				p = tp

@@ -812,12 +812,10 @@ func (m *model) fuUnresolved(i int) []string {
 // fuReconcile is reconcile.resolve for cell i's sending follow-ups: the
 // entry another cell's, abandoned; else the issuer's outcome, or the ID
 // closed and FAILED issuer_not_reached, written to the entry first (only
-// while it is this cell's), then persisted, settling the ledger.
+// while it is this cell's), then persisted, settling the ledger. Part of
+// reconcileRound (a cell up, or starting after a loss).
 func (m *model) fuReconcile(i int) {
 	cl := m.cells[i]
-	if !cl.up {
-		return
-	}
 	for _, id := range m.fuUnresolved(i) {
 		f := cl.fdb[id]
 		out := *f.rec

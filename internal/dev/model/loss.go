@@ -28,22 +28,47 @@ import (
 //     in flight end as a crash's do), and its store becomes the image. The
 //     issuer and the directory keep everything.
 //   - The recovery (recoverCell) is issuercheck.Check with store.Recover
-//     as its Recorder, which cmd/cell/internal makes unimportable here, so
-//     its pure parts are mirrored: compareEffect is issuercheck.Compare,
-//     recoveredRecord issuercheck.Recovered (loss_test.go holds them to
-//     the code's on a table). It walks the issuer's journal of the cell's
-//     effects in order and writes each the cell has no record of at all:
-//     final, marked recovered, no fingerprint, and an approved capture's,
-//     refund's or void's sums on its original, as store.Recover does.
-//     Records the copy holds short of the issuer's outcome are left to the
-//     reconciler (issuercheck's Unresolved).
+//     and store.CatchUp as its Recorder and the directory as its Owner,
+//     which cmd/cell/internal makes unimportable here, so its pure parts
+//     are mirrored: compareEffect is issuercheck.Compare, judgeEffect
+//     Check's finding with an Owner, recoveredRecord issuercheck.Recovered,
+//     caughtUpRecord issuercheck.CaughtUp (loss_test.go holds them to the
+//     code's on tables). It walks the issuer's journal of the cell's
+//     effects in order and writes each the cell has no record of at all
+//     (Missing): final, marked recovered, no fingerprint, and an approved
+//     capture's, refund's or void's sums on its original, as store.Recover
+//     does; and brings each payment's record the cell holds behind to the
+//     issuer's outcome in place, its payload and fingerprint kept, no sums
+//     moved, as store.CatchUp does: received (Compare's Behind: the state
+//     never reaches the issuer, so only lost commits explain it), or
+//     abandoned under the cell's own directory entry (the start abandons
+//     its received rows, so a copy's received record reaches the check
+//     abandoned). An abandoned record under another cell's entry is held
+//     elsewhere (Elsewhere: a released cell's record, or a retry's whose
+//     transaction another cell took over, that cell holding the effect),
+//     and an abandoned follow-up under the cell's own entry is Differs
+//     (its hold released: for a person); neither is written. Records the
+//     copy holds sending or deciding are the reconciler's (Unresolved).
+//   - It runs when the cell restarts after a loss, before it serves
+//     (restart; the cell's -recover-at-start, with which the site-loss
+//     procedure starts a promoted copy, cell.recoverFirst), after a
+//     reconciler's round over the cell's records sending or deciding (so
+//     that a follow-up held sending does not keep a later one the issuer
+//     applied from being recorded over its hold: the sums' CHECK): a
+//     recovery that still fails stops the start, and the cell stays down
+//     until a later restart (a restart step, or heal's) passes both, as
+//     recoverFirst tries them again every 2 s. It runs again as a routine
+//     check (the recover step: issuercheck.Watcher, whose window reaches
+//     back past what a request sent before the loss and applied after the
+//     restart needs), and once healed.
 //   - The invariant (effectsHeld): every effect the issuer applied is held
 //     by the cell that sent it with its outcome (Compare's Agrees), once
-//     healed, or by the owner that completed a retry of it (heldByOwner);
-//     before, a record short of final may still be resolving, and in a
-//     cell that lost commits a record may be missing until its recovery
-//     covers it (a request sent before the loss may be applied after a
-//     recovery), or abandoned by a retry served meanwhile.
+//     healed, or, held elsewhere, by the owner that completed it
+//     (heldByOwner); before, a record sending or deciding may still be
+//     resolving, and in a cell that lost commits a record may be missing,
+//     received or abandoned for an effect no recovery has walked past
+//     since (a request sent before the loss, applied after the recovery at
+//     restart). Once healed every cell serves (no start left stopped).
 //   - A decision the issuer never saw, lost with the store (lostUnseen),
 //     is let go by the healed checks, as the design lets it go.
 //
@@ -51,10 +76,11 @@ import (
 // of its point of no return (received, abandoned or deciding) where the
 // store has since passed it is not restored, unless Rules.LossAnyPoint.
 // Such a copy is as likely as any other (the sending write and the issuer
-// call that follows it are milliseconds apart, a copy's lag seconds), but
-// it breaks the invariants (restart abandons the received record of an
-// effect the issuer applied, and neither the reconciler nor the recovery
-// writes it); Rules.LossAnyPoint shows it.
+// call that follows it are milliseconds apart, a copy's lag seconds). It
+// broke the invariants while the recovery wrote only what was missing
+// (restart abandons the received record of an effect the issuer applied);
+// the recovery now catches such a record up (Behind, under the cell's own
+// entry), and Rules.LossAnyPoint's sweep finds what the default's does.
 
 // maxImages bounds each cell's history of store images: the loss goes
 // back at most that many changes.
@@ -190,23 +216,32 @@ const (
 	effectMissing
 	effectUnresolved
 	effectDiffers
+	effectBehind
+	effectElsewhere
 )
 
-var effectKindNames = [...]string{"agrees", "missing", "unresolved", "differs"}
+var effectKindNames = [...]string{"agrees", "missing", "unresolved", "differs", "behind", "elsewhere"}
 
 func (k effectKind) String() string { return effectKindNames[k] }
 
 // compareEffect is issuercheck.Compare: effect e against the cell's
-// record r of its transaction (nil: none).
+// record r of its transaction (nil: none). Behind: r is received (a state
+// that never reaches the issuer) where the issuer applied e for this cell,
+// judged after the payment type and original, whose mismatch stays
+// Differs. An abandoned record is Differs here, whatever the issuer
+// applied: judgeEffect (Check) asks the directory about it.
 func compareEffect(e issued, r *cellside.Record) effectKind {
 	if r == nil {
 		return effectMissing
 	}
+	behind := r.State == cellside.StateReceived
 	switch {
-	case !r.State.Terminal() && r.State != cellside.StateAbandoned:
+	case !r.State.Terminal() && !behind && r.State != cellside.StateAbandoned:
 		return effectUnresolved
 	case r.PaymentType != e.kind || e.orig != r.Original:
 		return effectDiffers
+	case behind:
+		return effectBehind
 	case r.State == cellside.StateApproved && e.approved:
 		if e.auth != r.AuthCode || e.kind != cellpayv1.PaymentType_VOID && (e.amount != r.Amount || e.currency != r.Currency) {
 			return effectDiffers
@@ -216,6 +251,40 @@ func compareEffect(e issued, r *cellside.Record) effectKind {
 		return effectDiffers
 	}
 	return effectAgrees
+}
+
+// judgeEffect is issuercheck.Check's finding for effect e, which cell i
+// sent, against i's record r of its transaction: compareEffect, and, with
+// the directory (Check's Owner; none with Rules.NoDirectory), an abandoned
+// record's Differs asked of the directory's owner of the key (keyOwner):
+// Elsewhere when it names another cell (a released cell's record, the
+// transaction taken over by a cell that holds the effect: not a
+// discrepancy, never written); Behind when it names i and the record is a
+// payment's (no original: a record the copy held short of its outcome,
+// abandoned at the restart), which the recovery catches up. An abandoned
+// follow-up under i's own entry stays Differs, for a person.
+func (m *model) judgeEffect(i int, e issued, r *cellside.Record) effectKind {
+	k := compareEffect(e, r)
+	if k != effectDiffers || r.State != cellside.StateAbandoned || m.rules.NoDirectory {
+		return k
+	}
+	switch o := m.keyOwner(i, e.id); {
+	case o.found && o.owner != i:
+		return effectElsewhere
+	case o.found && r.Original == "":
+		return effectBehind
+	}
+	return k
+}
+
+// keyOwner is the directory's entry of id's key as cell i's Check reads
+// it (directory.Get: one entry per key), through the kind of the record
+// i holds of it.
+func (m *model) keyOwner(i int, id string) keyEntry {
+	if _, ok := m.cells[i].db[id]; ok {
+		return m.payKeyEntry(id)
+	}
+	return m.fuKeyEntry(id)
 }
 
 // recoveredRecord is issuercheck.Recovered: the record of e for the cell
@@ -234,6 +303,21 @@ func recoveredRecord(e issued, now time.Time) *cellside.Record {
 		r.State, r.DeclineReason = cellside.StateDeclined, e.reason
 	}
 	return r
+}
+
+// caughtUpRecord is issuercheck.CaughtUp: record r, which judgeEffect
+// found behind effect e, brought to the issuer's outcome: final, with its
+// authorization code or decline reason, updated now; everything else (its
+// payload, its fingerprint, its amount) is the record's.
+func caughtUpRecord(e issued, r *cellside.Record, now time.Time) *cellside.Record {
+	out := *r
+	out.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	if e.approved {
+		out.State, out.AuthCode, out.DeclineReason = cellside.StateApproved, e.auth, ""
+	} else {
+		out.State, out.AuthCode, out.DeclineReason = cellside.StateDeclined, "", e.reason
+	}
+	return &out
 }
 
 // recordOf is cell i's record of id as its store reads it, a payment's or
@@ -391,12 +475,15 @@ func (m *model) loseCommitsTo(i, j int) {
 
 // --- the recovery ---
 
-// recoverStep is a recovery step: a cell up that lost commits and has not
-// recovered since recovers; false when there is none.
+// recoverStep is a routine check (issuercheck.Watcher, with store.Recover
+// and store.CatchUp as its Recorder) in a cell up that lost commits once
+// and has something to find: an effect the issuer applied for it since
+// its last recovery (a request sent before the loss, applied after the
+// recovery at restart), or a recovery refused; false when there is none.
 func (m *model) recoverStep(r chooser) bool {
 	var cells []int
 	for i, cl := range m.cells {
-		if m.lost[i] && cl.up {
+		if cl.up && m.everLost[i] && m.checkDue(i) {
 			cells = append(cells, i)
 		}
 	}
@@ -407,24 +494,45 @@ func (m *model) recoverStep(r chooser) bool {
 	return true
 }
 
+// checkDue reports whether cell i is unrecovered since it lost commits,
+// or the issuer applied an effect for it since its last recovery.
+func (m *model) checkDue(i int) bool {
+	return m.lost[i] || slices.ContainsFunc(m.journal[m.recoveredUpTo[i]:], func(e issued) bool { return e.cell == i })
+}
+
 // recoverLost is the recovery of every cell that ever lost commits, once
 // healed: a routine check (issuercheck.Watcher) over a window reaching
 // back before the loss finds what was applied since its last recovery
-// too (a request sent before the loss, applied after it).
+// too (a request sent before the loss, applied after it); a cell whose
+// start its recovery stopped tries the start again (restart: the
+// reconciler's round, then the check).
 func (m *model) recoverLost() {
-	for i := range m.cells {
-		if m.everLost[i] {
+	for i, cl := range m.cells {
+		switch {
+		case !m.everLost[i]:
+		case cl.up:
 			m.recoverCell(i)
+		default:
+			m.restart(i)
 		}
 	}
 }
 
-// recoverCell is issuercheck.Check with store.Recover as its Recorder,
-// for cell i: the issuer's journal of the effects i sent, in order, and
-// for each that i holds no record of (effectMissing), the recovered
-// record, with an approved follow-up's sums on its original in the same
-// write. An ID applied twice (Rules.IssuerNoDedupe) finds its record
-// written by the first.
+// recoverCell is issuercheck.Check with store.Recover and store.CatchUp as
+// its Recorder and the directory as its Owner, for cell i: the issuer's
+// journal of the effects i sent, in order, each judged (judgeEffect); for
+// each that i holds no record of (effectMissing), the recovered record,
+// with an approved follow-up's sums on its original in the same write;
+// for each i holds behind (received; or abandoned under its own entry),
+// the record brought to the issuer's outcome in place (caughtUpRecord), a
+// payment's only, and no sums moved (store.CatchUp's statement: a
+// follow-up is never received, and one abandoned had its hold released);
+// one held elsewhere (abandoned, another cell's entry) is left as it is,
+// held by that cell. An ID applied twice (Rules.IssuerNoDedupe) finds its
+// record written by the first. It runs at the cell's restart after a
+// loss, before the cell serves, after the reconciler's round (restart:
+// -recover-at-start), as a routine check (recoverStep), and once healed
+// (recoverLost).
 //
 // The sums' update is held to the table's CHECK on them
 // (transactions_followup_sums, followup.Ledger.Valid): one that would
@@ -432,53 +540,90 @@ func (m *model) recoverLost() {
 // ledger allowed without the lost one: a void held on an authorization
 // whose capture was lost) fails the statement, nothing is written, and
 // the walk stops there with the error, as Check does; the cell stays
-// unrecovered, and the next recovery tries again.
-func (m *model) recoverCell(i int) {
+// unrecovered, and the next recovery tries again. It reports whether the
+// walk went through.
+func (m *model) recoverCell(i int) bool {
 	cl := m.cells[i]
 	var wrote []string
 	defer func() { m.logf("cell %d: recovered from the issuer's record: [%s]", i, strings.Join(wrote, ", ")) }()
 	for _, e := range m.journal {
-		if e.cell != i || compareEffect(e, m.recordOf(i, e.id)) != effectMissing {
+		if e.cell != i {
 			continue
 		}
-		rec := recoveredRecord(e, modelTime)
-		if e.kind == cellpayv1.PaymentType_CARD_AUTHORIZATION {
-			cl.db[e.id] = &record{state: state(rec.State), payload: e.payload, auth: rec.AuthCode, reason: rec.DeclineReason,
-				attempt: noAttempt, recovered: rec}
-		} else {
-			if o := cl.db[e.orig]; o != nil && e.approved {
-				l := orchestratorRecord(i, e.orig, o).Ledger
-				switch e.kind {
-				case cellpayv1.PaymentType_CAPTURE:
-					l.Captured += e.amount
-				case cellpayv1.PaymentType_REFUND:
-					l.Refunded += e.amount
-				case cellpayv1.PaymentType_VOID:
-					l.Voided = true
+		held := m.recordOf(i, e.id)
+		switch m.judgeEffect(i, e, held) {
+		case effectMissing:
+			rec := recoveredRecord(e, modelTime)
+			if e.kind == cellpayv1.PaymentType_CARD_AUTHORIZATION {
+				cl.db[e.id] = &record{state: state(rec.State), payload: e.payload, auth: rec.AuthCode, reason: rec.DeclineReason,
+					attempt: noAttempt, recovered: rec}
+			} else {
+				if err := m.moveSums(i, e.orig, rec); err != nil {
+					wrote = append(wrote, fmt.Sprintf("%s refused: %v", e.id, err))
+					return false
 				}
-				if !l.Valid() {
-					wrote = append(wrote, fmt.Sprintf("%s refused: %s's sums would break their check, %+v", e.id, e.orig, l))
-					return
-				}
-				l.Authorized = 0
-				o.ledger = l
+				cl.fdb[e.id] = &fuRecord{rec: rec, p: e.fu}
 			}
-			cl.fdb[e.id] = &fuRecord{rec: rec, p: e.fu}
+			wrote = append(wrote, fmt.Sprintf("%s %s", e.id, rec.State))
+			m.cover(covRecovered)
+		case effectBehind:
+			r := cl.db[e.id]
+			if held.Original != "" || r == nil {
+				// store.CatchUp writes a payment's record only.
+				wrote = append(wrote, fmt.Sprintf("%s (%s) not caught up: a follow-up's", e.id, held.State))
+				continue
+			}
+			out := caughtUpRecord(e, held, modelTime)
+			r.state, r.auth, r.reason = state(out.State), out.AuthCode, out.DeclineReason
+			wrote = append(wrote, fmt.Sprintf("%s %s->%s", e.id, held.State, out.State))
+			m.cover(covRecovered)
+		case effectElsewhere:
+			wrote = append(wrote, fmt.Sprintf("%s (%s) held elsewhere", e.id, held.State))
 		}
-		wrote = append(wrote, fmt.Sprintf("%s %s", e.id, rec.State))
-		m.cover(covRecovered)
 	}
 	m.lost[i], m.recoveredUpTo[i] = false, len(m.journal)
+	return true
+}
+
+// moveSums is the recovery's statements' update of original orig's sums
+// in cell i for follow-up f written final (store.Recover's and
+// store.CatchUp's): an approved one's amount on its kind's sum, whatever
+// the original's state, under the sums' CHECK; an error, and nothing
+// moved, when it would break it. An original the cell does not hold moves
+// nothing.
+func (m *model) moveSums(i int, orig string, f *cellside.Record) error {
+	o := m.cells[i].db[orig]
+	if o == nil || f.State != cellside.StateApproved {
+		return nil
+	}
+	l := orchestratorRecord(i, orig, o).Ledger
+	switch f.PaymentType {
+	case cellpayv1.PaymentType_CAPTURE:
+		l.Captured += f.Amount
+	case cellpayv1.PaymentType_REFUND:
+		l.Refunded += f.Amount
+	case cellpayv1.PaymentType_VOID:
+		l.Voided = true
+	}
+	if !l.Valid() {
+		return fmt.Errorf("%s's sums would break their check, %+v", orig, l)
+	}
+	l.Authorized = 0
+	o.ledger = l
+	return nil
 }
 
 // --- the invariant ---
 
 // effectsHeld: every effect the issuer applied (the first per ID) is held
-// by the cell that sent it, with its outcome (compareEffect's Agrees), or
-// by the owner that completed a retry of it (heldByOwner). Before healed,
-// a record short of final may still be resolving, one may be missing from
-// a cell that lost commits until its recovery covers it, and one a retry
-// abandoned in such a cell may yet be completed by another.
+// by the cell that sent it, with its outcome (compareEffect's Agrees), or,
+// where that cell lost commits and its record is abandoned under another
+// cell's entry (judgeEffect's Elsewhere), by that cell (heldByOwner).
+// Before healed, a record sending or deciding may still be resolving, and
+// in a cell that lost commits one may be missing, received, or abandoned
+// (behind under its own entry, held elsewhere, or a follow-up's) for an
+// effect no recovery has walked past since, until the next one covers it;
+// one a retry abandoned there may yet be completed by another.
 func (m *model) effectsHeld(healed bool) error {
 	seen := make(map[string]bool, len(m.journal))
 	for n, e := range m.journal {
@@ -487,23 +632,26 @@ func (m *model) effectsHeld(healed bool) error {
 		}
 		seen[e.id] = true
 		r := m.recordOf(e.cell, e.id)
-		k := compareEffect(e, r)
+		k := m.judgeEffect(e.cell, e, r)
 		switch {
 		case k == effectAgrees:
 			continue
-		case m.heldByOwner(e, r, healed):
+		case k == effectElsewhere && m.heldByOwner(e, healed):
 			continue
 		case healed:
 		case k == effectUnresolved:
 			continue
-		case k == effectMissing && m.everLost[e.cell] && (m.lost[e.cell] || n >= m.recoveredUpTo[e.cell]):
-			continue
-		case k == effectDiffers && r.State == cellside.StateAbandoned && m.everLost[e.cell]:
-			// A retry served after the loss and before the recovery (the
-			// record received, then abandoned); another cell may yet take
-			// the entry over and complete it (heldByOwner), so it is
-			// judged once healed.
-			continue
+		case k == effectMissing || k == effectBehind || r.State == cellside.StateAbandoned:
+			// Missing, received (a copy behind), or abandoned (a copy
+			// behind, abandoned at the restart; or a retry served before
+			// a recovery covered it, whose entry another cell may yet take
+			// over and complete), in a cell that lost commits, for an
+			// effect no recovery has walked past since: the next one
+			// records it, or finds it held elsewhere. Anywhere else it is
+			// lost.
+			if m.everLost[e.cell] && (m.lost[e.cell] || n >= m.recoveredUpTo[e.cell]) {
+				continue
+			}
 		}
 		return fmt.Errorf("every issuer effect is held by the cell that sent it: %s (%s) in cell %d is %s: %s",
 			e.id, describeIssued(e), e.cell, k, describeHeld(r))
@@ -512,22 +660,21 @@ func (m *model) effectsHeld(healed bool) error {
 }
 
 // heldByOwner reports whether effect e, whose sending cell lost commits
-// and holds r, abandoned, is held by the cell its directory entry names
-// (with its outcome; before healed, short of final too): the cell that
-// lost its record served a retry before its recovery ran, from scratch
-// (received, then abandoned before its point of no return), and another
-// cell took the entry over and completed the transaction at the issuer,
-// which answered it the outcome it had applied. One effect, held by its
-// owner; the sender's issuer check reports its abandoned record as
-// differing (issuercheck.Compare), and the recovery leaves it.
-func (m *model) heldByOwner(e issued, r *cellside.Record, healed bool) bool {
-	if r == nil || r.State != cellside.StateAbandoned || !m.everLost[e.cell] {
+// and holds its record abandoned under another cell's entry (Elsewhere),
+// is held by the cell the entry names (with its outcome; before healed,
+// sending or deciding too): the cell that lost its record served a retry
+// before a recovery covered it, from scratch (received, then abandoned
+// before its point of no return), and another cell took the entry over
+// and completed the transaction at the issuer, which answered it the
+// outcome it had applied. One effect, held by its owner; the sender's
+// recovery finds its abandoned record held elsewhere and leaves it
+// (issuercheck.Check with an Owner), so once healed the owner alone holds
+// it past its point of no return.
+func (m *model) heldByOwner(e issued, healed bool) bool {
+	if !m.everLost[e.cell] {
 		return false
 	}
-	k := m.payKeyEntry(e.id)
-	if e.kind != cellpayv1.PaymentType_CARD_AUTHORIZATION {
-		k = m.fuKeyEntry(e.id)
-	}
+	k := m.keyOwner(e.cell, e.id)
 	if !k.found || k.owner == e.cell {
 		return false
 	}

@@ -163,7 +163,8 @@ type Rules struct {
 	// of a store's last commits (loss.go) may go back to any of its
 	// images, one that holds a payment short of its point of no return
 	// the store has since passed included (received while the issuer
-	// applied it), which the recovery as built does not write.
+	// applied it), which the recovery catches up (issuercheck's Behind;
+	// before it did, nothing wrote it).
 	LossAnyPoint bool
 }
 
@@ -765,14 +766,31 @@ func (m *model) processPending(c *call) bool {
 	})
 }
 
+// restart is cell i's process starting again: its leftovers before the
+// PNR abandoned (AbandonUnsent), and, in a cell whose store lost commits
+// since its last recovery, the recovery from the issuer's record before
+// it serves (the cell's -recover-at-start, which the site-loss procedure
+// starts a promoted copy with; cell.recoverFirst): a reconciler's round
+// first (reconcileRound: the records held sending get the issuer's
+// outcome, or are closed at the issuer; those deciding are settled), then
+// the check (loss.go's recoverCell). A check that fails stops the start:
+// the cell stays down, and the next restart (a restart step, or heal's)
+// tries both again, as recoverFirst does every 2 s until it gives up.
 func (m *model) restart(i int) {
 	cl := m.cells[i]
-	cl.up = true
 	for _, rec := range cl.db {
 		if rec.state == received {
 			rec.state = abandoned // AbandonUnsent: never resume work before the PNR
 		}
 	}
+	if m.lost[i] {
+		m.reconcileRound(i)
+		if !m.recoverCell(i) {
+			m.logf("cell %d: start stopped: the recovery before serving failed", i)
+			return
+		}
+	}
+	cl.up = true
 	m.logf("restart cell %d", i)
 }
 
@@ -796,10 +814,15 @@ func (cl *cell) forget() {
 // at any round: a request in flight then finds the ID closed. Never a
 // resend.
 func (m *model) reconcile(i int) {
-	cl := m.cells[i]
-	if !cl.up {
-		return
+	if m.cells[i].up {
+		m.reconcileRound(i)
 	}
+}
+
+// reconcileRound is reconcile's round, which the cell's start runs too
+// before it serves, after a loss (restart).
+func (m *model) reconcileRound(i int) {
+	cl := m.cells[i]
 	for _, id := range slices.Sorted(maps.Keys(cl.db)) {
 		rec := cl.db[id]
 		if rec.state == deciding && !m.busy(i, id) {
@@ -1073,7 +1096,10 @@ func (m *model) healFaults() {
 				m.fuIssuerTimeout(i, n)
 			}
 		}
-		for i := range m.cells {
+		for i, cl := range m.cells {
+			if !cl.up {
+				m.restart(i) // a start its recovery stopped, tried again
+			}
 			m.reconcile(i)
 		}
 		if len(m.pool) == 0 {
@@ -1097,6 +1123,11 @@ func cmpKey(a, b attemptKey) int {
 func (m *model) checkHealed() error {
 	if err := m.check(); err != nil {
 		return err
+	}
+	for i, cl := range m.cells {
+		if !cl.up {
+			return fmt.Errorf("every cell serves once healed: cell %d's start is stopped by its recovery (loss.go)", i)
+		}
 	}
 	for _, c := range m.calls {
 		if !c.done {
