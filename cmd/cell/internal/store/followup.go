@@ -130,8 +130,8 @@ func (s *Store) settleFollowUp(ctx context.Context, r *cellside.Record) error {
 	if n != 1 {
 		return fmt.Errorf("store: persist sending -> %s: %w", r.State, ErrStateChanged)
 	}
-	if f := s.outboxed.Load(); final && f != nil {
-		(*f)()
+	if final {
+		s.outboxWritten()
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func (s *Store) Recover(ctx context.Context, r *cellside.Record) (inserted bool,
 	if err != nil {
 		return false, fmt.Errorf("store: recover %s: %w", r.Key(), err)
 	}
-	if f := s.outboxed.Load(); n == 1 && f != nil {
-		(*f)()
+	if n == 1 {
+		s.outboxWritten()
 	}
 	return n == 1, nil
 }
@@ -93,8 +93,8 @@ func (s *Store) CatchUp(ctx context.Context, r *cellside.Record, from cellside.S
 	if err != nil {
 		return false, fmt.Errorf("store: catch up %s: %w", r.Key(), err)
 	}
-	if f := s.outboxed.Load(); n == 1 && f != nil {
-		(*f)()
+	if n == 1 {
+		s.outboxWritten()
 	}
 	return n == 1, nil
 }

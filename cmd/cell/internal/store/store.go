@@ -79,6 +79,14 @@ type Store struct {
 // transaction's goroutine. It may be set while the store is in use.
 func (s *Store) OnOutbox(f func()) { s.outboxed.Store(&f) }
 
+// outboxWritten calls OnOutbox's function, if set: an outbox row was
+// committed.
+func (s *Store) outboxWritten() {
+	if f := s.outboxed.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // DefaultStatementTimeout bounds every statement of a cell, unless the
 // database URL sets statement_timeout itself: no query waits without end
 // on a lock or a sick disk.
@@ -427,9 +435,7 @@ func (s *Store) persistFinal(ctx context.Context, r *cellside.Record, from cells
 	if n != 1 {
 		return fmt.Errorf("store: persist %s -> %s: %w", from, r.State, ErrStateChanged)
 	}
-	if f := s.outboxed.Load(); f != nil {
-		(*f)()
-	}
+	s.outboxWritten()
 	return nil
 }
 
