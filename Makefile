@@ -25,9 +25,10 @@ build:
 	cd tools/grpcurl && $(GO) build -o $(abspath $(BIN))/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
 
 ## run: build everything and start the platform (private Postgres per cell, issuer, 3 cells, GTR).
+## SITES=2 starts two sites instead, site-a on 127.0.1.1 and site-b on 127.0.2.1, an access point and two cells each (docs/operations.md).
 run: build
 	./scripts/deps.sh run
-	./$(BIN)/cellpay -bin $(BIN)
+	./$(BIN)/cellpay -bin $(BIN) $(if $(SITES),-sites $(SITES))
 
 ## deps: install what make test needs and this machine lacks (Postgres
 ## server binaries, nats-server, prometheus, chromium, curl, nodejs and npm with
@@ -103,6 +104,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/partnerstate
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyTable$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeKeptDrill$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/admin
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDocument$$' -fuzztime $(FUZZTIME) ./internal/drillreport
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/drillreport
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReport$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/refwatch
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRoutingEntry$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/routesync
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadStateFile$$' -fuzztime $(FUZZTIME) ./cmd/gtr/internal/routesync

@@ -18,6 +18,9 @@
 #                (cmd/gtr/internal/console, driven by chromedp)
 #   curl         the partner guide's curl lines, run as printed
 #                (test/e2e/guide_test.go)
+#   nftables     nft, which cuts the link between two sites on this host
+#                (test/e2e/sites_partition_test.go: rules on their loopback
+#                addresses)
 #   nodejs, npm  the partners' TypeScript client (clients/typescript) and its
 #                test against a platform (test/e2e/tsclient_test.go); its
 #                packages (npm ci, the pinned TypeScript compiler) are
@@ -46,6 +49,7 @@ have_prometheus() { command -v promtool >/dev/null 2>&1 && command -v prometheus
 have_chromium() { command -v chromium >/dev/null 2>&1; }
 have_curl() { command -v curl >/dev/null 2>&1; }
 have_node() { command -v node >/dev/null 2>&1; }
+have_nft() { command -v nft >/dev/null 2>&1; }
 have_npm() { command -v npm >/dev/null 2>&1; }
 
 # npm_ci installs the TypeScript client's locked packages, once per
@@ -81,6 +85,10 @@ if [ "$what" = test ]; then
 	have_curl || {
 		need+=(curl)
 		why+=("curl (the partner guide's curl lines)")
+	}
+	have_nft || {
+		need+=(nftables)
+		why+=("nftables (the cut between two sites in the partition test)")
 	}
 	have_node || {
 		need+=(nodejs)

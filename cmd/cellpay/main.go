@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ func main() {
 		os.Exit(code)
 	}
 	cfg, err := configure(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0) // asked for: the usage is on stdout
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellpay:", err)
 		os.Exit(2)
@@ -96,8 +100,17 @@ func configure(args []string) (platform.Config, error) {
 	pgPort := fs.Int("pg-base-port", envInt("CELLPAY_PG_BASE_PORT", platform.DefaultPGBasePort), "first private Postgres port, one per cell: the cells' primaries (CELLPAY_PG_BASE_PORT)")
 	standbyPort := fs.Int("standby-base-port", envInt("CELLPAY_STANDBY_BASE_PORT", platform.DefaultStandbyBasePort), "first port of the cells' synchronous standbys, one per cell (CELLPAY_STANDBY_BASE_PORT)")
 	standby := fs.Bool("standby", envBool("CELLPAY_STANDBY", true), "give each cell's Postgres a synchronous streaming standby, promoted by the launcher when the primary is lost (CELLPAY_STANDBY)")
+	sites := fs.Int("sites", envInt("CELLPAY_SITES", 1), "1, or 2: two sites on this machine, site-a on "+platform.SiteAHost+" and site-b on "+platform.SiteBHost+", each an access point and two cells with the single-site ports, routed by "+platform.TwoSitesGTRConfig+" unless -config is given (CELLPAY_SITES)")
 	version := fs.Bool("version", false, buildinfo.FlagUsage)
+	fs.Usage = func() {} // printed below: to stdout when asked for, else with the error
 	if err := fs.Parse(args); err != nil {
+		out := os.Stderr
+		if errors.Is(err, flag.ErrHelp) {
+			out = os.Stdout
+		}
+		fmt.Fprintln(out, "usage: cellpay [run] [FLAGS]\n       cellpay drill [FLAGS] (cellpay drill -h)\n\nflags:")
+		fs.SetOutput(out)
+		fs.PrintDefaults()
 		return cfg, err
 	}
 	if *version {
@@ -110,6 +123,23 @@ func configure(args []string) (platform.Config, error) {
 	var err error
 	if cfg.Cells, err = parseCells(cells); err != nil {
 		return cfg, err
+	}
+	switch *sites {
+	case 1:
+	case 2:
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"cells", "gtr-addr", "admin-addr", "backup-gtr-addr", "backup-admin-addr", "rest-addr", "backup-rest-addr", "backup-gtr"} {
+			if set[name] || os.Getenv(flagEnv[name]) != "" {
+				return cfg, fmt.Errorf("-sites 2 lays out the cells and access points itself: -%s (or %s) is not taken with it", name, flagEnv[name])
+			}
+		}
+		if !set["config"] && os.Getenv("CELLPAY_CONFIG") == "" {
+			cfg.GTRConfig = platform.TwoSitesGTRConfig
+		}
+		cfg = platform.TwoSites(cfg)
+	default:
+		return cfg, fmt.Errorf("-sites: want 1 or 2, not %d", *sites)
 	}
 	cfg.PGBasePort = *pgPort
 	cfg.StandbyBasePort = *standbyPort
@@ -128,16 +158,23 @@ func configure(args []string) (platform.Config, error) {
 	return cfg, nil
 }
 
+// flagEnv names the environment fallback of the flags -sites 2 sets.
+var flagEnv = map[string]string{
+	"cells": "CELLPAY_CELLS", "gtr-addr": "CELLPAY_GTR_ADDR", "admin-addr": "CELLPAY_ADMIN_ADDR",
+	"backup-gtr-addr": "CELLPAY_BACKUP_GTR_ADDR", "backup-admin-addr": "CELLPAY_BACKUP_ADMIN_ADDR",
+	"rest-addr": "CELLPAY_REST_ADDR", "backup-rest-addr": "CELLPAY_BACKUP_REST_ADDR", "backup-gtr": "CELLPAY_BACKUP_GTR",
+}
+
 func printEndpoints(w io.Writer, p *platform.Platform) {
 	cfg := p.Config()
 	fmt.Fprintf(w, "\ncellpay is running. Ctrl-C stops it.\n\n")
-	fmt.Fprintf(w, "  GTR partners' API  %s   (primary access point)\n", cfg.GTRAddr)
+	fmt.Fprintf(w, "  GTR partners' API  %s   (primary access point, %s)\n", cfg.GTRAddr, cfg.GTRSite)
 	if cfg.RESTAddr != "" {
 		fmt.Fprintf(w, "  GTR REST/JSON      https://%s/v1/   (OpenAPI: /openapi.json)\n", cfg.RESTAddr)
 	}
 	fmt.Fprintf(w, "  GTR admin API      %s\n", cfg.AdminAddr)
 	if !cfg.NoBackupGTR {
-		fmt.Fprintf(w, "  backup GTR         %s   (backup access point; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupAdminAddr)
+		fmt.Fprintf(w, "  backup GTR         %s   (backup access point, %s; admin %s)\n", cfg.BackupGTRAddr, cfg.BackupGTRSite, cfg.BackupAdminAddr)
 		if cfg.BackupRESTAddr != "" {
 			fmt.Fprintf(w, "  backup REST/JSON   https://%s/v1/\n", cfg.BackupRESTAddr)
 		}

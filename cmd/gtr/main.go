@@ -44,6 +44,22 @@ func envInt(name string, def int) int {
 	return n
 }
 
+// envBool is env's boolean (strconv.ParseBool: 1, true, 0, false...), or
+// def when it is unset; any other value stops the GTR, naming the
+// variable.
+func envBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gtr: %s=%q is not true or false\n", name, v)
+		os.Exit(2)
+	}
+	return b
+}
+
 func main() {
 	cfg, logBuffer, err := configure()
 	if err != nil {
@@ -86,6 +102,7 @@ type options struct {
 	insecurePlaintext bool
 	logBuffer         int
 	version           bool
+	throttleLoopback  bool
 }
 
 // configure reads the flags and the environment into the GTR's Config,
@@ -116,6 +133,7 @@ func configure() (gtr.Config, int, error) {
 		return cfg, 0, err
 	}
 	cfg.AdminToken = tok
+	cfg.AdminExemptLoopback = !o.throttleLoopback
 	return cfg, o.logBuffer, nil
 }
 
@@ -126,7 +144,10 @@ func defineFlags(cfg *gtr.Config, o *options) {
 	flag.BoolVar(&o.version, "version", false, buildinfo.FlagUsage)
 	flag.StringVar(&cfg.Listen, "listen", env("GTR_LISTEN", "127.0.0.1:7070"), "partners' API address (env GTR_LISTEN)")
 	flag.StringVar(&cfg.RESTListen, "rest-listen", env("GTR_REST_LISTEN", ""), "partners' API as REST/JSON over HTTPS, with the -tls-cert certificate; empty for none (env GTR_REST_LISTEN)")
-	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API address, TLS with the -tls-cert certificate (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.AdminListen, "admin-listen", env("GTR_ADMIN_LISTEN", "127.0.0.1:7071"), "admin API and console address, TLS with the -admin-tls-cert certificate (env GTR_ADMIN_LISTEN)")
+	flag.StringVar(&cfg.AdminTLSCertFile, "admin-tls-cert", env("GTR_ADMIN_TLS_CERT", ""), "admin listener's certificate, PEM, reloaded when it changes: the GTR's identity (spiffe://cellpay.internal/gtr), which gtrctl pins (env GTR_ADMIN_TLS_CERT); default -tls-cert")
+	flag.StringVar(&cfg.AdminTLSKeyFile, "admin-tls-key", env("GTR_ADMIN_TLS_KEY", ""), "its private key, PEM (env GTR_ADMIN_TLS_KEY); default -tls-key")
+	flag.BoolVar(&o.throttleLoopback, "admin-throttle-loopback", envBool("GTR_ADMIN_THROTTLE_LOOPBACK", true), "refuse for a while an address of this host (loopback) after too many failed admin or console logins, as any other; false only audits them: a machine whose tests share 127.0.0.1, never where kubectl port-forward arrives from loopback (env GTR_ADMIN_THROTTLE_LOOPBACK)")
 	flag.StringVar(&cfg.HealthListen, "health-listen", env("GTR_HEALTH_LISTEN", ""), "address serving gRPC health alone, in plaintext, for probes that cannot speak TLS such as kubelet's (env GTR_HEALTH_LISTEN); \"\" for none")
 	flag.StringVar(&cfg.ConfigFile, "config", env("GTR_CONFIG", "config/gtr.yaml"), "routing table file (env GTR_CONFIG)")
 	flag.StringVar(&cfg.OperatorsFile, "operators", env("GTR_OPERATORS", ""), "operators file (YAML: id, role viewer|operator|admin, token_sha256 of each operator's cpo_ token) of the admin API (env GTR_OPERATORS); without it or a legacy token the admin API refuses every call")
@@ -151,6 +172,7 @@ func defineFlags(cfg *gtr.Config, o *options) {
 	flag.Float64Var(&cfg.AdmissionTolerance, "admission-tolerance", 0, "how many times slower than its long-term latency a cell, or the GTR as a whole, may answer before its adaptive concurrency limit falls; above 1, 0 for the default (2)")
 	flag.BoolVar(&cfg.Reflection, "reflection", env("GTR_REFLECTION", "") == "1", "serve gRPC reflection on the partners' listener, for grpcurl (env GTR_REFLECTION=1); off in production")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("GTR_REPLICA_ID", host), "this replica's name in logs, NATS and admin answers (env GTR_REPLICA_ID)")
+	flag.StringVar(&cfg.CellDialFrom, "cell-dial-from", env("GTR_CELL_DIAL_FROM", ""), "an IP address of this host the connections to the cells leave from (a host on several networks: its site's); \"\" lets the system choose (env GTR_CELL_DIAL_FROM)")
 	flag.StringVar(&cfg.Site, "site", env("GTR_SITE", ""), "the site (city, data centre) of this access point, shown to operators beside its replica; lowercase letters, digits and hyphens, such as site-a; \"\" for none (env GTR_SITE)")
 	flag.BoolVar(&o.insecurePlaintext, "insecure-plaintext", env("GTR_INSECURE_PLAINTEXT", "") == "1", "without -cell-ca, dial the cells in plaintext, whose Cell API then serves anyone, and without -nats-ca, speak anonymous plaintext NATS: benchmarks and local tests only (env GTR_INSECURE_PLAINTEXT=1). Without it, without -cell-ca (or with -nats-url and no -nats-ca) the GTR refuses to start")
 	flag.StringVar(&o.natsCA, "nats-ca", env("GTR_NATS_CA", ""), "CA of the NATS server's certificate; with it the GTR speaks TLS to NATS, authenticated by -cell-tls-cert (default -tls-cert) as spiffe://cellpay.internal/gtr (env GTR_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")

@@ -199,7 +199,7 @@ func commands() []command {
 				}
 				return c.printApply(resp)
 			}},
-	}, append(append(append(partnerCommands(), callbackCommands()...), append(append(append(auditCommands(), txnCommands()...), statementCommands()...), refCommands()...)...), command{
+	}, append(append(append(partnerCommands(), callbackCommands()...), append(append(append(append(auditCommands(), drillCommands()...), txnCommands()...), statementCommands()...), refCommands()...)...), command{
 		name: "operators init", args: "DIR", offline: true, run: operatorsInit,
 		help: "write a token per role (viewer, operator, admin: DIR/ROLE.token) and the GTR's operators file of their hashes (DIR/operators.yaml); keeps a complete set, never overwrites; needs no GTR",
 	}, versionCommand(), completionCommand())...)

@@ -26,6 +26,8 @@ func TestHelpIsNotAnError(t *testing.T) {
 		{[]string{"statement", "-h"}, "usage: gtrctl statement PARTNER DATE"},
 		{[]string{"evacuate", "-h"}, "usage: gtrctl evacuate SITE"},
 		{[]string{"help", "restore-site"}, "usage: gtrctl restore-site SITE"},
+		{[]string{"drills", "-h"}, "usage: gtrctl drills"},
+		{[]string{"drills", "show", "-h"}, "usage: gtrctl drills show ID"},
 	} {
 		code, out, errs := gtrctl(t, tc.args...)
 		if code != 0 || !strings.HasPrefix(out, tc.want) || errs != "" {

@@ -21,6 +21,8 @@
 //	gtrctl partners add-key p-004
 //	gtrctl partners revoke-key p-004 KEY_ID
 //	gtrctl audit --since 1h --limit 50     # who changed what, before -> after
+//	gtrctl drills                           # the drills kept, each report's signature verified (--ca)
+//	gtrctl drills show ID                   # one drill's summary and whole report
 //	gtrctl statement p-001 2026-03-01      # a partner's UTC day, per cell and in total
 //	gtrctl operators init DIR               # offline: a token per role and the GTR's operators file
 //	gtrctl version                          # this gtrctl's build (also gtrctl -version)
@@ -91,7 +93,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.tokenFile, "token-file", envOr("GTRCTL_TOKEN_FILE", os.Getenv("GTR_ADMIN_TOKEN_FILE")),
 		"file holding the operator token (env GTRCTL_TOKEN_FILE or GTR_ADMIN_TOKEN_FILE; default .cellpay/operators/admin.token when present)")
 	fs.StringVar(&g.ca, "ca", os.Getenv("GTRCTL_CA"), "CA certificate the admin API's certificate is verified with (env GTRCTL_CA; default .cellpay/pki/ca.crt when present, else the system's roots)")
-	fs.StringVar(&g.serverName, "server-name", os.Getenv("GTRCTL_SERVER_NAME"), "name the admin API's certificate is verified for, when --addr is not it (a port-forward to 127.0.0.1: gtr.cellpay-gtr.svc) (env GTRCTL_SERVER_NAME)")
+	fs.StringVar(&g.serverName, "server-name", os.Getenv("GTRCTL_SERVER_NAME"), "name the admin API's certificate is verified for, when --addr is not it (a port-forward to 127.0.0.1 in Kubernetes: gtr-admin.cellpay-gtr.svc) (env GTRCTL_SERVER_NAME)")
 	identity := hop.GTR
 	if v, ok := os.LookupEnv("GTRCTL_SERVER_IDENTITY"); ok {
 		identity = v
@@ -155,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	args = args[1:]
-	if (name == "table" || name == "partners" || name == "callbacks" || name == "operators" || name == "txn") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if (name == "table" || name == "partners" || name == "callbacks" || name == "operators" || name == "txn" || name == "drills") && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = name+" "+args[0], args[1:]
 	}
 	var cmd *command
@@ -266,7 +268,9 @@ func (c *cli) dial() (*grpc.ClientConn, error) {
 	if id := c.g.serverIdentity; id != "" {
 		tlsCfg.VerifyConnection = hop.Pin(hop.Only(id))
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
+	// Answers up to the admin listener's own bound (grpclimits.Admin):
+	// a list of drills carries their reports.
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20))}
 	if tok != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
 	}

@@ -64,8 +64,8 @@ func snapshotCmd(ctx context.Context, target natsTarget, args []string) error {
 	source := fs.String("source", "config/refdata", "reference data directory or JSON file")
 	unchecked := fs.Bool("unchecked", false, "publish without validating (to test the cells' refusal; never in production)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, "replicator [FLAGS] snapshot [-source DIR|FILE] [-unchecked] [-json]", args); err != nil {
+		return err
 	}
 	f, err := refdata.ReadSource(*source)
 	if err != nil {
@@ -97,8 +97,8 @@ func updateCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs.Var(&rates, "rate", "CUR=RATE: units of CUR per base unit, an exact decimal (repeatable)")
 	fs.Var(&mccs, "mcc", "CODE=CATEGORY:RISK, risk low, medium or high (repeatable)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, "replicator [FLAGS] update [-rate CUR=RATE]... [-mcc CODE=CATEGORY:RISK]... [-json]", args); err != nil {
+		return err
 	}
 	u := refdata.Update{}
 	for _, r := range rates {
@@ -159,8 +159,8 @@ func watchCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	source := fs.String("source", "config/refdata", "reference data directory or JSON file")
 	interval := fs.Duration("interval", time.Second, "how often to read the source")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, "replicator [FLAGS] watch [-source DIR|FILE] [-interval 1s]", args); err != nil {
+		return err
 	}
 	nc, pub, err := connect(target)
 	if err != nil {
@@ -196,8 +196,8 @@ func statusCmd(ctx context.Context, target natsTarget, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	wait := fs.Duration("wait", refdata.StatusInterval*5/2, "how long to listen for the cells' reports")
 	asJSON := fs.Bool("json", false, "print as JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, "replicator [FLAGS] status [-wait 2.5s] [-json]", args); err != nil {
+		return err
 	}
 	nc, pub, err := connect(target)
 	if err != nil {

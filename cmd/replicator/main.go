@@ -31,6 +31,8 @@ func main() {
 	err := run(ctx, os.Args[1:])
 	var usage usageError
 	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0) // asked for: parse printed the usage on stdout
 	case errors.As(err, &usage):
 		fmt.Fprintln(os.Stderr, "replicator:", err)
 		os.Exit(2)
@@ -49,8 +51,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&target.TLS.CA, "tls-ca", env("REPLICATOR_TLS_CA", ""), "CA of the NATS server's certificate (env REPLICATOR_TLS_CA)")
 	fs.IntVar(&target.Replicas, "replicas", envInt("REPLICATOR_REPLICAS", 3), "replicas of the reference data stream if this publish creates it (nobody has yet): 3 on a three-server NATS cluster, 1 on a lone server; an existing stream is kept as it is (env REPLICATOR_REPLICAS)")
 	version := fs.Bool("version", false, buildinfo.FlagUsage)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, "replicator [FLAGS] snapshot|update|watch|status [FLAGS] (replicator COMMAND -h)", args); err != nil {
+		return err
 	}
 	if *version {
 		fmt.Println(buildinfo.Read("replicator"))
@@ -83,3 +85,26 @@ func envInt(name string, def int) int {
 }
 
 type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// parse parses args into fs, whose command line is synopsis. Asked for
+// (-h, --help), the usage goes to stdout and the error wraps flag.ErrHelp,
+// which is not a failure; a wrong flag's usage goes to stderr after what
+// is wrong, as a usageError.
+func parse(fs *flag.FlagSet, synopsis string, args []string) error {
+	fs.Usage = func() {} // printed below, where it belongs
+	err := fs.Parse(args)
+	if err == nil {
+		return nil
+	}
+	out := os.Stderr
+	if errors.Is(err, flag.ErrHelp) {
+		out = os.Stdout
+	}
+	fmt.Fprintf(out, "usage: %s\n\nflags:\n", synopsis)
+	fs.SetOutput(out)
+	fs.PrintDefaults()
+	fs.SetOutput(nil)
+	return usageError{err}
+}

@@ -2,11 +2,15 @@ package buildinfo_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,50 +96,166 @@ func TestRequested(t *testing.T) {
 	}
 }
 
-// TestBinariesPrintVersion builds two commands as make build does, but
-// stamped with the VCS revision when the module is a Git work tree, and
-// runs each with -version: exit status 0 and the build's line, the
-// revision in it. gtr stands for the commands that define -version on
-// their flags; gtrctl has its own version command behind -version.
-func TestBinariesPrintVersion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds binaries")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// binaries builds every command under cmd/ (each directory holding a main
+// package, found on disk so that a new command is covered without a word
+// here) once for the tests that run them, as make build does but stamped
+// with the VCS revision when the module is a Git work tree. It returns the
+// directory of the binaries, their names, and the short revision they
+// carry ("" when unstamped).
+var binaries = sync.OnceValues(func() (built, error) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
-		t.Fatal(err)
+		return built{}, err
 	}
-	vcs, rev := "-buildvcs=false", ""
+	b := built{}
+	entries, err := os.ReadDir(filepath.Join(root, "cmd"))
+	if err != nil {
+		return b, err
+	}
+	pkgs := []string{}
+	for _, e := range entries {
+		if e.IsDir() && isMain(filepath.Join(root, "cmd", e.Name())) {
+			b.names = append(b.names, e.Name())
+			pkgs = append(pkgs, "./cmd/"+e.Name())
+		}
+	}
+	if len(b.names) == 0 {
+		return b, fmt.Errorf("no main package under %s", filepath.Join(root, "cmd"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	vcs := "-buildvcs=false"
 	git := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
 	git.Dir = root
 	if out, err := git.Output(); err == nil && len(strings.TrimSpace(string(out))) >= 7 {
-		vcs, rev = "-buildvcs=true", strings.TrimSpace(string(out))[:7]
-	} else {
-		t.Logf("no Git revision (%v): checking the unstamped line", err)
+		vcs, b.rev = "-buildvcs=true", strings.TrimSpace(string(out))[:7]
 	}
-	bin := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", vcs, "-o", bin+string(filepath.Separator), "./cmd/gtr", "./cmd/gtrctl")
+	if b.dir, err = os.MkdirTemp("", "buildinfo-bin"); err != nil {
+		return b, err
+	}
+	build := exec.CommandContext(ctx, "go", append([]string{"build", vcs, "-o", b.dir + string(filepath.Separator)}, pkgs...)...)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		return b, fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	for _, name := range []string{"gtr", "gtrctl"} {
+	return b, nil
+})
+
+type built struct {
+	dir   string
+	names []string
+	rev   string
+}
+
+// isMain reports whether dir's non-test Go files are package main.
+func isMain(dir string) bool {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, "package ") {
+				return strings.TrimSpace(line) == "package main"
+			}
+		}
+	}
+	return false
+}
+
+// TestMain removes the binaries built for the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if b, err := binaries(); err == nil && b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+	os.Exit(code)
+}
+
+// builtBinaries is binaries, or the test skipped (-short) or failed.
+func builtBinaries(t *testing.T) built {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds every binary")
+	}
+	b, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gtr", "cell", "replicator", "gtrctl", "cellpay"} {
+		if !slices.Contains(b.names, name) {
+			t.Fatalf("the commands found under cmd/, %v, lack %s", b.names, name)
+		}
+	}
+	return b
+}
+
+// run runs binary name with args and no environment (no GTR_* or
+// CELLPAY_* variable may matter), its stdout and stderr apart.
+func run(t *testing.T, b built, name string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(b.dir, name), args...)
+	cmd.Env = []string{}
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// TestBinariesPrintVersion runs every command with -version and
+// --version: exit status 0 and the build's one line, the revision in it.
+// Most define -version on their flags; gtrctl has a version command
+// behind it, benchrun and loadgen look for it before their own parsing.
+func TestBinariesPrintVersion(t *testing.T) {
+	b := builtBinaries(t)
+	want := "(rev unknown)"
+	if b.rev != "" {
+		want = "(rev " + b.rev
+	} else {
+		t.Logf("no Git revision: checking the unstamped line")
+	}
+	for _, name := range b.names {
 		for _, flag := range []string{"-version", "--version"} {
-			cmd := exec.CommandContext(ctx, filepath.Join(bin, name), flag)
-			cmd.Env = []string{} // no GTR_* variable may matter
-			out, err := cmd.Output()
+			out, errOut, err := run(t, b, name, flag)
 			if err != nil {
-				t.Fatalf("%s %s: %v\n%s", name, flag, err, out)
+				t.Errorf("%s %s: %v\n%s%s", name, flag, err, out, errOut)
+				continue
 			}
-			line := strings.TrimSpace(string(out))
-			want := "(rev unknown)"
-			if rev != "" {
-				want = "(rev " + rev
-			}
-			if !strings.HasPrefix(line, name+" ") || !strings.Contains(line, want) || !strings.HasSuffix(line, " "+runtime.Version()) || strings.Count(string(out), "\n") != 1 {
+			line := strings.TrimSpace(out)
+			if !strings.HasPrefix(line, name+" ") || !strings.Contains(line, want) || !strings.HasSuffix(line, " "+runtime.Version()) || strings.Count(out, "\n") != 1 {
 				t.Errorf("%s %s printed %q, want one line %q... %s with %q", name, flag, out, name, runtime.Version(), want)
+			}
+		}
+	}
+}
+
+// TestBinariesHelp runs every command with -h and --help: asking for the
+// usage is not an error, so exit status 0 (the flag package's 2 is for a
+// wrong flag), with the usage printed. Most commands print it where the
+// flag package does, on stderr; gtrctl, cellpay and replicator on stdout,
+// as asked for.
+func TestBinariesHelp(t *testing.T) {
+	b := builtBinaries(t)
+	onStdout := map[string]bool{"gtrctl": true, "cellpay": true, "replicator": true}
+	for _, name := range b.names {
+		for _, flag := range []string{"-h", "--help"} {
+			out, errOut, err := run(t, b, name, flag)
+			if err != nil {
+				t.Errorf("%s %s: %v, want exit status 0\n%s%s", name, flag, err, out, errOut)
+				continue
+			}
+			usage := out + errOut
+			if onStdout[name] {
+				usage = out
+			}
+			if !strings.Contains(strings.ToLower(usage), "usage") || strings.Count(usage, "\n  ") < 2 {
+				t.Errorf("%s %s printed stdout %q, stderr %q: want its usage, with its flags or commands", name, flag, out, errOut)
 			}
 		}
 	}

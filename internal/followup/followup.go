@@ -41,7 +41,12 @@ func (b *Broken) Error() string { return b.Msg }
 
 // The reasons of Broken.
 const (
-	CaptureExceeds   = "CAPTURE_EXCEEDS_AUTHORIZATION"
+	CaptureExceeds = "CAPTURE_EXCEEDS_AUTHORIZATION"
+	// RefundBeforeCapture: a refund of an authorization none of whose
+	// captures was approved yet (one still in flight included: it is
+	// not captured until it is approved).
+	RefundBeforeCapture = "REFUND_BEFORE_CAPTURE"
+	// RefundExceeds: a refund of more than was captured and not refunded.
 	RefundExceeds    = "REFUND_EXCEEDS_CAPTURED"
 	VoidAfterCapture = "VOID_AFTER_CAPTURE"
 	OriginalVoided   = "ORIGINAL_VOIDED"
@@ -67,6 +72,9 @@ func (l Ledger) Check(kind cellpayv1.PaymentType, amount int64) error {
 			return &Broken{VoidAfterCapture, "original_transaction_id: the authorization has a capture (refund it instead)"}
 		}
 	case cellpayv1.PaymentType_REFUND:
+		if l.Captured == 0 {
+			return &Broken{RefundBeforeCapture, "original_transaction_id: nothing of the authorization is captured yet (capture it first)"}
+		}
 		if left := l.Captured - l.Refunded - l.HeldRefund; amount > left {
 			return &Broken{RefundExceeds, fmt.Sprintf("amount: %d is more than the %d captured and not refunded", amount, max(left, 0))}
 		}

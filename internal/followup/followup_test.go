@@ -25,7 +25,7 @@ func reason(err error) string {
 
 func TestRules(t *testing.T) {
 	l := Ledger{Authorized: 1000}
-	if got := reason(l.Hold(refund, 1)); got != RefundExceeds {
+	if got := reason(l.Hold(refund, 1)); got != RefundBeforeCapture {
 		t.Fatalf("refund before capture: %q", got)
 	}
 	if err := l.Hold(capture, 600); err != nil {
@@ -37,10 +37,13 @@ func TestRules(t *testing.T) {
 	if got := reason(l.Hold(void, 0)); got != VoidAfterCapture {
 		t.Fatalf("void with a capture held: %q", got)
 	}
-	if got := reason(l.Hold(refund, 1)); got != RefundExceeds {
-		t.Fatalf("refund of a held capture: %q", got)
+	if got := reason(l.Hold(refund, 1)); got != RefundBeforeCapture {
+		t.Fatalf("refund of a capture still held: %q", got)
 	}
 	l.Settle(capture, 600, true)
+	if got := reason(l.Hold(refund, 601)); got != RefundExceeds {
+		t.Fatalf("refund over the captures: %q", got)
+	}
 	if err := l.Hold(refund, 600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 package hop
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -134,4 +136,13 @@ func PeerExpiries() []PeerExpiry {
 	}
 	slices.SortFunc(out, func(a, b PeerExpiry) int { return strings.Compare(a.Identity, b.Identity) })
 	return out
+}
+
+// DialFrom dials TCP from the local address ip (a host on several
+// networks: the one a connection must leave from).
+func DialFrom(ip net.IP) grpc.DialOption {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", addr)
+	})
 }

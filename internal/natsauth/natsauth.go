@@ -45,10 +45,12 @@ import (
 // kvsync, the cell's directory and the GTR's audit log are these; refdata's
 // are repeated here, and TestNamesMatch holds them equal.
 const (
-	RefdataStream      = "CELLPAY_REFDATA"
-	RefdataSubject     = "cellpay.refdata.versions"
-	StatusPrefix       = "cellpay.refdata.status."
-	GTRBucket          = "cellpay_gtr"
+	RefdataStream  = "CELLPAY_REFDATA"
+	RefdataSubject = "cellpay.refdata.versions"
+	StatusPrefix   = "cellpay.refdata.status."
+	GTRBucket      = "cellpay_gtr"
+	// DrillsBucket keeps the drills' signed reports (Admin.RecordDrill).
+	DrillsBucket       = "cellpay_drills"
 	DirectoryBucket    = "cellpay_txn"
 	AuditStream        = "CELLPAY_AUDIT"
 	AuditSubjectPrefix = "cellpay.audit."
@@ -184,6 +186,9 @@ func GTR() User {
 	gtrStream, gtrSubjects := kv(GTRBucket)
 	pub := []string{jsAPI + "INFO"}
 	pub = append(pub, ownStream(gtrStream, gtrSubjects)...)
+	// The drills' signed reports: a bucket of its own.
+	drillsStream, drillsSubjects := kv(DrillsBucket)
+	pub = append(pub, ownStream(drillsStream, drillsSubjects)...)
 	// The directory: only its release records (gtrctl release),
 	// never an entry.
 	dirStream, _ := kv(DirectoryBucket)

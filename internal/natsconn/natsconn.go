@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,7 +32,9 @@ import (
 // presents files.Cert, read again at every (re)connect, so that a renewed
 // certificate is used from the next connection on; its replies come to the
 // certificate identity's own inbox prefix. opts come after the defaults,
-// so they may override them.
+// so they may override them. With files set, the process also handshakes
+// every ProbeEvery with each server of url's list, to watch the
+// certificate each presents (ServedExpiries).
 func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.Conn, error) {
 	base := []nats.Option{
 		nats.Name(name),
@@ -50,59 +51,9 @@ func Connect(url, name string, files tlsconf.Files, opts ...nats.Option) (*nats.
 	}
 	nc, err := nats.Connect(url, append(append(base, tlsOpts...), opts...)...)
 	if err == nil && tlsOpts != nil {
-		go probeServedCert(nc, tlsOpts)
+		go probeServedCerts(nc, Servers(url), files)
 	}
 	return nc, err
-}
-
-// ProbeEvery is how often a process's NATS connections look afresh at the
-// certificate their server presents.
-const ProbeEvery = 5 * time.Minute
-
-// probed is when each server URL was last probed by this process: its
-// several connections to one server share a probe.
-var probed struct {
-	sync.Mutex
-	at map[string]time.Time
-}
-
-// probeServedCert connects afresh, every ProbeEvery while nc is open, to
-// the server nc is connected to, and closes at once: the handshake pins
-// and records the certificate the server presents now (hop.Pin,
-// cellpay_tls_peer_not_after_seconds). A connection lives for days, and
-// NATS reloads its certificate only when told to (its reloader in
-// Kubernetes); only a new handshake shows whether it did. It returns
-// within a quarter of a second of nc's closing.
-func probeServedCert(nc *nats.Conn, tlsOpts []nats.Option) {
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
-		if nc.IsClosed() {
-			return
-		}
-		url := nc.ConnectedUrlRedacted()
-		if url == "" || !dueProbe(url, time.Now()) {
-			continue
-		}
-		if p, err := nats.Connect(nc.ConnectedUrl(), append([]nats.Option{nats.Name("cellpay certificate probe"), nats.Timeout(5 * time.Second), nats.NoReconnect()}, tlsOpts...)...); err == nil {
-			p.Close()
-		}
-	}
-}
-
-// dueProbe reports whether url is due a probe at now, and if so counts it
-// as probed.
-func dueProbe(url string, now time.Time) bool {
-	probed.Lock()
-	defer probed.Unlock()
-	if probed.at == nil {
-		probed.at = map[string]time.Time{}
-	}
-	if last, ok := probed.at[url]; ok && now.Sub(last) < ProbeEvery {
-		return false
-	}
-	probed.at[url] = now
-	return true
 }
 
 // PingInterval is how often a connection pings its server.

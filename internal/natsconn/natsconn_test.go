@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,31 +101,146 @@ func TestReconnectPresentsRenewedCertificate(t *testing.T) {
 	if _, err := nc.Request("$JS.API.INFO", nil, 2*time.Second); err != nil {
 		t.Fatalf("a request as the cell after the reconnect: %v", err)
 	}
-	// The connection's probe looked at the server's certificate on a
-	// connection of its own, and closed it; the certificate NATS serves
-	// is recorded under its identity.
-	testutil.Eventually(t, 5*time.Second, "a certificate probe's connection, closed", func() bool {
-		cz, err := ns.NATS().Connz(&server.ConnzOptions{State: server.ConnClosed})
-		if err != nil {
-			return false
-		}
-		for _, c := range cz.Conns {
-			if c.Name == "cellpay certificate probe" {
-				return true
-			}
-		}
-		return false
-	})
+	// The connection's probe handshook with the server on a connection of
+	// its own: the certificate NATS serves is recorded under its identity
+	// and under the server's address.
 	served, err := pki.ReadCertificate(pki.CertFile(ca.Dir, "nats"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen bool
-	for _, p := range hop.PeerExpiries() {
-		seen = seen || p.Identity == hop.NATS && p.NotAfter.Equal(served.NotAfter)
+	testutil.Eventually(t, 5*time.Second, "NATS's certificate recorded", func() bool {
+		var byID, byServer bool
+		for _, p := range hop.PeerExpiries() {
+			byID = byID || p.Identity == hop.NATS && p.NotAfter.Equal(served.NotAfter)
+		}
+		for _, s := range natsconn.ServedExpiries() {
+			byServer = byServer || s.Server == fmt.Sprintf("127.0.0.1:%d", ns.Port()) && s.NotAfter.Equal(served.NotAfter)
+		}
+		return byID && byServer
+	})
+}
+
+// TestProbesEveryServer: a connection given a cluster's three servers
+// probes each of them, not only the one it uses, and records what each
+// presents by its address, each server's certificate its own (issued a
+// second apart, so their expiries differ). The probe is a TLS handshake
+// alone: no server sees a client session (CONNECT) from it.
+func TestProbesEveryServer(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.EnsureCA(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !seen {
-		t.Fatalf("NATS's certificate (expiring %v) not recorded: %v", served.NotAfter, hop.PeerExpiries())
+	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	want := map[string]time.Time{}
+	var servers []*natstest.Server
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // x509 times are in seconds
+		}
+		name := fmt.Sprintf("nats-%d", i)
+		if err := ca.Issue(name, []string{"127.0.0.1", hop.NATS}, pki.Server); err != nil {
+			t.Fatal(err)
+		}
+		c, err := pki.ReadCertificate(pki.CertFile(ca.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns := startSecure(t, ca, filepath.Join(dir, name), name)
+		servers = append(servers, ns)
+		urls = append(urls, fmt.Sprintf("tls://127.0.0.1:%d", ns.Port()))
+		want[fmt.Sprintf("127.0.0.1:%d", ns.Port())] = c.NotAfter
+	}
+	if got := natsconn.Servers(strings.Join(urls, ",")); len(got) != 3 {
+		t.Fatalf("Servers(%v) = %v", urls, got)
+	}
+
+	files := tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()}
+	nc, err := natsconn.Connect(strings.Join(urls, ","), "test", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	testutil.Eventually(t, 10*time.Second, "every server's certificate recorded", func() bool {
+		got := map[string]time.Time{}
+		for _, s := range natsconn.ServedExpiries() {
+			got[s.Server] = s.NotAfter
+		}
+		for server, notAfter := range want {
+			if !got[server].Equal(notAfter) {
+				return false
+			}
+		}
+		return true
+	})
+	// The servers saw each probe as a connection closed before any CONNECT:
+	// no name, no user; the one session is the connection's own.
+	sessions := 0
+	for _, ns := range servers {
+		cz, err := ns.NATS().Connz(&server.ConnzOptions{State: server.ConnAll, Username: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cz.Conns {
+			if c.AuthorizedUser != "" {
+				sessions++
+				if c.Name != "test" {
+					t.Errorf("a session named %q as %s", c.Name, c.AuthorizedUser)
+				}
+			}
+		}
+	}
+	if sessions != 1 {
+		t.Errorf("%d client sessions on the three servers, want the connection's one (a probe is a handshake only)", sessions)
+	}
+}
+
+// TestProbeServerRefusals: a probe of an address where no server listens
+// or of a server presenting another identity fails within its timeout and
+// records nothing for it.
+func TestProbeServerRefusals(t *testing.T) {
+	ca, ns := secureNATS(t, hop.Cell("cell-b"))
+	files := tlsconf.Files{Cert: pki.CertFile(ca.Dir, "cell-a"), Key: pki.KeyFile(ca.Dir, "cell-a"), CA: ca.CertFile()}
+	addr := fmt.Sprintf("127.0.0.1:%d", ns.Port())
+	start := time.Now()
+	if err := natsconn.ProbeServer(addr, files, 2*time.Second); err == nil || !strings.Contains(err.Error(), "presented identity "+hop.Cell("cell-b")) {
+		t.Errorf("a server presenting a cell's identity: %v", err)
+	}
+	port, err := testutil.FreePortRun(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsconn.ProbeServer(fmt.Sprintf("127.0.0.1:%d", port), files, 2*time.Second); err == nil {
+		t.Error("a probe of a closed port succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the probes took %v", d)
+	}
+	for _, s := range natsconn.ServedExpiries() {
+		if s.Server == fmt.Sprintf("127.0.0.1:%d", port) {
+			t.Errorf("recorded %v for a closed port", s)
+		}
+	}
+}
+
+func TestServers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"tls://a:4222,tls://b:4222,tls://c:4222", []string{"a:4222", "b:4222", "c:4222"}},
+		{"nats://127.0.0.1:7222, 127.0.0.1:7223,tls://127.0.0.1:7222", []string{"127.0.0.1:7222", "127.0.0.1:7223"}},
+		{"tls://nats", []string{"nats:4222"}},
+		{"tls://[::1]:4222", []string{"[::1]:4222"}},
+		{"", nil},
+		{strings.Repeat("tls://x:1,", 3) + "a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1", []string{"x:1", "a:1", "b:1", "c:1", "d:1", "e:1", "f:1", "g:1"}},
+	} {
+		if got := natsconn.Servers(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("Servers(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 
@@ -167,15 +284,25 @@ func secureNATS(t *testing.T, serverIdentity string) (*pki.CA, *natstest.Server)
 	if err := ca.Issue("cell-a", []string{hop.Cell("cell-a")}, pki.Client); err != nil {
 		t.Fatal(err)
 	}
+	return ca, startSecure(t, ca, dir, "nats")
+}
+
+// startSecure runs a NATS server as secureNATS does, in dir, serving
+// ca's certificate name.
+func startSecure(t *testing.T, ca *pki.CA, dir, name string) *natstest.Server {
+	t.Helper()
 	port, err := testutil.FreePortRun(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := natsauth.Server{Host: "127.0.0.1", Port: port, StoreDir: filepath.Join(dir, "js"),
-		Cert: pki.CertFile(ca.Dir, "nats"), Key: pki.KeyFile(ca.Dir, "nats"), CA: ca.CertFile(), Cells: []string{"cell-a"}}
+		Cert: pki.CertFile(ca.Dir, name), Key: pki.KeyFile(ca.Dir, name), CA: ca.CertFile(), Cells: []string{"cell-a"}}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	confFile := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(confFile, []byte(conf.Config()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return ca, natstest.StartFile(t, confFile)
+	return natstest.StartFile(t, confFile)
 }

@@ -4756,6 +4756,625 @@ func (x *ListAuditResponse) GetPending() int32 {
 	return 0
 }
 
+// SignedDrillReport is a drill's report as signed (package
+// internal/drillreport): the bytes are a JSON document of kind
+// "cellpay.drill.report/v1", its summary and the drill's report.
+type SignedDrillReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// report is the document's bytes exactly as signed; at most 64 KiB.
+	Report []byte `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	// signature signs SHA-256 of "cellpay drill report v1", a zero byte and
+	// report, with the certificate's key (ECDSA: ASN.1); at most 512 bytes.
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// certificate is the signer's chain, PEM, leaf first; at most 16 KiB.
+	Certificate   []byte `protobuf:"bytes,3,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedDrillReport) Reset() {
+	*x = SignedDrillReport{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedDrillReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedDrillReport) ProtoMessage() {}
+
+func (x *SignedDrillReport) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedDrillReport.ProtoReflect.Descriptor instead.
+func (*SignedDrillReport) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *SignedDrillReport) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *SignedDrillReport) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignedDrillReport) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+type RecordDrillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Report        *SignedDrillReport     `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordDrillRequest) Reset() {
+	*x = RecordDrillRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordDrillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordDrillRequest) ProtoMessage() {}
+
+func (x *RecordDrillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordDrillRequest.ProtoReflect.Descriptor instead.
+func (*RecordDrillRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *RecordDrillRequest) GetReport() *SignedDrillReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type RecordDrillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the report kept (GetDrill).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// created is false when the same report was kept already: nothing
+	// changed.
+	Created       bool          `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Summary       *DrillSummary `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordDrillResponse) Reset() {
+	*x = RecordDrillResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordDrillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordDrillResponse) ProtoMessage() {}
+
+func (x *RecordDrillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordDrillResponse.ProtoReflect.Descriptor instead.
+func (*RecordDrillResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *RecordDrillResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecordDrillResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *RecordDrillResponse) GetSummary() *DrillSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+// DrillSummary is what a drill's signed report says of it, as the GTR
+// that answers read it from the report it verified.
+type DrillSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	// cuts are what was cut, in order, with the RTO a partner saw.
+	Cuts []*DrillCut `protobuf:"bytes,4,rep,name=cuts,proto3" json:"cuts,omitempty"`
+	// passed: no partner error, no FAILED answer, and the checker (when it
+	// ran) found nothing.
+	Passed bool `protobuf:"varint,5,opt,name=passed,proto3" json:"passed,omitempty"`
+	// partner_errors counts the errors partners saw, by gRPC code name;
+	// failed the FAILED answers; sent the calls sent.
+	PartnerErrors map[string]int32 `protobuf:"bytes,6,rep,name=partner_errors,json=partnerErrors,proto3" json:"partner_errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Failed        int32            `protobuf:"varint,7,opt,name=failed,proto3" json:"failed,omitempty"`
+	Sent          int64            `protobuf:"varint,8,opt,name=sent,proto3" json:"sent,omitempty"`
+	// checked is true when the checker ran; the RPO is then answers_lost
+	// and effects_without_record (issuer effects without a record), with
+	// unresolved answers still PENDING when it ran.
+	Checked              bool  `protobuf:"varint,9,opt,name=checked,proto3" json:"checked,omitempty"`
+	AnswersLost          int32 `protobuf:"varint,10,opt,name=answers_lost,json=answersLost,proto3" json:"answers_lost,omitempty"`
+	EffectsWithoutRecord int32 `protobuf:"varint,11,opt,name=effects_without_record,json=effectsWithoutRecord,proto3" json:"effects_without_record,omitempty"`
+	Unresolved           int32 `protobuf:"varint,12,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
+	// signer is the signing certificate's identity and signer_cert its ID
+	// (the first 16 bytes of its DER's SHA-256, hex).
+	Signer        string `protobuf:"bytes,13,opt,name=signer,proto3" json:"signer,omitempty"`
+	SignerCert    string `protobuf:"bytes,14,opt,name=signer_cert,json=signerCert,proto3" json:"signer_cert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrillSummary) Reset() {
+	*x = DrillSummary{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrillSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrillSummary) ProtoMessage() {}
+
+func (x *DrillSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrillSummary.ProtoReflect.Descriptor instead.
+func (*DrillSummary) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DrillSummary) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DrillSummary) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *DrillSummary) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *DrillSummary) GetCuts() []*DrillCut {
+	if x != nil {
+		return x.Cuts
+	}
+	return nil
+}
+
+func (x *DrillSummary) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *DrillSummary) GetPartnerErrors() map[string]int32 {
+	if x != nil {
+		return x.PartnerErrors
+	}
+	return nil
+}
+
+func (x *DrillSummary) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *DrillSummary) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *DrillSummary) GetChecked() bool {
+	if x != nil {
+		return x.Checked
+	}
+	return false
+}
+
+func (x *DrillSummary) GetAnswersLost() int32 {
+	if x != nil {
+		return x.AnswersLost
+	}
+	return 0
+}
+
+func (x *DrillSummary) GetEffectsWithoutRecord() int32 {
+	if x != nil {
+		return x.EffectsWithoutRecord
+	}
+	return 0
+}
+
+func (x *DrillSummary) GetUnresolved() int32 {
+	if x != nil {
+		return x.Unresolved
+	}
+	return 0
+}
+
+func (x *DrillSummary) GetSigner() string {
+	if x != nil {
+		return x.Signer
+	}
+	return ""
+}
+
+func (x *DrillSummary) GetSignerCert() string {
+	if x != nil {
+		return x.SignerCert
+	}
+	return ""
+}
+
+// DrillCut is one target of a drill.
+type DrillCut struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Target string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// rto_seconds: from the cut to the end of the last call it disturbed (0:
+	// none was); longest_seconds: the longest call sent during it.
+	RtoSeconds     float64 `protobuf:"fixed64,2,opt,name=rto_seconds,json=rtoSeconds,proto3" json:"rto_seconds,omitempty"`
+	LongestSeconds float64 `protobuf:"fixed64,3,opt,name=longest_seconds,json=longestSeconds,proto3" json:"longest_seconds,omitempty"`
+	// errors the partner saw among the calls sent during the cut.
+	Errors        int32 `protobuf:"varint,4,opt,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrillCut) Reset() {
+	*x = DrillCut{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrillCut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrillCut) ProtoMessage() {}
+
+func (x *DrillCut) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrillCut.ProtoReflect.Descriptor instead.
+func (*DrillCut) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *DrillCut) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *DrillCut) GetRtoSeconds() float64 {
+	if x != nil {
+		return x.RtoSeconds
+	}
+	return 0
+}
+
+func (x *DrillCut) GetLongestSeconds() float64 {
+	if x != nil {
+		return x.LongestSeconds
+	}
+	return 0
+}
+
+func (x *DrillCut) GetErrors() int32 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+// DrillRecord is a drill kept.
+type DrillRecord struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Summary *DrillSummary          `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	Report  *SignedDrillReport     `protobuf:"bytes,2,opt,name=report,proto3" json:"report,omitempty"`
+	// recorded_at, recorded_by (the operator) and replica say who recorded
+	// it, when and where: the GTR's, not signed.
+	RecordedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
+	RecordedBy    string                 `protobuf:"bytes,4,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
+	Replica       string                 `protobuf:"bytes,5,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrillRecord) Reset() {
+	*x = DrillRecord{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrillRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrillRecord) ProtoMessage() {}
+
+func (x *DrillRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrillRecord.ProtoReflect.Descriptor instead.
+func (*DrillRecord) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *DrillRecord) GetSummary() *DrillSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *DrillRecord) GetReport() *SignedDrillReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *DrillRecord) GetRecordedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecordedAt
+	}
+	return nil
+}
+
+func (x *DrillRecord) GetRecordedBy() string {
+	if x != nil {
+		return x.RecordedBy
+	}
+	return ""
+}
+
+func (x *DrillRecord) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+type ListDrillsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit is the most drills answered, the newest; default 20, at most
+	// 100.
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDrillsRequest) Reset() {
+	*x = ListDrillsRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDrillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDrillsRequest) ProtoMessage() {}
+
+func (x *ListDrillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDrillsRequest.ProtoReflect.Descriptor instead.
+func (*ListDrillsRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ListDrillsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListDrillsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Drills        []*DrillRecord         `protobuf:"bytes,1,rep,name=drills,proto3" json:"drills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDrillsResponse) Reset() {
+	*x = ListDrillsResponse{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDrillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDrillsResponse) ProtoMessage() {}
+
+func (x *ListDrillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDrillsResponse.ProtoReflect.Descriptor instead.
+func (*ListDrillsResponse) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ListDrillsResponse) GetDrills() []*DrillRecord {
+	if x != nil {
+		return x.Drills
+	}
+	return nil
+}
+
+type GetDrillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDrillRequest) Reset() {
+	*x = GetDrillRequest{}
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDrillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDrillRequest) ProtoMessage() {}
+
+func (x *GetDrillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cellpay_admin_v1_admin_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDrillRequest.ProtoReflect.Descriptor instead.
+func (*GetDrillRequest) Descriptor() ([]byte, []int) {
+	return file_cellpay_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *GetDrillRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 var File_cellpay_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
@@ -5114,7 +5733,59 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\areplica\x18\v \x01(\tR\areplica\"f\n" +
 	"\x11ListAuditResponse\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.cellpay.admin.v1.AuditRecordR\arecords\x12\x18\n" +
-	"\apending\x18\x02 \x01(\x05R\apending*@\n" +
+	"\apending\x18\x02 \x01(\x05R\apending\"k\n" +
+	"\x11SignedDrillReport\x12\x16\n" +
+	"\x06report\x18\x01 \x01(\fR\x06report\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12 \n" +
+	"\vcertificate\x18\x03 \x01(\fR\vcertificate\"Q\n" +
+	"\x12RecordDrillRequest\x12;\n" +
+	"\x06report\x18\x01 \x01(\v2#.cellpay.admin.v1.SignedDrillReportR\x06report\"y\n" +
+	"\x13RecordDrillResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x128\n" +
+	"\asummary\x18\x03 \x01(\v2\x1e.cellpay.admin.v1.DrillSummaryR\asummary\"\xda\x04\n" +
+	"\fDrillSummary\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12.\n" +
+	"\x04cuts\x18\x04 \x03(\v2\x1a.cellpay.admin.v1.DrillCutR\x04cuts\x12\x16\n" +
+	"\x06passed\x18\x05 \x01(\bR\x06passed\x12X\n" +
+	"\x0epartner_errors\x18\x06 \x03(\v21.cellpay.admin.v1.DrillSummary.PartnerErrorsEntryR\rpartnerErrors\x12\x16\n" +
+	"\x06failed\x18\a \x01(\x05R\x06failed\x12\x12\n" +
+	"\x04sent\x18\b \x01(\x03R\x04sent\x12\x18\n" +
+	"\achecked\x18\t \x01(\bR\achecked\x12!\n" +
+	"\fanswers_lost\x18\n" +
+	" \x01(\x05R\vanswersLost\x124\n" +
+	"\x16effects_without_record\x18\v \x01(\x05R\x14effectsWithoutRecord\x12\x1e\n" +
+	"\n" +
+	"unresolved\x18\f \x01(\x05R\n" +
+	"unresolved\x12\x16\n" +
+	"\x06signer\x18\r \x01(\tR\x06signer\x12\x1f\n" +
+	"\vsigner_cert\x18\x0e \x01(\tR\n" +
+	"signerCert\x1a@\n" +
+	"\x12PartnerErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x84\x01\n" +
+	"\bDrillCut\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
+	"\vrto_seconds\x18\x02 \x01(\x01R\n" +
+	"rtoSeconds\x12'\n" +
+	"\x0flongest_seconds\x18\x03 \x01(\x01R\x0elongestSeconds\x12\x16\n" +
+	"\x06errors\x18\x04 \x01(\x05R\x06errors\"\xfc\x01\n" +
+	"\vDrillRecord\x128\n" +
+	"\asummary\x18\x01 \x01(\v2\x1e.cellpay.admin.v1.DrillSummaryR\asummary\x12;\n" +
+	"\x06report\x18\x02 \x01(\v2#.cellpay.admin.v1.SignedDrillReportR\x06report\x12;\n" +
+	"\vrecorded_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"recordedAt\x12\x1f\n" +
+	"\vrecorded_by\x18\x04 \x01(\tR\n" +
+	"recordedBy\x12\x18\n" +
+	"\areplica\x18\x05 \x01(\tR\areplica\")\n" +
+	"\x11ListDrillsRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"K\n" +
+	"\x12ListDrillsResponse\x125\n" +
+	"\x06drills\x18\x01 \x03(\v2\x1d.cellpay.admin.v1.DrillRecordR\x06drills\"!\n" +
+	"\x0fGetDrillRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id*@\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_UP\x10\x01\x12\x0f\n" +
@@ -5122,7 +5793,7 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\rPartnerStatus\x12\x1e\n" +
 	"\x1aPARTNER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PARTNER_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xea\x12\n" +
+	"\x18PARTNER_STATUS_SUSPENDED\x10\x022\xed\x14\n" +
 	"\x05Admin\x12T\n" +
 	"\tListCells\x12\".cellpay.admin.v1.ListCellsRequest\x1a#.cellpay.admin.v1.ListCellsResponse\x12M\n" +
 	"\tSetWeight\x12\".cellpay.admin.v1.SetWeightRequest\x1a\x1c.cellpay.admin.v1.CellStatus\x12E\n" +
@@ -5152,7 +5823,11 @@ const file_cellpay_admin_v1_admin_proto_rawDesc = "" +
 	"\fGetStatement\x12%.cellpay.admin.v1.GetStatementRequest\x1a&.cellpay.admin.v1.GetStatementResponse\x12`\n" +
 	"\rFindReference\x12&.cellpay.admin.v1.FindReferenceRequest\x1a'.cellpay.admin.v1.FindReferenceResponse\x12T\n" +
 	"\tListAudit\x12\".cellpay.admin.v1.ListAuditRequest\x1a#.cellpay.admin.v1.ListAuditResponse\x12Z\n" +
-	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponseB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
+	"\vReleaseCell\x12$.cellpay.admin.v1.ReleaseCellRequest\x1a%.cellpay.admin.v1.ReleaseCellResponse\x12Z\n" +
+	"\vRecordDrill\x12$.cellpay.admin.v1.RecordDrillRequest\x1a%.cellpay.admin.v1.RecordDrillResponse\x12W\n" +
+	"\n" +
+	"ListDrills\x12#.cellpay.admin.v1.ListDrillsRequest\x1a$.cellpay.admin.v1.ListDrillsResponse\x12L\n" +
+	"\bGetDrill\x12!.cellpay.admin.v1.GetDrillRequest\x1a\x1d.cellpay.admin.v1.DrillRecordB6Z4github.com/cellpay/cellpay/pkg/adminproto;adminprotob\x06proto3"
 
 var (
 	file_cellpay_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -5167,7 +5842,7 @@ func file_cellpay_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_cellpay_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_cellpay_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(Health)(0),                              // 0: cellpay.admin.v1.Health
 	(PartnerStatus)(0),                       // 1: cellpay.admin.v1.PartnerStatus
@@ -5237,28 +5912,38 @@ var file_cellpay_admin_v1_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),                 // 65: cellpay.admin.v1.ListAuditRequest
 	(*AuditRecord)(nil),                      // 66: cellpay.admin.v1.AuditRecord
 	(*ListAuditResponse)(nil),                // 67: cellpay.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),            // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 69: google.protobuf.Duration
-	(*cellproto.CallbackEvent)(nil),          // 70: cellpay.cell.v1.CallbackEvent
-	(*cellproto.InspectResponse)(nil),        // 71: cellpay.cell.v1.InspectResponse
-	(*cellpayv1.StatementLine)(nil),          // 72: cellpay.v1.StatementLine
-	(*cellproto.ListCallbacksRequest)(nil),   // 73: cellpay.cell.v1.ListCallbacksRequest
-	(*cellproto.ReplayCallbacksRequest)(nil), // 74: cellpay.cell.v1.ReplayCallbacksRequest
+	(*SignedDrillReport)(nil),                // 68: cellpay.admin.v1.SignedDrillReport
+	(*RecordDrillRequest)(nil),               // 69: cellpay.admin.v1.RecordDrillRequest
+	(*RecordDrillResponse)(nil),              // 70: cellpay.admin.v1.RecordDrillResponse
+	(*DrillSummary)(nil),                     // 71: cellpay.admin.v1.DrillSummary
+	(*DrillCut)(nil),                         // 72: cellpay.admin.v1.DrillCut
+	(*DrillRecord)(nil),                      // 73: cellpay.admin.v1.DrillRecord
+	(*ListDrillsRequest)(nil),                // 74: cellpay.admin.v1.ListDrillsRequest
+	(*ListDrillsResponse)(nil),               // 75: cellpay.admin.v1.ListDrillsResponse
+	(*GetDrillRequest)(nil),                  // 76: cellpay.admin.v1.GetDrillRequest
+	nil,                                      // 77: cellpay.admin.v1.DrillSummary.PartnerErrorsEntry
+	(*timestamppb.Timestamp)(nil),            // 78: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 79: google.protobuf.Duration
+	(*cellproto.CallbackEvent)(nil),          // 80: cellpay.cell.v1.CallbackEvent
+	(*cellproto.InspectResponse)(nil),        // 81: cellpay.cell.v1.InspectResponse
+	(*cellpayv1.StatementLine)(nil),          // 82: cellpay.v1.StatementLine
+	(*cellproto.ListCallbacksRequest)(nil),   // 83: cellpay.cell.v1.ListCallbacksRequest
+	(*cellproto.ReplayCallbacksRequest)(nil), // 84: cellpay.cell.v1.ReplayCallbacksRequest
 }
 var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 0: cellpay.admin.v1.ListCellsResponse.cells:type_name -> cellpay.admin.v1.CellStatus
 	0,  // 1: cellpay.admin.v1.CellStatus.health:type_name -> cellpay.admin.v1.Health
 	7,  // 2: cellpay.admin.v1.CellStatus.ramp:type_name -> cellpay.admin.v1.Ramp
-	68, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
+	78, // 3: cellpay.admin.v1.CellStatus.refdata_since:type_name -> google.protobuf.Timestamp
 	6,  // 4: cellpay.admin.v1.CellStatus.instances:type_name -> cellpay.admin.v1.InstanceStatus
 	5,  // 5: cellpay.admin.v1.CellStatus.replicas:type_name -> cellpay.admin.v1.ReplicaCellView
 	0,  // 6: cellpay.admin.v1.InstanceStatus.health:type_name -> cellpay.admin.v1.Health
-	68, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
-	68, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
-	68, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
-	69, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
-	69, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
-	69, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
+	78, // 7: cellpay.admin.v1.InstanceStatus.checked_at:type_name -> google.protobuf.Timestamp
+	78, // 8: cellpay.admin.v1.Ramp.start:type_name -> google.protobuf.Timestamp
+	78, // 9: cellpay.admin.v1.Ramp.end:type_name -> google.protobuf.Timestamp
+	79, // 10: cellpay.admin.v1.SetWeightRequest.over:type_name -> google.protobuf.Duration
+	79, // 11: cellpay.admin.v1.DrainRequest.over:type_name -> google.protobuf.Duration
+	79, // 12: cellpay.admin.v1.RestoreRequest.over:type_name -> google.protobuf.Duration
 	11, // 13: cellpay.admin.v1.ExplainRequest.attrs:type_name -> cellpay.admin.v1.Attrs
 	14, // 14: cellpay.admin.v1.ExplainResponse.misses:type_name -> cellpay.admin.v1.RuleMiss
 	15, // 15: cellpay.admin.v1.ExplainResponse.cells:type_name -> cellpay.admin.v1.CellVerdict
@@ -5271,8 +5956,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	21, // 22: cellpay.admin.v1.EffectiveTable.pools:type_name -> cellpay.admin.v1.Pool
 	19, // 23: cellpay.admin.v1.ApplyTableRequest.table:type_name -> cellpay.admin.v1.Table
 	28, // 24: cellpay.admin.v1.ApplyTableResponse.moves:type_name -> cellpay.admin.v1.Move
-	69, // 25: cellpay.admin.v1.EvacuateSiteRequest.over:type_name -> google.protobuf.Duration
-	69, // 26: cellpay.admin.v1.RestoreSiteRequest.over:type_name -> google.protobuf.Duration
+	79, // 25: cellpay.admin.v1.EvacuateSiteRequest.over:type_name -> google.protobuf.Duration
+	79, // 26: cellpay.admin.v1.RestoreSiteRequest.over:type_name -> google.protobuf.Duration
 	28, // 27: cellpay.admin.v1.SiteChange.moves:type_name -> cellpay.admin.v1.Move
 	4,  // 28: cellpay.admin.v1.SiteChange.cells:type_name -> cellpay.admin.v1.CellStatus
 	34, // 29: cellpay.admin.v1.ListPartnersResponse.partners:type_name -> cellpay.admin.v1.Partner
@@ -5281,8 +5966,8 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 32: cellpay.admin.v1.Partner.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	36, // 33: cellpay.admin.v1.Partner.effective_limits:type_name -> cellpay.admin.v1.PartnerLimits
 	37, // 34: cellpay.admin.v1.Partner.callbacks:type_name -> cellpay.admin.v1.PartnerCallbacks
-	68, // 35: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
-	68, // 36: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
+	78, // 35: cellpay.admin.v1.PartnerKey.created:type_name -> google.protobuf.Timestamp
+	78, // 36: cellpay.admin.v1.NewKey.created:type_name -> google.protobuf.Timestamp
 	36, // 37: cellpay.admin.v1.AddPartnerRequest.limits:type_name -> cellpay.admin.v1.PartnerLimits
 	34, // 38: cellpay.admin.v1.AddPartnerResponse.partner:type_name -> cellpay.admin.v1.Partner
 	38, // 39: cellpay.admin.v1.AddPartnerResponse.key:type_name -> cellpay.admin.v1.NewKey
@@ -5290,78 +5975,94 @@ var file_cellpay_admin_v1_admin_proto_depIdxs = []int32{
 	34, // 41: cellpay.admin.v1.AddKeyResponse.partner:type_name -> cellpay.admin.v1.Partner
 	38, // 42: cellpay.admin.v1.AddKeyResponse.key:type_name -> cellpay.admin.v1.NewKey
 	34, // 43: cellpay.admin.v1.AddCallbackSecretResponse.partner:type_name -> cellpay.admin.v1.Partner
-	70, // 44: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
+	80, // 44: cellpay.admin.v1.ListCallbacksResponse.events:type_name -> cellpay.cell.v1.CallbackEvent
 	51, // 45: cellpay.admin.v1.ListCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
 	55, // 46: cellpay.admin.v1.FindTransactionResponse.cells:type_name -> cellpay.admin.v1.CellTransaction
-	71, // 47: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
+	81, // 47: cellpay.admin.v1.CellTransaction.record:type_name -> cellpay.cell.v1.InspectResponse
 	58, // 48: cellpay.admin.v1.FindReferenceResponse.refusals:type_name -> cellpay.admin.v1.Refusal
-	68, // 49: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
+	78, // 49: cellpay.admin.v1.Refusal.time:type_name -> google.protobuf.Timestamp
 	61, // 50: cellpay.admin.v1.GetStatementResponse.cells:type_name -> cellpay.admin.v1.CellStatement
-	72, // 51: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
-	72, // 52: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
+	82, // 51: cellpay.admin.v1.GetStatementResponse.total:type_name -> cellpay.v1.StatementLine
+	82, // 52: cellpay.admin.v1.CellStatement.lines:type_name -> cellpay.v1.StatementLine
 	51, // 53: cellpay.admin.v1.ReplayCallbacksResponse.cells:type_name -> cellpay.admin.v1.CellCallbacks
-	68, // 54: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	68, // 55: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	78, // 54: cellpay.admin.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	78, // 55: cellpay.admin.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	66, // 56: cellpay.admin.v1.ListAuditResponse.records:type_name -> cellpay.admin.v1.AuditRecord
-	2,  // 57: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
-	8,  // 58: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
-	9,  // 59: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
-	10, // 60: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
-	12, // 61: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
-	16, // 62: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
-	18, // 63: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
-	22, // 64: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
-	26, // 65: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
-	29, // 66: cellpay.admin.v1.Admin.EvacuateSite:input_type -> cellpay.admin.v1.EvacuateSiteRequest
-	30, // 67: cellpay.admin.v1.Admin.RestoreSite:input_type -> cellpay.admin.v1.RestoreSiteRequest
-	32, // 68: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
-	39, // 69: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
-	41, // 70: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
-	43, // 71: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
-	42, // 72: cellpay.admin.v1.Admin.SetPartnerHomeSite:input_type -> cellpay.admin.v1.SetPartnerHomeSiteRequest
-	45, // 73: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
-	47, // 74: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
-	48, // 75: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
-	49, // 76: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
-	73, // 77: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
-	74, // 78: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
-	53, // 79: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
-	59, // 80: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
-	56, // 81: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
-	65, // 82: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
-	63, // 83: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
-	3,  // 84: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
-	4,  // 85: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 86: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
-	4,  // 87: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
-	13, // 88: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
-	17, // 89: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
-	19, // 90: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
-	23, // 91: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
-	27, // 92: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
-	31, // 93: cellpay.admin.v1.Admin.EvacuateSite:output_type -> cellpay.admin.v1.SiteChange
-	31, // 94: cellpay.admin.v1.Admin.RestoreSite:output_type -> cellpay.admin.v1.SiteChange
-	33, // 95: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
-	40, // 96: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
-	44, // 97: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
-	44, // 98: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
-	44, // 99: cellpay.admin.v1.Admin.SetPartnerHomeSite:output_type -> cellpay.admin.v1.PartnerChange
-	46, // 100: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
-	44, // 101: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
-	44, // 102: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
-	50, // 103: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
-	52, // 104: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
-	62, // 105: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
-	54, // 106: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
-	60, // 107: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
-	57, // 108: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
-	67, // 109: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
-	64, // 110: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
-	84, // [84:111] is the sub-list for method output_type
-	57, // [57:84] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	68, // 57: cellpay.admin.v1.RecordDrillRequest.report:type_name -> cellpay.admin.v1.SignedDrillReport
+	71, // 58: cellpay.admin.v1.RecordDrillResponse.summary:type_name -> cellpay.admin.v1.DrillSummary
+	78, // 59: cellpay.admin.v1.DrillSummary.start:type_name -> google.protobuf.Timestamp
+	78, // 60: cellpay.admin.v1.DrillSummary.end:type_name -> google.protobuf.Timestamp
+	72, // 61: cellpay.admin.v1.DrillSummary.cuts:type_name -> cellpay.admin.v1.DrillCut
+	77, // 62: cellpay.admin.v1.DrillSummary.partner_errors:type_name -> cellpay.admin.v1.DrillSummary.PartnerErrorsEntry
+	71, // 63: cellpay.admin.v1.DrillRecord.summary:type_name -> cellpay.admin.v1.DrillSummary
+	68, // 64: cellpay.admin.v1.DrillRecord.report:type_name -> cellpay.admin.v1.SignedDrillReport
+	78, // 65: cellpay.admin.v1.DrillRecord.recorded_at:type_name -> google.protobuf.Timestamp
+	73, // 66: cellpay.admin.v1.ListDrillsResponse.drills:type_name -> cellpay.admin.v1.DrillRecord
+	2,  // 67: cellpay.admin.v1.Admin.ListCells:input_type -> cellpay.admin.v1.ListCellsRequest
+	8,  // 68: cellpay.admin.v1.Admin.SetWeight:input_type -> cellpay.admin.v1.SetWeightRequest
+	9,  // 69: cellpay.admin.v1.Admin.Drain:input_type -> cellpay.admin.v1.DrainRequest
+	10, // 70: cellpay.admin.v1.Admin.Restore:input_type -> cellpay.admin.v1.RestoreRequest
+	12, // 71: cellpay.admin.v1.Admin.Explain:input_type -> cellpay.admin.v1.ExplainRequest
+	16, // 72: cellpay.admin.v1.Admin.RouteKeys:input_type -> cellpay.admin.v1.RouteKeysRequest
+	18, // 73: cellpay.admin.v1.Admin.GetTable:input_type -> cellpay.admin.v1.GetTableRequest
+	22, // 74: cellpay.admin.v1.Admin.GetEffectiveTable:input_type -> cellpay.admin.v1.GetEffectiveTableRequest
+	26, // 75: cellpay.admin.v1.Admin.ApplyTable:input_type -> cellpay.admin.v1.ApplyTableRequest
+	29, // 76: cellpay.admin.v1.Admin.EvacuateSite:input_type -> cellpay.admin.v1.EvacuateSiteRequest
+	30, // 77: cellpay.admin.v1.Admin.RestoreSite:input_type -> cellpay.admin.v1.RestoreSiteRequest
+	32, // 78: cellpay.admin.v1.Admin.ListPartners:input_type -> cellpay.admin.v1.ListPartnersRequest
+	39, // 79: cellpay.admin.v1.Admin.AddPartner:input_type -> cellpay.admin.v1.AddPartnerRequest
+	41, // 80: cellpay.admin.v1.Admin.SuspendPartner:input_type -> cellpay.admin.v1.SuspendPartnerRequest
+	43, // 81: cellpay.admin.v1.Admin.ResumePartner:input_type -> cellpay.admin.v1.ResumePartnerRequest
+	42, // 82: cellpay.admin.v1.Admin.SetPartnerHomeSite:input_type -> cellpay.admin.v1.SetPartnerHomeSiteRequest
+	45, // 83: cellpay.admin.v1.Admin.AddKey:input_type -> cellpay.admin.v1.AddKeyRequest
+	47, // 84: cellpay.admin.v1.Admin.RevokeKey:input_type -> cellpay.admin.v1.RevokeKeyRequest
+	48, // 85: cellpay.admin.v1.Admin.SetCallbacks:input_type -> cellpay.admin.v1.SetCallbacksRequest
+	49, // 86: cellpay.admin.v1.Admin.AddCallbackSecret:input_type -> cellpay.admin.v1.AddCallbackSecretRequest
+	83, // 87: cellpay.admin.v1.Admin.ListCallbacks:input_type -> cellpay.cell.v1.ListCallbacksRequest
+	84, // 88: cellpay.admin.v1.Admin.ReplayCallbacks:input_type -> cellpay.cell.v1.ReplayCallbacksRequest
+	53, // 89: cellpay.admin.v1.Admin.FindTransaction:input_type -> cellpay.admin.v1.FindTransactionRequest
+	59, // 90: cellpay.admin.v1.Admin.GetStatement:input_type -> cellpay.admin.v1.GetStatementRequest
+	56, // 91: cellpay.admin.v1.Admin.FindReference:input_type -> cellpay.admin.v1.FindReferenceRequest
+	65, // 92: cellpay.admin.v1.Admin.ListAudit:input_type -> cellpay.admin.v1.ListAuditRequest
+	63, // 93: cellpay.admin.v1.Admin.ReleaseCell:input_type -> cellpay.admin.v1.ReleaseCellRequest
+	69, // 94: cellpay.admin.v1.Admin.RecordDrill:input_type -> cellpay.admin.v1.RecordDrillRequest
+	74, // 95: cellpay.admin.v1.Admin.ListDrills:input_type -> cellpay.admin.v1.ListDrillsRequest
+	76, // 96: cellpay.admin.v1.Admin.GetDrill:input_type -> cellpay.admin.v1.GetDrillRequest
+	3,  // 97: cellpay.admin.v1.Admin.ListCells:output_type -> cellpay.admin.v1.ListCellsResponse
+	4,  // 98: cellpay.admin.v1.Admin.SetWeight:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 99: cellpay.admin.v1.Admin.Drain:output_type -> cellpay.admin.v1.CellStatus
+	4,  // 100: cellpay.admin.v1.Admin.Restore:output_type -> cellpay.admin.v1.CellStatus
+	13, // 101: cellpay.admin.v1.Admin.Explain:output_type -> cellpay.admin.v1.ExplainResponse
+	17, // 102: cellpay.admin.v1.Admin.RouteKeys:output_type -> cellpay.admin.v1.RouteKeysResponse
+	19, // 103: cellpay.admin.v1.Admin.GetTable:output_type -> cellpay.admin.v1.Table
+	23, // 104: cellpay.admin.v1.Admin.GetEffectiveTable:output_type -> cellpay.admin.v1.EffectiveTable
+	27, // 105: cellpay.admin.v1.Admin.ApplyTable:output_type -> cellpay.admin.v1.ApplyTableResponse
+	31, // 106: cellpay.admin.v1.Admin.EvacuateSite:output_type -> cellpay.admin.v1.SiteChange
+	31, // 107: cellpay.admin.v1.Admin.RestoreSite:output_type -> cellpay.admin.v1.SiteChange
+	33, // 108: cellpay.admin.v1.Admin.ListPartners:output_type -> cellpay.admin.v1.ListPartnersResponse
+	40, // 109: cellpay.admin.v1.Admin.AddPartner:output_type -> cellpay.admin.v1.AddPartnerResponse
+	44, // 110: cellpay.admin.v1.Admin.SuspendPartner:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 111: cellpay.admin.v1.Admin.ResumePartner:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 112: cellpay.admin.v1.Admin.SetPartnerHomeSite:output_type -> cellpay.admin.v1.PartnerChange
+	46, // 113: cellpay.admin.v1.Admin.AddKey:output_type -> cellpay.admin.v1.AddKeyResponse
+	44, // 114: cellpay.admin.v1.Admin.RevokeKey:output_type -> cellpay.admin.v1.PartnerChange
+	44, // 115: cellpay.admin.v1.Admin.SetCallbacks:output_type -> cellpay.admin.v1.PartnerChange
+	50, // 116: cellpay.admin.v1.Admin.AddCallbackSecret:output_type -> cellpay.admin.v1.AddCallbackSecretResponse
+	52, // 117: cellpay.admin.v1.Admin.ListCallbacks:output_type -> cellpay.admin.v1.ListCallbacksResponse
+	62, // 118: cellpay.admin.v1.Admin.ReplayCallbacks:output_type -> cellpay.admin.v1.ReplayCallbacksResponse
+	54, // 119: cellpay.admin.v1.Admin.FindTransaction:output_type -> cellpay.admin.v1.FindTransactionResponse
+	60, // 120: cellpay.admin.v1.Admin.GetStatement:output_type -> cellpay.admin.v1.GetStatementResponse
+	57, // 121: cellpay.admin.v1.Admin.FindReference:output_type -> cellpay.admin.v1.FindReferenceResponse
+	67, // 122: cellpay.admin.v1.Admin.ListAudit:output_type -> cellpay.admin.v1.ListAuditResponse
+	64, // 123: cellpay.admin.v1.Admin.ReleaseCell:output_type -> cellpay.admin.v1.ReleaseCellResponse
+	70, // 124: cellpay.admin.v1.Admin.RecordDrill:output_type -> cellpay.admin.v1.RecordDrillResponse
+	75, // 125: cellpay.admin.v1.Admin.ListDrills:output_type -> cellpay.admin.v1.ListDrillsResponse
+	73, // 126: cellpay.admin.v1.Admin.GetDrill:output_type -> cellpay.admin.v1.DrillRecord
+	97, // [97:127] is the sub-list for method output_type
+	67, // [67:97] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_cellpay_admin_v1_admin_proto_init() }
@@ -5375,7 +6076,7 @@ func file_cellpay_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cellpay_admin_v1_admin_proto_rawDesc), len(file_cellpay_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   66,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -65,6 +65,9 @@ const (
 	Admin_FindReference_FullMethodName      = "/cellpay.admin.v1.Admin/FindReference"
 	Admin_ListAudit_FullMethodName          = "/cellpay.admin.v1.Admin/ListAudit"
 	Admin_ReleaseCell_FullMethodName        = "/cellpay.admin.v1.Admin/ReleaseCell"
+	Admin_RecordDrill_FullMethodName        = "/cellpay.admin.v1.Admin/RecordDrill"
+	Admin_ListDrills_FullMethodName         = "/cellpay.admin.v1.Admin/ListDrills"
+	Admin_GetDrill_FullMethodName           = "/cellpay.admin.v1.Admin/GetDrill"
 )
 
 // AdminClient is the client API for Admin service.
@@ -204,6 +207,28 @@ type AdminClient interface {
 	// decided again. Final entries keep their answers. A cell released must
 	// not come back with its old database under the same ID. Audited.
 	ReleaseCell(ctx context.Context, in *ReleaseCellRequest, opts ...grpc.CallOption) (*ReleaseCellResponse, error)
+	// RecordDrill keeps a disaster recovery drill's signed report (operator
+	// role; `cellpay drill` records its own): the report's bytes exactly as
+	// signed (at most 64 KiB), the signature and the signer's certificate.
+	// The GTR verifies it before keeping it: the certificate chains to the
+	// platform's CA for client authentication and names the operators'
+	// identity (spiffe://cellpay.internal/ops), the signature of the bytes
+	// verifies with its key, and the bytes are a drill report. It is kept in
+	// the cellpay_drills JetStream bucket under its ID (a prefix of the
+	// bytes' SHA-256), so that recording the same report twice keeps one.
+	// Audited. Errors: INVALID_ARGUMENT (report, signature or certificate:
+	// too large, unreadable, not verifying), PERMISSION_DENIED (certificate:
+	// not of the platform's CA, or of another identity), UNAVAILABLE (no
+	// NATS, or the bucket is full).
+	RecordDrill(ctx context.Context, in *RecordDrillRequest, opts ...grpc.CallOption) (*RecordDrillResponse, error)
+	// ListDrills lists the drills kept, newest (by the drill's start) first:
+	// each one's summary as this GTR read it and the signed report, which a
+	// client verifies itself (gtrctl drills does, against its CA). Errors:
+	// INVALID_ARGUMENT (limit), UNAVAILABLE (no NATS).
+	ListDrills(ctx context.Context, in *ListDrillsRequest, opts ...grpc.CallOption) (*ListDrillsResponse, error)
+	// GetDrill is one drill kept, by ID. Errors: INVALID_ARGUMENT (id),
+	// NOT_FOUND, UNAVAILABLE (no NATS).
+	GetDrill(ctx context.Context, in *GetDrillRequest, opts ...grpc.CallOption) (*DrillRecord, error)
 }
 
 type adminClient struct {
@@ -484,6 +509,36 @@ func (c *adminClient) ReleaseCell(ctx context.Context, in *ReleaseCellRequest, o
 	return out, nil
 }
 
+func (c *adminClient) RecordDrill(ctx context.Context, in *RecordDrillRequest, opts ...grpc.CallOption) (*RecordDrillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordDrillResponse)
+	err := c.cc.Invoke(ctx, Admin_RecordDrill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListDrills(ctx context.Context, in *ListDrillsRequest, opts ...grpc.CallOption) (*ListDrillsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDrillsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListDrills_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetDrill(ctx context.Context, in *GetDrillRequest, opts ...grpc.CallOption) (*DrillRecord, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrillRecord)
+	err := c.cc.Invoke(ctx, Admin_GetDrill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -621,6 +676,28 @@ type AdminServer interface {
 	// decided again. Final entries keep their answers. A cell released must
 	// not come back with its old database under the same ID. Audited.
 	ReleaseCell(context.Context, *ReleaseCellRequest) (*ReleaseCellResponse, error)
+	// RecordDrill keeps a disaster recovery drill's signed report (operator
+	// role; `cellpay drill` records its own): the report's bytes exactly as
+	// signed (at most 64 KiB), the signature and the signer's certificate.
+	// The GTR verifies it before keeping it: the certificate chains to the
+	// platform's CA for client authentication and names the operators'
+	// identity (spiffe://cellpay.internal/ops), the signature of the bytes
+	// verifies with its key, and the bytes are a drill report. It is kept in
+	// the cellpay_drills JetStream bucket under its ID (a prefix of the
+	// bytes' SHA-256), so that recording the same report twice keeps one.
+	// Audited. Errors: INVALID_ARGUMENT (report, signature or certificate:
+	// too large, unreadable, not verifying), PERMISSION_DENIED (certificate:
+	// not of the platform's CA, or of another identity), UNAVAILABLE (no
+	// NATS, or the bucket is full).
+	RecordDrill(context.Context, *RecordDrillRequest) (*RecordDrillResponse, error)
+	// ListDrills lists the drills kept, newest (by the drill's start) first:
+	// each one's summary as this GTR read it and the signed report, which a
+	// client verifies itself (gtrctl drills does, against its CA). Errors:
+	// INVALID_ARGUMENT (limit), UNAVAILABLE (no NATS).
+	ListDrills(context.Context, *ListDrillsRequest) (*ListDrillsResponse, error)
+	// GetDrill is one drill kept, by ID. Errors: INVALID_ARGUMENT (id),
+	// NOT_FOUND, UNAVAILABLE (no NATS).
+	GetDrill(context.Context, *GetDrillRequest) (*DrillRecord, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -711,6 +788,15 @@ func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*
 }
 func (UnimplementedAdminServer) ReleaseCell(context.Context, *ReleaseCellRequest) (*ReleaseCellResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseCell not implemented")
+}
+func (UnimplementedAdminServer) RecordDrill(context.Context, *RecordDrillRequest) (*RecordDrillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordDrill not implemented")
+}
+func (UnimplementedAdminServer) ListDrills(context.Context, *ListDrillsRequest) (*ListDrillsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDrills not implemented")
+}
+func (UnimplementedAdminServer) GetDrill(context.Context, *GetDrillRequest) (*DrillRecord, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDrill not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1219,6 +1305,60 @@ func _Admin_ReleaseCell_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RecordDrill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordDrillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RecordDrill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RecordDrill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RecordDrill(ctx, req.(*RecordDrillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListDrills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDrillsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListDrills(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListDrills_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListDrills(ctx, req.(*ListDrillsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetDrill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDrillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetDrill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetDrill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetDrill(ctx, req.(*GetDrillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1333,6 +1473,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseCell",
 			Handler:    _Admin_ReleaseCell_Handler,
+		},
+		{
+			MethodName: "RecordDrill",
+			Handler:    _Admin_RecordDrill_Handler,
+		},
+		{
+			MethodName: "ListDrills",
+			Handler:    _Admin_ListDrills_Handler,
+		},
+		{
+			MethodName: "GetDrill",
+			Handler:    _Admin_GetDrill_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

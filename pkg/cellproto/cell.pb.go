@@ -1261,9 +1261,16 @@ type ProcessRequest struct {
 	// first cell of its rendezvous ranking, before weights and health): the
 	// only cell that takes it without a directory claim while the directory
 	// is unavailable.
-	Home          bool `protobuf:"varint,6,opt,name=home,proto3" json:"home,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Home bool `protobuf:"varint,6,opt,name=home,proto3" json:"home,omitempty"`
+	// attempt_budget_ms is how long, from sending this request, the GTR
+	// waits for the attempt to reach its point of no return before it gives
+	// the attempt up (0: not said). A cell that would wait longer on a
+	// concurrent attempt at the same transaction answers ABORTED ("retry")
+	// within it instead, so that the GTR hears a busy transaction from the
+	// cell rather than a slow cell from its own timer.
+	AttemptBudgetMs uint32 `protobuf:"varint,7,opt,name=attempt_budget_ms,json=attemptBudgetMs,proto3" json:"attempt_budget_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProcessRequest) Reset() {
@@ -1336,6 +1343,13 @@ func (x *ProcessRequest) GetHome() bool {
 		return x.Home
 	}
 	return false
+}
+
+func (x *ProcessRequest) GetAttemptBudgetMs() uint32 {
+	if x != nil {
+		return x.AttemptBudgetMs
+	}
+	return 0
 }
 
 type ProcessEvent struct {
@@ -1779,7 +1793,7 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1f.cellpay.cell.v1.ProcessRequestH\x00R\x05start\x124\n" +
 	"\aproceed\x18\x02 \x01(\v2\x18.cellpay.cell.v1.ProceedH\x00R\aproceedB\a\n" +
 	"\x05input\"\t\n" +
-	"\aProceed\"\xd7\x01\n" +
+	"\aProceed\"\x83\x02\n" +
 	"\x0eProcessRequest\x12>\n" +
 	"\arequest\x18\x01 \x01(\v2$.cellpay.v1.SubmitTransactionRequestR\arequest\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
@@ -1788,7 +1802,8 @@ const file_cellpay_cell_v1_cell_proto_rawDesc = "" +
 	"\vlast_resort\x18\x04 \x01(\bR\n" +
 	"lastResort\x12\x17\n" +
 	"\acall_id\x18\x05 \x01(\tR\x06callId\x12\x12\n" +
-	"\x04home\x18\x06 \x01(\bR\x04home\"\x99\x02\n" +
+	"\x04home\x18\x06 \x01(\bR\x04home\x12*\n" +
+	"\x11attempt_budget_ms\x18\a \x01(\rR\x0fattemptBudgetMs\"\x99\x02\n" +
 	"\fProcessEvent\x12O\n" +
 	"\x12point_of_no_return\x18\x01 \x01(\v2 .cellpay.cell.v1.PointOfNoReturnH\x00R\x0fpointOfNoReturn\x121\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.cellpay.v1.TransactionH\x00R\x06result\x12=\n" +

@@ -80,8 +80,8 @@ type Config struct {
 	// points of DialEndpoints and DialAccessPoints; zero values take the
 	// guide's defaults (package failover). Endpoints is set from the list.
 	Failover failover.Config
-	// ProbeTimeout bounds one health probe of the preferred access point
-	// [1s].
+	// ProbeTimeout bounds one health probe of an access point (the
+	// preferred one; while across, every one of the home site) [1s].
 	ProbeTimeout time.Duration
 	// OnSwitch, if set, is called with every switch between access points,
 	// from the goroutine that made it; it must be quick.
@@ -444,10 +444,15 @@ func (c *Client) invoke(ctx context.Context, attempts int, fn func(context.Conte
 		info.Attempts++
 		info.Endpoint = c.endpoints[ep].addr
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		start := time.Now()
 		err := fn(cctx, c.endpoints[ep])
 		cancel()
+		took := time.Since(start)
 		fail := endpointFailed(ctx, err)
-		c.observe(ep, err, fail)
+		if fail || ctx.Err() != nil {
+			took = 0 // no answer, or one cut short by the caller
+		}
+		c.observe(ep, took, fail)
 		if err == nil {
 			return info, nil
 		}

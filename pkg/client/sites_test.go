@@ -189,6 +189,51 @@ func TestRidesThroughTheLossOfTheHomeSite(t *testing.T) {
 	t.Logf("%d submits, none failed; %d answered in site-b; events %+v", submits, before, ev)
 }
 
+// TestComesHomeToAnyAccessPointOfItsSite: over real gRPC, a client that
+// crossed because both access points of its home site stopped comes home
+// to the one that starts again, while the preferred one stays down: the
+// probe rounds ask every access point of the home site while across.
+func TestComesHomeToAnyAccessPointOfItsSite(t *testing.T) {
+	a1, a2, b1 := serveRestartable(t), serveRestartable(t), serveRestartable(t)
+	c := dialSites(t, []AccessPoint{{a1.addr, "site-a"}, {a2.addr, "site-a"}, {b1.addr, "site-b"}}, "site-a", Config{
+		MaxAttempts: 50, CallTimeout: time.Second,
+		Failover: failover.Config{ProbeInterval: 50 * time.Millisecond, EvalInterval: time.Hour, SplitRatio: 100, MaxSwitches: 20},
+	})
+	c.cfg.Backoff, c.cfg.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
+	// on waits, within 10 s, until the client is on want, submitting at a
+	// partner's pace; every Submit must succeed.
+	on := func(what, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); c.FailoverStats().Current != want; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 10s: %s (stats %+v, events %+v)", what, c.FailoverStats(), c.Events())
+			}
+			if _, info, err := c.SubmitWithInfo(ctxT(t), req()); err != nil {
+				t.Fatalf("%s: Submit failed: %v (info %+v)", what, err, info)
+			}
+		}
+	}
+	if _, err := c.Submit(ctxT(t), req()); err != nil {
+		t.Fatal(err)
+	}
+	a1.stop()
+	a2.stop()
+	on("across, on site-b", b1.addr)
+	a2.start(t)
+	on("home again, on site-a's second", a2.addr)
+	ev := c.Events()
+	last := ev[len(ev)-1]
+	if last.From != b1.addr || last.To != a2.addr || last.ToSite != "site-a" || last.Rule != string(failover.RuleProbe) {
+		t.Fatalf("last event %+v: want the probes' return to %s", last, a2.addr)
+	}
+	if _, info, err := c.SubmitWithInfo(ctxT(t), req()); err != nil || info.Endpoint != a2.addr {
+		t.Fatalf("after the return: info %+v, err %v", info, err)
+	}
+	if st := c.FailoverStats(); st.AnswerTime[a2.addr] <= 0 || st.AnswerTime[b1.addr] <= 0 || st.AnswerTime[a1.addr] <= 0 {
+		t.Fatalf("answer times %v: want one for each access point that answered", st.AnswerTime)
+	}
+}
+
 // TestDialAccessPointsRefuses: the limits of a list of access points and
 // of the home site, each refusal naming its field.
 func TestDialAccessPointsRefuses(t *testing.T) {

@@ -36,6 +36,10 @@ type FailoverStats struct {
 	// Calls answered, and calls failed (connect or read timeout,
 	// UNAVAILABLE), by access point address.
 	Answered, Failed map[string]int
+	// AnswerTime is the moving average of the time answered calls took,
+	// by access point address (absent before its first answer): among
+	// access points otherwise alike, the quickest ranks first.
+	AnswerTime map[string]time.Duration
 }
 
 // maxEvents is how many events a client keeps for Events.
@@ -45,10 +49,6 @@ const maxEvents = 1000
 // turns its events into Events, and counts outcomes.
 type switcher struct {
 	client *Client
-
-	// preferred is the access point the probes ask: the primary, or the
-	// first listed of the home site. Fixed.
-	preferred failover.Endpoint
 
 	mu       sync.Mutex // guards everything below; never held across I/O
 	m        *failover.Machine
@@ -60,7 +60,7 @@ type switcher struct {
 // newSwitcher returns the switcher of c's access points over m.
 func newSwitcher(c *Client, m *failover.Machine) *switcher {
 	n := len(c.endpoints)
-	return &switcher{client: c, preferred: m.Preferred(), m: m, answered: make([]int, n), failed: make([]int, n)}
+	return &switcher{client: c, m: m, answered: make([]int, n), failed: make([]int, n)}
 }
 
 // pick returns the access point of a new call.
@@ -91,14 +91,17 @@ func (s *switcher) other(ep failover.Endpoint) failover.Endpoint {
 // observe records a call's outcome at ep: failed when the access point
 // did not answer. A call that ended for the caller's reasons (err is not
 // nil, failed is false, and the caller's context ended) still counts as
-// answered: only the access point's failures move the client.
-func (c *Client) observe(ep failover.Endpoint, err error, failed bool) {
+// answered: only the access point's failures move the client. took is the
+// time an answer took, which ranks the access point among its equals; 0
+// when the call says nothing of it.
+func (c *Client) observe(ep failover.Endpoint, took time.Duration, failed bool) {
 	s := c.fo
 	if s == nil {
 		return
 	}
+	now := time.Now()
 	s.mu.Lock()
-	s.m.Observe(time.Now(), ep, !failed)
+	s.m.ObserveTimed(now, ep, !failed, took)
 	if failed {
 		s.failed[ep]++
 	} else {
@@ -145,7 +148,7 @@ func (c *Client) Events() []Event {
 
 // FailoverStats returns the failover counters.
 func (c *Client) FailoverStats() FailoverStats {
-	st := FailoverStats{Answered: map[string]int{}, Failed: map[string]int{}}
+	st := FailoverStats{Answered: map[string]int{}, Failed: map[string]int{}, AnswerTime: map[string]time.Duration{}}
 	s := c.fo
 	if s == nil {
 		return st
@@ -157,6 +160,9 @@ func (c *Client) FailoverStats() FailoverStats {
 	st.Current, st.CurrentSite, st.Switches, st.Damped = cur.addr, cur.site, ms.Switches, ms.Damped
 	for i, ep := range c.endpoints {
 		st.Answered[ep.addr], st.Failed[ep.addr] = s.answered[i], s.failed[i]
+		if d := s.m.AnswerTime(failover.Endpoint(i)); d > 0 {
+			st.AnswerTime[ep.addr] = d
+		}
 	}
 	return st
 }
@@ -197,31 +203,41 @@ func (c *Client) probeLoop() {
 		if !due {
 			continue
 		}
-		failed := c.probeRound(ctx, cfg.ProbeCount)
+		s.mu.Lock()
+		targets := s.m.ProbeTargets()
+		s.mu.Unlock()
+		failed := c.probeRound(ctx, targets, cfg.ProbeCount)
 		if ctx.Err() != nil {
 			return
 		}
 		s.mu.Lock()
-		s.m.ProbeResult(time.Now(), failed)
+		s.m.ProbeResults(time.Now(), failed)
 		ev = s.m.Events()
 		s.mu.Unlock()
 		s.emit(ev)
 	}
 }
 
-// probeRound asks the preferred access point's gRPC health n times in a
-// row, each bounded by ProbeTimeout, and returns how many did not answer
+// probeRound asks each target access point's gRPC health n times in a
+// row, each bounded by ProbeTimeout, the targets at once (at most
+// failover.MaxEndpoints), and returns how many of each did not answer
 // SERVING.
-func (c *Client) probeRound(ctx context.Context, n int) int {
-	failed := 0
-	ep := c.endpoints[c.fo.preferred]
-	for range n {
-		pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
-		resp, err := ep.health.Check(pctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			failed++
-		}
+func (c *Client) probeRound(ctx context.Context, targets []failover.Endpoint, n int) []int {
+	failed := make([]int, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		ep := c.endpoints[t]
+		wg.Go(func() {
+			for range n {
+				pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+				resp, err := ep.health.Check(pctx, &healthpb.HealthCheckRequest{})
+				cancel()
+				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					failed[i]++
+				}
+			}
+		})
 	}
+	wg.Wait()
 	return failed
 }

@@ -527,7 +527,9 @@ func (x *TransactionRef) GetTransactionId() string {
 
 type EffectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// transactions limits the answer; empty means all.
+	// transactions limits the answer; empty means all, while the issuer
+	// holds few enough for one message (the simulator: 5,000; past that,
+	// FAILED_PRECONDITION).
 	Transactions  []*TransactionRef `protobuf:"bytes,2,rep,name=transactions,proto3" json:"transactions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -848,8 +850,14 @@ type RecordedEffect struct {
 	Currency         string                 `protobuf:"bytes,11,opt,name=currency,proto3" json:"currency,omitempty"`
 	AppliedAt        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=applied_at,json=appliedAt,proto3" json:"applied_at,omitempty"`
 	TerminalId       string                 `protobuf:"bytes,13,opt,name=terminal_id,json=terminalId,proto3" json:"terminal_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// requested_amount_minor_units and requested_currency are what the
+	// request asked for, approved or declined (a void's: what it carried),
+	// so that an acquirer recording a decline from this record holds its
+	// amount.
+	RequestedAmountMinorUnits int64  `protobuf:"varint,14,opt,name=requested_amount_minor_units,json=requestedAmountMinorUnits,proto3" json:"requested_amount_minor_units,omitempty"`
+	RequestedCurrency         string `protobuf:"bytes,15,opt,name=requested_currency,json=requestedCurrency,proto3" json:"requested_currency,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *RecordedEffect) Reset() {
@@ -969,6 +977,20 @@ func (x *RecordedEffect) GetAppliedAt() *timestamppb.Timestamp {
 func (x *RecordedEffect) GetTerminalId() string {
 	if x != nil {
 		return x.TerminalId
+	}
+	return ""
+}
+
+func (x *RecordedEffect) GetRequestedAmountMinorUnits() int64 {
+	if x != nil {
+		return x.RequestedAmountMinorUnits
+	}
+	return 0
+}
+
+func (x *RecordedEffect) GetRequestedCurrency() string {
+	if x != nil {
+		return x.RequestedCurrency
 	}
 	return ""
 }
@@ -1174,7 +1196,7 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"terminalId\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"\x84\x04\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\xf4\x04\n" +
 	"\x0eRecordedEffect\x12\x1d\n" +
 	"\n" +
 	"partner_id\x18\x01 \x01(\tR\tpartnerId\x12%\n" +
@@ -1192,7 +1214,9 @@ const file_cellpay_issuer_v1_issuer_proto_rawDesc = "" +
 	"\n" +
 	"applied_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tappliedAt\x12\x1f\n" +
 	"\vterminal_id\x18\r \x01(\tR\n" +
-	"terminalId\"z\n" +
+	"terminalId\x12?\n" +
+	"\x1crequested_amount_minor_units\x18\x0e \x01(\x03R\x19requestedAmountMinorUnits\x12-\n" +
+	"\x12requested_currency\x18\x0f \x01(\tR\x11requestedCurrency\"z\n" +
 	"\x13ListEffectsResponse\x12;\n" +
 	"\aeffects\x18\x01 \x03(\v2!.cellpay.issuer.v1.RecordedEffectR\aeffects\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +

@@ -38,7 +38,10 @@ func TestAuditWithSaturatedLogger(t *testing.T) {
 	const cell = "cell-b"
 	dir := t.TempDir()
 	g := newGTR(t, dir, "gtr-logsat", env.p.Config().GTRConfig, env.p.NATSURL(), "")
-	g.args = append(g.args, "-operators", env.p.OperatorsFile(), "-audit-file", filepath.Join(dir, "audit.jsonl"), "-log-buffer", "1")
+	// The flood's 1500 refused logins come from 127.0.0.1, as the
+	// operators' calls after it: loopback is audited, not locked out.
+	g.args = append(g.args, "-operators", env.p.OperatorsFile(), "-audit-file", filepath.Join(dir, "audit.jsonl"), "-log-buffer", "1",
+		"-admin-throttle-loopback=false")
 
 	// stderr: a pipe, as small as Linux makes one (a page), read only at
 	// the end.

@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/operators"
 )
 
 // TestDrillCommand runs `cellpay drill` against the running platform, as
@@ -29,18 +31,52 @@ func TestDrillCommand(t *testing.T) {
 	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "cellpay"), "drill", "-data", env.p.Config().DataDir,
 		"-cut", "primary,backup", "-rate", "30", "-hold", "6s", "-settle", "4s")
 	out, err := cmd.CombinedOutput()
-	t.Logf("cellpay drill:\n%s", out)
 	if err != nil {
-		// What the access points said meanwhile: a failed drill's report
-		// holds what the partner saw, not why.
+		// What the access points said meanwhile (a failed drill's report
+		// holds what the partner saw, not why), then the report, last: a
+		// log cut to a failed test's last lines keeps it.
 		for _, name := range []string{"gtr", "gtr-backup"} {
-			t.Logf("%s's warnings and errors, last 30:\n%s", name, warnings(filepath.Join(env.p.LogDir(), name+".log"), 30))
+			t.Logf("%s's warnings and errors, last 15:\n%s", name, warnings(filepath.Join(env.p.LogDir(), name+".log"), 15))
 		}
-		t.Fatalf("cellpay drill: %v", err)
+		t.Fatalf("cellpay drill: %v:\n%s", err, out)
 	}
-	for _, want := range []string{"cut primary access point", "cut backup access point", "switch away: after", "RESULT: OK", "verdict: PASS"} {
+	t.Logf("cellpay drill:\n%s", out)
+	for _, want := range []string{"cut primary access point", "cut backup access point", "switch away: after", "RTO: the last call the cut disturbed ended", "RPO: 0 answers lost, 0 issuer effects without a record", "RESULT: OK", "verdict: PASS"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the report has no %q", want)
+		}
+	}
+	kept(t, string(out), func(args ...string) string {
+		code, out, errs := gtrctlAs(t, operators.RoleViewer, args...)
+		if code != 0 {
+			t.Fatalf("gtrctl %v: exit %d:\n%s%s", args, code, out, errs)
+		}
+		return out
+	}, "cut primary access point", "cut backup access point")
+}
+
+// keptID finds the ID of the report a drill kept in its output.
+var keptID = regexp.MustCompile(`report kept: ([0-9a-f]{16}) \(gtrctl drills\)`)
+
+// kept checks that the drill whose output is out kept its report: signed
+// by the operators' certificate, listed by gtrctl (which runs gtrctl
+// against the drilled platform's admin API, failing the test on an exit
+// status other than 0), verified by gtrctl itself, naming every cut in
+// cuts.
+func kept(t *testing.T, out string, gtrctl func(args ...string) string, cuts ...string) {
+	t.Helper()
+	m := keptID.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the drill did not say it kept its report:\n%s", out)
+	}
+	id := m[1]
+	if list := gtrctl("drills"); !strings.Contains(list, id) {
+		t.Fatalf("gtrctl drills does not list %s:\n%s", id, list)
+	}
+	show := gtrctl("drills", "show", id)
+	for _, want := range append([]string{"PASS", "signature: verified", "RPO: 0 answers lost, 0 issuer effects without a record"}, cuts...) {
+		if !strings.Contains(show, want) {
+			t.Errorf("gtrctl drills show %s has no %q:\n%s", id, want, show)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,4 +369,22 @@ func freshPAN() string {
 	panSeq.Unlock()
 	body := fmt.Sprintf("4921%011d", (time.Now().UnixNano()/1000%1_000_000)*10_000+int64(n))
 	return body + string(card.CheckDigit(body))
+}
+
+// freeze stops proc (SIGSTOP) and returns its thaw (SIGCONT), which
+// signals once however often it is called: deferred as well, so that a
+// test that fails while proc is frozen leaves nothing stopped.
+func freeze(t *testing.T, proc interface{ Signal(os.Signal) error }, what string) (thaw func()) {
+	t.Helper()
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("freeze %s: %v", what, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := proc.Signal(syscall.SIGCONT); err != nil {
+				t.Errorf("thaw %s: %v", what, err)
+			}
+		})
+	}
 }

@@ -30,14 +30,7 @@ func instancesTarget(t *testing.T) faultTarget {
 		t.Fatal("nats-server is not installed: the cell's instances share NATS")
 	}
 	ctx := ctxFor(t, 2*time.Minute)
-	dir, err := os.MkdirTemp("", "cellpay-instances-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
-		t.Fatal(err)
-	}
+	dir := platformDir(t, "cellpay-instances-")
 	ports, err := testutil.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)

@@ -64,14 +64,7 @@ func startRefEnv(t *testing.T, ctx context.Context, cells int) *refEnv {
 	if err := buildReplicator(); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "cellpay-refdata-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must traverse it
-		t.Fatal(err)
-	}
+	dir := platformDir(t, "cellpay-refdata-")
 	e := &refEnv{t: t, dir: dir}
 	ports, err := testutil.FreePorts(cells + 4)
 	if err != nil {

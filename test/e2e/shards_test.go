@@ -42,11 +42,13 @@ const mainShard = "main"
 // runs, and 300 to 400 s on a host about half as fast (2026-12-06).
 var shards = map[string][]string{
 	// The primary access point killed, frozen and flapped, the client's
-	// split, and the drill command that cuts it too; reference data
-	// freshness gating routes.
+	// split, and the drill command that cuts it too, and on a two-site
+	// platform of their own (one at a time: the layout's fixed ports) a
+	// whole site frozen and the line between the sites cut; reference
+	// data freshness gating routes.
 	"access": {
 		"TestAccessPointKill", "TestAccessPointFreeze", "TestAccessPointSplit", "TestAccessPointFlapping",
-		"TestDrillCommand", "TestFreshnessGating",
+		"TestDrillCommand", "TestDrillSite", "TestSitesPartitioned", "TestFreshnessGating",
 	},
 	// The NATS cluster's tests (each server killed in turn, one frozen,
 	// one killed with a cell, all three down for 30 s; a cell lost and
@@ -58,12 +60,13 @@ var shards = map[string][]string{
 	natsClusterShard: {"TestNATSServerKill", "TestNATSServerFreeze", "TestNATSServerAndCellKill", "TestNATSAllDown", "TestReleaseLostCell"},
 	// Cells, their Postgres primaries and standbys killed, stopped and
 	// frozen under load; the drain that stops NATS and a GTR replica; and
-	// two tests with platforms of their own (reference data over NATS, the
-	// telemetry scrape).
+	// three tests with platforms of their own (reference data over NATS,
+	// the telemetry scrape, follow-ups of an original re-routed from its
+	// frozen home).
 	"faults": {
 		"TestFaultKillCell", "TestFaultKillCellMidBatch", "TestFaultStopCellPostgres", "TestFaultFreezeCell",
 		"TestFaultIssuerAfterPNR", "TestFaultKillPrimaryPostgres", "TestDrain",
-		"TestRefdataOverNATS", "TestTelemetryScrape",
+		"TestRefdataOverNATS", "TestTelemetryScrape", "TestFollowUpOfReroutedOriginal",
 	},
 }
 

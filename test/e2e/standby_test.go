@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -93,7 +94,13 @@ func killPrimary(t *testing.T, target faultTarget, cell string, maxRetryable flo
 			testutil.Eventually(t, failoverBound, "the standby promoted", func() bool { return len(p.Failovers(cell)) > 0 })
 			f := p.Failovers(cell)[len(p.Failovers(cell))-1]
 			promoted = f.Promoted
-			testutil.Eventually(t, failoverBound, cell+" serving on its promoted standby", func() bool { return target.serving(cell, time.Second) })
+			if !testutil.Within(failoverBound, func() bool { return target.serving(cell, time.Second) }) {
+				// Why, for a run whose logs are gone: the cell's health
+				// changes and the launcher's failover.
+				t.Logf("%s's warnings and errors, last 20:\n%s", cell, warnings(filepath.Join(p.LogDir(), cell+".log"), 20))
+				t.Logf("platform.log, its end:\n%s", tail(filepath.Join(p.LogDir(), "platform.log")))
+				t.Fatalf("not within %v: %s serving on its promoted standby", failoverBound, cell)
+			}
 			t.Logf("%s: %s; promoted %d ms after the kill (%d ms after detection), serving %d ms after the kill",
 				cell, f.Reason, f.Promoted.Sub(killed).Milliseconds(), f.Took().Milliseconds(), time.Since(killed).Milliseconds())
 			if time.Since(killed) > failoverBound {

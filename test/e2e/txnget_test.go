@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,24 +17,14 @@ import (
 // as the GTR sends it: the attempt timer fires, the next cell approves it
 // as attempt 2), and an operator finds it with gtrctl txn get through
 // either access point: the record that decided it, on the cell that did,
-// with its attempt and its callback; the home holds nothing past its PNR.
+// with its attempt and its callback; the home holds nothing past its PNR,
+// at most its stepped-back attempt 1, and the GTR logged that re-route.
 func TestTxnGet(t *testing.T) {
 	ctx := ctxFor(t, 90*time.Second)
 	home := partnerHome(t, ctx, "txnget-probe")
 	req := request("txnget", freshPAN())
 	proc := env.p.Process(home)
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := proc.Signal(syscall.SIGCONT); err != nil {
-				t.Error(err)
-			}
-		}
-	}
+	thaw := freeze(t, proc, "the home cell")
 	defer thaw()
 	txn, err := env.payments.SubmitTransaction(ctx, req)
 	thaw()
@@ -87,9 +79,21 @@ func TestTxnGet(t *testing.T) {
 				}
 			case r.Found && r.State != "abandoned" && r.State != "received":
 				t.Errorf("%s: %s holds it %s, want nothing past its PNR there", ap.name, c.CellID, r.State)
+			case r.Found && c.CellID == home && r.Attempt != 1:
+				t.Errorf("%s: the home %s holds it as attempt %d, want its stepped-back attempt 1", ap.name, home, r.Attempt)
+			}
+			if c.CellID == home && r.Found {
+				t.Logf("%s: the home %s holds the stepped-back attempt %d, %s", ap.name, home, r.Attempt, r.State)
 			}
 		}
 	}
+	// The history has the step back: the GTR logged attempt 1's re-route
+	// off the frozen home, before its point of no return, for this
+	// transaction (whether the home, thawed, wrote a record of it too
+	// depends on when it read the request: checked above when it did).
+	testutil.Eventually(t, 5*time.Second, "the GTR's log of the re-route off "+home, func() bool {
+		return reroutedIn(t, req.GetTransactionId(), home)
+	})
 	// The plain view names the cell and the attempt.
 	code, out, errs := gtrctlAt(t, cfg.AdminAddr, operators.RoleViewer, "txn", "get", req.GetPartnerId(), req.GetTransactionId())
 	if code != 0 || !containsAll(out, decided, "approved", "callbacks:") {
@@ -104,4 +108,38 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// reroutedIn reports whether a GTR's log (gtr.log, or a replica's
+// gtr-*.log) has the re-route of the transaction txnID off cell at its
+// first attempt.
+func reroutedIn(t *testing.T, txnID, cell string) bool {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(env.p.LogDir(), "gtr*.log"))
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("the GTRs' logs in %s: %v", env.p.LogDir(), err)
+	}
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if !bytes.Contains(line, []byte(txnID)) {
+				continue
+			}
+			var l struct {
+				Msg           string `json:"msg"`
+				TransactionID string `json:"transaction_id"`
+				Cell          string `json:"cell"`
+				Attempt       int    `json:"attempt"`
+				Reason        string `json:"reason"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Msg == "re-routing before the point of no return" &&
+				l.TransactionID == txnID && l.Cell == cell && l.Attempt == 1 && l.Reason != "" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/internal/card"
 	"github.com/cellpay/cellpay/internal/dev/platform"
@@ -256,7 +258,14 @@ func (p *payer) pay(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// As a partner does: UNAVAILABLE retried under the same ID. A full
+	// bucket refuses every claim, and for its first second a natural home
+	// cannot tell that from a slow claim (docs/design/transaction-directory.md).
 	txn, err := p.client.SubmitTransaction(rctx, req)
+	for i := 0; status.Code(err) == codes.Unavailable && i < 20; i++ {
+		time.Sleep(250 * time.Millisecond)
+		txn, err = p.client.SubmitTransaction(rctx, req)
+	}
 	if err != nil {
 		return err
 	}

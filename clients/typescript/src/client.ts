@@ -33,6 +33,22 @@ export interface CellpayClientOptions {
    * points"). Either baseUrl or baseUrls.
    */
   baseUrls?: readonly string[];
+  /**
+   * Access points with their sites (up to six, several per site), and
+   * homeSite, the partner's: the home site's come first, in this order,
+   * then the others', so that a call crosses to another site only when
+   * every access point of its own has failed it (README: "Access points
+   * in two sites"). Instead of baseUrl or baseUrls.
+   */
+  accessPoints?: ReadonlyArray<AccessPoint>;
+  /** The partner's home site, one of accessPoints' sites. */
+  homeSite?: string;
+  /**
+   * How long the client stays on an access point it switched to before
+   * the next call tries the first (the home site's first) again, moving
+   * on from it at once if it fails; default 60000. 0: never goes back.
+   */
+  homeRetryMs?: number;
   /** The partner's API key, sent as "Authorization: Bearer <key>". */
   apiKey: string;
   /** CA certificate(s) to trust, PEM (instead of Node's default roots). */
@@ -42,6 +58,17 @@ export interface CellpayClientOptions {
   /** Sent as User-Agent, after this client's own. */
   userAgent?: string;
 }
+
+/** An access point and the site it is in. */
+export interface AccessPoint {
+  /** Its base URL, e.g. "https://api.a.cellpay.example". */
+  url: string;
+  /** Its site, e.g. "site-a". */
+  site: string;
+}
+
+/** The most access points a client takes, as the cross-city guide's (three per site). */
+export const MAX_ACCESS_POINTS = 6;
 
 export interface CallOptions {
   /** Cancels the call (it then fails with reason CANCELLED). */
@@ -109,9 +136,43 @@ function errCode(e: unknown): string {
   return typeof c === "string" ? c : "";
 }
 
+/** ordered lists the access points: the home site's first, each group in the given order. */
+function ordered(opts: CellpayClientOptions): { urls: string[]; sites: (string | undefined)[] } {
+  const given = [opts.baseUrl !== undefined, opts.baseUrls !== undefined, opts.accessPoints !== undefined].filter(Boolean).length;
+  if (given !== 1) {
+    throw new TypeError("CellpayClient: one of baseUrl, baseUrls or accessPoints is required");
+  }
+  if (opts.accessPoints === undefined) {
+    if (opts.homeSite !== undefined) {
+      throw new TypeError("CellpayClient: homeSite needs accessPoints with their sites");
+    }
+    const urls = opts.baseUrls ?? [opts.baseUrl as string];
+    return { urls: [...urls], sites: urls.map(() => undefined) };
+  }
+  const aps = opts.accessPoints;
+  for (const [i, ap] of aps.entries()) {
+    if (!ap.site) {
+      throw new TypeError(`CellpayClient: accessPoints[${i}].site is required`);
+    }
+  }
+  const home = opts.homeSite;
+  if (home !== undefined && !aps.some((ap) => ap.site === home)) {
+    throw new TypeError(`CellpayClient: homeSite ${JSON.stringify(home)} is the site of none of accessPoints`);
+  }
+  const first = aps.filter((ap) => home === undefined || ap.site === home);
+  const rest = aps.filter((ap) => home !== undefined && ap.site !== home);
+  const all = [...first, ...rest];
+  return { urls: all.map((ap) => ap.url), sites: all.map((ap) => ap.site) };
+}
+
 export class CellpayClient {
-  /** The access points, in order of preference. */
+  /** The access points, in order of preference (the home site's first). */
   readonly baseUrls: readonly string[];
+  /** Their sites, as baseUrls (undefined without accessPoints). */
+  readonly sites: readonly (string | undefined)[];
+  private readonly homeRetryMs: number;
+  /** When the client last switched access points (Date.now()). */
+  private switchedAt = 0;
   private readonly apiKey: string;
   private readonly timeoutMs: number;
   private readonly userAgent: string;
@@ -120,10 +181,19 @@ export class CellpayClient {
   private current = 0;
 
   constructor(opts: CellpayClientOptions) {
-    const urls = opts.baseUrls ?? (opts.baseUrl !== undefined ? [opts.baseUrl] : []);
+    const { urls, sites } = ordered(opts);
     if (urls.length === 0) {
-      throw new TypeError("CellpayClient: baseUrl or baseUrls is required");
+      throw new TypeError("CellpayClient: baseUrl, baseUrls or accessPoints is required");
     }
+    if (urls.length > MAX_ACCESS_POINTS) {
+      throw new TypeError(`CellpayClient: ${urls.length} access points, at most ${MAX_ACCESS_POINTS}`);
+    }
+    const retry = opts.homeRetryMs ?? 60_000;
+    if (!Number.isFinite(retry) || retry < 0) {
+      throw new TypeError(`CellpayClient: homeRetryMs ${retry}: want 0 or more`);
+    }
+    this.homeRetryMs = retry;
+    this.sites = sites;
     for (const u of urls) {
       const p = new URL(u).protocol;
       if (p !== "https:" && p !== "http:") {
@@ -142,9 +212,14 @@ export class CellpayClient {
     this.httpAgent = new http.Agent({ keepAlive: true });
   }
 
-  /** The access point the next call goes to first. */
+  /** The access point the next call goes to first (but see homeRetryMs). */
   get currentBaseUrl(): string {
     return this.baseUrls[this.current] as string;
+  }
+
+  /** The current access point's site (undefined without accessPoints). */
+  get currentSite(): string | undefined {
+    return this.sites[this.current];
   }
 
   /**
@@ -329,19 +404,32 @@ export class CellpayClient {
   }
 
   /**
-   * call tries the access points in turn from the current one: on no
-   * answer (other than a cancellation) or an UNAVAILABLE answer it goes
-   * on to the next, which becomes the current one; each is tried at most
-   * once per call.
+   * call tries the access points in turn from the current one (or, once
+   * homeRetryMs has passed since the client switched away from the first,
+   * from the first): on no answer (other than a cancellation) or an
+   * UNAVAILABLE answer it goes on to the next in order; each is tried at
+   * most once per call, and the one that answers becomes the current one.
    */
   private async call<T>(method: string, path: string, body: string | undefined, headers: Record<string, string>, signal?: AbortSignal): Promise<T> {
     const n = this.baseUrls.length;
     let idx = this.current;
+    if (idx !== 0 && this.homeRetryMs > 0 && Date.now() - this.switchedAt >= this.homeRetryMs) {
+      idx = 0; // home again, if it answers; on from it at once if not
+    }
+    const moveTo = (i: number): void => {
+      if (i !== this.current) {
+        this.current = i;
+        this.switchedAt = Date.now();
+      }
+    };
     for (let attempt = 1; ; attempt++) {
       const base = this.baseUrls[idx] as string;
       let err: CellpayError;
       try {
         const a = await this.send(base, method, path, body, headers, signal);
+        if (a.status !== 0) {
+          moveTo(idx); // an answer: this access point serves
+        }
         if (a.status === 200) {
           try {
             return JSON.parse(a.body) as T;
@@ -383,7 +471,7 @@ export class CellpayClient {
         throw err;
       }
       idx = (idx + 1) % n;
-      this.current = idx;
+      moveTo(idx);
     }
   }
 

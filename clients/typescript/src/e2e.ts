@@ -164,6 +164,18 @@ async function main(): Promise<void> {
     check(f.currentBaseUrl === backup.replace(/\/+$/, ""), `current access point ${f.currentBaseUrl}`);
     f.close();
   });
+  await step("access points by site: the home site's first, across only when its own fail", async () => {
+    const s = new CellpayClient({ accessPoints: [{ url: backup, site: "site-b" }, { url: primary, site: "site-a" }], homeSite: "site-a", apiKey: key, ca });
+    const t = await s.getTransaction(partner, first.transaction_id);
+    check(same(t, first), `read by site ${show(t)}`);
+    check(s.currentSite === "site-a" && s.currentBaseUrl === primary.replace(/\/+$/, ""), `current access point ${s.currentBaseUrl} (${s.currentSite}), want the home site's`);
+    s.close();
+    const d = new CellpayClient({ accessPoints: [{ url: "https://127.0.0.1:1", site: "site-a" }, { url: backup, site: "site-b" }], homeSite: "site-a", apiKey: key, ca });
+    const t2 = await d.getTransaction(partner, first.transaction_id);
+    check(same(t2, first), `read across ${show(t2)}`);
+    check(d.currentSite === "site-b", `current site ${d.currentSite} after the home site failed, want site-b`);
+    d.close();
+  });
   await step("a refused key: API_KEY_INVALID, a request ID, not retryable", async () => {
     const wrong = key.length > 64 ? key.slice(0, -64) + "0".repeat(64) : key + "0";
     const w = new CellpayClient({ baseUrl: primary, apiKey: wrong, ca });

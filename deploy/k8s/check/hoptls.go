@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,7 +35,18 @@ type hopEnd struct {
 	dnsNames       []string
 	usages         []cmv1.KeyUsage
 	health, listen string // env vars of its health port and TLS port; "" for none
+	// unset says what a missing certificate or key means; default: the
+	// hop is not mutual TLS.
+	unset string
 }
+
+// gtrAdminEnd is the GTR's admin listener as a hop end: a server
+// certificate with the GTR's identity, of the hops' CA, for Service
+// gtr-admin's names, which gtrctl verifies with that CA and pins. It
+// verifies no client certificate, so it has no CA file.
+var gtrAdminEnd = hopEnd{what: "GTR's admin listener", cert: "GTR_ADMIN_TLS_CERT", key: "GTR_ADMIN_TLS_KEY",
+	uri: gtrIdentity, dnsNames: serviceNames(gtrAdminService, GTRNamespace), usages: []cmv1.KeyUsage{cmv1.UsageServerAuth},
+	unset: "the admin listener serves the partners' certificate, of another CA and without the GTR's identity, which gtrctl pins"}
 
 // CheckHopTLS checks the internal hops' mutual TLS as the pods run it:
 //
@@ -45,6 +57,10 @@ type hopEnd struct {
 //     spiffe://cellpay.internal/cell/<namespace>, the issuer's, the
 //     GTR's), the DNS names of the Service its callers dial, and the
 //     usages of its side;
+//   - every GTR container's admin listener serves its own certificate
+//     (GTR_ADMIN_TLS_CERT, GTR_ADMIN_TLS_KEY) in the same way: the GTR's
+//     identity for Service gtr-admin's names, a hop certificate, so that
+//     gtrctl verifies it with the internal CA and pins the identity;
 //   - every hop Certificate, NATS's and the replicator's too, names one
 //     and the same issuer, so that the CA each side verifies the other
 //     with (its Secret's ca.crt) is one; since cells live in namespaces of
@@ -64,6 +80,7 @@ func CheckHopTLS(w *World) []string {
 		}
 		for _, c := range tmpl.Spec.Containers {
 			var end hopEnd
+			var more []hopEnd // the container's other TLS servers
 			switch imageName(c.Image) {
 			case CellImage:
 				end = hopEnd{what: "cell", cert: "CELL_TLS_CERT", key: "CELL_TLS_KEY", ca: "CELL_TLS_CA",
@@ -76,6 +93,7 @@ func CheckHopTLS(w *World) []string {
 			case GTRImage:
 				end = hopEnd{what: "GTR", cert: "GTR_CELL_TLS_CERT", key: "GTR_CELL_TLS_KEY", ca: "GTR_CELL_CA",
 					uri: gtrIdentity, usages: []cmv1.KeyUsage{cmv1.UsageClientAuth}}
+				more = append(more, gtrAdminEnd)
 				for _, e := range c.Env {
 					if e.Name == "GTR_ADMIN_TOKEN" || e.Name == "GTR_ADMIN_TOKEN_FILE" {
 						v = append(v, fmt.Sprintf("%s container %s: %s: the legacy shared admin token; operators authenticate by their own tokens (GTR_OPERATORS)", o, c.Name, e.Name))
@@ -86,10 +104,12 @@ func CheckHopTLS(w *World) []string {
 			}
 			at := fmt.Sprintf("%s container %s", o, c.Name)
 			v = append(v, insecurePlaintext(at, c)...)
-			cert, msgs := hopFiles(w, at, o.Namespace, tmpl.Spec, c, end)
-			v = append(v, msgs...)
-			if cert.Name != "" {
-				hopCerts = append(hopCerts, cert)
+			for _, e := range append([]hopEnd{end}, more...) {
+				cert, msgs := hopFiles(w, at, o.Namespace, tmpl.Spec, c, e)
+				v = append(v, msgs...)
+				if cert.Name != "" {
+					hopCerts = append(hopCerts, cert)
+				}
 			}
 			if end.health != "" {
 				v = append(v, healthProbes(at, c, end)...)
@@ -119,10 +139,14 @@ func imageName(image string) string {
 func hopFiles(w *World, at, ns string, spec corev1.PodSpec, c corev1.Container, end hopEnd) (Object, []string) {
 	var v []string
 	secret := ""
-	for _, f := range []struct{ env, key string }{{end.cert, "tls.crt"}, {end.key, "tls.key"}, {end.ca, "ca.crt"}} {
+	files := []struct{ env, key string }{{end.cert, "tls.crt"}, {end.key, "tls.key"}}
+	if end.ca != "" {
+		files = append(files, struct{ env, key string }{end.ca, "ca.crt"})
+	}
+	for _, f := range files {
 		file := envOf(c, f.env)
 		if file == "" {
-			v = append(v, fmt.Sprintf("%s: no %s: the %s's hop is not mutual TLS", at, f.env, end.what))
+			v = append(v, fmt.Sprintf("%s: no %s: %s", at, f.env, cmp.Or(end.unset, "the "+end.what+"'s hop is not mutual TLS")))
 			continue
 		}
 		src, ok := resolveFile(spec, c, file)
@@ -139,7 +163,11 @@ func hopFiles(w *World, at, ns string, spec corev1.PodSpec, c corev1.Container, 
 			v = append(v, fmt.Sprintf("%s: %s is key %s of its Secret, want %s (what cert-manager writes)", at, f.env, src.Key, f.key))
 		}
 		if secret != "" && src.Volume.Secret.SecretName != secret {
-			v = append(v, fmt.Sprintf("%s: %s, %s and %s are not of one Secret: the CA must be the one that issued the certificate", at, end.cert, end.key, end.ca))
+			if end.ca != "" {
+				v = append(v, fmt.Sprintf("%s: %s, %s and %s are not of one Secret: the CA must be the one that issued the certificate", at, end.cert, end.key, end.ca))
+			} else {
+				v = append(v, fmt.Sprintf("%s: %s and %s are not of one Secret", at, end.cert, end.key))
+			}
 		}
 		secret = src.Volume.Secret.SecretName
 	}

@@ -97,6 +97,25 @@ func TestHopTLSChecksCatch(t *testing.T) {
 			"Certificate cellpay-gtr/gtr: usages lack client auth",
 			"Certificate cellpay-gtr/gtr: issued by Issuer gtr-ca of namespace cellpay-gtr",
 		}},
+		{"GTR's admin listener on the partners' certificate", withObject(t, base, "Deployment", GTRNamespace, "gtr-backup", func(d *appsv1.Deployment) {
+			c := containerOf(d)
+			setEnv(c, corev1.EnvVar{Name: "GTR_ADMIN_TLS_CERT", Value: "/etc/cellpay/tls/tls.crt"})
+			setEnv(c, corev1.EnvVar{Name: "GTR_ADMIN_TLS_KEY", Value: "/etc/cellpay/tls/tls.key"})
+		}), []string{
+			"Certificate cellpay-gtr/gtr: uris [] lack spiffe://cellpay.internal/gtr, the GTR's admin listener's identity",
+			"Certificate cellpay-gtr/gtr: dnsNames lack gtr-admin.cellpay-gtr.svc",
+			"Certificate cellpay-gtr/gtr: issued by Issuer gtr-ca of namespace cellpay-gtr",
+		}},
+		{"GTR's admin listener without a certificate of its own", withObject(t, base, "Deployment", GTRNamespace, "gtr", func(d *appsv1.Deployment) {
+			dropEnv(containerOf(d), "GTR_ADMIN_TLS_CERT")
+		}), []string{"Deployment cellpay-gtr/gtr container gtr: no GTR_ADMIN_TLS_CERT: the admin listener serves the partners' certificate"}},
+		{"GTR's admin certificate from another CA", cert("Certificate", GTRNamespace, "gtr-admin", func(c *cmv1.Certificate) {
+			c.Spec.IssuerRef = issuerRef(cmv1.IssuerKind, "gtr-ca")
+		}), []string{"Certificate cellpay-gtr/gtr-admin: issued by Issuer gtr-ca of namespace cellpay-gtr", "the hops' CAs differ"}},
+		{"GTR's admin certificate for clients only", cert("Certificate", GTRNamespace, "gtr-admin", func(c *cmv1.Certificate) {
+			c.Spec.Usages = []cmv1.KeyUsage{cmv1.UsageClientAuth}
+			c.Spec.DNSNames = c.Spec.DNSNames[:1]
+		}), []string{"Certificate cellpay-gtr/gtr-admin: usages lack server auth", "Certificate cellpay-gtr/gtr-admin: dnsNames lack gtr-admin.cellpay-gtr.svc.cluster.local"}},
 		{"cell in plaintext", cell(func(d *appsv1.Deployment) {
 			containerOf(d).Env = append(containerOf(d).Env, corev1.EnvVar{Name: "CELL_INSECURE_PLAINTEXT", Value: "1"})
 		}), []string{"Deployment cell-b/cell container cell: CELL_INSECURE_PLAINTEXT: plaintext hops"}},

@@ -80,13 +80,30 @@ func TestIssuanceChecksCatch(t *testing.T) {
 		}), []string{"CertificateRequestPolicy cellpay-nats.nats: does not select one issuer by exact name, kind and group"}},
 		{"a policy for the wrong issuer", policy("cellpay-gtr.gtr-internal", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
 			s.Selector.IssuerRef.Kind, s.Selector.IssuerRef.Name = new("Issuer"), new("gtr-ca")
-		}), []string{"Certificate cellpay-gtr/gtr-internal: " + notApproved + " cellpay-gtr and ClusterIssuer cellpay-internal-ca"}},
+		}), []string{
+			// The admin certificate's policy still selects the namespace and
+			// issuer, and denies this request.
+			"Certificate cellpay-gtr/gtr-internal: no CertificateRequestPolicy allows its request (cellpay-gtr.gtr-admin: commonName \"gtr\": none allowed",
+		}},
 		{"a sub-CA of the internal CA", policy("cellpay-nats.replicator", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
 			s.Allowed.IsCA = new(true)
 		}), []string{"CertificateRequestPolicy cellpay-nats.replicator: allows CA certificates, which no Certificate of namespace cellpay-nats asks its issuer for"}},
-		{"a usage beyond the certificate's", policy("cellpay-gtr.gtr-internal", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
-			*s.Allowed.Usages = append(*s.Allowed.Usages, cmv1.UsageServerAuth)
-		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-internal: allows usages "server auth", which no Certificate of namespace cellpay-gtr asks its issuer for`}},
+		{"a usage beyond the certificates'", policy("cellpay-gtr.gtr-internal", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
+			*s.Allowed.Usages = append(*s.Allowed.Usages, cmv1.UsageCodeSigning)
+		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-internal: allows usages "code signing", which no Certificate of namespace cellpay-gtr asks its issuer for`}},
+		{"the GTR's admin identity for every namespace", policy("cellpay-gtr.gtr-admin", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
+			s.Selector.Namespace = nil
+		}), []string{
+			"CertificateRequestPolicy cellpay-gtr.gtr-admin: selects every namespace",
+			"namespace cell-b may obtain " + gtrID + ", the identity of Certificate cellpay-gtr/gtr-admin, through CertificateRequestPolicy cellpay-gtr.gtr-admin",
+			"namespace cell-b may obtain gtr-admin.cellpay-gtr.svc, the identity of Certificate cellpay-gtr/gtr-admin",
+		}},
+		{"the admin listener's names beyond Service gtr-admin's", policy("cellpay-gtr.gtr-admin", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
+			*s.Allowed.DNSNames.Values = append(*s.Allowed.DNSNames.Values, "gtr-admin.example.com")
+		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-admin: allows dnsNames "gtr-admin.example.com", which no Certificate of namespace cellpay-gtr asks its issuer for`}},
+		{"the admin certificate without its policy", withObject(t, base, "Role", GTRNamespace, "cellpay-issuance.gtr", func(r *rbacv1.Role) {
+			r.Rules[0].ResourceNames = []string{"cellpay-gtr.gtr", "cellpay-gtr.gtr-internal"}
+		}), []string{"Certificate cellpay-gtr/gtr-admin: no CertificateRequestPolicy allows its request (cellpay-gtr.gtr-internal:"}},
 		{"a CEL rule the checks cannot prove", policy("cell-b.cell", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
 			s.Allowed.URIs.Validations = []policyv1alpha1.ValidationRule{{Rule: "self.startsWith('spiffe://')"}}
 		}), []string{"CertificateRequestPolicy cell-b.cell: uses CEL validations or plugins, which the checks cannot evaluate"}},

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"slices"
@@ -21,6 +22,9 @@ const (
 	// gtrService is the partners' Service, the names the GTR's
 	// certificate must carry.
 	gtrService = "gtr"
+	// gtrAdminService is the admin API's Service, the names the admin
+	// listener's certificate must carry.
+	gtrAdminService = "gtr-admin"
 )
 
 // gtrPartnerListeners are the GTR's partners' listeners: the Payments API
@@ -49,6 +53,9 @@ func isGTRPartnerPort(t Target) bool {
 //     reflection on the partners' listener (GTR_REFLECTION, -reflection);
 //   - every GTR container serves both partners' listeners, gRPC on 7070
 //     and REST/JSON on 7060, on an address others can reach;
+//   - every GTR container throttles failed admin logins from loopback
+//     (GTR_ADMIN_THROTTLE_LOOPBACK set to true, no flag turning it off):
+//     kubectl port-forward arrives from loopback;
 //   - the GTR's probes ask its plaintext health port (GTR_HEALTH_LISTEN),
 //     never the partners' (gRPC or REST) or the admin port, which serve
 //     TLS only and which kubelet's gRPC probes cannot speak to;
@@ -76,6 +83,7 @@ func CheckTrust(w *World) []string {
 			}
 			v = append(v, gtrPartners(at, c)...)
 			v = append(v, gtrProbes(at, c)...)
+			v = append(v, loopbackThrottled(at, c)...)
 		}
 	}
 	v = append(v, gtrTLS(w)...)
@@ -155,6 +163,35 @@ func reflectionOn(w *World, ns string, c corev1.Container) []string {
 			if on, err := strconv.ParseBool(x); on || err != nil {
 				v = append(v, "flag "+arg)
 			}
+		}
+	}
+	return v
+}
+
+// loopbackThrottled holds a GTR container to throttling failed admin
+// logins from loopback, said explicitly (GTR_ADMIN_THROTTLE_LOOPBACK=true),
+// so that a changed default cannot slip through: in a pod, loopback is
+// where kubectl port-forward arrives from, on behalf of whoever the
+// cluster lets forward.
+func loopbackThrottled(at string, c corev1.Container) []string {
+	const name = "GTR_ADMIN_THROTTLE_LOOPBACK"
+	var v []string
+	val, ok := "", false
+	for _, e := range c.Env { // a later entry wins
+		if e.Name == name {
+			val, ok = e.Value, e.ValueFrom == nil
+		}
+	}
+	if on, err := strconv.ParseBool(val); !ok || err != nil || !on {
+		v = append(v, fmt.Sprintf("%s: %s is %q, want \"true\": kubectl port-forward arrives from loopback, whose failed admin logins must be throttled as any address's", at, name, val))
+	}
+	for _, arg := range slices.Concat(c.Command, c.Args) {
+		flag, x, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if flag != "admin-throttle-loopback" {
+			continue
+		}
+		if on, err := strconv.ParseBool(cmp.Or(x, "true")); err != nil || !on {
+			v = append(v, fmt.Sprintf("%s: flag %s: failed admin logins from loopback (kubectl port-forward) not throttled", at, arg))
 		}
 	}
 	return v

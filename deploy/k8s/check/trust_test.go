@@ -235,6 +235,19 @@ func TestTrustChecksCatch(t *testing.T) {
 				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_ADMIN_LISTEN", Value: "127.0.0.1:7071"})
 			})
 		}, []string{`GTR_ADMIN_LISTEN: "127.0.0.1:7071" is loopback`}},
+		{"loopback not throttled", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				setEnv(gtrContainer(d), corev1.EnvVar{Name: "GTR_ADMIN_THROTTLE_LOOPBACK", Value: "false"})
+			})
+		}, []string{`Deployment cellpay-gtr/gtr container gtr: GTR_ADMIN_THROTTLE_LOOPBACK is "false", want "true"`}},
+		{"loopback throttle left to the default", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) { dropEnv(gtrContainer(d), "GTR_ADMIN_THROTTLE_LOOPBACK") })
+		}, []string{`Deployment cellpay-gtr/gtr container gtr: GTR_ADMIN_THROTTLE_LOOPBACK is "", want "true"`}},
+		{"loopback throttle off by flag", func() []Object {
+			return withGTR(t, base, func(d *appsv1.Deployment) {
+				gtrContainer(d).Args = append(gtrContainer(d).Args, "--admin-throttle-loopback=0")
+			})
+		}, []string{"container gtr: flag --admin-throttle-loopback=0: failed admin logins from loopback (kubectl port-forward) not throttled"}},
 		{"certificate mounted by subPath", func() []Object {
 			return withGTR(t, base, func(d *appsv1.Deployment) {
 				c := gtrContainer(d)

@@ -32,6 +32,16 @@ type Answer struct {
 	// GTR's generic message names a reference its log has the details
 	// under); never compared.
 	Message string
+	// Amounts says the answer carried an amount: Amount and Currency,
+	// in minor units, and for an authorization its approved follow-ups'
+	// sums as of the answer (Captured, Refunded, Voided). An answer
+	// without one (an error, a file written before amounts were kept,
+	// the simulator's) has its amounts not judged.
+	Amounts            bool
+	Amount             int64
+	Currency           string
+	Captured, Refunded int64
+	Voided             bool
 }
 
 // AnswerOf turns the outcome of one SubmitTransaction call for partner's
@@ -48,6 +58,12 @@ func AnswerOf(partner, id string, txn *cellpayv1.Transaction, err error) Answer 
 		AuthCode:      txn.GetAuthCode(),
 		DeclineReason: txn.GetDeclineReason(),
 		CellID:        txn.GetCellId(),
+		Amounts:       txn.GetAmount() != nil,
+		Amount:        txn.GetAmount().GetMinorUnits(),
+		Currency:      txn.GetAmount().GetCurrency(),
+		Captured:      txn.GetCapturedAmount().GetMinorUnits(),
+		Refunded:      txn.GetRefundedAmount().GetMinorUnits(),
+		Voided:        txn.GetVoided(),
 	}
 }
 
@@ -70,6 +86,12 @@ type answerJSON struct {
 	CellID        string `json:"cell_id,omitempty"`
 	Code          string `json:"code"`
 	Message       string `json:"message,omitempty"`
+	Amounts       bool   `json:"amounts,omitempty"`
+	Amount        int64  `json:"amount,omitempty"`
+	Currency      string `json:"currency,omitempty"`
+	Captured      int64  `json:"captured,omitempty"`
+	Refunded      int64  `json:"refunded,omitempty"`
+	Voided        bool   `json:"voided,omitempty"`
 }
 
 // codeNames are the canonical gRPC code names, as docs/design/README.md spells them
@@ -104,7 +126,8 @@ func parseCode(s string) (codes.Code, error) {
 
 // MarshalJSON writes a as one object with status and code by name.
 func (a Answer) MarshalJSON() ([]byte, error) {
-	w := answerJSON{PartnerID: a.PartnerID, ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code), Message: a.Message}
+	w := answerJSON{PartnerID: a.PartnerID, ID: a.ID, AuthCode: a.AuthCode, DeclineReason: a.DeclineReason, CellID: a.CellID, Code: CodeName(a.Code), Message: a.Message,
+		Amounts: a.Amounts, Amount: a.Amount, Currency: a.Currency, Captured: a.Captured, Refunded: a.Refunded, Voided: a.Voided}
 	if a.Status != cellpayv1.TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED {
 		w.Status = a.Status.String()
 	}
@@ -127,6 +150,7 @@ func (a *Answer) UnmarshalJSON(b []byte) error {
 	name := w.PartnerID + "/" + w.ID
 	var out Answer
 	out.PartnerID, out.ID, out.AuthCode, out.DeclineReason, out.CellID, out.Message = w.PartnerID, w.ID, w.AuthCode, w.DeclineReason, w.CellID, w.Message
+	out.Amounts, out.Amount, out.Currency, out.Captured, out.Refunded, out.Voided = w.Amounts, w.Amount, w.Currency, w.Captured, w.Refunded, w.Voided
 	if w.Status != "" {
 		v, ok := cellpayv1.TransactionStatus_value[w.Status]
 		if !ok {

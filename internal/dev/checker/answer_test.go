@@ -20,6 +20,9 @@ func TestAnswersRoundTrip(t *testing.T) {
 		{PartnerID: "p-1", ID: "c", Status: cellpayv1.TransactionStatus_PENDING, CellID: "cell-c"},
 		{PartnerID: "p-1", ID: "d", Code: codes.Unavailable},
 		{PartnerID: "p-1", ID: "e", Code: codes.Code(42)},
+		{PartnerID: "p-1", ID: "f", Status: cellpayv1.TransactionStatus_APPROVED, CellID: "cell-a",
+			Amounts: true, Amount: 1000, Currency: "EUR", Captured: 600, Refunded: 100},
+		{PartnerID: "p-1", ID: "g", Status: cellpayv1.TransactionStatus_APPROVED, CellID: "cell-a", Amounts: true, Currency: "EUR", Voided: true},
 	}
 	var buf bytes.Buffer
 	for _, a := range in {
@@ -73,6 +76,13 @@ func TestReadAnswersErrors(t *testing.T) {
 func TestAnswerOf(t *testing.T) {
 	txn := &cellpayv1.Transaction{TransactionId: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellId: "cell-a"}
 	if got, want := AnswerOf("p-1", "a", txn, nil), (Answer{PartnerID: "p-1", ID: "a", Status: cellpayv1.TransactionStatus_DECLINED, DeclineReason: "stolen_card", CellID: "cell-a"}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	auth := &cellpayv1.Transaction{TransactionId: "f", Status: cellpayv1.TransactionStatus_APPROVED, CellId: "cell-a",
+		Amount:         &cellpayv1.Money{MinorUnits: 1000, Currency: "EUR"},
+		CapturedAmount: &cellpayv1.Money{MinorUnits: 600, Currency: "EUR"}, RefundedAmount: &cellpayv1.Money{MinorUnits: 100, Currency: "EUR"}}
+	if got, want := AnswerOf("p-1", "f", auth, nil), (Answer{PartnerID: "p-1", ID: "f", Status: cellpayv1.TransactionStatus_APPROVED, CellID: "cell-a",
+		Amounts: true, Amount: 1000, Currency: "EUR", Captured: 600, Refunded: 100}); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	if got := AnswerOf("p-1", "b", nil, status.Error(codes.AlreadyExists, "x")); got != (Answer{PartnerID: "p-1", ID: "b", Code: codes.AlreadyExists, Message: "x"}) || !got.Err() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +48,7 @@ func Check(ctx context.Context, cfg Config, answers []Answer) (Report, error) {
 	for _, k := range keys {
 		l, e := looks[k], effs[k]
 		observed[k] = Observed{Read: l.txn, ReadCode: l.code, ReadErr: l.err, Records: recs[k], Effects: e.effects, Requests: e.requests,
-			Amounts: true, IssuerApproved: e.approved, IssuerAmount: e.amount}
+			Amounts: true, IssuerApproved: e.approved, IssuerAmount: e.amount, IssuerCurrency: e.currency}
 	}
 	return Judge(answers, observed, cfg.PrePNRFailures, cfg.Examples), nil
 }
@@ -64,10 +65,12 @@ type Observed struct {
 	Effects, Requests int32
 	// Amounts says IssuerApproved and IssuerAmount were read: the
 	// issuer's applied outcome (approved or not) and its amount, which a
-	// follow-up's approved record must equal.
+	// follow-up's approved record, and an approved answer, must equal.
+	// IssuerCurrency is the amount's currency; empty, it is not compared.
 	Amounts        bool
 	IssuerApproved bool
 	IssuerAmount   int64
+	IssuerCurrency string
 }
 
 // Judge classifies the answers partners got against what was observed of
@@ -85,9 +88,9 @@ func Judge(answers []Answer, observed map[idempotency.Key]Observed, prePNRFailur
 	c.r.Errors = make(map[string]int)
 	for _, k := range keys {
 		o := observed[k]
-		c.add(k, byKey[k], lookup{txn: o.Read, code: o.ReadCode, err: o.ReadErr}, o.Records,
-			effect{effects: o.Effects, requests: o.Requests, amounts: o.Amounts, approved: o.IssuerApproved, amount: o.IssuerAmount})
-		c.amounts(k, o.Records, effect{effects: o.Effects, amounts: o.Amounts, approved: o.IssuerApproved, amount: o.IssuerAmount})
+		eff := effect{effects: o.Effects, requests: o.Requests, amounts: o.Amounts, approved: o.IssuerApproved, amount: o.IssuerAmount, currency: o.IssuerCurrency}
+		c.add(k, byKey[k], lookup{txn: o.Read, code: o.ReadCode, err: o.ReadErr}, o.Records, eff)
+		c.amounts(k, byKey[k], o.Records, eff)
 	}
 	return c.r
 }
@@ -203,36 +206,105 @@ func (c *classifier) found(id idempotency.Key, answers []Answer, answered bool, 
 	}
 }
 
-// amounts checks the money of a transaction's final records: an
+// amounts checks the money of one transaction, and counts it once
+// however many of its amounts are wrong: what its partner was answered
+// (answeredAmounts), then its final records (recordAmounts).
+func (c *classifier) amounts(id idempotency.Key, answers []Answer, recs []CellRecord, eff effect) {
+	problem := answeredAmounts(answers, recs, eff)
+	if problem == "" {
+		problem = recordAmounts(recs, eff)
+	}
+	if problem != "" {
+		c.r.AmountMismatches++
+		c.example(ProblemAmounts, id, "%s", problem)
+	}
+}
+
+// answeredAmounts compares, to the minor unit, the amounts a partner was
+// answered with what was recorded and applied. An approved or declined
+// answer's amount and currency are those of every record of the
+// transaction in the same state (the cell that decided it); an approved
+// answer's are the issuer's approved effect's, for every payment type (an
+// authorization's amount, a capture's or refund's adjustment, a void's:
+// the whole authorization). An authorization's answered sums can only be
+// behind its record's, never ahead: captures and refunds only add up, and
+// a void is final. It returns the first problem, or "".
+func answeredAmounts(answers []Answer, recs []CellRecord, eff effect) string {
+	for _, a := range answers {
+		var state string
+		switch {
+		case a.Err() || !a.Amounts:
+			continue
+		case a.Status == cellpayv1.TransactionStatus_APPROVED:
+			state = "approved"
+		case a.Status == cellpayv1.TransactionStatus_DECLINED:
+			state = "declined"
+		default:
+			continue // PENDING and FAILED answers may be the GTR's, not a record's
+		}
+		answered := money(a.Amount, a.Currency)
+		for _, rec := range recs {
+			if rec.State != state {
+				continue
+			}
+			if rec.Amount != a.Amount || rec.Currency != "" && rec.Currency != a.Currency {
+				return fmt.Sprintf("answered %s %s, recorded %s in %s", a.Status, answered, money(rec.Amount, rec.Currency), rec.Cell)
+			}
+			if rec.PaymentType != cellpayv1.PaymentType_CARD_AUTHORIZATION || state != "approved" {
+				continue
+			}
+			l := rec.Ledger
+			if a.Captured > l.Captured || a.Refunded > l.Refunded || a.Voided && !l.Voided {
+				return fmt.Sprintf("authorization answered with captured %d, refunded %d, voided %v; its ledger in %s is ahead of none of it: %+v",
+					a.Captured, a.Refunded, a.Voided, rec.Cell, l)
+			}
+		}
+		if a.Captured > a.Amount || a.Refunded > a.Captured {
+			return fmt.Sprintf("answered %s with captured %d and refunded %d: over its limits", answered, a.Captured, a.Refunded)
+		}
+		if state == "approved" && eff.amounts && eff.effects > 0 &&
+			(!eff.approved || eff.amount != a.Amount || eff.currency != "" && eff.currency != a.Currency) {
+			return fmt.Sprintf("answered APPROVED %s; the issuer: %d effects, approved %v, %s",
+				answered, eff.effects, eff.approved, money(eff.amount, eff.currency))
+		}
+	}
+	return ""
+}
+
+// recordAmounts checks the money of a transaction's final records: an
 // authorization's ledger equals the approved follow-ups in its cell and
 // keeps its limits; a follow-up approved in its cell is the issuer's
 // approved effect for the same amount, and one the cell did not approve
-// is no approved effect at the issuer.
-func (c *classifier) amounts(id idempotency.Key, recs []CellRecord, eff effect) {
+// is no approved effect at the issuer. It returns the first problem, or "".
+func recordAmounts(recs []CellRecord, eff effect) string {
 	for _, rec := range recs {
-		var problem string
 		switch {
 		case rec.PaymentType == cellpayv1.PaymentType_CARD_AUTHORIZATION && rec.State == "approved":
 			l := rec.Ledger
 			switch {
 			case l != rec.Followed:
-				problem = fmt.Sprintf("ledger %+v in %s, its approved follow-ups there sum to %+v", l, rec.Cell, rec.Followed)
+				return fmt.Sprintf("ledger %+v in %s, its approved follow-ups there sum to %+v", l, rec.Cell, rec.Followed)
 			case l.Captured > rec.Amount || l.Refunded > l.Captured || l.Voided && l.Captured > 0:
-				problem = fmt.Sprintf("ledger %+v in %s breaks its limits (authorized %d)", l, rec.Cell, rec.Amount)
+				return fmt.Sprintf("ledger %+v in %s breaks its limits (authorized %d)", l, rec.Cell, rec.Amount)
 			}
 		case rec.Original == "" || !eff.amounts || rec.State == "sending":
-		case rec.State == "approved" && (eff.effects != 1 || !eff.approved || eff.amount != rec.Amount):
-			problem = fmt.Sprintf("%v of %s approved for %d in %s; the issuer: %d effects, approved %v, amount %d",
-				rec.PaymentType, rec.Original, rec.Amount, rec.Cell, eff.effects, eff.approved, eff.amount)
+		case rec.State == "approved" && (eff.effects != 1 || !eff.approved || eff.amount != rec.Amount ||
+			eff.currency != "" && rec.Currency != "" && eff.currency != rec.Currency):
+			return fmt.Sprintf("%v of %s approved for %s in %s; the issuer: %d effects, approved %v, %s",
+				rec.PaymentType, rec.Original, money(rec.Amount, rec.Currency), rec.Cell, eff.effects, eff.approved, money(eff.amount, eff.currency))
 		case rec.State != "approved" && eff.approved:
-			problem = fmt.Sprintf("%v of %s %s in %s, approved at the issuer for %d", rec.PaymentType, rec.Original, rec.State, rec.Cell, eff.amount)
-		}
-		if problem != "" {
-			c.r.AmountMismatches++
-			c.example(ProblemAmounts, id, "%s", problem)
-			return
+			return fmt.Sprintf("%v of %s %s in %s, approved at the issuer for %s", rec.PaymentType, rec.Original, rec.State, rec.Cell, money(eff.amount, eff.currency))
 		}
 	}
+	return ""
+}
+
+// money is an amount for a problem's text: minor units and currency.
+func money(minor int64, currency string) string {
+	if currency == "" {
+		return strconv.FormatInt(minor, 10)
+	}
+	return strconv.FormatInt(minor, 10) + " " + currency
 }
 
 func (c *classifier) pastPNR(recs []CellRecord) []CellRecord {

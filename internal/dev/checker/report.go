@@ -52,7 +52,12 @@ type Report struct {
 	// an authorization whose ledger is not the sum of its approved
 	// captures and refunds (or passes its limits), or a capture, void or
 	// refund approved in its cell but not at the issuer for the same
-	// amount, or approved at the issuer and not in its cell.
+	// amount, or approved at the issuer and not in its cell; or a
+	// transaction of any type whose partner was answered an amount or
+	// currency (approved or declined) other than its cell's record, an
+	// approval other than the issuer's effect, or an authorization's
+	// captured or refunded sum ahead of its ledger. Each transaction
+	// counts once, however many of its amounts differ.
 	AmountMismatches int `json:"amount_mismatches"`
 	// Unverified counts transactions GetTransaction could not read (other than
 	// NOT_FOUND) after retries: nothing can be said about them.

@@ -34,6 +34,7 @@ type CellRecord struct {
 	// follow-up's authorization.
 	PaymentType cellpayv1.PaymentType `json:"payment_type,omitempty"`
 	Amount      int64                 `json:"amount,omitempty"`
+	Currency    string                `json:"currency,omitempty"`
 	Original    string                `json:"original,omitempty"`
 	// Ledger is an authorization's follow-up sums as its row keeps them
 	// (captured, refunded, voided); Followed is the same sums computed
@@ -155,7 +156,7 @@ func readCell(ctx context.Context, cell Cell, keys []idempotency.Key) ([]CellRec
 	// By the pair, never by the ID alone: another partner's record with an
 	// asked ID is another transaction.
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT t.partner_id, t.transaction_id, t.state, t.decline_reason, t.auth_code, t.cell_id, t.attempt, t.updated_at,
-			t.payment_type, t.amount, t.original_transaction_id, t.captured, t.refunded, t.voided,
+			t.payment_type, t.amount, t.currency, t.original_transaction_id, t.captured, t.refunded, t.voided,
 			coalesce(f.captured, 0), coalesce(f.refunded, 0), coalesce(f.voided, false)
 		FROM transactions t LEFT JOIN LATERAL (
 			SELECT sum(amount) FILTER (WHERE payment_type = %[1]d)::bigint AS captured,
@@ -174,7 +175,7 @@ func readCell(ctx context.Context, cell Cell, keys []idempotency.Key) ([]CellRec
 		r := CellRecord{Cell: cell.ID}
 		var pt int16
 		if err := rows.Scan(&r.PartnerID, &r.TransactionID, &r.State, &r.DeclineReason, &r.AuthCode, &r.CellID, &r.Attempt, &r.UpdatedAt,
-			&pt, &r.Amount, &r.Original, &r.Ledger.Captured, &r.Ledger.Refunded, &r.Ledger.Voided,
+			&pt, &r.Amount, &r.Currency, &r.Original, &r.Ledger.Captured, &r.Ledger.Refunded, &r.Ledger.Voided,
 			&r.Followed.Captured, &r.Followed.Refunded, &r.Followed.Voided); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("checker: cell %s: scan: %w", cell.ID, err)
@@ -195,6 +196,7 @@ type effect struct {
 	amounts           bool
 	approved          bool
 	amount            int64
+	currency          string
 }
 
 // readEffects reads the issuer's counters for keys in batches.
@@ -214,7 +216,7 @@ func readEffects(ctx context.Context, issuer issuerproto.IssuerClient, keys []id
 		}
 		for _, e := range resp.GetEffects() {
 			k := idempotency.Key{PartnerID: e.GetPartnerId(), TransactionID: e.GetTransactionId()}
-			out[k] = effect{effects: e.GetEffects(), requests: e.GetRequests(), amounts: true, approved: e.GetApproved(), amount: e.GetAmountMinorUnits()}
+			out[k] = effect{effects: e.GetEffects(), requests: e.GetRequests(), amounts: true, approved: e.GetApproved(), amount: e.GetAmountMinorUnits(), currency: e.GetCurrency()}
 		}
 	}
 	return out, nil

@@ -11,6 +11,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/idempotency"
+	"google.golang.org/grpc/status"
 )
 
 // Target is one path the drill cuts.
@@ -41,7 +43,8 @@ type Target struct {
 
 // Config describes a drill.
 type Config struct {
-	// Load is the partners' traffic: Endpoints must name the primary and
+	// Load is the partners' traffic: Endpoints (or AccessPoints, with
+	// their sites) must name the primary and
 	// the backup. Duration and Count are set by the drill (Warmup, then
 	// each target's Hold and Settle, then Settle); OnResult is chained.
 	Load load.Config
@@ -60,23 +63,32 @@ type Config struct {
 
 // Step is what happened around one target.
 type Step struct {
-	Target             string         `json:"target"`
-	CutAt              time.Time      `json:"cut_at"`
-	RestoredAt         time.Time      `json:"restored_at"`
-	CutTook            float64        `json:"cut_took_s"`
-	RestoreTook        float64        `json:"restore_took_s"`
-	SwitchAwayAfter    float64        `json:"switch_away_after_s,omitempty"` // from the cut to the switch away from the target (-1: none)
-	SwitchBackAfter    float64        `json:"switch_back_after_s,omitempty"` // from the restore to the switch back to it (-1: none)
-	FirstOtherAfter    float64        `json:"first_other_after_s,omitempty"` // from the cut to the first call the other access point served
-	FailedOverDuring   int            `json:"failed_over_during"`            // calls during the cut that waited for the retry
-	ErrorsDuring       int            `json:"errors_during"`                 // partner-visible errors among calls sent during the cut
-	AnsweredByTarget   int            `json:"answered_by_target_during"`     // calls the cut access point still answered
+	Target           string    `json:"target"`
+	CutAt            time.Time `json:"cut_at"`
+	RestoredAt       time.Time `json:"restored_at"`
+	CutTook          float64   `json:"cut_took_s"`
+	RestoreTook      float64   `json:"restore_took_s"`
+	SwitchAwayAfter  float64   `json:"switch_away_after_s,omitempty"` // from the cut to the switch away from the target (-1: none)
+	SwitchBackAfter  float64   `json:"switch_back_after_s,omitempty"` // from the restore to the switch back to it (-1: none)
+	FirstOtherAfter  float64   `json:"first_other_after_s,omitempty"` // from the cut to the first call the other access point served
+	FailedOverDuring int       `json:"failed_over_during"`            // calls during the cut that waited for the retry
+	ErrorsDuring     int       `json:"errors_during"`                 // partner-visible errors among calls sent during the cut
+	AnsweredByTarget int       `json:"answered_by_target_during"`     // calls the cut access point still answered
+	// DisturbedUntil is the RTO a partner sees: from the cut to the end
+	// of the last call sent during it that the cut disturbed (one that
+	// waited for the retry on another access point, or failed); 0 when
+	// none was. LongestDuring is the longest a call sent during the cut
+	// took, its waits and retries included.
+	DisturbedUntil     float64        `json:"disturbed_until_s"`
+	LongestDuring      float64        `json:"longest_during_s"`
 	SwitchesDuringStep []client.Event `json:"switches"`
 }
 
 // Report is a drill's outcome.
 type Report struct {
-	Start time.Time   `json:"start"`
+	Start time.Time `json:"start"`
+	// End is when the checker had finished (or the load, without it).
+	End   time.Time   `json:"end"`
 	Steps []Step      `json:"steps"`
 	Load  load.Report `json:"load"`
 	// Errors counts the partner's errors by gRPC code, Failed the answers
@@ -118,8 +130,14 @@ func (c *Config) defaults() {
 // a Report that is not OK.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
-	if len(cfg.Load.Endpoints) != 2 {
-		return Report{}, errors.New("drill: Load.Endpoints must name the primary and the backup")
+	endpoints := cfg.Load.Endpoints
+	if len(endpoints) == 0 {
+		for _, ap := range cfg.Load.AccessPoints {
+			endpoints = append(endpoints, ap.Addr)
+		}
+	}
+	if len(endpoints) != 2 {
+		return Report{}, errors.New("drill: Load.Endpoints (or AccessPoints, with their sites) must name the primary and the backup")
 	}
 	total := cfg.Warmup + time.Duration(len(cfg.Targets))*(cfg.Hold+cfg.Settle) + cfg.Settle
 	lc := cfg.Load
@@ -155,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		r, err := load.Run(loadCtx, lc, nil)
 		done <- loadDone{r, err}
 	}()
-	logf("load: %s %s loop through %s", lc.Target, lc.Mode, strings.Join(lc.Endpoints, ", "))
+	logf("load: %s %s loop through %s", lc.Target, lc.Mode, strings.Join(endpoints, ", "))
 
 	stepErr := func() error {
 		if err := sleep(ctx, cfg.Warmup); err != nil {
@@ -204,7 +222,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if i+1 < len(rep.Steps) {
 			end = rep.Steps[i+1].CutAt
 		}
-		analyse(&rep.Steps[i], cfg.Targets[i], cfg.Load.Endpoints, results, rep.Load.Switches, end)
+		analyse(&rep.Steps[i], cfg.Targets[i], endpoints, results, rep.Load.Switches, end)
 		s := rep.Steps[i]
 		logf("%s: switch away %s, back %s; first call on the other access point %.3fs after the cut; %d calls failed over, %d errors",
 			s.Target, secs(s.SwitchAwayAfter), secs(s.SwitchBackAfter), s.FirstOtherAfter, s.FailedOverDuring, s.ErrorsDuring)
@@ -234,6 +252,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		rep.Checker = &cr
 	}
+	rep.End = time.Now()
 	return rep, nil
 }
 
@@ -263,6 +282,10 @@ func analyse(s *Step, t Target, endpoints []string, results []load.Result, switc
 		}
 		if r.FailedOver {
 			s.FailedOverDuring++
+		}
+		s.LongestDuring = max(s.LongestDuring, r.Latency.Seconds())
+		if r.FailedOver || r.Err != nil || r.Transaction.GetStatus() == cellpayv1.TransactionStatus_FAILED {
+			s.DisturbedUntil = max(s.DisturbedUntil, r.Sent.Add(r.Latency).Sub(s.CutAt).Seconds())
 		}
 		if r.Err != nil || r.Transaction.GetStatus() == cellpayv1.TransactionStatus_FAILED {
 			s.ErrorsDuring++
@@ -310,6 +333,7 @@ func (r Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "    first call served by the other access point %.3fs after the cut\n", s.FirstOtherAfter)
 		}
 		fmt.Fprintf(w, "    during the cut: %d calls waited for the retry on the other access point, %d errors seen by the partner\n", s.FailedOverDuring, s.ErrorsDuring)
+		fmt.Fprintf(w, "    RTO: the last call the cut disturbed ended %.2fs after it; the longest call sent during it took %.2fs\n", s.DisturbedUntil, s.LongestDuring)
 		for _, e := range s.SwitchesDuringStep {
 			fmt.Fprintf(w, "    +%.2fs  %s -> %s  (%s)\n", e.At.Sub(r.Start).Seconds(), e.From, e.To, e.Reason)
 		}
@@ -318,7 +342,9 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n  load: sent %d, completed %d, dropped %d, statuses %v, p99 %.1f ms\n", l.Sent, l.Completed, l.Dropped, l.Statuses, l.Latency.P99)
 	fmt.Fprintf(w, "  answers per access point: %v; failed over: %d\n", l.Endpoints, l.FailedOver)
 	fmt.Fprintf(w, "  errors seen by the partner: %v, FAILED answers: %d\n", r.Errors, r.Failed)
+	r.printFailures(w, 5)
 	if r.Checker != nil {
+		fmt.Fprintf(w, "  RPO: %d answers lost, %d issuer effects without a record (the checker's)\n", r.Checker.Lost, r.Checker.EffectsWithoutRecord)
 		fmt.Fprintf(w, "  checker: %s\n", strings.ReplaceAll(r.Checker.String(), "\n", "; "))
 	}
 	verdict := "PASS: no business loss"
@@ -326,4 +352,24 @@ func (r Report) Print(w io.Writer) {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(w, "  verdict: %s\n", verdict)
+}
+
+// printFailures writes up to n of the calls the partner saw fail: which,
+// when, how long it took and where it ended.
+func (r Report) printFailures(w io.Writer, n int) {
+	for _, res := range r.Results {
+		if n == 0 {
+			return
+		}
+		if res.Err == nil && res.Transaction.GetStatus() != cellpayv1.TransactionStatus_FAILED {
+			continue
+		}
+		n--
+		what := "FAILED " + res.Transaction.GetDeclineReason()
+		if res.Err != nil {
+			what = status.Code(res.Err).String()
+		}
+		fmt.Fprintf(w, "    %s/%s: %s, sent at +%.1fs, after %.2fs, last at %s\n", res.PartnerID, res.Request.GetTransactionId(), what,
+			res.Sent.Sub(r.Start).Seconds(), res.Latency.Seconds(), cmp.Or(res.Endpoint, "?"))
+	}
 }

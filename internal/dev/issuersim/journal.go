@@ -101,6 +101,7 @@ func (s *Server) ListEffects(ctx context.Context, req *issuerproto.ListEffectsRe
 			Approved: o.approved, AuthCode: o.authCode, DeclineReason: o.reason,
 			AmountMinorUnits: o.amount, Currency: o.currency,
 			AppliedAt: timestamppb.New(o.at), TerminalId: o.terminal,
+			RequestedAmountMinorUnits: o.requested, RequestedCurrency: o.requestedCurrency,
 		})
 	}
 	return resp, nil

@@ -91,10 +91,12 @@ func TestListEffects(t *testing.T) {
 		a1.GetTerminalId() != "cell-a" || a1.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_UNSPECIFIED || a1.GetAppliedAt().AsTime().IsZero() {
 		t.Errorf("a1: %v", a1)
 	}
-	if d1.GetApproved() || d1.GetDeclineReason() != ReasonStolenCard || d1.GetAmountMinorUnits() != 0 {
+	if d1.GetApproved() || d1.GetDeclineReason() != ReasonStolenCard || d1.GetAmountMinorUnits() != 0 ||
+		d1.GetRequestedAmountMinorUnits() != 500 || d1.GetRequestedCurrency() != "EUR" {
 		t.Errorf("d1: %v", d1)
 	}
-	if c1.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_CAPTURE || c1.GetOriginalTransactionId() != "a1" || c1.GetAmountMinorUnits() != 400 || !c1.GetApproved() {
+	if c1.GetKind() != issuerproto.AdjustKind_ADJUST_KIND_CAPTURE || c1.GetOriginalTransactionId() != "a1" || c1.GetAmountMinorUnits() != 400 || !c1.GetApproved() ||
+		c1.GetRequestedAmountMinorUnits() != 400 || c1.GetRequestedCurrency() != "EUR" {
 		t.Errorf("c1: %v", c1)
 	}
 	for _, e := range all {

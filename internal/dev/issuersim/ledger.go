@@ -49,6 +49,10 @@ type outcome struct {
 	// for a decline. A void's amount is the authorization it released.
 	amount   int64
 	currency string
+	// requested and requestedCurrency are what the request asked for,
+	// approved or declined.
+	requested         int64
+	requestedCurrency string
 	// refund and bankTransfer say which kind of authorization it was.
 	refund, bankTransfer bool
 	// at is when it was applied (the issuer's clock), and terminal the
@@ -113,6 +117,18 @@ func (l *ledger) getOrCreate(k txnKey) *record {
 }
 
 // keys returns every known transaction, sorted by partner, then ID.
+// len returns how many transactions the ledger holds.
+func (l *ledger) len() int {
+	n := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
 func (l *ledger) keys() []txnKey {
 	var keys []txnKey
 	for i := range l.shards {

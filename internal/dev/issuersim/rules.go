@@ -147,6 +147,9 @@ var brokenReasons = map[string]string{
 	followup.OriginalVoided:   ReasonVoided,
 	followup.VoidAfterCapture: ReasonAlreadyCaptured,
 	followup.RefundExceeds:    ReasonExceedsCaptured,
+	// The issuer's contract has one reason for a refund beyond the
+	// captures, none captured included.
+	followup.RefundBeforeCapture: ReasonExceedsCaptured,
 }
 
 // adjust applies an adjustment of kind (a valid one) for amount to an

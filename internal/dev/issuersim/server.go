@@ -173,7 +173,8 @@ func (s *Server) authorize(k txnKey, req *issuerproto.AuthorizeRequest) outcome 
 		refund:       req.GetRefund(),
 		bankTransfer: req.GetBankTransfer(),
 	}, s.lim, s.cfg.Now())
-	o := outcome{refund: req.GetRefund(), bankTransfer: req.GetBankTransfer(), at: s.cfg.Now(), terminal: req.GetTerminalId()}
+	o := outcome{refund: req.GetRefund(), bankTransfer: req.GetBankTransfer(), at: s.cfg.Now(), terminal: req.GetTerminalId(),
+		requested: req.GetAmountMinorUnits(), requestedCurrency: req.GetCurrency()}
 	if !approved {
 		o.reason = reason
 		return o
@@ -191,7 +192,8 @@ func (s *Server) authorize(k txnKey, req *issuerproto.AuthorizeRequest) outcome 
 // Called under k's record lock; it takes the original's ledger lock, never
 // its record lock.
 func (s *Server) adjust(k txnKey, req *issuerproto.AdjustRequest) outcome {
-	o := outcome{kind: req.GetKind(), original: req.GetOriginalTransactionId(), at: s.cfg.Now(), terminal: req.GetTerminalId()}
+	o := outcome{kind: req.GetKind(), original: req.GetOriginalTransactionId(), at: s.cfg.Now(), terminal: req.GetTerminalId(),
+		requested: req.GetAmountMinorUnits(), requestedCurrency: req.GetCurrency()}
 	a := s.auths.get(txnKey{partner: k.partner, id: o.original})
 	switch {
 	case a == nil:
@@ -313,6 +315,10 @@ func (s *Server) Inquire(ctx context.Context, req *issuerproto.InquireRequest) (
 	return nil, notFound()
 }
 
+// MaxAllEffects bounds the transactions Effects reports when none are
+// asked.
+const MaxAllEffects = 5000
+
 func notFound() error {
 	return status.Error(codes.NotFound, "issuersim: no outcome recorded for partner_id and transaction_id")
 }
@@ -324,7 +330,9 @@ func notFound() error {
 // applied: its kind (UNSPECIFIED for an authorization) and original,
 // whether it was approved, and its amount and currency (zero and empty for
 // a decline, and for a transaction without an outcome). The totals sum the
-// reported entries.
+// reported entries. Every transaction is reported only while there are
+// at most MaxAllEffects of them: past that the answer would outgrow a
+// message, and the caller is told to ask for its own.
 func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*issuerproto.EffectsResponse, error) {
 	keys := make([]txnKey, 0, len(req.GetTransactions()))
 	for _, t := range req.GetTransactions() {
@@ -332,6 +340,10 @@ func (s *Server) Effects(_ context.Context, req *issuerproto.EffectsRequest) (*i
 	}
 	keys = dedupe(keys)
 	if len(keys) == 0 {
+		if n := s.ledger.len(); n > MaxAllEffects {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"issuersim: transactions: none asked means every one, and this issuer holds %d (at most %d): ask for yours", n, MaxAllEffects)
+		}
 		keys = s.ledger.keys()
 	}
 	resp := &issuerproto.EffectsResponse{Effects: make([]*issuerproto.Effect, 0, len(keys))}

@@ -619,3 +619,27 @@ func TestCloseRacesAuthorize(t *testing.T) {
 	}
 	t.Logf("%d of %d closed before an Authorize applied", closedN, ids)
 }
+
+// TestEffectsOfEveryTransactionBounded: Effects with none asked reports
+// every transaction up to MaxAllEffects, and past that refuses, naming
+// the field, while asking for one's own still answers.
+func TestEffectsOfEveryTransactionBounded(t *testing.T) {
+	s := New(Config{})
+	for i := range MaxAllEffects + 1 {
+		s.ledger.getOrCreate(txnKey{partner: testPartner, id: fmt.Sprintf("b-%05d", i)})
+		if i == MaxAllEffects-1 {
+			resp, err := s.Effects(context.Background(), &issuerproto.EffectsRequest{})
+			if err != nil || len(resp.GetEffects()) != MaxAllEffects {
+				t.Fatalf("at the bound: %d effects, %v", len(resp.GetEffects()), err)
+			}
+		}
+	}
+	_, err := s.Effects(context.Background(), &issuerproto.EffectsRequest{})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "transactions:") {
+		t.Fatalf("past the bound: %v, want FAILED_PRECONDITION naming transactions", err)
+	}
+	resp, err := s.Effects(context.Background(), &issuerproto.EffectsRequest{Transactions: []*issuerproto.TransactionRef{{PartnerId: testPartner, TransactionId: "b-00007"}}})
+	if err != nil || len(resp.GetEffects()) != 1 {
+		t.Fatalf("one's own: %v, %v", resp, err)
+	}
+}

@@ -180,6 +180,9 @@ func (m *model) perform(r *run, a cellside.Action) (cellside.Event, bool) {
 		if m.cancelled[x.key()] {
 			return cellside.ClaimFailed{Err: errors.New("stream cancelled")}, true
 		}
+		if ev, ok := m.slowClaim(r, a); ok {
+			return ev, true
+		}
 		return m.claim(r, a), true
 	case cellside.Insert, cellside.Reclaim:
 		if m.cancelled[x.key()] {

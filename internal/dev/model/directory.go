@@ -96,7 +96,7 @@ func (m *model) held(r *run, e cellside.Entry) cellside.Event {
 		p.Start()
 		if rr, ok := p.Step(cellside.Held{Entry: e}).(cellside.Reroute); ok && rr.Owner != "" {
 			m.logf("cell %d: %s owned by %s, processed all the same", r.x.cell, r.x.id, e.Owner)
-			return cellside.ClaimFailed{Err: errors.New("owner ignored")}
+			return cellside.ClaimFailed{Err: errors.New("owner ignored"), Outage: true}
 		}
 	}
 	return cellside.Held{Entry: e}

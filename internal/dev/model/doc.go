@@ -73,6 +73,17 @@
 // included) and of GTR replicas, issuer, Proceed and attempt timeouts,
 // callers' deadlines, and reconciler rounds (which resolve a follow-up
 // left sending by inquiry, closing it at the issuer if it has no outcome);
+// a payment's claim outlasting its bound, its write landed or not
+// (slowclaim.go: the machine hears ClaimFailed, not an outage, and even
+// the natural home re-routes; with SlowClaimIsOutage, the rule before
+// 2026-12-07, the simulator finds the home deciding what another cell
+// decided, testdata/sim/slow-claim-home.txt; and a decline recorded
+// alone after its outcome's write was slow, decided again by a later
+// attempt of the call, testdata/sim/slow-decision-write.txt);
+// two sites, replica 0 with cells 0 and 1 and replica 1 with cell 2, and
+// the line between them cut and mended (sites.go: every message between
+// a replica and a cell of the other site held while it is cut; the
+// directory and the issuer reachable from both, as on one host today);
 // a cell's store losing its last commits (loss.go: the cell crashes and
 // its store goes back to one of its last 64 images, as a database
 // promoted from an asynchronous copy behind it; the issuer and the
@@ -244,10 +255,11 @@
 //     background, PENDING on an unknown outcome; and the reconciler's
 //     resolve of a follow-up left sending.
 //
-// Not simulated, and why: a directory that is unavailable (NATS down: only
-// a transaction's natural home goes on without a claim, a window the
-// design note states and TestNATSAllDown exercises over real processes;
-// here every claim is answered); clock drift (no decision of the machines
+// Not simulated, and why: a directory outage (NATS down for a second or
+// more: only a transaction's natural home goes on without a claim, a
+// window the design note states and TestNATSAllDown exercises over real
+// processes; here a claim is answered, or slow, never in an outage);
+// clock drift (no decision of the machines
 // reads a clock: time reaches them as events, whose order the simulator
 // already chooses freely); the cell's instances sharing a database, which
 // instances_test.go models apart (below); entries' expiry (MaxAge); a

@@ -599,7 +599,7 @@ func (m *model) fuInMemory(x msg) {
 
 // limitReasons are the refusals of the ledger's limits.
 var limitReasons = map[string]bool{followup.CaptureExceeds: true, followup.RefundExceeds: true,
-	followup.VoidAfterCapture: true, followup.OriginalVoided: true}
+	followup.RefundBeforeCapture: true, followup.VoidAfterCapture: true, followup.OriginalVoided: true}
 
 // fuHold is store.HoldFollowUp, its transaction committed: under the
 // original's row lock, a record of the follow-up already there is
@@ -868,7 +868,7 @@ func (m *model) fuReconcile(i int) {
 // issuerReasons are issuersim's decline reasons for the ledger's rules
 // (its brokenReasons).
 var issuerReasons = map[string]string{followup.CaptureExceeds: "exceeds_authorized", followup.OriginalVoided: "voided",
-	followup.VoidAfterCapture: "already_captured", followup.RefundExceeds: "exceeds_captured"}
+	followup.VoidAfterCapture: "already_captured", followup.RefundExceeds: "exceeds_captured", followup.RefundBeforeCapture: "exceeds_captured"}
 
 // adjust is the issuer applying x's Adjust: the recorded outcome of its
 // ID, CLOSED for an ID an inquiry closed, or the adjustment held and

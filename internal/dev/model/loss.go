@@ -101,10 +101,14 @@ type issued struct {
 	approved bool
 	amount   int64
 	currency string
-	auth     string
-	reason   string
-	payload  payload
-	fu       fuPayload
+	// requested and requestedCurrency: what the request asked for
+	// (RecordedEffect's requested_amount_minor_units), approved or not.
+	requested         int64
+	requestedCurrency string
+	auth              string
+	reason            string
+	payload           payload
+	fu                fuPayload
 }
 
 // storeImage is a cell's store at one point: its records by value (the
@@ -187,7 +191,7 @@ func (m *model) lostUnseenAnywhere(id string) bool {
 // journalAuthorize records the issuer's outcome r of an authorization of
 // id with payload p, sent by cell.
 func (m *model) journalAuthorize(cell int, id string, p payload, r result) {
-	e := issued{id: id, cell: cell, kind: cellpayv1.PaymentType_CARD_AUTHORIZATION, payload: p}
+	e := issued{id: id, cell: cell, kind: cellpayv1.PaymentType_CARD_AUTHORIZATION, payload: p, requested: amountOf(p), requestedCurrency: "EUR"}
 	m.journalOutcome(&e, r, amountOf(p))
 }
 
@@ -195,7 +199,7 @@ func (m *model) journalAuthorize(cell int, id string, p payload, r result) {
 // payload p, sent by cell: an approval's amount is the one applied (a
 // void's, its authorization's).
 func (m *model) journalAdjust(cell int, id string, p fuPayload, r result) {
-	e := issued{id: id, cell: cell, kind: p.kind, orig: p.orig, fu: p}
+	e := issued{id: id, cell: cell, kind: p.kind, orig: p.orig, fu: p, requested: p.amount, requestedCurrency: "EUR"}
 	m.journalOutcome(&e, r, m.applied[id].amount)
 }
 
@@ -301,6 +305,7 @@ func recoveredRecord(e issued, now time.Time) *cellside.Record {
 		r.State, r.AuthCode, r.Amount, r.Currency = cellside.StateApproved, e.auth, e.amount, e.currency
 	} else {
 		r.State, r.DeclineReason = cellside.StateDeclined, e.reason
+		r.Amount, r.Currency = e.requested, e.requestedCurrency
 	}
 	return r
 }

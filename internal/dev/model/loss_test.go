@@ -30,9 +30,9 @@ func TestRecoveredRecord(t *testing.T) {
 			cellside.Record{TransactionID: "a0", PartnerID: partner, FingerprintKeyID: cellside.RecoveredKeyID, State: cellside.StateApproved,
 				AuthCode: "A-a0", PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: 103, Currency: "EUR",
 				Attempt: 1, CellID: "cell-1", CreatedAt: at, UpdatedAt: upd}},
-		{"a declined authorization: no amount", issued{id: "t1", cell: 0, kind: cellpayv1.PaymentType_CARD_AUTHORIZATION, reason: "do_not_honor", payload: 1},
+		{"a declined authorization: the amount asked", issued{id: "t1", cell: 0, kind: cellpayv1.PaymentType_CARD_AUTHORIZATION, reason: "do_not_honor", payload: 1, requested: 101, requestedCurrency: "EUR"},
 			cellside.Record{TransactionID: "t1", PartnerID: partner, FingerprintKeyID: cellside.RecoveredKeyID, State: cellside.StateDeclined,
-				DeclineReason: "do_not_honor", PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION,
+				DeclineReason: "do_not_honor", PaymentType: cellpayv1.PaymentType_CARD_AUTHORIZATION, Amount: 101, Currency: "EUR",
 				Attempt: 1, CellID: "cell-0", CreatedAt: at, UpdatedAt: upd}},
 		{"an approved capture, with its original", issued{id: "f0", cell: 2, kind: cellpayv1.PaymentType_CAPTURE, orig: "a0", approved: true, amount: 40, currency: "EUR", auth: "A-f0"},
 			cellside.Record{TransactionID: "f0", PartnerID: partner, FingerprintKeyID: cellside.RecoveredKeyID, State: cellside.StateApproved,
@@ -42,9 +42,9 @@ func TestRecoveredRecord(t *testing.T) {
 			cellside.Record{TransactionID: "f1", PartnerID: partner, FingerprintKeyID: cellside.RecoveredKeyID, State: cellside.StateApproved,
 				AuthCode: "A-f1", PaymentType: cellpayv1.PaymentType_VOID, Amount: 103, Currency: "EUR",
 				Attempt: 1, CellID: "cell-2", CreatedAt: at, UpdatedAt: upd, Original: "a0"}},
-		{"a declined refund", issued{id: "f2", cell: 0, kind: cellpayv1.PaymentType_REFUND, orig: "a1", reason: "exceeds_captured"},
+		{"a declined refund", issued{id: "f2", cell: 0, kind: cellpayv1.PaymentType_REFUND, orig: "a1", reason: "exceeds_captured", requested: 30, requestedCurrency: "EUR"},
 			cellside.Record{TransactionID: "f2", PartnerID: partner, FingerprintKeyID: cellside.RecoveredKeyID, State: cellside.StateDeclined,
-				DeclineReason: "exceeds_captured", PaymentType: cellpayv1.PaymentType_REFUND,
+				DeclineReason: "exceeds_captured", PaymentType: cellpayv1.PaymentType_REFUND, Amount: 30, Currency: "EUR",
 				Attempt: 1, CellID: "cell-0", CreatedAt: at, UpdatedAt: upd, Original: "a1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -506,7 +506,7 @@ func TestLossScripted(t *testing.T) {
 				t.Errorf("a0's entry %+v, want cell %d's, not final", *e, home)
 			}
 		}},
-		{"a follow-up's decline lost whole: recovered; a retry of another amount answered its decline", Rules{}, func(m *model) {
+		{"a follow-up's decline lost whole: recovered with the amount asked; a retry of another amount is refused", Rules{}, func(m *model) {
 			start(m)
 			m.followUp(0, "f0", capture(13)) // a multiple of 13: declined do_not_honor
 			m.drain()
@@ -514,6 +514,10 @@ func TestLossScripted(t *testing.T) {
 			lose(m, 1)
 			m.followUp(1, "f0", capture(14))
 			m.drain()
-		}, "same follow-up ID, other payload, ALREADY_EXISTS", nil},
+		}, "", func(t *testing.T, m *model) {
+			if r := fuAnswer(t, m, "f0", 1); r.status != "ALREADY_EXISTS" {
+				t.Errorf("the retry of another amount: %+v, want ALREADY_EXISTS", r)
+			}
+		}},
 	})
 }

@@ -97,6 +97,12 @@ type Rules struct {
 	// entry's call may still take it over (the design note as first
 	// written).
 	NoPin bool
+	// SlowClaimIsOutage: a slow claim (slowclaim.go) is answered as a
+	// directory outage, so a natural home goes on without a claim, and
+	// an outcome whose entry write was slow is recorded in the cell alone
+	// (the rules as built until 2026-12-07: one slow claim counted as an
+	// outage for its attempt).
+	SlowClaimIsOutage bool
 
 	// NoDecisionEntry: the directory answers the machine's write of a
 	// decision taken before the PNR into the entry as written without
@@ -454,7 +460,11 @@ type answered struct {
 // model is the whole system. It is deterministic: every choice is made by
 // the caller (rapid, or a scripted test).
 type model struct {
-	rules    Rules
+	rules Rules
+	// slow holds, per cell, its next claims' faults (slowclaim.go).
+	slow [numCells][]bool
+	// cut: the line between the sites is cut (sites.go).
+	cut      bool
 	cells    [numCells]*cell
 	replicas [numReplicas]*replica
 	calls    []*call
@@ -588,6 +598,10 @@ func (m *model) deliverable() []int {
 		}
 		if x.held || m.stalled[x.cell] && x.network() {
 			continue // held in a stalled connection's buffers
+		}
+		if m.cut && m.across(x) {
+			m.cover(covSitesCut)
+			continue // held at the cut line (sites.go)
 		}
 		out = append(out, i)
 	}
@@ -1075,6 +1089,8 @@ func (m *model) heal() {
 // healFaults is heal but for the recovery.
 func (m *model) healFaults() {
 	m.stalled = [numCells]bool{}
+	m.slow = [numCells][]bool{}
+	m.cut = false
 	m.release()
 	for i, cl := range m.cells {
 		if !cl.up {

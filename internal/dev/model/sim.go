@@ -119,6 +119,11 @@ const (
 	// The kinds from here on draw from the seed's third stream.
 	stLoseCommits // a cell's store loses its last commits (loss.go)
 	stRecover     // a cell that lost commits recovers from the issuer's record
+	// The kinds from here on draw from the seed's fourth stream.
+	stSlowClaim // a cell's next claim outlasts its bound, written or not (slowclaim.go)
+	// The kinds from here on draw from the seed's fifth stream.
+	stCutSites  // the line between the two sites cut (sites.go)
+	stMendSites // the line back
 	numStepKinds
 )
 
@@ -132,12 +137,14 @@ const (
 const (
 	laterKinds = stReusePaymentID
 	lossKinds  = stLoseCommits
+	dirKinds   = stSlowClaim
+	sitesKinds = stCutSites
 )
 
 var stepNames = [numStepKinds]string{"submit", "submit-drained", "duplicate", "other-payload", "deliver", "duplicate-message",
 	"lose", "stall", "unstall", "hold-issuer-request", "release", "crash", "crash-busy", "restart", "crash-gtr", "issuer-timeout", "proceed-timeout", "attempt-timeout",
 	"deadline", "reconcile", "capture", "void", "refund", "follow-up-again", "reuse-payment-id", "reuse-follow-up-id",
-	"lose-commits", "recover"}
+	"lose-commits", "recover", "slow-claim", "cut-sites", "mend-sites"}
 
 // cov is an interesting state a run may reach.
 type cov int
@@ -173,6 +180,9 @@ const (
 	covReusePayment                  // a payment under a follow-up's ID refused ALREADY_EXISTS
 	covLostCommits                   // a cell's store lost its last commits (loss.go)
 	covRecovered                     // an effect the cell lost recorded from the issuer's record
+	covSlowClaim                     // a claim outlasted its bound (slowclaim.go)
+	covSlowClaimWritten              // a claim outlasted its bound, its entry written
+	covSitesCut                      // a message held at the line cut between the sites (sites.go)
 	numCov
 )
 
@@ -185,7 +195,8 @@ var covNames = [numCov]string{"re-route before the PNR", "re-route after a Proce
 	"follow-up over the limits refused", "duplicate follow-up replayed", "follow-up sent on to the original's owner",
 	"follow-up's original found by a fan-out", "inquiry closed a follow-up with its Adjust in flight",
 	"late Adjust refused (closed ID)", "refund approved", "follow-up under a payment's ID refused",
-	"payment under a follow-up's ID refused", "a store lost its last commits", "a lost effect recovered from the issuer's record"}
+	"payment under a follow-up's ID refused", "a store lost its last commits", "a lost effect recovered from the issuer's record",
+	"a claim outlasted its bound", "a claim outlasted its bound, written", "a message held at the cut between the sites"}
 
 func (m *model) cover(c cov) { m.covered[c]++ }
 
@@ -226,8 +237,12 @@ func (x Mix) String() string {
 // 2/3, at a weight of 1 to 4, but the loss of a store's last commits, on
 // with probability 1/3 at a weight of 1 or 2 (each is a crash and a
 // rollback), and its recovery step, on with probability 2/3 when the loss
-// is (otherwise the recovery comes only once healed).
-func drawMix(r, later, loss *rand.Rand) Mix {
+// is (otherwise the recovery comes only once healed). The directory's
+// faults come from dir, its fourth: a slow claim on with probability 1/3,
+// at a weight of 1 to 3; the sites' from sites, its fifth: the cut
+// between them and its mending on with probability 1/3, at 1 or 2 and 1
+// to 3.
+func drawMix(r, later, loss, dir, sites *rand.Rand) Mix {
 	var x Mix
 	for k := range laterKinds {
 		switch k {
@@ -254,6 +269,13 @@ func drawMix(r, later, loss *rand.Rand) Mix {
 		if loss.IntN(3) > 0 {
 			x.Weights[stRecover] = 1 + loss.IntN(4)
 		}
+	}
+	if dir.IntN(3) == 0 {
+		x.Weights[stSlowClaim] = 1 + dir.IntN(3)
+	}
+	if sites.IntN(3) == 0 {
+		x.Weights[stCutSites] = 1 + sites.IntN(2)
+		x.Weights[stMendSites] = 1 + sites.IntN(3)
 	}
 	return x
 }
@@ -298,7 +320,9 @@ func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	r := rand.New(rand.NewPCG(seed, 0x63656c6c706179))   // "cellpay"
 	later := rand.New(rand.NewPCG(seed, 0x6c6174657273)) // "laters"
 	loss := rand.New(rand.NewPCG(seed, 0x6c6f73736573))  // "losses"
-	mix := drawMix(r, later, loss)
+	dir := rand.New(rand.NewPCG(seed, 0x64697273))       // "dirs"
+	sites := rand.New(rand.NewPCG(seed, 0x7369746573))   // "sites"
+	mix := drawMix(r, later, loss, dir, sites)
 	rules.GroupCommit = rules.GroupCommit || mix.GroupCommit
 	rules.AsyncInsert = rules.AsyncInsert || mix.AsyncInsert
 	m := newModel(rules)
@@ -308,25 +332,35 @@ func runSeed(seed uint64, rules Rules, quiet bool) Result {
 	m.calmStart(r)
 	m.snapshot()
 	res := Result{Seed: seed, Mix: mix}
-	total, laterTotal, lossTotal := 0, 0, 0
+	total, laterTotal, lossTotal, dirTotal, sitesTotal := 0, 0, 0, 0, 0
 	for k, w := range mix.Weights {
 		switch {
 		case stepKind(k) < laterKinds:
 			total += w
 		case stepKind(k) < lossKinds:
 			laterTotal += w
-		default:
+		case stepKind(k) < dirKinds:
 			lossTotal += w
+		case stepKind(k) < sitesKinds:
+			dirTotal += w
+		default:
+			sitesTotal += w
 		}
 	}
 	for res.Steps < mix.Steps {
-		// A loss kind's step, chosen and made with the third stream; a
-		// later kind's, with the second; or one of the others, with the
-		// first, as before they existed.
+		// A sites' step, chosen and made with the fifth stream; a
+		// directory fault's, with the fourth; a loss kind's, with the
+		// third; a later kind's, with the second; or one of the others,
+		// with the first, as before they existed.
 		rr, k := r, stepKind(0)
+		all := total + laterTotal + lossTotal + dirTotal
 		switch {
+		case sitesTotal > 0 && sites.IntN(all+sitesTotal) >= all:
+			rr, k = sites, pick(sites, mix.Weights[sitesKinds:], sitesTotal, sitesKinds)
+		case dirTotal > 0 && dir.IntN(total+laterTotal+lossTotal+dirTotal) >= total+laterTotal+lossTotal:
+			rr, k = dir, pick(dir, mix.Weights[dirKinds:sitesKinds], dirTotal, dirKinds)
 		case lossTotal > 0 && loss.IntN(total+laterTotal+lossTotal) >= total+laterTotal:
-			rr, k = loss, pick(loss, mix.Weights[lossKinds:], lossTotal, lossKinds)
+			rr, k = loss, pick(loss, mix.Weights[lossKinds:dirKinds], lossTotal, lossKinds)
 		case laterTotal > 0 && later.IntN(total+laterTotal) >= total:
 			rr, k = later, pick(later, mix.Weights[laterKinds:lossKinds], laterTotal, laterKinds)
 		default:
@@ -414,6 +448,12 @@ func (m *model) step(r chooser, k stepKind) bool {
 		return m.loseCommits(r)
 	case stRecover:
 		return m.recoverStep(r)
+	case stSlowClaim:
+		return m.armSlowClaim(r)
+	case stCutSites:
+		return m.cutSites(true)
+	case stMendSites:
+		return m.cutSites(false)
 	case stDuplicateMsg, stLose:
 		var lossy, fu []int
 		for i, x := range m.pool {

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/cellpay/cellpay/internal/dev/pgcluster"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 )
 
@@ -73,6 +74,14 @@ type Config struct {
 	// and the same certificate. NoBackupGTR runs the primary alone.
 	BackupGTRAddr, BackupAdminAddr string
 	NoBackupGTR                    bool
+	// GTRSite and BackupGTRSite are the sites the access points name
+	// (their -site); default Site for both. TwoSites sets them apart.
+	GTRSite, BackupGTRSite string
+	// GTRDialFrom and BackupGTRDialFrom are the local addresses the access
+	// points' connections to the cells leave from ("": the system's
+	// choice): two sites on one host, told apart by their addresses, so
+	// that a cut between them can be made by address (TwoSites).
+	GTRDialFrom, BackupGTRDialFrom string
 	// RESTAddr and BackupRESTAddr, if set, are the access points' REST/JSON
 	// listeners (the gtr's -rest-listen); make run's are 127.0.0.1:7060
 	// and :7160 (DefaultRESTAddr, DefaultBackupRESTAddr).
@@ -199,6 +208,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackupAdminAddr == "" {
 		c.BackupAdminAddr = DefaultBackupAdminAddr
+	}
+	if c.GTRSite == "" {
+		c.GTRSite = Site
+	}
+	if c.BackupGTRSite == "" {
+		c.BackupGTRSite = Site
 	}
 	if c.PGBasePort == 0 {
 		c.PGBasePort = DefaultPGBasePort
@@ -401,16 +416,22 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		return nil, fmt.Errorf("platform: provisioning certificates and partner keys: %w", err)
 	}
 	// The launcher checks the cells' and the issuer's health as the tools'
-	// identity: their servers take only verified clients.
-	opsTLS, err := p.opsTLS()
+	// identity (their servers take only verified clients), each pinned to
+	// the identity it dials.
+	issuerTLS, err := p.opsTLS(hop.Issuer)
 	if err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	p.procs[IssuerSim].creds = opsTLS
+	p.procs[IssuerSim].creds = issuerTLS
 	for _, cell := range cfg.Cells {
+		cellTLS, err := p.opsTLS(hop.Cell(cell.ID))
+		if err != nil {
+			p.Stop()
+			return nil, fmt.Errorf("platform: %w", err)
+		}
 		for _, in := range cfg.instances(cell) {
-			p.procs[in.Name].creds = opsTLS
+			p.procs[in.Name].creds = cellTLS
 		}
 	}
 	if err := p.startReceiver(); err != nil {
@@ -422,9 +443,9 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 		p.Stop()
 		return nil, fmt.Errorf("platform: %w", err)
 	}
-	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, cfg.RESTAddr, "gtr", creds)
+	p.addGTR(GTR, cfg.GTRAddr, cfg.AdminAddr, cfg.RESTAddr, "gtr", cfg.GTRSite, cfg.GTRDialFrom, creds)
 	if !cfg.NoBackupGTR {
-		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, cfg.BackupRESTAddr, "gtr-backup", creds)
+		p.addGTR(GTRBackup, cfg.BackupGTRAddr, cfg.BackupAdminAddr, cfg.BackupRESTAddr, "gtr-backup", cfg.BackupGTRSite, cfg.BackupGTRDialFrom, creds)
 	}
 
 	for _, proc := range p.order {
@@ -451,9 +472,12 @@ func Start(ctx context.Context, cfg Config) (*Platform, error) {
 // addGTR adds a GTR replica, an access point: its own listeners, replica
 // ID, site and state files (gtr-state.json, gtr-partners-state.json and the
 // audit spool gtr-audit.jsonl for the primary; <name>-... for the others),
-// the shared config, seeds, operators and certificate; restAddr "" serves
-// no REST.
-func (p *Platform) addGTR(name, addr, adminAddr, restAddr, stateName string, creds credentials.TransportCredentials) {
+// the shared config, seeds, operators and certificate, in site; restAddr ""
+// serves no REST. Loopback, which every client here shares, is throttled
+// after failed admin logins as in production (-admin-throttle-loopback's
+// default): no test of the platform's fails ten in a minute; one that
+// floods a GTR of its own turns it off there.
+func (p *Platform) addGTR(name, addr, adminAddr, restAddr, stateName, site, dialFrom string, creds credentials.TransportCredentials) {
 	cfg := p.cfg
 	certFile, keyFile := p.GTRCertFiles()
 	p.add(name, addr, "gtr", "-listen", addr, "-admin-listen", adminAddr, "-config", cfg.GTRConfig,
@@ -461,11 +485,14 @@ func (p *Platform) addGTR(name, addr, adminAddr, restAddr, stateName string, cre
 		"-state-file", filepath.Join(cfg.DataDir, stateName+"-state.json"),
 		"-tls-cert", certFile, "-tls-key", keyFile, "-partners", p.PartnersFile(),
 		"-partners-state-file", filepath.Join(cfg.DataDir, stateName+"-partners-state.json"), "-reflection",
-		"-replica-id", name, "-site", Site, "-cell-ca", p.CAFile())
+		"-replica-id", name, "-site", site, "-cell-ca", p.CAFile())
 	p.procs[name].creds = creds
 	p.procs[name].args = append(p.procs[name].args, p.metricsArgs(addr)...)
 	if restAddr != "" {
 		p.procs[name].args = append(p.procs[name].args, "-rest-listen", restAddr)
+	}
+	if dialFrom != "" {
+		p.procs[name].args = append(p.procs[name].args, "-cell-dial-from", dialFrom)
 	}
 }
 

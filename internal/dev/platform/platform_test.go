@@ -16,10 +16,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cellpay/cellpay/internal/dev/pgcluster"
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
+	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/operators"
 	"github.com/cellpay/cellpay/pkg/client"
 )
@@ -149,6 +152,34 @@ func checkTrust(t *testing.T, p *platform.Platform) {
 	}
 }
 
+// checkPinned: the tools' credentials pinned to a cell's identity reach
+// its health service; pinned to another identity, the handshake refuses
+// the cell, naming what it presented.
+func checkPinned(t *testing.T, ctx context.Context, p *platform.Platform, cell platform.CellSpec) {
+	t.Helper()
+	check := func(peer string) error {
+		opt, err := platform.ClientTLSTo(p.Config().DataDir, platform.OpsCertName, peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(cell.Addr, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(hop.Cell(cell.ID)); err != nil {
+		t.Errorf("pinned to %s: %v", cell.ID, err)
+	}
+	if err := check(hop.Issuer); err == nil || !strings.Contains(err.Error(), "not the peer dialled") {
+		t.Errorf("pinned to the issuer, dialling %s: %v, want the handshake refused", cell.ID, err)
+	}
+}
+
 // TestPlatformFailureNamesComponent checks that a component that never
 // becomes healthy fails Start with its name and log, and nothing is left.
 func TestPlatformFailureNamesComponent(t *testing.T) {
@@ -259,6 +290,7 @@ func exercise(t *testing.T, ctx context.Context, cfg platform.Config, legacyCell
 		}
 	}
 	checkDatabases(t, ctx, p, legacyCell)
+	checkPinned(t, ctx, p, cfg.Cells[0])
 
 	// A crash, then a restart with the same arguments.
 	cell := p.Process(cfg.Cells[1].ID)

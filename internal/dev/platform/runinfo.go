@@ -12,17 +12,20 @@ import (
 // cells' databases, and each component's process ID. Start writes it to
 // DataDir/run.json; Stop removes it.
 type RunInfo struct {
-	GTRAddr         string            `json:"gtr_addr"`
-	AdminAddr       string            `json:"admin_addr"`
-	BackupGTRAddr   string            `json:"backup_gtr_addr,omitempty"`
-	BackupAdminAddr string            `json:"backup_admin_addr,omitempty"`
-	RESTAddr        string            `json:"rest_addr,omitempty"`
-	BackupRESTAddr  string            `json:"backup_rest_addr,omitempty"`
-	IssuerAddr      string            `json:"issuer_addr"`
-	NATSURL         string            `json:"nats_url,omitempty"`
-	Cells           []RunCell         `json:"cells"`
-	PIDs            map[string]int    `json:"pids"`
-	Logs            map[string]string `json:"logs"`
+	GTRAddr         string `json:"gtr_addr"`
+	AdminAddr       string `json:"admin_addr"`
+	BackupGTRAddr   string `json:"backup_gtr_addr,omitempty"`
+	BackupAdminAddr string `json:"backup_admin_addr,omitempty"`
+	RESTAddr        string `json:"rest_addr,omitempty"`
+	BackupRESTAddr  string `json:"backup_rest_addr,omitempty"`
+	// GTRSite and BackupGTRSite are the access points' sites.
+	GTRSite       string            `json:"gtr_site,omitempty"`
+	BackupGTRSite string            `json:"backup_gtr_site,omitempty"`
+	IssuerAddr    string            `json:"issuer_addr"`
+	NATSURL       string            `json:"nats_url,omitempty"`
+	Cells         []RunCell         `json:"cells"`
+	PIDs          map[string]int    `json:"pids"`
+	Logs          map[string]string `json:"logs"`
 }
 
 // RunCell is one cell of a RunInfo.
@@ -61,10 +64,11 @@ func ReadRunInfo(dataDir string) (RunInfo, error) {
 func (p *Platform) RunInfo() RunInfo {
 	ri := RunInfo{
 		GTRAddr: p.cfg.GTRAddr, AdminAddr: p.cfg.AdminAddr, RESTAddr: p.cfg.RESTAddr, IssuerAddr: p.cfg.IssuerAddr, NATSURL: p.NATSURL(),
-		PIDs: map[string]int{}, Logs: map[string]string{},
+		GTRSite: p.cfg.GTRSite, PIDs: map[string]int{}, Logs: map[string]string{},
 	}
 	if !p.cfg.NoBackupGTR {
 		ri.BackupGTRAddr, ri.BackupAdminAddr, ri.BackupRESTAddr = p.cfg.BackupGTRAddr, p.cfg.BackupAdminAddr, p.cfg.BackupRESTAddr
+		ri.BackupGTRSite = p.cfg.BackupGTRSite
 	}
 	for _, c := range p.cfg.Cells {
 		rc := RunCell{ID: c.ID, Addr: c.Addr, DatabaseURL: p.CellDatabaseURL(c.ID)}

@@ -344,14 +344,28 @@ func (p *Platform) ClientTLS(name string) (grpc.DialOption, error) {
 
 // ClientTLS is Platform.ClientTLS for the platform on dataDir.
 func ClientTLS(dataDir, name string) (grpc.DialOption, error) {
-	creds, err := clientCreds(dataDir, name)
+	creds, err := clientCreds(dataDir, name, "")
 	if err != nil {
 		return nil, err
 	}
 	return grpc.WithTransportCredentials(creds), nil
 }
 
-func clientCreds(dataDir, name string) (credentials.TransportCredentials, error) {
+// ClientTLSTo is ClientTLS for dialling one peer: the server's
+// certificate must carry identity peer (hop.Issuer, hop.Cell(id)), as
+// the components pin theirs, so that another server of the same CA is
+// refused in the handshake.
+func ClientTLSTo(dataDir, name, peer string) (grpc.DialOption, error) {
+	creds, err := clientCreds(dataDir, name, peer)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.WithTransportCredentials(creds), nil
+}
+
+// clientCreds are name's credentials, pinned to identity peer unless it
+// is empty.
+func clientCreds(dataDir, name, peer string) (credentials.TransportCredentials, error) {
 	f := TLSFiles(dataDir, name)
 	cfg, err := tlsconf.ClientConfig(f.CA)
 	if err != nil {
@@ -362,6 +376,9 @@ func clientCreds(dataDir, name string) (credentials.TransportCredentials, error)
 		return nil, fmt.Errorf("platform: %s's certificate: %w", name, err)
 	}
 	cfg.Certificates = []tls.Certificate{cert}
+	if peer != "" {
+		cfg.VerifyConnection = hop.Pin(hop.Only(peer))
+	}
 	return credentials.NewTLS(cfg), nil
 }
 
@@ -407,9 +424,10 @@ func (p *Platform) gtrTLS() (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(cfg), nil
 }
 
-// opsTLS are the tools' credentials (OpsCertName), read once.
-func (p *Platform) opsTLS() (credentials.TransportCredentials, error) {
-	return clientCreds(p.cfg.DataDir, OpsCertName)
+// opsTLS are the tools' credentials (OpsCertName) for dialling peer, read
+// once.
+func (p *Platform) opsTLS(peer string) (credentials.TransportCredentials, error) {
+	return clientCreds(p.cfg.DataDir, OpsCertName, peer)
 }
 
 // DemoTransaction is the sample request the launcher's "Try" lines send.

@@ -150,8 +150,14 @@ type Claimed struct {
 type Held struct{ Entry Entry }
 
 // ClaimFailed: the directory did not answer; nothing is known of the
-// entry.
-type ClaimFailed struct{ Err error }
+// entry. Outage: the directory has been unavailable to this cell for
+// longer than one operation's bound (every operation the driver saw in
+// that time failed); false for one slow or failed claim, which says
+// nothing of whether another cell has claimed the transaction since.
+type ClaimFailed struct {
+	Err    error
+	Outage bool
+}
 
 // Inserted: the record was written.
 type Inserted struct{}

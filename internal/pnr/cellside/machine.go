@@ -143,6 +143,7 @@ type Machine struct {
 	// answers with; waited: the attempt waited on a concurrent one, so the
 	// entry it read is stale.
 	claim     *Entry
+	final     Entry // the outcome's entry being written (thenDecide)
 	claims    int
 	unclaimed bool
 	// adopted: the attempt took over a released entry (thenAdopt) and
@@ -346,14 +347,33 @@ func (m *Machine) afterClaim(ev Event) Action {
 		return m.giveUp(Reroute{Reason: "owned by cell " + e.Owner, CellHealthy: true, Owner: e.Owner})
 	case ClaimFailed:
 		if m.next == thenDecide {
+			if !ev.Outage && m.claims < maxClaims {
+				// One slow write is no outage: the outcome's entry is
+				// written again at the revision read (one that landed
+				// reads back as this attempt's final entry). Recorded in
+				// the cell alone, the entry left owned, a later attempt
+				// of the call could take it over and decide again
+				// (internal/dev/model, seed 4428 with a slow claim).
+				return m.claimAs(m.claim.Revision, thenDecide, m.final)
+			}
 			// The directory is unavailable: the decision is recorded in
 			// the cell alone, as at a natural home through an outage (the
 			// design note's remaining window).
 			return m.persistDecided(StateDeciding)
 		}
-		if m.in.Home && m.claims == 1 {
+		if m.next == thenInsert && m.claims == 1 && !ev.Outage {
+			// One slow claim, no outage: asked once more (a claim that
+			// landed reads back as this cell's entry, which the rules
+			// above judge), rather than re-routed on one slow answer.
+			return m.claimEntry(0, thenInsert)
+		}
+		if m.in.Home && m.claims <= 2 && ev.Outage {
 			// Payments go on at home through a directory outage; failover
-			// waits for it (see the design note's remaining window).
+			// waits for it (see the design note's remaining window). Only
+			// through an outage: a claim that was merely slow (a burst, a
+			// process resuming from a pause) may hide another cell's
+			// claim, made while this one could not answer, and is
+			// re-routed like any cell's.
 			m.unclaimed = true
 			m.rec.Unfiled = true
 			m.phase = phaseInsert
@@ -674,6 +694,7 @@ func (m *Machine) afterDeciding(ev Event) Action {
 		out.State = m.decided
 		e := *m.claim
 		e.State, e.Pinned, e.Answer = EntryFinal, false, out.Transaction()
+		m.final = e
 		return m.claimAs(m.claim.Revision, thenDecide, e)
 	case StoreFailed:
 		// Not written (or not known to be): the record steps back from

@@ -12,6 +12,10 @@ import (
 func TestMatchesRecovered(t *testing.T) {
 	capture := &Record{PaymentType: cellpayv1.PaymentType_CAPTURE, Original: "a-1", Amount: 400, Currency: "EUR", FingerprintKeyID: RecoveredKeyID}
 	void := &Record{PaymentType: cellpayv1.PaymentType_VOID, Original: "a-1", Amount: 1000, Currency: "EUR", FingerprintKeyID: RecoveredKeyID}
+	// Declines: with the amount the issuer's record says was asked for,
+	// and from an issuer that does not say.
+	declined := &Record{PaymentType: cellpayv1.PaymentType_CAPTURE, Original: "a-1", State: StateDeclined, Amount: 700, Currency: "EUR", FingerprintKeyID: RecoveredKeyID}
+	declinedUnknown := &Record{PaymentType: cellpayv1.PaymentType_CAPTURE, Original: "a-1", State: StateDeclined, FingerprintKeyID: RecoveredKeyID}
 	followUp := func(kind cellpayv1.PaymentType, original string, amount int64, currency string) *cellpayv1.SubmitTransactionRequest {
 		return AsRequest(&cellproto.FollowUpRequest{TransactionId: "c-1", Kind: kind, PartnerId: "p-001",
 			OriginalTransactionId: original, Amount: &cellpayv1.Money{MinorUnits: amount, Currency: currency}})
@@ -29,6 +33,9 @@ func TestMatchesRecovered(t *testing.T) {
 		{"another kind", capture, followUp(cellpayv1.PaymentType_REFUND, "a-1", 400, "EUR"), false},
 		{"a void, whatever its amount", void, followUp(cellpayv1.PaymentType_VOID, "a-1", 0, ""), true},
 		{"a void of another original", void, followUp(cellpayv1.PaymentType_VOID, "a-2", 0, ""), false},
+		{"a decline, the amount asked", declined, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 700, "EUR"), true},
+		{"a decline, another amount", declined, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 900, "EUR"), false},
+		{"a decline whose amount the issuer did not say", declinedUnknown, followUp(cellpayv1.PaymentType_CAPTURE, "a-1", 900, "EUR"), true},
 	} {
 		if got := MatchesRecovered(tt.r, tt.req); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)

@@ -258,7 +258,7 @@ func parseEvent(t *testing.T, req *cellpayv1.SubmitTransactionRequest, name stri
 		}
 		return Claimed{Entry: e, Active: args["active"] == "true"}
 	case "claim-failed":
-		return ClaimFailed{Err: errors.New("nats: timeout")}
+		return ClaimFailed{Err: errors.New("nats: timeout"), Outage: args["outage"] == "true"}
 	case "velocity":
 		return Velocity{Count: atoi(t, args["count"], 0), Amount: atoi(t, args["amount"], 0)}
 	case "persisted":

@@ -111,8 +111,12 @@ const (
 	// would pass the authorized amount (those still pending count).
 	CaptureExceedsAuthorization Reason = "CAPTURE_EXCEEDS_AUTHORIZATION"
 	// RefundExceedsCaptured (FAILED_PRECONDITION): the refunds would pass
-	// the captured amount, or nothing is captured yet.
+	// the captured amount.
 	RefundExceedsCaptured Reason = "REFUND_EXCEEDS_CAPTURED"
+	// RefundBeforeCapture (FAILED_PRECONDITION): nothing of the
+	// authorization is captured yet (a capture whose outcome is still
+	// unknown is not).
+	RefundBeforeCapture Reason = "REFUND_BEFORE_CAPTURE"
 	// VoidAfterCapture (FAILED_PRECONDITION): the authorization has a
 	// capture; refund it instead.
 	VoidAfterCapture Reason = "VOID_AFTER_CAPTURE"
@@ -126,7 +130,7 @@ func All() []Reason {
 		PaymentTypeNotEnabled, InvalidRequest, RequestTooLarge, TransactionIDReused, TransactionNotFound,
 		TransactionInProgress, RateLimited, TooManyInFlight, Overloaded, NoRoute, Unavailable,
 		DeadlineExceeded, Cancelled, NotSupported, Internal, OriginalNotFound, OriginalNotApproved,
-		OriginalMismatch, CaptureExceedsAuthorization, RefundExceedsCaptured, VoidAfterCapture, OriginalVoided}
+		OriginalMismatch, CaptureExceedsAuthorization, RefundExceedsCaptured, RefundBeforeCapture, VoidAfterCapture, OriginalVoided}
 }
 
 // ForCode is the reason of a refusal whose site named none: the one its

@@ -62,8 +62,9 @@ type PaymentsClient interface {
 	VoidTransaction(ctx context.Context, in *VoidTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 	// RefundTransaction refunds all or part of what was captured of an
 	// authorization (payment type REFUND): once or several times, the refunds
-	// together at most the captures approved; before any capture,
-	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
+	// together at most the captures approved: before any capture is
+	// approved, FAILED_PRECONDITION (REFUND_BEFORE_CAPTURE); past the
+	// captures, FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
 	RefundTransaction(ctx context.Context, in *RefundTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 	// ListTransactions lists the partner's transactions created in a time
 	// range, oldest first, a page at a time: every cell's, merged. Only the
@@ -187,8 +188,9 @@ type PaymentsServer interface {
 	VoidTransaction(context.Context, *VoidTransactionRequest) (*Transaction, error)
 	// RefundTransaction refunds all or part of what was captured of an
 	// authorization (payment type REFUND): once or several times, the refunds
-	// together at most the captures approved; before any capture,
-	// FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
+	// together at most the captures approved: before any capture is
+	// approved, FAILED_PRECONDITION (REFUND_BEFORE_CAPTURE); past the
+	// captures, FAILED_PRECONDITION (REFUND_EXCEEDS_CAPTURED).
 	RefundTransaction(context.Context, *RefundTransactionRequest) (*Transaction, error)
 	// ListTransactions lists the partner's transactions created in a time
 	// range, oldest first, a page at a time: every cell's, merged. Only the

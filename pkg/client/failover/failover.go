@@ -13,10 +13,15 @@
 // move away from one goes to the best other, ranked the same way
 // everywhere: access points not known to be failing first, then those of
 // the home site, then those with the fewest failures within FastWindow,
-// then list order. So a failing home access point hands over to another
-// of the home site before anything crosses sites, and a client crosses
-// only when the home site's access points are failing. Two access points
-// in two sites behave exactly as a primary and a backup.
+// then the quickest to answer (by classes of answer time, so that a
+// millisecond decides nothing), then list order. So a failing home access
+// point hands over to another of the home site before anything crosses
+// sites, a client crosses only when the home site's access points are
+// failing, and among equals it goes where answers come back soonest (the
+// guide's connect time). While it is across, the probe rounds ask every
+// access point of the home site, so that it comes home to any of them
+// that answers, not only to the preferred one. Two access points in two
+// sites behave exactly as a primary and a backup.
 //
 // It is a state machine with no I/O, no goroutines and no clock of its
 // own, in the manner of etcd's raft: the driver (pkg/client) feeds it
@@ -30,6 +35,7 @@ package failover
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -267,10 +273,32 @@ type result struct {
 	ok bool
 }
 
-// record is a ring of one access point's last WindowSize results.
+// record is a ring of one access point's last WindowSize results, and
+// the moving average of its answer time.
 type record struct {
 	results []result
 	next    int // where the next result goes once the ring is full
+	// took is the moving average of the time its answered calls took
+	// (each new one a quarter of it); 0 until one is reported.
+	took time.Duration
+}
+
+// addTook folds an answered call's time d into the average.
+func (rec *record) addTook(d time.Duration) {
+	if rec.took == 0 {
+		rec.took = d
+		return
+	}
+	rec.took += (d - rec.took) / 4
+}
+
+// tookClass is the class of answer time ranking compares: 0 below 2ms (or
+// not known yet: an access point never heard from is not taken for a slow
+// one, so the split's share finds out), then one class per doubling. A
+// class, not the time, so that access points answering alike rank by list
+// order, not by the noise of their last calls.
+func tookClass(d time.Duration) int {
+	return bits.Len64(uint64(d / (2 * time.Millisecond)))
 }
 
 // add puts r in the ring of size results.
@@ -310,7 +338,8 @@ type Machine struct {
 	now  time.Time // the latest time the machine was told
 
 	nextEval, nextProbe time.Time
-	probing             bool // a round is out; the driver reports it
+	probing             bool       // a round is out; the driver reports it
+	targets             []Endpoint // the round's access points (ProbeTargets)
 
 	switches []time.Time // times of recent switches, for damping
 	events   []Event     // produced, not yet read
@@ -431,20 +460,22 @@ func (m *Machine) Other(ep Endpoint) (Endpoint, bool) {
 // from (and other than the preferred one when butPreferred), false when
 // there is none: those not known to be failing first, then those of the
 // home site, then those with the fewest failures within FastWindow, then
-// list order.
+// those of the lowest class of answer time, then list order.
 func (m *Machine) best(from Endpoint, butPreferred bool) (Endpoint, bool) {
 	type rank struct {
 		down, otherSite bool
-		failures        int
+		failures, slow  int
 	}
 	better := func(a, b rank) bool {
-		if a.down != b.down {
+		switch {
+		case a.down != b.down:
 			return !a.down
-		}
-		if a.otherSite != b.otherSite {
+		case a.otherSite != b.otherSite:
 			return !a.otherSite
+		case a.failures != b.failures:
+			return a.failures < b.failures
 		}
-		return a.failures < b.failures
+		return a.slow < b.slow
 	}
 	found, bestEp, bestRank := false, from, rank{}
 	for i := range m.sites {
@@ -453,7 +484,7 @@ func (m *Machine) best(from Endpoint, butPreferred bool) (Endpoint, bool) {
 			continue
 		}
 		failed, _, over := m.fastFailing(ep)
-		r := rank{down: over || m.away(ep), otherSite: m.sites[i] != m.home, failures: failed}
+		r := rank{down: over || m.away(ep), otherSite: m.sites[i] != m.home, failures: failed, slow: tookClass(m.recs[ep].took)}
 		if !found || better(r, bestRank) {
 			found, bestEp, bestRank = true, ep, r
 		}
@@ -490,6 +521,15 @@ func (m *Machine) down(ep Endpoint) bool {
 	return over || m.away(ep)
 }
 
+// AnswerTime returns the moving average of the time ep's answered calls
+// took, 0 before the first (or for an ep out of range).
+func (m *Machine) AnswerTime(ep Endpoint) time.Duration {
+	if !m.valid(ep) {
+		return 0
+	}
+	return m.recs[ep].took
+}
+
 // Observe records the outcome of a call to ep at now: ok when the access
 // point answered (an answer about the request itself is an answer), not ok
 // on a connect or read timeout or UNAVAILABLE. Every access point's
@@ -497,10 +537,20 @@ func (m *Machine) down(ep Endpoint) bool {
 // from it, are judged by the success-rate window at each evaluation; a
 // failure of the current one's is judged by the fast rule at once.
 func (m *Machine) Observe(now time.Time, ep Endpoint, ok bool) {
+	m.ObserveTimed(now, ep, ok, 0)
+}
+
+// ObserveTimed is Observe with the time the call took: an answered call's
+// time (connect included) goes into ep's average answer time, which ranks
+// access points that are otherwise alike. 0 says nothing of the time.
+func (m *Machine) ObserveTimed(now time.Time, ep Endpoint, ok bool, took time.Duration) {
 	if !m.valid(ep) {
 		return
 	}
 	m.seen(now)
+	if ok && took > 0 {
+		m.recs[ep].addTook(took)
+	}
 	m.recs[ep].add(result{at: now, ok: ok}, m.cfg.WindowSize)
 	if !ok && ep == m.current && len(m.sites) > 1 && m.cfg.Strategy != Probe {
 		m.fastTrip(now, ep)
@@ -605,24 +655,59 @@ func (m *Machine) count(ep Endpoint, now time.Time) (ok, total int) {
 	return m.recs[ep].since(now.Add(-m.cfg.WindowAge))
 }
 
-// ProbeDue reports whether the driver should start a probe round of
-// ProbeCount probes of the preferred access point now. It says yes once
-// per ProbeInterval and not again until ProbeResult reports the round.
+// ProbeDue reports whether the driver should start a probe round now:
+// ProbeCount probes of each of ProbeTargets. It says yes once per
+// ProbeInterval and not again until ProbeResults reports the round.
 func (m *Machine) ProbeDue(now time.Time) bool {
 	m.seen(now)
 	if len(m.sites) == 1 || m.cfg.Strategy == SuccessRate || m.probing || now.Before(m.nextProbe) {
 		return false
 	}
 	m.probing = true
+	m.targets = append(m.targets[:0], m.preferred)
+	if m.sites[m.current] != m.home {
+		// Across: every access point of the home site, so that the client
+		// comes home to any that answers.
+		for i, site := range m.sites {
+			if site == m.home && Endpoint(i) != m.preferred {
+				m.targets = append(m.targets, Endpoint(i))
+			}
+		}
+	}
 	return true
 }
 
-// ProbeResult reports the round ProbeDue asked for, finished at now, in
-// which failed of ProbeCount probes of the preferred access point failed.
-// A failed round moves the client away from it (if it is there), a
-// passing one back to it. The next round is due one ProbeInterval after
-// now.
+// ProbeTargets returns the access points the round ProbeDue asked for
+// probes, in order: the preferred one, and while the client is in another
+// site than its home, the home site's others in list order.
+func (m *Machine) ProbeTargets() []Endpoint {
+	if !m.probing {
+		return nil
+	}
+	return slices.Clone(m.targets)
+}
+
+// ProbeResult reports a round of the preferred access point alone:
+// ProbeResults with failed for it, every other target taken as failed.
 func (m *Machine) ProbeResult(now time.Time, failed int) {
+	all := make([]int, len(m.targets))
+	for i := range all {
+		all[i] = m.cfg.ProbeCount
+	}
+	if len(all) > 0 {
+		all[0] = failed
+	}
+	m.ProbeResults(now, all)
+}
+
+// ProbeResults reports the round ProbeDue asked for, finished at now:
+// failed[i] of ProbeCount probes of ProbeTargets()[i] failed (a missing
+// one counts as all failed). A failed round of the preferred access point
+// moves the client away from it (if it is there), a passing one back to
+// it; while the client is across, a home access point whose round passed
+// brings it home when the preferred's failed, the first in list order.
+// The next round is due one ProbeInterval after now.
+func (m *Machine) ProbeResults(now time.Time, failed []int) {
 	if !m.probing {
 		return
 	}
@@ -630,12 +715,27 @@ func (m *Machine) ProbeResult(now time.Time, failed int) {
 	m.probing = false
 	m.nextProbe = now.Add(m.cfg.ProbeInterval)
 	m.stats.ProbeRounds++
-	reason := fmt.Sprintf("probe: %d of %d failed", failed, m.cfg.ProbeCount)
-	if failed >= m.cfg.ProbeFailures {
-		m.leave(now, m.preferred, RuleProbe, reason)
+	failedOf := func(i int) int {
+		if i < len(failed) {
+			return failed[i]
+		}
+		return m.cfg.ProbeCount
+	}
+	reason := fmt.Sprintf("probe: %d of %d failed", failedOf(0), m.cfg.ProbeCount)
+	if failedOf(0) < m.cfg.ProbeFailures {
+		m.switchTo(now, m.preferred, RuleProbe, reason)
 		return
 	}
-	m.switchTo(now, m.preferred, RuleProbe, reason)
+	m.leave(now, m.preferred, RuleProbe, reason)
+	if m.sites[m.current] == m.home {
+		return
+	}
+	for i, ep := range m.targets[1:] {
+		if f := failedOf(i + 1); f < m.cfg.ProbeFailures {
+			m.switchTo(now, ep, RuleProbe, fmt.Sprintf("probe: %d of %d failed on the %s, %d of %d on %v of the home site", failedOf(0), m.cfg.ProbeCount, m.preferredName(), f, m.cfg.ProbeCount, ep))
+			return
+		}
+	}
 }
 
 // switchTo makes to current unless it is already, or damping holds it
@@ -665,8 +765,8 @@ func (m *Machine) switchTo(now time.Time, to Endpoint, rule Rule, reason string)
 	}
 	if to == m.preferred {
 		// What its window holds was judged before the switch back; the
-		// preferred access point starts afresh.
-		m.recs[to] = record{results: m.recs[to].results[:0]}
+		// preferred access point starts afresh (its answer time kept).
+		m.recs[to] = record{results: m.recs[to].results[:0], took: m.recs[to].took}
 	}
 	m.events = append(m.events, Event{At: now, From: m.current, To: to, Rule: rule, Reason: reason})
 	m.current = to

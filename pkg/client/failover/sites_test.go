@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -416,6 +417,140 @@ func TestTwoSitesAreAPrimaryAndABackup(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestSitesRankByAnswerTime: among access points otherwise alike, the one
+// whose answers come back soonest ranks first, by classes of answer time
+// (a millisecond decides nothing); one never heard from is not taken for
+// a slow one; failures and the home site still come first.
+func TestSitesRankByAnswerTime(t *testing.T) {
+	type timed struct {
+		ep   Endpoint
+		took time.Duration
+		n    int
+	}
+	for _, tt := range []struct {
+		name  string
+		sites []string
+		calls []timed
+		want  Endpoint
+	}{
+		{"the quicker of the home site", []string{"a", "a", "a", "b"}, []timed{{1, 40 * time.Millisecond, 5}, {2, 5 * time.Millisecond, 5}}, 2},
+		{"alike answer by list order", []string{"a", "a", "a", "b"}, []timed{{1, 21 * time.Millisecond, 5}, {2, 20 * time.Millisecond, 5}}, 1},
+		{"never heard from is not slow", []string{"a", "a", "a", "b"}, []timed{{2, 30 * time.Millisecond, 5}}, 1},
+		{"the home site before a quicker other site", []string{"a", "a", "b"}, []timed{{1, 80 * time.Millisecond, 5}, {2, time.Millisecond, 5}}, 1},
+		{"the quicker of the other site", []string{"a", "b", "b"}, []timed{{1, 60 * time.Millisecond, 5}, {2, 9 * time.Millisecond, 5}}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, c := newSites(t, Config{}, tt.sites, "a")
+			for _, call := range tt.calls {
+				for range call.n {
+					m.ObserveTimed(c.now, call.ep, true, call.took)
+				}
+			}
+			if got, _ := m.Other(0); got != tt.want {
+				t.Fatalf("Other(0) = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("a quick one that fails ranks after a slow one", func(t *testing.T) {
+		m, c := newSites(t, Config{}, []string{"a", "a", "a"}, "a")
+		for range 5 {
+			m.ObserveTimed(c.now, 1, true, 50*time.Millisecond)
+			m.ObserveTimed(c.now, 2, true, 2*time.Millisecond)
+		}
+		m.ObserveTimed(c.now, 2, false, 0)
+		if got, _ := m.Other(0); got != 1 {
+			t.Fatalf("Other(0) = %v, want 1 (no failures)", got)
+		}
+	})
+	t.Run("the average follows the access point", func(t *testing.T) {
+		m, c := newSites(t, Config{}, []string{"a", "a", "a"}, "a")
+		for range 5 {
+			m.ObserveTimed(c.now, 1, true, 3*time.Millisecond)
+			m.ObserveTimed(c.now, 2, true, 30*time.Millisecond)
+		}
+		if got, _ := m.Other(0); got != 1 {
+			t.Fatalf("Other(0) = %v, want 1", got)
+		}
+		for range 20 { // 1 slows down, 2 speeds up
+			m.ObserveTimed(c.now, 1, true, 100*time.Millisecond)
+			m.ObserveTimed(c.now, 2, true, 3*time.Millisecond)
+		}
+		if got, _ := m.Other(0); got != 2 {
+			t.Fatalf("Other(0) = %v after 1 slowed down, want 2", got)
+		}
+	})
+}
+
+// TestSitesProbeTheHomeSiteWhileAcross: a client that crossed because
+// every access point of its home site failed probes them all, and comes
+// home to one that answers while the preferred one stays down; at home
+// (on another than the preferred), it probes the preferred alone.
+func TestSitesProbeTheHomeSiteWhileAcross(t *testing.T) {
+	m, c := newSites(t, Config{}, []string{"a", "a", "b", "a"}, "a")
+	observeOn(m, c.now, 0, 4, 6)
+	observeOn(m, c.now, 1, 4, 6)
+	observeOn(m, c.now, 3, 4, 6)
+	if m.Current() != 2 {
+		t.Fatalf("on %v after the home site failed, want 2 (site b)", m.Current())
+	}
+	m.Events()
+	if !m.ProbeDue(c.advance(time.Minute)) {
+		t.Fatal("no probe round after a minute")
+	}
+	if got := m.ProbeTargets(); !slices.Equal(got, []Endpoint{0, 1, 3}) {
+		t.Fatalf("probe targets %v across, want [0 1 3]: every access point of the home site", got)
+	}
+	n := m.Config().ProbeCount
+	m.ProbeResults(c.now, []int{n, n, 0})
+	if m.Current() != 3 {
+		t.Fatalf("on %v after 3 of the home site passed its probes, want 3", m.Current())
+	}
+	ev := m.Events()
+	if len(ev) != 1 || ev[0].From != 2 || ev[0].To != 3 || ev[0].Rule != RuleProbe ||
+		ev[0].Reason != "probe: 5 of 5 failed on the preferred access point, 0 of 5 on endpoint-3 of the home site" {
+		t.Fatalf("events %+v", ev)
+	}
+	// At home, on another than the preferred: the preferred alone (after
+	// the damping window: four switches so far).
+	if !m.ProbeDue(c.advance(m.Config().DampWindow)) {
+		t.Fatal("no probe round after a minute")
+	}
+	if got := m.ProbeTargets(); !slices.Equal(got, []Endpoint{0}) {
+		t.Fatalf("probe targets %v at home, want [0]", got)
+	}
+	m.ProbeResults(c.now, []int{0})
+	if m.Current() != 0 {
+		t.Fatalf("on %v after the preferred passed, want 0", m.Current())
+	}
+	if m.ProbeTargets() != nil {
+		t.Fatal("targets of a round reported")
+	}
+}
+
+// TestSitesProbeAcrossNothingAnswers: across, a round in which no home
+// access point passes leaves the client where it is; the one-number
+// ProbeResult counts the home site's others as failed.
+func TestSitesProbeAcrossNothingAnswers(t *testing.T) {
+	m, c := newSites(t, Config{}, []string{"a", "a", "b"}, "a")
+	observeOn(m, c.now, 0, 4, 6)
+	observeOn(m, c.now, 1, 4, 6)
+	m.Events()
+	n := m.Config().ProbeCount
+	for _, report := range []func(){
+		func() { m.ProbeResults(c.now, []int{n, n - 1}) },
+		func() { m.ProbeResult(c.now, n) },
+		func() { m.ProbeResults(c.now, []int{n}) }, // the home site's other unreported
+	} {
+		if !m.ProbeDue(c.advance(time.Minute)) {
+			t.Fatal("no probe round after a minute")
+		}
+		report()
+		if m.Current() != 2 || len(m.Events()) != 0 {
+			t.Fatalf("on %v after a round nothing of the home site passed, want 2", m.Current())
 		}
 	}
 }

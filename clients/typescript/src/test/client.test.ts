@@ -108,7 +108,7 @@ const refusal = (code: number, reason: string, message: string): string =>
   });
 
 test("a follow-up's refusals: FAILED_PRECONDITION naming the rule, ORIGINAL_NOT_FOUND; none retryable", () => {
-  for (const reason of ["CAPTURE_EXCEEDS_AUTHORIZATION", "REFUND_EXCEEDS_CAPTURED", "VOID_AFTER_CAPTURE", "ORIGINAL_VOIDED", "ORIGINAL_NOT_APPROVED", "ORIGINAL_MISMATCH"]) {
+  for (const reason of ["CAPTURE_EXCEEDS_AUTHORIZATION", "REFUND_EXCEEDS_CAPTURED", "REFUND_BEFORE_CAPTURE", "VOID_AFTER_CAPTURE", "ORIGINAL_VOIDED", "ORIGINAL_NOT_APPROVED", "ORIGINAL_MISMATCH"]) {
     assert.ok((REASONS as readonly string[]).includes(reason), reason);
     const e = decodeError(400, {}, refusal(9, reason, "the rule"));
     assert.equal(e.reason, reason);
@@ -310,6 +310,69 @@ test("a timeout is DEADLINE_EXCEEDED and switches; a cancellation does neither",
   assert.equal(fast.seen.length, before, "a cancelled call is not sent on");
   assert.equal(c.currentBaseUrl, slow.url);
   c.close();
+});
+
+test("access points in two sites: the home site's first, across only when all of them fail, home again after homeRetryMs", async () => {
+  const dead = await deadURL();
+  let a2Down = false;
+  const a2 = await serve((r, res) => {
+    if (a2Down) {
+      answer(res, 503, JSON.stringify({ code: 14, message: "shedding", details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "UNAVAILABLE", domain: "cellpay.dev" }] }));
+      return;
+    }
+    answer(res, 200, txnJSON("t-1"));
+  });
+  const b1 = await serve((r, res) => answer(res, 200, txnJSON("t-1")));
+  const c = new CellpayClient({
+    accessPoints: [
+      { url: b1.url, site: "site-b" },
+      { url: dead, site: "site-a" },
+      { url: a2.url, site: "site-a" },
+    ],
+    homeSite: "site-a",
+    homeRetryMs: 100,
+    apiKey: "k",
+  });
+  assert.deepEqual(c.baseUrls, [dead, a2.url, b1.url], "the home site's first, each group in the given order");
+  assert.deepEqual(c.sites, ["site-a", "site-a", "site-b"]);
+
+  // The preferred one dead: the home site's other serves; nothing crosses.
+  await c.getTransaction("p", "t-1");
+  assert.equal(c.currentBaseUrl, a2.url);
+  assert.equal(c.currentSite, "site-a");
+  assert.equal(b1.seen.length, 0, "no call crossed while the home site answered");
+
+  // Every access point of the home site failing: across.
+  a2Down = true;
+  await c.getTransaction("p", "t-1");
+  assert.equal(c.currentSite, "site-b");
+  assert.equal(b1.seen.length, 1);
+  await c.getTransaction("p", "t-1");
+  assert.equal(b1.seen.length, 2, "the other site serves the calls that follow");
+
+  // Home again once homeRetryMs has passed, to the first of its access
+  // points that answers (the preferred one is still dead).
+  a2Down = false;
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  const a2Before = a2.seen.length;
+  await c.getTransaction("p", "t-1");
+  assert.equal(c.currentSite, "site-a");
+  assert.equal(c.currentBaseUrl, a2.url);
+  assert.equal(a2.seen.length, a2Before + 1);
+  assert.equal(b1.seen.length, 2, "the call went home, not across");
+  c.close();
+
+  // A try at home that fails goes on at once: the call is answered across.
+  a2Down = true;
+  const c2 = new CellpayClient({ accessPoints: [{ url: a2.url, site: "site-a" }, { url: b1.url, site: "site-b" }], homeSite: "site-a", homeRetryMs: 50, apiKey: "k" });
+  await c2.getTransaction("p", "t-1");
+  assert.equal(c2.currentSite, "site-b");
+  await new Promise((resolve) => setTimeout(resolve, 80));
+  const before = b1.seen.length;
+  assert.equal((await c2.getTransaction("p", "t-1")).status, "APPROVED");
+  assert.equal(b1.seen.length, before + 1);
+  assert.equal(c2.currentSite, "site-b");
+  c2.close();
 });
 
 const capture: CaptureTransactionRequest = {
@@ -528,4 +591,11 @@ test("options are checked", () => {
   assert.throws(() => new CellpayClient({ apiKey: "k" }), TypeError);
   assert.throws(() => new CellpayClient({ baseUrl: "ftp://x", apiKey: "k" }), TypeError);
   assert.throws(() => new CellpayClient({ baseUrl: "https://x", apiKey: "" }), TypeError);
+  assert.throws(() => new CellpayClient({ baseUrl: "https://x", baseUrls: ["https://y"], apiKey: "k" }), /one of baseUrl, baseUrls or accessPoints/);
+  assert.throws(() => new CellpayClient({ baseUrls: ["https://x"], homeSite: "a", apiKey: "k" }), /homeSite needs accessPoints/);
+  assert.throws(() => new CellpayClient({ accessPoints: [{ url: "https://x", site: "" }], apiKey: "k" }), /accessPoints\[0\]\.site/);
+  assert.throws(() => new CellpayClient({ accessPoints: [{ url: "https://x", site: "a" }], homeSite: "b", apiKey: "k" }), /homeSite "b"/);
+  const seven = Array.from({ length: 7 }, (_, i) => ({ url: `https://ap${i}.example`, site: "a" }));
+  assert.throws(() => new CellpayClient({ accessPoints: seven, apiKey: "k" }), /at most 6/);
+  assert.throws(() => new CellpayClient({ baseUrl: "https://x", homeRetryMs: -1, apiKey: "k" }), /homeRetryMs/);
 });

@@ -195,6 +195,11 @@ type Cell struct {
 	issuer  issuerproto.IssuerClient
 	reg     *partnerstate.Store
 	dir     *directory.Directory // nil without a transaction directory
+
+	// healthMu orders the health changes; dbUp is the database's state as
+	// watchDatabase last saw it (ready).
+	healthMu sync.Mutex
+	dbUp     bool
 	// drift records whether the streams and buckets found in NATS differ
 	// from this cell's configuration (cellpay_nats_config_differs).
 	drift jsconf.Drift

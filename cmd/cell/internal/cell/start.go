@@ -58,7 +58,11 @@ func (c *Cell) startTelemetry(ctx context.Context) error {
 // startStore connects to Postgres and takes the instance's lease first,
 // so that siblings leave this instance's rows alone from its first write;
 // then abandons its own leftovers and those of dead siblings: restart,
-// not resume.
+// not resume. With RecoverAtStart, recoverFirst abandons them after its
+// check instead: on a copy behind its lost primary, a record held
+// received may be one the issuer applied (its sending commit lost), which
+// the check brings to the issuer's outcome; abandoned first, the check
+// could not tell it from one this cell gave up.
 func (c *Cell) startStore(ctx context.Context) error {
 	st, err := openStore(ctx, c.cfg, c.log)
 	if err != nil {
@@ -70,7 +74,16 @@ func (c *Cell) startStore(ctx context.Context) error {
 	if err := st.RenewLease(ctx, instance.LeaseTTL, nil); err != nil {
 		return err
 	}
-	if n, err := st.AbandonUnsent(ctx, time.Now()); err != nil {
+	if c.cfg.RecoverAtStart > 0 {
+		return nil
+	}
+	return c.abandonLeftovers(ctx)
+}
+
+// abandonLeftovers abandons the records this instance, or a dead sibling,
+// left short of their point of no return.
+func (c *Cell) abandonLeftovers(ctx context.Context) error {
+	if n, err := c.st.AbandonUnsent(ctx, time.Now()); err != nil {
 		return err
 	} else if n > 0 {
 		c.log.Warn("abandoned transactions that had not reached their point of no return", "count", n)
@@ -123,7 +136,21 @@ func (c *Cell) goRun(f func(context.Context)) (stop func()) {
 func (c *Cell) startPeers(ctx context.Context) error {
 	cfg := c.cfg
 	var err error
-	if c.policy, err = c.st.Policy(ctx); err != nil {
+	// A read the start just made work may fail once on a loaded host (a
+	// new connection's authentication timing out): tried again, bounded,
+	// as openStore waits for Postgres, rather than failing the start.
+	for try := 1; ; try++ {
+		if c.policy, err = c.st.Policy(ctx); err == nil || try == 5 {
+			break
+		}
+		c.log.Warn("reading the risk policy failed; trying again", "try", try, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 500 * time.Millisecond):
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if !cfg.TLS.Set() {
@@ -146,7 +173,7 @@ func (c *Cell) startPeers(ctx context.Context) error {
 		return err
 	}
 	c.rel.Add(c.reg.Close)
-	dir, closeDir, err := openDirectory(cfg, &c.drift, c.log)
+	dir, closeDir, err := openDirectory(ctx, cfg, &c.drift, c.log)
 	if err != nil {
 		return err
 	}
@@ -211,16 +238,19 @@ func (c *Cell) startServer(context.Context) error {
 	return nil
 }
 
-// startWatchers keeps health in step with the database, and starts the
-// reconciler (on the one instance that leads) and the callback notifier.
-// Health says SERVING once the reference data is served and the database
-// answers.
+// startWatchers keeps health in step with the database and the
+// directory, and starts the reconciler (on the one instance that leads)
+// and the callback notifier. Health says SERVING once the reference data
+// is served, the database answers and the directory is usable.
 func (c *Cell) startWatchers(context.Context) error {
 	c.ready(true)
 	watchCtx, stopWatch := context.WithCancel(c.run)
 	var watchers sync.WaitGroup
 	c.rel.Add(func() { stopWatch(); watchers.Wait() })
 	watchers.Go(func() { watchDatabase(watchCtx, c.st, c.ready, c.log) })
+	if c.dir != nil {
+		watchers.Go(func() { watchDirectory(watchCtx, c.dir, c.recheck) })
+	}
 	rec, err := c.reconciler()
 	if err != nil {
 		return err
@@ -254,16 +284,60 @@ func (c *Cell) startWatchers(context.Context) error {
 	return nil
 }
 
-// ready sets health: SERVING if ok and reference data is served (the
-// cell is not ready until it serves reference data), else NOT_SERVING.
-func (c *Cell) ready(ok bool) {
+// ready records whether the database answers and sets health from it
+// (recheck).
+func (c *Cell) ready(dbUp bool) {
+	c.healthMu.Lock()
+	defer c.healthMu.Unlock()
+	c.dbUp = dbUp
+	c.setHealth()
+}
+
+// recheck sets health again, from the database's state as last seen.
+func (c *Cell) recheck() {
+	c.healthMu.Lock()
+	defer c.healthMu.Unlock()
+	c.setHealth()
+}
+
+// setHealth sets health: SERVING if the database answers, reference data
+// is served (the cell is not ready until it serves reference data) and
+// the directory is usable (a cell whose directory is still opening could
+// only re-route what it cannot claim), else NOT_SERVING. The caller holds
+// healthMu.
+func (c *Cell) setHealth() {
 	s := healthpb.HealthCheckResponse_NOT_SERVING
-	if ok && c.ref.Serving() {
+	if c.dbUp && c.ref.Serving() && (c.dir == nil || c.dir.Usable()) {
 		s = healthpb.HealthCheckResponse_SERVING
 	}
 	c.hs.SetServingStatus("", s)
 	c.hs.SetServingStatus(cellproto.Cell_ServiceDesc.ServiceName, s)
 }
+
+// watchDirectory sets health again when the directory opens, or, until
+// it has, when its outage begins or ends.
+func watchDirectory(ctx context.Context, d *directory.Directory, recheck func()) {
+	t := time.NewTicker(directoryCheck)
+	defer t.Stop()
+	for usable := d.Usable(); ; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.Opened():
+			recheck()
+			return
+		case <-t.C:
+		}
+		if u := d.Usable(); u != usable {
+			usable = u
+			recheck()
+		}
+	}
+}
+
+// directoryCheck is how often watchDirectory looks for an outage of a
+// directory that has not opened.
+const directoryCheck = 250 * time.Millisecond
 
 // reconciler is the cell's reconciler of unknown outcomes.
 func (c *Cell) reconciler() (*reconcile.Reconciler, error) {
@@ -324,7 +398,7 @@ func (c *Cell) recoverFirst(ctx context.Context) error {
 	if rep.Truncated {
 		return fmt.Errorf("cell: recovering from the issuer's record before serving: the window of %v holds more than one check reads; start with a shorter -recover-at-start", d)
 	}
-	return nil
+	return c.abandonLeftovers(ctx)
 }
 
 // owner reads the transaction directory's owner of a transaction for the
@@ -403,9 +477,14 @@ func reconcileCell(ctx context.Context, rec *reconcile.Reconciler, keeper *reten
 // instances) before it is abandoned.
 const orphanGrace = 5 * time.Second
 
+// directoryWait bounds how long a start waits for the transaction
+// directory to open before it goes on without it.
+const directoryWait = 2 * time.Second
+
 // openDirectory opens the transaction directory, unless the cell has no
-// NATS or is told not to; the func closes it.
-func openDirectory(cfg Config, drift *jsconf.Drift, log *slog.Logger) (*directory.Directory, func(), error) {
+// NATS or is told not to, waiting up to directoryWait for its bucket; the
+// func closes it.
+func openDirectory(ctx context.Context, cfg Config, drift *jsconf.Drift, log *slog.Logger) (*directory.Directory, func(), error) {
 	if cfg.NATSURL == "" || cfg.NoDirectory {
 		log.Warn("no transaction directory: this cell decides from its own records alone")
 		return nil, func() {}, nil
@@ -414,6 +493,9 @@ func openDirectory(cfg Config, drift *jsconf.Drift, log *slog.Logger) (*director
 		Limits: jsconf.Limits{Replicas: cfg.NATSReplicas, MaxAge: cfg.DirectoryMaxAge, MaxBytes: cfg.DirectoryMaxBytes}})
 	if err != nil {
 		return nil, nil, err
+	}
+	if !d.WaitOpen(ctx, directoryWait) {
+		log.Warn("transaction directory not open yet; the cell is not ready until it opens or has been unavailable for a second (then natural homes decide alone)", "waited", directoryWait)
 	}
 	return d, d.Close, nil
 }

@@ -127,6 +127,8 @@ type Directory struct {
 	queue   chan func(context.Context)
 	dropped atomic.Int64
 	forged  atomic.Int64
+	health  outage
+	opened  chan struct{} // closed once the bucket is open
 	// releases caches the release records read (ReleaseKey), by cell.
 	releases struct {
 		sync.Mutex
@@ -143,7 +145,8 @@ func Open(cfg Config) (*Directory, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	d := &Directory{cfg: cfg, queue: make(chan func(context.Context), cfg.QueueSize)}
+	d := &Directory{cfg: cfg, queue: make(chan func(context.Context), cfg.QueueSize), health: outage{after: OutageAfter, now: time.Now},
+		opened: make(chan struct{})}
 	if cfg.SigningCert.Set() {
 		var err error
 		if d.signer, err = newSigner(cfg.CellID, cfg.SigningCert); err != nil {
@@ -153,9 +156,16 @@ func Open(cfg Config) (*Directory, error) {
 			return nil, err
 		}
 	}
-	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", cfg.NATSTLS, nats.NoCallbacksAfterClientClose())
+	// The connection's state is seen as operations are: lost, a failure
+	// seen then; back, an answer.
+	nc, err := natsconn.Connect(cfg.NATSURL, "cellpay "+cfg.CellID+" directory", cfg.NATSTLS, nats.NoCallbacksAfterClientClose(),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { d.health.observe(context.Background(), ErrUnavailable) }),
+		nats.ReconnectHandler(func(*nats.Conn) { d.health.observe(context.Background(), nil) }))
 	if err != nil {
 		return nil, fmt.Errorf("directory: nats: %w", err)
+	}
+	if nc.Status() != nats.CONNECTED {
+		d.health.observe(context.Background(), ErrUnavailable) // started without NATS
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.nc, d.cancel = nc, cancel
@@ -173,6 +183,22 @@ func (d *Directory) Close() {
 	d.cancel()
 	d.wg.Wait()
 	d.nc.Close()
+}
+
+// WaitOpen waits until the bucket is open, for at most wait or until ctx
+// ends, and reports whether it is: a cell that serves before its
+// directory is open re-routes what it could not claim until the directory
+// opens, or until it has been unavailable for OutageAfter.
+func (d *Directory) WaitOpen(ctx context.Context, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-d.opened:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // Ready reports whether the bucket is open and NATS connected.
@@ -203,6 +229,8 @@ func (d *Directory) open(ctx context.Context) {
 		if err == nil {
 			d.stream.Store(&st) // before kv: bucket() says ready by kv
 			d.kv.Store(&kv)
+			d.health.observe(ctx, nil)
+			close(d.opened)
 			if d.cfg.Drift != nil {
 				d.cfg.Drift.Set(d.cfg.Bucket, differs)
 			}
@@ -213,6 +241,7 @@ func (d *Directory) open(ctx context.Context) {
 			}
 			return
 		}
+		d.health.observe(ctx, unavailable(err))
 		if err.Error() != last {
 			last = err.Error()
 			d.cfg.Log.Warn("transaction directory unavailable; only natural homes take new transactions", "err", err)
@@ -284,6 +313,7 @@ func unavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, 
 // whether it is this cell's (a new entry, or one e.Owner already owns).
 func (d *Directory) Claim(ctx context.Context, k idempotency.Key, e Entry) (Entry, bool, error) {
 	cur, ok, err := d.write(ctx, k, e, 0)
+	d.health.observe(ctx, err)
 	if err != nil || ok {
 		return cur, ok, err
 	}
@@ -294,7 +324,9 @@ func (d *Directory) Claim(ctx context.Context, k idempotency.Key, e Entry) (Entr
 // reclaim. It returns the entry that holds k and whether e is now it; on
 // a lost race, the winner's entry.
 func (d *Directory) Take(ctx context.Context, k idempotency.Key, e Entry, rev uint64) (Entry, bool, error) {
-	return d.write(ctx, k, e, rev)
+	cur, ok, err := d.write(ctx, k, e, rev)
+	d.health.observe(ctx, err)
+	return cur, ok, err
 }
 
 // write creates k's entry as e (rev 0) or updates it at rev. It returns e
@@ -419,7 +451,9 @@ func (d *Directory) FinalizeAt(ctx context.Context, k idempotency.Key, rev uint6
 	}
 	_, err = kv.Update(wctx, Key(k), b, rev)
 	if err == nil || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-		return wrapUnavailable(err)
+		err = wrapUnavailable(err)
+		d.health.observe(ctx, err)
+		return err
 	}
 	return d.Finalize(ctx, k, owner, fp, fpKeyID, answer)
 }
@@ -438,7 +472,9 @@ func (d *Directory) Abandon(ctx context.Context, k idempotency.Key, owner, call 
 // update rewrites k's entry when ok says so: next, or for a zero next the
 // current entry marked Abandoned. A missing entry is created as next (a
 // zero next creates nothing).
-func (d *Directory) update(ctx context.Context, k idempotency.Key, next Entry, ok func(Entry) (bool, error)) error {
+func (d *Directory) update(ctx context.Context, k idempotency.Key, next Entry, ok func(Entry) (bool, error)) (err error) {
+	parent := ctx
+	defer func() { d.health.observe(parent, err) }()
 	kv, err := d.bucket()
 	if err != nil {
 		return err

@@ -2,13 +2,9 @@ package directory
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellpay/cellpay/internal/certsig"
 	"github.com/cellpay/cellpay/internal/hop"
 	"github.com/cellpay/cellpay/internal/tlsconf"
 )
@@ -45,12 +42,8 @@ func digest(key string, payload []byte) []byte {
 	return h.Sum(nil)
 }
 
-// certID names a certificate in the bucket: the first 16 bytes of its
-// DER's SHA-256, in hex.
-func certID(der []byte) string {
-	s := sha256.Sum256(der)
-	return hex.EncodeToString(s[:16])
-}
+// certID names a certificate in the bucket (certsig.CertID).
+func certID(der []byte) string { return certsig.CertID(der) }
 
 // certPrefix starts the keys of the cells' certificates; entries' keys
 // start with "t." (Key).
@@ -118,13 +111,8 @@ func (s *signer) current() (*signingCert, error) {
 		}
 		return nil, fmt.Errorf("directory: signing certificate: %w", err)
 	}
-	var key crypto.Signer
-	switch k := pair.PrivateKey.(type) {
-	case *ecdsa.PrivateKey:
-		key = k
-	case ed25519.PrivateKey:
-		key = k
-	default:
+	key, err := certsig.Signer(pair.PrivateKey)
+	if err != nil {
 		return nil, errors.New("directory: signing certificate: the key is neither ECDSA nor Ed25519")
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
@@ -141,11 +129,7 @@ func (s *signer) current() (*signingCert, error) {
 
 // sign signs payload for key.
 func (c *signingCert) sign(key string, payload []byte) ([]byte, error) {
-	d := digest(key, payload)
-	if _, ok := c.key.(ed25519.PrivateKey); ok {
-		return c.key.Sign(rand.Reader, d, crypto.Hash(0))
-	}
-	return c.key.Sign(rand.Reader, d, crypto.SHA256)
+	return certsig.Sign(c.key, digest(key, payload))
 }
 
 // encodeChain and decodeChain are a certificate chain's value in the
@@ -260,12 +244,5 @@ func (t *trust) key(owner, id string, fetch func() ([]byte, error)) (crypto.Publ
 // verifySig reports whether sig is key's signature of payload for bucket key
 // k.
 func verifySig(pub crypto.PublicKey, k string, payload, sig []byte) bool {
-	d := digest(k, payload)
-	switch pub := pub.(type) {
-	case *ecdsa.PublicKey:
-		return ecdsa.VerifyASN1(pub, d, sig)
-	case ed25519.PublicKey:
-		return ed25519.Verify(pub, d, sig)
-	}
-	return false
+	return certsig.Verify(pub, digest(k, payload), sig)
 }

@@ -140,7 +140,11 @@ func Recovered(e *issuerproto.RecordedEffect, now time.Time) *cellside.Record {
 	if e.GetApproved() {
 		r.State, r.AuthCode, r.Amount, r.Currency = cellside.StateApproved, e.GetAuthCode(), e.GetAmountMinorUnits(), e.GetCurrency()
 	} else {
+		// A decline applied no amount; the request's is what the partner
+		// was answered with, and what a replay is compared on (an issuer
+		// that does not say leaves it empty: any amount matches).
 		r.State, r.DeclineReason = cellside.StateDeclined, e.GetDeclineReason()
+		r.Amount, r.Currency = e.GetRequestedAmountMinorUnits(), e.GetRequestedCurrency()
 	}
 	return r
 }

@@ -286,3 +286,21 @@ func TestRecoveredAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveredDeclineHoldsItsAmount: a recovered decline holds the
+// amount the issuer's record says was asked for, which the partner was
+// answered with; from an issuer that does not say, none.
+func TestRecoveredDeclineHoldsItsAmount(t *testing.T) {
+	e := effect("d", false, 0)
+	e.RequestedAmountMinorUnits, e.RequestedCurrency = 1234, "EUR"
+	r := Recovered(e, time.Now())
+	if r.State != cellside.StateDeclined || r.Amount != 1234 || r.Currency != "EUR" || r.DeclineReason != "stolen_card" {
+		t.Fatalf("recovered %+v", r)
+	}
+	if f := Compare(e, r); f.Kind != Agrees {
+		t.Fatalf("%+v", f)
+	}
+	if r := Recovered(effect("d", false, 0), time.Now()); r.Amount != 0 || r.Currency != "" {
+		t.Fatalf("without the requested amount: %+v", r)
+	}
+}

@@ -83,7 +83,7 @@ func TestFollowUps(t *testing.T) {
 		code   codes.Code
 		reason apierr.Reason
 	}{
-		{followUp(refund, "r-0", 1), codes.FailedPrecondition, apierr.RefundExceedsCaptured},
+		{followUp(refund, "r-0", 1), codes.FailedPrecondition, apierr.RefundBeforeCapture},
 		{followUp(capture, "c-0", 1251), codes.FailedPrecondition, apierr.CaptureExceedsAuthorization},
 	}
 	steps := []*cellproto.FollowUpRequest{followUp(capture, "c-1", 1000), followUp(capture, "c-2", 250)}

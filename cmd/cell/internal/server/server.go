@@ -91,6 +91,9 @@ type Directory interface {
 	Get(ctx context.Context, k idempotency.Key) (cellside.Entry, bool, error)
 	// Later runs fn in the background, bounded; it may drop it.
 	Later(fn func(ctx context.Context) error, what string)
+	// Outage reports whether every operation for longer than one
+	// operation's bound failed: the directory is unavailable, not slow.
+	Outage() bool
 }
 
 // Metrics counts how attempts end; *telemetry.Cell implements it. Its
@@ -275,6 +278,9 @@ func (s *Server) Process(stream grpc.BidiStreamingServer[cellproto.ProcessInput,
 	}
 	m := cellside.New(in, s.cfg.Policy, s.cfg.RefData(), s.cfg.Now)
 	ctx := stream.Context()
+	if b := req.GetAttemptBudgetMs(); b > 0 {
+		ctx = context.WithValue(ctx, waitUntilKey{}, waitDeadline(time.Now(), time.Duration(b)*time.Millisecond))
+	}
 	a := m.Start()
 	owns := false // this attempt wrote the record (an insert, or a reclaim)
 	for !cellside.Done(a) {
@@ -630,7 +636,7 @@ func (s *Server) claim(ctx context.Context, a cellside.Claim) cellside.Event {
 	}
 	switch {
 	case err != nil:
-		return cellside.ClaimFailed{Err: err}
+		return cellside.ClaimFailed{Err: err, Outage: s.cfg.Directory.Outage()}
 	case !ours:
 		return cellside.Held{Entry: e}
 	}
@@ -666,11 +672,32 @@ func (s *Server) existingRecord(ctx context.Context, r *cellside.Record) cellsid
 	return cellside.Existing{Record: r, Active: active && r.State == cellside.StateSending}
 }
 
+// waitUntilKey keys, in an attempt's context, when its waits on another
+// attempt at the same transaction end (waitDeadline), if the GTR said its
+// budget.
+type waitUntilKey struct{}
+
+// waitDeadline is when an attempt received at now, which the GTR gives
+// budget to reach its point of no return, stops waiting on another
+// attempt at the same transaction: a fifth of the budget (at least
+// 100 ms) before it, for the ABORTED to reach the GTR before the GTR's
+// own timer, which would take the wait for a slow cell and shrink its
+// concurrency limit (the backup access point refused a frozen primary's
+// partners OVERLOADED for seconds: TestAccessPointFreeze, 2026-12-07).
+func waitDeadline(now time.Time, budget time.Duration) time.Time {
+	return now.Add(budget - max(budget/5, 100*time.Millisecond))
+}
+
 // wait polls the durable record until another attempt's record of k
 // leaves state received, and leaves state sending or its attempt (in any
-// instance) ends: bounded by the caller's deadline and WaitTimeout.
+// instance) ends: bounded by the caller's deadline, WaitTimeout and the
+// attempt's budget (waitDeadline).
 func (s *Server) wait(ctx context.Context, k idempotency.Key) cellside.Event {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout)
+	d := s.cfg.WaitTimeout
+	if until, ok := ctx.Value(waitUntilKey{}).(time.Time); ok {
+		d = min(d, time.Until(until))
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()

@@ -378,6 +378,54 @@ func TestDuplicateWaitsForAnOpenHandshake(t *testing.T) {
 	}
 }
 
+// TestDuplicateWithinItsBudget: a duplicate whose GTR said how long it
+// waits for the attempt is answered ABORTED (retry) within that budget
+// while the first attempt's handshake stays open, rather than holding on
+// until the GTR's timer cuts it (which the GTR takes for a slow cell);
+// the first attempt goes on unharmed.
+func TestDuplicateWithinItsBudget(t *testing.T) {
+	// A wait bounded by WaitTimeout alone would outlast the test's bound.
+	c, _, iss := startWith(t, testKeys, &memStore{recs: map[idempotency.Key]cellside.Record{}}, func(c *Config) { c.WaitTimeout = time.Minute })
+	ctx := ctxT(t)
+	first := open(t, ctx, c, "t-budget")
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the test's bound, far past the budget
+	defer cancel()
+	dup, err := c.Process(dctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dup.Send(&cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
+		Request: request("t-budget"), Attempt: 1, AttemptBudgetMs: 500,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := dup.Recv(); status.Code(err) != codes.Aborted {
+		t.Fatalf("the duplicate got %v, %v; want ABORTED within its budget", ev, err)
+	}
+	if got := proceed(t, first); got.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+		t.Fatalf("the first attempt got %v after the duplicate's ABORTED", got)
+	}
+	if iss.calls.Load() != 1 {
+		t.Fatalf("issuer called %d times", iss.calls.Load())
+	}
+}
+
+// TestWaitDeadline: a fifth of the budget, at least 100 ms, is left for
+// the answer's way back.
+func TestWaitDeadline(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for budget, want := range map[time.Duration]time.Duration{
+		2 * time.Second:        1600 * time.Millisecond,
+		500 * time.Millisecond: 400 * time.Millisecond,
+		300 * time.Millisecond: 200 * time.Millisecond,
+		50 * time.Millisecond:  -50 * time.Millisecond,
+	} {
+		if got := waitDeadline(now, budget).Sub(now); got != want {
+			t.Errorf("budget %v: waits %v, want %v", budget, got, want)
+		}
+	}
+}
+
 // TestTransactionsBelongToPartners: two partners send one transaction ID,
 // each with its own amount and merchant. They are two transactions: each
 // reaches the issuer once under its own partner, each is read back only by

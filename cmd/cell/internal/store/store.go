@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,11 +50,9 @@ var (
 type Store struct {
 	pool *pgxpool.Pool
 
-	// health is a connection of the health check's own, outside the pool:
-	// a pool busy with transactions must not make a healthy database look
-	// down (a busy cell is not a dead cell).
-	healthMu  sync.Mutex
-	health    *pgx.Conn
+	// health is the health check's connection (health.go); healthCfg
+	// connects it and the lock sessions.
+	health    *health
 	healthCfg *pgx.ConnConfig
 
 	// instance names this process among the cell's instances: the owner
@@ -151,7 +148,7 @@ func Connect(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	return &Store{pool: pool, healthCfg: cfg.ConnConfig.Copy()}, nil
+	return &Store{pool: pool, health: newHealth(cfg.ConnConfig.Copy()), healthCfg: cfg.ConnConfig.Copy()}, nil
 }
 
 func migrateUp(ctx context.Context, pool *pgxpool.Pool) error {
@@ -196,29 +193,14 @@ func (s *Store) Close() {
 		s.group.close()
 	}
 	s.pool.Close()
-	s.healthMu.Lock()
-	defer s.healthMu.Unlock()
-	if s.health != nil {
-		_ = s.health.Close(context.Background())
-		s.health = nil
-	}
+	s.health.close()
 }
 
 // Ping checks that the database answers, on the health check's own
-// connection (made again after a failure), never waiting for the pool.
+// connection (made again, in the background, after a failure), never
+// waiting for the pool.
 func (s *Store) Ping(ctx context.Context) error {
-	s.healthMu.Lock()
-	defer s.healthMu.Unlock()
-	if s.health == nil || s.health.IsClosed() {
-		c, err := pgx.ConnectConfig(ctx, s.healthCfg)
-		if err != nil {
-			return fmt.Errorf("store: ping: %w", err)
-		}
-		s.health = c
-	}
-	if _, err := s.health.Exec(ctx, "SELECT 1"); err != nil {
-		_ = s.health.Close(context.Background())
-		s.health = nil
+	if err := s.health.ping(ctx); err != nil {
 		return fmt.Errorf("store: ping: %w", err)
 	}
 	return nil

@@ -3,8 +3,8 @@
 // drain and restore (now or ramped), evacuate and restore a site's cells
 // together (sites.go), explain a route (including cells
 // skipped for serving stale reference data), read or replace the routing
-// table, and manage the partner registry (list, add, suspend, resume, add
-// and revoke API keys).
+// table, manage the partner registry (list, add, suspend, resume, add
+// and revoke API keys), and keep the drills' signed reports (drills.go).
 //
 // It reads the state.State and the health monitor of this replica, and
 // labels what it shows: GetTable is the operator's table (configured
@@ -21,6 +21,7 @@ package admin
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +81,11 @@ type Config struct {
 	// Releaser writes the directory's release records (ReleaseCell);
 	// optional (without it ReleaseCell answers UNIMPLEMENTED).
 	Releaser Releaser
+	// Drills keeps the drills' signed reports (RecordDrill, ListDrills,
+	// GetDrill), verified against DrillRoots, the platform's CA; without
+	// both, those RPCs answer UNAVAILABLE.
+	Drills     DrillStore
+	DrillRoots *x509.CertPool
 	// ShareSamples is how many synthetic keys ListCells routes to estimate
 	// traffic shares; default 10000.
 	ShareSamples int

@@ -87,7 +87,9 @@ func startWith(t *testing.T, tok string, pc partnerstate.Config) fixture {
 
 // startServer serves the admin API for the operators of ix, auditing to
 // al and logging to log; cells, when not nil, reaches the table's cells.
-func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logger, pc partnerstate.Config, cells Cells) fixture {
+// startServer starts the admin API over loopback gRPC; each of configure
+// changes its Config first (a drills' store, say).
+func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logger, pc partnerstate.Config, cells Cells, configure ...func(*Config)) fixture {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, mon, clock := startHealth(t, quiet)
@@ -103,7 +105,11 @@ func startServer(t *testing.T, ix *operators.Index, al AuditLog, log *slog.Logge
 	}
 	t.Cleanup(ps.Close)
 	followCells(t, st, mon)
-	srv, err := New(Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Cells: cells, Audit: al, Log: log})
+	cfg := Config{State: st, Health: mon, Store: sy, Partners: ps, ReplicaID: "test", Cells: cells, Audit: al, Log: log}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,12 @@ const maxRequestJSON = 64 << 10
 
 // requestJSON is the request as JSON. No Admin request carries a key or a
 // secret (those are only ever in answers, which are never recorded whole).
+// A drill's report is recorded by its ID and sizes: the report itself is
+// kept in its own bucket.
 func requestJSON(req any) json.RawMessage {
+	if r, ok := req.(*adminproto.RecordDrillRequest); ok {
+		return drillRequestJSON(r)
+	}
 	m, ok := req.(proto.Message)
 	if !ok {
 		return nil
@@ -203,6 +208,12 @@ func (s *Server) view(method string, req, resp any) json.RawMessage {
 	case "ReplayCallbacks":
 		if resp != nil {
 			v = map[string]any{"replayed": resp.(*adminproto.ReplayCallbacksResponse).GetReplayed()}
+		}
+	case "RecordDrill":
+		if resp != nil {
+			r := resp.(*adminproto.RecordDrillResponse)
+			sum := r.GetSummary()
+			v = map[string]any{"id": r.GetId(), "created": r.GetCreated(), "start": sum.GetStart().AsTime(), "passed": sum.GetPassed(), "signer": sum.GetSigner()}
 		}
 	case "ReleaseCell":
 		r := req.(*adminproto.ReleaseCellRequest)

@@ -34,9 +34,11 @@ type Auth struct {
 	ix    atomic.Pointer[operators.Index]
 	fails *failures
 	// ExemptLoopback: an address of this host is audited when it fails
-	// but never refused for it (the GTR sets it: make run and the tests
-	// share 127.0.0.1, and kubectl port-forward arrives from it, behind the
-	// cluster's own authentication).
+	// but never refused for it. Off by default, and in Kubernetes, where
+	// kubectl port-forward arrives from loopback on behalf of anyone the
+	// cluster lets forward; the GTR sets it when told to
+	// (-admin-throttle-loopback=false), for a machine whose tests share
+	// 127.0.0.1.
 	ExemptLoopback bool
 	// denied, if set, records refused calls in the audit log.
 	denied func(ctx context.Context, rec audit.Record)

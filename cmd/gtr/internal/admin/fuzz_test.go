@@ -14,6 +14,7 @@ import (
 	gtrhealth "github.com/cellpay/cellpay/cmd/gtr/internal/health"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/routesync"
 	"github.com/cellpay/cellpay/cmd/gtr/internal/state"
+	"github.com/cellpay/cellpay/internal/drillreport"
 	"github.com/cellpay/cellpay/internal/partnerstate"
 	"github.com/cellpay/cellpay/pkg/adminproto"
 	"github.com/cellpay/cellpay/pkg/routing"
@@ -161,4 +162,23 @@ func TestOversizedTableRefusedWhole(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !hasField(st, "table.cells[0].addr") {
 		t.Fatalf("bad addr: %v %v", st.Code(), st.Details())
 	}
+}
+
+// FuzzDecodeKeptDrill: a value of the drills' bucket is read back from
+// NATS, which others may write: the decoder never panics and refuses
+// what is over its bound.
+func FuzzDecodeKeptDrill(f *testing.F) {
+	f.Add([]byte(`{"report":"e30=","signature":"MAA=","certificate":"","recorded_at":"2026-12-07T21:00:00Z","recorded_by":"otto","replica":"gtr-1"}`))
+	f.Add([]byte(`{"report":null} {}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := decodeKeptDrill(b)
+		if err != nil {
+			return
+		}
+		if len(b) > maxKeptDrill {
+			t.Fatalf("accepted %d bytes", len(b))
+		}
+		_ = drillreport.ID(k.Report)
+	})
 }

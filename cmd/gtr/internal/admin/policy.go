@@ -26,6 +26,8 @@ var policy = map[string]operators.Role{
 	"FindReference":     operators.RoleViewer,
 	"GetStatement":      operators.RoleViewer,
 	"ListAudit":         operators.RoleViewer,
+	"ListDrills":        operators.RoleViewer,
+	"GetDrill":          operators.RoleViewer,
 
 	"SetWeight":       operators.RoleOperator,
 	"Drain":           operators.RoleOperator,
@@ -33,6 +35,7 @@ var policy = map[string]operators.Role{
 	"EvacuateSite":    operators.RoleOperator,
 	"RestoreSite":     operators.RoleOperator,
 	"ReplayCallbacks": operators.RoleOperator,
+	"RecordDrill":     operators.RoleOperator,
 
 	"ApplyTable":         operators.RoleAdmin,
 	"AddPartner":         operators.RoleAdmin,

@@ -46,6 +46,17 @@ func (echo) GetTransaction(ctx context.Context, r *cellpayv1.GetTransactionReque
 	return &cellpayv1.Transaction{TransactionId: r.GetTransactionId() + "@" + r.GetPartnerId()}, nil
 }
 
+// ListTransactions answers with one transaction naming the partner it
+// was called for, as the handler sees it.
+func (echo) ListTransactions(ctx context.Context, r *cellpayv1.ListTransactionsRequest) (*cellpayv1.ListTransactionsResponse, error) {
+	return &cellpayv1.ListTransactionsResponse{Transactions: []*cellpayv1.Transaction{{PartnerId: r.GetPartnerId()}}}, nil
+}
+
+// GetStatement answers with the partner it was called for.
+func (echo) GetStatement(ctx context.Context, r *cellpayv1.GetStatementRequest) (*cellpayv1.Statement, error) {
+	return &cellpayv1.Statement{PartnerId: r.GetPartnerId(), Date: r.GetDate()}, nil
+}
+
 // serve serves echo and a health service with TLS behind the partners
 // interceptors of ix (denials appended to denied), and returns clients.
 func serve(t *testing.T, ix *partners.Index, denied *[]string) (cellpayv1.PaymentsClient, healthpb.HealthClient) {
@@ -142,6 +153,36 @@ func TestInterceptor(t *testing.T) {
 	}
 	if _, err := pay.GetTransaction(as(plain["b"]), &cellpayv1.GetTransactionRequest{TransactionId: "t1", PartnerId: "a"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Get of another partner's: %v", err)
+	}
+	// A listing and a statement read for the caller when partner_id is
+	// left out, and refuse another partner's: a key of b never lists or
+	// reconciles a's transactions.
+	list := func(partner string) (string, error) {
+		resp, err := pay.ListTransactions(as(plain["b"]), &cellpayv1.ListTransactionsRequest{PartnerId: partner})
+		if len(resp.GetTransactions()) != 1 {
+			return "", err
+		}
+		return resp.GetTransactions()[0].GetPartnerId(), err
+	}
+	statement := func(partner string) (string, error) {
+		resp, err := pay.GetStatement(as(plain["b"]), &cellpayv1.GetStatementRequest{PartnerId: partner, Date: "2026-12-07"})
+		return resp.GetPartnerId(), err
+	}
+	for _, c := range []struct {
+		name string
+		call func(partner string) (string, error)
+	}{{"ListTransactions", list}, {"GetStatement", statement}} {
+		for _, partner := range []string{"", "b"} {
+			if got, err := c.call(partner); err != nil || got != "b" {
+				t.Errorf("%s with partner_id %q by b: for %q, %v; want b's", c.name, partner, got, err)
+			}
+		}
+		if got, err := c.call("a"); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s of another partner's: for %q, %v; want PermissionDenied", c.name, got, err)
+		}
+		if _, err := c.call("gone"); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s of a suspended partner's by b: %v; want PermissionDenied", c.name, err)
+		}
 	}
 	// A capture acts for the key's partner only, in a market the partner
 	// may authorize in.

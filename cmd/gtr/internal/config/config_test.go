@@ -22,6 +22,27 @@ func TestLoadSample(t *testing.T) {
 	}
 }
 
+// TestLoadTwoSitesSample: make run SITES=2's table loads, two cells in
+// each site, each with its two instances on its site's address.
+func TestLoadTwoSitesSample(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	spec, err := Load(filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "config", "gtr-sites.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[string]string{"site-a": "127.0.1.1:", "site-b": "127.0.2.1:"}
+	sites := map[string]int{}
+	for _, c := range spec.Cells {
+		sites[c.Site]++
+		if len(c.Addrs) != 2 || !strings.HasPrefix(c.Addrs[0], hosts[c.Site]) || !strings.HasPrefix(c.Addrs[1], hosts[c.Site]) {
+			t.Errorf("cell %s of %q: addresses %v", c.ID, c.Site, c.Addrs)
+		}
+	}
+	if sites["site-a"] != 2 || sites["site-b"] != 2 || len(sites) != 2 {
+		t.Fatalf("cells by site %v, want two in each of site-a and site-b", sites)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	good := "version: 1\ncells:\n  - {id: a, addr: 127.0.0.1:1, pool: p}\nrules:\n  - {name: all, pool: p}\n"
 	if _, err := Parse([]byte(good)); err != nil {

@@ -59,7 +59,20 @@ type Config struct {
 	// RESTListen, if set, serves the Payments API as REST/JSON over HTTPS
 	// (package rest), with the partners' certificate.
 	RESTListen  string
-	AdminListen string // operators' listener (TLS with the partners' certificate); never the partners' port
+	AdminListen string // operators' listener (TLS, AdminTLSCertFile's certificate); never the partners' port
+	// AdminTLSCertFile and AdminTLSKeyFile, if set, are the admin
+	// listener's certificate and key (PEM), re-read as the partners' are:
+	// one carrying the GTR's identity (spiffe://cellpay.internal/gtr) from
+	// the internal CA, which gtrctl pins. Unset, the admin listener serves
+	// the partners' certificate (TLSCertFile). Both or neither.
+	AdminTLSCertFile, AdminTLSKeyFile string
+	// AdminExemptLoopback exempts this host's addresses (loopback) from
+	// the failed-login throttle: still audited and counted, never refused.
+	// For one machine that many clients share (a test's GTR flooded with
+	// refused logins from 127.0.0.1); never where loopback is a forwarded
+	// connection from anyone (kubectl port-forward arrives from it). The
+	// zero value throttles loopback like any address.
+	AdminExemptLoopback bool
 	// HealthListen, if set, serves gRPC health alone, in plaintext, for
 	// probes that cannot speak TLS (kubelet's); nothing else is served there.
 	HealthListen string
@@ -103,6 +116,10 @@ type Config struct {
 	// access point, shown to operators beside its replica ID; "" when
 	// unnamed. routing.CheckSite's form. Nothing routes by it yet.
 	Site string
+	// CellDialFrom, an IP address of this host, is where the connections
+	// to the cells leave from (a host on several networks: its site's);
+	// "" lets the system choose.
+	CellDialFrom string
 	// TLSCertFile and TLSKeyFile are the partners' listener's certificate
 	// and key (PEM), re-read every few seconds so that a renewed
 	// certificate is served without a restart. Required: partners' calls
@@ -164,6 +181,12 @@ func (c *Config) validate() error {
 	}
 	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
 		return errors.New("gtr: the partners' listener needs a TLS certificate and key (tls-cert, tls-key)")
+	}
+	if (c.AdminTLSCertFile == "") != (c.AdminTLSKeyFile == "") {
+		return errors.New("gtr: the admin listener's certificate needs both its files (admin-tls-cert, admin-tls-key), or neither for the partners'")
+	}
+	if c.CellDialFrom != "" && net.ParseIP(c.CellDialFrom) == nil {
+		return fmt.Errorf("gtr: cell-dial-from %q: not an IP address", c.CellDialFrom)
 	}
 	if err := routing.CheckSite(c.Site); err != nil {
 		return fmt.Errorf("gtr: site: %v", err)
@@ -229,6 +252,7 @@ type GTR struct {
 	// Set by Start's steps (start.go), in this order, and only read once
 	// Start has returned.
 	cellDial      func(cellID string) grpc.DialOption
+	cellFrom      []grpc.DialOption // where connections to cells leave from (CellDialFrom)
 	mon           *health.Monitor
 	st            *state.State
 	tel           *telemetry.Telemetry

@@ -182,6 +182,8 @@ func TestAdmissionFlagsRefused(t *testing.T) {
 		{"defaults", func(*Config) {}, ""},
 		{"site", func(c *Config) { c.Site = "site-a" }, ""},
 		{"site in capitals", func(c *Config) { c.Site = "Site-A" }, "site"},
+		{"dial from an address", func(c *Config) { c.CellDialFrom = "127.0.1.1" }, ""},
+		{"dial from a name", func(c *Config) { c.CellDialFrom = "site-a.example" }, "cell-dial-from"},
 		{"tolerance 1.5, baseline 0", func(c *Config) { c.AdmissionTolerance, c.AdmissionBaseline = 1.5, 0 }, ""},
 	} {
 		c := base

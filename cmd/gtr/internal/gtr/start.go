@@ -63,12 +63,15 @@ func (g *GTR) startRouting(context.Context) error {
 	}
 	// Each cell's connections pin its identity.
 	g.cellDial = func(id string) grpc.DialOption { return cells.To(hop.Only(hop.Cell(id))) }
+	if g.cfg.CellDialFrom != "" {
+		g.cellFrom = []grpc.DialOption{hop.DialFrom(net.ParseIP(g.cfg.CellDialFrom))}
+	}
 	// g.st is set before the monitor watches any cell, so before OnChange
 	// runs.
 	g.mon, err = health.New(health.Config{OnChange: func(id string, share int) {
 		g.st.HealthChanged(id, share)
 		g.recent.HealthChanged(id, share)
-	}, Dial: g.cellDial, Log: g.cfg.Log})
+	}, Dial: g.cellDial, DialOptions: g.cellFrom, Log: g.cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -135,7 +138,7 @@ const connectWait = 3 * time.Second
 // and the pool at the table's cells whenever the table changes.
 func (g *GTR) startFollowing(ctx context.Context) error {
 	st, mon := g.st, g.mon
-	pool := cellconn.NewPinned(g.cellDial, g.tel.DialOptions()...)
+	pool := cellconn.NewPinned(g.cellDial, append(g.tel.DialOptions(), g.cellFrom...)...)
 	g.pool = pool
 	g.rel.Add(pool.Close)
 	bg, stopBG := context.WithCancel(context.Background())
@@ -317,11 +320,11 @@ func (g *GTR) cellGauges(yield func(telemetry.CellGauge) bool) {
 }
 
 // startAdmin, with AdminListen, builds the Admin API and binds the
-// operators' listener: TLS with the partners' certificate, since
-// operators' tokens never cross the network in the clear either. The
-// listener is shared with the operator console: console.Split does the
-// handshake and hands gRPC clients to the admin server, browsers to the
-// console.
+// operators' listener: TLS only, since operators' tokens never cross the
+// network in the clear either, with the admin certificate (the GTR's
+// identity, which gtrctl pins) or else the partners' one. The listener is
+// shared with the operator console: console.Split does the handshake and
+// hands gRPC clients to the admin server, browsers to the console.
 func (g *GTR) startAdmin(context.Context) error {
 	cfg := g.cfg
 	if cfg.AdminListen == "" {
@@ -340,8 +343,16 @@ func (g *GTR) startAdmin(context.Context) error {
 	if cfg.NATSURL != "" {
 		rel = releaser{url: cfg.NATSURL, tls: cfg.NATSTLS, name: "gtr release " + cfg.ReplicaID}
 	}
+	drills, drillRoots, err := drillStore(cfg, &g.drift)
+	if err != nil {
+		return err
+	}
 	adm, err := admin.New(admin.Config{State: g.st, Health: g.mon, Store: g.store, Partners: g.partners, ReplicaID: cfg.ReplicaID, Cells: g.pool,
-		Releaser: rel, Audit: auditLog, References: g.findReference, CellViews: g.cellViews, Log: cfg.Log})
+		Releaser: rel, Drills: drills, DrillRoots: drillRoots, Audit: auditLog, References: g.findReference, CellViews: g.cellViews, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := g.adminTLS()
 	if err != nil {
 		return err
 	}
@@ -350,10 +361,10 @@ func (g *GTR) startAdmin(context.Context) error {
 		return fmt.Errorf("gtr: admin listen: %w", err)
 	}
 	g.adminLis = alis
-	grpcLis, webLis := console.Split(alis, g.tlsCfg)
+	grpcLis, webLis := console.Split(alis, tlsCfg)
 	g.rel.Add(func() { grpcLis.Close(); webLis.Close() }) // both closed close alis
 	authn := admin.NewAuth(ops)
-	authn.ExemptLoopback = true
+	authn.ExemptLoopback = cfg.AdminExemptLoopback
 	if g.metrics != nil {
 		authn.OnFailure = g.metrics.LoginFailed
 	}
@@ -378,6 +389,21 @@ func (g *GTR) startAdmin(context.Context) error {
 		cfg.Log.Warn("no audit log (neither NATS nor an audit file): the admin API refuses every change")
 	}
 	return nil
+}
+
+// adminTLS is the admin listener's TLS configuration: its own
+// certificate, reloaded from its files as the partners' is, or else the
+// partners' listener's.
+func (g *GTR) adminTLS() (*tls.Config, error) {
+	if g.cfg.AdminTLSCertFile == "" {
+		return g.tlsCfg, nil
+	}
+	cfg, stop, err := tlsconf.ServerConfig(g.cfg.AdminTLSCertFile, g.cfg.AdminTLSKeyFile, 0)
+	if err != nil {
+		return nil, fmt.Errorf("gtr: admin listener: %w", err)
+	}
+	g.rel.Add(stop)
+	return cfg, nil
 }
 
 // startConsole serves the operator console on webLis. Its release shuts

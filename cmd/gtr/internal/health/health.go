@@ -77,6 +77,8 @@ type Config struct {
 	// instances (the GTR's mutual TLS pinning the cell's identity, package
 	// hop); nil for plaintext.
 	Dial func(cellID string) grpc.DialOption
+	// DialOptions are every check connection's, after Dial's.
+	DialOptions []grpc.DialOption
 }
 
 func (c *Config) validate() error {

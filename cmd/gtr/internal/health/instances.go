@@ -104,6 +104,7 @@ func (m *Monitor) dialAll(cellID string, addrs []string, authority string) []*in
 		dial = m.cfg.Dial(cellID)
 	}
 	opts := append([]grpc.DialOption{dial, hop.ReconnectWithin(m.cfg.Interval)}, grpclimits.Internal.DialOptions()...)
+	opts = append(opts, m.cfg.DialOptions...)
 	if authority != "" {
 		opts = append(opts, grpc.WithAuthority(authority))
 	}

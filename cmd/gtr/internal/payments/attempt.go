@@ -45,7 +45,8 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 	}
 	// Past afterPNRBound the stream is cut anyway: an attempt timer beyond
 	// it would never fire first.
-	m := gtrside.New(gtrside.Config{CellID: cell.ID, AttemptTimeout: min(s.cfg.AttemptTimeout, afterPNRBound)})
+	timeout := min(s.cfg.AttemptTimeout, afterPNRBound)
+	m := gtrside.New(gtrside.Config{CellID: cell.ID, AttemptTimeout: timeout})
 	d := driver{ctx: ctx, owned: true}
 	defer d.close()
 	// Each case performs the action and steps the machine with what
@@ -57,6 +58,7 @@ func (s *Server) attempt(ctx context.Context, cell *routing.Cell, req *cellpayv1
 		case gtrside.Open:
 			a = d.open(m, client, act.CancelAt, &cellproto.ProcessInput{Input: &cellproto.ProcessInput_Start{Start: &cellproto.ProcessRequest{
 				Request: req, Attempt: n, RouteRule: rule, LastResort: lastResort, CallId: call.id, Home: call.home,
+				AttemptBudgetMs: uint32(timeout.Milliseconds()),
 			}}})
 		case gtrside.Read:
 			a = d.read(m)

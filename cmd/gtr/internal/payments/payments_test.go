@@ -806,6 +806,14 @@ func TestLastResortFlagAndHealthObservations(t *testing.T) {
 	if a.seen[0].GetLastResort() || b.seen[0].GetLastResort() || !c.seen[0].GetLastResort() {
 		t.Fatal("last_resort must be set on the last attempt only")
 	}
+	// Each attempt says how long the GTR waits for it (the setup's
+	// attempt timeout), so that a cell waiting on another attempt answers
+	// within it.
+	for _, f := range []*fakeCell{a, b, c} {
+		if got := f.seen[0].GetAttemptBudgetMs(); got != uint32(s.cfg.AttemptTimeout.Milliseconds()) {
+			t.Fatalf("%s was told a budget of %d ms, want %v", f.id, got, s.cfg.AttemptTimeout)
+		}
+	}
 	want := []string{a.id + "=failed", b.id + "=answered", c.id + "=answered"}
 	if strings.Join(obs.seen, ",") != strings.Join(want, ",") {
 		t.Fatalf("health observations %v, want %v", obs.seen, want)
