@@ -205,8 +205,8 @@ func checkSums(t *testing.T, ctx context.Context, p cellpayv1.PaymentsClient, wa
 // to 0%, (b) killed -9 and restarted, (c) its keys moved by a table
 // change: every follow-up reaches the original's cell, the amounts are
 // exact in the answers and at the issuer, and no follow-up is applied
-// twice. Over-capture, refund beyond the captures and void after a
-// capture are refused naming their rule.
+// twice. Over-capture, refund beyond the captures, void after a capture
+// and an unknown original are refused naming their rule.
 func TestFollowUps(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	_, _, gtrs, admins := twoReplicasOn(t, "fu", "transaction")
@@ -322,6 +322,14 @@ func TestFollowUps(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition || apierr.Info(err).GetReason() != string(c.reason) {
 			t.Errorf("%v beyond the limit: %v, want FAILED_PRECONDITION %s", c.kind, err, c.reason)
 		}
+	}
+	// An original no transaction of the partner has: refused as a rule
+	// broken too, after every cell was asked.
+	unknown := original{req: &cellpayv1.SubmitTransactionRequest{PartnerId: o.req.GetPartnerId(), TransactionId: o.req.GetTransactionId() + "-never",
+		Market: o.req.GetMarket(), Amount: o.req.GetAmount()}}
+	if _, err := followUpOnce(ctx, via[1], cellpayv1.PaymentType_CAPTURE, unknown, o.req.GetTransactionId()+"-cap-unknown", 1); status.Code(err) != codes.FailedPrecondition ||
+		apierr.Info(err).GetReason() != string(apierr.OriginalNotFound) {
+		t.Errorf("a capture of an unknown original: %v, want FAILED_PRECONDITION %s", err, apierr.OriginalNotFound)
 	}
 	stopLoad()
 	t.Logf("%d answers to judge, the background load's included", len(answers.all))

@@ -229,8 +229,8 @@ async function main(): Promise<void> {
     await refusedAs(
       () => client.captureTransaction({ ...orig, original_transaction_id: `${prefix}-never`, transaction_id: `${prefix}-cap-none`, amount: gbp(1) }),
       "ORIGINAL_NOT_FOUND",
-      404,
-      "NOT_FOUND",
+      400,
+      "FAILED_PRECONDITION",
     );
   });
   await step("the authorization reads its sums; the capture reads the same with hints, or wrong ones", async () => {

@@ -391,6 +391,10 @@ func (m *model) fuFanOut(c *fuCall) {
 }
 
 func (m *model) fuFinish(c *fuCall, res result) {
+	if res.status == "NOT_FOUND" && res.reason == "ORIGINAL_NOT_FOUND" {
+		// payments.unknownOriginal: to the partner, a rule broken.
+		res.status = "FAILED_PRECONDITION"
+	}
 	c.done, c.answer = true, res
 	for range c.joined + 1 {
 		m.fuAnswers[c.id] = append(m.fuAnswers[c.id], fuAnswered{p: c.p, res: res})

@@ -233,13 +233,13 @@ func (m *model) approvedKnown() []string {
 // that is the other kind's: ALREADY_EXISTS, the cell's refusal, or an
 // answer that says nothing of the transaction (the GTR or the cell out of
 // reach, the caller gone; for a follow-up, its original found nowhere,
-// which is decided before its ID is looked at: only the original's cell
-// decides a follow-up).
+// FAILED_PRECONDITION ORIGINAL_NOT_FOUND, which is decided before its ID
+// is looked at: only the original's cell decides a follow-up).
 func reuseRefusal(res result, followUp bool) bool {
 	switch res.status {
 	case "ALREADY_EXISTS", "UNAVAILABLE", "DEADLINE_EXCEEDED":
 		return true
-	case "NOT_FOUND":
+	case "FAILED_PRECONDITION":
 		return followUp && res.reason == "ORIGINAL_NOT_FOUND"
 	}
 	return false
@@ -251,8 +251,8 @@ func reuseRefusal(res result, followUp bool) bool {
 // written by its hold, its point of no return, and only then reaches the
 // issuer). Once one kind holds the ID, every answer to the other is a
 // refusal (ALREADY_EXISTS, or an answer that says nothing: reuseRefusal),
-// never an outcome nor a refusal of the rules (FAILED_PRECONDITION: the
-// reuse decided as if its ID were free). The transaction that holds the
+// never an outcome nor another refusal of the rules (FAILED_PRECONDITION
+// with another reason: the reuse decided as if its ID were free). The transaction that holds the
 // ID keeps its answer: never ALREADY_EXISTS for its own payload. sorted:
 // as checkIn's.
 func (m *model) reuseCheck(sorted bool) error {

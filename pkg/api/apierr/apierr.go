@@ -97,8 +97,10 @@ const (
 	NotSupported Reason = "NOT_SUPPORTED"
 	// Internal (INTERNAL): a fault of the platform; quote the request ID.
 	Internal Reason = "INTERNAL"
-	// OriginalNotFound (NOT_FOUND): a capture, void or refund names an
-	// original_transaction_id that no transaction of the partner has.
+	// OriginalNotFound (FAILED_PRECONDITION): a capture, void or refund
+	// names an original_transaction_id that no transaction of the partner
+	// has. Between the GTR and a cell it is NOT_FOUND ("not here": the
+	// GTR looks further); the GTR answers the partner FAILED_PRECONDITION.
 	OriginalNotFound Reason = "ORIGINAL_NOT_FOUND"
 	// OriginalNotApproved (FAILED_PRECONDITION): the original is not an
 	// approved CARD_AUTHORIZATION (declined, failed, still pending, or of

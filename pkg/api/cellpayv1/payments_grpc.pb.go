@@ -53,8 +53,9 @@ type PaymentsClient interface {
 	// transaction_id and the same idempotency as SubmitTransaction; it runs
 	// in the cell that holds the original. A rule broken is
 	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
-	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH); an
-	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH, and
+	// ORIGINAL_NOT_FOUND: no transaction of the partner has the original's
+	// ID).
 	CaptureTransaction(ctx context.Context, in *CaptureTransactionRequest, opts ...grpc.CallOption) (*Transaction, error)
 	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no
 	// capture (payment type VOID); after a capture, FAILED_PRECONDITION
@@ -179,8 +180,9 @@ type PaymentsServer interface {
 	// transaction_id and the same idempotency as SubmitTransaction; it runs
 	// in the cell that holds the original. A rule broken is
 	// FAILED_PRECONDITION naming it (reasons CAPTURE_EXCEEDS_AUTHORIZATION,
-	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH); an
-	// original the partner does not have is NOT_FOUND (ORIGINAL_NOT_FOUND).
+	// ORIGINAL_VOIDED, ORIGINAL_NOT_APPROVED, ORIGINAL_MISMATCH, and
+	// ORIGINAL_NOT_FOUND: no transaction of the partner has the original's
+	// ID).
 	CaptureTransaction(context.Context, *CaptureTransactionRequest) (*Transaction, error)
 	// VoidTransaction releases an approved CARD_AUTHORIZATION that has no
 	// capture (payment type VOID); after a capture, FAILED_PRECONDITION

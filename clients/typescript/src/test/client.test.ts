@@ -107,7 +107,7 @@ const refusal = (code: number, reason: string, message: string): string =>
     details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason, domain: "cellpay.dev", metadata: { request_id: "f1" } }],
   });
 
-test("a follow-up's refusals: FAILED_PRECONDITION naming the rule, ORIGINAL_NOT_FOUND; none retryable", () => {
+test("a follow-up's refusals: FAILED_PRECONDITION naming the rule, ORIGINAL_NOT_FOUND too; none retryable", () => {
   for (const reason of ["CAPTURE_EXCEEDS_AUTHORIZATION", "REFUND_EXCEEDS_CAPTURED", "REFUND_BEFORE_CAPTURE", "VOID_AFTER_CAPTURE", "ORIGINAL_VOIDED", "ORIGINAL_NOT_APPROVED", "ORIGINAL_MISMATCH"]) {
     assert.ok((REASONS as readonly string[]).includes(reason), reason);
     const e = decodeError(400, {}, refusal(9, reason, "the rule"));
@@ -117,9 +117,9 @@ test("a follow-up's refusals: FAILED_PRECONDITION naming the rule, ORIGINAL_NOT_
     assert.equal(e.requestId, "f1");
     assert.equal(e.retryable, false, reason);
   }
-  const nf = decodeError(404, {}, refusal(5, "ORIGINAL_NOT_FOUND", "no such original"));
+  const nf = decodeError(400, {}, refusal(9, "ORIGINAL_NOT_FOUND", "no such original"));
   assert.equal(nf.reason, "ORIGINAL_NOT_FOUND");
-  assert.equal(nf.grpcCodeName, "NOT_FOUND");
+  assert.equal(nf.grpcCodeName, "FAILED_PRECONDITION");
   assert.equal(nf.retryable, false);
   const bare = decodeError(400, {}, JSON.stringify({ code: 9, message: "x", details: [] }));
   assert.equal(bare.reason, "INVALID_REQUEST", "FAILED_PRECONDITION naming no reason: apierr.ForCode's");

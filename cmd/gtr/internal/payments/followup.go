@@ -69,9 +69,23 @@ func (s *Server) followUp(ctx context.Context, req *cellproto.FollowUpRequest) (
 		defer cancel()
 	}
 	fp := s.fp.Of(cellside.AsRequest(req))
-	return s.coalesce(ctx, req.GetPartnerId(), req.GetTransactionId(), fp, func(ctx context.Context) (*cellpayv1.Transaction, error) {
+	txn, err := s.coalesce(ctx, req.GetPartnerId(), req.GetTransactionId(), fp, func(ctx context.Context) (*cellpayv1.Transaction, error) {
 		return s.sendFollowUp(ctx, req)
 	})
+	return txn, unknownOriginal(err)
+}
+
+// unknownOriginal turns a NOT_FOUND of the original into the partner's
+// answer: FAILED_PRECONDITION, ORIGINAL_NOT_FOUND, a rule broken like the
+// others (over-capture, void after capture). A cell answers an original
+// it does not hold NOT_FOUND, which the router reads as "not here" while
+// it looks (the home, the directory's owner, the fan-out); only the
+// router's last word reaches the partner, so the translation is here.
+func unknownOriginal(err error) error {
+	if status.Code(err) != codes.NotFound || apierr.Info(err).GetReason() != string(apierr.OriginalNotFound) {
+		return err
+	}
+	return apierr.Error(codes.FailedPrecondition, apierr.OriginalNotFound, status.Convert(err).Message())
 }
 
 // sendFollowUp finds the original's cell (the rule above) and runs the

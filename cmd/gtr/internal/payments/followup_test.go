@@ -74,8 +74,8 @@ func TestFollowUpFindsTheOriginal(t *testing.T) {
 		t.Fatalf("home down: located %v, want a fan-out", obs.located)
 	}
 	homeDown, home.owner, ownerHolds, owner.get = false, "", false, nil
-	if _, err := capture("c-4"); status.Code(err) != codes.NotFound || apierr.Info(err).GetReason() != string(apierr.OriginalNotFound) {
-		t.Fatalf("unknown original: %v, want NOT_FOUND ORIGINAL_NOT_FOUND", err)
+	if _, err := capture("c-4"); status.Code(err) != codes.FailedPrecondition || apierr.Info(err).GetReason() != string(apierr.OriginalNotFound) {
+		t.Fatalf("unknown original: %v, want FAILED_PRECONDITION ORIGINAL_NOT_FOUND", err)
 	}
 	if _, err := capture("auth-1"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a capture under its original's ID: %v, want INVALID_ARGUMENT", err)
