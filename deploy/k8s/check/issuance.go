@@ -413,9 +413,12 @@ func deniesConstraints(c *policyv1alpha1.CertificateRequestPolicyConstraints, r 
 //     policy allows all the request asks for;
 //   - every policy selects one namespace, by its exact name, and one
 //     issuer, by exact name, kind and group; uses nothing the checks cannot
-//     evaluate (CEL validations, plugins); and allows nothing that no
-//     Certificate of its namespace and issuer asks for: no wildcard or
-//     other namespace's URI, no name, usage or CA flag beyond them;
+//     evaluate (CEL validations, plugins); and allows nothing beyond what
+//     one Certificate of its namespace and issuer asks for: no wildcard or
+//     other namespace's URI, no name, usage or CA flag beyond it, and not
+//     two Certificates' asks at once (approver-policy judges each field on
+//     its own, so such a policy approves one's names with the other's
+//     usages);
 //   - for every namespace N and every name (URI, DNS name, IP or email
 //     SAN) a Certificate of another namespace M proves, no policy that
 //     selects N allows that name, whatever issuer it is for and whoever may
@@ -509,7 +512,7 @@ func (w *World) approved(r certRequest) []string {
 }
 
 // policyShape holds one policy to one namespace and one issuer, and to
-// allowing only what the Certificates there ask that issuer for.
+// allowing only what one Certificate there asks that issuer for.
 func policyShape(w *World, p issuancePolicy, requests []certRequest) []string {
 	at := "CertificateRequestPolicy " + p.Name
 	var v []string
@@ -538,40 +541,84 @@ func policyShape(w *World, p issuancePolicy, requests []certRequest) []string {
 	if ns == "" || len(v) > 0 {
 		return v
 	}
-	// What the Certificates of its namespace ask its issuer for.
-	asked := map[string][]string{}
-	isCA := false
-	for _, r := range requests {
-		if r.Namespace != ns || !selectsIssuer(p, r.Issuer) {
-			continue
-		}
-		asked["commonName"] = append(asked["commonName"], r.CommonName)
-		for _, k := range sanKinds {
-			asked[k] = append(asked[k], r.SANs[k]...)
-		}
-		for k, vals := range r.Subject {
-			asked["subject."+k] = append(asked["subject."+k], vals...)
-		}
-		asked["subject.serialNumber"] = append(asked["subject.serialNumber"], r.Serial)
-		asked["usages"] = append(asked["usages"], r.Usages...)
-		isCA = isCA || r.IsCA
-	}
 	a := p.Spec.Allowed
 	if a == nil {
 		return v
 	}
-	beyond := func(field, value string) {
-		if !slices.Contains(asked[field], value) {
-			v = append(v, fmt.Sprintf("%s: allows %s %q, which no Certificate of namespace %s asks its issuer for", at, field, value, ns))
+	// A policy allows only what one Certificate of its namespace asks its
+	// issuer for: approver-policy approves a request when one policy
+	// allows each of its fields, each on its own, so a policy fitting two
+	// Certificates at once approves one's names with the other's usages.
+	// Each value is held to the Certificate the policy fits best (the
+	// fewest values it allows beyond it).
+	allowed := allowedValues(a)
+	pooled := map[string][]string{}
+	pooledCA := false
+	var best map[string][]string
+	var bestCert certRequest
+	bestMiss := -1
+	for _, r := range requests {
+		if r.Namespace != ns || !selectsIssuer(p, r.Issuer) {
+			continue
+		}
+		asked := asksOf(r)
+		for f, vals := range asked {
+			pooled[f] = append(pooled[f], vals...)
+		}
+		pooledCA = pooledCA || r.IsCA
+		miss := 0
+		for _, fv := range allowed {
+			if !slices.Contains(asked[fv[0]], fv[1]) {
+				miss++
+			}
+		}
+		if isTrue(a.IsCA) && !r.IsCA {
+			miss++
+		}
+		if bestMiss < 0 || miss < bestMiss {
+			best, bestCert, bestMiss = asked, r, miss
 		}
 	}
+	for _, fv := range allowed {
+		switch {
+		case !slices.Contains(pooled[fv[0]], fv[1]):
+			v = append(v, fmt.Sprintf("%s: allows %s %q, which no Certificate of namespace %s asks its issuer for", at, fv[0], fv[1], ns))
+		case !slices.Contains(best[fv[0]], fv[1]):
+			v = append(v, fmt.Sprintf("%s: allows %s %q beyond %s, the Certificate it fits best: a policy fitting two Certificates approves one's names with the other's %s", at, fv[0], fv[1], bestCert.Certificate, fv[0]))
+		}
+	}
+	switch {
+	case isTrue(a.IsCA) && !pooledCA:
+		v = append(v, fmt.Sprintf("%s: allows CA certificates, which no Certificate of namespace %s asks its issuer for: a CA could sign any identity", at, ns))
+	case isTrue(a.IsCA) && !bestCert.IsCA:
+		v = append(v, fmt.Sprintf("%s: allows CA certificates beyond %s, the Certificate it fits best: a CA could sign any identity", at, bestCert.Certificate))
+	}
+	return v
+}
+
+// asksOf is what r asks its issuer for, by approver-policy's field names.
+func asksOf(r certRequest) map[string][]string {
+	asked := map[string][]string{"commonName": {r.CommonName}, "subject.serialNumber": {r.Serial}, "usages": r.Usages}
+	for _, k := range sanKinds {
+		asked[k] = r.SANs[k]
+	}
+	for k, vals := range r.Subject {
+		asked["subject."+k] = vals
+	}
+	return asked
+}
+
+// allowedValues lists what a policy allows by value, as (field, value)
+// pairs in asksOf's field names.
+func allowedValues(a *policyv1alpha1.CertificateRequestPolicyAllowed) [][2]string {
+	var out [][2]string
 	if a.CommonName != nil && a.CommonName.Value != nil {
-		beyond("commonName", *a.CommonName.Value)
+		out = append(out, [2]string{"commonName", *a.CommonName.Value})
 	}
 	for _, k := range sanKinds {
 		if s := allowedSAN(a, k); s != nil && s.Values != nil {
 			for _, val := range *s.Values {
-				beyond(k, val)
+				out = append(out, [2]string{k, val})
 			}
 		}
 	}
@@ -579,23 +626,20 @@ func policyShape(w *World, p issuancePolicy, requests []certRequest) []string {
 		for _, f := range subjectFields(a.Subject) {
 			if f.allowed != nil && f.allowed.Values != nil {
 				for _, val := range *f.allowed.Values {
-					beyond("subject."+f.name, val)
+					out = append(out, [2]string{"subject." + f.name, val})
 				}
 			}
 		}
 		if s := a.Subject.SerialNumber; s != nil && s.Value != nil {
-			beyond("subject.serialNumber", *s.Value)
+			out = append(out, [2]string{"subject.serialNumber", *s.Value})
 		}
 	}
 	if a.Usages != nil {
 		for _, u := range *a.Usages {
-			beyond("usages", string(u))
+			out = append(out, [2]string{"usages", string(u)})
 		}
 	}
-	if isTrue(a.IsCA) && !isCA {
-		v = append(v, fmt.Sprintf("%s: allows CA certificates, which no Certificate of namespace %s asks its issuer for: a CA could sign any identity", at, ns))
-	}
-	return v
+	return out
 }
 
 // hasValidations says whether a policy uses CEL anywhere.

@@ -91,6 +91,12 @@ func TestIssuanceChecksCatch(t *testing.T) {
 		{"a usage beyond the certificates'", policy("cellpay-gtr.gtr-internal", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
 			*s.Allowed.Usages = append(*s.Allowed.Usages, cmv1.UsageCodeSigning)
 		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-internal: allows usages "code signing", which no Certificate of namespace cellpay-gtr asks its issuer for`}},
+		{"the GTR's client policy widened to its admin certificate's usage", policy("cellpay-gtr.gtr-internal", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
+			*s.Allowed.Usages = append(*s.Allowed.Usages, cmv1.UsageServerAuth)
+		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-internal: allows usages "server auth" beyond Certificate cellpay-gtr/gtr-internal, the Certificate it fits best: a policy fitting two Certificates approves one's names with the other's usages`}},
+		{"the GTR's admin policy widened to its client certificate's name", policy("cellpay-gtr.gtr-admin", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
+			s.Allowed.CommonName = &policyv1alpha1.CertificateRequestPolicyAllowedString{Value: new("gtr")}
+		}), []string{`CertificateRequestPolicy cellpay-gtr.gtr-admin: allows commonName "gtr" beyond Certificate cellpay-gtr/gtr-admin`}},
 		{"the GTR's admin identity for every namespace", policy("cellpay-gtr.gtr-admin", func(s *policyv1alpha1.CertificateRequestPolicySpec) {
 			s.Selector.Namespace = nil
 		}), []string{
