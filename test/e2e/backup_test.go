@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cellpay/cellpay/internal/dev/load"
+	"github.com/cellpay/cellpay/internal/dev/objstore"
 	"github.com/cellpay/cellpay/internal/dev/pgcluster"
 	"github.com/cellpay/cellpay/internal/dev/platform"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
@@ -22,20 +24,30 @@ import (
 )
 
 // TestBackupRestoresEveryAnswer takes a backup of a cell's database as
-// Kubernetes takes it (CloudNativePG's Barman Cloud plugin: a base backup
-// and every WAL segment archived), locally: while partners' load runs
-// through the GTR, the cell's WAL is archived (pg_receivewal through a
-// slot, from before the backup on) and a base backup is taken of its
-// primary (pg_basebackup) as the replication role, over TLS. Once the
-// load has ended and its last commits are in a complete segment (a WAL
-// switch, archived), the backup is restored into a new server on a free
-// loopback port, which replays the archive to its end and is read as the
-// cell reads its database (its app role, TLS verify-full): every
-// transaction the load was answered about that lives in the cell (its
-// answer's cell_id) is there with the status and amount of its answer,
-// those sent after the base backup ended among them, which only the
-// archived WAL holds. The cell's primary runs on, and keeps no slot.
+// Kubernetes takes it, with the tools of CloudNativePG's Barman Cloud
+// plugin (barman-cloud-backup, -wal-archive, -restore, -wal-restore)
+// against an S3 object store (internal/dev/objstore, on loopback over
+// TLS, configured as deploy/k8s/base/cell/backup.yaml configures the
+// plugin: the bucket cellpay-backups, the cell's ID as the server's name,
+// gzip): while partners' load runs through the GTR, the cell's WAL is
+// received (pg_receivewal through a slot, from before the backup on) and
+// a base backup of its primary is taken into the store. Once the load has
+// ended and its last commits are in a complete segment (a WAL switch),
+// every complete segment is archived into the store, as the plugin's
+// archive_command does, and the backup is restored from the store into a
+// new server on a free loopback port, which replays the archive from the
+// store to its end and is read as the cell reads its database (its app
+// role, TLS verify-full): every transaction the load was answered about
+// that lives in the cell (its answer's cell_id) is there with the status
+// and amount of its answer, those sent after the base backup ended among
+// them, which only the archived WAL holds. The cell's primary runs on, and
+// keeps no slot.
 func TestBackupRestoresEveryAnswer(t *testing.T) {
+	for _, tool := range []string{"barman-cloud-backup", "barman-cloud-wal-archive", "barman-cloud-restore", "barman-cloud-wal-restore"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed to test backups: scripts/deps.sh test (make deps) installs Debian's barman-cli-cloud: %v", tool, err)
+		}
+	}
 	ctx := ctxFor(t, 4*time.Minute)
 	const cell = "cell-a"
 	prim := env.p.Postgres(cell)
@@ -51,8 +63,18 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 		Port: prim.Port(), User: platform.ReplicationRole, Password: strings.TrimSpace(string(password)),
 		CAFile: pgTLS.CA, BinDir: env.p.Config().PGBinDir,
 	}
-	dir := t.TempDir()
-	walDir, backupDir := filepath.Join(dir, "wal"), filepath.Join(dir, "base")
+	// The store's CA is read by the restored server's restore_command:
+	// a folder the server user can traverse.
+	dir := platformDir(t, "cellpay-backup-")
+	walDir := filepath.Join(dir, "wal")
+	store, err := objstore.Start(filepath.Join(dir, "objstore"), "cellpay-backups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	// An immediate checkpoint (the manifests leave the plugin's spread
+	// one, which only makes the backup's start slower: 25 s here).
+	barman := pgcluster.Barman{Endpoint: store.URL, Destination: "s3://cellpay-backups/", Server: cell, Env: store.Env(), ImmediateCheckpoint: true}
 	const slot = "cellpay_backup_e2e"
 	archive, err := pgcluster.ArchiveWAL(ctx, src, walDir, slot)
 	if err != nil {
@@ -83,8 +105,8 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 		defer mu.Unlock()
 		return len(answers)
 	}
-	done := make(chan load.Report, 1)
-	go func() {
+	// run sends count payments over d through the GTR, tagged tag.
+	run := func(tag string, count int64, d time.Duration) load.Report {
 		rep, err := load.Run(ctx, load.Config{
 			// Through the partners' client, as a partner sends: an
 			// UNAVAILABLE (the base backup's checkpoint and copy share the
@@ -93,7 +115,7 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 			// resent under the same ID, as the API asks.
 			Target: load.TargetGTR, Endpoints: []string{env.gtrAddr}, DialOptions: env.gtrOpts, Mode: load.ModeOpen,
 			Client: client.Config{CallTimeout: 12 * time.Second}, PerRequestTimeout: 30 * time.Second,
-			Rate: 40, Concurrency: 64, Count: 900, Duration: 22 * time.Second, Seed: 42, RunID: runID + "-backup",
+			Rate: 40, Concurrency: 64, Count: count, Duration: d, Seed: 42 + uint64(len(tag)), RunID: runID + "-backup" + tag,
 			OnResult: func(r load.Result) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -110,23 +132,30 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
-		done <- rep
-	}()
+		return rep
+	}
+	done := make(chan load.Report, 1)
+	go func() { done <- run("", 900, 22*time.Second) }()
 
 	// The base backup under load: answers before it, and after it.
 	testutil.Eventually(t, 30*time.Second, "100 answers before the base backup", func() bool { return answered() >= 100 })
 	started := time.Now()
-	if err := pgcluster.BaseBackup(ctx, src, backupDir); err != nil {
+	backupID, err := barman.Backup(ctx, prim)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ended := time.Now()
-	t.Logf("base backup of %s under load in %v, %d answers before it", cell, ended.Sub(started).Round(time.Millisecond), answered())
+	t.Logf("base backup %s of %s under load into the store in %v, %d answers before it", backupID, cell, ended.Sub(started).Round(time.Millisecond), answered())
 	rep := <-done
+	// More after the base backup ended, whatever of the first load was
+	// left then (a backup through barman-cloud on a loaded host took
+	// longer than the load): only the archived WAL holds these.
+	after := run("-after", 200, 5*time.Second)
 	mu.Lock()
 	nfailed, firstErrs := failed, errs
 	mu.Unlock()
-	if nfailed != 0 || rep.Completed < 800 {
-		t.Fatalf("the load: %d failed, %d completed (errors %v); the first: %s", nfailed, rep.Completed, rep.Errors, strings.Join(firstErrs, "; "))
+	if nfailed != 0 || rep.Completed < 800 || after.Completed < 180 {
+		t.Fatalf("the load: %d failed, %d and %d completed (errors %v, %v); the first: %s", nfailed, rep.Completed, after.Completed, rep.Errors, after.Errors, strings.Join(firstErrs, "; "))
 	}
 	// The last answers' commits into a complete segment, archived.
 	seg, err := prim.SwitchWAL(ctx)
@@ -140,9 +169,28 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 	if err := archive.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Every complete segment into the store, in order (the one still
+	// .partial is not complete).
+	segments, _ := filepath.Glob(filepath.Join(walDir, "0*[0-9A-F]"))
+	slices.Sort(segments)
+	archiveStart := time.Now()
+	for _, seg := range segments {
+		if err := barman.ArchiveWAL(ctx, seg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wals, err := store.Keys("cellpay-backups", cell+"/wals/", 1000)
+	if err != nil || len(wals) < len(segments) {
+		t.Fatalf("the store holds %d WAL objects for %d segments archived: %v", len(wals), len(segments), err)
+	}
+	base, err := store.Keys("cellpay-backups", cell+"/base/"+backupID+"/", 100)
+	if err != nil || len(base) == 0 {
+		t.Fatalf("the store holds no object of base backup %s under %s/base/: %v", backupID, cell, err)
+	}
+	t.Logf("%d segments archived into the store in %v", len(segments), time.Since(archiveStart).Round(time.Millisecond))
 
 	restoreStart := time.Now()
-	restored, err := pgcluster.Restore(ctx, backupDir, walDir, pgcluster.Config{
+	restored, err := pgcluster.RestoreBarman(ctx, barman, backupID, pgcluster.Config{
 		DataDir: filepath.Join(dir, "restored"), BinDir: env.p.Config().PGBinDir, NoSync: true,
 		TLS: &pgcluster.TLS{CertFile: pgTLS.Cert, KeyFile: pgTLS.Key},
 	})
@@ -154,8 +202,11 @@ func TestBackupRestoresEveryAnswer(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	segments, _ := filepath.Glob(filepath.Join(walDir, "0*[0-9A-F]"))
-	t.Logf("restored on port %d in %v, %d archived segments replayed", restored.Port(), time.Since(restoreStart).Round(time.Millisecond), len(segments))
+	replayed := countInFile(filepath.Join(dir, "restored", "postgres.log"), "from archive")
+	t.Logf("restored from the store on port %d in %v, %d segments restored from the store's archive", restored.Port(), time.Since(restoreStart).Round(time.Millisecond), replayed)
+	if replayed == 0 {
+		t.Errorf("the restored server replayed no segment from the store (its log: %s)", filepath.Join(dir, "restored", "postgres.log"))
+	}
 
 	// Read as the cell reads its database.
 	u, err := url.Parse(env.p.CellDatabaseURL(cell))

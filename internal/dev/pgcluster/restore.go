@@ -8,7 +8,8 @@ package pgcluster
 // recycled before it is archived), and a restore: a new data dir made from
 // the base backup that replays the archive to its end (restore_command),
 // then takes writes on a new timeline. The directories stand in for the
-// object store.
+// object store; barman.go does the same with the plugin's own tools
+// against an object store.
 
 import (
 	"archive/tar"
@@ -296,28 +297,12 @@ func (c *Cluster) SwitchWAL(ctx context.Context) (string, error) {
 // backup, names a standby this server does not have: every commit would
 // wait for it). cfg must not be a standby.
 func Restore(ctx context.Context, backupDir, walDir string, cfg Config) (*Cluster, error) {
-	if cfg.Standby != nil {
-		return nil, errors.New("pgcluster: restore: a restored server is no standby")
-	}
-	if _, ok := cfg.Settings["restore_command"]; ok {
-		return nil, errors.New(`pgcluster: restore: setting "restore_command" is managed by pgcluster`)
-	}
 	archive, err := filepath.Abs(walDir)
 	if err != nil || strings.ContainsAny(archive, `'"\`) {
 		return nil, fmt.Errorf("pgcluster: restore: archive %q: unusable in a shell command", walDir)
 	}
-	if err := emptyDir(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("pgcluster: restore: %w", err)
-	}
-	cred, err := serverCredential()
+	dataDir, cred, err := newDataDir(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: restore: %w", err)
-	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: restore: %w", err)
-	}
-	if err := prepareDataDir(dataDir, cred); err != nil {
 		return nil, fmt.Errorf("pgcluster: restore: %w", err)
 	}
 	if err := untar(filepath.Join(backupDir, baseTar), dataDir, cred); err != nil {
@@ -326,6 +311,42 @@ func Restore(ctx context.Context, backupDir, walDir string, cfg Config) (*Cluste
 	if err := untar(filepath.Join(backupDir, walTar), filepath.Join(dataDir, "pg_wal"), cred); err != nil {
 		return nil, fmt.Errorf("pgcluster: restore: %w", err)
 	}
+	// A missing segment (the one still .partial, or past the end) ends
+	// the recovery.
+	return recoverAt(ctx, dataDir, cred, "cp '"+archive+"/%f' '%p'", cfg)
+}
+
+// newDataDir checks cfg for a restore and makes its data dir, empty,
+// owned by the server user (returned, nil when it is us).
+func newDataDir(cfg Config) (string, *syscall.Credential, error) {
+	if cfg.Standby != nil {
+		return "", nil, errors.New("a restored server is no standby")
+	}
+	if _, ok := cfg.Settings["restore_command"]; ok {
+		return "", nil, errors.New(`setting "restore_command" is managed by pgcluster`)
+	}
+	if err := emptyDir(cfg.DataDir); err != nil {
+		return "", nil, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return "", nil, err
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := prepareDataDir(dataDir, cred); err != nil {
+		return "", nil, err
+	}
+	return dataDir, cred, nil
+}
+
+// recoverAt starts the server of dataDir, filled from a base backup, in
+// recovery with restoreCommand, and returns once it has replayed the
+// archive to its end and takes writes, with synchronous_standby_names
+// cleared.
+func recoverAt(ctx context.Context, dataDir string, cred *syscall.Credential, restoreCommand string, cfg Config) (*Cluster, error) {
 	// The source's runtime leftovers are none of this server's; the
 	// signal files are decided here.
 	for _, f := range []string{"sock", "postgres.log", fencedFile, "standby.signal", "recovery.signal"} {
@@ -339,9 +360,7 @@ func Restore(ctx context.Context, backupDir, walDir string, cfg Config) (*Cluste
 	for k, v := range cfg.Settings {
 		settings[k] = v
 	}
-	// A missing segment (the one still .partial, or past the end) ends
-	// the recovery.
-	settings["restore_command"] = "cp '" + archive + "/%f' '%p'"
+	settings["restore_command"] = restoreCommand
 	cfg.Settings = settings
 	c, err := Start(ctx, cfg)
 	if err != nil {
