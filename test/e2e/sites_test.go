@@ -13,6 +13,7 @@ import (
 	"github.com/cellpay/cellpay/internal/dev/load"
 	"github.com/cellpay/cellpay/internal/dev/testutil"
 	"github.com/cellpay/cellpay/pkg/adminproto"
+	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 )
@@ -26,7 +27,9 @@ import (
 // share (of 10,000 keys, within 3 points), after which no transaction
 // reaches site-a; restoring the site brings every key back home. No
 // partner sees an error, and the checker finds every answer as the cells
-// and the issuer hold it.
+// and the issuer hold it. Authorizations made on site-a before, captured
+// and refunded in parts while it is evacuated, are answered by their own
+// cells there, the sums exact in the answers and at the issuer.
 func TestEvacuateSite(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	_, _, gtrs, admins := twoReplicas(t, "gtr-site")
@@ -74,6 +77,11 @@ func TestEvacuateSite(t *testing.T) {
 		t.Fatal(err)
 	}
 	routesAll("p-001's keys on site-a on both replicas", func(_ int, h string) bool { return site[h] == "site-a" })
+	// Authorizations on site-a's cells, captured and refunded once the
+	// site is evacuated: two per cell.
+	fus := &answerLog{}
+	var originals []original
+	perCell := map[string]int{}
 	for i := range 24 {
 		req := request(fmt.Sprintf("homed-%d", i), freshPAN())
 		req.Merchant.Id = keys[i*97].MerchantId
@@ -84,6 +92,14 @@ func TestEvacuateSite(t *testing.T) {
 		if site[txn.GetCellId()] != "site-a" {
 			t.Fatalf("homed-%d of p-001, homed in site-a, served by %s", i, txn.GetCellId())
 		}
+		fus.add(req.GetPartnerId(), req.GetTransactionId(), txn, nil)
+		if txn.GetStatus() == cellpayv1.TransactionStatus_APPROVED && perCell[txn.GetCellId()] < 2 {
+			perCell[txn.GetCellId()]++
+			originals = append(originals, original{req, txn.GetCellId(), txn})
+		}
+	}
+	if len(originals) < 3 {
+		t.Fatalf("approved authorizations on site-a's cells to follow up: %v", perCell)
 	}
 	// Back to no home site: the share below is the table's alone.
 	if _, err := a2.SetPartnerHomeSite(ctx, &adminproto.SetPartnerHomeSiteRequest{PartnerId: "p-001"}); err != nil {
@@ -182,7 +198,19 @@ func TestEvacuateSite(t *testing.T) {
 	if got < shown-0.03 || got > shown+0.03 {
 		t.Errorf("%.3f of the keys moved, the dry run showed %.3f", got, shown)
 	}
-	time.Sleep(5 * time.Second) // transactions sent with site-a empty
+	// With site-a evacuated, the authorizations it holds are captured and
+	// refunded in parts, through both replicas: each follow-up is
+	// answered by its original's cell, in the evacuated site, and the
+	// sums are exact in the answers and at the issuer.
+	evacuated := time.Now()
+	via := [2]cellpayv1.PaymentsClient{gtrs[0].payments, gtrs[1].payments}
+	want := map[string][2]int64{}
+	for _, o := range originals {
+		captureAndRefund(t, ctx, via, o, "evacuated", fus)
+		want[o.req.GetTransactionId()] = [2]int64{500, 250}
+	}
+	checkSums(t, ctx, via[0], want)
+	time.Sleep(time.Until(evacuated.Add(5 * time.Second))) // transactions sent with site-a empty
 	if _, err := a2.RestoreSite(ctx, &adminproto.RestoreSiteRequest{Site: "site-a", Over: durationpb.New(2 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +239,7 @@ func TestEvacuateSite(t *testing.T) {
 	if _, err := checker.WaitResolved(ctx, checkerConfig(), keysOf, 30*time.Second); err != nil {
 		t.Fatalf("PENDING not resolved within 30 s: %v", err)
 	}
+	answers = append(answers, fus.all...)
 	report, err := checker.Check(ctx, checkerConfig(), answers)
 	if err != nil {
 		t.Fatal(err)
@@ -218,5 +247,6 @@ func TestEvacuateSite(t *testing.T) {
 	if !report.OK() || report.Pending != 0 {
 		t.Fatalf("invariants broken:\n%s", report.String())
 	}
-	t.Logf("evacuation and restore under load: %d transactions, none failed; after the evacuation settled %v; checker: %s", rep.Completed, afterEvacuation, strings.ReplaceAll(report.String(), "\n", "; "))
+	t.Logf("evacuation and restore under load: %d transactions, none failed; after the evacuation settled %v; %d authorizations of site-a captured and refunded there (%v); checker: %s",
+		rep.Completed, afterEvacuation, len(originals), perCell, strings.ReplaceAll(report.String(), "\n", "; "))
 }
