@@ -248,7 +248,7 @@ bench-hops: $(BIN)/benchrun
 bench-rest: $(BIN)/benchrun build
 	$(call e2ebench,rest,TestRESTCostBenchmark,CELLPAY_REST_BENCH)
 
-## bench-followups: a capture next to the authorization it follows: CPU µs per call per process (GTR, the cell, its Postgres, NATS), throughput, p50 and p99 (a platform per run).
+## bench-followups: a capture, a refund and a void next to the authorization they follow: CPU µs per call per process (GTR, the cell, its Postgres, NATS), throughput, p50 and p99 (a platform per run).
 bench-followups: $(BIN)/benchrun build
 	$(call e2ebench,followups,TestFollowUpCostBenchmark,CELLPAY_FOLLOWUP_BENCH)
 

@@ -13,15 +13,17 @@ import (
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
 )
 
-// TestFollowUpCostBenchmark (make bench-followups): what a capture costs
-// next to the authorization it follows. Each round authorizes
-// restBenchCalls transactions of p-001 (closed loop, restBenchWorkers
-// workers), then captures each of them in full, and reads the CPU time of
-// the GTR, of p-001's home cell (its instances summed), of that cell's
-// Postgres (primary and standby) and of the NATS servers around each
-// phase: CPU µs per call per process, throughput, p50 and p99. Rounds
-// interleave the two; the medians of the rounds are the run's figures,
-// and benchrun's runs give their spread. Not part of make test.
+// TestFollowUpCostBenchmark (make bench-followups): what a capture, a
+// refund and a void cost next to the authorization they follow. Each
+// round authorizes restBenchCalls transactions of p-001 (closed loop,
+// restBenchWorkers workers), captures each of them in full, refunds each
+// in full, then authorizes as many again and voids each; it reads the CPU
+// time of the GTR, of p-001's home cell (its instances summed), of that
+// cell's Postgres (primary and standby) and of the NATS servers around
+// each phase: CPU µs per call per process, throughput, p50 and p99.
+// Rounds interleave the kinds; the medians of the rounds (two
+// authorizations a round) are the run's figures, and benchrun's runs give
+// their spread. Not part of make test.
 func TestFollowUpCostBenchmark(t *testing.T) {
 	if os.Getenv("CELLPAY_FOLLOWUP_BENCH") != "1" {
 		t.Skip("set CELLPAY_FOLLOWUP_BENCH=1 (make bench-followups)")
@@ -69,10 +71,10 @@ func TestFollowUpCostBenchmark(t *testing.T) {
 			auths  = make([]original, restBenchCalls+1)
 			failed int
 		)
-		for _, mode := range []string{"authorize", "capture"} {
+		for phase, mode := range benchFollowUpPhases {
 			call := func(i int) error {
 				if mode == "authorize" {
-					req := request(fmt.Sprintf("fb-%d-%d", round, i), freshPAN())
+					req := request(fmt.Sprintf("fb-%d-%d-%d", round, phase, i), freshPAN())
 					txn, err := env.payments.SubmitTransaction(ctx, req)
 					if err == nil {
 						mu.Lock()
@@ -90,7 +92,11 @@ func TestFollowUpCostBenchmark(t *testing.T) {
 					mu.Unlock()
 					return nil
 				}
-				_, err := followUpOnce(ctx, env.payments, cellpayv1.PaymentType_CAPTURE, o, o.req.GetTransactionId()+"-cap", o.req.GetAmount().GetMinorUnits())
+				kind := map[string]cellpayv1.PaymentType{"capture": cellpayv1.PaymentType_CAPTURE, "refund": cellpayv1.PaymentType_REFUND, "void": cellpayv1.PaymentType_VOID}[mode]
+				txn, err := followUpOnce(ctx, env.payments, kind, o, o.req.GetTransactionId()+"-"+mode, o.req.GetAmount().GetMinorUnits())
+				if err == nil && txn.GetStatus() != cellpayv1.TransactionStatus_APPROVED {
+					return fmt.Errorf("%s of %s: %v", mode, o.req.GetTransactionId(), txn.GetStatus())
+				}
 				return err
 			}
 			before := cpuOf()
@@ -111,13 +117,14 @@ func TestFollowUpCostBenchmark(t *testing.T) {
 			f.p50 = append(f.p50, quantile(lat, 0.50))
 			f.p99 = append(f.p99, quantile(lat, 0.99))
 			t.Log(line)
-		}
-		if failed > restBenchCalls/10 {
-			t.Fatalf("round %d: %d authorizations not approved, too few to capture", round, failed)
+			if failed > restBenchCalls/10 {
+				t.Fatalf("round %d, %s: %d originals not approved, too few to follow up", round, mode, failed)
+			}
+			failed = 0
 		}
 	}
 	med := func(v []float64) float64 { s := slices.Sorted(slices.Values(v)); return s[len(s)/2] }
-	for _, mode := range []string{"authorize", "capture"} {
+	for _, mode := range []string{"authorize", "capture", "refund", "void"} {
 		f := res[mode]
 		total := 0.0
 		for _, n := range names {
@@ -131,3 +138,8 @@ func TestFollowUpCostBenchmark(t *testing.T) {
 		testutil.BenchLine(t, "p99_"+mode, med(f.p99), "ms")
 	}
 }
+
+// benchFollowUpPhases: a round's phases, in order. A capture, then a
+// refund, of each authorization of the first; a void of each of the
+// second (a void needs an authorization with no capture).
+var benchFollowUpPhases = []string{"authorize", "capture", "refund", "authorize", "void"}
