@@ -252,9 +252,9 @@ func reuseRefusal(res result, followUp bool) bool {
 // issuer). Once one kind holds the ID, every answer to the other is a
 // refusal (ALREADY_EXISTS, or an answer that says nothing: reuseRefusal),
 // never an outcome nor another refusal of the rules (FAILED_PRECONDITION
-// with another reason: the reuse decided as if its ID were free). The transaction that holds the
-// ID keeps its answer: never ALREADY_EXISTS for its own payload. sorted:
-// as checkIn's.
+// with another reason: the reuse decided as if its ID were free). The
+// transaction that holds the ID keeps its answer: never ALREADY_EXISTS for
+// its own payload. sorted: as checkIn's.
 func (m *model) reuseCheck(sorted bool) error {
 	return each(sorted, m.shared, func(id string, _ bool) error {
 		pc, rec := -1, (*record)(nil)
