@@ -39,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, buildinfo.Read("benchrun"))
 		return 0
 	}
-	opts, err := parseFlags(args, stderr)
+	opts, err := parseFlags(args, buildinfo.UsageOutput(args, stdout, stderr))
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

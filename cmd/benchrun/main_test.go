@@ -42,7 +42,7 @@ func TestExitCodes(t *testing.T) {
 		name     string
 		args     []string
 		want     int
-		inStderr string
+		inStderr string // on stdout for -h, asked for
 	}{
 		{"help", []string{"-h"}, 0, "-v NAME=COMMAND"},
 		{"one variant", []string{"-runs", "1", "-quiet-wait", "0", "-v", "a=echo BENCH tx 5"}, 0, "[a #1] BENCH tx 5"},
@@ -64,9 +64,13 @@ func TestExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, _, stderr := runCmd(t, tt.args...)
-			if code != tt.want || !strings.Contains(stderr, tt.inStderr) {
-				t.Errorf("exit %d, want %d with %q on stderr:\n%s", code, tt.want, tt.inStderr, stderr)
+			code, stdout, stderr := runCmd(t, tt.args...)
+			where, out := "stderr", stderr
+			if tt.name == "help" {
+				where, out = "stdout", stdout
+			}
+			if code != tt.want || !strings.Contains(out, tt.inStderr) {
+				t.Errorf("exit %d, want %d with %q on %s:\n%s", code, tt.want, tt.inStderr, where, out)
 			}
 		})
 	}

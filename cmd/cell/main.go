@@ -123,6 +123,7 @@ func configure() (cell.Config, error) {
 	flag.StringVar(&natsCA, "nats-ca", env("CELL_NATS_CA", ""), "CA of the NATS server's certificate; with it the cell speaks TLS to NATS, authenticated by its -tls-cert (env CELL_NATS_CA); without it a -nats-url needs -insecure-plaintext (anonymous plaintext NATS)")
 	flag.BoolVar(&c.GroupCommit, "group-commit", env("CELL_GROUP_COMMIT", "1") != "0", "share the commits of concurrent transactions' durable writes (group commit, cmd/cell/internal/store/group.go); -group-commit=false or env CELL_GROUP_COMMIT=0 writes each alone, for measuring")
 	version := flag.Bool("version", false, buildinfo.FlagUsage)
+	flag.CommandLine.SetOutput(buildinfo.UsageOutput(os.Args[1:], os.Stdout, os.Stderr))
 	flag.Parse()
 	if *version {
 		fmt.Println(buildinfo.Read("cell"))

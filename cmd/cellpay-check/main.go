@@ -150,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, buildinfo.UsageOutput(args, stdout, stderr))
 	if errors.Is(err, errVersion) {
 		fmt.Fprintln(stdout, buildinfo.Read("cellpay-check"))
 		return 0

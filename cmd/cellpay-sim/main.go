@@ -43,7 +43,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellpay-sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(buildinfo.UsageOutput(args, stdout, stderr))
 	seeds := fs.Int("seeds", 10000, "seeds to run")
 	from := fs.Uint64("from", 1, "first seed")
 	one := fs.Uint64("seed", 0, "run this one seed and print its trace")

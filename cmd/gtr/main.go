@@ -111,6 +111,7 @@ func configure() (gtr.Config, int, error) {
 	var cfg gtr.Config
 	var o options
 	defineFlags(&cfg, &o)
+	flag.CommandLine.SetOutput(buildinfo.UsageOutput(os.Args[1:], os.Stdout, os.Stderr))
 	flag.Parse()
 	if o.version {
 		fmt.Println(buildinfo.Read("gtr"))

@@ -68,6 +68,7 @@ func main() {
 	insecurePlaintext := flag.Bool("insecure-plaintext", envOr("ISSUERSIM_INSECURE_PLAINTEXT", "") == "1",
 		"without TLS files, serve plaintext to anyone, no authorization: benchmarks and local tests only (env ISSUERSIM_INSECURE_PLAINTEXT=1)")
 	version := flag.Bool("version", false, buildinfo.FlagUsage)
+	flag.CommandLine.SetOutput(buildinfo.UsageOutput(os.Args[1:], os.Stdout, os.Stderr))
 	flag.Parse()
 	if *version {
 		fmt.Println(buildinfo.Read("issuersim"))

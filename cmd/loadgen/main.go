@@ -43,7 +43,7 @@ func run(args []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprintln(stdout, buildinfo.Read("loadgen"))
 		return 0
 	}
-	opts, err := parseFlags(args, stderr)
+	opts, err := parseFlags(args, buildinfo.UsageOutput(args, stdout, stderr))
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

@@ -40,6 +40,7 @@ func main() {
 	interval := flag.Duration("interval", envDuration("NATSMON_INTERVAL", natsmon.DefaultInterval), "time between polls (env NATSMON_INTERVAL)")
 	timeout := flag.Duration("timeout", envDuration("NATSMON_TIMEOUT", natsmon.DefaultTimeout), "bound of each request to a server (env NATSMON_TIMEOUT)")
 	version := flag.Bool("version", false, buildinfo.FlagUsage)
+	flag.CommandLine.SetOutput(buildinfo.UsageOutput(os.Args[1:], os.Stdout, os.Stderr))
 	flag.Parse()
 	if *version {
 		fmt.Println(buildinfo.Read("natsmon"))

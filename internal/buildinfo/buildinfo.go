@@ -17,6 +17,7 @@ package buildinfo
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -144,4 +145,20 @@ func Requested(args []string) bool {
 		}
 	}
 	return false
+}
+
+// UsageOutput is where a command prints its usage: stdout when args, a
+// command line without the program's name, ask for it (-h, -help or
+// --help before any "--"), so that `gtr -h | less` shows it; stderr
+// otherwise, where a wrong flag's usage follows what is wrong.
+func UsageOutput(args []string, stdout, stderr io.Writer) io.Writer {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return stderr
+		case "-h", "--h", "-help", "--help":
+			return stdout
+		}
+	}
+	return stderr
 }
