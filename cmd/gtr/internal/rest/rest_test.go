@@ -25,8 +25,9 @@ import (
 
 // fakeConn stands for the in-process connection to the partners' gRPC
 // server: it applies Interceptor as the real one's dial option does, keeps
-// the request the server would get, and answers with err or a
-// transaction echoing it.
+// the request the server would get, and answers with err, a transaction
+// echoing it, or, for a method whose answer is not a transaction (a list,
+// a statement), an empty answer.
 type fakeConn struct {
 	got proto.Message
 	err error
@@ -38,7 +39,10 @@ func (f *fakeConn) Invoke(ctx context.Context, method string, args, reply any, o
 		if f.err != nil {
 			return f.err
 		}
-		txn := reply.(*cellpayv1.Transaction)
+		txn, ok := reply.(*cellpayv1.Transaction)
+		if !ok {
+			return nil
+		}
 		switch r := req.(type) {
 		case *cellpayv1.SubmitTransactionRequest:
 			txn.TransactionId, txn.PartnerId, txn.Status = r.GetTransactionId(), r.GetPartnerId(), cellpayv1.TransactionStatus_APPROVED
