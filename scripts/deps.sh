@@ -51,7 +51,7 @@ have_curl() { command -v curl >/dev/null 2>&1; }
 have_node() { command -v node >/dev/null 2>&1; }
 have_nft() { command -v nft >/dev/null 2>&1; }
 have_npm() { command -v npm >/dev/null 2>&1; }
-have_barman() { command -v barman-cloud-backup >/dev/null 2>&1 && command -v barman-cloud-wal-restore >/dev/null 2>&1; }
+have_barman() { command -v barman-cloud-backup >/dev/null 2>&1 && command -v barman-cloud-wal-restore >/dev/null 2>&1 && python3 -c "import boto3" >/dev/null 2>&1; }
 
 # npm_ci installs the TypeScript client's locked packages, once per
 # package-lock.json (they fill npm's cache, from which its test's npm ci
@@ -100,8 +100,8 @@ if [ "$what" = test ]; then
 		why+=("npm (the TypeScript client's packages)")
 	}
 	have_barman || {
-		need+=(barman-cli-cloud)
-		why+=("barman-cli-cloud (the backup test: CloudNativePG's Barman Cloud tools against a local object store)")
+		need+=(barman-cli-cloud python3-boto3)
+		why+=("barman-cli-cloud and python3-boto3 (the backup test: CloudNativePG's Barman Cloud tools, and the S3 client they use, against a local object store)")
 	}
 fi
 if [ ${#need[@]} -eq 0 ]; then
@@ -130,7 +130,7 @@ if [ "$what" = test ]; then
 	have_curl || die "curl: not on PATH after the install"
 	have_node || die "nodejs: node not on PATH after the install"
 	have_npm || die "npm: not on PATH after the install"
-	have_barman || die "barman-cli-cloud: barman-cloud-backup not on PATH after the install"
+	have_barman || die "barman-cli-cloud: barman-cloud-backup not on PATH, or python3 without boto3, after the install"
 fi
 say "installed: ${need[*]}"
 npm_ci

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/johannesboyne/gofakes3"
@@ -50,8 +51,8 @@ type Store struct {
 	backend *s3mem.Backend
 	srv     *http.Server
 	done    chan error
-	// refused counts requests without the store's access key ID.
-	refused chan struct{}
+	// refused is set by a request without the store's access key ID.
+	refused atomic.Bool
 }
 
 // Start serves a new, empty store on a free loopback port with the
@@ -84,7 +85,7 @@ func Start(dir string, buckets ...string) (*Store, error) {
 		return nil, fmt.Errorf("objstore: %w", err)
 	}
 	s := &Store{CAFile: caFile, AccessKeyID: "AK" + randomHex(9), SecretAccessKey: randomHex(20),
-		backend: s3mem.New(), done: make(chan error, 1), refused: make(chan struct{}, 1)}
+		backend: s3mem.New(), done: make(chan error, 1)}
 	for _, b := range buckets {
 		if err := s.backend.CreateBucket(b); err != nil {
 			return nil, fmt.Errorf("objstore: bucket %s: %w", b, err)
@@ -113,10 +114,7 @@ func (s *Store) authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
 		if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || !strings.Contains(auth, want) {
-			select {
-			case s.refused <- struct{}{}:
-			default:
-			}
+			s.refused.Store(true)
 			http.Error(w, "AccessDenied: sign with the store's access key", http.StatusForbidden)
 			return
 		}
@@ -126,7 +124,7 @@ func (s *Store) authenticated(next http.Handler) http.Handler {
 
 // Refused reports whether the store has refused a request for its
 // credentials since it started.
-func (s *Store) Refused() bool { return len(s.refused) > 0 }
+func (s *Store) Refused() bool { return s.refused.Load() }
 
 // Env is the environment an AWS client (boto3, and so barman-cloud) needs
 // to reach the store: its credentials, region and CA.
