@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellpay/cellpay/pkg/api/cellpayv1"
+	"github.com/cellpay/cellpay/pkg/client"
 	"github.com/cellpay/cellpay/pkg/idempotency"
 	"github.com/cellpay/cellpay/pkg/issuerproto"
 )
@@ -237,6 +238,12 @@ func transient(c codes.Code) bool {
 const (
 	lookupTries   = 4
 	lookupBackoff = 100 * time.Millisecond
+	// lookupShedFor bounds the retries of a read the GTR shed
+	// (RESOURCE_EXHAUSTED: the partner's rate or in-flight limit, the
+	// read sent to no cell), which do not count as tries: the checker
+	// reading back a loaded run's thousand transactions of one partner
+	// meets that partner's limit, and retries as the answer asks.
+	lookupShedFor = 30 * time.Second
 )
 
 // getAll calls GetTransaction for every transaction, each for its own
@@ -273,23 +280,32 @@ feed:
 	return out, nil
 }
 
+// get reads k's transaction through payments: a shed read again after
+// the answer's hint (client.RetryAfter) for up to lookupShedFor, another
+// transient error up to lookupTries times with backoff.
 func get(ctx context.Context, payments cellpayv1.PaymentsClient, k idempotency.Key, timeout time.Duration) lookup {
 	var l lookup
-	for try := range lookupTries {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return l
-			case <-time.After(lookupBackoff << (try - 1)):
-			}
-		}
+	shedUntil := time.Now().Add(lookupShedFor)
+	for try := 0; ; {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		txn, err := payments.GetTransaction(cctx, &cellpayv1.GetTransactionRequest{PartnerId: k.PartnerID, TransactionId: k.TransactionID})
 		cancel()
 		l = lookup{txn: txn, code: status.Code(err), err: err}
-		if !transient(l.code) {
+		var wait time.Duration
+		switch {
+		case l.code == codes.ResourceExhausted && time.Now().Before(shedUntil):
+			hint, _ := client.RetryAfter(err)
+			wait = min(max(hint, 10*time.Millisecond), time.Second)
+		case transient(l.code) && try+1 < lookupTries:
+			wait = lookupBackoff << try
+			try++
+		default:
 			return l
 		}
+		select {
+		case <-ctx.Done():
+			return l
+		case <-time.After(wait):
+		}
 	}
-	return l
 }
